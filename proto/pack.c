@@ -1,0 +1,569 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack.c - encode, decode and validate the .bpk pack format (PACK.md).
+ *
+ * The rule of this file: no field read from a buffer is used before it is
+ * checked. Decoders either accept the whole structure or reject it with a
+ * fault naming the field; accessors on a validated index have no error
+ * paths because bp_pack_index_parse() proved every entry in one pass.
+ * Offsets are summed only after checking the sum cannot wrap.
+ */
+#include <errno.h>
+#include <string.h>
+
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "endian.h"
+#include "pack.h"
+
+/* Header field offsets. */
+enum {
+	H_MAGIC = 0,
+	H_VERSION = 8,
+	H_SIZE = 12,
+	H_FLAGS = 16,
+	H_DICT_OFFSET = 24,
+	H_DICT_SIZE = 32,
+	H_DICT_HASH = 40,
+	H_DATA_OFFSET = 48,
+	H_RESERVED = 56,
+};
+
+/* Footer field offsets. */
+enum {
+	F_INDEX_OFFSET = 0,
+	F_INDEX_SIZE = 8,
+	F_BLOCK_COUNT = 16,
+	F_SAMPLE_COUNT = 24,
+	F_RAW_BYTES = 32,
+	F_MAX_SAMPLE = 40,
+	F_FINGERPRINT = 48,
+	F_VERSION = 56,
+	F_SIZE = 60,
+	F_CHECKSUM = 64,
+	F_MAGIC = 72,
+};
+
+/* Block-table entry field offsets. */
+enum {
+	B_OFFSET = 0,
+	B_STORED_SIZE = 8,
+	B_RAW_SIZE = 16,
+	B_FIRST_SAMPLE = 24,
+	B_STORED_HASH = 32,
+	B_RAW_HASH = 40,
+	B_CODEC = 48,
+	B_RESERVED = 52,
+};
+
+static int fail(bp_pack_fault *fault, int err, const char *what, uint64_t offset,
+		int64_t block)
+{
+	if (fault) {
+		fault->what = what;
+		fault->offset = offset;
+		fault->block = block;
+	}
+	return err;
+}
+
+/* ---- header ------------------------------------------------------------ */
+
+void bp_pack_header_encode(const bp_pack_header *h, uint8_t out[BP_PACK_HEADER_SIZE])
+{
+	memset(out, 0, BP_PACK_HEADER_SIZE);
+	memcpy(out + H_MAGIC, BP_PACK_MAGIC, 8);
+	bp_put_le32(out + H_VERSION, h->version);
+	bp_put_le32(out + H_SIZE, BP_PACK_HEADER_SIZE);
+	bp_put_le64(out + H_DICT_OFFSET, h->dict_offset);
+	bp_put_le64(out + H_DICT_SIZE, h->dict_size);
+	bp_put_le64(out + H_DICT_HASH, h->dict_hash);
+	bp_put_le64(out + H_DATA_OFFSET, h->data_offset);
+}
+
+int bp_pack_header_decode(const uint8_t *buf, size_t len, bp_pack_header *ret,
+			  bp_pack_fault *fault)
+{
+	bp_pack_header h;
+
+	if (!buf || len < BP_PACK_HEADER_SIZE)
+		return fail(fault, -EBADMSG, "truncated header", 0, -1);
+	if (memcmp(buf + H_MAGIC, BP_PACK_MAGIC, 8) != 0)
+		return fail(fault, -EBADMSG, "not a batchd pack (bad magic)", H_MAGIC, -1);
+
+	h.version = bp_le32(buf + H_VERSION);
+	if (h.version != BP_PACK_VERSION)
+		return fail(fault, -ENOTSUP, "unsupported pack version", H_VERSION, -1);
+	if (bp_le32(buf + H_SIZE) != BP_PACK_HEADER_SIZE)
+		return fail(fault, -EBADMSG, "bad header size", H_SIZE, -1);
+	if (bp_le64(buf + H_FLAGS) != 0)
+		return fail(fault, -ENOTSUP, "unknown header flags", H_FLAGS, -1);
+	if (bp_le64(buf + H_RESERVED) != 0)
+		return fail(fault, -EBADMSG, "reserved header field is not zero", H_RESERVED, -1);
+
+	h.dict_offset = bp_le64(buf + H_DICT_OFFSET);
+	h.dict_size = bp_le64(buf + H_DICT_SIZE);
+	h.dict_hash = bp_le64(buf + H_DICT_HASH);
+	h.data_offset = bp_le64(buf + H_DATA_OFFSET);
+
+	if (h.dict_size > BP_PACK_MAX_DICT)
+		return fail(fault, -E2BIG, "dictionary over the size limit", H_DICT_SIZE, -1);
+	if (h.dict_size == 0 && (h.dict_offset != 0 || h.dict_hash != 0))
+		return fail(fault, -EBADMSG, "dictionary fields set without a dictionary",
+			    H_DICT_OFFSET, -1);
+	if (h.dict_size != 0 && h.dict_offset != BP_PACK_HEADER_SIZE)
+		return fail(fault, -EBADMSG, "dictionary does not follow the header",
+			    H_DICT_OFFSET, -1);
+	if (h.data_offset != BP_PACK_HEADER_SIZE + h.dict_size)
+		return fail(fault, -EBADMSG, "data does not follow the dictionary",
+			    H_DATA_OFFSET, -1);
+
+	*ret = h;
+	return 0;
+}
+
+/* ---- footer ------------------------------------------------------------ */
+
+uint64_t bp_pack_checksum(const uint8_t header[BP_PACK_HEADER_SIZE],
+			  const uint8_t footer[BP_PACK_FOOTER_SIZE])
+{
+	uint8_t covered[BP_PACK_HEADER_SIZE + F_CHECKSUM];
+
+	memcpy(covered, header, BP_PACK_HEADER_SIZE);
+	memcpy(covered + BP_PACK_HEADER_SIZE, footer, F_CHECKSUM);
+	return XXH3_64bits_withSeed(covered, sizeof(covered), bp_le64(footer + F_FINGERPRINT));
+}
+
+void bp_pack_footer_encode(const bp_pack_footer *f, const uint8_t header[BP_PACK_HEADER_SIZE],
+			   uint8_t out[BP_PACK_FOOTER_SIZE])
+{
+	bp_put_le64(out + F_INDEX_OFFSET, f->index_offset);
+	bp_put_le64(out + F_INDEX_SIZE, f->index_size);
+	bp_put_le64(out + F_BLOCK_COUNT, f->block_count);
+	bp_put_le64(out + F_SAMPLE_COUNT, f->sample_count);
+	bp_put_le64(out + F_RAW_BYTES, f->raw_bytes);
+	bp_put_le64(out + F_MAX_SAMPLE, f->max_sample);
+	bp_put_le64(out + F_FINGERPRINT, f->fingerprint);
+	bp_put_le32(out + F_VERSION, BP_PACK_VERSION);
+	bp_put_le32(out + F_SIZE, BP_PACK_FOOTER_SIZE);
+	memcpy(out + F_MAGIC, BP_PACK_FOOTER_MAGIC, 8);
+	bp_put_le64(out + F_CHECKSUM, bp_pack_checksum(header, out));
+}
+
+int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_size,
+			  const bp_pack_header *h, bp_pack_footer *ret,
+			  bp_pack_fault *fault)
+{
+	bp_pack_footer f;
+	uint64_t at, index_room;
+
+	if (!buf || !h || file_size < h->data_offset ||
+	    file_size - h->data_offset < BP_PACK_FOOTER_SIZE)
+		return fail(fault, -EBADMSG, "truncated pack (no room for a footer)", file_size, -1);
+	at = file_size - BP_PACK_FOOTER_SIZE;
+	if (memcmp(buf + F_MAGIC, BP_PACK_FOOTER_MAGIC, 8) != 0)
+		return fail(fault, -EBADMSG, "bad footer magic (truncated or not a pack)",
+			    at + F_MAGIC, -1);
+	if (bp_le32(buf + F_VERSION) != BP_PACK_VERSION)
+		return fail(fault, -ENOTSUP, "unsupported footer version", at + F_VERSION, -1);
+	if (bp_le32(buf + F_SIZE) != BP_PACK_FOOTER_SIZE)
+		return fail(fault, -EBADMSG, "bad footer size", at + F_SIZE, -1);
+
+	f.index_offset = bp_le64(buf + F_INDEX_OFFSET);
+	f.index_size = bp_le64(buf + F_INDEX_SIZE);
+	f.block_count = bp_le64(buf + F_BLOCK_COUNT);
+	f.sample_count = bp_le64(buf + F_SAMPLE_COUNT);
+	f.raw_bytes = bp_le64(buf + F_RAW_BYTES);
+	f.max_sample = bp_le64(buf + F_MAX_SAMPLE);
+	f.fingerprint = bp_le64(buf + F_FINGERPRINT);
+	f.checksum = bp_le64(buf + F_CHECKSUM);
+
+	/* The index sits exactly between the data region and the footer. */
+	if (f.index_offset < h->data_offset || f.index_offset > at)
+		return fail(fault, -EBADMSG, "index offset outside the file",
+			    at + F_INDEX_OFFSET, -1);
+	index_room = at - f.index_offset;
+	if (f.index_size != index_room)
+		return fail(fault, -EBADMSG, "index size does not reach the footer",
+			    at + F_INDEX_SIZE, -1);
+	if (f.index_size > BP_PACK_MAX_INDEX)
+		return fail(fault, -E2BIG, "index over the size limit", at + F_INDEX_SIZE, -1);
+	if (f.sample_count == 0 || f.block_count == 0)
+		return fail(fault, -EBADMSG, "pack holds no samples", at + F_SAMPLE_COUNT, -1);
+	if (f.block_count > f.sample_count)
+		return fail(fault, -EBADMSG, "more blocks than samples", at + F_BLOCK_COUNT, -1);
+	/* Both counts are bounded by the index limit first, so the products cannot wrap. */
+	if (f.block_count > BP_PACK_MAX_INDEX / BP_PACK_BLOCK_ENTRY ||
+	    f.sample_count > BP_PACK_MAX_INDEX / BP_PACK_SAMPLE_ENTRY ||
+	    f.block_count * BP_PACK_BLOCK_ENTRY + f.sample_count * BP_PACK_SAMPLE_ENTRY !=
+		    f.index_size)
+		return fail(fault, -EBADMSG, "index size does not match the counts",
+			    at + F_BLOCK_COUNT, -1);
+	if (f.max_sample > BP_PACK_MAX_SAMPLE)
+		return fail(fault, -E2BIG, "largest sample over the size limit",
+			    at + F_MAX_SAMPLE, -1);
+
+	*ret = f;
+	return 0;
+}
+
+/* ---- index ------------------------------------------------------------- */
+
+static uint64_t block_field(const bp_pack_index *idx, uint64_t i, size_t field)
+{
+	return bp_le64(idx->blocks + i * BP_PACK_BLOCK_ENTRY + field);
+}
+
+void bp_pack_index_block(const bp_pack_index *idx, uint64_t i, bp_pack_block *ret)
+{
+	const uint8_t *e = idx->blocks + i * BP_PACK_BLOCK_ENTRY;
+	uint64_t next = i + 1 < idx->block_count ? block_field(idx, i + 1, B_FIRST_SAMPLE)
+						 : idx->sample_count;
+
+	ret->offset = bp_le64(e + B_OFFSET);
+	ret->stored_size = bp_le64(e + B_STORED_SIZE);
+	ret->raw_size = bp_le64(e + B_RAW_SIZE);
+	ret->first_sample = bp_le64(e + B_FIRST_SAMPLE);
+	ret->sample_count = next - ret->first_sample;
+	ret->stored_hash = bp_le64(e + B_STORED_HASH);
+	ret->raw_hash = bp_le64(e + B_RAW_HASH);
+	ret->codec = bp_le32(e + B_CODEC);
+}
+
+void bp_pack_index_sample_span(const bp_pack_index *idx, uint64_t id,
+			       uint64_t *ret_offset, uint64_t *ret_size)
+{
+	const uint8_t *e = idx->samples + id * BP_PACK_SAMPLE_ENTRY;
+
+	*ret_offset = bp_le64(e);
+	*ret_size = bp_le64(e + 8);
+}
+
+void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret)
+{
+	uint64_t lo = 0, hi = idx->block_count; /* answer in [lo, hi) */
+
+	/* Last block whose first sample is <= id; block 0 starts at sample 0. */
+	while (hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (block_field(idx, mid, B_FIRST_SAMPLE) <= id)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	ret->block = lo;
+	bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
+}
+
+static int check_block_entry(const bp_pack_header *h, const bp_pack_footer *f,
+			     const bp_pack_block *b, uint32_t reserved, uint64_t i,
+			     uint64_t expect_offset, uint64_t prev_first,
+			     bp_pack_fault *fault)
+{
+	uint64_t at = f->index_offset + i * BP_PACK_BLOCK_ENTRY;
+	int64_t bi = (int64_t)i;
+
+	if (b->offset != expect_offset)
+		return fail(fault, -EBADMSG, "block does not start where the previous one ends",
+			    at + B_OFFSET, bi);
+	if (b->stored_size > f->index_offset - b->offset)
+		return fail(fault, -EBADMSG, "block runs past the data region",
+			    at + B_STORED_SIZE, bi);
+	if (b->raw_size > BP_PACK_MAX_BLOCK)
+		return fail(fault, -E2BIG, "block over the size limit", at + B_RAW_SIZE, bi);
+	if (reserved != 0)
+		return fail(fault, -EBADMSG, "reserved block field is not zero", at + B_RESERVED, bi);
+
+	switch (b->codec) {
+	case BP_CODEC_RAW:
+		if (b->stored_size != b->raw_size || b->stored_hash != b->raw_hash)
+			return fail(fault, -EBADMSG, "raw block whose stored and raw bytes differ",
+				    at + B_STORED_SIZE, bi);
+		break;
+	case BP_CODEC_ZSTD_DICT:
+		if (h->dict_size == 0)
+			return fail(fault, -EBADMSG, "block needs a dictionary the pack lacks",
+				    at + B_CODEC, bi);
+		/* fall through */
+	case BP_CODEC_ZSTD:
+		/* Writers store raw whenever compression does not shrink a block. */
+		if (b->stored_size == 0 || b->stored_size >= b->raw_size)
+			return fail(fault, -EBADMSG, "compressed block not smaller than its raw size",
+				    at + B_STORED_SIZE, bi);
+		break;
+	default:
+		return fail(fault, -ENOTSUP, "unknown block codec", at + B_CODEC, bi);
+	}
+
+	if (i == 0 ? b->first_sample != 0 : b->first_sample <= prev_first)
+		return fail(fault, -EBADMSG, "block sample ranges out of order",
+			    at + B_FIRST_SAMPLE, bi);
+	if (b->first_sample >= f->sample_count)
+		return fail(fault, -EBADMSG, "block starts past the last sample",
+			    at + B_FIRST_SAMPLE, bi);
+	return 0;
+}
+
+/* Samples [b->first_sample, +count) must lie end to end and fill the block. */
+static int check_block_samples(const bp_pack_footer *f, const bp_pack_index *idx,
+			       const bp_pack_block *b, uint64_t i, uint64_t *max_sample,
+			       bp_pack_fault *fault)
+{
+	uint64_t table = f->index_offset + f->block_count * BP_PACK_BLOCK_ENTRY;
+	uint64_t fill = 0;
+
+	for (uint64_t s = b->first_sample; s < b->first_sample + b->sample_count; s++) {
+		uint64_t off, size, at = table + s * BP_PACK_SAMPLE_ENTRY;
+
+		bp_pack_index_sample_span(idx, s, &off, &size);
+		if (off != fill)
+			return fail(fault, -EBADMSG, "sample does not follow the previous one",
+				    at, (int64_t)i);
+		if (size > BP_PACK_MAX_SAMPLE)
+			return fail(fault, -E2BIG, "sample over the size limit", at + 8, (int64_t)i);
+		if (size > b->raw_size - fill)
+			return fail(fault, -EBADMSG, "sample runs past its block", at + 8, (int64_t)i);
+		fill += size;
+		if (size > *max_sample)
+			*max_sample = size;
+	}
+	if (fill != b->raw_size)
+		return fail(fault, -EBADMSG, "samples do not fill their block",
+			    f->index_offset + i * BP_PACK_BLOCK_ENTRY + B_RAW_SIZE, (int64_t)i);
+	return 0;
+}
+
+int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
+			const uint8_t header_bytes[BP_PACK_HEADER_SIZE],
+			const uint8_t footer_bytes[BP_PACK_FOOTER_SIZE],
+			const uint8_t *index, bp_pack_index *ret,
+			bp_pack_fault *fault)
+{
+	uint64_t footer_at = f->index_offset + f->index_size;
+	uint64_t expect_offset = h->data_offset, prev_first = 0;
+	uint64_t raw_total = 0, max_sample = 0;
+	bp_pack_index idx;
+	int r;
+
+	if (!index && f->index_size)
+		return -EINVAL;
+	if (XXH3_64bits(index, f->index_size) != f->fingerprint)
+		return fail(fault, -EBADMSG, "index checksum (fingerprint) mismatch",
+			    f->index_offset, -1);
+	if (bp_pack_checksum(header_bytes, footer_bytes) != f->checksum)
+		return fail(fault, -EBADMSG, "header/footer checksum mismatch",
+			    footer_at + F_CHECKSUM, -1);
+
+	idx.blocks = index;
+	idx.samples = index + f->block_count * BP_PACK_BLOCK_ENTRY;
+	idx.block_count = f->block_count;
+	idx.sample_count = f->sample_count;
+
+	for (uint64_t i = 0; i < idx.block_count; i++) {
+		bp_pack_block b;
+
+		/* first_sample is checked before sample_count (derived from it) is used. */
+		bp_pack_index_block(&idx, i, &b);
+		r = check_block_entry(h, f, &b, bp_le32(index + i * BP_PACK_BLOCK_ENTRY + B_RESERVED),
+				      i, expect_offset, prev_first, fault);
+		if (r < 0)
+			return r;
+		prev_first = b.first_sample;
+		expect_offset = b.offset + b.stored_size;
+	}
+	if (expect_offset != f->index_offset)
+		return fail(fault, -EBADMSG, "blocks do not reach the index", f->index_offset, -1);
+
+	/* Every block's range is now known to be ordered, non-empty and in bounds. */
+	for (uint64_t i = 0; i < idx.block_count; i++) {
+		bp_pack_block b;
+
+		bp_pack_index_block(&idx, i, &b);
+		r = check_block_samples(f, &idx, &b, i, &max_sample, fault);
+		if (r < 0)
+			return r;
+		raw_total += b.raw_size; /* < 2^28 bytes * 2^25 blocks: cannot wrap */
+	}
+	if (raw_total != f->raw_bytes)
+		return fail(fault, -EBADMSG, "raw byte total does not match the blocks",
+			    footer_at + F_RAW_BYTES, -1);
+	if (max_sample != f->max_sample)
+		return fail(fault, -EBADMSG, "largest sample does not match the table",
+			    footer_at + F_MAX_SAMPLE, -1);
+
+	*ret = idx;
+	return 0;
+}
+
+/* ---- whole shard -------------------------------------------------------- */
+
+int bp_pack_parse(const uint8_t *buf, size_t len, bp_pack_view *ret, bp_pack_fault *fault)
+{
+	bp_pack_view v;
+	const uint8_t *footer;
+	int r;
+
+	r = bp_pack_header_decode(buf, len, &v.header, fault);
+	if (r < 0)
+		return r;
+	if (len - BP_PACK_HEADER_SIZE < BP_PACK_FOOTER_SIZE)
+		return fail(fault, -EBADMSG, "truncated pack (no room for a footer)", len, -1);
+	footer = buf + len - BP_PACK_FOOTER_SIZE;
+	r = bp_pack_footer_decode(footer, len, &v.header, &v.footer, fault);
+	if (r < 0)
+		return r;
+
+	/* The footer check proved data_offset (which covers the dictionary) <= len. */
+	v.dict = NULL;
+	if (v.header.dict_size) {
+		v.dict = buf + v.header.dict_offset;
+		if (XXH3_64bits(v.dict, v.header.dict_size) != v.header.dict_hash)
+			return fail(fault, -EBADMSG, "dictionary checksum mismatch",
+				    v.header.dict_offset, -1);
+	}
+
+	r = bp_pack_index_parse(&v.header, &v.footer, buf, footer, buf + v.footer.index_offset,
+				&v.index, fault);
+	if (r < 0)
+		return r;
+	*ret = v;
+	return 0;
+}
+
+/* ---- blocks ------------------------------------------------------------ */
+
+int bp_pack_dctx_init(ZSTD_DCtx *dctx)
+{
+	if (ZSTD_isError(ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters)) ||
+	    ZSTD_isError(ZSTD_DCtx_setParameter(dctx, ZSTD_d_windowLogMax,
+						BP_PACK_WINDOW_LOG_MAX)))
+		return -ENOMEM;
+	return 0;
+}
+
+int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
+			 ZSTD_DCtx *dctx, const ZSTD_DDict *ddict,
+			 uint8_t *out, size_t out_cap, bp_pack_fault *fault)
+{
+	int64_t bi = -1;
+	size_t got;
+
+	if (!b || !stored || !out || out_cap < b->raw_size)
+		return -EINVAL;
+	if (XXH3_64bits(stored, b->stored_size) != b->stored_hash)
+		return fail(fault, -EBADMSG, "stored bytes checksum mismatch", b->offset, bi);
+
+	if (b->codec == BP_CODEC_RAW) {
+		/* The index proved stored_hash == raw_hash for raw blocks. */
+		if (out != stored)
+			memcpy(out, stored, b->raw_size);
+		return 0;
+	}
+	if (b->codec != BP_CODEC_ZSTD && b->codec != BP_CODEC_ZSTD_DICT)
+		return fail(fault, -ENOTSUP, "unknown block codec", b->offset, bi);
+	if (b->codec == BP_CODEC_ZSTD_DICT && !ddict)
+		return fail(fault, -EINVAL, "block needs the pack's dictionary", b->offset, bi);
+
+	/* Never trust the frame: one frame, exactly the declared size. */
+	if (ZSTD_findFrameCompressedSize(stored, b->stored_size) != b->stored_size)
+		return fail(fault, -EBADMSG, "block is not exactly one zstd frame", b->offset, bi);
+	if (ZSTD_getFrameContentSize(stored, b->stored_size) != b->raw_size)
+		return fail(fault, -EBADMSG, "zstd frame declares a different size", b->offset, bi);
+
+	got = ZSTD_decompress_usingDDict(dctx, out, b->raw_size, stored, b->stored_size,
+					 b->codec == BP_CODEC_ZSTD_DICT ? ddict : NULL);
+	if (ZSTD_isError(got))
+		return fail(fault, -EBADMSG, ZSTD_getErrorName(got), b->offset, bi);
+	if (got != b->raw_size)
+		return fail(fault, -EBADMSG, "zstd frame decoded to a different size", b->offset, bi);
+	if (XXH3_64bits(out, b->raw_size) != b->raw_hash)
+		return fail(fault, -EBADMSG, "raw bytes checksum mismatch", b->offset, bi);
+	return 0;
+}
+
+int bp_pack_block_encode(ZSTD_CCtx *cctx, const ZSTD_CDict *cdict, int level,
+			 const uint8_t *raw, size_t raw_size,
+			 uint8_t *out, size_t out_cap, bp_pack_encoded *ret)
+{
+	bp_pack_encoded e;
+	size_t n = 0;
+
+	if (raw_size > BP_PACK_MAX_BLOCK)
+		return -E2BIG;
+	if (!cctx || (!raw && raw_size) || !out || out_cap < ZSTD_compressBound(raw_size))
+		return -EINVAL;
+
+	e.raw_hash = XXH3_64bits(raw, raw_size);
+	if (raw_size) {
+		if (ZSTD_isError(ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters)) ||
+		    ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level)) ||
+		    ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1)) ||
+		    ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0)) ||
+		    ZSTD_isError(ZSTD_CCtx_refCDict(cctx, cdict)))
+			return -EINVAL;
+		n = ZSTD_compress2(cctx, out, out_cap, raw, raw_size);
+		if (ZSTD_isError(n))
+			return -ENOMEM;
+	}
+
+	if (raw_size == 0 || n >= raw_size) {
+		e.codec = BP_CODEC_RAW;
+		e.stored = raw;
+		e.stored_size = raw_size;
+		e.stored_hash = e.raw_hash;
+	} else {
+		e.codec = cdict ? BP_CODEC_ZSTD_DICT : BP_CODEC_ZSTD;
+		e.stored = out;
+		e.stored_size = n;
+		e.stored_hash = XXH3_64bits(out, n);
+	}
+	*ret = e;
+	return 0;
+}
+
+void bp_pack_block_entry_encode(const bp_pack_block *b, uint8_t out[BP_PACK_BLOCK_ENTRY])
+{
+	bp_put_le64(out + B_OFFSET, b->offset);
+	bp_put_le64(out + B_STORED_SIZE, b->stored_size);
+	bp_put_le64(out + B_RAW_SIZE, b->raw_size);
+	bp_put_le64(out + B_FIRST_SAMPLE, b->first_sample);
+	bp_put_le64(out + B_STORED_HASH, b->stored_hash);
+	bp_put_le64(out + B_RAW_HASH, b->raw_hash);
+	bp_put_le32(out + B_CODEC, b->codec);
+	bp_put_le32(out + B_RESERVED, 0);
+}
+
+void bp_pack_sample_entry_encode(uint64_t offset, uint64_t size,
+				 uint8_t out[BP_PACK_SAMPLE_ENTRY])
+{
+	bp_put_le64(out, offset);
+	bp_put_le64(out + 8, size);
+}
+
+uint64_t bp_pack_dataset_fingerprint(const uint64_t *shard_fps, size_t n)
+{
+	XXH3_state_t st;
+	uint8_t le[8];
+
+	XXH3_64bits_reset(&st);
+	for (size_t i = 0; i < n; i++) {
+		bp_put_le64(le, shard_fps[i]);
+		XXH3_64bits_update(&st, le, sizeof(le));
+	}
+	return XXH3_64bits_digest(&st);
+}
+
+const char *bp_pack_codec_name(uint32_t codec)
+{
+	switch (codec) {
+	case BP_CODEC_RAW:
+		return "raw";
+	case BP_CODEC_ZSTD:
+		return "zstd";
+	case BP_CODEC_ZSTD_DICT:
+		return "zstd+dict";
+	}
+	return "unknown";
+}

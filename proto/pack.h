@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack.h - the batchd pack file format (.bpk): layout, codecs, validators.
+ *
+ * A pack is one shard of a dataset: a header, an optional zstd dictionary,
+ * a run of blocks (independent zstd frames or raw bytes, each holding whole
+ * samples), an index (block table + sample table) and a fixed-size footer
+ * that locates the index, so a writer can stream. proto/PACK.md is the
+ * normative specification; this header is its C face.
+ *
+ * Everything here is pure: functions take caller buffers, do no I/O, start
+ * no threads and keep no state. Every field read from a buffer is treated as
+ * hostile and bounds-checked before use, so each function can be fed
+ * arbitrary bytes (tests/fuzz/fuzz-pack.c does exactly that).
+ *
+ * Errors are negative errnos:
+ *   -EBADMSG   the bytes are not a valid pack (bad magic, checksum mismatch,
+ *              inconsistent table, truncation);
+ *   -ENOTSUP   a well-formed pack of a version or codec this build lacks;
+ *   -E2BIG     a size over one of the documented BP_PACK_MAX_* limits;
+ *   -EINVAL    the caller passed something impossible (NULL, short buffer);
+ *   -ENOMEM    zstd could not allocate.
+ * Functions that can fail on content fill an optional bp_pack_fault with
+ * what was wrong and where, so tools can name the byte offset.
+ *
+ * Thread rules: all functions are reentrant; a ZSTD_CCtx/ZSTD_DCtx passed in
+ * must not be used by another thread at the same time.
+ */
+#ifndef BATCHD_PROTO_PACK_H
+#define BATCHD_PROTO_PACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <zstd.h>
+
+#define BP_PACK_VERSION        1u
+#define BP_PACK_MAGIC          "\x89" "BPK\r\n\x1a\n"   /* 8 bytes, header */
+#define BP_PACK_FOOTER_MAGIC   "BPKINDEX"                 /* 8 bytes, footer */
+#define BP_PACK_HEADER_SIZE    64u
+#define BP_PACK_FOOTER_SIZE    80u
+#define BP_PACK_BLOCK_ENTRY    56u
+#define BP_PACK_SAMPLE_ENTRY   16u
+
+/* Limits (PACK.md §Limits). Readers reject anything larger with -E2BIG. */
+#define BP_PACK_MAX_SAMPLE     (UINT64_C(256) << 20)  /* bytes in one sample */
+#define BP_PACK_MAX_BLOCK      (UINT64_C(256) << 20)  /* raw bytes in one block */
+#define BP_PACK_MAX_DICT       (UINT64_C(4) << 20)    /* dictionary bytes */
+#define BP_PACK_MAX_INDEX      (UINT64_C(1) << 30)    /* index bytes per shard */
+#define BP_PACK_WINDOW_LOG_MAX 28                     /* zstd window cap, = log2(MAX_BLOCK) */
+
+enum bp_pack_codec {
+	BP_CODEC_RAW       = 0, /* stored bytes are the raw bytes */
+	BP_CODEC_ZSTD      = 1, /* one zstd frame, no dictionary */
+	BP_CODEC_ZSTD_DICT = 2, /* one zstd frame compressed with the shard's dictionary */
+};
+
+/* Where and why a pack was rejected. `what` is a static string. */
+typedef struct bp_pack_fault {
+	const char *what;
+	uint64_t offset;   /* byte offset in the shard file of the faulty field/block */
+	int64_t block;     /* block index, or -1 when the fault is not in a block */
+} bp_pack_fault;
+
+typedef struct bp_pack_header {
+	uint32_t version;
+	uint64_t dict_offset;  /* 0 when there is no dictionary, else HEADER_SIZE */
+	uint64_t dict_size;
+	uint64_t dict_hash;    /* XXH3-64 of the dictionary bytes */
+	uint64_t data_offset;  /* first block: HEADER_SIZE + dict_size */
+} bp_pack_header;
+
+typedef struct bp_pack_footer {
+	uint64_t index_offset;
+	uint64_t index_size;
+	uint64_t block_count;
+	uint64_t sample_count;
+	uint64_t raw_bytes;    /* sum of all blocks' raw sizes */
+	uint64_t max_sample;   /* largest sample, bytes */
+	uint64_t fingerprint;  /* XXH3-64 of the index bytes */
+	uint64_t checksum;     /* see PACK.md §Checksums */
+} bp_pack_footer;
+
+typedef struct bp_pack_block {
+	uint64_t offset;       /* file offset of the stored bytes */
+	uint64_t stored_size;
+	uint64_t raw_size;
+	uint64_t first_sample; /* shard-local id of the block's first sample */
+	uint64_t sample_count;
+	uint64_t stored_hash;  /* XXH3-64 of the stored bytes */
+	uint64_t raw_hash;     /* XXH3-64 of the raw bytes */
+	uint32_t codec;        /* enum bp_pack_codec */
+} bp_pack_block;
+
+typedef struct bp_pack_sample {
+	uint64_t block;        /* block index in the shard */
+	uint64_t offset;       /* offset in the block's raw bytes */
+	uint64_t size;
+} bp_pack_sample;
+
+/*
+ * A validated index: a view over the caller's index bytes (not copied).
+ * Built only by bp_pack_index_parse(), after which every accessor is total:
+ * no further error paths. The caller keeps `bytes` alive and unchanged.
+ */
+typedef struct bp_pack_index {
+	const uint8_t *blocks;   /* block table */
+	const uint8_t *samples;  /* sample table */
+	uint64_t block_count;
+	uint64_t sample_count;
+} bp_pack_index;
+
+/* ---- header and footer ------------------------------------------------ */
+
+/*
+ * Decode and check the header in buf[0..len). @return 0, -EBADMSG, -ENOTSUP,
+ * -E2BIG. ret is written only on success.
+ */
+int bp_pack_header_decode(const uint8_t *buf, size_t len, bp_pack_header *ret,
+			  bp_pack_fault *fault);
+void bp_pack_header_encode(const bp_pack_header *h, uint8_t out[BP_PACK_HEADER_SIZE]);
+
+/*
+ * Decode the footer from the last BP_PACK_FOOTER_SIZE bytes of a file of
+ * file_size bytes, and check it is consistent with that size and with the
+ * header (index fits between the data start and the footer, table sizes
+ * match the counts). The checksum is checked later, by bp_pack_index_parse,
+ * because it covers the index. @return 0, -EBADMSG, -ENOTSUP, -E2BIG.
+ */
+int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_size,
+			  const bp_pack_header *h, bp_pack_footer *ret,
+			  bp_pack_fault *fault);
+/*
+ * Encode f (f->checksum is ignored) and compute the checksum field over the
+ * given encoded header and the footer's own first 64 bytes.
+ */
+void bp_pack_footer_encode(const bp_pack_footer *f, const uint8_t header[BP_PACK_HEADER_SIZE],
+			   uint8_t out[BP_PACK_FOOTER_SIZE]);
+
+/*
+ * Compute the checksum field for a footer: XXH3-64 over the 64 header bytes
+ * followed by the first 64 footer bytes, seeded with the fingerprint.
+ */
+uint64_t bp_pack_checksum(const uint8_t header[BP_PACK_HEADER_SIZE],
+			  const uint8_t footer[BP_PACK_FOOTER_SIZE]);
+
+/* ---- index ------------------------------------------------------------- */
+
+/*
+ * Validate the index bytes [index, index + f->index_size) of a shard whose
+ * header bytes and footer bytes are given raw (for the checksum): the
+ * fingerprint, the checksum, and every table entry (blocks tile the data
+ * region in order, samples tile each block's raw bytes, codecs are known,
+ * sizes within limits, totals match the footer). O(blocks + samples).
+ * @return 0, -EBADMSG, -ENOTSUP, -E2BIG. ret written only on success.
+ */
+int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
+			const uint8_t header_bytes[BP_PACK_HEADER_SIZE],
+			const uint8_t footer_bytes[BP_PACK_FOOTER_SIZE],
+			const uint8_t *index, bp_pack_index *ret,
+			bp_pack_fault *fault);
+
+/* Block i (< block_count) of a validated index. */
+void bp_pack_index_block(const bp_pack_index *idx, uint64_t i, bp_pack_block *ret);
+/* Sample id (< sample_count) of a validated index; O(log blocks). */
+void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret);
+/* Offset and size of sample `id` only, without locating its block. O(1). */
+void bp_pack_index_sample_span(const bp_pack_index *idx, uint64_t id,
+			       uint64_t *ret_offset, uint64_t *ret_size);
+
+/* ---- whole shard in memory -------------------------------------------- */
+
+typedef struct bp_pack_view {
+	bp_pack_header header;
+	bp_pack_footer footer;
+	bp_pack_index index;
+	const uint8_t *dict;   /* NULL when the shard has none */
+} bp_pack_view;
+
+/*
+ * Parse a whole shard held in buf[0..len): header, dictionary hash, footer,
+ * index. Block contents are not touched (see bp_pack_block_decode).
+ * @return 0 or a negative errno as above; ret written only on success.
+ */
+int bp_pack_parse(const uint8_t *buf, size_t len, bp_pack_view *ret, bp_pack_fault *fault);
+
+/* ---- blocks ------------------------------------------------------------ */
+
+/*
+ * Decode block b from its stored bytes: check the stored hash, then (for zstd)
+ * check the frame is exactly one frame whose declared content size equals
+ * b->raw_size, decompress into out[0..b->raw_size), and check the raw hash.
+ * For BP_CODEC_RAW the bytes are checked and copied (out may equal stored,
+ * in which case nothing is copied). dctx must have been set up with
+ * bp_pack_dctx_init(); ddict is required for BP_CODEC_ZSTD_DICT.
+ * @return 0, -EBADMSG (names the check that failed in fault), -EINVAL when
+ * out_cap < raw_size.
+ */
+int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
+			 ZSTD_DCtx *dctx, const ZSTD_DDict *ddict,
+			 uint8_t *out, size_t out_cap, bp_pack_fault *fault);
+
+/* Cap the window and set the DCtx up for untrusted frames. @return 0 or -ENOMEM. */
+int bp_pack_dctx_init(ZSTD_DCtx *dctx);
+
+/* Result of compressing one block. */
+typedef struct bp_pack_encoded {
+	const uint8_t *stored; /* either out or the raw input */
+	uint64_t stored_size;
+	uint64_t stored_hash;
+	uint64_t raw_hash;
+	uint32_t codec;
+} bp_pack_encoded;
+
+/*
+ * Compress raw[0..raw_size) (raw_size <= BP_PACK_MAX_BLOCK) with cctx at
+ * `level`, using cdict when non-NULL. When the frame would not be smaller
+ * than the raw bytes the block is stored raw (ret->stored = raw).
+ * out_cap must be at least ZSTD_compressBound(raw_size).
+ * @return 0, -E2BIG, -EINVAL, -ENOMEM (zstd failure).
+ */
+int bp_pack_block_encode(ZSTD_CCtx *cctx, const ZSTD_CDict *cdict, int level,
+			 const uint8_t *raw, size_t raw_size,
+			 uint8_t *out, size_t out_cap, bp_pack_encoded *ret);
+
+/* Encode one block-table / sample-table entry. */
+void bp_pack_block_entry_encode(const bp_pack_block *b, uint8_t out[BP_PACK_BLOCK_ENTRY]);
+void bp_pack_sample_entry_encode(uint64_t offset, uint64_t size,
+				 uint8_t out[BP_PACK_SAMPLE_ENTRY]);
+
+/* Dataset fingerprint from the shards' fingerprints in order (PACK.md §Datasets). */
+uint64_t bp_pack_dataset_fingerprint(const uint64_t *shard_fps, size_t n);
+
+/* Human name of a codec ("raw", "zstd", "zstd+dict") or "unknown". */
+const char *bp_pack_codec_name(uint32_t codec);
+
+#endif

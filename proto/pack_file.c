@@ -1,0 +1,588 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack_file.c - open datasets (a .bpk or a directory of them) from disk,
+ * read samples synchronously, verify every block.
+ *
+ * Opening does all the distrust up front: each shard's header, dictionary,
+ * footer and index are read with pread(2) and validated by pack.c before
+ * the dataset is handed out, so lookups afterwards cannot go out of bounds.
+ * Only block contents are checked lazily, when a block is decoded.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "pack_file.h"
+
+struct bp_dataset {
+	bp_shard *shards;
+	size_t shard_count;
+	uint64_t samples, blocks, raw_bytes, stored_bytes, max_sample, max_block;
+	uint64_t fingerprint;
+};
+
+/* Private per-shard storage lives after the public part. */
+typedef struct shard_priv {
+	bp_shard pub;
+	uint8_t *index_bytes;
+	uint8_t *dict_bytes;
+} shard_priv;
+
+static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const char *what,
+		     uint64_t offset, int64_t block)
+{
+	if (fault) {
+		fault->pack.what = what;
+		fault->pack.offset = offset;
+		fault->pack.block = block;
+		snprintf(fault->shard, sizeof(fault->shard), "%s", shard ? shard : "");
+	}
+	return err;
+}
+
+/* Read exactly len bytes at off; a file that ends early is a truncated pack. */
+static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EBADMSG;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+static void shard_release(shard_priv *s)
+{
+	if (s->pub.fd >= 0)
+		close(s->pub.fd);
+	ZSTD_freeDDict(s->pub.ddict);
+	free(s->index_bytes);
+	free(s->dict_bytes);
+	free(s->pub.name);
+}
+
+/* Read and validate one shard's metadata. On failure the caller releases s. */
+static int shard_load(shard_priv *s, bp_dataset_fault *fault)
+{
+	uint8_t header[BP_PACK_HEADER_SIZE], footer[BP_PACK_FOOTER_SIZE];
+	bp_shard *sh = &s->pub;
+	bp_pack_fault pf = { 0 };
+	struct stat st;
+	int r;
+
+	if (fstat(sh->fd, &st) < 0)
+		return fault_set(fault, sh->name, -errno, "cannot stat shard", 0, -1);
+	if (!S_ISREG(st.st_mode))
+		return fault_set(fault, sh->name, -EINVAL, "shard is not a regular file", 0, -1);
+	sh->file_size = (uint64_t)st.st_size;
+
+	if (sh->file_size < BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE)
+		return fault_set(fault, sh->name, -EBADMSG, "file too short to be a pack",
+				 sh->file_size, -1);
+	r = pread_full(sh->fd, header, sizeof(header), 0);
+	if (r < 0)
+		return fault_set(fault, sh->name, r, "cannot read header", 0, -1);
+	r = bp_pack_header_decode(header, sizeof(header), &sh->header, &pf);
+	if (r < 0)
+		goto bad;
+	r = pread_full(sh->fd, footer, sizeof(footer), sh->file_size - BP_PACK_FOOTER_SIZE);
+	if (r < 0)
+		return fault_set(fault, sh->name, r, "cannot read footer",
+				 sh->file_size - BP_PACK_FOOTER_SIZE, -1);
+	r = bp_pack_footer_decode(footer, sh->file_size, &sh->header, &sh->footer, &pf);
+	if (r < 0)
+		goto bad;
+
+	if (sh->header.dict_size) {
+		s->dict_bytes = malloc(sh->header.dict_size);
+		if (!s->dict_bytes)
+			return -ENOMEM;
+		r = pread_full(sh->fd, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
+		if (r < 0)
+			return fault_set(fault, sh->name, r, "cannot read dictionary",
+					 sh->header.dict_offset, -1);
+		if (XXH3_64bits(s->dict_bytes, sh->header.dict_size) != sh->header.dict_hash)
+			return fault_set(fault, sh->name, -EBADMSG, "dictionary checksum mismatch",
+					 sh->header.dict_offset, -1);
+		sh->dict = s->dict_bytes;
+		sh->ddict = ZSTD_createDDict(s->dict_bytes, sh->header.dict_size);
+		if (!sh->ddict)
+			return fault_set(fault, sh->name, -EBADMSG, "dictionary is not usable by zstd",
+					 sh->header.dict_offset, -1);
+	}
+
+	/* The footer check bounded index_size by BP_PACK_MAX_INDEX. */
+	s->index_bytes = malloc(sh->footer.index_size);
+	if (!s->index_bytes)
+		return -ENOMEM;
+	r = pread_full(sh->fd, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
+	if (r < 0)
+		return fault_set(fault, sh->name, r, "cannot read index", sh->footer.index_offset, -1);
+	r = bp_pack_index_parse(&sh->header, &sh->footer, header, footer, s->index_bytes,
+				&sh->index, &pf);
+	if (r < 0)
+		goto bad;
+	return 0;
+bad:
+	return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_shard_name(const char *name)
+{
+	size_t n = strlen(name);
+
+	/* Hidden names are writers' temporaries; never part of a dataset. */
+	return name[0] != '.' && n > 4 && strcmp(name + n - 4, ".bpk") == 0;
+}
+
+/* List the *.bpk names in directory fd, sorted bytewise. */
+static int list_shards(int fd, char ***ret_names, size_t *ret_count)
+{
+	char **names = NULL, **grown;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+	int dfd, r = 0;
+
+	dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (dfd < 0)
+		return -errno;
+	d = fdopendir(dfd);
+	if (!d) {
+		r = -errno;
+		close(dfd);
+		return r;
+	}
+	while ((errno = 0, de = readdir(d))) {
+		if (!is_shard_name(de->d_name))
+			continue;
+		if (n == BP_DATASET_MAX_SHARDS) {
+			r = -E2BIG;
+			goto out;
+		}
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			grown = realloc(names, cap * sizeof(*names));
+			if (!grown) {
+				r = -ENOMEM;
+				goto out;
+			}
+			names = grown;
+		}
+		names[n] = strdup(de->d_name);
+		if (!names[n]) {
+			r = -ENOMEM;
+			goto out;
+		}
+		n++;
+	}
+	if (errno)
+		r = -errno;
+out:
+	closedir(d);
+	if (r < 0) {
+		while (n)
+			free(names[--n]);
+		free(names);
+		return r;
+	}
+	if (n)
+		qsort(names, n, sizeof(*names), name_cmp);
+	*ret_names = names;
+	*ret_count = n;
+	return 0;
+}
+
+static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
+{
+	uint64_t *fps = malloc(ds->shard_count * sizeof(*fps));
+
+	if (!fps)
+		return -ENOMEM;
+	for (size_t i = 0; i < ds->shard_count; i++) {
+		bp_shard *sh = &((shard_priv *)ds->shards)[i].pub;
+
+		/* Global ids must stay below 2^63 so they fit every signed consumer. */
+		if (sh->footer.sample_count > (UINT64_C(1) << 63) - ds->samples) {
+			free(fps);
+			return fault_set(fault, sh->name, -E2BIG, "dataset over 2^63 samples", 0, -1);
+		}
+		sh->first_sample = ds->samples;
+		ds->samples += sh->footer.sample_count;
+		ds->blocks += sh->footer.block_count;
+		ds->raw_bytes += sh->footer.raw_bytes;
+		ds->stored_bytes += sh->footer.index_offset - sh->header.data_offset;
+		if (sh->footer.max_sample > ds->max_sample)
+			ds->max_sample = sh->footer.max_sample;
+		for (uint64_t b = 0; b < sh->footer.block_count; b++) {
+			bp_pack_block blk;
+
+			bp_pack_index_block(&sh->index, b, &blk);
+			if (blk.raw_size > ds->max_block)
+				ds->max_block = blk.raw_size;
+		}
+		fps[i] = sh->footer.fingerprint;
+	}
+	ds->fingerprint = bp_pack_dataset_fingerprint(fps, ds->shard_count);
+	free(fps);
+	return 0;
+}
+
+int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_fault *fault)
+{
+	char **names = NULL;
+	size_t count = 0;
+	shard_priv *shards = NULL;
+	bp_dataset *ds = NULL;
+	struct stat st;
+	int fd, r;
+
+	if (!path || !ret)
+		return -EINVAL;
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fault_set(fault, path, -errno, "cannot open dataset", 0, -1);
+	if (fstat(fd, &st) < 0) {
+		r = fault_set(fault, path, -errno, "cannot stat dataset", 0, -1);
+		goto out;
+	}
+
+	if (S_ISDIR(st.st_mode)) {
+		r = list_shards(fd, &names, &count);
+		if (r < 0) {
+			fault_set(fault, path, r, "cannot list dataset directory", 0, -1);
+			goto out;
+		}
+		if (count == 0) {
+			r = fault_set(fault, path, -ENODATA, "directory holds no .bpk shards", 0, -1);
+			goto out;
+		}
+	} else if (!S_ISREG(st.st_mode)) {
+		r = fault_set(fault, path, -EINVAL, "dataset is neither a file nor a directory",
+			      0, -1);
+		goto out;
+	} else {
+		count = 1;
+	}
+
+	ds = calloc(1, sizeof(*ds));
+	shards = calloc(count, sizeof(*shards));
+	if (!ds || !shards) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < count; i++)
+		shards[i].pub.fd = -1;
+	ds->shards = &shards[0].pub;
+	ds->shard_count = count;
+
+	for (size_t i = 0; i < count; i++) {
+		bp_shard *sh = &shards[i].pub;
+
+		if (names) {
+			sh->name = names[i];
+			names[i] = NULL;
+			sh->fd = openat(fd, sh->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+			if (sh->fd < 0) {
+				r = fault_set(fault, sh->name, -errno, "cannot open shard", 0, -1);
+				goto out;
+			}
+		} else {
+			sh->name = strdup(path);
+			if (!sh->name) {
+				r = -ENOMEM;
+				goto out;
+			}
+			sh->fd = fd;
+			fd = -1;
+		}
+		r = shard_load(&shards[i], fault);
+		if (r < 0)
+			goto out;
+	}
+	r = dataset_finish(ds, fault);
+	if (r < 0)
+		goto out;
+
+	*ret = ds;
+	ds = NULL;
+out:
+	if (ds)
+		bp_dataset_close(ds);
+	else if (!ds && shards && r < 0)
+		free(shards);
+	if (names) {
+		for (size_t i = 0; i < count; i++)
+			free(names[i]);
+		free(names);
+	}
+	if (fd >= 0)
+		close(fd);
+	return r;
+}
+
+void bp_dataset_close(bp_dataset *ds)
+{
+	shard_priv *shards;
+
+	if (!ds)
+		return;
+	shards = (shard_priv *)ds->shards;
+	for (size_t i = 0; i < ds->shard_count; i++)
+		shard_release(&shards[i]);
+	free(shards);
+	free(ds);
+}
+
+uint64_t bp_dataset_samples(const bp_dataset *ds) { return ds->samples; }
+uint64_t bp_dataset_blocks(const bp_dataset *ds) { return ds->blocks; }
+uint64_t bp_dataset_raw_bytes(const bp_dataset *ds) { return ds->raw_bytes; }
+uint64_t bp_dataset_stored_bytes(const bp_dataset *ds) { return ds->stored_bytes; }
+uint64_t bp_dataset_max_sample(const bp_dataset *ds) { return ds->max_sample; }
+uint64_t bp_dataset_max_block(const bp_dataset *ds) { return ds->max_block; }
+uint64_t bp_dataset_fingerprint(const bp_dataset *ds) { return ds->fingerprint; }
+size_t bp_dataset_shard_count(const bp_dataset *ds) { return ds->shard_count; }
+
+const bp_shard *bp_dataset_shard(const bp_dataset *ds, size_t i)
+{
+	return i < ds->shard_count ? &((shard_priv *)ds->shards)[i].pub : NULL;
+}
+
+int bp_dataset_locate(const bp_dataset *ds, uint64_t id, size_t *ret_shard,
+		      bp_pack_sample *ret_sample)
+{
+	size_t lo = 0, hi = ds->shard_count;
+
+	if (id >= ds->samples)
+		return -ERANGE;
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (bp_dataset_shard(ds, mid)->first_sample <= id)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	bp_pack_index_sample(&bp_dataset_shard(ds, lo)->index,
+			     id - bp_dataset_shard(ds, lo)->first_sample, ret_sample);
+	*ret_shard = lo;
+	return 0;
+}
+
+/* ---- synchronous reader ------------------------------------------------ */
+
+struct bp_sample_reader {
+	const bp_dataset *ds;
+	ZSTD_DCtx *dctx;
+	uint8_t *stored, *raw;
+	size_t stored_cap, raw_cap;
+	size_t shard;            /* cached block, valid when have_block */
+	uint64_t block;
+	bool have_block;
+};
+
+static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+	uint8_t *p;
+
+	if (need <= *cap && *buf)
+		return 0;
+	p = realloc(*buf, need ? need : 1);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = need;
+	return 0;
+}
+
+int bp_sample_reader_new(const bp_dataset *ds, bp_sample_reader **ret)
+{
+	bp_sample_reader *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		return -ENOMEM;
+	r->ds = ds;
+	r->dctx = ZSTD_createDCtx();
+	if (!r->dctx || bp_pack_dctx_init(r->dctx) < 0) {
+		bp_sample_reader_free(r);
+		return -ENOMEM;
+	}
+	*ret = r;
+	return 0;
+}
+
+void bp_sample_reader_free(bp_sample_reader *r)
+{
+	if (!r)
+		return;
+	ZSTD_freeDCtx(r->dctx);
+	free(r->stored);
+	free(r->raw);
+	free(r);
+}
+
+/* Read and decode block bi of shard sh into r->raw. */
+static int reader_load(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
+		       bp_dataset_fault *fault)
+{
+	bp_pack_fault pf = { 0 };
+	bp_pack_block b;
+	uint8_t *in;
+	int err;
+
+	bp_pack_index_block(&sh->index, bi, &b);
+	r->have_block = false;
+	if (buf_reserve(&r->raw, &r->raw_cap, b.raw_size) < 0)
+		return -ENOMEM;
+	/* Raw blocks are read straight into place and checked there. */
+	if (b.codec == BP_CODEC_RAW) {
+		in = r->raw;
+	} else {
+		if (buf_reserve(&r->stored, &r->stored_cap, b.stored_size) < 0)
+			return -ENOMEM;
+		in = r->stored;
+	}
+	err = pread_full(sh->fd, in, b.stored_size, b.offset);
+	if (err < 0)
+		return fault_set(fault, sh->name, err == -EBADMSG ? -EIO : err,
+				 "cannot read block", b.offset, (int64_t)bi);
+	err = bp_pack_block_decode(&b, in, r->dctx, sh->ddict, r->raw, r->raw_cap, &pf);
+	if (err < 0)
+		return fault_set(fault, sh->name, err, pf.what, pf.offset, (int64_t)bi);
+	return 0;
+}
+
+int bp_sample_reader_get(bp_sample_reader *r, uint64_t id, const uint8_t **ret_data,
+			 uint64_t *ret_size, bp_dataset_fault *fault)
+{
+	bp_pack_sample s;
+	const bp_shard *sh;
+	size_t shard;
+	int err;
+
+	err = bp_dataset_locate(r->ds, id, &shard, &s);
+	if (err < 0)
+		return err;
+	sh = bp_dataset_shard(r->ds, shard);
+	if (!r->have_block || r->shard != shard || r->block != s.block) {
+		err = reader_load(r, sh, s.block, fault);
+		if (err < 0)
+			return err;
+		r->have_block = true;
+		r->shard = shard;
+		r->block = s.block;
+	}
+	*ret_data = r->raw + s.offset;
+	*ret_size = s.size;
+	return 0;
+}
+
+/* ---- verify ------------------------------------------------------------ */
+
+#define VERIFY_CHUNK (UINT64_C(8) << 20)
+
+/*
+ * Blocks are contiguous, so verification reads the data region in large
+ * sequential chunks of whole blocks and checks each block in place.
+ */
+static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *stored_done,
+			uint64_t *raw_done, bp_dataset_fault *fault)
+{
+	uint64_t bi = 0, n = sh->footer.block_count;
+	int err;
+
+	posix_fadvise(sh->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+	while (bi < n) {
+		bp_pack_block first, b;
+		uint64_t end = bi, span = 0, max_raw = 0;
+
+		bp_pack_index_block(&sh->index, bi, &first);
+		do {
+			bp_pack_index_block(&sh->index, end, &b);
+			span += b.stored_size;
+			if (b.raw_size > max_raw)
+				max_raw = b.raw_size;
+			end++;
+		} while (end < n && span < VERIFY_CHUNK);
+
+		if (buf_reserve(&r->stored, &r->stored_cap, span) < 0 ||
+		    buf_reserve(&r->raw, &r->raw_cap, max_raw) < 0)
+			return -ENOMEM;
+		err = pread_full(sh->fd, r->stored, span, first.offset);
+		if (err < 0)
+			return fault_set(fault, sh->name, err == -EBADMSG ? -EIO : err,
+					 "cannot read blocks", first.offset, (int64_t)bi);
+		for (; bi < end; bi++) {
+			bp_pack_fault pf = { 0 };
+
+			bp_pack_index_block(&sh->index, bi, &b);
+			err = bp_pack_block_decode(&b, r->stored + (b.offset - first.offset), r->dctx,
+						   sh->ddict, r->raw, r->raw_cap, &pf);
+			if (err < 0)
+				return fault_set(fault, sh->name, err, pf.what, pf.offset,
+						 (int64_t)bi);
+			*stored_done += b.stored_size;
+			*raw_done += b.raw_size;
+		}
+	}
+	return 0;
+}
+
+int bp_dataset_verify(const bp_dataset *ds,
+		      void (*progress)(void *ctx, uint64_t stored_done, uint64_t raw_done),
+		      void *ctx, bp_dataset_fault *fault)
+{
+	uint64_t stored_done = 0, raw_done = 0;
+	bp_sample_reader *r;
+	int err;
+
+	err = bp_sample_reader_new(ds, &r);
+	if (err < 0)
+		return err;
+	for (size_t i = 0; i < ds->shard_count; i++) {
+		err = verify_shard(bp_dataset_shard(ds, i), r, &stored_done, &raw_done, fault);
+		if (err < 0)
+			break;
+		if (progress)
+			progress(ctx, stored_done, raw_done);
+	}
+	bp_sample_reader_free(r);
+	return err;
+}
+
+void bp_dataset_fault_format(const bp_dataset_fault *fault, char *buf, size_t len)
+{
+	const char *what = fault->pack.what ? fault->pack.what : "error";
+
+	if (fault->pack.block >= 0)
+		snprintf(buf, len, "shard %s: block %" PRId64 " at byte %" PRIu64 ": %s",
+			 fault->shard, fault->pack.block, fault->pack.offset, what);
+	else
+		snprintf(buf, len, "shard %s: at byte %" PRIu64 ": %s", fault->shard,
+			 fault->pack.offset, what);
+}

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack_file.h - datasets on disk: open a .bpk shard or a directory of shards,
+ * load and validate their indexes, and read samples.
+ *
+ * pack.h knows the bytes; this module knows files. It is the one place that
+ * turns a path into validated shards, so the tools and the daemon agree on
+ * what a dataset is: one .bpk file, or a directory whose regular files named
+ * *.bpk are the shards, taken in bytewise file-name order; global sample ids
+ * run through the shards in that order.
+ *
+ * Opening reads each shard's header, dictionary, footer and index with
+ * pread(2) and validates them completely; after a successful open every
+ * sample id below bp_dataset_samples() resolves without further checks.
+ * Reading block contents is left to the caller's I/O path (the daemon uses
+ * io_uring); bp_sample_reader is the simple synchronous path used by tools
+ * and tests.
+ *
+ * Thread rules: a bp_dataset is immutable after open and may be shared by
+ * any number of threads. A bp_sample_reader belongs to one thread at a time.
+ */
+#ifndef BATCHD_PROTO_PACK_FILE_H
+#define BATCHD_PROTO_PACK_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pack.h"
+
+#define BP_DATASET_MAX_SHARDS 65536u
+
+typedef struct bp_dataset bp_dataset;
+
+/* One shard of an open dataset. Owned by the dataset. */
+typedef struct bp_shard {
+	char *name;              /* file name (for a directory dataset) or the path */
+	int fd;                  /* O_RDONLY|O_CLOEXEC */
+	uint64_t file_size;
+	uint64_t first_sample;   /* global id of the shard's sample 0 */
+	bp_pack_header header;
+	bp_pack_footer footer;
+	bp_pack_index index;     /* view into the shard's loaded index bytes */
+	const uint8_t *dict;     /* NULL when none */
+	ZSTD_DDict *ddict;       /* NULL when none */
+} bp_shard;
+
+/* Where opening or verifying failed: the fault plus the shard's name. */
+typedef struct bp_dataset_fault {
+	bp_pack_fault pack;
+	char shard[256];         /* "" when no particular shard is at fault */
+} bp_dataset_fault;
+
+/*
+ * Open the dataset at path, relative to dirfd (AT_FDCWD for the working
+ * directory). Shards are opened with O_NOFOLLOW and must be regular files.
+ * @return 0; -ENOENT, -EACCES, ... from the file system; -ENODATA for a
+ * directory holding no *.bpk; -E2BIG for more than BP_DATASET_MAX_SHARDS
+ * shards or over 2^63 samples; -EBADMSG/-ENOTSUP/-E2BIG for a bad shard
+ * (fault says which and where); -ENOMEM.
+ * On success *ret is the dataset; free it with bp_dataset_close().
+ */
+int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_fault *fault);
+
+/* Close a dataset; NULL is fine. */
+void bp_dataset_close(bp_dataset *ds);
+
+uint64_t bp_dataset_samples(const bp_dataset *ds);
+uint64_t bp_dataset_blocks(const bp_dataset *ds);
+uint64_t bp_dataset_raw_bytes(const bp_dataset *ds);
+uint64_t bp_dataset_stored_bytes(const bp_dataset *ds); /* sum of block stored sizes */
+uint64_t bp_dataset_max_sample(const bp_dataset *ds);
+uint64_t bp_dataset_max_block(const bp_dataset *ds);   /* largest raw block */
+uint64_t bp_dataset_fingerprint(const bp_dataset *ds);
+size_t bp_dataset_shard_count(const bp_dataset *ds);
+const bp_shard *bp_dataset_shard(const bp_dataset *ds, size_t i);
+
+/*
+ * Find global sample id: its shard and its place in that shard.
+ * @return 0, or -ERANGE when id >= bp_dataset_samples(). O(log shards + log blocks).
+ */
+int bp_dataset_locate(const bp_dataset *ds, uint64_t id, size_t *ret_shard,
+		      bp_pack_sample *ret_sample);
+
+/*
+ * A synchronous sample reader: pread + decode, caching the last block read
+ * so that neighbouring samples of one block decode once.
+ */
+typedef struct bp_sample_reader bp_sample_reader;
+
+int bp_sample_reader_new(const bp_dataset *ds, bp_sample_reader **ret);
+void bp_sample_reader_free(bp_sample_reader *r);
+
+/*
+ * Read global sample id. On success *ret_data points at its bytes, valid
+ * until the next call on r, and *ret_size is its size.
+ * @return 0, -ERANGE (no such id), -EIO/-errno from pread, -EBADMSG for a
+ * corrupt block (fault says where), -ENOMEM.
+ */
+int bp_sample_reader_get(bp_sample_reader *r, uint64_t id, const uint8_t **ret_data,
+			 uint64_t *ret_size, bp_dataset_fault *fault);
+
+/*
+ * Check every block of every shard: read the stored bytes, check both hashes,
+ * decompress. progress (may be NULL) is called after each shard with the
+ * stored bytes checked so far. @return 0 when sound; the first fault's
+ * negative errno otherwise, with fault naming shard, block and offset.
+ */
+int bp_dataset_verify(const bp_dataset *ds,
+		      void (*progress)(void *ctx, uint64_t stored_done, uint64_t raw_done),
+		      void *ctx, bp_dataset_fault *fault);
+
+/* Format a fault as "shard NAME: block B at byte OFF: WHAT" into buf. */
+void bp_dataset_fault_format(const bp_dataset_fault *fault, char *buf, size_t len);
+
+#endif

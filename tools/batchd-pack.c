@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batchd-pack - create, inspect, verify and read batchd datasets.
+ *
+ *   batchd-pack create OUT INPUT... [options]
+ *   batchd-pack info PATH [--json]
+ *   batchd-pack verify PATH
+ *   batchd-pack cat PATH ID
+ *
+ * Exit status: 0 success, 1 failure (message on stderr naming the file),
+ * 2 usage error.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "config.h"
+#include "pack.h"
+#include "pack_create.h"
+#include "pack_file.h"
+#include "progress.h"
+#include "units.h"
+
+static const char usage_text[] =
+	"usage: batchd-pack create OUT INPUT... [options]\n"
+	"       batchd-pack info PATH [--json]\n"
+	"       batchd-pack verify PATH\n"
+	"       batchd-pack cat PATH ID\n"
+	"\n"
+	"create: INPUT is a directory (every regular file below it is a sample, in\n"
+	"bytewise order of relative path), a .tar archive (regular members in archive\n"
+	"order) or --records SIZE FILE (fixed-size records).\n"
+	"  --level N          zstd level (default 3)\n"
+	"  --block-size SIZE  target raw bytes per block; 0 = one sample per block (default)\n"
+	"  --dict, --no-dict  force or forbid a trained dictionary (default: when it pays)\n"
+	"  --threads N        compression threads (default: all cores)\n"
+	"  --shard-size SIZE  write OUT as a directory of shards of about SIZE stored bytes\n"
+	"  --records SIZE FILE  add FILE as records of SIZE bytes (repeatable)\n"
+	"SIZE takes K, M, G, T suffixes (powers of 1024).\n";
+
+__attribute__((format(printf, 1, 2)))
+static int usage(const char *fmt, ...)
+{
+	va_list ap;
+
+	if (fmt) {
+		va_start(ap, fmt);
+		fprintf(stderr, "batchd-pack: ");
+		vfprintf(stderr, fmt, ap);
+		fprintf(stderr, "\n");
+		va_end(ap);
+	}
+	fputs(usage_text, stderr);
+	return 2;
+}
+
+static int parse_u64(const char *s, uint64_t *ret)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!s || *s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*ret = v;
+	return 0;
+}
+
+/* ---- create ---------------------------------------------------------------- */
+
+static int cmd_create(int argc, char **argv)
+{
+	enum { O_LEVEL = 256, O_BLOCK, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS };
+	static const struct option opts[] = {
+		{ "level", required_argument, NULL, O_LEVEL },
+		{ "block-size", required_argument, NULL, O_BLOCK },
+		{ "dict", no_argument, NULL, O_DICT },
+		{ "no-dict", no_argument, NULL, O_NODICT },
+		{ "threads", required_argument, NULL, O_THREADS },
+		{ "shard-size", required_argument, NULL, O_SHARD },
+		{ "records", required_argument, NULL, O_RECORDS },
+		{ NULL, 0, NULL, 0 },
+	};
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	pack_create_opts o = { .level = 3, .dict = DICT_AUTO,
+			       .threads = cores > 0 ? (unsigned)cores : 1 };
+	pack_inputs in = { 0 };
+	const char *out = NULL;
+	uint64_t v;
+	int c, r = 2;
+
+	optind = 1;
+	/* "-" first: keep operands in place so inputs stay in command-line order. */
+	while ((c = getopt_long(argc, argv, "-", opts, NULL)) != -1) {
+		switch (c) {
+		case 1:
+			if (!out)
+				out = optarg;
+			else if (pack_inputs_add(&in, optarg, 0, false) < 0)
+				goto fail;
+			break;
+		case O_LEVEL:
+			if (parse_u64(optarg, &v) < 0 || v < 1 || v > (uint64_t)ZSTD_maxCLevel()) {
+				r = usage("--level: '%s' is not a zstd level (1..22)", optarg);
+				goto out;
+			}
+			o.level = (int)v;
+			break;
+		case O_BLOCK:
+			if (bp_parse_size(optarg, &o.block_size) < 0 ||
+			    o.block_size > BP_PACK_MAX_BLOCK) {
+				r = usage("--block-size: '%s' is not a size up to 256M", optarg);
+				goto out;
+			}
+			break;
+		case O_DICT:
+			o.dict = DICT_ON;
+			break;
+		case O_NODICT:
+			o.dict = DICT_OFF;
+			break;
+		case O_THREADS:
+			if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1024) {
+				r = usage("--threads: '%s' is not a thread count (1..1024)", optarg);
+				goto out;
+			}
+			o.threads = (unsigned)v;
+			break;
+		case O_SHARD:
+			if (bp_parse_size(optarg, &o.shard_size) < 0 || o.shard_size == 0) {
+				r = usage("--shard-size: '%s' is not a size above 0", optarg);
+				goto out;
+			}
+			break;
+		case O_RECORDS:
+			if (bp_parse_size(optarg, &v) < 0 || v == 0) {
+				r = usage("--records: '%s' is not a record size above 0", optarg);
+				goto out;
+			}
+			if (optind >= argc) {
+				r = usage("--records %s: missing FILE", optarg);
+				goto out;
+			}
+			if (!out) {
+				r = usage("--records: name OUT before the inputs");
+				goto out;
+			}
+			if (pack_inputs_add(&in, argv[optind++], v, true) < 0)
+				goto fail;
+			break;
+		default:
+			r = usage(NULL);
+			goto out;
+		}
+	}
+	if (!out) {
+		r = usage("create: missing OUT");
+		goto out;
+	}
+	if (in.n == 0) {
+		r = usage("create: missing INPUT");
+		goto out;
+	}
+	r = pack_create(out, &in, &o) < 0 ? 1 : 0;
+	goto out;
+fail:
+	r = 1;
+out:
+	pack_inputs_free(&in);
+	return r;
+}
+
+/* ---- info ------------------------------------------------------------------ */
+
+static int open_dataset(const char *path, bp_dataset **ret)
+{
+	bp_dataset_fault fault = { 0 };
+	char msg[512];
+	int r;
+
+	r = bp_dataset_openat(AT_FDCWD, path, ret, &fault);
+	if (r == 0)
+		return 0;
+	if (fault.pack.what) {
+		bp_dataset_fault_format(&fault, msg, sizeof(msg));
+		fprintf(stderr, "batchd-pack: %s: %s (%s)\n", path, msg, strerror(-r));
+	} else {
+		fprintf(stderr, "batchd-pack: %s: %s\n", path, strerror(-r));
+	}
+	return r;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	uint64_t by_codec[3] = { 0 }, dict_bytes = 0;
+	const char *path = NULL;
+	char codecs[64] = "", a[32], b[32];
+	bool json = false;
+	bp_dataset *ds;
+	uint64_t n;
+	double ratio;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "-", opts, NULL)) != -1) {
+		if (c == 'j')
+			json = true;
+		else if (c == 1 && !path)
+			path = optarg;
+		else if (c == 1)
+			return usage("info: unexpected argument '%s'", optarg);
+		else
+			return usage(NULL);
+	}
+	if (!path)
+		return usage("info: missing PATH");
+	if (open_dataset(path, &ds) < 0)
+		return 1;
+
+	for (size_t i = 0; i < bp_dataset_shard_count(ds); i++) {
+		const bp_shard *sh = bp_dataset_shard(ds, i);
+
+		if (sh->header.dict_size > dict_bytes)
+			dict_bytes = sh->header.dict_size;
+		for (uint64_t k = 0; k < sh->footer.block_count; k++) {
+			bp_pack_block blk;
+
+			bp_pack_index_block(&sh->index, k, &blk);
+			by_codec[blk.codec]++;
+		}
+	}
+	for (uint32_t k = 0; k < 3; k++) {
+		if (!by_codec[k])
+			continue;
+		if (codecs[0])
+			strcat(codecs, ",");
+		strcat(codecs, bp_pack_codec_name(k));
+	}
+	n = bp_dataset_samples(ds);
+	ratio = bp_dataset_stored_bytes(ds)
+			? (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_stored_bytes(ds)
+			: 1.0;
+
+	if (json) {
+		printf("{\"samples\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"shards\": %zu, "
+		       "\"raw_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", \"ratio\": %.4f, "
+		       "\"codec\": \"%s\", \"codec_blocks\": {\"raw\": %" PRIu64 ", \"zstd\": %" PRIu64
+		       ", \"zstd+dict\": %" PRIu64 "}, \"dict_bytes\": %" PRIu64 ", "
+		       "\"max_sample\": %" PRIu64 ", \"mean_sample\": %.1f, "
+		       "\"max_block\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\"}\n",
+		       n, bp_dataset_blocks(ds), bp_dataset_shard_count(ds), bp_dataset_raw_bytes(ds),
+		       bp_dataset_stored_bytes(ds), ratio, codecs, by_codec[0], by_codec[1],
+		       by_codec[2], dict_bytes, bp_dataset_max_sample(ds),
+		       (double)bp_dataset_raw_bytes(ds) / (double)n, bp_dataset_max_block(ds),
+		       bp_dataset_fingerprint(ds));
+	} else {
+		printf("dataset       %s\n", path);
+		printf("samples       %" PRIu64 "\n", n);
+		printf("blocks        %" PRIu64 "\n", bp_dataset_blocks(ds));
+		printf("shards        %zu\n", bp_dataset_shard_count(ds));
+		printf("raw bytes     %" PRIu64 " (%s)\n", bp_dataset_raw_bytes(ds),
+		       bp_format_size(bp_dataset_raw_bytes(ds), a, sizeof(a)));
+		printf("stored bytes  %" PRIu64 " (%s)\n", bp_dataset_stored_bytes(ds),
+		       bp_format_size(bp_dataset_stored_bytes(ds), b, sizeof(b)));
+		printf("ratio         %.2f\n", ratio);
+		printf("codec         %s (raw %" PRIu64 ", zstd %" PRIu64 ", zstd+dict %" PRIu64
+		       " blocks)\n", codecs, by_codec[0], by_codec[1], by_codec[2]);
+		printf("dictionary    %" PRIu64 " bytes\n", dict_bytes);
+		printf("max sample    %" PRIu64 " bytes\n", bp_dataset_max_sample(ds));
+		printf("mean sample   %.1f bytes\n", (double)bp_dataset_raw_bytes(ds) / (double)n);
+		printf("max block     %" PRIu64 " bytes\n", bp_dataset_max_block(ds));
+		printf("fingerprint   %016" PRIx64 "\n", bp_dataset_fingerprint(ds));
+	}
+	bp_dataset_close(ds);
+	return 0;
+}
+
+/* ---- verify ---------------------------------------------------------------- */
+
+static void verify_progress(void *ctx, uint64_t stored_done, uint64_t raw_done)
+{
+	progress_update(ctx, stored_done, false);
+}
+
+static int cmd_verify(int argc, char **argv)
+{
+	bp_dataset_fault fault = { 0 };
+	char msg[512], raw[32];
+	const char *path;
+	bp_dataset *ds;
+	progress prog;
+	double t0, secs;
+	int r;
+
+	if (argc != 2)
+		return usage("verify: expected exactly one PATH");
+	path = argv[1];
+	t0 = progress_now();
+	if (open_dataset(path, &ds) < 0)
+		return 1;
+	progress_start(&prog, "verifying", bp_dataset_stored_bytes(ds));
+	r = bp_dataset_verify(ds, verify_progress, &prog, &fault);
+	progress_end(&prog);
+	secs = progress_now() - t0;
+	if (r < 0) {
+		if (fault.pack.what) {
+			bp_dataset_fault_format(&fault, msg, sizeof(msg));
+			fprintf(stderr, "batchd-pack: %s: %s\n", path, msg);
+		} else {
+			fprintf(stderr, "batchd-pack: %s: %s\n", path, strerror(-r));
+		}
+		bp_dataset_close(ds);
+		return 1;
+	}
+	printf("%s: OK: %" PRIu64 " samples, %" PRIu64 " blocks, %zu shards, %s decoded and "
+	       "checked in %.2f s (%.1f MB/s)\n",
+	       path, bp_dataset_samples(ds), bp_dataset_blocks(ds), bp_dataset_shard_count(ds),
+	       bp_format_size(bp_dataset_raw_bytes(ds), raw, sizeof(raw)), secs,
+	       secs > 0 ? (double)bp_dataset_raw_bytes(ds) / secs / 1e6 : 0.0);
+	bp_dataset_close(ds);
+	return 0;
+}
+
+/* ---- cat ------------------------------------------------------------------- */
+
+static int cmd_cat(int argc, char **argv)
+{
+	bp_dataset_fault fault = { 0 };
+	bp_sample_reader *rd = NULL;
+	const uint8_t *data;
+	uint64_t id, size;
+	bp_dataset *ds;
+	char msg[512];
+	int r;
+
+	if (argc != 3)
+		return usage("cat: expected PATH ID");
+	if (parse_u64(argv[2], &id) < 0)
+		return usage("cat: '%s' is not a sample id", argv[2]);
+	if (open_dataset(argv[1], &ds) < 0)
+		return 1;
+	r = bp_sample_reader_new(ds, &rd);
+	if (r == 0)
+		r = bp_sample_reader_get(rd, id, &data, &size, &fault);
+	if (r == -ERANGE) {
+		fprintf(stderr, "batchd-pack: %s: no sample %" PRIu64 " (the dataset has %" PRIu64
+				")\n", argv[1], id, bp_dataset_samples(ds));
+	} else if (r < 0 && fault.pack.what) {
+		bp_dataset_fault_format(&fault, msg, sizeof(msg));
+		fprintf(stderr, "batchd-pack: %s: %s\n", argv[1], msg);
+	} else if (r < 0) {
+		fprintf(stderr, "batchd-pack: %s: %s\n", argv[1], strerror(-r));
+	} else {
+		while (size) {
+			ssize_t n = write(STDOUT_FILENO, data, size);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				fprintf(stderr, "batchd-pack: writing to stdout: %s\n",
+					strerror(n < 0 ? errno : EIO));
+				r = -EIO;
+				break;
+			}
+			data += n;
+			size -= (uint64_t)n;
+		}
+	}
+	bp_sample_reader_free(rd);
+	bp_dataset_close(ds);
+	return r < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage(NULL);
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("batchd-pack %s\n", BATCHD_VERSION);
+		return 0;
+	}
+	if (!strcmp(argv[1], "create"))
+		return cmd_create(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "info"))
+		return cmd_info(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "verify"))
+		return cmd_verify(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "cat"))
+		return cmd_cat(argc - 1, argv + 1);
+	return usage("unknown command '%s'", argv[1]);
+}

@@ -1,0 +1,36 @@
+# SPDX-License-Identifier: MIT
+# Sourced by tools/demo.sh and tools/test.sh: install the Debian packages
+# batchd needs to build and test, only those missing. As root through
+# apt-get; otherwise through sudo.
+
+BATCHD_DEPS=(
+	gcc pkg-config meson ninja-build
+	liburing-dev libzstd-dev libuv1-dev check libxxhash-dev libinih-dev
+	libarchive-dev libsystemd-dev
+	zstd tar gzip python3
+)
+
+batchd_install_deps() {
+	local missing=() pkg
+	for pkg in "${BATCHD_DEPS[@]}" "$@"; do
+		dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' ||
+			missing+=("$pkg")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "installing: ${missing[*]}"
+	local sudo=()
+	[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+	"${sudo[@]}" apt-get update -q
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+
+# meson setup DIR ARGS..., reconfiguring a directory that already exists.
+batchd_setup() {
+	local dir=$1
+	shift
+	if [ -f "$dir/build.ninja" ]; then
+		meson setup --reconfigure "$dir" "$@" >/dev/null
+	else
+		meson setup "$dir" "$@" >/dev/null
+	fi
+}

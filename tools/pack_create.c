@@ -1,0 +1,683 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack_create.c - the packing pipeline behind `batchd-pack create`.
+ *
+ * The main thread reads samples in input order and lays them into blocks;
+ * a pool of workers compresses blocks (one ZSTD_CCtx each); the main thread
+ * writes finished blocks strictly in order. Jobs live in a ring of twice as
+ * many slots as workers: before reusing a slot the main thread waits for
+ * its previous block and writes it, which both keeps the output ordered and
+ * bounds memory to (2 x threads) blocks in flight.
+ *
+ * Output goes to a hidden temporary name beside OUT (".OUT.tmp-XXXXXX",
+ * which dataset readers ignore), is fsynced, and is renamed into place
+ * without replacing anything; on any failure or signal it is removed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zdict.h>
+#include <zstd.h>
+
+#include "pack.h"
+#include "pack_create.h"
+#include "pack_writer.h"
+#include "progress.h"
+#include "units.h"
+
+#define DICT_MAX_BLOCK      (UINT64_C(64) << 10) /* auto: dictionaries pay below this */
+#define DICT_CAPACITY       (112640)             /* zstd's default dictionary size */
+#define DICT_TRAIN_BYTES    (UINT64_C(100) * DICT_CAPACITY)
+#define DICT_TRAIN_MAX_ONE  (UINT64_C(128) << 10)
+#define DICT_MIN_SAMPLES    16
+
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig)
+{
+	interrupted = sig;
+}
+
+/* ---- compression pool ----------------------------------------------------- */
+
+enum job_state { JOB_FREE, JOB_QUEUED, JOB_DONE };
+
+typedef struct job {
+	enum job_state state;
+	uint8_t *raw, *out;
+	size_t raw_cap, out_cap;
+	uint64_t raw_size;
+	uint64_t *sizes;         /* sample sizes in this block */
+	size_t n, sizes_cap;
+	bp_pack_encoded enc;
+	int err;
+} job;
+
+typedef struct pool {
+	pthread_mutex_t mu;
+	pthread_cond_t work, done;
+	job *jobs;
+	size_t njobs;
+	size_t *queue, qhead, qlen; /* FIFO of job indices, capacity njobs */
+	bool stop;
+	pthread_t *threads;
+	unsigned nthreads, started;
+	const ZSTD_CDict *cdict;
+	int level;
+} pool;
+
+static void *worker_main(void *arg)
+{
+	pool *p = arg;
+	ZSTD_CCtx *cctx = ZSTD_createCCtx();
+
+	for (;;) {
+		job *j;
+
+		pthread_mutex_lock(&p->mu);
+		while (!p->qlen && !p->stop)
+			pthread_cond_wait(&p->work, &p->mu);
+		if (!p->qlen) {
+			pthread_mutex_unlock(&p->mu);
+			break;
+		}
+		j = &p->jobs[p->queue[p->qhead]];
+		p->qhead = (p->qhead + 1) % p->njobs;
+		p->qlen--;
+		pthread_mutex_unlock(&p->mu);
+
+		/* The job is ours alone until we mark it done under the lock. */
+		j->err = cctx ? bp_pack_block_encode(cctx, p->cdict, p->level, j->raw, j->raw_size,
+						     j->out, j->out_cap, &j->enc)
+			      : -ENOMEM;
+
+		pthread_mutex_lock(&p->mu);
+		j->state = JOB_DONE;
+		pthread_cond_broadcast(&p->done);
+		pthread_mutex_unlock(&p->mu);
+	}
+	ZSTD_freeCCtx(cctx);
+	return NULL;
+}
+
+static void pool_stop(pool *p)
+{
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_broadcast(&p->work);
+	pthread_mutex_unlock(&p->mu);
+	for (unsigned i = 0; i < p->started; i++)
+		pthread_join(p->threads[i], NULL);
+	p->started = 0;
+}
+
+static void pool_free(pool *p)
+{
+	pool_stop(p);
+	for (size_t i = 0; p->jobs && i < p->njobs; i++) {
+		free(p->jobs[i].raw);
+		free(p->jobs[i].out);
+		free(p->jobs[i].sizes);
+	}
+	free(p->jobs);
+	free(p->queue);
+	free(p->threads);
+	pthread_cond_destroy(&p->work);
+	pthread_cond_destroy(&p->done);
+	pthread_mutex_destroy(&p->mu);
+}
+
+static int pool_init(pool *p, unsigned threads, const ZSTD_CDict *cdict, int level)
+{
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->work, NULL);
+	pthread_cond_init(&p->done, NULL);
+	p->cdict = cdict;
+	p->level = level;
+	p->nthreads = threads;
+	p->njobs = 2 * (size_t)threads;
+	p->jobs = calloc(p->njobs, sizeof(*p->jobs));
+	p->queue = calloc(p->njobs, sizeof(*p->queue));
+	p->threads = calloc(threads, sizeof(*p->threads));
+	if (!p->jobs || !p->queue || !p->threads)
+		return -ENOMEM;
+	for (; p->started < threads; p->started++) {
+		int r = pthread_create(&p->threads[p->started], NULL, worker_main, p);
+
+		if (r)
+			return -r;
+	}
+	return 0;
+}
+
+/* Wait until job j is no longer queued. */
+static void pool_wait(pool *p, job *j)
+{
+	pthread_mutex_lock(&p->mu);
+	while (j->state == JOB_QUEUED)
+		pthread_cond_wait(&p->done, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_submit(pool *p, job *j)
+{
+	pthread_mutex_lock(&p->mu);
+	j->state = JOB_QUEUED;
+	p->queue[(p->qhead + p->qlen) % p->njobs] = (size_t)(j - p->jobs);
+	p->qlen++;
+	pthread_cond_signal(&p->work);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static int buf_grow(uint8_t **buf, size_t *cap, size_t need)
+{
+	uint8_t *b;
+
+	if (need <= *cap && *buf)
+		return 0;
+	b = realloc(*buf, need ? need : 1);
+	if (!b)
+		return -ENOMEM;
+	*buf = b;
+	*cap = need;
+	return 0;
+}
+
+/* ---- output: one file or a directory of shards ------------------------- */
+
+typedef struct output {
+	const char *final;       /* OUT as given */
+	char *tmp;               /* temporary file or directory beside it */
+	bool sharded;
+	int dirfd;               /* sharded: the temporary directory */
+	int fd;                  /* current shard */
+	unsigned shard;          /* shards finished */
+	bp_pack_writer *w;
+	const void *dict;
+	size_t dict_size;
+	uint64_t shard_size;
+	/* Totals for the summary. */
+	uint64_t blocks, stored, by_codec[3];
+	progress prog;
+	uint64_t raw_done;
+} output;
+
+static char *tmp_name_beside(const char *path)
+{
+	char *a = strdup(path), *b = strdup(path), *out = NULL;
+
+	if (a && b && asprintf(&out, "%s/.%s.tmp-XXXXXX", dirname(a), basename(b)) < 0)
+		out = NULL;
+	free(a);
+	free(b);
+	return out;
+}
+
+static int output_open(output *o)
+{
+	o->tmp = tmp_name_beside(o->final);
+	if (!o->tmp)
+		return -ENOMEM;
+	o->fd = o->dirfd = -1;
+	if (o->sharded) {
+		if (!mkdtemp(o->tmp))
+			return -errno;
+		o->dirfd = open(o->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		return o->dirfd < 0 ? -errno : 0;
+	}
+	o->fd = mkostemp(o->tmp, O_CLOEXEC);
+	if (o->fd < 0)
+		return -errno;
+	if (fchmod(o->fd, 0644) < 0)
+		return -errno;
+	return bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
+}
+
+static int shard_begin(output *o)
+{
+	char name[32];
+	int r;
+
+	snprintf(name, sizeof(name), "part-%06u.bpk", o->shard);
+	o->fd = openat(o->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (o->fd < 0)
+		return -errno;
+	r = bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
+	return r;
+}
+
+static int shard_end(output *o)
+{
+	int r = bp_pack_writer_finish(o->w, NULL);
+
+	if (r == 0 && fsync(o->fd) < 0)
+		r = -errno;
+	if (close(o->fd) < 0 && r == 0)
+		r = -errno;
+	o->fd = -1;
+	bp_pack_writer_free(o->w);
+	o->w = NULL;
+	if (r == 0)
+		o->shard++;
+	return r;
+}
+
+/* Write one finished block. */
+static int output_block(output *o, const job *j)
+{
+	int r;
+
+	if (!o->w && (r = shard_begin(o)) < 0)
+		return r;
+	r = bp_pack_writer_add(o->w, &j->enc, j->raw_size, j->sizes, j->n);
+	if (r < 0)
+		return r;
+	o->blocks++;
+	o->stored += j->enc.stored_size;
+	o->by_codec[j->enc.codec]++;
+	o->raw_done += j->raw_size;
+	progress_update(&o->prog, o->raw_done, false);
+	if (o->sharded && bp_pack_writer_offset(o->w) >= o->shard_size)
+		return shard_end(o);
+	return 0;
+}
+
+static int fsync_parent(const char *path)
+{
+	char *a = strdup(path);
+	int fd, r = 0;
+
+	if (!a)
+		return -ENOMEM;
+	fd = open(dirname(a), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(a);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+static int output_commit(output *o)
+{
+	int r;
+
+	if (o->w && (r = shard_end(o)) < 0)
+		return r;
+	if (o->sharded && fsync(o->dirfd) < 0)
+		return -errno;
+	if (renameat2(AT_FDCWD, o->tmp, AT_FDCWD, o->final, RENAME_NOREPLACE) < 0) {
+		if (errno != EINVAL && errno != ENOSYS)
+			return -errno;
+		/* File systems without RENAME_NOREPLACE: check, then rename. */
+		if (access(o->final, F_OK) == 0)
+			return -EEXIST;
+		if (rename(o->tmp, o->final) < 0)
+			return -errno;
+	}
+	free(o->tmp);
+	o->tmp = NULL;
+	return fsync_parent(o->final);
+}
+
+/* Remove whatever a failed create left under the temporary name. */
+static void output_discard(output *o)
+{
+	if (o->fd >= 0)
+		close(o->fd);
+	bp_pack_writer_free(o->w);
+	o->w = NULL;
+	if (o->tmp && o->sharded && o->dirfd >= 0) {
+		for (unsigned i = 0; i <= o->shard; i++) {
+			char name[32];
+
+			snprintf(name, sizeof(name), "part-%06u.bpk", i);
+			unlinkat(o->dirfd, name, 0);
+		}
+		rmdir(o->tmp);
+	} else if (o->tmp) {
+		unlink(o->tmp);
+	}
+	if (o->dirfd >= 0)
+		close(o->dirfd);
+	free(o->tmp);
+	o->tmp = NULL;
+}
+
+/* ---- dictionary ------------------------------------------------------------ */
+
+/* Read an evenly spread set of small samples for training. */
+static int training_set(pack_inputs *in, uint8_t **ret_buf, size_t **ret_sizes,
+			size_t *ret_n, uint64_t *ret_bytes)
+{
+	uint64_t small = 0, small_bytes = 0, step, want, total = 0;
+	size_t n = 0, *sizes = NULL;
+	uint8_t *buf = NULL;
+	pack_iter *it = NULL;
+	uint64_t size;
+	int r;
+
+	for (uint64_t k = 0; k < in->samples; k++) {
+		uint64_t s = pack_inputs_size(in, k);
+
+		if (s && s <= DICT_TRAIN_MAX_ONE) {
+			small++;
+			small_bytes += s;
+		}
+	}
+	if (small < DICT_MIN_SAMPLES)
+		return -ENODATA;
+	want = DICT_TRAIN_BYTES / (small_bytes / small + 1) + 1;
+	step = small > want ? small / want : 1;
+
+	buf = malloc(DICT_TRAIN_BYTES + DICT_TRAIN_MAX_ONE);
+	sizes = malloc((small / step + 1) * sizeof(*sizes));
+	r = buf && sizes ? pack_iter_new(in, &it) : -ENOMEM;
+	if (r < 0)
+		goto fail;
+	for (uint64_t seen = 0; (r = pack_iter_next(it, &size)) == 1 && total < DICT_TRAIN_BYTES;) {
+		if (!size || size > DICT_TRAIN_MAX_ONE)
+			continue;
+		if (seen++ % step)
+			continue;
+		r = pack_iter_read(it, buf + total);
+		if (r < 0)
+			goto fail;
+		sizes[n++] = size;
+		total += size;
+	}
+	if (r < 0)
+		goto fail;
+	pack_iter_free(it);
+	*ret_buf = buf;
+	*ret_sizes = sizes;
+	*ret_n = n;
+	*ret_bytes = total;
+	return 0;
+fail:
+	pack_iter_free(it);
+	free(buf);
+	free(sizes);
+	return r;
+}
+
+/* Compressed bytes of the training samples, with cdict or without. */
+static uint64_t trial_size(const uint8_t *buf, const size_t *sizes, size_t n,
+			   const ZSTD_CDict *cdict, int level, ZSTD_CCtx *cctx, uint8_t *scratch)
+{
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < n; buf += sizes[i], i++) {
+		bp_pack_encoded e;
+
+		if (bp_pack_block_encode(cctx, cdict, level, buf, sizes[i], scratch,
+					 ZSTD_compressBound(DICT_TRAIN_MAX_ONE), &e) == 0)
+			total += e.stored_size;
+	}
+	return total;
+}
+
+/*
+ * Train a dictionary when it should pay: small blocks and a measurable gain
+ * on the training set, counting the dictionary's own bytes. With DICT_ON
+ * the dictionary is kept whatever the gain. @return 0 with *ret_dict set
+ * (NULL when none), or a negative errno with a message.
+ */
+static int train_dict(pack_inputs *in, const pack_create_opts *o, void **ret_dict,
+		      size_t *ret_size)
+{
+	uint64_t mean = in->raw_bytes / in->samples, block = o->block_size;
+	uint64_t train_bytes, plain, with;
+	size_t n, *sizes, cap, got;
+	uint8_t *buf, *scratch = NULL, *dict = NULL;
+	ZSTD_CCtx *cctx = NULL;
+	ZSTD_CDict *cdict = NULL;
+	int r;
+
+	*ret_dict = NULL;
+	*ret_size = 0;
+	if (o->dict == DICT_OFF)
+		return 0;
+	if (o->dict == DICT_AUTO && (block > mean ? block : mean) > DICT_MAX_BLOCK)
+		return 0;
+
+	r = training_set(in, &buf, &sizes, &n, &train_bytes);
+	if (r < 0) {
+		if (o->dict == DICT_AUTO)
+			return r == -ENODATA ? 0 : r;
+		fprintf(stderr, "batchd-pack: too few non-empty samples under %" PRIu64
+				" KiB (need %d) to train a dictionary\n",
+			DICT_TRAIN_MAX_ONE >> 10, DICT_MIN_SAMPLES);
+		return r == -ENODATA ? -EINVAL : r;
+	}
+
+	cap = train_bytes / 20 < DICT_CAPACITY ? (size_t)(train_bytes / 20) : DICT_CAPACITY;
+	if (cap < 1024)
+		cap = 1024;
+	dict = malloc(cap);
+	scratch = malloc(ZSTD_compressBound(DICT_TRAIN_MAX_ONE));
+	cctx = ZSTD_createCCtx();
+	r = -ENOMEM;
+	if (!dict || !scratch || !cctx)
+		goto out;
+
+	got = ZDICT_trainFromBuffer(dict, cap, buf, sizes, (unsigned)n);
+	if (ZDICT_isError(got)) {
+		r = 0;
+		if (o->dict == DICT_ON) {
+			fprintf(stderr, "batchd-pack: dictionary training failed: %s\n",
+				ZDICT_getErrorName(got));
+			r = -EINVAL;
+		}
+		goto out;
+	}
+	cdict = ZSTD_createCDict(dict, got, o->level);
+	if (!cdict)
+		goto out;
+	plain = trial_size(buf, sizes, n, NULL, o->level, cctx, scratch);
+	with = trial_size(buf, sizes, n, cdict, o->level, cctx, scratch);
+
+	/* Scale the trial to the whole input and charge the dictionary once. */
+	r = 0;
+	if (o->dict == DICT_ON ||
+	    (double)with * ((double)in->raw_bytes / (double)train_bytes) + (double)got <
+		    0.97 * (double)plain * ((double)in->raw_bytes / (double)train_bytes)) {
+		*ret_dict = dict;
+		*ret_size = got;
+		dict = NULL;
+	}
+out:
+	ZSTD_freeCDict(cdict);
+	ZSTD_freeCCtx(cctx);
+	free(scratch);
+	free(dict);
+	free(buf);
+	free(sizes);
+	return r;
+}
+
+/* ---- the packing pass ------------------------------------------------------ */
+
+/* Write a compressed block; input errors were reported where they happened. */
+static int emit(output *out, job *j)
+{
+	int r = j->err;
+
+	j->state = JOB_FREE;
+	if (r < 0) {
+		fprintf(stderr, "batchd-pack: compressing a block failed: %s\n", strerror(-r));
+		return r;
+	}
+	r = output_block(out, j);
+	if (r < 0)
+		fprintf(stderr, "batchd-pack: writing %s: %s\n", out->final, strerror(-r));
+	return r;
+}
+
+static int pack_all(pack_inputs *in, const pack_create_opts *o, pool *p, output *out)
+{
+	uint64_t seq = 0, size, oldest;
+	pack_iter *it;
+	job *j = NULL;
+	int r, more;
+
+	r = pack_iter_new(in, &it);
+	if (r < 0)
+		return r;
+	more = pack_iter_next(it, &size);
+	while (more == 1) {
+		if (interrupted) {
+			r = -EINTR;
+			goto out;
+		}
+		if (!j) {
+			/* Reuse the slot of block seq - njobs: write that block first. */
+			j = &p->jobs[seq % p->njobs];
+			pool_wait(p, j);
+			if (j->state == JOB_DONE && (r = emit(out, j)) < 0)
+				goto out;
+			j->raw_size = 0;
+			j->n = 0;
+		}
+		if (buf_grow(&j->raw, &j->raw_cap, j->raw_size + size) < 0 ||
+		    (j->n == j->sizes_cap &&
+		     !(j->sizes = realloc(j->sizes, (j->sizes_cap = j->sizes_cap * 2 + 8) *
+							    sizeof(*j->sizes))))) {
+			r = -ENOMEM;
+			goto out;
+		}
+		r = pack_iter_read(it, j->raw + j->raw_size);
+		if (r < 0)
+			goto out;
+		j->raw_size += size;
+		j->sizes[j->n++] = size;
+
+		more = pack_iter_next(it, &size);
+		/* Close the block at the target size, before the limit, or at the end. */
+		if (more != 1 || o->block_size == 0 || j->raw_size >= o->block_size ||
+		    j->raw_size + size > BP_PACK_MAX_BLOCK) {
+			if (buf_grow(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0) {
+				r = -ENOMEM;
+				goto out;
+			}
+			pool_submit(p, j);
+			j = NULL;
+			seq++;
+		}
+	}
+	r = more;
+	if (r < 0)
+		goto out;
+
+	/* Write the blocks still in flight, oldest first. */
+	oldest = seq > p->njobs ? seq - p->njobs : 0;
+	for (uint64_t s = oldest; s < seq; s++) {
+		job *k = &p->jobs[s % p->njobs];
+
+		pool_wait(p, k);
+		if (k->state == JOB_DONE && (r = emit(out, k)) < 0)
+			goto out;
+	}
+	r = 0;
+out:
+	pack_iter_free(it);
+	return r;
+}
+
+static void print_summary(const char *path, const pack_inputs *in, const output *out,
+			  size_t dict_size, double secs)
+{
+	char raw[32], stored[32];
+
+	printf("%s: %" PRIu64 " samples in %" PRIu64 " blocks", path, in->samples, out->blocks);
+	if (out->sharded)
+		printf(", %u shards", out->shard);
+	printf("; %s raw -> %s stored (%.2fx)", bp_format_size(in->raw_bytes, raw, sizeof(raw)),
+	       bp_format_size(out->stored, stored, sizeof(stored)),
+	       out->stored ? (double)in->raw_bytes / (double)out->stored : 1.0);
+	if (dict_size)
+		printf("; dictionary %zu bytes", dict_size);
+	printf("; %" PRIu64 " zstd, %" PRIu64 " zstd+dict, %" PRIu64 " raw blocks",
+	       out->by_codec[BP_CODEC_ZSTD], out->by_codec[BP_CODEC_ZSTD_DICT],
+	       out->by_codec[BP_CODEC_RAW]);
+	printf("; %.2f s, %.1f MB/s\n", secs, secs > 0 ? (double)in->raw_bytes / secs / 1e6 : 0.0);
+}
+
+int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
+{
+	struct sigaction sa = { .sa_handler = on_signal }, old[3];
+	static const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
+	output out = { .final = path, .sharded = o->shard_size != 0, .fd = -1, .dirfd = -1,
+		       .shard_size = o->shard_size };
+	ZSTD_CDict *cdict = NULL;
+	void *dict = NULL;
+	double t0 = progress_now();
+	struct stat st;
+	pool p;
+	int r;
+
+	if (lstat(path, &st) == 0) {
+		fprintf(stderr, "batchd-pack: %s: already exists; remove it or choose another name\n",
+			path);
+		return -EEXIST;
+	}
+	r = pack_inputs_scan(in);
+	if (r < 0)
+		return r;
+	r = train_dict(in, o, &dict, &out.dict_size);
+	if (r < 0)
+		return r;
+	out.dict = dict;
+	if (dict && !(cdict = ZSTD_createCDict(dict, out.dict_size, o->level))) {
+		free(dict);
+		return -ENOMEM;
+	}
+
+	for (int i = 0; i < 3; i++)
+		sigaction(sigs[i], &sa, &old[i]);
+	r = pool_init(&p, o->threads, cdict, o->level);
+	if (r < 0) {
+		fprintf(stderr, "batchd-pack: cannot start compression threads: %s\n", strerror(-r));
+		goto out;
+	}
+	r = output_open(&out);
+	if (r < 0) {
+		fprintf(stderr, "batchd-pack: %s: cannot create: %s\n", out.tmp ? out.tmp : path,
+			strerror(-r));
+		goto out;
+	}
+	progress_start(&out.prog, "packing", in->raw_bytes);
+	r = pack_all(in, o, &p, &out);
+	progress_end(&out.prog);
+	if (r == -EINTR) {
+		fprintf(stderr, "batchd-pack: interrupted; %s not created\n", path);
+		goto out;
+	}
+	if (r < 0)
+		goto out;
+	r = output_commit(&out);
+	if (r < 0) {
+		fprintf(stderr, "batchd-pack: %s: cannot finish: %s\n", path, strerror(-r));
+		goto out;
+	}
+	print_summary(path, in, &out, out.dict_size, progress_now() - t0);
+out:
+	pool_free(&p);
+	output_discard(&out);
+	for (int i = 0; i < 3; i++)
+		sigaction(sigs[i], &old[i], NULL);
+	ZSTD_freeCDict(cdict);
+	free(dict);
+	return r;
+}

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack_create.h - `batchd-pack create`: turn inputs into a pack or shards.
+ *
+ * Thread rules: called from the main thread; starts and joins its own
+ * compression workers.
+ */
+#ifndef BATCHD_TOOLS_PACK_CREATE_H
+#define BATCHD_TOOLS_PACK_CREATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pack_input.h"
+
+enum pack_dict_mode { DICT_AUTO, DICT_OFF, DICT_ON };
+
+typedef struct pack_create_opts {
+	int level;               /* zstd level */
+	uint64_t block_size;     /* target raw bytes per block; 0 = one sample per block */
+	enum pack_dict_mode dict;
+	unsigned threads;        /* compression workers, >= 1 */
+	uint64_t shard_size;     /* 0 = one file; else OUT is a directory of shards */
+} pack_create_opts;
+
+/*
+ * Scan the inputs and write OUT. Nothing appears under OUT unless the whole
+ * pack was written and synced (temporary name, then rename). Messages name
+ * the file involved. @return 0 or a negative errno (message printed).
+ */
+int pack_create(const char *out, pack_inputs *in, const pack_create_opts *o);
+
+#endif

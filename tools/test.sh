@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Install what is missing, build with --werror and run the whole suite; then
+# build and run it again under AddressSanitizer + UndefinedBehaviorSanitizer,
+# and the threaded suites under ThreadSanitizer. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. tools/deps.sh
+batchd_install_deps
+
+jobs=$(nproc)
+
+run_suite() {
+	local dir=$1
+	shift
+	echo "== $dir: build"
+	batchd_setup "$dir" --werror "$@"
+	ninja -C "$dir"
+	echo "== $dir: test"
+	meson test -C "$dir" --print-errorlogs --num-processes "$jobs" ${BATCHD_SUITE:+--suite "$BATCHD_SUITE"}
+}
+
+run_suite build-test
+BATCHD_SUITE='' run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false
+BATCHD_SUITE=threads run_suite build-tsan -Db_sanitize=thread -Db_lundef=false
+echo "== all suites passed"
