@@ -456,7 +456,10 @@ int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
 		return fail(fault, -EBADMSG, "stored bytes checksum mismatch", b->offset, bi);
 
 	if (b->codec == BP_CODEC_RAW) {
-		/* The index proved stored_hash == raw_hash for raw blocks. */
+		/* The index proved stored_hash == raw_hash; be as strict for callers' blocks. */
+		if (b->stored_size != b->raw_size || b->stored_hash != b->raw_hash)
+			return fail(fault, -EBADMSG, "raw block whose stored and raw bytes differ",
+				    b->offset, bi);
 		if (out != stored)
 			memcpy(out, stored, b->raw_size);
 		return 0;
@@ -466,7 +469,9 @@ int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
 	if (b->codec == BP_CODEC_ZSTD_DICT && !ddict)
 		return fail(fault, -EINVAL, "block needs the pack's dictionary", b->offset, bi);
 
-	/* Never trust the frame: one frame, exactly the declared size. */
+	/* Never trust the frame: a current zstd frame, one only, exactly the declared size. */
+	if (b->stored_size < 4 || bp_le32(stored) != ZSTD_MAGICNUMBER)
+		return fail(fault, -EBADMSG, "block is not a zstd frame", b->offset, bi);
 	if (ZSTD_findFrameCompressedSize(stored, b->stored_size) != b->stored_size)
 		return fail(fault, -EBADMSG, "block is not exactly one zstd frame", b->offset, bi);
 	if (ZSTD_getFrameContentSize(stored, b->stored_size) != b->raw_size)

@@ -18,7 +18,8 @@
  *              inconsistent table, truncation);
  *   -ENOTSUP   a well-formed pack of a version or codec this build lacks;
  *   -E2BIG     a size over one of the documented BP_PACK_MAX_* limits;
- *   -EINVAL    the caller passed something impossible (NULL, short buffer);
+ *   -EINVAL    the caller passed something impossible (NULL, an output buffer
+ *              too small); a short *input* is a truncated pack: -EBADMSG;
  *   -ENOMEM    zstd could not allocate.
  * Functions that can fail on content fill an optional bp_pack_fault with
  * what was wrong and where, so tools can name the byte offset.
@@ -193,9 +194,12 @@ int bp_pack_parse(const uint8_t *buf, size_t len, bp_pack_view *ret, bp_pack_fau
  * b->raw_size, decompress into out[0..b->raw_size), and check the raw hash.
  * For BP_CODEC_RAW the bytes are checked and copied (out may equal stored,
  * in which case nothing is copied). dctx must have been set up with
- * bp_pack_dctx_init(); ddict is required for BP_CODEC_ZSTD_DICT.
- * @return 0, -EBADMSG (names the check that failed in fault), -EINVAL when
- * out_cap < raw_size.
+ * bp_pack_dctx_init(); ddict is required for BP_CODEC_ZSTD_DICT. Frames of
+ * zstd's legacy (pre-1.0) formats are refused. fault->block is left -1: the
+ * caller knows which block it decoded.
+ * @return 0, -EBADMSG (names the check that failed in fault), -ENOTSUP
+ * (unknown codec), -EINVAL when out_cap < raw_size or a dictionary block
+ * comes without ddict.
  */
 int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
 			 ZSTD_DCtx *dctx, const ZSTD_DDict *ddict,

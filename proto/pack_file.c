@@ -255,37 +255,44 @@ static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 
 int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_fault *fault)
 {
+	int fd, r;
+
+	if (!path || !ret)
+		return -EINVAL;
+	/* O_NONBLOCK: a FIFO must be refused, not waited on (no effect on regular files). */
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return fault_set(fault, path, -errno, "cannot open dataset", 0, -1);
+	r = bp_dataset_fdopen(fd, path, ret, fault);
+	close(fd);
+	return r;
+}
+
+int bp_dataset_fdopen(int fd, const char *name, bp_dataset **ret, bp_dataset_fault *fault)
+{
 	char **names = NULL;
 	size_t count = 0;
 	shard_priv *shards = NULL;
 	bp_dataset *ds = NULL;
 	struct stat st;
-	int fd, r;
+	int r;
 
-	if (!path || !ret)
+	if (fd < 0 || !name || !ret)
 		return -EINVAL;
-	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return fault_set(fault, path, -errno, "cannot open dataset", 0, -1);
-	if (fstat(fd, &st) < 0) {
-		r = fault_set(fault, path, -errno, "cannot stat dataset", 0, -1);
-		goto out;
-	}
+	if (fstat(fd, &st) < 0)
+		return fault_set(fault, name, -errno, "cannot stat dataset", 0, -1);
 
 	if (S_ISDIR(st.st_mode)) {
 		r = list_shards(fd, &names, &count);
-		if (r < 0) {
-			fault_set(fault, path, r, "cannot list dataset directory", 0, -1);
-			goto out;
-		}
+		if (r < 0)
+			return fault_set(fault, name, r, "cannot list dataset directory", 0, -1);
 		if (count == 0) {
-			r = fault_set(fault, path, -ENODATA, "directory holds no .bpk shards", 0, -1);
+			r = fault_set(fault, name, -ENODATA, "directory holds no .bpk shards", 0, -1);
 			goto out;
 		}
 	} else if (!S_ISREG(st.st_mode)) {
-		r = fault_set(fault, path, -EINVAL, "dataset is neither a file nor a directory",
-			      0, -1);
-		goto out;
+		return fault_set(fault, name, -EINVAL, "dataset is neither a file nor a directory",
+				 0, -1);
 	} else {
 		count = 1;
 	}
@@ -293,6 +300,7 @@ int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_
 	ds = calloc(1, sizeof(*ds));
 	shards = calloc(count, sizeof(*shards));
 	if (!ds || !shards) {
+		free(shards);
 		r = -ENOMEM;
 		goto out;
 	}
@@ -307,19 +315,18 @@ int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_
 		if (names) {
 			sh->name = names[i];
 			names[i] = NULL;
-			sh->fd = openat(fd, sh->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+			sh->fd = openat(fd, sh->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 			if (sh->fd < 0) {
 				r = fault_set(fault, sh->name, -errno, "cannot open shard", 0, -1);
 				goto out;
 			}
 		} else {
-			sh->name = strdup(path);
-			if (!sh->name) {
-				r = -ENOMEM;
+			sh->name = strdup(name);
+			sh->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+			if (!sh->name || sh->fd < 0) {
+				r = sh->name ? -errno : -ENOMEM;
 				goto out;
 			}
-			sh->fd = fd;
-			fd = -1;
 		}
 		r = shard_load(&shards[i], fault);
 		if (r < 0)
@@ -332,17 +339,12 @@ int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_
 	*ret = ds;
 	ds = NULL;
 out:
-	if (ds)
-		bp_dataset_close(ds);
-	else if (!ds && shards && r < 0)
-		free(shards);
+	bp_dataset_close(ds);
 	if (names) {
 		for (size_t i = 0; i < count; i++)
 			free(names[i]);
 		free(names);
 	}
-	if (fd >= 0)
-		close(fd);
 	return r;
 }
 

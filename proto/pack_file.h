@@ -5,9 +5,12 @@
  *
  * pack.h knows the bytes; this module knows files. It is the one place that
  * turns a path into validated shards, so the tools and the daemon agree on
- * what a dataset is: one .bpk file, or a directory whose regular files named
- * *.bpk are the shards, taken in bytewise file-name order; global sample ids
- * run through the shards in that order.
+ * what a dataset is: one .bpk file, or a directory whose entries named *.bpk
+ * (names starting with "." are writers' temporaries and are skipped) are
+ * the shards, taken in bytewise file-name order; global sample ids run
+ * through the shards in that order. A shard entry that is not a regular
+ * file (a directory, a FIFO, a symlink) makes the open fail rather than
+ * being skipped silently: a dataset is never quietly smaller than it looks.
  *
  * Opening reads each shard's header, dictionary, footer and index with
  * pread(2) and validates them completely; after a successful open every
@@ -52,7 +55,9 @@ typedef struct bp_dataset_fault {
 
 /*
  * Open the dataset at path, relative to dirfd (AT_FDCWD for the working
- * directory). Shards are opened with O_NOFOLLOW and must be regular files.
+ * directory). path itself may be a symlink (callers that must not follow
+ * one resolve it first, as the daemon does); shards inside a directory are
+ * opened with O_NOFOLLOW and must be regular files.
  * @return 0; -ENOENT, -EACCES, ... from the file system; -ENODATA for a
  * directory holding no *.bpk; -E2BIG for more than BP_DATASET_MAX_SHARDS
  * shards or over 2^63 samples; -EBADMSG/-ENOTSUP/-E2BIG for a bad shard
@@ -60,6 +65,13 @@ typedef struct bp_dataset_fault {
  * On success *ret is the dataset; free it with bp_dataset_close().
  */
 int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_fault *fault);
+
+/*
+ * As bp_dataset_openat, for a dataset already open as fd (a .bpk file or a
+ * directory; the caller keeps fd, the dataset holds its own descriptors).
+ * name is used in faults.
+ */
+int bp_dataset_fdopen(int fd, const char *name, bp_dataset **ret, bp_dataset_fault *fault);
 
 /* Close a dataset; NULL is fine. */
 void bp_dataset_close(bp_dataset *ds);

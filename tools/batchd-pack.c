@@ -23,7 +23,8 @@
 
 #include <zstd.h>
 
-#include "config.h"
+#include "batchd-build.h"
+#include "cli.h"
 #include "pack.h"
 #include "pack_create.h"
 #include "pack_file.h"
@@ -46,37 +47,6 @@ static const char usage_text[] =
 	"  --shard-size SIZE  write OUT as a directory of shards of about SIZE stored bytes\n"
 	"  --records SIZE FILE  add FILE as records of SIZE bytes (repeatable)\n"
 	"SIZE takes K, M, G, T suffixes (powers of 1024).\n";
-
-__attribute__((format(printf, 1, 2)))
-static int usage(const char *fmt, ...)
-{
-	va_list ap;
-
-	if (fmt) {
-		va_start(ap, fmt);
-		fprintf(stderr, "batchd-pack: ");
-		vfprintf(stderr, fmt, ap);
-		fprintf(stderr, "\n");
-		va_end(ap);
-	}
-	fputs(usage_text, stderr);
-	return 2;
-}
-
-static int parse_u64(const char *s, uint64_t *ret)
-{
-	char *end;
-	unsigned long long v;
-
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*ret = v;
-	return 0;
-}
 
 /* ---- create ---------------------------------------------------------------- */
 
@@ -112,8 +82,8 @@ static int cmd_create(int argc, char **argv)
 				goto fail;
 			break;
 		case O_LEVEL:
-			if (parse_u64(optarg, &v) < 0 || v < 1 || v > (uint64_t)ZSTD_maxCLevel()) {
-				r = usage("--level: '%s' is not a zstd level (1..22)", optarg);
+			if (cli_parse_u64(optarg, &v) < 0 || v < 1 || v > (uint64_t)ZSTD_maxCLevel()) {
+				r = cli_usage("--level: '%s' is not a zstd level (1..22)", optarg);
 				goto out;
 			}
 			o.level = (int)v;
@@ -121,7 +91,7 @@ static int cmd_create(int argc, char **argv)
 		case O_BLOCK:
 			if (bp_parse_size(optarg, &o.block_size) < 0 ||
 			    o.block_size > BP_PACK_MAX_BLOCK) {
-				r = usage("--block-size: '%s' is not a size up to 256M", optarg);
+				r = cli_usage("--block-size: '%s' is not a size up to 256M", optarg);
 				goto out;
 			}
 			break;
@@ -132,45 +102,45 @@ static int cmd_create(int argc, char **argv)
 			o.dict = DICT_OFF;
 			break;
 		case O_THREADS:
-			if (parse_u64(optarg, &v) < 0 || v < 1 || v > 1024) {
-				r = usage("--threads: '%s' is not a thread count (1..1024)", optarg);
+			if (cli_parse_u64(optarg, &v) < 0 || v < 1 || v > 1024) {
+				r = cli_usage("--threads: '%s' is not a thread count (1..1024)", optarg);
 				goto out;
 			}
 			o.threads = (unsigned)v;
 			break;
 		case O_SHARD:
 			if (bp_parse_size(optarg, &o.shard_size) < 0 || o.shard_size == 0) {
-				r = usage("--shard-size: '%s' is not a size above 0", optarg);
+				r = cli_usage("--shard-size: '%s' is not a size above 0", optarg);
 				goto out;
 			}
 			break;
 		case O_RECORDS:
 			if (bp_parse_size(optarg, &v) < 0 || v == 0) {
-				r = usage("--records: '%s' is not a record size above 0", optarg);
+				r = cli_usage("--records: '%s' is not a record size above 0", optarg);
 				goto out;
 			}
 			if (optind >= argc) {
-				r = usage("--records %s: missing FILE", optarg);
+				r = cli_usage("--records %s: missing FILE", optarg);
 				goto out;
 			}
 			if (!out) {
-				r = usage("--records: name OUT before the inputs");
+				r = cli_usage("--records: name OUT before the inputs");
 				goto out;
 			}
 			if (pack_inputs_add(&in, argv[optind++], v, true) < 0)
 				goto fail;
 			break;
 		default:
-			r = usage(NULL);
+			r = cli_usage(NULL);
 			goto out;
 		}
 	}
 	if (!out) {
-		r = usage("create: missing OUT");
+		r = cli_usage("create: missing OUT");
 		goto out;
 	}
 	if (in.n == 0) {
-		r = usage("create: missing INPUT");
+		r = cli_usage("create: missing INPUT");
 		goto out;
 	}
 	r = pack_create(out, &in, &o) < 0 ? 1 : 0;
@@ -193,9 +163,13 @@ static int open_dataset(const char *path, bp_dataset **ret)
 	r = bp_dataset_openat(AT_FDCWD, path, ret, &fault);
 	if (r == 0)
 		return 0;
-	if (fault.pack.what) {
+	if (fault.pack.what && (r == -EBADMSG || r == -ENOTSUP || r == -E2BIG)) {
 		bp_dataset_fault_format(&fault, msg, sizeof(msg));
-		fprintf(stderr, "batchd-pack: %s: %s (%s)\n", path, msg, strerror(-r));
+		fprintf(stderr, "batchd-pack: %s: %s\n", path, msg);
+	} else if (fault.pack.what) {
+		fprintf(stderr, "batchd-pack: %s: %s%s%s: %s\n", path,
+			strcmp(fault.shard, path) ? fault.shard : "",
+			strcmp(fault.shard, path) ? ": " : "", fault.pack.what, strerror(-r));
 	} else {
 		fprintf(stderr, "batchd-pack: %s: %s\n", path, strerror(-r));
 	}
@@ -224,12 +198,12 @@ static int cmd_info(int argc, char **argv)
 		else if (c == 1 && !path)
 			path = optarg;
 		else if (c == 1)
-			return usage("info: unexpected argument '%s'", optarg);
+			return cli_usage("info: unexpected argument '%s'", optarg);
 		else
-			return usage(NULL);
+			return cli_usage(NULL);
 	}
 	if (!path)
-		return usage("info: missing PATH");
+		return cli_usage("info: missing PATH");
 	if (open_dataset(path, &ds) < 0)
 		return 1;
 
@@ -309,7 +283,7 @@ static int cmd_verify(int argc, char **argv)
 	int r;
 
 	if (argc != 2)
-		return usage("verify: expected exactly one PATH");
+		return cli_usage("verify: expected exactly one PATH");
 	path = argv[1];
 	t0 = progress_now();
 	if (open_dataset(path, &ds) < 0)
@@ -350,9 +324,9 @@ static int cmd_cat(int argc, char **argv)
 	int r;
 
 	if (argc != 3)
-		return usage("cat: expected PATH ID");
-	if (parse_u64(argv[2], &id) < 0)
-		return usage("cat: '%s' is not a sample id", argv[2]);
+		return cli_usage("cat: expected PATH ID");
+	if (cli_parse_u64(argv[2], &id) < 0)
+		return cli_usage("cat: '%s' is not a sample id", argv[2]);
 	if (open_dataset(argv[1], &ds) < 0)
 		return 1;
 	r = bp_sample_reader_new(ds, &rd);
@@ -389,8 +363,9 @@ static int cmd_cat(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	cli_init("batchd-pack", usage_text);
 	if (argc < 2)
-		return usage(NULL);
+		return cli_usage(NULL);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		fputs(usage_text, stdout);
 		return 0;
@@ -407,5 +382,5 @@ int main(int argc, char **argv)
 		return cmd_verify(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "cat"))
 		return cmd_cat(argc - 1, argv + 1);
-	return usage("unknown command '%s'", argv[1]);
+	return cli_usage("unknown command '%s'", argv[1]);
 }

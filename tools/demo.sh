@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The main job, end to end on this machine: install what is missing, build,
 # pack a sample dataset made of real files (the Python standard library
-# sources), verify it, and show what was made and how fast.
+# sources), verify it, start batchd on it, and consume two shuffled epochs
+# through libbatchclient the way a trainer would, printing what it achieved.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/deps.sh
@@ -28,3 +29,23 @@ echo "== verifying every checksum and block"
 echo "== info"
 "$pack" info "$work/stdlib.bpk"
 echo "== sample 0 read back ($("$pack" cat "$work/stdlib.bpk" 0 | wc -c) bytes)"
+
+sock="$work/batchd.sock"
+echo "== starting batchd (socket $sock, datasets under $work)"
+build/daemon/batchd --socket "$sock" --root "$PWD/$work" --log-level notice &
+daemon=$!
+trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null' EXIT
+for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+ctl=build/tools/batchctl
+echo "== a trainer: two epochs of batch 64, globally shuffled, one sample per block"
+"$ctl" -s "$sock" consume stdlib.bpk --batch-size 64 --epochs 2 --shuffle global --seed 1
+echo "== the same with block shuffling over 1 MiB blocks (decoded blocks are cached)"
+"$ctl" -s "$sock" consume stdlib-1M.bpk --batch-size 64 --epochs 2 --shuffle block --seed 1
+echo "== a trainer that computes for 2 ms a step: batchd keeps ahead, so it should barely wait"
+"$ctl" -s "$sock" consume stdlib.bpk --batch-size 64 --epochs 1 --shuffle global --step-ms 2
+echo "== batchctl status"
+"$ctl" -s "$sock" status | head -40
+kill -TERM $daemon
+wait $daemon
+trap - EXIT
+echo "== batchd stopped cleanly"

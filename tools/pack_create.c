@@ -653,8 +653,7 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 	}
 	r = output_open(&out);
 	if (r < 0) {
-		fprintf(stderr, "batchd-pack: %s: cannot create: %s\n", out.tmp ? out.tmp : path,
-			strerror(-r));
+		fprintf(stderr, "batchd-pack: %s: cannot create: %s\n", path, strerror(-r));
 		goto out;
 	}
 	progress_start(&out.prog, "packing", in->raw_bytes);

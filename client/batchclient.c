@@ -1,0 +1,679 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batchclient.c - the client side of batchd (see batchclient.h,
+ * proto/PROTOCOL.md and proto/ring.h).
+ *
+ * Requests go over the socket under the client's lock, one at a time, and
+ * are answered in order. Batches never touch the socket: the stream maps
+ * the session's data memfd read-only (after checking it is sealed, so the
+ * daemon cannot truncate it under us either) and walks the ring.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batchclient.h"
+#include "protocol.h"
+#include "ring.h"
+
+#define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
+
+struct bc_client {
+	int fd;
+	pthread_mutex_t mu;
+	bool dead;
+	int last_len;            /* bytes of the last datagram received */
+	char err[BP_ERRMSG_MAX + 1];
+	uint8_t buf[BP_MSG_MAX];
+};
+
+struct bc_batch {
+	bc_stream *s;
+	uint64_t seq;
+	bp_ring_desc d;          /* copy of the descriptor */
+	const bp_ring_sample *table;
+	const uint8_t *payload;
+	bool held;
+};
+
+struct bc_stream {
+	bc_client *c;
+	bp_msg_ready r;
+	int data_fd, ctrl_fd, released_fd, published_fd;
+	const uint8_t *data;
+	const bp_ring_header *hdr;
+	bp_ring_ctrl *ctrl;
+	uint64_t start_epoch, start_batch;
+	uint64_t consumed;       /* batches taken */
+	uint64_t epoch;          /* epoch of the last batch taken */
+	bool epoch_end_said;
+	uint32_t held;
+	bc_batch *batches;       /* one per slot */
+	char err[BP_RING_REASON_MAX + 1];
+};
+
+/* ---- socket ---------------------------------------------------------------------- */
+
+static int send_all(bc_client *c, const uint8_t *msg, int len)
+{
+	ssize_t n;
+
+	do
+		n = send(c->fd, msg, (size_t)len, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != len) {
+		c->dead = true;
+		return -EPIPE;
+	}
+	return 0;
+}
+
+/*
+ * Receive one reply, skipping GOODBYE (which marks the client dead). fds
+ * (up to nfds) are returned when the reply carries them.
+ * @return the message length, or negative errno.
+ */
+static int recv_reply(bc_client *c, int *fds, int nfds, int *ret_nfds)
+{
+	for (;;) {
+		union {
+			struct cmsghdr h;
+			char buf[CMSG_SPACE(sizeof(int) * BP_READY_FDS)];
+		} ctl;
+		struct iovec iov = { .iov_base = c->buf, .iov_len = sizeof(c->buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+				     .msg_controllen = sizeof(ctl.buf) };
+		bp_msg_header h;
+		int got = 0;
+		ssize_t n;
+
+		do
+			n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+		while (n < 0 && errno == EINTR);
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return -ETIMEDOUT;
+		if (n <= 0) {
+			c->dead = true;
+			return -EPIPE;
+		}
+		c->last_len = (int)n;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			int *p = (int *)CMSG_DATA(cm);
+			int k;
+
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			for (int i = 0; i < k; i++) {
+				if (got < nfds)
+					fds[got++] = p[i];
+				else
+					close(p[i]);
+			}
+		}
+		/* At our fd limit the kernel drops descriptors and says so. */
+		if (mh.msg_flags & MSG_CTRUNC) {
+			for (int i = 0; i < got; i++)
+				close(fds[i]);
+			return -EMFILE;
+		}
+		if (bp_msg_header_decode(c->buf, (size_t)n, &h) < 0) {
+			for (int i = 0; i < got; i++)
+				close(fds[i]);
+			c->dead = true;
+			return -EBADMSG;
+		}
+		if (h.type == BP_MSG_GOODBYE) {
+			bp_msg_text t;
+
+			if (bp_msg_text_decode(BP_MSG_GOODBYE, c->buf, (size_t)n, &t) == 0)
+				snprintf(c->err, sizeof(c->err), "%.*s", (int)t.text_len, t.text);
+			for (int i = 0; i < got; i++)
+				close(fds[i]);
+			c->dead = true;
+			return -ESHUTDOWN;
+		}
+		*ret_nfds = got;
+		return (int)n;
+	}
+}
+
+/* If buf holds an ERROR, keep its message and return its code; else 0. */
+static int reply_error(bc_client *c, const uint8_t *buf, int len)
+{
+	bp_msg_error e;
+
+	if (bp_msg_error_decode(buf, (size_t)len, &e) < 0)
+		return 0;
+	snprintf(c->err, sizeof(c->err), "%.*s", (int)e.message_len, e.message);
+	return e.code;
+}
+
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* ---- connection ------------------------------------------------------------------- */
+
+static int default_socket(char *buf, size_t len)
+{
+	const char *env = getenv("BATCHD_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (env && *env)
+		return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
+	if (access("/run/batchd/batchd.sock", F_OK) == 0 || !xdg || !*xdg)
+		return snprintf(buf, len, "/run/batchd/batchd.sock") < (int)len ? 0 : -ENAMETOOLONG;
+	return snprintf(buf, len, "%s/batchd.sock", xdg) < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+void bc_stream_opts_init(bc_stream_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->struct_size = sizeof(*o);
+	o->batch_size = 1;
+	o->world = 1;
+	o->device = BC_HOST;
+}
+
+int bc_connect(const char *socket_path, bc_client **ret)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct timeval tv = { .tv_sec = REPLY_TIMEOUT_S };
+	bp_msg_hello h = { .min_version = BP_PROTO_MIN_VERSION, .max_version = BP_PROTO_VERSION,
+			   .name = "libbatchclient", .name_len = 14 };
+	bp_msg_hello_ok ok;
+	char path[sizeof(sa.sun_path)];
+	bc_client *c;
+	int n, nfds, r;
+
+	if (!ret)
+		return -EINVAL;
+	if (socket_path) {
+		if (strlen(socket_path) >= sizeof(path))
+			return -ENAMETOOLONG;
+		strcpy(path, socket_path);
+	} else if ((r = default_socket(path, sizeof(path))) < 0) {
+		return r;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->mu, NULL);
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+
+	n = bp_msg_hello_encode(&h, c->buf, sizeof(c->buf));
+	if (n < 0 || (r = send_all(c, c->buf, n)) < 0) {
+		r = n < 0 ? n : r;
+		goto fail;
+	}
+	n = recv_reply(c, NULL, 0, &nfds);
+	if (n < 0) {
+		r = n;
+		goto fail;
+	}
+	if ((r = reply_error(c, c->buf, n)) < 0)
+		goto fail;
+	if (bp_msg_hello_ok_decode(c->buf, (size_t)n, &ok) < 0) {
+		r = -EBADMSG;
+		goto fail;
+	}
+	*ret = c;
+	return 0;
+fail:
+	bc_disconnect(c);
+	return r;
+}
+
+void bc_disconnect(bc_client *c)
+{
+	if (!c)
+		return;
+	if (c->fd >= 0)
+		close(c->fd);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+const char *bc_client_error(const bc_client *c)
+{
+	return c->err;
+}
+
+int bc_status(bc_client *c, char **ret_json)
+{
+	bp_msg_text t;
+	int n, nfds, r;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->dead) {
+		r = -EPIPE;
+		goto out;
+	}
+	n = bp_msg_status_encode(c->buf, sizeof(c->buf));
+	if (n < 0 || (r = send_all(c, c->buf, n)) < 0) {
+		r = n < 0 ? n : r;
+		goto out;
+	}
+	n = recv_reply(c, NULL, 0, &nfds);
+	if (n < 0) {
+		r = n;
+		goto out;
+	}
+	if ((r = reply_error(c, c->buf, n)) < 0)
+		goto out;
+	if (bp_msg_text_decode(BP_MSG_STATUS_REPLY, c->buf, (size_t)n, &t) < 0) {
+		r = -EBADMSG;
+		goto out;
+	}
+	*ret_json = strndup(t.text, t.text_len);
+	r = *ret_json ? 0 : -ENOMEM;
+out:
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
+/* ---- streams ------------------------------------------------------------------------ */
+
+/* Map the session's memory, checking it is what the daemon said it is. */
+static int stream_map(bc_stream *s)
+{
+	const unsigned want = F_SEAL_SHRINK | F_SEAL_GROW;
+	struct stat st;
+	void *m;
+
+	if (fstat(s->data_fd, &st) < 0 || (uint64_t)st.st_size != s->r.data_size ||
+	    fstat(s->ctrl_fd, &st) < 0 || (uint64_t)st.st_size != s->r.ctrl_size)
+		return -EBADMSG;
+	if ((fcntl(s->data_fd, F_GET_SEALS) & want) != want ||
+	    (fcntl(s->ctrl_fd, F_GET_SEALS) & want) != want)
+		return -EBADMSG;
+	if (s->r.slots == 0 || s->r.slots > BP_RING_MAX_SLOTS ||
+	    s->r.data_size < bp_ring_arena_offset(s->r.slots) ||
+	    s->r.ctrl_size < bp_ring_ctrl_size(s->r.slots))
+		return -EBADMSG;
+	m = mmap(NULL, s->r.data_size, PROT_READ, MAP_SHARED, s->data_fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	s->data = m;
+	s->hdr = m;
+	m = mmap(NULL, s->r.ctrl_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->ctrl_fd, 0);
+	if (m == MAP_FAILED)
+		return -errno;
+	s->ctrl = m;
+	if (s->hdr->magic != BP_RING_MAGIC || s->hdr->version != BP_RING_VERSION ||
+	    s->hdr->slots != s->r.slots || s->hdr->data_size != s->r.data_size)
+		return -EBADMSG;
+	return 0;
+}
+
+static void stream_free(bc_stream *s)
+{
+	if (s->data)
+		munmap((void *)s->data, s->r.data_size);
+	if (s->ctrl)
+		munmap(s->ctrl, s->r.ctrl_size);
+	const int fds[] = { s->data_fd, s->ctrl_fd, s->released_fd, s->published_fd };
+
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(s->batches);
+	free(s);
+}
+
+int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
+{
+	bp_msg_open m;
+	bc_stream *s;
+	int fds[BP_READY_FDS], nfds = 0, n, r;
+
+	if (!c || !o || !ret || !o->dataset || o->struct_size < sizeof(*o) || o->batch_size == 0 ||
+	    o->world == 0 || o->rank >= o->world || (unsigned)o->shuffle > BC_SHUFFLE_BLOCK ||
+	    o->device < BC_HOST || o->device > 255)
+		return -EINVAL;
+	m = (bp_msg_open){
+		.seed = o->seed,
+		.start_epoch = o->start_epoch,
+		.start_batch = o->start_batch,
+		.batch_size = o->batch_size,
+		.rank = o->rank,
+		.world = o->world,
+		.prefetch = o->prefetch,
+		.window = o->window,
+		.placement = o->device,
+		.shuffle = (uint8_t)o->shuffle,
+		.drop_last = o->drop_last,
+		.path = o->dataset,
+		.path_len = (uint32_t)strnlen(o->dataset, BP_PATH_MAX + 1),
+	};
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->c = c;
+	s->data_fd = s->ctrl_fd = s->released_fd = s->published_fd = -1;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->dead) {
+		r = -EPIPE;
+		goto unlock;
+	}
+	n = bp_msg_open_encode(&m, c->buf, sizeof(c->buf));
+	if (n < 0) {
+		r = n;
+		goto unlock;
+	}
+	if ((r = send_all(c, c->buf, n)) < 0)
+		goto unlock;
+	n = recv_reply(c, fds, BP_READY_FDS, &nfds);
+	if (n == -EMFILE && bp_msg_ready_decode(c->buf, (size_t)c->last_len, &s->r) == 0) {
+		/* We are out of descriptors, but the daemon made the session: end it. */
+		bp_msg_session cm = { .session = s->r.session };
+		int k = bp_msg_session_encode(BP_MSG_CLOSE, &cm, c->buf, sizeof(c->buf));
+
+		if (k > 0 && send_all(c, c->buf, k) == 0)
+			recv_reply(c, NULL, 0, &nfds);
+		snprintf(c->err, sizeof(c->err), "out of file descriptors (RLIMIT_NOFILE) receiving "
+			 "the session's shared memory");
+	}
+	if (n < 0) {
+		r = n;
+		goto unlock;
+	}
+	if ((r = reply_error(c, c->buf, n)) < 0) {
+		close_fds(fds, nfds);
+		goto unlock;
+	}
+	if (bp_msg_ready_decode(c->buf, (size_t)n, &s->r) < 0 || nfds != BP_READY_FDS) {
+		close_fds(fds, nfds);
+		r = -EBADMSG;
+		goto unlock;
+	}
+	c->err[0] = '\0';
+	r = 0;
+unlock:
+	pthread_mutex_unlock(&c->mu);
+	if (r < 0) {
+		free(s);
+		return r;
+	}
+	s->data_fd = fds[0];
+	s->ctrl_fd = fds[1];
+	s->released_fd = fds[2];
+	s->published_fd = fds[3];
+	s->epoch = o->start_epoch;
+	s->start_epoch = o->start_epoch;
+	s->start_batch = o->start_batch;
+	s->batches = calloc(s->r.slots ? s->r.slots : 1, sizeof(*s->batches));
+	r = s->batches ? stream_map(s) : -ENOMEM;
+	if (r < 0) {
+		stream_free(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Fill b from descriptor d, checking every offset against the mapping. */
+static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d)
+{
+	uint64_t table = (uint64_t)d->count * sizeof(bp_ring_sample);
+
+	if (d->count > s->r.batch_size || d->record >= s->r.data_size ||
+	    table > s->r.data_size - d->record || d->payload > s->r.data_size ||
+	    d->payload_size > s->r.data_size - d->payload)
+		return -EBADMSG;
+	b->s = s;
+	b->d = *d;
+	b->table = (const bp_ring_sample *)(s->data + d->record);
+	b->payload = s->data + d->payload;
+	b->held = true;
+	return 0;
+}
+
+/* Hand slot seq back to the daemon, poking it if it waits for room. */
+static void ring_release(bc_stream *s, uint64_t seq)
+{
+	/* seq_cst store, then seq_cst load: the Dekker pair of ring.h. */
+	__atomic_store_n(&s->ctrl->release[seq % s->r.slots], seq + 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->ctrl->daemon_hungry, __ATOMIC_SEQ_CST)) {
+		__atomic_store_n(&s->ctrl->daemon_hungry, 0, __ATOMIC_RELAXED);
+		if (write(s->released_fd, "", 1) < 0) {
+			/* The pipe is full: the daemon has a wake-up pending anyway. */
+		}
+	}
+}
+
+static int stopped_error(bc_stream *s)
+{
+	int e = __atomic_load_n(&s->hdr->error, __ATOMIC_RELAXED);
+
+	if (!s->err[0])
+		snprintf(s->err, sizeof(s->err), "%s", e == -EPROTO ? "the daemon ended the stream: "
+			 "ring protocol violation" : "the daemon stopped the stream");
+	return e < 0 ? (e == -EPROTO ? -EPROTO : -ESHUTDOWN) : -ESHUTDOWN;
+}
+
+int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
+{
+	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+
+	for (;;) {
+		uint64_t produced = __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE);
+		struct pollfd pf[2];
+		char drain[64];
+		int wait;
+
+		if (produced > s->consumed) {
+			const bp_ring_desc *d = (const bp_ring_desc *)(s->data + BP_RING_HEADER_SIZE +
+				(s->consumed % s->r.slots) * BP_RING_DESC_SIZE);
+			bp_ring_desc copy = *d;
+			bc_batch *b;
+			int r;
+
+			if (copy.seq != s->consumed)
+				return -EBADMSG;
+			if (copy.epoch != s->epoch && !s->epoch_end_said) {
+				s->epoch_end_said = true;
+				return BC_EPOCH_END;
+			}
+			s->epoch = copy.epoch;
+			s->epoch_end_said = false;
+			if (copy.status < 0) {
+				snprintf(s->err, sizeof(s->err), "%.*s", (int)BP_RING_REASON_MAX - 1,
+					 (const char *)(s->data + (copy.record < s->r.data_size -
+						BP_RING_REASON_MAX ? copy.record : 0)));
+				ring_release(s, s->consumed);
+				s->consumed++;
+				__atomic_store_n(&s->ctrl->consumed, s->consumed, __ATOMIC_RELAXED);
+				return copy.status > -4096 ? copy.status : -EIO;
+			}
+			if (s->held >= s->r.slots)
+				return -ENOBUFS;
+			b = &s->batches[s->consumed % s->r.slots];
+			r = batch_bind(s, b, &copy);
+			if (r < 0)
+				return r;
+			b->seq = s->consumed;
+			s->held++;
+			s->consumed++;
+			__atomic_store_n(&s->ctrl->consumed, s->consumed, __ATOMIC_RELAXED);
+			*ret = b;
+			return 0;
+		}
+		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
+			return stopped_error(s);
+		if (timeout_ms == 0)
+			return -ETIMEDOUT;
+		wait = -1;
+		if (timeout_ms > 0) {
+			int64_t left = deadline - now_ms();
+
+			if (left <= 0)
+				return -ETIMEDOUT;
+			wait = (int)left;
+		}
+		/* Announce the sleep, then look again before sleeping (see ring.h). */
+		__atomic_store_n(&s->ctrl->client_sleeping, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&s->hdr->produced, __ATOMIC_SEQ_CST) > s->consumed ||
+		    __atomic_load_n(&s->hdr->state, __ATOMIC_SEQ_CST) != BP_RING_RUNNING) {
+			__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
+			continue;
+		}
+		pf[0] = (struct pollfd){ .fd = s->published_fd, .events = POLLIN };
+		pf[1] = (struct pollfd){ .fd = s->c->fd, .events = 0 }; /* hang-up only */
+		if (poll(pf, 2, wait) < 0 && errno != EINTR) {
+			__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
+			return -errno;
+		}
+		__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
+		if (pf[0].revents & POLLIN) {
+			if (read(s->published_fd, drain, sizeof(drain)) < 0) {
+				/* Drained by an earlier wake-up: harmless. */
+			}
+		}
+		if ((pf[1].revents & (POLLHUP | POLLERR)) &&
+		    __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) <= s->consumed) {
+			if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
+				return stopped_error(s);
+			snprintf(s->err, sizeof(s->err), "the daemon is gone");
+			return -EPIPE;
+		}
+	}
+}
+
+int bc_release(bc_batch *b)
+{
+	bc_stream *s;
+
+	if (!b || !b->held)
+		return -EINVAL;
+	s = b->s;
+	b->held = false;
+	s->held--;
+	ring_release(s, b->seq);
+	return 0;
+}
+
+uint64_t bc_batch_epoch(const bc_batch *b) { return b->d.epoch; }
+uint64_t bc_batch_index(const bc_batch *b) { return b->d.batch; }
+uint32_t bc_batch_count(const bc_batch *b) { return b->d.count; }
+
+uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i)
+{
+	return i < b->d.count ? b->table[i].id : UINT64_MAX;
+}
+
+int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t *ret_len)
+{
+	const bp_ring_sample *t;
+
+	if (i >= b->d.count)
+		return -ERANGE;
+	t = &b->table[i];
+	if (t->offset > b->d.payload_size || t->size > b->d.payload_size - t->offset)
+		return -EBADMSG;
+	*ret_data = b->payload + t->offset;
+	*ret_len = (size_t)t->size;
+	return 0;
+}
+
+const void *bc_batch_data(const bc_batch *b, size_t *ret_len)
+{
+	if (ret_len)
+		*ret_len = (size_t)b->d.payload_size;
+	return b->payload;
+}
+
+void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch)
+{
+	/* The next batch is seq `consumed` of a stream that began at (start_epoch, start_batch). */
+	uint64_t g = s->start_batch + s->consumed;
+
+	*ret_epoch = s->start_epoch + g / s->r.batches_per_epoch;
+	*ret_batch = g % s->r.batches_per_epoch;
+}
+
+uint64_t bc_stream_batches_per_epoch(const bc_stream *s) { return s->r.batches_per_epoch; }
+uint64_t bc_stream_samples(const bc_stream *s) { return s->r.samples; }
+uint64_t bc_stream_fingerprint(const bc_stream *s) { return s->r.fingerprint; }
+uint64_t bc_stream_max_sample(const bc_stream *s) { return s->r.max_sample; }
+const char *bc_stream_error(const bc_stream *s) { return s->err; }
+
+int bc_close(bc_stream *s)
+{
+	bc_client *c;
+	bp_msg_session m;
+	int n, nfds, r = 0;
+
+	if (!s)
+		return 0;
+	c = s->c;
+	m.session = s->r.session;
+	pthread_mutex_lock(&c->mu);
+	if (!c->dead) {
+		n = bp_msg_session_encode(BP_MSG_CLOSE, &m, c->buf, sizeof(c->buf));
+		if (n > 0 && (r = send_all(c, c->buf, n)) == 0) {
+			n = recv_reply(c, NULL, 0, &nfds);
+			r = n < 0 ? n : reply_error(c, c->buf, n);
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	stream_free(s);
+	return r == -EPIPE || r == -ESHUTDOWN ? 0 : r;
+}
+
+const char *bc_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case BC_EPOCH_END:
+		return "end of epoch";
+	case -ETIMEDOUT:
+		return "timed out waiting for a batch";
+	case -ENOBUFS:
+		return "every batch slot is held: release batches first";
+	case -ESHUTDOWN:
+		return "the daemon stopped the stream";
+	case -EPIPE:
+		return "the daemon is gone";
+	case -EBADMSG:
+		return "corrupt data or malformed message";
+	case -EPROTO:
+		return "ring protocol violation";
+	case -ENODEV:
+		return "no such device";
+	default:
+		return err < 0 ? strerror(-err) : "unknown result";
+	}
+}

@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batchclient.h - libbatchclient: receive mini-batches from batchd.
+ *
+ * A trainer connects to the local batchd, opens a stream on a dataset and
+ * calls bc_next() in its training loop. Batches arrive in shared memory,
+ * already read, checked and decompressed; taking a ready batch costs no
+ * system call. Each batch stays valid until bc_release().
+ *
+ *     bc_client *c;
+ *     bc_stream *s;
+ *     bc_stream_opts o;
+ *     bc_batch *b;
+ *
+ *     bc_connect(NULL, &c);
+ *     bc_stream_opts_init(&o);
+ *     o.dataset = "imagenet/train";
+ *     o.batch_size = 256;
+ *     o.shuffle = BC_SHUFFLE_GLOBAL;
+ *     bc_open(c, &o, &s);
+ *     for (;;) {
+ *             int r = bc_next(s, &b, -1);
+ *             if (r == BC_EPOCH_END) { ... end of an epoch: the next call starts the next ... }
+ *             else if (r < 0) { ... bc_strerror(r), bc_stream_error(s) ... }
+ *             else { ... use bc_batch_data(b, &len) ...; bc_release(b); }
+ *     }
+ *
+ * Errors are negative errno values; bc_strerror() names them, and messages
+ * from the daemon are kept in bc_client_error() / bc_stream_error().
+ *
+ * Thread rules: a bc_client may be shared by threads (its socket is
+ * locked); a bc_stream and its batches belong to one thread at a time.
+ * Different streams may be used from different threads concurrently.
+ */
+#ifndef BATCHCLIENT_H
+#define BATCHCLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && defined(BATCHCLIENT_BUILDING)
+#define BC_API __attribute__((visibility("default")))
+#else
+#define BC_API
+#endif
+
+typedef struct bc_client bc_client;
+typedef struct bc_stream bc_stream;
+typedef struct bc_batch bc_batch;
+
+/* bc_next() result: the previous batch was the last of its epoch. */
+#define BC_EPOCH_END 1
+
+enum bc_shuffle {
+	BC_SHUFFLE_NONE = 0,    /* dataset order */
+	BC_SHUFFLE_GLOBAL = 1,  /* a full permutation per epoch */
+	BC_SHUFFLE_BLOCK = 2,   /* shuffled blocks, samples mixed within a window of blocks */
+};
+
+#define BC_HOST (-1)            /* placement: host memory */
+
+typedef struct bc_stream_opts {
+	uint32_t struct_size;   /* set by bc_stream_opts_init; lets the struct grow */
+	const char *dataset;    /* relative to a daemon root, or absolute under one */
+	uint32_t batch_size;    /* samples per batch, >= 1 */
+	enum bc_shuffle shuffle;
+	uint64_t seed;
+	uint64_t start_epoch;   /* resume: first epoch */
+	uint64_t start_batch;   /* resume: batches of start_epoch already consumed */
+	uint32_t rank, world;   /* data-parallel split; world >= 1 */
+	bool drop_last;         /* drop the uneven tail instead of padding by wrapping */
+	uint32_t prefetch;      /* batches staged ahead; 0 = the daemon's default */
+	uint32_t window;        /* BC_SHUFFLE_BLOCK: blocks per window; 0 = default */
+	int device;             /* BC_HOST, or a CUDA device ordinal */
+} bc_stream_opts;
+
+/* Defaults: batch_size 1, no shuffle, rank 0 of 1, host placement. */
+BC_API void bc_stream_opts_init(bc_stream_opts *o);
+
+/*
+ * Connect to batchd at socket_path, or, when NULL, at $BATCHD_SOCKET, else
+ * /run/batchd/batchd.sock if it exists, else $XDG_RUNTIME_DIR/batchd.sock.
+ * @return 0; -ENOENT / -ECONNREFUSED (no daemon there); -EPROTONOSUPPORT
+ * (no common protocol version); -ETIMEDOUT; -ENOMEM. On success *ret is
+ * the client; free it with bc_disconnect().
+ */
+BC_API int bc_connect(const char *socket_path, bc_client **ret);
+
+/* Close the connection. Streams must be closed first. NULL is fine. */
+BC_API void bc_disconnect(bc_client *c);
+
+/* The daemon's message for the last failed request on c ("" if none). */
+BC_API const char *bc_client_error(const bc_client *c);
+
+/*
+ * The daemon's status as a JSON object. @return 0 with *ret_json a
+ * NUL-terminated string the caller frees with free(), or negative errno.
+ */
+BC_API int bc_status(bc_client *c, char **ret_json);
+
+/*
+ * Open a stream. @return 0; the daemon's error (e.g. -ENOENT no such
+ * dataset, -EACCES outside the roots, -EBADMSG corrupt pack, -ENOMEM
+ * over the memory budget, -ENODEV no CUDA device, -EINVAL bad options)
+ * with its message in bc_client_error(); -EPIPE when the daemon is gone.
+ * On success *ret is the stream; close it with bc_close().
+ */
+BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
+
+/*
+ * Take the next batch, waiting up to timeout_ms (-1: forever, 0: do not
+ * wait). @return 0 with *ret set; BC_EPOCH_END once between the last batch
+ * of an epoch and the first of the next (nothing consumed); -ETIMEDOUT;
+ * a negative errno for a batch the daemon could not build (the stream
+ * moves past it; the reason is in bc_stream_error()); -ENOBUFS when every
+ * slot is held (release batches first); -ESHUTDOWN when the daemon stopped
+ * the stream; -EPIPE when the daemon is gone.
+ */
+BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
+
+/* Give a batch back; its memory is reused. @return 0, or -EINVAL if already released. */
+BC_API int bc_release(bc_batch *b);
+
+BC_API uint64_t bc_batch_epoch(const bc_batch *b);
+BC_API uint64_t bc_batch_index(const bc_batch *b);   /* within the epoch, for this rank */
+BC_API uint32_t bc_batch_count(const bc_batch *b);   /* samples */
+BC_API uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i);
+/* Sample i's bytes. @return 0, or -ERANGE when i >= count. */
+BC_API int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t *ret_len);
+/* All samples' bytes, contiguous in sample order (a dense tensor for fixed-size samples). */
+BC_API const void *bc_batch_data(const bc_batch *b, size_t *ret_len);
+
+/* The next batch bc_next() will return, as (epoch, batch): reopen there to resume. */
+BC_API void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch);
+BC_API uint64_t bc_stream_batches_per_epoch(const bc_stream *s);
+BC_API uint64_t bc_stream_samples(const bc_stream *s);       /* in the dataset */
+BC_API uint64_t bc_stream_fingerprint(const bc_stream *s);
+BC_API uint64_t bc_stream_max_sample(const bc_stream *s);
+/* Why the last batch failed, or why the stream stopped ("" if it did not). */
+BC_API const char *bc_stream_error(const bc_stream *s);
+
+/* Close a stream; unreleased batches become invalid. NULL is fine. @return 0 or negative errno. */
+BC_API int bc_close(bc_stream *s);
+
+/* A static description of a bc_* return value. */
+BC_API const char *bc_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.c - the shared decoded-block cache (see cache.h).
+ *
+ * An open-addressing-free design: a chained hash table sized to the number
+ * of blocks the budget can hold at the smallest size we bother to cache,
+ * plus an LRU list of unreferenced loaded entries. Everything under one
+ * mutex; the critical sections are a handful of pointer updates.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h"
+
+enum { LOADING, READY };
+
+struct bd_cache_entry {
+	bd_cache_key key;
+	uint64_t size;
+	uint8_t *data;
+	int state;
+	uint32_t refs;
+	void *waiters;
+	bd_cache_entry *hnext;          /* hash chain */
+	bd_cache_entry *lprev, *lnext;  /* LRU of idle READY entries */
+};
+
+struct bd_cache {
+	pthread_mutex_t mu;
+	uint64_t budget, bytes;
+	size_t link;
+	bd_cache_entry **table;
+	size_t nbuckets;
+	bd_cache_entry lru;             /* sentinel: lnext = least recently used */
+	bd_cache_stats st;
+};
+
+static void **link_of(bd_cache *c, void *w)
+{
+	return (void **)((char *)w + c->link);
+}
+
+static size_t bucket(const bd_cache *c, const bd_cache_key *k)
+{
+	uint64_t h = k->dataset * 0x9e3779b97f4a7c15ull;
+
+	h ^= k->shard * 0xbf58476d1ce4e5b9ull;
+	h ^= k->block * 0x94d049bb133111ebull;
+	h ^= h >> 31;
+	return (size_t)(h % c->nbuckets);
+}
+
+static bool key_eq(const bd_cache_key *a, const bd_cache_key *b)
+{
+	return a->dataset == b->dataset && a->shard == b->shard && a->block == b->block;
+}
+
+int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret)
+{
+	bd_cache *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return -ENOMEM;
+	c->budget = budget;
+	c->link = link_offset;
+	/* One bucket per 16 KiB of budget, at least 64. */
+	c->nbuckets = budget / 16384 > 64 ? (size_t)(budget / 16384) : 64;
+	c->table = calloc(c->nbuckets, sizeof(*c->table));
+	if (!c->table) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->lru.lnext = c->lru.lprev = &c->lru;
+	c->st.budget = budget;
+	pthread_mutex_init(&c->mu, NULL);
+	*ret = c;
+	return 0;
+}
+
+static void lru_unlink(bd_cache_entry *e)
+{
+	if (!e->lnext)
+		return;
+	e->lprev->lnext = e->lnext;
+	e->lnext->lprev = e->lprev;
+	e->lnext = e->lprev = NULL;
+}
+
+static void lru_push(bd_cache *c, bd_cache_entry *e)
+{
+	e->lprev = c->lru.lprev;
+	e->lnext = &c->lru;
+	c->lru.lprev->lnext = e;
+	c->lru.lprev = e;
+}
+
+static void table_remove(bd_cache *c, bd_cache_entry *e)
+{
+	for (bd_cache_entry **p = &c->table[bucket(c, &e->key)]; *p; p = &(*p)->hnext)
+		if (*p == e) {
+			*p = e->hnext;
+			return;
+		}
+}
+
+static void entry_destroy(bd_cache *c, bd_cache_entry *e)
+{
+	c->bytes -= e->size;
+	c->st.entries--;
+	free(e->data);
+	free(e);
+}
+
+void bd_cache_free(bd_cache *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nbuckets; i++)
+		while (c->table[i]) {
+			bd_cache_entry *e = c->table[i];
+
+			c->table[i] = e->hnext;
+			entry_destroy(c, e);
+		}
+	free(c->table);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+/* Evict idle entries, oldest first, until `size` more bytes fit. */
+static bool make_room(bd_cache *c, uint64_t size)
+{
+	while (c->bytes + size > c->budget && c->lru.lnext != &c->lru) {
+		bd_cache_entry *e = c->lru.lnext;
+
+		lru_unlink(e);
+		table_remove(c, e);
+		entry_destroy(c, e);
+		c->st.evictions++;
+	}
+	return c->bytes + size <= c->budget;
+}
+
+int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *waiter,
+		 bd_cache_entry **ret)
+{
+	bd_cache_entry *e;
+	size_t b;
+	int r;
+
+	if (!c->budget || size > c->budget / 4) {
+		pthread_mutex_lock(&c->mu);
+		c->st.bypasses++;
+		pthread_mutex_unlock(&c->mu);
+		return BD_CACHE_BYPASS;
+	}
+	pthread_mutex_lock(&c->mu);
+	b = bucket(c, key);
+	for (e = c->table[b]; e; e = e->hnext)
+		if (key_eq(&e->key, key))
+			break;
+	if (e && e->state == READY) {
+		lru_unlink(e);
+		e->refs++;
+		c->st.hits++;
+		*ret = e;
+		r = BD_CACHE_HIT;
+	} else if (e) {
+		*link_of(c, waiter) = e->waiters;
+		e->waiters = waiter;
+		c->st.waits++;
+		r = BD_CACHE_WAIT;
+	} else if (!make_room(c, size)) {
+		c->st.bypasses++;
+		r = BD_CACHE_BYPASS;
+	} else {
+		e = calloc(1, sizeof(*e));
+		if (e)
+			e->data = malloc(size ? size : 1);
+		if (!e || !e->data) {
+			free(e);
+			pthread_mutex_unlock(&c->mu);
+			return -ENOMEM;
+		}
+		e->key = *key;
+		e->size = size;
+		e->state = LOADING;
+		e->refs = 1;
+		e->hnext = c->table[b];
+		c->table[b] = e;
+		c->bytes += size;
+		c->st.entries++;
+		c->st.misses++;
+		*ret = e;
+		r = BD_CACHE_LOAD;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
+uint8_t *bd_cache_data(bd_cache_entry *e)
+{
+	return e->data;
+}
+
+void *bd_cache_loaded(bd_cache *c, bd_cache_entry *e)
+{
+	void *w;
+	uint32_t n = 0;
+
+	pthread_mutex_lock(&c->mu);
+	e->state = READY;
+	w = e->waiters;
+	e->waiters = NULL;
+	for (void *p = w; p; p = *link_of(c, p))
+		n++;
+	e->refs += n;
+	pthread_mutex_unlock(&c->mu);
+	return w;
+}
+
+void *bd_cache_failed(bd_cache *c, bd_cache_entry *e)
+{
+	void *w;
+
+	pthread_mutex_lock(&c->mu);
+	w = e->waiters;
+	e->waiters = NULL;
+	table_remove(c, e);
+	/* Only the loader held it: nobody else can see it now. */
+	entry_destroy(c, e);
+	pthread_mutex_unlock(&c->mu);
+	return w;
+}
+
+void bd_cache_put(bd_cache *c, bd_cache_entry *e)
+{
+	pthread_mutex_lock(&c->mu);
+	if (--e->refs == 0)
+		lru_push(c, e);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void bd_cache_get_stats(bd_cache *c, bd_cache_stats *ret)
+{
+	pthread_mutex_lock(&c->mu);
+	*ret = c->st;
+	ret->bytes = c->bytes;
+	pthread_mutex_unlock(&c->mu);
+}

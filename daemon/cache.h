@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.h - decoded blocks shared by every session and thread, within a
+ * byte budget.
+ *
+ * A batch that needs only part of a block (several samples per block, or
+ * block-shuffled reading that takes a few samples from each block of a
+ * window) would otherwise read and decompress the whole block again for
+ * every batch that touches it. The cache keeps recently decoded blocks,
+ * and makes concurrent requests for a block that is being loaded wait for
+ * that one load instead of starting their own: each block is read and
+ * decoded once per stay in the cache, whoever asks.
+ *
+ * Entries are reference-counted; only unreferenced, loaded entries are
+ * evicted, least recently used first. When even that cannot make room the
+ * caller decodes into private scratch memory instead (BD_CACHE_BYPASS).
+ *
+ * Thread rules: every function may be called from any thread; one mutex
+ * guards the table (held only for table updates, never for I/O or decode).
+ */
+#ifndef BATCHD_DAEMON_CACHE_H
+#define BATCHD_DAEMON_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct bd_cache bd_cache;
+typedef struct bd_cache_entry bd_cache_entry;
+
+enum bd_cache_result {
+	BD_CACHE_HIT,     /* *ret is loaded: copy from bd_cache_data(), then put */
+	BD_CACHE_LOAD,    /* *ret is new and yours to fill: bd_cache_loaded() or _failed() */
+	BD_CACHE_WAIT,    /* someone is loading it: `waiter` will be handed back by them */
+	BD_CACHE_BYPASS,  /* no room: load into your own memory, uncached */
+};
+
+typedef struct bd_cache_key {
+	uint64_t dataset;        /* bd_dataset uid: never reused, unlike a pointer */
+	uint64_t shard, block;
+} bd_cache_key;
+
+/*
+ * budget 0 disables caching (every get returns BYPASS). Waiters are chained
+ * through a `void *` at byte link_offset inside each waiter object.
+ */
+int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret);
+void bd_cache_free(bd_cache *c);
+
+/*
+ * Look up key (a block of `size` raw bytes). On WAIT, `waiter` is queued
+ * on the entry and returned by bd_cache_loaded()/_failed() of the loader.
+ * @return enum bd_cache_result; -ENOMEM.
+ */
+int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *waiter,
+		 bd_cache_entry **ret);
+
+uint8_t *bd_cache_data(bd_cache_entry *e);
+
+/*
+ * The loader finished filling e: it becomes a hit for everyone. @return the
+ * list of waiters (chained through link_offset), each holding a reference
+ * to e. The loader keeps its own reference.
+ */
+void *bd_cache_loaded(bd_cache *c, bd_cache_entry *e);
+
+/* The load failed: e is dropped; @return the waiters (holding no reference). */
+void *bd_cache_failed(bd_cache *c, bd_cache_entry *e);
+
+/* Drop a reference. */
+void bd_cache_put(bd_cache *c, bd_cache_entry *e);
+
+typedef struct bd_cache_stats {
+	uint64_t hits, misses, waits, bypasses, evictions, bytes, entries, budget;
+} bd_cache_stats;
+void bd_cache_get_stats(bd_cache *c, bd_cache_stats *ret);
+
+#endif

@@ -1,0 +1,1113 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.c - defaults, the configuration file and the command line (see
+ * config.h).
+ *
+ * inih does the INI syntax, but it is fed through our own line reader
+ * because three of its habits would turn a typo into a silently different
+ * configuration: a line longer than its buffer is split and the tail parsed
+ * as a line of its own; an indented line continues the previous key's value
+ * (so an indented `[io]` or `key = v` becomes a value); and anything after
+ * a section's `]` is ignored. The reader therefore hands inih one whole
+ * line at a time with leading blanks and comments removed, refuses lines
+ * that do not fit, checks section headers itself, and counts lines, so
+ * every message carries the line number whatever the inih version.
+ *
+ * A load builds the new values on the side and commits them only when the
+ * whole input is valid: a bad file (on SIGHUP, say) leaves the running
+ * configuration as it was.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+#include "config.h"
+#include "units.h"
+
+/* From the build as a flag (daemon/meson.build, tests/config.build.txt). */
+#ifndef BATCHD_VERSION
+#error "define BATCHD_VERSION (-DBATCHD_VERSION=\"x.y.z\")"
+#endif
+
+#define BD__QUOTE_MAX 80   /* bytes of a value shown in a message */
+
+/* ---- names ------------------------------------------------------------- */
+
+static const char *const bd__engine_names[] = {
+	[BD_CFG_IO_AUTO] = "auto",
+	[BD_CFG_IO_URING] = "io_uring",
+	[BD_CFG_IO_PREAD] = "pread",
+};
+
+static const char *const bd__direct_names[] = {
+	[BD_CFG_DIRECT_AUTO] = "auto",
+	[BD_CFG_DIRECT_ON] = "on",
+	[BD_CFG_DIRECT_OFF] = "off",
+};
+
+static const struct {
+	const char *name;
+	int level;
+} bd__levels[] = {
+	{ "err", LOG_ERR },
+	{ "warning", LOG_WARNING },
+	{ "notice", LOG_NOTICE },
+	{ "info", LOG_INFO },
+	{ "debug", LOG_DEBUG },
+};
+
+#define BD__N(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *bd_config_io_engine_name(bd_config_io_engine e)
+{
+	return (unsigned)e < BD__N(bd__engine_names) ? bd__engine_names[e] : "?";
+}
+
+const char *bd_config_direct_name(bd_config_direct d)
+{
+	return (unsigned)d < BD__N(bd__direct_names) ? bd__direct_names[d] : "?";
+}
+
+const char *bd_config_log_level_name(int level)
+{
+	for (size_t i = 0; i < BD__N(bd__levels); i++)
+		if (bd__levels[i].level == level)
+			return bd__levels[i].name;
+	return "?";
+}
+
+/* ---- messages ---------------------------------------------------------- */
+
+__attribute__((format(printf, 3, 4)))
+static void bd__msg(char *buf, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!buf || !len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf, len, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * s in single quotes, control bytes and quotes escaped, cut after
+ * BD__QUOTE_MAX bytes: values come from files and flags and are echoed to
+ * a terminal or the journal.
+ */
+static const char *bd__quote(char *buf, size_t len, const char *s)
+{
+	size_t o = 0, i;
+
+	buf[o++] = '\'';
+	for (i = 0; s[i] && i < BD__QUOTE_MAX && o + 8 < len; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if (ch < 0x20 || ch == 0x7f || ch == '\'' || ch == '\\')
+			o += (size_t)snprintf(buf + o, len - o, "\\x%02x", ch);
+		else
+			buf[o++] = (char)ch;
+	}
+	if (s[i])
+		o += (size_t)snprintf(buf + o, len - o, "...");
+	buf[o++] = '\'';
+	buf[o] = '\0';
+	return buf;
+}
+
+#define BD__QBUF (BD__QUOTE_MAX * 4 + 8)
+
+/* ---- values ------------------------------------------------------------ */
+
+/*
+ * Each parser takes a value as written (file or flag), stores it in *ret
+ * only when valid, and otherwise writes "'VALUE' is ... (allowed ...)"
+ * into what. @return 0, -EINVAL, -ENOMEM (roots).
+ */
+
+static int bd__parse_uint(const char *v, unsigned min, unsigned max, unsigned *ret,
+			  char *what, size_t wlen)
+{
+	char q[BD__QBUF];
+	uint64_t n = 0;
+	const char *p = v;
+
+	if (*p < '0' || *p > '9')
+		goto not_number;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		n = n * 10 + (uint64_t)(*p - '0');
+		if (n > UINT_MAX)
+			break;   /* out of range; keep scanning for junk below */
+	}
+	while (*p >= '0' && *p <= '9')
+		p++;
+	if (*p)
+		goto not_number;
+	if (n < min || n > max) {
+		bd__msg(what, wlen, "%s is out of range (allowed %u..%u)",
+			bd__quote(q, sizeof(q), v), min, max);
+		return -EINVAL;
+	}
+	*ret = (unsigned)n;
+	return 0;
+
+not_number:
+	bd__msg(what, wlen, "%s is not a whole number (allowed %u..%u)",
+		bd__quote(q, sizeof(q), v), min, max);
+	return -EINVAL;
+}
+
+static int bd__parse_budget(const char *v, uint64_t *ret, char *what, size_t wlen)
+{
+	char q[BD__QBUF];
+	uint64_t n;
+	int r;
+
+	r = bp_parse_size(v, &n);
+	if (r == -ERANGE) {
+		bd__msg(what, wlen, "%s is too large", bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	if (r < 0) {
+		bd__msg(what, wlen, "%s is not a size (a number with an optional K, M, G or T suffix, e.g. 512M, 4G)",
+			bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	if (n < BD_CONFIG_MIN_BUDGET) {
+		bd__msg(what, wlen, "%s is below the minimum of 16M", bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	*ret = n;
+	return 0;
+}
+
+static int bd__parse_name(const char *v, const char *const *names, size_t n, int *ret,
+			  const char *allowed, char *what, size_t wlen)
+{
+	char q[BD__QBUF];
+
+	for (size_t i = 0; i < n; i++) {
+		if (!strcmp(v, names[i])) {
+			*ret = (int)i;
+			return 0;
+		}
+	}
+	bd__msg(what, wlen, "%s is not one of %s", bd__quote(q, sizeof(q), v), allowed);
+	return -EINVAL;
+}
+
+static int bd__parse_engine(const char *v, bd_config_io_engine *ret, char *what, size_t wlen)
+{
+	int i = 0, r;
+
+	r = bd__parse_name(v, bd__engine_names, BD__N(bd__engine_names), &i,
+			   "auto, io_uring, pread", what, wlen);
+	if (r == 0)
+		*ret = (bd_config_io_engine)i;
+	return r;
+}
+
+static int bd__parse_direct(const char *v, bd_config_direct *ret, char *what, size_t wlen)
+{
+	int i = 0, r;
+
+	r = bd__parse_name(v, bd__direct_names, BD__N(bd__direct_names), &i,
+			   "auto, on, off", what, wlen);
+	if (r == 0)
+		*ret = (bd_config_direct)i;
+	return r;
+}
+
+static int bd__parse_log_level(const char *v, int *ret, char *what, size_t wlen)
+{
+	char q[BD__QBUF];
+
+	for (size_t i = 0; i < BD__N(bd__levels); i++) {
+		if (!strcmp(v, bd__levels[i].name)) {
+			*ret = bd__levels[i].level;
+			return 0;
+		}
+	}
+	bd__msg(what, wlen, "%s is not one of err, warning, notice, info, debug",
+		bd__quote(q, sizeof(q), v));
+	return -EINVAL;
+}
+
+/* The socket path as given; it must fit sockaddr_un's sun_path with its NUL. */
+static int bd__check_socket(const char *v, char *what, size_t wlen)
+{
+	char q[BD__QBUF];
+	size_t n = strlen(v);
+
+	if (v[0] != '/') {
+		bd__msg(what, wlen, "%s is not an absolute path", bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	if (v[n - 1] == '/') {
+		bd__msg(what, wlen, "%s names a directory, not a socket", bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	if (n > BD_CONFIG_SOCKET_MAX) {
+		bd__msg(what, wlen, "%s is %zu bytes long; a Unix socket path holds at most %u",
+			bd__quote(q, sizeof(q), v), n, BD_CONFIG_SOCKET_MAX);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * An absolute path with repeated and trailing slashes removed ("/" stays
+ * "/"). "." and ".." are refused rather than resolved: lexical ".." is
+ * wrong across symlinks, and roots are compared as prefixes.
+ */
+static int bd__normalize_root(const char *v, char **ret, char *what, size_t wlen)
+{
+	char q[BD__QBUF];
+	size_t n = strlen(v), o = 0;
+	char *out;
+
+	if (v[0] != '/') {
+		bd__msg(what, wlen, "%s is not an absolute path", bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	if (n >= PATH_MAX) {
+		bd__msg(what, wlen, "%s is longer than %d bytes", bd__quote(q, sizeof(q), v),
+			PATH_MAX - 1);
+		return -EINVAL;
+	}
+	out = malloc(n + 1);
+	if (!out) {
+		bd__msg(what, wlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (const char *p = v; *p;) {
+		size_t seg;
+
+		while (*p == '/')
+			p++;
+		seg = strcspn(p, "/");
+		if (!seg)
+			break;
+		if ((seg == 1 && p[0] == '.') || (seg == 2 && p[0] == '.' && p[1] == '.')) {
+			bd__msg(what, wlen, "%s has a '.' or '..' component (write the path without them)",
+				bd__quote(q, sizeof(q), v));
+			free(out);
+			return -EINVAL;
+		}
+		out[o++] = '/';
+		memcpy(out + o, p, seg);
+		o += seg;
+		p += seg;
+	}
+	if (!o)
+		out[o++] = '/';
+	out[o] = '\0';
+	*ret = out;
+	return 0;
+}
+
+/* Append an owned root, dropping duplicates. Takes ownership either way. */
+static int bd__roots_add(char ***roots, size_t *n, char *root, char *what, size_t wlen)
+{
+	char **grown;
+
+	for (size_t i = 0; i < *n; i++) {
+		if (!strcmp((*roots)[i], root)) {
+			free(root);
+			return 0;
+		}
+	}
+	if (*n >= BD_CONFIG_MAX_ROOTS) {
+		bd__msg(what, wlen, "more than %u roots", BD_CONFIG_MAX_ROOTS);
+		free(root);
+		return -EINVAL;
+	}
+	grown = realloc(*roots, (*n + 1) * sizeof(**roots));
+	if (!grown) {
+		bd__msg(what, wlen, "out of memory");
+		free(root);
+		return -ENOMEM;
+	}
+	grown[(*n)++] = root;
+	*roots = grown;
+	return 0;
+}
+
+static void bd__roots_free(char **roots, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(roots[i]);
+	free(roots);
+}
+
+static unsigned bd__usable_cpus(void)
+{
+	cpu_set_t set;
+	long n = -1;
+
+	/* The affinity mask, not the machine: containers and cpusets shrink it. */
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		n = CPU_COUNT(&set);
+	if (n <= 0)
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+	if (n <= 0)
+		n = 1;
+	return n > (long)BD_CONFIG_MAX_DECODE_THR ? BD_CONFIG_MAX_DECODE_THR : (unsigned)n;
+}
+
+/* ---- init / free ------------------------------------------------------- */
+
+void bd_config_init(bd_config *c)
+{
+	*c = (bd_config){
+		.socket = NULL,
+		.log_level = BD_CONFIG_DEFAULT_LOG_LEVEL,
+		.roots = NULL,
+		.nroots = 0,
+		.memory_budget = BD_CONFIG_DEFAULT_BUDGET,
+		.io_engine = BD_CFG_IO_AUTO,
+		.direct = BD_CFG_DIRECT_AUTO,
+		.queue_depth = BD_CONFIG_DEFAULT_QD,
+		.io_threads = BD_CONFIG_DEFAULT_IO_THR,
+		.decode_threads = 0,
+		.prefetch = BD_CONFIG_DEFAULT_PREFETCH,
+		.max_prefetch = BD_CONFIG_DEFAULT_MAX_PF,
+	};
+}
+
+void bd_config_free(bd_config *c)
+{
+	if (!c)
+		return;
+	free(c->socket);
+	bd__roots_free(c->roots, c->nroots);
+	*c = (bd_config){ 0 };
+}
+
+/*
+ * Make next (built from c's scalars plus new allocations) the
+ * configuration: next's socket and roots win when set, else c's are kept.
+ * Cannot fail.
+ */
+static void bd__commit(bd_config *c, bd_config *next)
+{
+	if (next->socket)
+		free(c->socket);
+	else
+		next->socket = c->socket;
+	if (next->nroots) {
+		bd__roots_free(c->roots, c->nroots);
+	} else {
+		free(next->roots);
+		next->roots = c->roots;
+		next->nroots = c->nroots;
+	}
+	if (!next->decode_threads)
+		next->decode_threads = bd__usable_cpus();
+	*c = *next;
+}
+
+/* c's scalars, none of its allocations. */
+static bd_config bd__scalars(const bd_config *c)
+{
+	bd_config s = *c;
+
+	s.socket = NULL;
+	s.roots = NULL;
+	s.nroots = 0;
+	return s;
+}
+
+/* ---- the file ---------------------------------------------------------- */
+
+enum bd__key_id {
+	BD__KEY_SOCKET,
+	BD__KEY_LOG_LEVEL,
+	BD__KEY_ROOT,
+	BD__KEY_BUDGET,
+	BD__KEY_ENGINE,
+	BD__KEY_DIRECT,
+	BD__KEY_QUEUE_DEPTH,
+	BD__KEY_IO_THREADS,
+	BD__KEY_DECODE_THREADS,
+	BD__KEY_PREFETCH,
+	BD__KEY_MAX_PREFETCH,
+};
+
+static const struct bd__key {
+	const char *section;
+	const char *name;
+	enum bd__key_id id;
+	unsigned min, max;   /* whole-number keys */
+} bd__keys[] = {
+	{ "daemon", "socket", BD__KEY_SOCKET, 0, 0 },
+	{ "daemon", "log_level", BD__KEY_LOG_LEVEL, 0, 0 },
+	{ "datasets", "root", BD__KEY_ROOT, 0, 0 },
+	{ "memory", "budget", BD__KEY_BUDGET, 0, 0 },
+	{ "io", "engine", BD__KEY_ENGINE, 0, 0 },
+	{ "io", "direct", BD__KEY_DIRECT, 0, 0 },
+	{ "io", "queue_depth", BD__KEY_QUEUE_DEPTH, 1, BD_CONFIG_MAX_QD },
+	{ "io", "threads", BD__KEY_IO_THREADS, 1, BD_CONFIG_MAX_IO_THR },
+	{ "decode", "threads", BD__KEY_DECODE_THREADS, 0, BD_CONFIG_MAX_DECODE_THR },
+	{ "session", "prefetch", BD__KEY_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
+	{ "session", "max_prefetch", BD__KEY_MAX_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
+};
+
+static bool bd__section_known(const char *section)
+{
+	for (size_t i = 0; i < BD__N(bd__keys); i++)
+		if (!strcmp(bd__keys[i].section, section))
+			return true;
+	return false;
+}
+
+static const struct bd__key *bd__key_find(const char *section, const char *name)
+{
+	for (size_t i = 0; i < BD__N(bd__keys); i++)
+		if (!strcmp(bd__keys[i].section, section) && !strcmp(bd__keys[i].name, name))
+			return &bd__keys[i];
+	return NULL;
+}
+
+/* "[daemon] [datasets] ..." or "engine, direct, ..." for section. */
+static void bd__known_list(char *buf, size_t len, const char *section)
+{
+	size_t o = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < BD__N(bd__keys) && o < len; i++) {
+		const struct bd__key *k = &bd__keys[i];
+		int n;
+
+		if (section && strcmp(k->section, section))
+			continue;
+		if (!section && i && !strcmp(k->section, bd__keys[i - 1].section))
+			continue;
+		if (section)
+			n = snprintf(buf + o, len - o, "%s%s", o ? ", " : "", k->name);
+		else
+			n = snprintf(buf + o, len - o, "%s[%s]", o ? " " : "", k->section);
+		if (n < 0)
+			break;
+		o += (size_t)n;
+	}
+}
+
+static unsigned *bd__uint_field(bd_config *c, enum bd__key_id id)
+{
+	switch (id) {
+	case BD__KEY_QUEUE_DEPTH:
+		return &c->queue_depth;
+	case BD__KEY_IO_THREADS:
+		return &c->io_threads;
+	case BD__KEY_DECODE_THREADS:
+		return &c->decode_threads;
+	case BD__KEY_PREFETCH:
+		return &c->prefetch;
+	case BD__KEY_MAX_PREFETCH:
+		return &c->max_prefetch;
+	default:
+		return NULL;
+	}
+}
+
+/* Set one key of next from its value. @return 0, -EINVAL, -ENOMEM. */
+static int bd__apply(bd_config *next, const struct bd__key *k, const char *v,
+		     char *what, size_t wlen)
+{
+	char *s;
+	int r;
+
+	switch (k->id) {
+	case BD__KEY_SOCKET:
+		r = bd__check_socket(v, what, wlen);
+		if (r < 0)
+			return r;
+		s = strdup(v);
+		if (!s) {
+			bd__msg(what, wlen, "out of memory");
+			return -ENOMEM;
+		}
+		free(next->socket);
+		next->socket = s;
+		return 0;
+	case BD__KEY_LOG_LEVEL:
+		return bd__parse_log_level(v, &next->log_level, what, wlen);
+	case BD__KEY_ROOT:
+		r = bd__normalize_root(v, &s, what, wlen);
+		if (r < 0)
+			return r;
+		return bd__roots_add(&next->roots, &next->nroots, s, what, wlen);
+	case BD__KEY_BUDGET:
+		return bd__parse_budget(v, &next->memory_budget, what, wlen);
+	case BD__KEY_ENGINE:
+		return bd__parse_engine(v, &next->io_engine, what, wlen);
+	case BD__KEY_DIRECT:
+		return bd__parse_direct(v, &next->direct, what, wlen);
+	default:
+		return bd__parse_uint(v, k->min, k->max, bd__uint_field(next, k->id), what, wlen);
+	}
+}
+
+struct bd__load {
+	const char *name;       /* for messages */
+	const char *text;
+	size_t len, pos;
+	int lineno;             /* of the line last handed to inih */
+	bd_config next;
+	int prefetch_line, max_prefetch_line;
+	int err_line;           /* first error (0: none yet) */
+	int err_errno;
+	char *err;
+	size_t errlen;
+};
+
+__attribute__((format(printf, 3, 4)))
+static void bd__load_fail(struct bd__load *l, int r, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (l->err_line)
+		return;   /* only the first error is reported */
+	l->err_line = l->lineno;
+	l->err_errno = r;
+	if (!l->err || !l->errlen)
+		return;
+	if (r == -ENOMEM) {
+		bd__msg(l->err, l->errlen, "%s: out of memory", l->name);
+		return;
+	}
+	n = snprintf(l->err, l->errlen, "%s:%d: ", l->name, l->lineno);
+	if (n < 0 || (size_t)n >= l->errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(l->err + n, l->errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+}
+
+static bool bd__blank(char ch)
+{
+	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
+}
+
+/* End of the line's content: before a comment (';' or '#' at the start or after a blank). */
+static const char *bd__content_end(const char *p, const char *end)
+{
+	for (const char *s = p; s < end; s++)
+		if ((*s == ';' || *s == '#') && (s == p || bd__blank(s[-1])))
+			return s;
+	return end;
+}
+
+/* p..end is a "[...]" line without comments or outer blanks. */
+static int bd__check_header(struct bd__load *l, const char *p, const char *end)
+{
+	const char *rb = memchr(p, ']', (size_t)(end - p));
+	char name[64], q[BD__QBUF], known[128];
+	size_t n;
+
+	if (!rb)
+		return 0;   /* no ']': inih reports the syntax error */
+	if (rb + 1 != end) {
+		bd__load_fail(l, -EINVAL, "text after ']' in a section header");
+		return -EINVAL;
+	}
+	n = (size_t)(rb - p - 1);
+	if (n >= sizeof(name))
+		n = sizeof(name) - 1;
+	memcpy(name, p + 1, n);
+	name[n] = '\0';
+	if (!bd__section_known(name)) {
+		bd__known_list(known, sizeof(known), NULL);
+		bd__load_fail(l, -EINVAL, "unknown section %s (known: %s)",
+			      bd__quote(q, sizeof(q), name), known);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/*
+ * inih's fgets-style reader: one whole line per call, cleaned (see the top
+ * of this file), or NULL at the end or once an error is recorded, which
+ * stops the parse there.
+ */
+static char *bd__ini_reader(char *str, int num, void *stream)
+{
+	struct bd__load *l = stream;
+	const char *p, *end, *nl;
+	size_t n;
+
+	if (l->err_line || l->pos >= l->len)
+		return NULL;
+	p = l->text + l->pos;
+	nl = memchr(p, '\n', l->len - l->pos);
+	end = nl ? nl : l->text + l->len;
+	l->pos = (size_t)(end - l->text) + (nl ? 1 : 0);
+	l->lineno++;
+
+	if (memchr(p, '\0', (size_t)(end - p))) {
+		bd__load_fail(l, -EINVAL, "NUL byte in line");
+		return NULL;
+	}
+	if (l->lineno == 1 && end - p >= 3 && !memcmp(p, "\xef\xbb\xbf", 3))
+		p += 3;   /* UTF-8 byte order mark */
+	while (p < end && bd__blank(*p))
+		p++;
+	end = bd__content_end(p, end);
+	while (end > p && bd__blank(end[-1]))
+		end--;
+	if (p < end && *p == '[' && bd__check_header(l, p, end) < 0)
+		return NULL;
+
+	n = (size_t)(end - p);
+	if (num < 2 || n > (size_t)num - 2) {
+		bd__load_fail(l, -EINVAL, "line is %zu characters long (at most %d, not counting blanks and comments)",
+			      n, num < 2 ? 0 : num - 2);
+		return NULL;
+	}
+	memcpy(str, p, n);
+	str[n] = '\n';
+	str[n + 1] = '\0';
+	return str;
+}
+
+static int bd__ini_handle(struct bd__load *l, const char *section, const char *name,
+			  const char *value)
+{
+	char what[512], q[BD__QBUF], known[128];
+	const struct bd__key *k;
+	int r;
+
+	if (l->err_line)
+		return 0;
+	if (!*section) {
+		bd__load_fail(l, -EINVAL, "%s is outside any section",
+			      bd__quote(q, sizeof(q), name));
+		return 0;
+	}
+	k = bd__key_find(section, name);
+	if (!k) {
+		if (!bd__section_known(section)) {
+			/* Headers are checked by the reader; this is a fallback. */
+			bd__known_list(known, sizeof(known), NULL);
+			bd__load_fail(l, -EINVAL, "unknown section %s (known: %s)",
+				      bd__quote(q, sizeof(q), section), known);
+		} else {
+			bd__known_list(known, sizeof(known), section);
+			bd__load_fail(l, -EINVAL, "unknown key %s in [%s] (known: %s)",
+				      bd__quote(q, sizeof(q), name), section, known);
+		}
+		return 0;
+	}
+	r = bd__apply(&l->next, k, value, what, sizeof(what));
+	if (r < 0) {
+		bd__load_fail(l, r, "[%s] %s: %s", k->section, k->name, what);
+		return 0;
+	}
+	if (k->id == BD__KEY_PREFETCH)
+		l->prefetch_line = l->lineno;
+	else if (k->id == BD__KEY_MAX_PREFETCH)
+		l->max_prefetch_line = l->lineno;
+	return 1;
+}
+
+#if INI_HANDLER_LINENO
+static int bd__ini_handler(void *user, const char *section, const char *name,
+			   const char *value, int lineno)
+{
+	(void)lineno;   /* ours counts the lines inih was actually given */
+	return bd__ini_handle(user, section, name, value);
+}
+#else
+static int bd__ini_handler(void *user, const char *section, const char *name,
+			   const char *value)
+{
+	return bd__ini_handle(user, section, name, value);
+}
+#endif
+
+/* Checks across keys, once the whole file is read. */
+static void bd__load_check(struct bd__load *l)
+{
+	const bd_config *n = &l->next;
+
+	if (n->prefetch <= n->max_prefetch)
+		return;
+	/* Blame the later of the two lines; the file set at least one of them. */
+	if (l->prefetch_line || l->max_prefetch_line)
+		l->lineno = l->prefetch_line > l->max_prefetch_line ? l->prefetch_line
+								    : l->max_prefetch_line;
+	bd__load_fail(l, -EINVAL, "[session] prefetch = %u is above max_prefetch = %u",
+		      n->prefetch, n->max_prefetch);
+}
+
+int bd_config_load_string(bd_config *c, const char *name, const char *text, size_t len,
+			  char *err, size_t errlen)
+{
+	struct bd__load l = {
+		.name = name,
+		.text = text,
+		.len = len,
+		.err = err,
+		.errlen = errlen,
+	};
+	int r;
+
+	if (len > BD_CONFIG_MAX_FILE) {
+		bd__msg(err, errlen, "%s: larger than %llu bytes", name,
+			(unsigned long long)BD_CONFIG_MAX_FILE);
+		return -EFBIG;
+	}
+	l.next = bd__scalars(c);
+	r = ini_parse_stream(bd__ini_reader, &l, bd__ini_handler, &l);
+	if (r == -2) {
+		bd_config_free(&l.next);
+		bd__msg(err, errlen, "%s: out of memory", name);
+		return -ENOMEM;
+	}
+	/*
+	 * inih returns the first line it rejected; a syntax error it found
+	 * before our first error wins.
+	 */
+	if (r > 0 && (!l.err_line || r < l.err_line)) {
+		l.err_line = 0;
+		l.lineno = r;
+		bd__load_fail(&l, -EINVAL, "expected '[section]' or 'key = value'");
+	}
+	if (!l.err_line)
+		bd__load_check(&l);
+	if (l.err_line) {
+		bd_config_free(&l.next);
+		return l.err_errno;
+	}
+	bd__commit(c, &l.next);
+	return 0;
+}
+
+/* The whole file, up to BD_CONFIG_MAX_FILE + 1 bytes. Caller frees *ret. */
+static int bd__read_file(const char *path, char **ret, size_t *ret_len)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = NULL, *grown;
+	int fd, r = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	for (;;) {
+		ssize_t n;
+
+		if (!buf || len == cap) {
+			if (buf)
+				cap *= 2;
+			grown = realloc(buf, cap);
+			if (!grown) {
+				r = -ENOMEM;
+				break;
+			}
+			buf = grown;
+		}
+		n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > BD_CONFIG_MAX_FILE)
+			break;   /* enough to know it is too big */
+	}
+	close(fd);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
+	*ret = buf;
+	*ret_len = len;
+	return 0;
+}
+
+int bd_config_load_file(bd_config *c, const char *path, char *err, size_t errlen)
+{
+	size_t len = 0;
+	char *text = NULL;
+	int r;
+
+	r = bd__read_file(path, &text, &len);
+	if (r < 0) {
+		bd__msg(err, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	r = bd_config_load_string(c, path, text, len, err, errlen);
+	free(text);
+	return r;
+}
+
+/* ---- the command line -------------------------------------------------- */
+
+enum {
+	BD__OPT_SOCKET = 0x100,
+	BD__OPT_ROOT,
+	BD__OPT_MEMORY,
+	BD__OPT_IO_ENGINE,
+	BD__OPT_DIRECT,
+	BD__OPT_LOG_LEVEL,
+};
+
+static const struct option bd__options[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "socket", required_argument, NULL, BD__OPT_SOCKET },
+	{ "root", required_argument, NULL, BD__OPT_ROOT },
+	{ "memory", required_argument, NULL, BD__OPT_MEMORY },
+	{ "io-engine", required_argument, NULL, BD__OPT_IO_ENGINE },
+	{ "direct", required_argument, NULL, BD__OPT_DIRECT },
+	{ "log-level", required_argument, NULL, BD__OPT_LOG_LEVEL },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char bd__usage[] =
+	"Usage: batchd [OPTION]...\n"
+	"Plan, read, decompress and stage training batches for local trainers.\n"
+	"\n"
+	"  -c, --config FILE       read FILE first; the options below override it\n"
+	"      --socket PATH       control socket (default: $RUNTIME_DIRECTORY/batchd.sock,\n"
+	"                          else /run/batchd/batchd.sock as root,\n"
+	"                          else $XDG_RUNTIME_DIR/batchd.sock)\n"
+	"      --root DIR          serve datasets below DIR (absolute); repeat for more;\n"
+	"                          replaces the roots of the file\n"
+	"      --memory SIZE       memory budget, e.g. 512M, 4G (at least 16M)\n"
+	"      --io-engine ENGINE  auto, io_uring or pread\n"
+	"      --direct MODE       O_DIRECT reads: auto, on or off\n"
+	"      --log-level LEVEL   err, warning, notice, info or debug\n"
+	"  -h, --help              show this help and exit\n"
+	"  -V, --version           show the version and exit\n";
+
+/* Flags seen, validated, not yet applied. */
+struct bd__flags {
+	const char *config;
+	char *socket;
+	char **roots;
+	size_t nroots;
+	bool budget_set, engine_set, direct_set, level_set;
+	uint64_t budget;
+	bd_config_io_engine engine;
+	bd_config_direct direct;
+	int level;
+};
+
+static void bd__flags_free(struct bd__flags *f)
+{
+	free(f->socket);
+	bd__roots_free(f->roots, f->nroots);
+}
+
+static const char *bd__opt_name(int val)
+{
+	switch (val) {
+	case 'c':
+		return "-c";
+	case 'h':
+		return "--help";
+	case 'V':
+		return "--version";
+	case BD__OPT_SOCKET:
+		return "--socket";
+	case BD__OPT_ROOT:
+		return "--root";
+	case BD__OPT_MEMORY:
+		return "--memory";
+	case BD__OPT_IO_ENGINE:
+		return "--io-engine";
+	case BD__OPT_DIRECT:
+		return "--direct";
+	case BD__OPT_LOG_LEVEL:
+		return "--log-level";
+	default:
+		return NULL;
+	}
+}
+
+/* Validate one flag's argument into f. @return 0, -EINVAL, -ENOMEM. */
+static int bd__flag(struct bd__flags *f, int opt, const char *arg, char *what, size_t wlen)
+{
+	char *s;
+	int r;
+
+	switch (opt) {
+	case 'c':
+		f->config = arg;
+		return 0;
+	case BD__OPT_SOCKET:
+		r = bd__check_socket(arg, what, wlen);
+		if (r < 0)
+			return r;
+		s = strdup(arg);
+		if (!s) {
+			bd__msg(what, wlen, "out of memory");
+			return -ENOMEM;
+		}
+		free(f->socket);
+		f->socket = s;
+		return 0;
+	case BD__OPT_ROOT:
+		r = bd__normalize_root(arg, &s, what, wlen);
+		if (r < 0)
+			return r;
+		return bd__roots_add(&f->roots, &f->nroots, s, what, wlen);
+	case BD__OPT_MEMORY:
+		f->budget_set = true;
+		return bd__parse_budget(arg, &f->budget, what, wlen);
+	case BD__OPT_IO_ENGINE:
+		f->engine_set = true;
+		return bd__parse_engine(arg, &f->engine, what, wlen);
+	case BD__OPT_DIRECT:
+		f->direct_set = true;
+		return bd__parse_direct(arg, &f->direct, what, wlen);
+	case BD__OPT_LOG_LEVEL:
+		f->level_set = true;
+		return bd__parse_log_level(arg, &f->level, what, wlen);
+	default:
+		return -EINVAL;
+	}
+}
+
+/* Fold validated flags into c; moves f's allocations. Cannot fail. */
+static void bd__flags_apply(struct bd__flags *f, bd_config *c)
+{
+	bd_config next = bd__scalars(c);
+
+	next.socket = f->socket;
+	next.roots = f->roots;
+	next.nroots = f->nroots;
+	f->socket = NULL;
+	f->roots = NULL;
+	f->nroots = 0;
+	if (f->budget_set)
+		next.memory_budget = f->budget;
+	if (f->engine_set)
+		next.io_engine = f->engine;
+	if (f->direct_set)
+		next.direct = f->direct;
+	if (f->level_set)
+		next.log_level = f->level;
+	bd__commit(c, &next);
+}
+
+int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+	struct bd__flags f = { 0 };
+	char what[512];
+	const char *flag;
+	int opt, r = 0;
+
+	/* Fresh getopt state (GNU: optind 0 reinitializes); our own messages. */
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "+:c:hV", bd__options, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+			fputs(bd__usage, stdout);
+			r = 1;
+			goto out;
+		case 'V':
+			printf("batchd %s\n", BATCHD_VERSION);
+			r = 1;
+			goto out;
+		case ':':
+			flag = bd__opt_name(optopt);
+			bd__msg(err, errlen, "%s: needs an argument", flag ? flag : argv[optind - 1]);
+			r = -EINVAL;
+			goto out;
+		case '?':
+			flag = optopt ? bd__opt_name(optopt) : NULL;
+			if (flag)
+				bd__msg(err, errlen, "%s: takes no argument", flag);
+			else if (optopt)
+				bd__msg(err, errlen, "unknown option '-%c' (see --help)", optopt);
+			else
+				bd__msg(err, errlen, "unknown option '%s' (see --help)",
+					argv[optind - 1]);
+			r = -EINVAL;
+			goto out;
+		default:
+			r = bd__flag(&f, opt, optarg, what, sizeof(what));
+			if (r < 0) {
+				bd__msg(err, errlen, "%s: %s", bd__opt_name(opt), what);
+				goto out;
+			}
+		}
+	}
+	if (optind < argc) {
+		char q[BD__QBUF];
+
+		bd__msg(err, errlen, "unexpected argument %s (see --help)",
+			bd__quote(q, sizeof(q), argv[optind]));
+		r = -EINVAL;
+		goto out;
+	}
+	if (f.config) {
+		r = bd_config_load_file(c, f.config, err, errlen);
+		if (r < 0)
+			goto out;
+	}
+	bd__flags_apply(&f, c);
+out:
+	bd__flags_free(&f);
+	return r;
+}
+
+/* ---- default socket ---------------------------------------------------- */
+
+/* dir (n bytes, trailing slashes dropped) + "/batchd.sock" into buf. */
+static int bd__socket_in(char *buf, size_t len, const char *dir, size_t n)
+{
+	static const char leaf[] = "/batchd.sock";
+	size_t total;
+
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	if (n == 1)
+		n = 0;   /* "/" */
+	total = n + sizeof(leaf) - 1;
+	if (total > BD_CONFIG_SOCKET_MAX)
+		return -ENAMETOOLONG;
+	if (total >= len)
+		return -ENOBUFS;
+	memcpy(buf, dir, n);
+	memcpy(buf + n, leaf, sizeof(leaf));
+	return 0;
+}
+
+int bd_config_default_socket(char *buf, size_t len)
+{
+	const char *dir;
+
+	/* secure_getenv: a setuid or file-capability batchd ignores these. */
+	dir = secure_getenv("RUNTIME_DIRECTORY");
+	if (dir && dir[0] == '/')
+		return bd__socket_in(buf, len, dir, strcspn(dir, ":"));
+	if (geteuid() == 0)
+		return bd__socket_in(buf, len, "/run/batchd", strlen("/run/batchd"));
+	dir = secure_getenv("XDG_RUNTIME_DIR");
+	if (dir && dir[0] == '/')
+		return bd__socket_in(buf, len, dir, strlen(dir));
+	return -ENOENT;
+}

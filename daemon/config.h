@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config.h - batchd's settings: defaults, the configuration file, the
+ * command line.
+ *
+ * Every tunable of the daemon lives in one plain struct so the rest of the
+ * daemon reads settings, never parses them. The file (INI, parsed with
+ * inih) is read first and command-line flags override it, so a unit file
+ * can carry the site's configuration while an operator tries one change
+ * from a shell. Everything is validated here, once, with messages that
+ * name the file and line (or the flag), the value and what is allowed:
+ * the daemon refuses to start on a bad setting instead of guessing.
+ *
+ * File syntax (see conf/batchd.conf): `[section]` headers, `key = value`
+ * lines, keys case-sensitive lower-case, surrounding blanks ignored, a
+ * repeated key overrides the earlier one (except [datasets] root, which
+ * accumulates). Comments: whole lines starting with ';' or '#', and
+ * inline after a blank (`queue_depth = 64  # note`). Indentation is
+ * cosmetic: there are no continuation lines. A line may hold at most
+ * BD_CONFIG_MAX_LINE characters once leading blanks and comments are
+ * removed (inih's fixed line buffer); longer lines are refused, never
+ * split.
+ *
+ * Threads: none of these functions keeps state between calls, but
+ * bd_config_from_args() uses getopt (process-global state) and
+ * bd_config_default_socket() reads the environment: call those from the
+ * main thread while no other thread runs setenv() or getopt(). A
+ * bd_config is owned by the thread that built it (the loop thread once the
+ * daemon runs; SIGHUP builds a fresh one there and swaps it in).
+ */
+#ifndef BATCHD_DAEMON_CONFIG_H
+#define BATCHD_DAEMON_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* [io] engine. */
+typedef enum bd_config_io_engine {
+	BD_CFG_IO_AUTO = 0,     /* io_uring when it works here, else pread */
+	BD_CFG_IO_URING,        /* io_uring; the daemon may still fall back */
+	BD_CFG_IO_PREAD,        /* pread thread pool */
+} bd_config_io_engine;
+
+/* [io] direct: O_DIRECT reads. */
+typedef enum bd_config_direct {
+	BD_CFG_DIRECT_AUTO = 0, /* O_DIRECT where the filesystem supports it */
+	BD_CFG_DIRECT_ON,
+	BD_CFG_DIRECT_OFF,
+} bd_config_direct;
+
+/* Limits and defaults. The ranges are inclusive. */
+#define BD_CONFIG_SOCKET_MAX        107u   /* sizeof(sun_path) - 1 */
+#define BD_CONFIG_MAX_ROOTS         256u
+#define BD_CONFIG_MAX_FILE          (UINT64_C(1) << 20)  /* bytes */
+#define BD_CONFIG_MAX_LINE          198    /* characters, see above */
+
+#define BD_CONFIG_DEFAULT_LOG_LEVEL 6      /* LOG_INFO */
+#define BD_CONFIG_DEFAULT_BUDGET    (UINT64_C(1) << 30)
+#define BD_CONFIG_MIN_BUDGET        (UINT64_C(16) << 20)
+#define BD_CONFIG_DEFAULT_QD        64u
+#define BD_CONFIG_MAX_QD            4096u
+#define BD_CONFIG_DEFAULT_IO_THR    1u
+#define BD_CONFIG_MAX_IO_THR        64u
+#define BD_CONFIG_MAX_DECODE_THR    256u
+#define BD_CONFIG_DEFAULT_PREFETCH  8u
+#define BD_CONFIG_DEFAULT_MAX_PF    64u
+#define BD_CONFIG_MAX_PREFETCH      1024u
+
+typedef struct bd_config {
+	char *socket;            /* [daemon] socket; NULL = default (bd_config_default_socket) */
+	int log_level;           /* [daemon] log_level: err|warning|notice|info|debug as syslog LOG_*; default info */
+	char **roots;            /* [datasets] root, repeatable: absolute, normalized, no duplicates, file order */
+	size_t nroots;
+	uint64_t memory_budget;  /* [memory] budget; default 1G, at least 16M */
+	bd_config_io_engine io_engine; /* [io] engine = auto|io_uring|pread; default auto */
+	bd_config_direct direct; /* [io] direct = auto|on|off; default auto */
+	unsigned queue_depth;    /* [io] queue_depth, 1..4096, default 64 */
+	unsigned io_threads;     /* [io] threads, 1..64, default 1 */
+	unsigned decode_threads; /* [decode] threads, 0..256; 0 = CPUs this process may use, resolved by the loaders */
+	unsigned prefetch;       /* [session] prefetch: batches staged ahead by default, 1..1024, default 8 */
+	unsigned max_prefetch;   /* [session] max_prefetch: most a client may ask for, prefetch..1024, default 64 */
+} bd_config;
+
+/*
+ * Fill c with the defaults. socket is NULL, there are no roots, and
+ * decode_threads is 0 (unresolved). Owns nothing yet, but pair it with
+ * bd_config_free() anyway.
+ */
+void bd_config_init(bd_config *c);
+
+/*
+ * Free what c owns and leave it zeroed. Accepts NULL, a zeroed struct and
+ * any struct these functions left behind, including after an error.
+ */
+void bd_config_free(bd_config *c);
+
+/*
+ * Read the configuration file at path on top of c (call bd_config_init()
+ * first). Keys present in the file replace c's values; roots listed in the
+ * file replace c's roots, and when the file lists none c's roots stay.
+ * decode_threads 0 is then resolved to the number of CPUs this process may
+ * run on (at least 1, at most 256).
+ *
+ * @return 0, or a negative errno with c untouched and a one-line message
+ * (no trailing newline) in err, which is written only on error and may be
+ * NULL:
+ *   -EINVAL  the content is wrong: "PATH:LINE: what is wrong" (unknown
+ *            section or key, bad value quoted with what is allowed,
+ *            relative root, syntax, over-long line, NUL byte);
+ *   -EFBIG   the file is over BD_CONFIG_MAX_FILE: "PATH: ...";
+ *   -ENOMEM;
+ *   any open/read errno, e.g. -ENOENT with
+ *            "PATH: No such file or directory".
+ */
+int bd_config_load_file(bd_config *c, const char *path, char *err, size_t errlen);
+
+/*
+ * Same as bd_config_load_file() for the len bytes at text (need not be
+ * NUL-terminated); name stands for the file in messages.
+ */
+int bd_config_load_string(bd_config *c, const char *name, const char *text, size_t len,
+			  char *err, size_t errlen);
+
+/*
+ * Apply batchd's command line to c (call bd_config_init() first):
+ *   batchd [-c FILE] [--socket PATH] [--root DIR]... [--memory SIZE]
+ *          [--io-engine auto|io_uring|pread] [--direct auto|on|off]
+ *          [--log-level LEVEL] [--help] [--version]
+ * All flags are validated first; then FILE (the last -c/--config, if any)
+ * is loaded as by bd_config_load_file(), then the flags override it,
+ * whatever their order. The --root flags together replace the file's
+ * roots. The caller decides whether a default file such as
+ * /etc/batchd/batchd.conf is loaded beforehand. decode_threads is resolved
+ * as in bd_config_load_file().
+ *
+ * --help and --version print to stdout and return 1 (exit 0). argv is not
+ * permuted; positional arguments are refused.
+ *
+ * @return 0 or 1; or a negative errno with c untouched and a message in
+ * err: -EINVAL naming the flag ("--memory: '12Q' is not a size ..."),
+ * unknown options and stray arguments; load errors as for
+ * bd_config_load_file(); -ENOMEM.
+ * Thread: main thread only (getopt).
+ */
+int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t errlen);
+
+/*
+ * Where the socket goes when the configuration names none:
+ * $RUNTIME_DIRECTORY/batchd.sock (the first entry when systemd lists
+ * several, colon-separated), else /run/batchd/batchd.sock when running as
+ * root, else $XDG_RUNTIME_DIR/batchd.sock. Empty or relative variables
+ * count as unset.
+ *
+ * @return 0 with the path in buf (written only on success); -ENOENT when
+ * none applies; -ENAMETOOLONG when the path exceeds BD_CONFIG_SOCKET_MAX;
+ * -ENOBUFS when it does not fit in len.
+ * Thread: reads the environment, see above.
+ */
+int bd_config_default_socket(char *buf, size_t len);
+
+/* "auto", "io_uring", ...; "?" for values outside the enums. */
+const char *bd_config_io_engine_name(bd_config_io_engine e);
+const char *bd_config_direct_name(bd_config_direct d);
+const char *bd_config_log_level_name(int level);
+
+#endif

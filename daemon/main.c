@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * main.c - batchd: serve mini-batches to trainers.
+ *
+ *   batchd [-c FILE] [--socket PATH] [--root DIR]... [--memory SIZE]
+ *          [--io-engine auto|io_uring|pread] [--direct auto|on|off]
+ *          [--log-level LEVEL]
+ *
+ * Runs in the foreground, logs to stderr, stops cleanly on SIGTERM/SIGINT.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "cuda.h"
+#include "log.h"
+#include "server.h"
+
+int main(int argc, char **argv)
+{
+	bd_cuda_state cuda;
+	bd_server *srv = NULL;
+	bd_config cfg;
+	char err[512];
+	uv_loop_t loop;
+	int r;
+
+	bd_config_init(&cfg);
+	r = bd_config_from_args(&cfg, argc, argv, err, sizeof(err));
+	if (r == 1) {
+		bd_config_free(&cfg);
+		return 0;
+	}
+	if (r < 0) {
+		fprintf(stderr, "batchd: %s\n", err);
+		bd_config_free(&cfg);
+		return 2;
+	}
+	bd_log_init(cfg.log_level);
+	if (cfg.nroots == 0)
+		bd_log(LOG_WARNING, "no dataset roots configured ([datasets] root or --root): every "
+		       "open will be refused");
+	if (bd_cuda_probe(&cuda) < 0)
+		bd_log(LOG_NOTICE, "CUDA unavailable (%s): serving host sessions only", cuda.reason);
+
+	if (uv_loop_init(&loop) < 0) {
+		bd_log(LOG_ERR, "cannot create the event loop");
+		bd_config_free(&cfg);
+		return 1;
+	}
+	r = bd_server_new(&loop, &cfg, &cuda, &srv);
+	if (r < 0) {
+		bd_config_free(&cfg);
+		uv_loop_close(&loop);
+		return 1;
+	}
+	uv_run(&loop, UV_RUN_DEFAULT);
+	/* A stop that timed out leaves threads and handles behind: just exit. */
+	if (uv_loop_close(&loop) == UV_EBUSY) {
+		bd_log(LOG_WARNING, "stopped with work still in flight");
+		return 0;
+	}
+	bd_server_free(srv);
+	bd_log(LOG_NOTICE, "stopped");
+	return 0;
+}

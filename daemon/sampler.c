@@ -1,0 +1,339 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sampler.c - the deterministic sampler (see sampler.h for the contract).
+ *
+ * Everything derives from one 64-bit mixer, the splitmix64 finalizer, used
+ * both to absorb inputs into keys and as the Feistel round function. Only
+ * 64-bit unsigned arithmetic is used (wrapping multiplies, shifts, xors), so
+ * the orders are bit-identical on every C11 compiler and machine. Changing
+ * any constant, the round count or the key schedule changes every order and
+ * breaks resumed sessions: tests/test-sampler.c pins known outputs.
+ *
+ * Key schedule (all values uint64_t, absorb(h, v) = mix(h + mix(v + GOLDEN))):
+ *   base   = absorb(absorb(TAG, fingerprint), seed)        once, in init
+ *   ek     = absorb(base, epoch)
+ *   global permutation key   = absorb(ek, 1)
+ *   block: chunk permutation = absorb(ek, 2)
+ *          window w          = absorb(absorb(ek, 3), w)
+ *   round key i of a permutation keyed k = mix(k + (i + 1) * GOLDEN)
+ */
+#include "sampler.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+#define BD__GOLDEN  UINT64_C(0x9e3779b97f4a7c15)
+#define BD__TAG     UINT64_C(0x626473616d706c31)   /* "bdsampl1" */
+#define BD__ROUNDS  8
+
+enum {
+	BD__PURPOSE_GLOBAL = 1,
+	BD__PURPOSE_CHUNKS = 2,
+	BD__PURPOSE_WINDOW = 3,
+};
+
+/* splitmix64's finalizer: a bijection on 64 bits with full avalanche. */
+static uint64_t bd__mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+static uint64_t bd__absorb(uint64_t h, uint64_t v)
+{
+	return bd__mix(h + bd__mix(v + BD__GOLDEN));
+}
+
+/*
+ * Half width in bits of the smallest balanced Feistel domain (2^(2*half),
+ * half >= 1) holding [0, n). The domain is < 4n, which bounds the expected
+ * cycle-walking steps by 4.
+ */
+static uint32_t bd__half_bits(uint64_t n)
+{
+	uint64_t m = n - 1;
+	uint32_t bits = 0;
+
+	while (m) {
+		bits++;
+		m >>= 1;
+	}
+	if (bits < 2)
+		bits = 2;
+	return (bits + 1) / 2;
+}
+
+/* ---- keyed bijection on [0, n) ---------------------------------------- */
+
+typedef struct bd__perm {
+	uint64_t n;
+	uint64_t mask;     /* half-width mask */
+	uint32_t half;
+	uint64_t k[BD__ROUNDS];
+} bd__perm;
+
+static void bd__perm_init(bd__perm *p, uint64_t n, uint32_t half, uint64_t key)
+{
+	p->n = n;
+	p->half = half;
+	p->mask = (UINT64_C(1) << half) - 1;
+	for (int i = 0; i < BD__ROUNDS; i++) {
+		key += BD__GOLDEN;
+		p->k[i] = bd__mix(key);
+	}
+}
+
+static uint64_t bd__feistel(const bd__perm *p, uint64_t x)
+{
+	uint64_t l = x >> p->half, r = x & p->mask;
+
+	for (int i = 0; i < BD__ROUNDS; i++) {
+		uint64_t t = l ^ (bd__mix(r ^ p->k[i]) & p->mask);
+		l = r;
+		r = t;
+	}
+	return (l << p->half) | r;
+}
+
+static uint64_t bd__feistel_inv(const bd__perm *p, uint64_t x)
+{
+	uint64_t l = x >> p->half, r = x & p->mask;
+
+	for (int i = BD__ROUNDS - 1; i >= 0; i--) {
+		uint64_t t = r ^ (bd__mix(l ^ p->k[i]) & p->mask);
+		r = l;
+		l = t;
+	}
+	return (l << p->half) | r;
+}
+
+/*
+ * Cycle walking: x < n lies on a cycle of the domain permutation, and that
+ * cycle returns to x, so walking forward from x meets a value < n before
+ * it comes back round. The result is a bijection on [0, n) whose inverse is
+ * the same walk with the inverse network.
+ */
+static uint64_t bd__perm_fwd(const bd__perm *p, uint64_t x)
+{
+	if (p->n <= 1)
+		return 0;
+	do
+		x = bd__feistel(p, x);
+	while (x >= p->n);
+	return x;
+}
+
+static uint64_t bd__perm_inv(const bd__perm *p, uint64_t x)
+{
+	if (p->n <= 1)
+		return 0;
+	do
+		x = bd__feistel_inv(p, x);
+	while (x >= p->n);
+	return x;
+}
+
+/* ---- one epoch's keys ---------------------------------------------------- */
+
+/*
+ * Everything an epoch needs, derived once per call of bd_sampler_batch (or
+ * order/position) so a batch pays the key schedule once, plus one window
+ * permutation cached by window index.
+ */
+typedef struct bd__epoch {
+	const bd_sampler *s;
+	bd__perm main;       /* global: the permutation; block: the chunk permutation */
+	uint64_t wkey;       /* block: absorb(ek, WINDOW) */
+	uint64_t win;        /* the window wperm is keyed for; UINT64_MAX: none yet */
+	bd__perm wperm;
+} bd__epoch;
+
+static void bd__epoch_init(bd__epoch *e, const bd_sampler *s, uint64_t epoch)
+{
+	uint64_t ek = bd__absorb(s->key, epoch);
+
+	e->s = s;
+	e->win = UINT64_MAX;
+	if (s->mode == BD_SHUFFLE_GLOBAL) {
+		bd__perm_init(&e->main, s->n, s->global_half,
+			      bd__absorb(ek, BD__PURPOSE_GLOBAL));
+	} else if (s->mode == BD_SHUFFLE_BLOCK && s->full_chunks > 0) {
+		bd__perm_init(&e->main, s->full_chunks, s->chunk_half,
+			      bd__absorb(ek, BD__PURPOSE_CHUNKS));
+		e->wkey = bd__absorb(ek, BD__PURPOSE_WINDOW);
+	}
+}
+
+static const bd__perm *bd__epoch_window(bd__epoch *e, uint64_t w)
+{
+	const bd_sampler *s = e->s;
+
+	if (e->win != w) {
+		bool last = w == s->windows - 1;
+
+		bd__perm_init(&e->wperm, last ? s->last_win_span : s->win_span,
+			      last ? s->last_win_half : s->win_half,
+			      bd__absorb(e->wkey, w));
+		e->win = w;
+	}
+	return &e->wperm;
+}
+
+/* pos < n */
+static uint64_t bd__epoch_order(bd__epoch *e, uint64_t pos)
+{
+	const bd_sampler *s = e->s;
+	uint64_t w, q, slot;
+
+	switch (s->mode) {
+	case BD_SHUFFLE_GLOBAL:
+		return bd__perm_fwd(&e->main, pos);
+	case BD_SHUFFLE_BLOCK:
+		/* The partial chunk, if any, ends the epoch in id order. */
+		if (pos >= s->full_chunks * s->chunk)
+			return pos;
+		w = pos / s->win_span;
+		q = bd__perm_fwd(bd__epoch_window(e, w), pos - w * s->win_span);
+		slot = w * s->win_chunks + q / s->chunk;
+		return bd__perm_fwd(&e->main, slot) * s->chunk + q % s->chunk;
+	case BD_SHUFFLE_NONE:
+	default:
+		return pos;
+	}
+}
+
+/* id < n */
+static uint64_t bd__epoch_position(bd__epoch *e, uint64_t id)
+{
+	const bd_sampler *s = e->s;
+	uint64_t w, q, slot;
+
+	switch (s->mode) {
+	case BD_SHUFFLE_GLOBAL:
+		return bd__perm_inv(&e->main, id);
+	case BD_SHUFFLE_BLOCK:
+		if (id >= s->full_chunks * s->chunk)
+			return id;
+		slot = bd__perm_inv(&e->main, id / s->chunk);
+		w = slot / s->win_chunks;
+		q = (slot - w * s->win_chunks) * s->chunk + id % s->chunk;
+		return w * s->win_span + bd__perm_inv(bd__epoch_window(e, w), q);
+	case BD_SHUFFLE_NONE:
+	default:
+		return id;
+	}
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
+{
+	bd_sampler t = { 0 };
+	uint64_t n = cfg->samples, world = cfg->world, window;
+
+	if (n == 0 || n > BD_SAMPLER_MAX_SAMPLES || cfg->world == 0 ||
+	    cfg->rank >= cfg->world || cfg->batch_size == 0)
+		return -EINVAL;
+	switch (cfg->mode) {
+	case BD_SHUFFLE_NONE:
+	case BD_SHUFFLE_GLOBAL:
+		break;
+	case BD_SHUFFLE_BLOCK:
+		if (cfg->chunk == 0)
+			return -EINVAL;
+		break;
+	default:
+		return -EINVAL;
+	}
+
+	t.n = n;
+	t.mode = cfg->mode;
+	t.batch_size = cfg->batch_size;
+	t.key = bd__absorb(bd__absorb(BD__TAG, cfg->fingerprint), cfg->seed);
+
+	/*
+	 * world * per_rank < n + world <= 2^63 + 2^32: no overflow below, and
+	 * rank * per_rank + per_rank <= world * per_rank.
+	 */
+	t.per_rank = n / world;
+	if (!cfg->drop_last && n % world)
+		t.per_rank++;
+	t.first = (uint64_t)cfg->rank * t.per_rank;
+	t.batches = t.per_rank / cfg->batch_size;
+	t.last_len = cfg->batch_size;
+	if (!cfg->drop_last && t.per_rank % cfg->batch_size) {
+		t.last_len = (uint32_t)(t.per_rank % cfg->batch_size);
+		t.batches++;
+	}
+	if (t.batches == 0)
+		return -ERANGE;
+
+	if (t.mode == BD_SHUFFLE_GLOBAL)
+		t.global_half = bd__half_bits(n);
+	if (t.mode == BD_SHUFFLE_BLOCK) {
+		window = cfg->window ? cfg->window : BD_SAMPLER_DEFAULT_WINDOW;
+		t.chunk = cfg->chunk;
+		t.full_chunks = n / cfg->chunk;
+		if (t.full_chunks > 0) {
+			/* win_chunks <= full_chunks keeps every span <= n. */
+			t.win_chunks = window < t.full_chunks ? window : t.full_chunks;
+			t.win_span = t.win_chunks * t.chunk;
+			t.windows = (t.full_chunks + t.win_chunks - 1) / t.win_chunks;
+			t.last_win_span = (t.full_chunks - (t.windows - 1) * t.win_chunks) * t.chunk;
+			t.chunk_half = bd__half_bits(t.full_chunks);
+			t.win_half = bd__half_bits(t.win_span);
+			t.last_win_half = bd__half_bits(t.last_win_span);
+		}
+	}
+	*s = t;
+	return 0;
+}
+
+uint64_t bd_sampler_batches_per_epoch(const bd_sampler *s)
+{
+	return s->batches;
+}
+
+uint64_t bd_sampler_samples_per_rank(const bd_sampler *s)
+{
+	return s->per_rank;
+}
+
+uint32_t bd_sampler_batch_len(const bd_sampler *s, uint64_t batch)
+{
+	if (batch >= s->batches)
+		return 0;
+	return batch == s->batches - 1 ? s->last_len : s->batch_size;
+}
+
+void bd_sampler_batch(const bd_sampler *s, uint64_t epoch, uint64_t batch, uint64_t *ids)
+{
+	uint32_t len = bd_sampler_batch_len(s, batch);
+	uint64_t pos;
+	bd__epoch e;
+
+	if (len == 0)
+		return;
+	bd__epoch_init(&e, s, epoch);
+	/* batch * batch_size < per_rank, so pos < world * per_rank: no overflow. */
+	pos = s->first + batch * s->batch_size;
+	for (uint32_t i = 0; i < len; i++, pos++)
+		ids[i] = bd__epoch_order(&e, pos < s->n ? pos : pos % s->n);
+}
+
+uint64_t bd_sampler_order(const bd_sampler *s, uint64_t epoch, uint64_t pos)
+{
+	bd__epoch e;
+
+	bd__epoch_init(&e, s, epoch);
+	return bd__epoch_order(&e, pos < s->n ? pos : pos % s->n);
+}
+
+uint64_t bd_sampler_position(const bd_sampler *s, uint64_t epoch, uint64_t id)
+{
+	bd__epoch e;
+
+	bd__epoch_init(&e, s, epoch);
+	return bd__epoch_position(&e, id < s->n ? id : id % s->n);
+}

@@ -1,0 +1,668 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session.c - schedule, stage and publish one trainer's batches
+ * (see session.h and proto/ring.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "session.h"
+#include "units.h"
+
+#define ALIGN_UP(x, a) (((x) + ((uint64_t)(a) - 1)) & ~((uint64_t)(a) - 1))
+
+typedef struct slot {
+	bd_job *job;            /* in flight, or NULL */
+	bool done;              /* job came back, not yet published */
+	uint64_t rec_off, rec_size;
+} slot;
+
+/* Where one sample of the batch being planned comes from. */
+typedef struct loc {
+	uint32_t shard;
+	uint64_t block, src, size, dst_off;
+} loc;
+
+struct bd_session {
+	bd_session_env env;
+	uint64_t id;
+	bd_dataset *dset;
+	bd_sampler sampler;
+	bp_msg_open req;
+	uint32_t slots;
+	uint64_t batches_per_epoch;
+
+	/*
+	 * Wake-ups go through pipes, not eventfds: the client gets its own
+	 * ends (separate open file descriptions), so it cannot clear
+	 * O_NONBLOCK on ours and block the loop thread.
+	 */
+	int data_fd, ctrl_fd, rel_r, rel_w, pub_r, pub_w;
+	uint8_t *data;
+	uint64_t data_size, ctrl_size, memory;
+	bp_ring_header *hdr;
+	bp_ring_ctrl *ctrl;
+	uint64_t arena_off, arena_size;
+
+	slot *slot;
+	uint64_t next_seq;      /* next batch to plan */
+	uint64_t published;     /* batches published */
+	uint64_t reclaimed;     /* batches whose records were reclaimed */
+	uint64_t head;          /* arena offset of the next record */
+	uint32_t inflight;
+	uint64_t failed, bytes;
+
+	uint64_t *ids;          /* planning scratch, batch_size each */
+	loc *locs;
+	uint32_t *order;
+
+	uv_poll_t released_poll;
+	bool poll_started, closing, ended, violation;
+};
+
+static uint64_t table_bytes(uint32_t n)
+{
+	return ALIGN_UP((uint64_t)n * sizeof(bp_ring_sample), BP_RING_PAYLOAD_ALIGN);
+}
+
+static uint64_t record_bytes(uint32_t n, uint64_t payload)
+{
+	uint64_t r = table_bytes(n) + payload;
+
+	return ALIGN_UP(r > BP_RING_REASON_MAX ? r : BP_RING_REASON_MAX, BP_RING_RECORD_ALIGN);
+}
+
+/* ---- arena: a byte ring of records, freed in allocation order -------------------- */
+
+/* The live records are [oldest, head) possibly wrapped; NULL when none are live. */
+static bool arena_alloc(bd_session *s, uint64_t size, uint64_t *ret_off)
+{
+	uint64_t live = s->next_seq - s->reclaimed, tail;
+
+	if (live == 0) {
+		s->head = 0;
+		if (size > s->arena_size)
+			return false;
+		*ret_off = 0;
+		s->head = size;
+		return true;
+	}
+	tail = s->slot[s->reclaimed % s->slots].rec_off;
+	if (s->head > tail) {
+		/* Live region [tail, head): room at the end, else wrap to the start. */
+		if (s->arena_size - s->head >= size) {
+			*ret_off = s->head;
+			s->head += size;
+			return true;
+		}
+		if (tail >= size) {
+			*ret_off = 0;
+			s->head = size;
+			return true;
+		}
+		return false;
+	}
+	/* Wrapped: live region [tail, end) + [0, head); room is [head, tail). */
+	if (tail - s->head >= size) {
+		*ret_off = s->head;
+		s->head += size;
+		return true;
+	}
+	return false;
+}
+
+/* ---- shared memory ------------------------------------------------------------------ */
+
+static int make_memfd(const char *name, uint64_t size, unsigned seals, int *ret_fd,
+		      uint8_t **ret_map)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING), r;
+	void *m;
+
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)size) < 0)
+		goto fail;
+	m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		goto fail;
+	/* F_SEAL_FUTURE_WRITE leaves this (earlier) writable mapping working. */
+	if (fcntl(fd, F_ADD_SEALS, seals) < 0) {
+		r = -errno;
+		munmap(m, size);
+		close(fd);
+		return r;
+	}
+	*ret_fd = fd;
+	*ret_map = m;
+	return 0;
+fail:
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+static void session_free(bd_session *s)
+{
+	const int fds[] = { s->data_fd, s->ctrl_fd, s->rel_r, s->rel_w, s->pub_r, s->pub_w };
+
+	if (s->data)
+		munmap(s->data, s->data_size);
+	if (s->ctrl)
+		munmap(s->ctrl, s->ctrl_size);
+
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (s->memory)
+		*s->env.budget_used -= s->memory;
+	bd_dataset_put(s->dset);
+	free(s->slot);
+	free(s->ids);
+	free(s->locs);
+	free(s->order);
+	free((char *)s->req.path);
+	free(s);
+}
+
+int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
+		   const bp_msg_open *m, bd_session **ret, char *err, size_t errlen)
+{
+	bd_sampler_cfg sc = {
+		.samples = bp_dataset_samples(d->ds),
+		.fingerprint = bp_dataset_fingerprint(d->ds),
+		.seed = m->seed,
+		.rank = m->rank,
+		.world = m->world,
+		.batch_size = m->batch_size,
+		.drop_last = m->drop_last,
+		.mode = (bd_shuffle)m->shuffle,
+		.chunk = d->samples_per_block ? d->samples_per_block : 1,
+		.window = m->window,
+	};
+	uint64_t mean, max_rec, mean_rec, need;
+	unsigned prefetch = m->prefetch ? m->prefetch : env->default_prefetch;
+	char a[32], b[32], c[32];
+	bd_session *s;
+	int r;
+
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		bd_dataset_put(d);
+		return -ENOMEM;
+	}
+	s->env = *env;
+	s->id = id;
+	s->dset = d;
+	s->req = *m;
+	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
+	s->req.path = strndup(m->path, m->path_len);
+	if (!s->req.path) {
+		r = -ENOMEM;
+		goto fail;
+	}
+
+	r = bd_sampler_init(&s->sampler, &sc);
+	if (r < 0) {
+		snprintf(err, errlen, r == -ERANGE
+			 ? "dataset %s: %" PRIu64 " samples leave no full batch of %u for rank %u of %u with drop_last"
+			 : "dataset %s: invalid schedule (%" PRIu64 " samples, batch %u, rank %u of %u)",
+			 d->name, sc.samples, m->batch_size, m->rank, m->world);
+		r = -EINVAL;
+		goto fail;
+	}
+	if (prefetch < 1 || prefetch > env->max_prefetch || prefetch + 2 > BP_RING_MAX_SLOTS) {
+		snprintf(err, errlen, "prefetch %u is over the limit of %u", prefetch,
+			 env->max_prefetch < BP_RING_MAX_SLOTS - 2 ? env->max_prefetch
+								   : BP_RING_MAX_SLOTS - 2);
+		r = -EINVAL;
+		goto fail;
+	}
+	s->batches_per_epoch = bd_sampler_batches_per_epoch(&s->sampler);
+	s->slots = prefetch + 2; /* the trainer may hold a couple of batches */
+
+	/* Arena: room for the largest possible batch plus `prefetch` average ones. */
+	mean = bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds);
+	max_rec = record_bytes(m->batch_size, bd_dataset_batch_bound(d, m->batch_size));
+	mean_rec = record_bytes(m->batch_size, mean * m->batch_size) + BP_RING_RECORD_ALIGN;
+	s->arena_off = bp_ring_arena_offset(s->slots);
+	s->arena_size = max_rec + (uint64_t)prefetch * mean_rec;
+	s->data_size = s->arena_off + s->arena_size;
+	s->ctrl_size = bp_ring_ctrl_size(s->slots);
+	need = s->data_size + s->ctrl_size;
+	if (need > env->budget_total - *env->budget_used) {
+		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
+			 "%s of %s in use", d->name, m->batch_size, prefetch,
+			 bp_format_size(need, a, sizeof(a)),
+			 bp_format_size(*env->budget_used, b, sizeof(b)),
+			 bp_format_size(env->budget_total, c, sizeof(c)));
+		r = -ENOMEM;
+		goto fail;
+	}
+
+	s->slot = calloc(s->slots, sizeof(*s->slot));
+	s->ids = calloc(m->batch_size, sizeof(*s->ids));
+	s->locs = calloc(m->batch_size, sizeof(*s->locs));
+	s->order = calloc(m->batch_size, sizeof(*s->order));
+	if (!s->slot || !s->ids || !s->locs || !s->order) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	r = make_memfd("batchd-data", s->data_size,
+		       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL,
+		       &s->data_fd, &s->data);
+	if (r == 0)
+		r = make_memfd("batchd-ctrl", s->ctrl_size, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL,
+			       &s->ctrl_fd, (uint8_t **)&s->ctrl);
+	if (r < 0) {
+		snprintf(err, errlen, "cannot create shared memory: %s", strerror(-r));
+		goto fail;
+	}
+	{
+		int rel[2], pub[2];
+
+		if (pipe2(rel, O_CLOEXEC | O_NONBLOCK) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "cannot create wake-up pipes: %s", strerror(-r));
+			goto fail;
+		}
+		s->rel_r = rel[0];
+		s->rel_w = rel[1];
+		if (pipe2(pub, O_CLOEXEC | O_NONBLOCK) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "cannot create wake-up pipes: %s", strerror(-r));
+			goto fail;
+		}
+		s->pub_r = pub[0];
+		s->pub_w = pub[1];
+	}
+	s->memory = need;
+	*env->budget_used += need;
+
+	s->hdr = (bp_ring_header *)s->data;
+	*s->hdr = (bp_ring_header){
+		.magic = BP_RING_MAGIC,
+		.version = BP_RING_VERSION,
+		.header_size = BP_RING_HEADER_SIZE,
+		.session = id,
+		.data_size = s->data_size,
+		.arena_offset = s->arena_off,
+		.arena_size = s->arena_size,
+		.batches_per_epoch = s->batches_per_epoch,
+		.slots = s->slots,
+		.batch_size = m->batch_size,
+	};
+	if (uv_poll_init(env->loop, &s->released_poll, s->rel_r) < 0) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	s->released_poll.data = s;
+	s->poll_started = false;
+	*ret = s;
+	return 0;
+fail:
+	session_free(s);
+	return r;
+}
+
+void bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS])
+{
+	*ret = (bp_msg_ready){
+		.session = s->id,
+		.fingerprint = bp_dataset_fingerprint(s->dset->ds),
+		.samples = bp_dataset_samples(s->dset->ds),
+		.batches_per_epoch = s->batches_per_epoch,
+		.data_size = s->data_size,
+		.ctrl_size = s->ctrl_size,
+		.max_sample = bp_dataset_max_sample(s->dset->ds),
+		.batch_size = s->req.batch_size,
+		.slots = s->slots,
+		.placement = s->req.placement,
+	};
+	fds[0] = s->data_fd;
+	fds[1] = s->ctrl_fd;
+	fds[2] = s->rel_w;
+	fds[3] = s->pub_r;
+}
+
+/* ---- planning -------------------------------------------------------------------------- */
+
+static int loc_cmp(const void *a, const void *b, void *arg)
+{
+	const loc *locs = arg, *x = &locs[*(const uint32_t *)a], *y = &locs[*(const uint32_t *)b];
+
+	if (x->shard != y->shard)
+		return x->shard < y->shard ? -1 : 1;
+	if (x->block != y->block)
+		return x->block < y->block ? -1 : 1;
+	return x->src < y->src ? -1 : x->src > y->src;
+}
+
+/* Does the task's piece list cover its block exactly, in order, into contiguous bytes? */
+static bool pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size)
+{
+	uint64_t at = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (pc[i].src != at || (i && pc[i].dst != pc[i - 1].dst + pc[i - 1].size))
+			return false;
+		at += pc[i].size;
+	}
+	return at == raw_size;
+}
+
+/* Build and submit the job for batch seq. @return 1 planned, 0 no room, <0 error. */
+static int plan_one(bd_session *s)
+{
+	uint64_t g = s->req.start_batch + s->next_seq;
+	uint64_t epoch = s->req.start_epoch + g / s->batches_per_epoch;
+	uint64_t batch = g % s->batches_per_epoch, payload = 0, rec, off;
+	uint32_t n = bd_sampler_batch_len(&s->sampler, batch), ntasks = 0;
+	const bp_dataset *ds = s->dset->ds;
+	bp_ring_sample *table;
+	uint8_t *base;
+	bd_job *job;
+
+	bd_sampler_batch(&s->sampler, epoch, batch, s->ids);
+	for (uint32_t i = 0; i < n; i++) {
+		bp_pack_sample ps;
+		size_t shard;
+
+		/* Ids come from the sampler and are < samples: locate cannot fail. */
+		bp_dataset_locate(ds, s->ids[i], &shard, &ps);
+		s->locs[i] = (loc){ .shard = (uint32_t)shard, .block = ps.block, .src = ps.offset,
+				    .size = ps.size, .dst_off = payload };
+		payload += ps.size;
+		s->order[i] = i;
+	}
+	rec = record_bytes(n, payload);
+	if (!arena_alloc(s, rec, &off))
+		return 0;
+
+	qsort_r(s->order, n, sizeof(*s->order), loc_cmp, s->locs);
+	for (uint32_t i = 0; i < n; i++) {
+		const loc *l = &s->locs[s->order[i]], *prev = i ? &s->locs[s->order[i - 1]] : NULL;
+
+		if (!prev || l->shard != prev->shard || l->block != prev->block)
+			ntasks++;
+	}
+
+	job = calloc(1, sizeof(*job) + ntasks * sizeof(bd_task) + n * sizeof(bd_piece));
+	if (!job)
+		return -ENOMEM;
+	job->owner = s;
+	job->seq = s->next_seq;
+	job->tasks = (bd_task *)(job + 1);
+	job->pieces = (bd_piece *)(job->tasks + ntasks);
+	job->ntasks = ntasks;
+	job->pending = ntasks;
+
+	base = s->data + s->arena_off + off;
+	table = (bp_ring_sample *)base;
+	for (uint32_t i = 0; i < n; i++)
+		table[i] = (bp_ring_sample){ .id = s->ids[i], .offset = s->locs[i].dst_off,
+					     .size = s->locs[i].size };
+
+	ntasks = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const loc *l = &s->locs[s->order[i]];
+		bd_task *t = ntasks ? &job->tasks[ntasks - 1] : NULL;
+
+		if (!t || t->shard != l->shard || t->block != l->block) {
+			const bp_shard *sh = bp_dataset_shard(ds, l->shard);
+
+			t = &job->tasks[ntasks++];
+			t->job = job;
+			t->dset = s->dset;
+			t->shard = l->shard;
+			t->block = l->block;
+			t->first_piece = i;
+			t->pool_slot = -1;
+			bp_pack_index_block(&sh->index, l->block, &t->blk);
+		}
+		job->pieces[i] = (bd_piece){ .src = l->src, .size = l->size,
+					     .dst = base + table_bytes(n) + l->dst_off };
+		t->npieces++;
+	}
+	for (uint32_t k = 0; k < ntasks; k++) {
+		bd_task *t = &job->tasks[k];
+
+		t->direct_dst = pieces_tile(&job->pieces[t->first_piece], t->npieces, t->blk.raw_size);
+	}
+
+	s->slot[s->next_seq % s->slots] = (slot){ .job = job, .rec_off = off, .rec_size = rec };
+	s->next_seq++;
+	s->inflight++;
+	bd_pipeline_submit(s->env.pipeline, job);
+	return 1;
+}
+
+static void reclaim(bd_session *s);
+
+static void plan(bd_session *s)
+{
+	while (!s->closing) {
+		int r = 0;
+
+		while (!s->closing && s->next_seq - s->reclaimed < s->slots &&
+		       (r = plan_one(s)) == 1)
+			;
+		if (s->closing)
+			return;
+		if (r < 0) {
+			bd_log(LOG_ERR, "session %" PRIu64 " (%s): cannot plan a batch: %s", s->id,
+			       s->dset->name, strerror(-r));
+			bd_session_close(s, r);
+			return;
+		}
+		if (s->reclaimed == s->published)
+			return; /* waiting for the pipeline, not for the client */
+		/* Out of room: ask the client to poke us, then look once more. */
+		/* seq_cst store, then seq_cst loads of the marks: the Dekker pair of ring.h. */
+		__atomic_store_n(&s->ctrl->daemon_hungry, 1, __ATOMIC_SEQ_CST);
+		{
+			uint64_t before = s->reclaimed;
+
+			reclaim(s);
+			if (s->reclaimed == before || s->closing)
+				return;
+		}
+	}
+}
+
+/* ---- publication and release ------------------------------------------------------------ */
+
+static void publish(bd_session *s)
+{
+	uint64_t before = s->published;
+
+	while (s->published < s->next_seq) {
+		slot *sl = &s->slot[s->published % s->slots];
+		bd_job *job = sl->job;
+		bp_ring_desc *d;
+		uint8_t *rec = s->data + s->arena_off + sl->rec_off;
+		uint32_t n;
+		uint64_t g;
+
+		if (!sl->done)
+			break;
+		g = s->req.start_batch + job->seq;
+		n = bd_sampler_batch_len(&s->sampler, g % s->batches_per_epoch);
+		d = (bp_ring_desc *)(s->data + BP_RING_HEADER_SIZE +
+				     (job->seq % s->slots) * BP_RING_DESC_SIZE);
+		*d = (bp_ring_desc){
+			.seq = job->seq,
+			.epoch = s->req.start_epoch + g / s->batches_per_epoch,
+			.batch = g % s->batches_per_epoch,
+			.record = s->arena_off + sl->rec_off,
+			.payload = s->arena_off + sl->rec_off + table_bytes(n),
+			.count = n,
+			.status = job->status,
+		};
+		if (job->status < 0) {
+			/* The reason replaces the sample table in the record. */
+			d->count = 0;
+			d->payload = d->record;
+			snprintf((char *)rec, BP_RING_REASON_MAX, "%s", job->reason);
+			s->failed++;
+			bd_log(LOG_WARNING, "session %" PRIu64 ": batch %" PRIu64 " of epoch %" PRIu64
+			       " failed: %s", s->id, d->batch, d->epoch, job->reason);
+		} else {
+			const bp_ring_sample *t = (const bp_ring_sample *)rec;
+
+			d->payload_size = n ? t[n - 1].offset + t[n - 1].size : 0;
+			s->bytes += d->payload_size;
+		}
+		free(job);
+		sl->job = NULL;
+		sl->done = false;
+		s->published++;
+		/*
+		 * The record and descriptor are visible before the count (release);
+		 * seq_cst also orders it before the load of client_sleeping below.
+		 */
+		__atomic_store_n(&s->hdr->produced, s->published, __ATOMIC_SEQ_CST);
+	}
+	if (s->published == before)
+		return;
+	if (__atomic_load_n(&s->ctrl->client_sleeping, __ATOMIC_SEQ_CST)) {
+		if (write(s->pub_w, "", 1) < 0) {
+			/* Pipe full: the client is not reading; it will see produced anyway. */
+		}
+	}
+}
+
+/*
+ * Reclaim released records in order. Every mark is the client's word and
+ * may be anything: a mark for a batch never published, or one that does
+ * not belong in its slot, ends the session.
+ */
+static void reclaim(bd_session *s)
+{
+	while (s->reclaimed < s->published) {
+		uint32_t i = (uint32_t)(s->reclaimed % s->slots);
+		uint64_t mark = __atomic_load_n(&s->ctrl->release[i], __ATOMIC_SEQ_CST);
+
+		if (mark == s->reclaimed + 1) {
+			s->reclaimed++;
+			continue;
+		}
+		if (mark != 0 && (mark % s->slots != (i + 1) % s->slots || mark > s->reclaimed + 1)) {
+			bd_log(LOG_WARNING, "session %" PRIu64 ": client broke the ring protocol "
+			       "(release mark %" PRIu64 " in slot %u, expected at most %" PRIu64
+			       "); ending the session", s->id, mark, i, s->reclaimed + 1);
+			s->violation = true;
+			bd_session_close(s, -EPROTO);
+			return;
+		}
+		break;
+	}
+}
+
+static void on_released(uv_poll_t *h, int status, int events)
+{
+	bd_session *s = h->data;
+	char drain[256];
+
+	while (read(s->rel_r, drain, sizeof(drain)) > 0)
+		;
+	__atomic_store_n(&s->ctrl->daemon_hungry, 0, __ATOMIC_RELAXED);
+	reclaim(s);
+	plan(s);
+}
+
+void bd_session_start(bd_session *s)
+{
+	if (uv_poll_start(&s->released_poll, UV_READABLE, on_released) == 0)
+		s->poll_started = true;
+	plan(s);
+}
+
+/* ---- ending -------------------------------------------------------------------------------- */
+
+static void on_poll_closed(uv_handle_t *h)
+{
+	bd_session *s = h->data;
+
+	if (s->env.ended)
+		s->env.ended(s, s->env.ctx);
+	session_free(s);
+}
+
+static void maybe_end(bd_session *s)
+{
+	if (!s->closing || s->inflight || s->ended)
+		return;
+	s->ended = true;
+	uv_close((uv_handle_t *)&s->released_poll, on_poll_closed);
+}
+
+void bd_session_close(bd_session *s, int reason)
+{
+	if (s->closing)
+		return;
+	s->closing = true;
+	s->hdr->error = reason;
+	__atomic_store_n(&s->hdr->state, BP_RING_STOPPED, __ATOMIC_RELEASE);
+	if (write(s->pub_w, "", 1) < 0) {
+		/* The client will find the state on its next look. */
+	}
+	if (s->poll_started)
+		uv_poll_stop(&s->released_poll);
+	maybe_end(s);
+}
+
+void bd_session_job_done(bd_job *job)
+{
+	bd_session *s = job->owner;
+	slot *sl = &s->slot[job->seq % s->slots];
+
+	s->inflight--;
+	if (s->closing) {
+		free(job);
+		sl->job = NULL;
+		maybe_end(s);
+		return;
+	}
+	sl->done = true;
+	publish(s);
+	reclaim(s);
+	plan(s);
+}
+
+uint64_t bd_session_id(const bd_session *s)
+{
+	return s->id;
+}
+
+const char *bd_session_dataset(const bd_session *s)
+{
+	return s->dset->name;
+}
+
+void bd_session_get_info(const bd_session *s, bd_session_info *ret)
+{
+	uint64_t g = s->req.start_batch + s->published;
+
+	*ret = (bd_session_info){
+		.id = s->id,
+		.published = s->published,
+		.released = s->reclaimed,
+		.failed = s->failed,
+		.bytes = s->bytes,
+		.memory = s->memory,
+		.epoch = s->req.start_epoch + g / s->batches_per_epoch,
+		.batch = g % s->batches_per_epoch,
+		.batch_size = s->req.batch_size,
+		.slots = s->slots,
+		.inflight = s->inflight,
+		.protocol_violation = s->violation,
+	};
+}

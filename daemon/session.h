@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session.h - one trainer's stream of batches: its schedule, its shared
+ * memory, and the planner that keeps `prefetch` batches staged ahead.
+ *
+ * A session owns a data memfd (the ring: descriptors plus an arena of
+ * batch records, see proto/ring.h) and a control memfd the client writes.
+ * The planner walks the sampler's order batch after batch, epoch after
+ * epoch, carves each batch's record out of the arena, and hands the batch
+ * to the pipeline; finished batches are published strictly in order.
+ * Records are reclaimed in order once the client has released them, so
+ * the arena is a byte ring and never fragments beyond one wrap.
+ *
+ * Thread rules: everything here runs on the loop thread. The pipeline
+ * threads touch only the bd_job they were handed (and the record bytes it
+ * points into) until the job comes back through bd_session_job_done().
+ */
+#ifndef BATCHD_DAEMON_SESSION_H
+#define BATCHD_DAEMON_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "dataset.h"
+#include "pipeline.h"
+#include "protocol.h"
+#include "ring.h"
+#include "sampler.h"
+
+typedef struct bd_session bd_session;
+
+typedef struct bd_session_env {
+	uv_loop_t *loop;
+	bd_pipeline *pipeline;
+	uint64_t *budget_used;      /* shared memory budget, bytes */
+	uint64_t budget_total;
+	unsigned default_prefetch;
+	unsigned max_prefetch;
+	/* Called when a session has fully ended (all jobs back, memory freed). */
+	void (*ended)(bd_session *s, void *ctx);
+	void *ctx;
+} bd_session_env;
+
+/*
+ * Create a session over dataset d (the session takes the reference) for
+ * request m. On success *ret is the session and fds[] the descriptors to
+ * send with READY (owned by the session; close them after sending? no:
+ * they stay open in the session; the kernel dups them into the message).
+ * On failure err names what was wrong. @return 0; -EINVAL (a field the
+ * dataset cannot satisfy, e.g. drop_last leaving no batch), -ENOMEM
+ * (memory budget: err says how much is needed and free), -errno.
+ */
+int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
+		   const bp_msg_open *m, bd_session **ret, char *err, size_t errlen);
+
+/* The READY message for s, and its descriptors in the order PROTOCOL.md gives. */
+void bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS]);
+
+/* Start planning (after READY was sent). */
+void bd_session_start(bd_session *s);
+
+/*
+ * End the session: stop planning, mark the ring stopped with `reason` (a
+ * negative errno, 0 for a normal close), wake the client. Memory is freed
+ * once every job in flight is back; env->ended is called then.
+ */
+void bd_session_close(bd_session *s, int reason);
+
+/* A job of this session came back from the pipeline (loop thread). */
+void bd_session_job_done(bd_job *job);
+
+uint64_t bd_session_id(const bd_session *s);
+const char *bd_session_dataset(const bd_session *s);
+
+typedef struct bd_session_info {
+	uint64_t id, published, released, failed, bytes, memory;
+	uint64_t epoch, batch;      /* position of the next batch to publish */
+	uint32_t batch_size, slots, inflight;
+	bool protocol_violation;
+} bd_session_info;
+void bd_session_get_info(const bd_session *s, bd_session_info *ret);
+
+#endif

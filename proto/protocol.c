@@ -1,0 +1,622 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * protocol.c - encode, decode and validate the control messages
+ * (PROTOCOL.md).
+ *
+ * Every message is parsed straight out of a datagram a peer chose, so the
+ * rule of pack.c holds here too: no field is used before it is checked.
+ * Each message has one validator, shared by its encoder and its decoder,
+ * so the two cannot drift apart: whatever an encoder accepts, the decoder
+ * accepts, and every byte sequence a decoder accepts re-encodes to itself
+ * (reserved bytes must be zero, booleans 0 or 1, lengths exact), which the
+ * fuzz target checks. Decoders write their out-parameter only on success;
+ * strings they return point into the caller's buffer.
+ *
+ * Pure functions: any thread may call them, no allocation, no I/O.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "endian.h"
+#include "protocol.h"
+#include "ring.h"
+
+/* Header field offsets. */
+enum {
+	H_MAGIC = 0,
+	H_TYPE = 4,
+	H_VERSION = 6,
+	H_LENGTH = 8,
+	H_RESERVED = 12,
+};
+
+/* Body field offsets, from the start of the message (the header is 0..15). */
+enum {
+	HELLO_MIN_VERSION = 16,
+	HELLO_MAX_VERSION = 18,
+	HELLO_NAME_LEN = 20,
+	HELLO_NAME = 24,
+
+	HELLO_OK_VERSION = 16,
+	HELLO_OK_RESERVED = 18,
+	HELLO_OK_MAX_SESSIONS = 20,
+	HELLO_OK_MAX_BATCH_SIZE = 24,
+	HELLO_OK_SERVER_LEN = 28,
+	HELLO_OK_SERVER = 32,
+
+	OPEN_SEED = 16,
+	OPEN_START_EPOCH = 24,
+	OPEN_START_BATCH = 32,
+	OPEN_BATCH_SIZE = 40,
+	OPEN_RANK = 44,
+	OPEN_WORLD = 48,
+	OPEN_PREFETCH = 52,
+	OPEN_WINDOW = 56,
+	OPEN_PLACEMENT = 60,
+	OPEN_SHUFFLE = 64,
+	OPEN_DROP_LAST = 65,
+	OPEN_RESERVED = 66,
+	OPEN_PATH_LEN = 68,
+	OPEN_PATH = 72,
+
+	READY_SESSION = 16,
+	READY_FINGERPRINT = 24,
+	READY_SAMPLES = 32,
+	READY_BATCHES_PER_EPOCH = 40,
+	READY_DATA_SIZE = 48,
+	READY_CTRL_SIZE = 56,
+	READY_MAX_SAMPLE = 64,
+	READY_BATCH_SIZE = 72,
+	READY_SLOTS = 76,
+	READY_PLACEMENT = 80,
+	READY_RESERVED = 84,
+	READY_SIZE = 88,
+
+	ERROR_CODE = 16,
+	ERROR_MESSAGE_LEN = 20,
+	ERROR_MESSAGE = 24,
+
+	SESSION_ID = 16,
+	SESSION_SIZE = 24,
+
+	TEXT_CODE = 16,
+	TEXT_LEN = 20,
+	TEXT = 24,
+};
+
+/* Limits PROTOCOL.md states that protocol.h has no constant for. */
+#define PROTO_SERVER_MAX     64u
+#define PROTO_BATCH_SIZE_MAX (UINT32_C(1) << 20)
+#define PROTO_WORLD_MAX      (UINT32_C(1) << 16)
+#define PROTO_PREFETCH_MAX   4096u
+#define PROTO_WINDOW_MAX     (UINT32_C(1) << 20)
+#define PROTO_PLACEMENT_MAX  255
+#define PROTO_ERRNO_MAX      4095
+
+static uint16_t le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static void put_le16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+/* ---- shared rules ------------------------------------------------------ */
+
+/* A string field: NULL only when empty, at most max bytes. */
+static bool string_ok(const char *s, uint32_t len, uint32_t max)
+{
+	return len <= max && (s || len == 0);
+}
+
+static bool printable(const char *s, uint32_t len)
+{
+	for (uint32_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+			return false;
+	return true;
+}
+
+static bool no_nul(const char *s, uint32_t len)
+{
+	return len == 0 || !memchr(s, 0, len);
+}
+
+/* A negative errno as the wire carries it: -4095 .. -1. */
+static bool errno_ok(int32_t code)
+{
+	return code < 0 && code >= -PROTO_ERRNO_MAX;
+}
+
+static bool placement_ok(int32_t placement)
+{
+	return placement >= BP_PLACEMENT_HOST && placement <= PROTO_PLACEMENT_MAX;
+}
+
+static bool batch_size_ok(uint32_t batch_size)
+{
+	return batch_size >= 1 && batch_size <= PROTO_BATCH_SIZE_MAX;
+}
+
+static bool version_known(uint16_t version)
+{
+	return version >= BP_PROTO_MIN_VERSION && version <= BP_PROTO_VERSION;
+}
+
+static bool hello_valid(const bp_msg_hello *m)
+{
+	return m->min_version >= 1 && m->min_version <= m->max_version &&
+	       string_ok(m->name, m->name_len, BP_NAME_MAX) && printable(m->name, m->name_len);
+}
+
+static bool hello_ok_valid(const bp_msg_hello_ok *m)
+{
+	return version_known(m->version) && m->max_sessions >= 1 &&
+	       batch_size_ok(m->max_batch_size) &&
+	       string_ok(m->server, m->server_len, PROTO_SERVER_MAX) &&
+	       printable(m->server, m->server_len);
+}
+
+static bool open_valid(const bp_msg_open *m)
+{
+	return batch_size_ok(m->batch_size) && m->world >= 1 && m->world <= PROTO_WORLD_MAX &&
+	       m->rank < m->world && m->prefetch <= PROTO_PREFETCH_MAX &&
+	       m->window <= PROTO_WINDOW_MAX && placement_ok(m->placement) &&
+	       m->shuffle <= BP_SHUFFLE_BLOCK && m->path_len >= 1 &&
+	       string_ok(m->path, m->path_len, BP_PATH_MAX) && no_nul(m->path, m->path_len);
+}
+
+/*
+ * The sizes must describe a ring the client can map: the control memfd is
+ * exactly what ring.h computes for the slot count, and the data memfd holds
+ * the header, the descriptors and a non-empty, page-sized arena.
+ */
+static bool ready_valid(const bp_msg_ready *m)
+{
+	if (m->session == 0 || m->samples == 0 || m->batches_per_epoch == 0 ||
+	    !batch_size_ok(m->batch_size) || !placement_ok(m->placement))
+		return false;
+	if (m->slots == 0 || m->slots > BP_RING_MAX_SLOTS)
+		return false;
+	return m->ctrl_size == bp_ring_ctrl_size(m->slots) &&
+	       m->data_size > bp_ring_arena_offset(m->slots) &&
+	       m->data_size % BP_RING_RECORD_ALIGN == 0;
+}
+
+static bool error_valid(const bp_msg_error *m)
+{
+	return errno_ok(m->code) && string_ok(m->message, m->message_len, BP_ERRMSG_MAX) &&
+	       no_nul(m->message, m->message_len);
+}
+
+static bool session_type(uint16_t type)
+{
+	return type == BP_MSG_CLOSE || type == BP_MSG_CLOSED;
+}
+
+static bool text_type(uint16_t type)
+{
+	return type == BP_MSG_STATUS_REPLY || type == BP_MSG_GOODBYE;
+}
+
+static bool text_valid(uint16_t type, const bp_msg_text *m)
+{
+	if (type == BP_MSG_STATUS_REPLY ? m->code != 0 : !errno_ok(m->code))
+		return false;
+	return string_ok(m->text, m->text_len, BP_STATUS_MAX) && no_nul(m->text, m->text_len);
+}
+
+/* ---- header ------------------------------------------------------------ */
+
+/* Validate, then check room: -EINVAL wins over -ENOSPC. */
+static int begin(bool valid, const uint8_t *buf, size_t cap, uint64_t len)
+{
+	if (!valid || (!buf && cap) || len > BP_MSG_MAX)
+		return -EINVAL;
+	if (cap < len)
+		return -ENOSPC;
+	return 0;
+}
+
+static void put_header(uint8_t *buf, uint16_t type, uint32_t len)
+{
+	bp_put_le32(buf + H_MAGIC, BP_PROTO_MAGIC);
+	put_le16(buf + H_TYPE, type);
+	put_le16(buf + H_VERSION, BP_PROTO_VERSION);
+	bp_put_le32(buf + H_LENGTH, len);
+	bp_put_le32(buf + H_RESERVED, 0);
+}
+
+static void put_string(uint8_t *at, const char *s, uint32_t len)
+{
+	bp_put_le32(at, len);
+	if (len)
+		memcpy(at + 4, s, len);
+}
+
+int bp_msg_header_decode(const uint8_t *buf, size_t len, bp_msg_header *ret)
+{
+	bp_msg_header h;
+
+	if (!buf || len < BP_MSG_HEADER_SIZE || len > BP_MSG_MAX)
+		return -EBADMSG;
+	h.magic = bp_le32(buf + H_MAGIC);
+	h.type = le16(buf + H_TYPE);
+	h.version = le16(buf + H_VERSION);
+	h.length = bp_le32(buf + H_LENGTH);
+	h.reserved = bp_le32(buf + H_RESERVED);
+	if (h.magic != BP_PROTO_MAGIC)
+		return -EBADMSG;
+	/*
+	 * The version is judged before anything else a later version may
+	 * redefine (types, lengths), so a peer from the future learns it is
+	 * from the future rather than that it is malformed.
+	 */
+	if (!version_known(h.version))
+		return -EPROTONOSUPPORT;
+	if (h.type < BP_MSG_HELLO || h.type > BP_MSG_GOODBYE || h.length != len ||
+	    h.reserved != 0)
+		return -EBADMSG;
+	*ret = h;
+	return 0;
+}
+
+/*
+ * The header of a message the caller expects to be of type `type`, whose
+ * body is `fixed` bytes, optionally followed by a string whose u32 length
+ * sits at `len_at` (0: no string). The message must end exactly where its
+ * last field does. On success *ret_str_len is the string's length.
+ */
+static int open_message(const uint8_t *buf, size_t len, uint16_t type, size_t fixed,
+			size_t len_at, uint32_t *ret_str_len)
+{
+	bp_msg_header h;
+	uint32_t str_len = 0;
+
+	if (bp_msg_header_decode(buf, len, &h) < 0 || h.type != type)
+		return -EBADMSG;
+	if (len < fixed)
+		return -EBADMSG;
+	if (len_at) {
+		str_len = bp_le32(buf + len_at);
+		/* len <= BP_MSG_MAX, so the sum cannot wrap. */
+		if ((uint64_t)fixed + str_len != len)
+			return -EBADMSG;
+	} else if (len != fixed) {
+		return -EBADMSG;
+	}
+	*ret_str_len = str_len;
+	return 0;
+}
+
+/* ---- HELLO ------------------------------------------------------------- */
+
+int bp_msg_hello_encode(const bp_msg_hello *m, uint8_t *buf, size_t cap)
+{
+	uint64_t len;
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	len = (uint64_t)HELLO_NAME + m->name_len;
+	r = begin(hello_valid(m), buf, cap, len);
+	if (r < 0)
+		return r;
+	put_header(buf, BP_MSG_HELLO, (uint32_t)len);
+	put_le16(buf + HELLO_MIN_VERSION, m->min_version);
+	put_le16(buf + HELLO_MAX_VERSION, m->max_version);
+	put_string(buf + HELLO_NAME_LEN, m->name, m->name_len);
+	return (int)len;
+}
+
+int bp_msg_hello_decode(const uint8_t *buf, size_t len, bp_msg_hello *ret)
+{
+	bp_msg_hello m;
+
+	if (open_message(buf, len, BP_MSG_HELLO, HELLO_NAME, HELLO_NAME_LEN, &m.name_len) < 0)
+		return -EBADMSG;
+	m.min_version = le16(buf + HELLO_MIN_VERSION);
+	m.max_version = le16(buf + HELLO_MAX_VERSION);
+	m.name = (const char *)buf + HELLO_NAME;
+	if (!hello_valid(&m))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+/* ---- HELLO_OK ---------------------------------------------------------- */
+
+int bp_msg_hello_ok_encode(const bp_msg_hello_ok *m, uint8_t *buf, size_t cap)
+{
+	uint64_t len;
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	len = (uint64_t)HELLO_OK_SERVER + m->server_len;
+	r = begin(hello_ok_valid(m), buf, cap, len);
+	if (r < 0)
+		return r;
+	put_header(buf, BP_MSG_HELLO_OK, (uint32_t)len);
+	put_le16(buf + HELLO_OK_VERSION, m->version);
+	put_le16(buf + HELLO_OK_RESERVED, 0);
+	bp_put_le32(buf + HELLO_OK_MAX_SESSIONS, m->max_sessions);
+	bp_put_le32(buf + HELLO_OK_MAX_BATCH_SIZE, m->max_batch_size);
+	put_string(buf + HELLO_OK_SERVER_LEN, m->server, m->server_len);
+	return (int)len;
+}
+
+int bp_msg_hello_ok_decode(const uint8_t *buf, size_t len, bp_msg_hello_ok *ret)
+{
+	bp_msg_hello_ok m;
+
+	if (open_message(buf, len, BP_MSG_HELLO_OK, HELLO_OK_SERVER, HELLO_OK_SERVER_LEN,
+			 &m.server_len) < 0)
+		return -EBADMSG;
+	if (le16(buf + HELLO_OK_RESERVED) != 0)
+		return -EBADMSG;
+	m.version = le16(buf + HELLO_OK_VERSION);
+	m.max_sessions = bp_le32(buf + HELLO_OK_MAX_SESSIONS);
+	m.max_batch_size = bp_le32(buf + HELLO_OK_MAX_BATCH_SIZE);
+	m.server = (const char *)buf + HELLO_OK_SERVER;
+	if (!hello_ok_valid(&m))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+/* ---- OPEN -------------------------------------------------------------- */
+
+int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
+{
+	uint64_t len;
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	len = (uint64_t)OPEN_PATH + m->path_len;
+	r = begin(open_valid(m), buf, cap, len);
+	if (r < 0)
+		return r;
+	put_header(buf, BP_MSG_OPEN, (uint32_t)len);
+	bp_put_le64(buf + OPEN_SEED, m->seed);
+	bp_put_le64(buf + OPEN_START_EPOCH, m->start_epoch);
+	bp_put_le64(buf + OPEN_START_BATCH, m->start_batch);
+	bp_put_le32(buf + OPEN_BATCH_SIZE, m->batch_size);
+	bp_put_le32(buf + OPEN_RANK, m->rank);
+	bp_put_le32(buf + OPEN_WORLD, m->world);
+	bp_put_le32(buf + OPEN_PREFETCH, m->prefetch);
+	bp_put_le32(buf + OPEN_WINDOW, m->window);
+	bp_put_le32(buf + OPEN_PLACEMENT, (uint32_t)m->placement);
+	buf[OPEN_SHUFFLE] = m->shuffle;
+	buf[OPEN_DROP_LAST] = m->drop_last ? 1 : 0;
+	put_le16(buf + OPEN_RESERVED, 0);
+	put_string(buf + OPEN_PATH_LEN, m->path, m->path_len);
+	return (int)len;
+}
+
+int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
+{
+	bp_msg_open m;
+
+	if (open_message(buf, len, BP_MSG_OPEN, OPEN_PATH, OPEN_PATH_LEN, &m.path_len) < 0)
+		return -EBADMSG;
+	/* A bool byte other than 0/1 would not re-encode to itself. */
+	if (buf[OPEN_DROP_LAST] > 1 || le16(buf + OPEN_RESERVED) != 0)
+		return -EBADMSG;
+	m.seed = bp_le64(buf + OPEN_SEED);
+	m.start_epoch = bp_le64(buf + OPEN_START_EPOCH);
+	m.start_batch = bp_le64(buf + OPEN_START_BATCH);
+	m.batch_size = bp_le32(buf + OPEN_BATCH_SIZE);
+	m.rank = bp_le32(buf + OPEN_RANK);
+	m.world = bp_le32(buf + OPEN_WORLD);
+	m.prefetch = bp_le32(buf + OPEN_PREFETCH);
+	m.window = bp_le32(buf + OPEN_WINDOW);
+	m.placement = (int32_t)bp_le32(buf + OPEN_PLACEMENT);
+	m.shuffle = buf[OPEN_SHUFFLE];
+	m.drop_last = buf[OPEN_DROP_LAST] == 1;
+	m.path = (const char *)buf + OPEN_PATH;
+	if (!open_valid(&m))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+/* ---- READY ------------------------------------------------------------- */
+
+int bp_msg_ready_encode(const bp_msg_ready *m, uint8_t *buf, size_t cap)
+{
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	r = begin(ready_valid(m), buf, cap, READY_SIZE);
+	if (r < 0)
+		return r;
+	put_header(buf, BP_MSG_READY, READY_SIZE);
+	bp_put_le64(buf + READY_SESSION, m->session);
+	bp_put_le64(buf + READY_FINGERPRINT, m->fingerprint);
+	bp_put_le64(buf + READY_SAMPLES, m->samples);
+	bp_put_le64(buf + READY_BATCHES_PER_EPOCH, m->batches_per_epoch);
+	bp_put_le64(buf + READY_DATA_SIZE, m->data_size);
+	bp_put_le64(buf + READY_CTRL_SIZE, m->ctrl_size);
+	bp_put_le64(buf + READY_MAX_SAMPLE, m->max_sample);
+	bp_put_le32(buf + READY_BATCH_SIZE, m->batch_size);
+	bp_put_le32(buf + READY_SLOTS, m->slots);
+	bp_put_le32(buf + READY_PLACEMENT, (uint32_t)m->placement);
+	bp_put_le32(buf + READY_RESERVED, 0);
+	return READY_SIZE;
+}
+
+int bp_msg_ready_decode(const uint8_t *buf, size_t len, bp_msg_ready *ret)
+{
+	bp_msg_ready m;
+	uint32_t none;
+
+	if (open_message(buf, len, BP_MSG_READY, READY_SIZE, 0, &none) < 0)
+		return -EBADMSG;
+	if (bp_le32(buf + READY_RESERVED) != 0)
+		return -EBADMSG;
+	m.session = bp_le64(buf + READY_SESSION);
+	m.fingerprint = bp_le64(buf + READY_FINGERPRINT);
+	m.samples = bp_le64(buf + READY_SAMPLES);
+	m.batches_per_epoch = bp_le64(buf + READY_BATCHES_PER_EPOCH);
+	m.data_size = bp_le64(buf + READY_DATA_SIZE);
+	m.ctrl_size = bp_le64(buf + READY_CTRL_SIZE);
+	m.max_sample = bp_le64(buf + READY_MAX_SAMPLE);
+	m.batch_size = bp_le32(buf + READY_BATCH_SIZE);
+	m.slots = bp_le32(buf + READY_SLOTS);
+	m.placement = (int32_t)bp_le32(buf + READY_PLACEMENT);
+	if (!ready_valid(&m))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+/* ---- ERROR ------------------------------------------------------------- */
+
+int bp_msg_error_encode(const bp_msg_error *m, uint8_t *buf, size_t cap)
+{
+	uint64_t len;
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	len = (uint64_t)ERROR_MESSAGE + m->message_len;
+	r = begin(error_valid(m), buf, cap, len);
+	if (r < 0)
+		return r;
+	put_header(buf, BP_MSG_ERROR, (uint32_t)len);
+	bp_put_le32(buf + ERROR_CODE, (uint32_t)m->code);
+	put_string(buf + ERROR_MESSAGE_LEN, m->message, m->message_len);
+	return (int)len;
+}
+
+int bp_msg_error_decode(const uint8_t *buf, size_t len, bp_msg_error *ret)
+{
+	bp_msg_error m;
+
+	if (open_message(buf, len, BP_MSG_ERROR, ERROR_MESSAGE, ERROR_MESSAGE_LEN,
+			 &m.message_len) < 0)
+		return -EBADMSG;
+	m.code = (int32_t)bp_le32(buf + ERROR_CODE);
+	m.message = (const char *)buf + ERROR_MESSAGE;
+	if (!error_valid(&m))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+/* ---- CLOSE, CLOSED ----------------------------------------------------- */
+
+int bp_msg_session_encode(uint16_t type, const bp_msg_session *m, uint8_t *buf, size_t cap)
+{
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	r = begin(session_type(type) && m->session != 0, buf, cap, SESSION_SIZE);
+	if (r < 0)
+		return r;
+	put_header(buf, type, SESSION_SIZE);
+	bp_put_le64(buf + SESSION_ID, m->session);
+	return SESSION_SIZE;
+}
+
+/* @return -EINVAL (not -EBADMSG) when type is not CLOSE or CLOSED: a caller bug. */
+int bp_msg_session_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_session *ret)
+{
+	uint64_t session;
+	uint32_t none;
+
+	if (!session_type(type))
+		return -EINVAL;
+	if (open_message(buf, len, type, SESSION_SIZE, 0, &none) < 0)
+		return -EBADMSG;
+	session = bp_le64(buf + SESSION_ID);
+	if (session == 0)
+		return -EBADMSG;
+	ret->session = session;
+	return 0;
+}
+
+/* ---- STATUS ------------------------------------------------------------ */
+
+int bp_msg_status_encode(uint8_t *buf, size_t cap)
+{
+	int r;
+
+	r = begin(true, buf, cap, BP_MSG_HEADER_SIZE);
+	if (r < 0)
+		return r;
+	put_header(buf, BP_MSG_STATUS, BP_MSG_HEADER_SIZE);
+	return BP_MSG_HEADER_SIZE;
+}
+
+int bp_msg_status_decode(const uint8_t *buf, size_t len)
+{
+	uint32_t none;
+
+	return open_message(buf, len, BP_MSG_STATUS, BP_MSG_HEADER_SIZE, 0, &none);
+}
+
+/* ---- STATUS_REPLY, GOODBYE --------------------------------------------- */
+
+int bp_msg_text_encode(uint16_t type, const bp_msg_text *m, uint8_t *buf, size_t cap)
+{
+	uint64_t len;
+	int r;
+
+	if (!m)
+		return -EINVAL;
+	len = (uint64_t)TEXT + m->text_len;
+	r = begin(text_type(type) && text_valid(type, m), buf, cap, len);
+	if (r < 0)
+		return r;
+	put_header(buf, type, (uint32_t)len);
+	bp_put_le32(buf + TEXT_CODE, (uint32_t)m->code);
+	put_string(buf + TEXT_LEN, m->text, m->text_len);
+	return (int)len;
+}
+
+/* @return -EINVAL (not -EBADMSG) when type is not STATUS_REPLY or GOODBYE: a caller bug. */
+int bp_msg_text_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_text *ret)
+{
+	bp_msg_text m;
+
+	if (!text_type(type))
+		return -EINVAL;
+	if (open_message(buf, len, type, TEXT, TEXT_LEN, &m.text_len) < 0)
+		return -EBADMSG;
+	m.code = (int32_t)bp_le32(buf + TEXT_CODE);
+	m.text = (const char *)buf + TEXT;
+	if (!text_valid(type, &m))
+		return -EBADMSG;
+	*ret = m;
+	return 0;
+}
+
+/* ---- names ------------------------------------------------------------- */
+
+const char *bp_msg_type_name(uint16_t type)
+{
+	static const char *const names[] = {
+		[BP_MSG_HELLO] = "HELLO",
+		[BP_MSG_HELLO_OK] = "HELLO_OK",
+		[BP_MSG_OPEN] = "OPEN",
+		[BP_MSG_READY] = "READY",
+		[BP_MSG_ERROR] = "ERROR",
+		[BP_MSG_CLOSE] = "CLOSE",
+		[BP_MSG_CLOSED] = "CLOSED",
+		[BP_MSG_STATUS] = "STATUS",
+		[BP_MSG_STATUS_REPLY] = "STATUS_REPLY",
+		[BP_MSG_GOODBYE] = "GOODBYE",
+	};
+
+	if (type >= sizeof(names) / sizeof(names[0]) || !names[type])
+		return "UNKNOWN";
+	return names[type];
+}

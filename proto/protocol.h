@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * protocol.h - the control messages between batchd and its clients.
+ *
+ * Clients talk to the daemon over a SOCK_SEQPACKET Unix socket: every
+ * datagram is exactly one message, so framing is the kernel's job and a
+ * message is never split or merged. Each message is a 16-byte header
+ * (magic, type, version, length) followed by a fixed little-endian body
+ * and, for some types, one variable-length string at the end. Requests are
+ * answered in order, one answer per request; a connection may hold several
+ * sessions. Bulk data never travels here: READY carries the session's
+ * memfds (SCM_RIGHTS) and batches flow through shared memory (ring.h).
+ * PROTOCOL.md is the normative specification.
+ *
+ * Every decoder takes (buf, len) straight from recvmsg(), trusts nothing,
+ * and either fills its struct completely or returns -EBADMSG; strings
+ * returned point into buf (not NUL-terminated: use the length). Encoders
+ * write into a caller buffer and return the message length or -ENOSPC.
+ * Pure functions, reentrant, no allocation.
+ */
+#ifndef BATCHD_PROTO_PROTOCOL_H
+#define BATCHD_PROTO_PROTOCOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define BP_PROTO_MAGIC       0x31504442u  /* "BDP1" in file order */
+#define BP_PROTO_VERSION     1u           /* the only version so far */
+#define BP_PROTO_MIN_VERSION 1u
+#define BP_MSG_HEADER_SIZE   16u
+#define BP_MSG_MAX           65536u       /* largest datagram either side sends */
+#define BP_PATH_MAX          4096u        /* dataset path bytes in OPEN */
+#define BP_NAME_MAX          64u          /* client name bytes in HELLO */
+#define BP_ERRMSG_MAX        1024u        /* message bytes in ERROR */
+#define BP_STATUS_MAX        (BP_MSG_MAX - BP_MSG_HEADER_SIZE - 8u) /* after code + length */
+#define BP_READY_FDS         4            /* data memfd, control memfd, released pipe (write end), published pipe (read end) */
+
+enum bp_msg_type {
+	BP_MSG_HELLO = 1,        /* client -> daemon */
+	BP_MSG_HELLO_OK = 2,     /* daemon -> client */
+	BP_MSG_OPEN = 3,         /* client -> daemon */
+	BP_MSG_READY = 4,        /* daemon -> client, with BP_READY_FDS fds */
+	BP_MSG_ERROR = 5,        /* daemon -> client, answers any request */
+	BP_MSG_CLOSE = 6,        /* client -> daemon */
+	BP_MSG_CLOSED = 7,       /* daemon -> client */
+	BP_MSG_STATUS = 8,       /* client -> daemon */
+	BP_MSG_STATUS_REPLY = 9, /* daemon -> client */
+	BP_MSG_GOODBYE = 10,     /* daemon -> client, unsolicited: the daemon is stopping */
+};
+
+enum bp_shuffle { BP_SHUFFLE_NONE = 0, BP_SHUFFLE_GLOBAL = 1, BP_SHUFFLE_BLOCK = 2 };
+
+#define BP_PLACEMENT_HOST (-1)   /* else a CUDA device ordinal, 0..255 */
+
+typedef struct bp_msg_header {
+	uint32_t magic;
+	uint16_t type;
+	uint16_t version;
+	uint32_t length;             /* whole message, header included */
+	uint32_t reserved;           /* 0 */
+} bp_msg_header;
+
+typedef struct bp_msg_hello {
+	uint16_t min_version, max_version;
+	const char *name;            /* printable ASCII, may be empty */
+	uint32_t name_len;           /* <= BP_NAME_MAX */
+} bp_msg_hello;
+
+typedef struct bp_msg_hello_ok {
+	uint16_t version;            /* chosen */
+	uint32_t max_sessions;       /* per connection */
+	uint32_t max_batch_size;
+	const char *server;          /* daemon version string */
+	uint32_t server_len;         /* <= 64 */
+} bp_msg_hello_ok;
+
+typedef struct bp_msg_open {
+	uint64_t seed;
+	uint64_t start_epoch;
+	uint64_t start_batch;        /* batches of start_epoch already consumed */
+	uint32_t batch_size;         /* >= 1 */
+	uint32_t rank, world;        /* rank < world, world >= 1 */
+	uint32_t prefetch;           /* batches staged ahead; 0 = daemon default */
+	uint32_t window;             /* block shuffle: blocks per window; 0 = default */
+	int32_t placement;           /* BP_PLACEMENT_HOST or a device ordinal */
+	uint8_t shuffle;             /* enum bp_shuffle */
+	bool drop_last;
+	const char *path;            /* dataset, relative to a root or absolute */
+	uint32_t path_len;           /* 1 .. BP_PATH_MAX, no NUL bytes */
+} bp_msg_open;
+
+typedef struct bp_msg_ready {
+	uint64_t session;            /* id, unique for the daemon's lifetime */
+	uint64_t fingerprint;        /* dataset fingerprint */
+	uint64_t samples;            /* dataset samples */
+	uint64_t batches_per_epoch;  /* for this rank */
+	uint64_t data_size;          /* bytes of the data memfd */
+	uint64_t ctrl_size;          /* bytes of the control memfd */
+	uint64_t max_sample;
+	uint32_t batch_size;
+	uint32_t slots;              /* batches in flight at most (ring descriptors) */
+	int32_t placement;
+} bp_msg_ready;
+
+typedef struct bp_msg_error {
+	int32_t code;                /* negative errno */
+	const char *message;
+	uint32_t message_len;        /* <= BP_ERRMSG_MAX */
+} bp_msg_error;
+
+typedef struct bp_msg_session {  /* CLOSE, CLOSED */
+	uint64_t session;
+} bp_msg_session;
+
+typedef struct bp_msg_text {     /* STATUS_REPLY (JSON), GOODBYE (reason) */
+	int32_t code;                /* GOODBYE: negative errno; STATUS_REPLY: 0 */
+	const char *text;
+	uint32_t text_len;           /* <= BP_STATUS_MAX */
+} bp_msg_text;
+
+/*
+ * Decode the header of a received datagram of len bytes: magic, a known
+ * type, a version in [BP_PROTO_MIN_VERSION, BP_PROTO_VERSION], length == len,
+ * reserved == 0. @return 0 or -EBADMSG (-EPROTONOSUPPORT for a version this
+ * build does not speak).
+ */
+int bp_msg_header_decode(const uint8_t *buf, size_t len, bp_msg_header *ret);
+
+/* Encoders: @return message length, or -ENOSPC when cap is too small, -EINVAL for a field out of range. */
+int bp_msg_hello_encode(const bp_msg_hello *m, uint8_t *buf, size_t cap);
+int bp_msg_hello_ok_encode(const bp_msg_hello_ok *m, uint8_t *buf, size_t cap);
+int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap);
+int bp_msg_ready_encode(const bp_msg_ready *m, uint8_t *buf, size_t cap);
+int bp_msg_error_encode(const bp_msg_error *m, uint8_t *buf, size_t cap);
+int bp_msg_session_encode(uint16_t type, const bp_msg_session *m, uint8_t *buf, size_t cap);
+int bp_msg_status_encode(uint8_t *buf, size_t cap);
+int bp_msg_text_encode(uint16_t type, const bp_msg_text *m, uint8_t *buf, size_t cap);
+
+/* Decoders: buf/len is the whole message (header included, already checked
+ * by bp_msg_header_decode or not: they check it again). @return 0 or -EBADMSG. */
+int bp_msg_hello_decode(const uint8_t *buf, size_t len, bp_msg_hello *ret);
+int bp_msg_hello_ok_decode(const uint8_t *buf, size_t len, bp_msg_hello_ok *ret);
+int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret);
+int bp_msg_ready_decode(const uint8_t *buf, size_t len, bp_msg_ready *ret);
+int bp_msg_error_decode(const uint8_t *buf, size_t len, bp_msg_error *ret);
+int bp_msg_session_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_session *ret);
+int bp_msg_status_decode(const uint8_t *buf, size_t len);
+int bp_msg_text_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_text *ret);
+
+const char *bp_msg_type_name(uint16_t type);
+
+#endif

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.h - the shared-memory layout of a session: where batches are staged
+ * by batchd and picked up by the trainer.
+ *
+ * A session has two memfds. The DATA memfd is written only by the daemon
+ * and sealed (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_FUTURE_WRITE) before it is
+ * handed over, so the client can map it read-only and nothing else: it can
+ * neither corrupt staged batches nor make the daemon fault by truncating
+ * it. The CONTROL memfd is small and written by both; it is sealed against
+ * shrinking and growing, and the daemon treats every byte in it as hostile.
+ *
+ * DATA memfd:
+ *   [0, 4096)                 ring header (bp_ring_header)
+ *   [4096, 4096 + 64*slots)   descriptors, one per batch in flight
+ *   [arena_offset, +arena_size) batch records, allocated as a byte ring
+ * A batch record is its sample table (count x bp_ring_sample) followed,
+ * at payload_offset (256-byte aligned), by the samples' bytes laid end to
+ * end, so fixed-size samples form one dense [count, sample_bytes] array.
+ * A failed batch has status < 0 and a NUL-terminated reason at its
+ * record offset instead of samples.
+ *
+ * Publication: batch seq (0, 1, 2, ...) lives in descriptor seq % slots.
+ * The daemon fills the record and the descriptor, then stores
+ * produced = seq + 1 with release semantics; a client that loads produced
+ * with acquire semantics and finds it > seq may read descriptor and record
+ * with no syscall.
+ *
+ * Release: the client stores release[seq % slots] = seq + 1 in the control
+ * memfd. The daemon reclaims batches strictly in seq order, so a record's
+ * bytes are reused only after the client released it and every batch
+ * before it.
+ *
+ * Sleeping: a client with nothing ready sets ctrl.client_sleeping and
+ * re-checks produced, both sequentially consistent (a Dekker pair: the
+ * store cannot pass the load), and only then sleeps in poll(2) on the
+ * session's "published" pipe and on its socket (so a dead daemon wakes
+ * it too); the daemon stores produced and then loads client_sleeping, both
+ * sequentially consistent, and writes that pipe
+ * when client_sleeping is set. The same pattern runs the other way with
+ * ctrl.daemon_hungry and the "released" pipe when the daemon waits for
+ * releases. A ready batch therefore costs no syscall, and a wake-up costs
+ * one only when somebody actually sleeps.
+ */
+#ifndef BATCHD_PROTO_RING_H
+#define BATCHD_PROTO_RING_H
+
+#include <stdint.h>
+
+#define BP_RING_MAGIC        UINT64_C(0x31474e4952504442) /* "BDPRING1" */
+#define BP_RING_VERSION      1u
+#define BP_RING_HEADER_SIZE  4096u
+#define BP_RING_DESC_SIZE    64u
+#define BP_RING_PAYLOAD_ALIGN 256u
+#define BP_RING_RECORD_ALIGN 4096u
+#define BP_RING_REASON_MAX   512u
+#define BP_RING_MAX_SLOTS    1024u
+
+enum bp_ring_state {
+	BP_RING_RUNNING = 0,
+	BP_RING_STOPPED = 1,   /* the daemon ended the session (shutdown); error holds why */
+};
+
+/* At offset 0 of the data memfd. Fields below `produced` never change. */
+typedef struct bp_ring_header {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t header_size;
+	uint64_t session;
+	uint64_t data_size;
+	uint64_t arena_offset;
+	uint64_t arena_size;
+	uint64_t batches_per_epoch;
+	uint32_t slots;
+	uint32_t batch_size;
+	uint8_t pad0[128 - 64];
+	uint64_t produced;     /* offset 128: batches published (release store) */
+	uint8_t pad1[192 - 136];
+	uint32_t state;        /* offset 192: enum bp_ring_state */
+	int32_t error;         /* negative errno when stopped */
+} bp_ring_header;
+
+/* At 4096 + 64 * (seq % slots). */
+typedef struct bp_ring_desc {
+	uint64_t seq;
+	uint64_t epoch;
+	uint64_t batch;        /* index within the epoch, for this rank */
+	uint64_t record;       /* offset of the record in the data memfd */
+	uint64_t payload;      /* offset of the payload in the data memfd */
+	uint64_t payload_size;
+	uint32_t count;        /* samples */
+	int32_t status;        /* 0, or negative errno: reason at `record` */
+	uint64_t pad;
+} bp_ring_desc;
+
+typedef struct bp_ring_sample {
+	uint64_t id;           /* global sample id */
+	uint64_t offset;       /* from the payload start */
+	uint64_t size;
+} bp_ring_sample;
+
+/* At offset 0 of the control memfd. Hostile to the daemon. */
+typedef struct bp_ring_ctrl {
+	uint32_t reserved;
+	uint32_t client_sleeping;  /* client: about to sleep on the published pipe */
+	uint8_t pad0[64 - 8];
+	uint32_t daemon_hungry;    /* daemon: waiting for releases; poke the released pipe */
+	uint8_t pad1[128 - 68];
+	uint64_t consumed;         /* client: batches taken (informational) */
+	uint8_t pad2[256 - 136];
+	uint64_t release[];        /* slots entries: seq + 1 of the last release */
+} bp_ring_ctrl;
+
+#define BP_RING_CTRL_RELEASE_OFFSET 256u
+
+_Static_assert(sizeof(bp_ring_header) == 200, "ring header layout");
+_Static_assert(sizeof(bp_ring_desc) == BP_RING_DESC_SIZE, "descriptor layout");
+_Static_assert(sizeof(bp_ring_ctrl) == BP_RING_CTRL_RELEASE_OFFSET, "control layout");
+
+/* Bytes of the control memfd for `slots` descriptors (page-rounded). */
+static inline uint64_t bp_ring_ctrl_size(uint32_t slots)
+{
+	return (BP_RING_CTRL_RELEASE_OFFSET + 8u * (uint64_t)slots + 4095u) & ~UINT64_C(4095);
+}
+
+/* Offset of the arena for `slots` descriptors (page-rounded). */
+static inline uint64_t bp_ring_arena_offset(uint32_t slots)
+{
+	return (BP_RING_HEADER_SIZE + BP_RING_DESC_SIZE * (uint64_t)slots + 4095u) &
+	       ~UINT64_C(4095);
+}
+
+#endif

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * daemon-testlib.h - what the batchd integration suite (test-daemon.c)
+ * needs around a real daemon: test datasets, starting and stopping batchd,
+ * a reference reader to check delivered bytes against, a consumer that
+ * records what a stream delivered, status JSON peeking, and a raw protocol
+ * client that speaks to the socket without libbatchclient.
+ *
+ * Why a separate file: the cases in test-daemon.c should read as
+ * behaviours ("every epoch is a partition of the dataset"); the plumbing
+ * (fork/exec, SCM_RIGHTS, mkdtemp trees) lives here.
+ *
+ * Layout on disk: dt_global_setup() (called once from main(), before Check
+ * forks any test) makes a mkdtemp directory holding packs/ with the three
+ * test datasets. Each test's fixture makes its own directory below it with
+ * a socket, a log file and root/ (hard links to the packs, so tests may add
+ * symlinks, FIFOs and corrupt copies without disturbing each other).
+ *
+ * Thread rules: everything here is called from the test's main thread,
+ * except dt_consume() and the dt_ref_* functions, which may run in several
+ * threads at once on different dt_ref / dt_run objects.
+ */
+#ifndef BATCHD_TESTS_DAEMON_TESTLIB_H
+#define BATCHD_TESTS_DAEMON_TESTLIB_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "batchclient.h"
+#include "pack_file.h"
+#include "protocol.h"
+#include "ring.h"
+
+/* The test datasets, by their names under a daemon root. */
+#define DSET_ONE    "one.bpk"     /* 1000 samples, one per block */
+#define DSET_BLK    "blk.bpk"     /* 1000 samples in 16 KiB blocks */
+#define DSET_SHARDS "shards"      /* 1000 samples, 16 KiB blocks, 3 shards */
+#define DSET_SAMPLES 1000u
+
+typedef struct dt_global {
+	char dir[128];           /* mkdtemp, removed by dt_global_teardown */
+	char packs[160];         /* dir/packs */
+	const char *batchd;      /* $BATCHD */
+	const char *batchd_pack; /* $BATCHD_PACK */
+	size_t shards;           /* shards of DSET_SHARDS */
+} dt_global;
+
+extern dt_global dt_g;
+
+/* Make the datasets. @return 0, or -1 with a message on stderr. */
+int dt_global_setup(void);
+/* Remove everything dt_global_setup and the tests made. */
+void dt_global_teardown(void);
+/* Recursively remove path (a file or a directory tree). */
+void dt_rm_rf(const char *path);
+
+/* One daemon under test. */
+typedef struct dt_daemon {
+	char dir[192];           /* per-test mkdtemp directory */
+	char root[224];          /* dir/root, the daemon's one dataset root */
+	char sock[224];          /* dir/sock (fits sun_path: dt_g.dir is short) */
+	char log[224];           /* dir/batchd.log: the daemon's stderr */
+	pid_t pid;               /* 0 when not running */
+	const char *engine;      /* --io-engine, NULL = default */
+	const char *direct;      /* --direct, NULL = "off" */
+	const char *memory;      /* --memory, NULL = default */
+} dt_daemon;
+
+/* Make d's directory tree (root/ with links to the packs). @return 0 or -1. */
+int dt_daemon_init(dt_daemon *d);
+/*
+ * Start batchd on d (killed with SIGKILL if the calling process dies),
+ * then wait until its socket answers a HELLO. @return 0; -1 when it exited
+ * or never answered (log dumped to stderr).
+ */
+int dt_daemon_start(dt_daemon *d);
+/*
+ * SIGTERM, then wait for it to exit. @return its exit status (0 is a
+ * clean stop), 128 + signal when killed, -1 when waitpid failed. Dumps the
+ * daemon's log to stderr when the status is not 0.
+ */
+int dt_daemon_stop(dt_daemon *d);
+/* Print the last max_lines lines of the daemon's log to stderr. */
+void dt_daemon_dump_log(const dt_daemon *d, int max_lines);
+/* root/name into buf. */
+const char *dt_root_path(const dt_daemon *d, const char *name, char *buf, size_t len);
+
+/* A reference reader over a dataset (through proto/pack_file.h). */
+typedef struct dt_ref {
+	bp_dataset *ds;
+	bp_sample_reader *r;
+} dt_ref;
+
+int dt_ref_open(dt_ref *ref, const char *path);
+void dt_ref_close(dt_ref *ref);
+/* Is (data, len) exactly sample id? @return 0, or -1 with why in err. */
+int dt_ref_check(dt_ref *ref, uint64_t id, const void *data, size_t len, char *err,
+		 size_t errlen);
+
+/* What a stream delivered: one event per bc_next() result that is not a timeout. */
+typedef struct dt_event {
+	int result;              /* 0 a batch, BC_EPOCH_END, or a negative errno */
+	uint64_t epoch, batch;   /* for batches */
+	uint32_t count;
+	size_t first;            /* index into ids/hashes of sample 0 */
+} dt_event;
+
+typedef struct dt_run {
+	dt_event *ev;
+	size_t nev, evcap;
+	uint64_t *ids;
+	uint64_t *hashes;        /* XXH64 of each sample's bytes */
+	size_t nids, idcap;
+	size_t batches;          /* events with result 0 */
+	size_t epoch_ends;
+	size_t failures;         /* events with result < 0 */
+	char last_error[BP_RING_REASON_MAX + 1]; /* bc_stream_error of the last failure */
+} dt_run;
+
+void dt_run_free(dt_run *run);
+
+/*
+ * Check a batch without releasing it: each sample equals the pack's (ref)
+ * and bc_batch_data() holds them back to back. @return 0, or -1 with why in err.
+ */
+int dt_batch_check(const bc_batch *b, dt_ref *ref, char *err, size_t errlen);
+
+enum {
+	DT_STOP_EPOCH_END = 1,   /* stop after the first BC_EPOCH_END (recorded) */
+	DT_KEEP_FAILURES = 2,    /* record failed batches and carry on, else stop */
+};
+
+/*
+ * Take up to max_batches batches (failed ones count) from s, checking each
+ * sample against ref (NULL: no check) byte for byte and that bc_batch_data()
+ * holds the samples back to back; record everything into run; release
+ * each batch once checked. timeout_ms is per bc_next call.
+ * @return 0; -1 with why in err (a mismatch, a timeout, an unexpected errno).
+ */
+int dt_consume(bc_stream *s, dt_ref *ref, size_t max_batches, unsigned flags, int timeout_ms,
+	       dt_run *run, char *err, size_t errlen);
+
+/* The daemon's status JSON (one request on a fresh connection). @return 0 or negative errno. */
+int dt_status(const char *sock, char **ret_json);
+/* The first number after `"key": ` following `after` (NULL: from the start). */
+bool dt_json_u64(const char *json, const char *after, const char *key, uint64_t *ret);
+/* Sessions listed in the status JSON. */
+size_t dt_json_sessions(const char *json);
+
+/* ---- raw protocol (no libbatchclient) ---- */
+
+/* A SOCK_SEQPACKET connection to sock. @return the fd, or negative errno. */
+int dt_raw_connect(const char *sock);
+/*
+ * Receive one datagram (waiting up to timeout_ms). @return its length, 0 when
+ * the daemon closed the connection, -ETIMEDOUT, or negative errno. Received
+ * descriptors go to fds (up to nfds; the rest are closed).
+ */
+int dt_raw_recv(int fd, uint8_t *buf, size_t cap, int *fds, int nfds, int *ret_nfds,
+		int timeout_ms);
+/* HELLO, expect HELLO_OK (its numbers into ret, may be NULL; server is set to NULL). @return 0 or negative errno. */
+int dt_raw_hello(int fd, bp_msg_hello_ok *ret);
+/* OPEN m, expect READY with BP_READY_FDS fds. @return 0, or the ERROR code / negative errno. */
+int dt_raw_open(int fd, const bp_msg_open *m, bp_msg_ready *ret, int fds[BP_READY_FDS]);
+/*
+ * After a protocol violation: read until the daemon closes the connection.
+ * *ret_code gets the code of the first ERROR received, else 0. @return 0
+ * when it closed; -ETIMEDOUT when it kept the connection open (for up to
+ * timeout_ms, or 2 s after an ERROR).
+ */
+int dt_raw_expect_close(int fd, int *ret_code, int timeout_ms);
+
+/* Wait until pred(ctx) holds, polling every 10 ms up to tries times. */
+bool dt_wait_for(bool (*pred)(void *ctx), void *ctx, int tries);
+
+#endif

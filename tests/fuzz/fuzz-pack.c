@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuzz-pack.c - libFuzzer target for the pack parser and block decoder.
+ *
+ * Feeds arbitrary bytes to bp_pack_parse() as a whole shard and, when they
+ * are accepted, does everything a reader would: locates every sample and
+ * decodes every block. Beyond "no crash, no sanitizer report" it checks the
+ * promises pack.h makes: errors are documented negative errnos with a
+ * reason, and after a successful parse every lookup is in bounds and every
+ * block that decodes matches its raw hash. A broken promise aborts.
+ *
+ * Random bytes almost never carry valid XXH3 seals, so on their own they
+ * would stop at the fingerprint and checksum checks. Each input is therefore
+ * run twice: as is, and "resealed": a copy whose dictionary hash, block
+ * stored hashes, fingerprint and checksum are recomputed (where the fields
+ * locating them are in bounds), so mutations reach the semantic index
+ * checks and the zstd decoder.
+ *
+ * Built two ways (tests/meson.build): with -fsanitize=fuzzer as the fuzzer
+ * itself, and with tests/fuzz/replay.c as a plain program that replays the
+ * seed corpus in every `meson test`.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "pack.h"
+
+/* Blocks whose raw size is above this are located but not decoded. */
+#define FUZZ_MAX_RAW (UINT64_C(16) << 20)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void require(bool ok, const char *what, uint64_t a, uint64_t b)
+{
+	if (ok)
+		return;
+	fprintf(stderr, "fuzz-pack: broken promise: %s (%llu, %llu)\n", what,
+		(unsigned long long)a, (unsigned long long)b);
+	abort();
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/*
+ * Recompute every seal of p[0..n) in place, from PACK.md's layout (not from
+ * pack.c), wherever the fields that locate the sealed bytes are in bounds.
+ */
+static void reseal(uint8_t *p, size_t n)
+{
+	const size_t min = BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE;
+	uint8_t *ftr, covered[BP_PACK_HEADER_SIZE + 64];
+	uint64_t dict_size, io, is, bc;
+
+	if (n < min)
+		return;
+	dict_size = le64(p + 32);
+	if (le64(p + 24) == BP_PACK_HEADER_SIZE && dict_size <= n - min)
+		put_le64(p + 40, XXH3_64bits(p + BP_PACK_HEADER_SIZE, dict_size));
+
+	ftr = p + n - BP_PACK_FOOTER_SIZE;
+	io = le64(ftr);
+	is = le64(ftr + 8);
+	bc = le64(ftr + 16);
+	if (io <= n - BP_PACK_FOOTER_SIZE && is == n - BP_PACK_FOOTER_SIZE - io) {
+		for (uint64_t i = 0; i < bc && i < is / BP_PACK_BLOCK_ENTRY; i++) {
+			uint8_t *e = p + io + i * BP_PACK_BLOCK_ENTRY;
+			uint64_t off = le64(e), ss = le64(e + 8);
+
+			if (off <= n && ss <= n - off) {
+				uint64_t h = XXH3_64bits(p + off, ss);
+
+				put_le64(e + 32, h);
+				if (e[48] == BP_CODEC_RAW)
+					put_le64(e + 40, h); /* raw blocks: raw_hash == stored_hash */
+			}
+		}
+		put_le64(ftr + 48, XXH3_64bits(p + io, is));
+	}
+	memcpy(covered, p, BP_PACK_HEADER_SIZE);
+	memcpy(covered + BP_PACK_HEADER_SIZE, ftr, 64);
+	put_le64(ftr + 64, XXH3_64bits_withSeed(covered, sizeof(covered), le64(ftr + 48)));
+}
+
+static bool content_errno(int r)
+{
+	return r == -EBADMSG || r == -ENOTSUP || r == -E2BIG;
+}
+
+/* One decompression context for the whole run, as a reader thread keeps one. */
+static ZSTD_DCtx *fuzz_dctx(void)
+{
+	static ZSTD_DCtx *dctx;
+
+	if (!dctx) {
+		dctx = ZSTD_createDCtx();
+		if (!dctx || bp_pack_dctx_init(dctx) < 0) {
+			fprintf(stderr, "fuzz-pack: cannot set up a ZSTD_DCtx\n");
+			abort();
+		}
+	}
+	return dctx;
+}
+
+static void check_samples(const bp_pack_view *v)
+{
+	const bp_pack_index *idx = &v->index;
+
+	for (uint64_t id = 0; id < idx->sample_count; id++) {
+		bp_pack_sample s;
+		bp_pack_block b;
+		uint64_t off, size;
+
+		bp_pack_index_sample(idx, id, &s);
+		bp_pack_index_sample_span(idx, id, &off, &size);
+		require(s.offset == off && s.size == size, "sample_span disagrees", id, off);
+		require(s.block < idx->block_count, "sample in no block", id, s.block);
+		bp_pack_index_block(idx, s.block, &b);
+		require(id >= b.first_sample && id - b.first_sample < b.sample_count,
+			"sample outside its block's range", id, s.block);
+		require(s.offset <= b.raw_size && s.size <= b.raw_size - s.offset,
+			"sample outside its block's bytes", id, s.block);
+		require(s.size <= v->footer.max_sample, "sample over max_sample", id, s.size);
+	}
+}
+
+static void check_blocks(const bp_pack_view *v, const uint8_t *data, size_t size)
+{
+	const bp_pack_index *idx = &v->index;
+	ZSTD_DDict *ddict = NULL;
+	uint64_t raw_total = 0;
+
+	if (v->dict) {
+		/* May be NULL for a dictionary zstd refuses; dict blocks then fail cleanly. */
+		ddict = ZSTD_createDDict(v->dict, v->header.dict_size);
+	}
+	for (uint64_t i = 0; i < idx->block_count; i++) {
+		bp_pack_fault f = { .what = NULL };
+		bp_pack_block b;
+		uint8_t *out;
+		int r;
+
+		bp_pack_index_block(idx, i, &b);
+		require(b.offset >= v->header.data_offset && b.offset <= v->footer.index_offset &&
+				b.stored_size <= v->footer.index_offset - b.offset &&
+				v->footer.index_offset <= size,
+			"block outside the data region", i, b.offset);
+		require(b.sample_count >= 1, "empty block", i, b.sample_count);
+		raw_total += b.raw_size;
+		if (b.raw_size > FUZZ_MAX_RAW)
+			continue;
+		out = malloc(b.raw_size ? b.raw_size : 1);
+		if (!out)
+			abort();
+		r = bp_pack_block_decode(&b, data + b.offset, fuzz_dctx(), ddict, out, b.raw_size, &f);
+		if (r == 0)
+			require(XXH3_64bits(out, b.raw_size) == b.raw_hash,
+				"block decoded to bytes that miss its raw hash", i, b.raw_size);
+		else
+			require(f.what && (r == -EBADMSG ||
+					   (r == -EINVAL && b.codec == BP_CODEC_ZSTD_DICT && !ddict)),
+				"undocumented block decode error", i, (uint64_t)-r);
+		free(out);
+	}
+	require(raw_total == v->footer.raw_bytes, "raw_bytes disagrees with the blocks", raw_total,
+		v->footer.raw_bytes);
+	ZSTD_freeDDict(ddict);
+}
+
+static void check_pack(const uint8_t *data, size_t size)
+{
+	bp_pack_fault f = { .what = NULL };
+	bp_pack_view v;
+	int r;
+
+	r = bp_pack_parse(data, size, &v, &f);
+	if (r < 0) {
+		require(content_errno(r) && f.what, "undocumented parse error", (uint64_t)-r, size);
+		return;
+	}
+	require(size >= BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE, "accepted a short pack", size, 0);
+	require(v.index.block_count == v.footer.block_count &&
+			v.index.sample_count == v.footer.sample_count &&
+			v.index.block_count >= 1 && v.index.block_count <= v.index.sample_count,
+		"index counts disagree with the footer", v.index.block_count,
+		v.index.sample_count);
+	require(v.footer.index_offset + v.footer.index_size + BP_PACK_FOOTER_SIZE == size,
+		"index does not end at the footer", v.footer.index_offset, size);
+	require(!v.dict == !v.header.dict_size, "dictionary pointer disagrees with dict_size",
+		v.header.dict_size, 0);
+	check_samples(&v);
+	check_blocks(&v, data, size);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	uint8_t *copy;
+
+	check_pack(data, size);
+	if (size < BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE)
+		return 0;
+	/* Exactly sized, so reads past the end are still caught. */
+	copy = malloc(size);
+	if (!copy)
+		abort();
+	memcpy(copy, data, size);
+	reseal(copy, size);
+	check_pack(copy, size);
+	free(copy);
+	return 0;
+}

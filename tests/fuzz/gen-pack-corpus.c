@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gen-pack-corpus.c - write the seed corpus for fuzz-pack.
+ *
+ * A fuzzer that starts from valid packs reaches the index and block checks
+ * at once instead of spending its time rediscovering the magic. This writes
+ * a handful of small valid packs covering each shape (one sample, many
+ * samples per block, one per block, dictionary, raw blocks, empty samples)
+ * plus damaged ones (truncated, garbage, a bad index byte, a bad block
+ * byte). The output is deterministic for a given zstd version; it is run
+ * by hand and the files are committed:
+ *
+ *   build/tests/gen-pack-corpus tests/fuzz/corpus/pack
+ *
+ * Every file is kept under 16 KiB so the replay stays fast.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pack-testlib.h"
+#include "pack.h"
+
+#define CORPUS_MAX_FILE (16u << 10)
+
+static const char *out_dir;
+static int failed;
+
+static void put(const char *name, const uint8_t *buf, size_t len)
+{
+	char path[4096];
+	int fd;
+
+	if (len >= CORPUS_MAX_FILE) {
+		fprintf(stderr, "gen-pack-corpus: %s is %zu bytes, over the limit\n", name, len);
+		failed = 1;
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s", out_dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, buf, len) != (ssize_t)len) {
+		fprintf(stderr, "gen-pack-corpus: %s: %s\n", path, strerror(errno));
+		failed = 1;
+	} else {
+		printf("%-28s %6zu bytes\n", name, len);
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Build a pack of n samples of kind, per_block to a block; put it as name. */
+static void pack(const char *name, size_t n, size_t min, size_t max, enum pt_kind kind,
+		 size_t per_block, const void *dict, size_t dict_size, uint8_t **ret,
+		 size_t *ret_len)
+{
+	pt_samples s;
+	uint8_t *buf;
+	size_t len;
+	int r;
+
+	pt_samples_make(&s, n, min, max, kind, 0xc0ffee + n);
+	r = pt_pack_build(&s, per_block, dict, dict_size, 3, &buf, &len);
+	pt_samples_free(&s);
+	if (r < 0) {
+		fprintf(stderr, "gen-pack-corpus: %s: %s\n", name, strerror(-r));
+		failed = 1;
+		return;
+	}
+	put(name, buf, len);
+	if (ret) {
+		*ret = buf;
+		*ret_len = len;
+	} else {
+		free(buf);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	uint8_t dict[1024], garbage[600], *many, *copy;
+	size_t dict_size, many_len;
+	uint64_t seed = 7;
+	bp_pack_view v;
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s OUTPUT-DIR\n", argv[0]);
+		return 2;
+	}
+	out_dir = argv[1];
+	dict_size = pt_dict_train(dict, sizeof(dict), 2000, 4242);
+
+	pack("one-sample.bpk", 1, 300, 300, PT_TEXT, 1, NULL, 0, NULL, NULL);
+	pack("many-per-block.bpk", 40, 0, 120, PT_MIXED, 8, NULL, 0, &many, &many_len);
+	pack("one-per-block.bpk", 10, 20, 150, PT_TEXT, 1, NULL, 0, NULL, NULL);
+	pack("dict.bpk", 16, 0, 0, PT_JSON, 4, dict, dict_size, NULL, NULL);
+	pack("dict-one-per-block.bpk", 6, 0, 0, PT_JSON, 1, dict, dict_size, NULL, NULL);
+	pack("raw-blocks.bpk", 12, 10, 100, PT_RANDOM, 3, NULL, 0, NULL, NULL);
+	pack("empty-samples.bpk", 6, 0, 0, PT_TEXT, 2, NULL, 0, NULL, NULL);
+	if (failed)
+		return 1;
+
+	/* Damaged packs, from many-per-block. */
+	if (bp_pack_parse(many, many_len, &v, NULL) < 0) {
+		fprintf(stderr, "gen-pack-corpus: the writer's own pack does not parse\n");
+		return 1;
+	}
+	copy = malloc(many_len);
+	put("truncated-footer.bpk", many, many_len - 7);
+	put("truncated-half.bpk", many, many_len / 2);
+	put("header-only.bpk", many, BP_PACK_HEADER_SIZE);
+	put("empty.bin", many, 0);
+	memcpy(copy, many, many_len);
+	copy[v.footer.index_offset + 20] ^= 0x40;
+	put("bad-index-byte.bpk", copy, many_len);
+	memcpy(copy, many, many_len);
+	copy[v.header.data_offset + 5] ^= 0x01;
+	put("bad-block-byte.bpk", copy, many_len);
+	pt_fill_random(&seed, garbage, sizeof(garbage));
+	put("garbage.bin", garbage, sizeof(garbage));
+	memcpy(garbage, BP_PACK_MAGIC, 8);
+	put("garbage-with-magic.bin", garbage, sizeof(garbage));
+	free(copy);
+	free(many);
+	return failed;
+}

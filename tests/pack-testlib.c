@@ -1,0 +1,297 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack-testlib.c - sample generators and shard builders for the pack tests.
+ * See pack-testlib.h for why this exists.
+ */
+#include "pack-testlib.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zdict.h>
+#include <zstd.h>
+
+#include "pack_writer.h"
+
+uint64_t pt_rand(uint64_t *state)
+{
+	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+uint64_t pt_rand_range(uint64_t *state, uint64_t lo, uint64_t hi)
+{
+	if (hi <= lo)
+		return lo;
+	return lo + pt_rand(state) % (hi - lo + 1);
+}
+
+void pt_fill_random(uint64_t *state, uint8_t *buf, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (uint8_t)(pt_rand(state) >> 56);
+}
+
+static void *pt_xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p) {
+		fprintf(stderr, "pack-testlib: out of memory (%zu bytes)\n", n);
+		abort();
+	}
+	return p;
+}
+
+static const char *const pt_words[] = {
+	"the", "loader", "reads", "blocks", "from", "shards", "and", "decodes",
+	"samples", "into", "pinned", "buffers", "while", "trainer", "waits",
+	"for", "next", "batch", "of", "tensors", "epoch", "seed", "order",
+};
+
+void pt_fill_text(uint64_t *state, uint8_t *buf, size_t n)
+{
+	size_t nwords = sizeof(pt_words) / sizeof(pt_words[0]);
+	size_t i = 0;
+
+	while (i < n) {
+		const char *w = pt_words[pt_rand(state) % nwords];
+
+		for (size_t j = 0; w[j] && i < n; j++)
+			buf[i++] = (uint8_t)w[j];
+		if (i < n)
+			buf[i++] = ' ';
+	}
+}
+
+size_t pt_json_record(uint64_t *state, char *buf, size_t cap)
+{
+	static const char *const tags[] = { "alpha", "beta", "gamma", "delta", "train", "eval" };
+	static const char *const names[] = { "ada", "brian", "carol", "dennis", "edsger", "fran" };
+	uint64_t r = pt_rand(state);
+	int n;
+
+	n = snprintf(buf, cap,
+		     "{\"id\":%u,\"user\":\"%s_%u\",\"email\":\"%s%u@example.com\","
+		     "\"score\":0.%03u,\"tags\":[\"%s\",\"%s\"],\"active\":%s,\"label\":%u}",
+		     (unsigned)(r % 100000), names[(r >> 17) % 6], (unsigned)((r >> 20) % 1000),
+		     names[(r >> 30) % 6], (unsigned)((r >> 33) % 1000),
+		     (unsigned)((r >> 40) % 1000), tags[(r >> 50) % 6], tags[(r >> 53) % 6],
+		     (r >> 56) & 1 ? "true" : "false", (unsigned)((r >> 57) % 10));
+	if (n < 0 || (size_t)n >= cap)
+		abort();
+	return (size_t)n;
+}
+
+void pt_samples_make(pt_samples *s, size_t n, size_t min_size, size_t max_size,
+		     enum pt_kind kind, uint64_t seed)
+{
+	uint64_t st = seed;
+	uint64_t cap = 0;
+
+	memset(s, 0, sizeof(*s));
+	s->n = n;
+	s->sizes = pt_xmalloc(n * sizeof(*s->sizes));
+	s->offsets = pt_xmalloc(n * sizeof(*s->offsets));
+	/* Sizes first, so the data buffer is allocated once and exactly. */
+	for (size_t i = 0; i < n; i++) {
+		uint64_t sz = pt_rand_range(&st, min_size, max_size);
+
+		if (kind == PT_MIXED && pt_rand(&st) % 8 == 0)
+			sz = 0;
+		if (kind == PT_JSON)
+			sz = 256; /* upper bound; trimmed below */
+		s->sizes[i] = sz;
+		cap += sz;
+	}
+	s->data = pt_xmalloc(cap);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *p = s->data + s->total;
+		enum pt_kind k = kind;
+
+		if (kind == PT_MIXED)
+			k = (enum pt_kind)(pt_rand(&st) % 2 ? PT_RANDOM : PT_TEXT);
+		switch (k) {
+		case PT_RANDOM:
+			pt_fill_random(&st, p, s->sizes[i]);
+			break;
+		case PT_TEXT:
+			pt_fill_text(&st, p, s->sizes[i]);
+			break;
+		case PT_JSON: {
+			char rec[256];
+			size_t len = pt_json_record(&st, rec, sizeof(rec));
+
+			memcpy(p, rec, len);
+			s->sizes[i] = len;
+			break;
+		}
+		case PT_MIXED:
+			abort();
+		}
+		s->offsets[i] = s->total;
+		s->total += s->sizes[i];
+		if (s->sizes[i] > s->max_size)
+			s->max_size = s->sizes[i];
+	}
+}
+
+void pt_samples_free(pt_samples *s)
+{
+	if (!s)
+		return;
+	free(s->data);
+	free(s->sizes);
+	free(s->offsets);
+	memset(s, 0, sizeof(*s));
+}
+
+const uint8_t *pt_sample(const pt_samples *s, size_t i)
+{
+	return s->data + s->offsets[i];
+}
+
+size_t pt_dict_train(void *dict, size_t cap, size_t records, uint64_t seed)
+{
+	uint64_t st = seed;
+	char *buf = pt_xmalloc(records * 256);
+	size_t *sizes = pt_xmalloc(records * sizeof(*sizes));
+	size_t off = 0, r;
+
+	for (size_t i = 0; i < records; i++) {
+		sizes[i] = pt_json_record(&st, buf + off, 256);
+		off += sizes[i];
+	}
+	r = ZDICT_trainFromBuffer(dict, cap, buf, sizes, (unsigned)records);
+	free(buf);
+	free(sizes);
+	if (ZDICT_isError(r)) {
+		fprintf(stderr, "pack-testlib: ZDICT_trainFromBuffer: %s\n", ZDICT_getErrorName(r));
+		abort();
+	}
+	return r;
+}
+
+int pt_pack_write(int fd, const pt_samples *s, size_t per_block, const void *dict,
+		  size_t dict_size, int level, bp_pack_footer *ret_footer)
+{
+	ZSTD_CCtx *cctx = NULL;
+	ZSTD_CDict *cdict = NULL;
+	bp_pack_writer *w = NULL;
+	uint8_t *out = NULL;
+	int r;
+
+	if (per_block == 0)
+		return -EINVAL;
+	cctx = ZSTD_createCCtx();
+	if (!cctx)
+		return -ENOMEM;
+	if (dict_size > 0) {
+		cdict = ZSTD_createCDict(dict, dict_size, level);
+		if (!cdict) {
+			r = -ENOMEM;
+			goto free_cctx;
+		}
+	}
+	r = bp_pack_writer_new(fd, dict_size > 0 ? dict : NULL, dict_size, &w);
+	if (r < 0)
+		goto free_cdict;
+	for (size_t first = 0; first < s->n; first += per_block) {
+		size_t n = s->n - first < per_block ? s->n - first : per_block;
+		const uint8_t *raw = s->data + s->offsets[first];
+		uint64_t raw_size = 0;
+		size_t cap;
+		bp_pack_encoded enc;
+
+		for (size_t i = first; i < first + n; i++)
+			raw_size += s->sizes[i];
+		cap = ZSTD_compressBound(raw_size);
+		free(out);
+		out = pt_xmalloc(cap);
+		r = bp_pack_block_encode(cctx, cdict, level, raw, raw_size, out, cap, &enc);
+		if (r < 0)
+			goto free_writer;
+		r = bp_pack_writer_add(w, &enc, raw_size, s->sizes + first, n);
+		if (r < 0)
+			goto free_writer;
+	}
+	r = bp_pack_writer_finish(w, ret_footer);
+free_writer:
+	free(out);
+	bp_pack_writer_free(w);
+free_cdict:
+	ZSTD_freeCDict(cdict);
+free_cctx:
+	ZSTD_freeCCtx(cctx);
+	return r;
+}
+
+int pt_read_fd(int fd, uint8_t **ret_buf, size_t *ret_len)
+{
+	struct stat st;
+	uint8_t *buf;
+	size_t done = 0;
+
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	buf = pt_xmalloc((size_t)st.st_size);
+	while (done < (size_t)st.st_size) {
+		ssize_t n = pread(fd, buf + done, (size_t)st.st_size - done, (off_t)done);
+
+		if (n <= 0) {
+			int e = n < 0 ? errno : EIO;
+
+			free(buf);
+			return -e;
+		}
+		done += (size_t)n;
+	}
+	*ret_buf = buf;
+	*ret_len = done;
+	return 0;
+}
+
+int pt_pack_build(const pt_samples *s, size_t per_block, const void *dict, size_t dict_size,
+		  int level, uint8_t **ret_buf, size_t *ret_len)
+{
+	int fd, r;
+
+	fd = memfd_create("bpk-test", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = pt_pack_write(fd, s, per_block, dict, dict_size, level, NULL);
+	if (r == 0)
+		r = pt_read_fd(fd, ret_buf, ret_len);
+	close(fd);
+	return r;
+}
+
+uint32_t pt_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+uint64_t pt_le64(const uint8_t *p)
+{
+	return (uint64_t)pt_le32(p) | (uint64_t)pt_le32(p + 4) << 32;
+}
+
+void pt_put_le32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+void pt_put_le64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pack-testlib.h - sample generators and shard builders shared by the pack
+ * tests and the fuzz corpus generator.
+ *
+ * The tests need the same few things over and over: deterministic samples
+ * of a chosen kind (incompressible, text, JSON-like records, a mix with
+ * empty samples), a small trained zstd dictionary, and a shard written with
+ * bp_pack_writer from those samples, either to a file or into memory. Keeping
+ * them here means every test builds packs the way batchd-pack does: encode
+ * each block with bp_pack_block_encode, hand it to the writer, finish.
+ *
+ * Everything is deterministic for a given seed so failures reproduce and the
+ * generated corpus is stable. Not thread-safe; tests are single-threaded.
+ */
+#ifndef BATCHD_TESTS_PACK_TESTLIB_H
+#define BATCHD_TESTS_PACK_TESTLIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pack.h"
+
+/* splitmix64: the next value of *state. */
+uint64_t pt_rand(uint64_t *state);
+/* A value in [lo, hi]. */
+uint64_t pt_rand_range(uint64_t *state, uint64_t lo, uint64_t hi);
+void pt_fill_random(uint64_t *state, uint8_t *buf, size_t n);
+/* Words from a small vocabulary separated by spaces: compresses well. */
+void pt_fill_text(uint64_t *state, uint8_t *buf, size_t n);
+
+enum pt_kind {
+	PT_RANDOM,  /* uniform bytes: incompressible, blocks get stored raw */
+	PT_TEXT,    /* words from a small vocabulary: compresses well */
+	PT_JSON,    /* JSON-like records: compresses much better with a dictionary */
+	PT_MIXED,   /* each sample one of the above, about one in eight empty */
+};
+
+/* Samples laid end to end in data; sample i is data[offsets[i]..+sizes[i]). */
+typedef struct pt_samples {
+	uint8_t *data;
+	uint64_t *sizes;
+	uint64_t *offsets;
+	size_t n;
+	uint64_t total;
+	uint64_t max_size;
+} pt_samples;
+
+/*
+ * Make n samples of kind with sizes in [min_size, max_size] (JSON records
+ * ignore the bounds and are as long as they come out, < 256 bytes).
+ * Aborts on allocation failure. Free with pt_samples_free().
+ */
+void pt_samples_make(pt_samples *s, size_t n, size_t min_size, size_t max_size,
+		     enum pt_kind kind, uint64_t seed);
+void pt_samples_free(pt_samples *s);
+const uint8_t *pt_sample(const pt_samples *s, size_t i);
+
+/* One JSON-like record into buf (cap >= 256); @return its length. */
+size_t pt_json_record(uint64_t *state, char *buf, size_t cap);
+
+/*
+ * Train a zstd dictionary of at most cap bytes (>= 256) on `records`
+ * JSON-like records. @return the dictionary size; aborts on failure.
+ */
+size_t pt_dict_train(void *dict, size_t cap, size_t records, uint64_t seed);
+
+/*
+ * Write a shard holding all of s to fd (an empty file at offset 0): blocks
+ * of per_block samples each (the last may hold fewer), compressed at `level`
+ * with the dictionary when dict_size > 0. @return 0 or the first negative
+ * errno from the pack API; ret_footer (may be NULL) gets the footer.
+ */
+int pt_pack_write(int fd, const pt_samples *s, size_t per_block, const void *dict,
+		  size_t dict_size, int level, bp_pack_footer *ret_footer);
+
+/*
+ * The same shard in memory: written to a memfd, then read back into an
+ * exactly sized malloc'd buffer (so sanitizers catch any read past the end).
+ * Caller frees *ret_buf. @return 0 or a negative errno.
+ */
+int pt_pack_build(const pt_samples *s, size_t per_block, const void *dict, size_t dict_size,
+		  int level, uint8_t **ret_buf, size_t *ret_len);
+
+/* Read all of fd (from offset 0) into a malloc'd buffer. @return 0 or -errno. */
+int pt_read_fd(int fd, uint8_t **ret_buf, size_t *ret_len);
+
+/* Little-endian helpers for poking at encoded fields. */
+uint64_t pt_le64(const uint8_t *p);
+uint32_t pt_le32(const uint8_t *p);
+void pt_put_le64(uint8_t *p, uint64_t v);
+void pt_put_le32(uint8_t *p, uint32_t v);
+
+#endif

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli.h - what every batchd command-line tool does the same way: strict
+ * number parsing and usage errors (exit status 2, naming the argument).
+ *
+ * Thread rules: single-threaded tools only (cli_init keeps globals).
+ */
+#ifndef BATCHD_TOOLS_CLI_H
+#define BATCHD_TOOLS_CLI_H
+
+#include <stdint.h>
+
+/* Name the program and its usage text for cli_usage(). */
+void cli_init(const char *prog, const char *usage_text);
+
+/*
+ * Print "PROG: <message>" (when fmt is not NULL) and the usage text to
+ * stderr. @return 2, the usage-error exit status.
+ */
+__attribute__((format(printf, 1, 2)))
+int cli_usage(const char *fmt, ...);
+
+/* A whole decimal number, nothing before or after. @return 0 or -EINVAL. */
+int cli_parse_u64(const char *s, uint64_t *ret);
+
+#endif
