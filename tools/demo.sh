@@ -30,7 +30,7 @@ echo "== info"
 "$pack" info "$work/stdlib.bpk"
 echo "== sample 0 read back ($("$pack" cat "$work/stdlib.bpk" 0 | wc -c) bytes)"
 
-sock="$work/batchd.sock"
+sock="$PWD/$work/batchd.sock"
 echo "== starting batchd (socket $sock, datasets under $work)"
 build/daemon/batchd --socket "$sock" --root "$PWD/$work" --log-level notice &
 daemon=$!
@@ -41,8 +41,8 @@ echo "== a trainer: two epochs of batch 64, globally shuffled, one sample per bl
 "$ctl" -s "$sock" consume stdlib.bpk --batch-size 64 --epochs 2 --shuffle global --seed 1
 echo "== the same with block shuffling over 1 MiB blocks (decoded blocks are cached)"
 "$ctl" -s "$sock" consume stdlib-1M.bpk --batch-size 64 --epochs 2 --shuffle block --seed 1
-echo "== a trainer that computes for 2 ms a step: batchd keeps ahead, so it should barely wait"
-"$ctl" -s "$sock" consume stdlib.bpk --batch-size 64 --epochs 1 --shuffle global --step-ms 2
+echo "== a trainer that computes for 10 ms a step: batchd keeps ahead, so it should barely wait"
+"$ctl" -s "$sock" consume stdlib.bpk --batch-size 64 --epochs 1 --shuffle global --step-ms 10
 echo "== batchctl status"
 "$ctl" -s "$sock" status | head -40
 kill -TERM $daemon
