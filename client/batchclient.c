@@ -532,6 +532,9 @@ int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
 		}
 		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
 			return stopped_error(s);
+		/* The daemon cannot publish into slots we hold: waiting would never end. */
+		if (s->held >= s->r.slots)
+			return -ENOBUFS;
 		if (timeout_ms == 0)
 			return -ETIMEDOUT;
 		wait = -1;

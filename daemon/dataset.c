@@ -43,7 +43,7 @@ static int open_beneath_walk(int rootfd, const char *rel)
 			free(copy);
 			return -EXDEV;
 		}
-		next = openat(fd, part, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		next = openat(fd, part, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 		close(fd);
 		if (next < 0) {
 			free(copy);
@@ -59,7 +59,8 @@ static int open_beneath_walk(int rootfd, const char *rel)
 static int open_beneath(int rootfd, const char *rel)
 {
 	struct open_how how = {
-		.flags = O_RDONLY | O_CLOEXEC,
+		/* O_NONBLOCK: a FIFO is refused after fstat, never waited on. */
+		.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
 	};
 	long fd = syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));

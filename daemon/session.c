@@ -161,6 +161,9 @@ static void session_free(bd_session *s)
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+	/* Jobs that came back out of order and were never published. */
+	for (uint32_t i = 0; s->slot && i < s->slots; i++)
+		free(s->slot[i].job);
 	if (s->memory)
 		*s->env.budget_used -= s->memory;
 	bd_dataset_put(s->dset);
@@ -226,6 +229,12 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		goto fail;
 	}
 	s->batches_per_epoch = bd_sampler_batches_per_epoch(&s->sampler);
+	if (m->start_batch >= s->batches_per_epoch) {
+		snprintf(err, errlen, "start batch %" PRIu64 " is past the end of an epoch (%" PRIu64
+			 " batches)", m->start_batch, s->batches_per_epoch);
+		r = -EINVAL;
+		goto fail;
+	}
 	s->slots = prefetch + 2; /* the trainer may hold a couple of batches */
 
 	/* Arena: room for the largest possible batch plus `prefetch` average ones. */

@@ -10,7 +10,8 @@
  * sessions run side by side; a corrupt block fails its batch and nothing
  * else; a dead client's memory comes back; both I/O engines agree; paths
  * outside the roots, abusive messages, oversized sessions and hostile
- * shared memory are refused without hurting anyone else. Every delivered
+ * shared memory are refused without hurting anyone else; held batches stay
+ * intact; options that do not fit are refused with -EINVAL. Every delivered
  * sample is compared byte for byte with bp_sample_reader_get() on the
  * same pack, and every fixture ends by stopping the daemon with SIGTERM
  * and asserting it exits 0, so a clean shutdown (and, in sanitizer
@@ -1137,14 +1138,15 @@ END_TEST
 
 enum abuse {
 	ABUSE_GARBAGE, ABUSE_MAGIC, ABUSE_STATUS_FIRST, ABUSE_OPEN_FIRST, ABUSE_OVERSIZE,
-	ABUSE_EMPTY, ABUSE_SECOND_HELLO, ABUSE_SHORT_OPEN, ABUSE_VERSION, ABUSE_FDS,
-	ABUSE_COUNT,
+	ABUSE_EMPTY, ABUSE_SECOND_HELLO, ABUSE_SHORT_OPEN, ABUSE_VERSION, ABUSE_HEADER_VERSION,
+	ABUSE_REPLY_TYPE, ABUSE_FDS, ABUSE_COUNT,
 };
 
 static const char *const abuse_names[] = {
 	"garbage bytes", "wrong magic", "STATUS before HELLO", "OPEN before HELLO",
 	"oversize datagram", "empty datagram", "second HELLO", "truncated OPEN",
-	"unsupported version", "file descriptors",
+	"unsupported HELLO range", "unsupported header version", "a daemon-to-client type",
+	"file descriptors",
 };
 
 /* Send the abuse; @return the ERROR code it should draw (0: any, or none). */
@@ -1183,15 +1185,22 @@ static int abuse_send(int fd, enum abuse a)
 		memset(buf, 'x', len);
 		bp_msg_hello_encode(&h, buf, sizeof(buf));
 		buf[8] = (uint8_t)len, buf[9] = (uint8_t)(len >> 8), buf[10] = (uint8_t)(len >> 16);
+		code = -EBADMSG;
 		break;
 	case ABUSE_EMPTY:
 		len = 0;
 		break;
 	case ABUSE_SECOND_HELLO:
 	case ABUSE_SHORT_OPEN:
+	case ABUSE_REPLY_TYPE:
 		ck_assert_int_eq(dt_raw_hello(fd, NULL), 0);
 		if (a == ABUSE_SECOND_HELLO) {
 			len = (size_t)bp_msg_hello_encode(&h, buf, sizeof(buf));
+			code = -EPROTO;
+		} else if (a == ABUSE_REPLY_TYPE) {
+			bp_msg_session sm = { .session = 1 };
+
+			len = (size_t)bp_msg_session_encode(BP_MSG_CLOSED, &sm, buf, sizeof(buf));
 			code = -EPROTO;
 		} else {
 			/* A valid header over a body cut short. */
@@ -1204,6 +1213,12 @@ static int abuse_send(int fd, enum abuse a)
 	case ABUSE_VERSION:
 		h.min_version = h.max_version = 99;
 		len = (size_t)bp_msg_hello_encode(&h, buf, sizeof(buf));
+		code = -EPROTONOSUPPORT;
+		break;
+	case ABUSE_HEADER_VERSION:
+		/* A good magic with a version this daemon does not speak, whatever follows. */
+		len = (size_t)bp_msg_hello_encode(&h, buf, sizeof(buf));
+		buf[6] = 2, buf[7] = 0;
 		code = -EPROTONOSUPPORT;
 		break;
 	case ABUSE_FDS: {
@@ -1529,6 +1544,75 @@ START_TEST(test_held_batches)
 }
 END_TEST
 
+/* ---- 14. options that do not fit are refused with -EINVAL; the connection stays usable ------ */
+
+START_TEST(test_bad_options)
+{
+	static const struct {
+		const char *what;
+		uint32_t batch, rank, world, prefetch;
+		bool drop;
+		uint64_t start_batch;    /* UINT64_MAX: batches per epoch */
+	} bad[] = {
+		{ "start_batch == batches per epoch", 10, 0, 1, 0, false, UINT64_MAX },
+		{ "start_batch 2^64-1", 10, 0, 1, 0, false, UINT64_MAX - 1 },
+		{ "drop_last leaving no batch", 200, 7, 8, 0, true, 0 },
+		{ "prefetch 4096", 10, 0, 1, 4096, false, 0 },
+	};
+	bc_client *c = connect_ok();
+	bc_stream_opts o;
+	bc_stream *s = NULL;
+	dt_run run = { 0 };
+	dt_ref ref;
+	char missed[1024];
+	size_t at = 0;
+	int r;
+
+	/* Refused by the client library before anything is sent. */
+	opts(&o, DSET_ONE, 0, BC_SHUFFLE_NONE, 0);
+	ck_assert_int_eq(bc_open(c, &o, &s), -EINVAL);
+	opts(&o, DSET_ONE, 10, BC_SHUFFLE_NONE, 0);
+	o.rank = 2, o.world = 2;
+	ck_assert_int_eq(bc_open(c, &o, &s), -EINVAL);
+
+	/* Refused by the daemon, with a message. */
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		opts(&o, DSET_ONE, bad[i].batch, BC_SHUFFLE_GLOBAL, 0);
+		o.rank = bad[i].rank, o.world = bad[i].world;
+		o.drop_last = bad[i].drop;
+		o.prefetch = bad[i].prefetch;
+		o.start_batch = bad[i].start_batch == UINT64_MAX ? DSET_SAMPLES / bad[i].batch
+			      : bad[i].start_batch == UINT64_MAX - 1 ? UINT64_MAX : 0;
+		s = NULL;
+		r = bc_open(c, &o, &s);
+		if (r == 0)
+			bc_close(s);
+		/* Collected, and asserted at the end, so that one miss does not hide the rest. */
+		if (r != -EINVAL || !bc_client_error(c)[0])
+			at += (size_t)snprintf(missed + at, sizeof(missed) - at, "%s%s: %s (%d)",
+					       at ? "; " : "", bad[i].what, bc_strerror(r), r);
+	}
+
+	/* The last batch of an epoch is a fine place to start. */
+	ref_ok(&ref, DSET_ONE);
+	opts(&o, DSET_ONE, 10, BC_SHUFFLE_GLOBAL, 0);
+	o.start_epoch = 3;
+	o.start_batch = DSET_SAMPLES / 10 - 1;
+	s = open_ok(c, &o);
+	consume_ok(s, &ref, 2, 0, &run, "from the last batch of epoch 3");
+	expect(run.nev == 3 && run.ev[0].epoch == 3 && run.ev[0].batch == o.start_batch &&
+	       run.ev[1].result == BC_EPOCH_END && run.ev[2].epoch == 4 && run.ev[2].batch == 0,
+	       "starting at (3, %" PRIu64 ") did not give that batch, the epoch end, then (4, 0)",
+	       o.start_batch);
+	expect_sampler_order(&run, &ref, &o);
+	dt_run_free(&run);
+	ck_assert_int_eq(bc_close(s), 0);
+	dt_ref_close(&ref);
+	bc_disconnect(c);
+	expect(!at, "not refused with -EINVAL and a message: %s", missed);
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------------------------ */
 
 static TCase *tcase(Suite *s, const char *name, void (*fixture)(void))
@@ -1559,6 +1643,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tcase(s, "memory_budget", setup_mem32), test_memory_budget);
 	tcase_add_test(tcase(s, "hostile_control", setup), test_hostile_control);
 	tcase_add_test(tcase(s, "held_batches", setup), test_held_batches);
+	tcase_add_test(tcase(s, "bad_options", setup), test_bad_options);
 	return s;
 }
 

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define ZDICT_STATIC_LINKING_ONLY /* fastCover parameters: threads for training */
 #include <zdict.h>
 #include <zstd.h>
 
@@ -472,7 +473,17 @@ static int train_dict(pack_inputs *in, const pack_create_opts *o, void **ret_dic
 	if (!dict || !scratch || !cctx)
 		goto out;
 
-	got = ZDICT_trainFromBuffer(dict, cap, buf, sizes, (unsigned)n);
+	{
+		/* ZDICT_trainFromBuffer's own choice (fastCover, d=8, 4 steps), on our threads. */
+		ZDICT_fastCover_params_t fp = {
+			.d = 8,
+			.steps = 4,
+			.nbThreads = o->threads,
+			.zParams = { .compressionLevel = o->level },
+		};
+
+		got = ZDICT_optimizeTrainFromBuffer_fastCover(dict, cap, buf, sizes, (unsigned)n, &fp);
+	}
 	if (ZDICT_isError(got)) {
 		r = 0;
 		if (o->dict == DICT_ON) {
