@@ -261,8 +261,15 @@ const char *bc_client_error(const bc_client *c)
 	return c->err;
 }
 
-int bc_status(bc_client *c, char **ret_json)
+/*
+ * Send an empty request and collect its text reply, which may come in
+ * several parts (all but the last marked BP_TEXT_MORE).
+ */
+static int request_text(bc_client *c, int (*encode)(uint8_t *, size_t), uint16_t reply_type,
+			char **ret)
 {
+	char *text = NULL;
+	size_t len = 0;
 	bp_msg_text t;
 	int n, nfds, r;
 
@@ -271,27 +278,52 @@ int bc_status(bc_client *c, char **ret_json)
 		r = -EPIPE;
 		goto out;
 	}
-	n = bp_msg_status_encode(c->buf, sizeof(c->buf));
+	n = encode(c->buf, sizeof(c->buf));
 	if (n < 0 || (r = send_all(c, c->buf, n)) < 0) {
 		r = n < 0 ? n : r;
 		goto out;
 	}
-	n = recv_reply(c, NULL, 0, &nfds);
-	if (n < 0) {
-		r = n;
-		goto out;
-	}
-	if ((r = reply_error(c, c->buf, n)) < 0)
-		goto out;
-	if (bp_msg_text_decode(BP_MSG_STATUS_REPLY, c->buf, (size_t)n, &t) < 0) {
-		r = -EBADMSG;
-		goto out;
-	}
-	*ret_json = strndup(t.text, t.text_len);
-	r = *ret_json ? 0 : -ENOMEM;
+	do {
+		char *grown;
+
+		n = recv_reply(c, NULL, 0, &nfds);
+		if (n < 0) {
+			r = n;
+			goto out;
+		}
+		if ((r = reply_error(c, c->buf, n)) < 0)
+			goto out;
+		if (bp_msg_text_decode(reply_type, c->buf, (size_t)n, &t) < 0) {
+			r = -EBADMSG;
+			goto out;
+		}
+		grown = realloc(text, len + t.text_len + 1);
+		if (!grown) {
+			r = -ENOMEM;
+			goto out;
+		}
+		text = grown;
+		memcpy(text + len, t.text, t.text_len);
+		len += t.text_len;
+		text[len] = '\0';
+	} while (t.code == BP_TEXT_MORE);
+	*ret = text;
+	text = NULL;
+	r = 0;
 out:
 	pthread_mutex_unlock(&c->mu);
+	free(text);
 	return r;
+}
+
+int bc_status(bc_client *c, char **ret_json)
+{
+	return request_text(c, bp_msg_status_encode, BP_MSG_STATUS_REPLY, ret_json);
+}
+
+int bc_metrics(bc_client *c, char **ret_text)
+{
+	return request_text(c, bp_msg_metrics_encode, BP_MSG_METRICS_REPLY, ret_text);
 }
 
 /* ---- streams ------------------------------------------------------------------------ */
@@ -477,13 +509,52 @@ static int stopped_error(bc_stream *s)
 {
 	int e = __atomic_load_n(&s->hdr->error, __ATOMIC_RELAXED);
 
+	if (e >= 0 || e <= -4096)
+		e = -ESHUTDOWN;
 	if (!s->err[0])
-		snprintf(s->err, sizeof(s->err), "%s", e == -EPROTO ? "the daemon ended the stream: "
-			 "ring protocol violation" : "the daemon stopped the stream");
-	return e < 0 ? (e == -EPROTO ? -EPROTO : -ESHUTDOWN) : -ESHUTDOWN;
+		snprintf(s->err, sizeof(s->err), "the daemon ended the stream: %s",
+			 e == -EPROTO ? "ring protocol violation"
+			 : e == -ETIME ? "lease expired: no batch released for [session] lease_timeout"
+			 : e == -ESHUTDOWN ? "it is stopping" : strerror(-e));
+	return e;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/*
+ * Report how long a bc_next that delivered a batch took, for the daemon's
+ * metrics (stall time). Only this thread writes these fields.
+ */
+static void account_wait(bc_stream *s, uint64_t ns)
+{
+	unsigned b = 0;
+
+	while (b < BP_RING_WAIT_BUCKETS - 1 && ns > BP_RING_WAIT_BOUND_NS(b))
+		b++;
+	__atomic_store_n(&s->ctrl->wait_ns, s->ctrl->wait_ns + ns, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->ctrl->waits, s->ctrl->waits + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->ctrl->wait_hist[b], s->ctrl->wait_hist[b] + 1, __ATOMIC_RELAXED);
+}
+
+static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms);
+
 int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
+{
+	uint64_t t0 = now_ns();
+	int r = next_batch(s, ret, timeout_ms);
+
+	if (r == 0)
+		account_wait(s, now_ns() - t0);
+	return r;
+}
+
+static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 {
 	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
 

@@ -104,6 +104,13 @@ BC_API const char *bc_client_error(const bc_client *c);
 BC_API int bc_status(bc_client *c, char **ret_json);
 
 /*
+ * The daemon's metrics in the Prometheus text exposition format. @return 0
+ * with *ret_text a NUL-terminated string the caller frees with free(), or
+ * negative errno.
+ */
+BC_API int bc_metrics(bc_client *c, char **ret_text);
+
+/*
  * Open a stream. @return 0; the daemon's error (e.g. -ENOENT no such
  * dataset, -EACCES outside the roots, -EBADMSG corrupt pack, -ENOMEM
  * over the memory budget, -ENODEV no CUDA device, -EINVAL bad options)
@@ -119,7 +126,9 @@ BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
  * a negative errno for a batch the daemon could not build (the stream
  * moves past it; the reason is in bc_stream_error()); -ENOBUFS when every
  * slot is held (release batches first); -ESHUTDOWN when the daemon stopped
- * the stream; -EPIPE when the daemon is gone.
+ * the stream, -ETIME when it ended it because the caller held batches past
+ * the lease ([session] lease_timeout), -EPROTO when the caller broke the
+ * ring protocol; -EPIPE when the daemon is gone.
  */
 BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "fault.h"
 
 enum { LOADING, READY };
 
@@ -59,7 +60,7 @@ static bool key_eq(const bd_cache_key *a, const bd_cache_key *b)
 
 int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret)
 {
-	bd_cache *c = calloc(1, sizeof(*c));
+	bd_cache *c = bd_calloc(1, sizeof(*c));
 
 	if (!c)
 		return -ENOMEM;
@@ -67,7 +68,7 @@ int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret)
 	c->link = link_offset;
 	/* One bucket per 16 KiB of budget, at least 64. */
 	c->nbuckets = budget / 16384 > 64 ? (size_t)(budget / 16384) : 64;
-	c->table = calloc(c->nbuckets, sizeof(*c->table));
+	c->table = bd_calloc(c->nbuckets, sizeof(*c->table));
 	if (!c->table) {
 		free(c);
 		return -ENOMEM;
@@ -176,9 +177,9 @@ int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *wait
 		c->st.bypasses++;
 		r = BD_CACHE_BYPASS;
 	} else {
-		e = calloc(1, sizeof(*e));
+		e = bd_calloc(1, sizeof(*e));
 		if (e)
-			e->data = malloc(size ? size : 1);
+			e->data = bd_malloc(size ? size : 1);
 		if (!e || !e->data) {
 			free(e);
 			pthread_mutex_unlock(&c->mu);

@@ -17,10 +17,13 @@
  * whole input is valid: a bad file (on SIGHUP, say) leaves the running
  * configuration as it was.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -384,6 +387,7 @@ void bd_config_init(bd_config *c)
 		.decode_threads = 0,
 		.prefetch = BD_CONFIG_DEFAULT_PREFETCH,
 		.max_prefetch = BD_CONFIG_DEFAULT_MAX_PF,
+		.socket_mode = 0660,
 	};
 }
 
@@ -392,6 +396,10 @@ void bd_config_free(bd_config *c)
 	if (!c)
 		return;
 	free(c->socket);
+	free(c->socket_group);
+	free(c->metrics_listen);
+	free(c->allow_uids);
+	free(c->allow_gids);
 	bd__roots_free(c->roots, c->nroots);
 	*c = (bd_config){ 0 };
 }
@@ -401,8 +409,31 @@ void bd_config_free(bd_config *c)
  * configuration: next's socket and roots win when set, else c's are kept.
  * Cannot fail.
  */
+static void bd__keep_str(char **mine, char **theirs)
+{
+	if (*mine)
+		free(*theirs);
+	else
+		*mine = *theirs;
+}
+
+static void bd__keep_ids(uint32_t **mine, size_t *n, uint32_t **theirs, size_t *tn)
+{
+	if (*n) {
+		free(*theirs);
+	} else {
+		free(*mine);
+		*mine = *theirs;
+		*n = *tn;
+	}
+}
+
 static void bd__commit(bd_config *c, bd_config *next)
 {
+	bd__keep_str(&next->socket_group, &c->socket_group);
+	bd__keep_str(&next->metrics_listen, &c->metrics_listen);
+	bd__keep_ids(&next->allow_uids, &next->nallow_uids, &c->allow_uids, &c->nallow_uids);
+	bd__keep_ids(&next->allow_gids, &next->nallow_gids, &c->allow_gids, &c->nallow_gids);
 	if (next->socket)
 		free(c->socket);
 	else
@@ -427,6 +458,10 @@ static bd_config bd__scalars(const bd_config *c)
 	s.socket = NULL;
 	s.roots = NULL;
 	s.nroots = 0;
+	s.socket_group = NULL;
+	s.metrics_listen = NULL;
+	s.allow_uids = s.allow_gids = NULL;
+	s.nallow_uids = s.nallow_gids = 0;
 	return s;
 }
 
@@ -444,6 +479,14 @@ enum bd__key_id {
 	BD__KEY_DECODE_THREADS,
 	BD__KEY_PREFETCH,
 	BD__KEY_MAX_PREFETCH,
+	BD__KEY_SOCKET_MODE,
+	BD__KEY_SOCKET_GROUP,
+	BD__KEY_SESSIONS_PER_UID,
+	BD__KEY_MEMORY_PER_UID,
+	BD__KEY_ALLOW_UID,
+	BD__KEY_ALLOW_GID,
+	BD__KEY_METRICS_LISTEN,
+	BD__KEY_LEASE_TIMEOUT,
 };
 
 static const struct bd__key {
@@ -454,6 +497,8 @@ static const struct bd__key {
 } bd__keys[] = {
 	{ "daemon", "socket", BD__KEY_SOCKET, 0, 0 },
 	{ "daemon", "log_level", BD__KEY_LOG_LEVEL, 0, 0 },
+	{ "daemon", "socket_mode", BD__KEY_SOCKET_MODE, 0, 0777 },
+	{ "daemon", "socket_group", BD__KEY_SOCKET_GROUP, 0, 0 },
 	{ "datasets", "root", BD__KEY_ROOT, 0, 0 },
 	{ "memory", "budget", BD__KEY_BUDGET, 0, 0 },
 	{ "io", "engine", BD__KEY_ENGINE, 0, 0 },
@@ -463,6 +508,12 @@ static const struct bd__key {
 	{ "decode", "threads", BD__KEY_DECODE_THREADS, 0, BD_CONFIG_MAX_DECODE_THR },
 	{ "session", "prefetch", BD__KEY_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
 	{ "session", "max_prefetch", BD__KEY_MAX_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
+	{ "session", "lease_timeout", BD__KEY_LEASE_TIMEOUT, 0, 604800 },
+	{ "limits", "sessions_per_uid", BD__KEY_SESSIONS_PER_UID, 0, 4096 },
+	{ "limits", "memory_per_uid", BD__KEY_MEMORY_PER_UID, 0, 0 },
+	{ "access", "allow_uid", BD__KEY_ALLOW_UID, 0, 0 },
+	{ "access", "allow_gid", BD__KEY_ALLOW_GID, 0, 0 },
+	{ "metrics", "listen", BD__KEY_METRICS_LISTEN, 0, 0 },
 };
 
 static bool bd__section_known(const char *section)
@@ -518,9 +569,107 @@ static unsigned *bd__uint_field(bd_config *c, enum bd__key_id id)
 		return &c->prefetch;
 	case BD__KEY_MAX_PREFETCH:
 		return &c->max_prefetch;
+	case BD__KEY_SESSIONS_PER_UID:
+		return &c->sessions_per_uid;
+	case BD__KEY_LEASE_TIMEOUT:
+		return &c->lease_timeout;
 	default:
 		return NULL;
 	}
+}
+
+static int bd__set_str(char **field, const char *v, char *what, size_t wlen)
+{
+	char *s = strdup(v);
+
+	if (!s) {
+		bd__msg(what, wlen, "out of memory");
+		return -ENOMEM;
+	}
+	free(*field);
+	*field = s;
+	return 0;
+}
+
+static int bd__parse_mode(const char *v, unsigned *ret, char *what, size_t wlen)
+{
+	char q[BD__QBUF], *end;
+	unsigned long m;
+
+	errno = 0;
+	m = strtoul(v, &end, 8);
+	if (!*v || *v == '-' || *v == '+' || errno || *end || m > 0777) {
+		bd__msg(what, wlen, "%s is not an octal file mode (e.g. 0660)",
+			bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	*ret = (unsigned)m;
+	return 0;
+}
+
+/* A user or group: a number, or a name the system knows. */
+static int bd__parse_id(const char *v, bool group, uint32_t **ids, size_t *n, char *what,
+			size_t wlen)
+{
+	char q[BD__QBUF], *end;
+	unsigned long id;
+	uint32_t *grown;
+
+	errno = 0;
+	id = strtoul(v, &end, 10);
+	if (!*v || *end || errno || *v == '-' || *v == '+') {
+		struct passwd *pw = group ? NULL : getpwnam(v);
+		struct group *gr = group ? getgrnam(v) : NULL;
+
+		if (!pw && !gr) {
+			bd__msg(what, wlen, "%s is not a known %s name or number",
+				bd__quote(q, sizeof(q), v), group ? "group" : "user");
+			return -EINVAL;
+		}
+		id = group ? gr->gr_gid : pw->pw_uid;
+	}
+	if (id >= UINT32_MAX) {
+		bd__msg(what, wlen, "%s is out of range", bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	if (*n >= BD_CONFIG_MAX_IDS) {
+		bd__msg(what, wlen, "more than %u entries", BD_CONFIG_MAX_IDS);
+		return -EINVAL;
+	}
+	grown = realloc(*ids, (*n + 1) * sizeof(**ids));
+	if (!grown) {
+		bd__msg(what, wlen, "out of memory");
+		return -ENOMEM;
+	}
+	grown[(*n)++] = (uint32_t)id;
+	*ids = grown;
+	return 0;
+}
+
+/* HOST:PORT for the metrics listener: an IPv4 address and a port 1..65535. */
+static int bd__parse_listen(const char *v, char **ret, char *what, size_t wlen)
+{
+	char q[BD__QBUF], host[64], *end;
+	const char *colon = strrchr(v, ':');
+	unsigned long port;
+	struct in_addr a;
+
+	if (!colon || (size_t)(colon - v) >= sizeof(host)) {
+		bd__msg(what, wlen, "%s is not HOST:PORT (e.g. 127.0.0.1:9477)",
+			bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	memcpy(host, v, (size_t)(colon - v));
+	host[colon - v] = '\0';
+	errno = 0;
+	port = strtoul(colon + 1, &end, 10);
+	if (inet_pton(AF_INET, host, &a) != 1 || !colon[1] || *end || errno || port < 1 ||
+	    port > 65535) {
+		bd__msg(what, wlen, "%s is not HOST:PORT with an IPv4 address (e.g. 127.0.0.1:9477)",
+			bd__quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	return bd__set_str(ret, v, what, wlen);
 }
 
 /* Set one key of next from its value. @return 0, -EINVAL, -ENOMEM. */
@@ -556,6 +705,26 @@ static int bd__apply(bd_config *next, const struct bd__key *k, const char *v,
 		return bd__parse_engine(v, &next->io_engine, what, wlen);
 	case BD__KEY_DIRECT:
 		return bd__parse_direct(v, &next->direct, what, wlen);
+	case BD__KEY_SOCKET_MODE:
+		return bd__parse_mode(v, &next->socket_mode, what, wlen);
+	case BD__KEY_SOCKET_GROUP:
+		if (!*v) {
+			bd__msg(what, wlen, "empty group");
+			return -EINVAL;
+		}
+		return bd__set_str(&next->socket_group, v, what, wlen);
+	case BD__KEY_MEMORY_PER_UID:
+		if (!strcmp(v, "0")) {
+			next->memory_per_uid = 0;
+			return 0;
+		}
+		return bd__parse_budget(v, &next->memory_per_uid, what, wlen);
+	case BD__KEY_ALLOW_UID:
+		return bd__parse_id(v, false, &next->allow_uids, &next->nallow_uids, what, wlen);
+	case BD__KEY_ALLOW_GID:
+		return bd__parse_id(v, true, &next->allow_gids, &next->nallow_gids, what, wlen);
+	case BD__KEY_METRICS_LISTEN:
+		return bd__parse_listen(v, &next->metrics_listen, what, wlen);
 	default:
 		return bd__parse_uint(v, k->min, k->max, bd__uint_field(next, k->id), what, wlen);
 	}

@@ -64,7 +64,8 @@ typedef enum bd_config_direct {
 #define BD_CONFIG_MAX_DECODE_THR    256u
 #define BD_CONFIG_DEFAULT_PREFETCH  8u
 #define BD_CONFIG_DEFAULT_MAX_PF    64u
-#define BD_CONFIG_MAX_PREFETCH      1024u
+#define BD_CONFIG_MAX_PREFETCH      1022u  /* + 2 held = the ring's 1024 slots */
+#define BD_CONFIG_MAX_IDS           1024u  /* allow_uid / allow_gid entries */
 
 typedef struct bd_config {
 	char *socket;            /* [daemon] socket; NULL = default (bd_config_default_socket) */
@@ -79,6 +80,16 @@ typedef struct bd_config {
 	unsigned decode_threads; /* [decode] threads, 0..256; 0 = CPUs this process may use, resolved by the loaders */
 	unsigned prefetch;       /* [session] prefetch: batches staged ahead by default, 1..1024, default 8 */
 	unsigned max_prefetch;   /* [session] max_prefetch: most a client may ask for, prefetch..1024, default 64 */
+	unsigned lease_timeout;  /* [session] lease_timeout: seconds a client may hold batches without releasing any before its session is ended; 0 = never (default) */
+	unsigned socket_mode;    /* [daemon] socket_mode: octal permission bits, default 0660 */
+	char *socket_group;      /* [daemon] socket_group: group name or number owning the socket; NULL = ours */
+	unsigned sessions_per_uid; /* [limits] sessions_per_uid: 0 = no limit beyond the global ones; default 0 */
+	uint64_t memory_per_uid; /* [limits] memory_per_uid: shared memory one uid may hold; 0 = no limit */
+	uint32_t *allow_uids;    /* [access] allow_uid, repeatable (name or number); none = everyone */
+	size_t nallow_uids;
+	uint32_t *allow_gids;    /* [access] allow_gid, repeatable (name or number); a peer in any passes */
+	size_t nallow_gids;
+	char *metrics_listen;    /* [metrics] listen = HOST:PORT of a loopback HTTP /metrics; NULL = off */
 } bd_config;
 
 /*

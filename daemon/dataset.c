@@ -16,6 +16,7 @@
 
 #include "dataset.h"
 #include "io.h"
+#include "fault.h"
 #include "log.h"
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -213,8 +214,8 @@ static int setup_reads(bd_dataset *d, enum bd_direct_mode direct, char *err, siz
 {
 	size_t n = bp_dataset_shard_count(d->ds);
 
-	d->read_fd = calloc(n, sizeof(*d->read_fd));
-	d->align = calloc(n, sizeof(*d->align));
+	d->read_fd = bd_calloc(n, sizeof(*d->read_fd));
+	d->align = bd_calloc(n, sizeof(*d->align));
 	if (!d->read_fd || !d->align)
 		return -ENOMEM;
 	d->direct = direct != BD_DIRECT_OFF;
@@ -228,7 +229,8 @@ static int setup_reads(bd_dataset *d, enum bd_direct_mode direct, char *err, siz
 		d->read_fd[i] = -1;
 		if (direct != BD_DIRECT_OFF) {
 			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", sh->fd);
-			fd = open(proc, O_RDONLY | O_DIRECT | O_CLOEXEC);
+			fd = bd_fault_direct_off() ? (errno = EINVAL, -1)
+						   : open(proc, O_RDONLY | O_DIRECT | O_CLOEXEC);
 			if (fd >= 0 && (fstat(fd, &a) < 0 || fstat(sh->fd, &b) < 0 ||
 					a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
 				close(fd);
@@ -276,7 +278,7 @@ static int load(int fd, const char *path, const struct stat *st, enum bd_direct_
 		bd_dataset **ret, char *err, size_t errlen)
 {
 	bp_dataset_fault fault = { 0 };
-	bd_dataset *d = calloc(1, sizeof(*d));
+	bd_dataset *d = bd_calloc(1, sizeof(*d));
 	char msg[512];
 	int r;
 

@@ -18,6 +18,7 @@
 
 #include "config.h"
 #include "cuda.h"
+#include "fault.h"
 #include "log.h"
 #include "server.h"
 
@@ -41,6 +42,10 @@ int main(int argc, char **argv)
 		bd_config_free(&cfg);
 		return 2;
 	}
+	if (bd_fault_init() < 0) {
+		bd_config_free(&cfg);
+		return 2;
+	}
 	bd_log_init(cfg.log_level);
 	if (cfg.nroots == 0)
 		bd_log(LOG_WARNING, "no dataset roots configured ([datasets] root or --root): every "
@@ -53,7 +58,7 @@ int main(int argc, char **argv)
 		bd_config_free(&cfg);
 		return 1;
 	}
-	r = bd_server_new(&loop, &cfg, &cuda, &srv);
+	r = bd_server_new(&loop, &cfg, argc, argv, &cuda, &srv);
 	if (r < 0) {
 		bd_config_free(&cfg);
 		uv_loop_close(&loop);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
@@ -21,6 +22,7 @@
 
 #include <zstd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "pipeline.h"
 
@@ -97,7 +99,16 @@ struct bd_pipeline {
 	bd_cache *cache;
 
 	bd_pipeline_stats stats; /* relaxed atomics */
+	bd_hist read_lat, decode_lat;
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void stat_add(uint64_t *c, uint64_t v)
 {
@@ -237,6 +248,7 @@ static void decode_one(bd_pipeline *p, bd_task *t, ZSTD_DCtx *dctx, uint8_t **sc
 	const bp_shard *sh = bp_dataset_shard(t->dset->ds, t->shard);
 	bd_piece *pc = &t->job->pieces[t->first_piece];
 	bp_pack_fault pf = { 0 };
+	uint64_t t0;
 	uint8_t *out;
 	size_t cap;
 	int r;
@@ -254,7 +266,7 @@ static void decode_one(bd_pipeline *p, bd_task *t, ZSTD_DCtx *dctx, uint8_t **sc
 		cap = t->blk.raw_size;
 	} else {
 		if (*scratch_cap < t->blk.raw_size) {
-			uint8_t *s = realloc(*scratch, t->blk.raw_size);
+			uint8_t *s = bd_realloc(*scratch, t->blk.raw_size);
 
 			if (!s) {
 				job_fail(t->job, -ENOMEM, "dataset %s: out of memory decoding a block",
@@ -267,10 +279,14 @@ static void decode_one(bd_pipeline *p, bd_task *t, ZSTD_DCtx *dctx, uint8_t **sc
 		out = *scratch;
 		cap = *scratch_cap;
 	}
+	t0 = now_ns();
 	r = bp_pack_block_decode(&t->blk, t->buf ? t->buf + t->skip : out, dctx, sh->ddict, out,
 				 cap, &pf);
+	bd_hist_add(&p->decode_lat, now_ns() - t0);
 	if (r < 0) {
 		stat_add(&p->stats.failures, 1);
+		stat_add(r == -EBADMSG && pf.what && strstr(pf.what, "checksum")
+			 ? &p->stats.checksum_errors : &p->stats.decode_errors, 1);
 		job_fail(t->job, r, "dataset %s: shard %s: block %llu at byte %llu: %s",
 			 t->dset->name, sh->name, (unsigned long long)t->block,
 			 (unsigned long long)t->blk.offset, pf.what ? pf.what : strerror(-r));
@@ -367,17 +383,47 @@ static int io_prepare(bd_pipeline *p, bd_task *t)
 	return 0;
 }
 
+/* Test builds: persistent faults at a shard offset, and late completions. */
+static void io_fault(bd_task *t, const bp_shard *sh)
+{
+	const bd_fault_read *fr = bd_fault_reads();
+	static unsigned completions; /* atomic: every I/O thread counts here */
+
+	if (!fr)
+		return;
+	if (fr->shard[0] && fr->offset >= t->req.offset && fr->offset < t->req.offset + t->req.len) {
+		const char *base = strrchr(sh->name, '/');
+
+		if (!strcmp(base ? base + 1 : sh->name, fr->shard))
+			t->req.result = -fr->shard_err;
+	}
+	if (fr->delay_ms && fr->every &&
+	    __atomic_add_fetch(&completions, 1, __ATOMIC_RELAXED) % fr->every == 0) {
+		struct timespec ts = { .tv_sec = fr->delay_ms / 1000,
+				       .tv_nsec = (long)(fr->delay_ms % 1000) * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
 static void io_done(bd_pipeline *p, bd_task *t)
 {
 	const bp_shard *sh = bp_dataset_shard(t->dset->ds, t->shard);
-	int32_t res = t->req.result;
+	int32_t res;
 
+	io_fault(t, sh);
+	res = t->req.result;
+
+	__atomic_fetch_sub(&p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
+	bd_hist_add(&p->read_lat, now_ns() - t->t_submit);
 	if (res < 0) {
 		stat_add(&p->stats.failures, 1);
+		stat_add(&p->stats.read_errors, 1);
 		job_fail(t->job, res, "dataset %s: shard %s: block %llu: read failed: %s",
 			 t->dset->name, sh->name, (unsigned long long)t->block, strerror(-res));
 	} else if ((uint64_t)res < t->skip + t->blk.stored_size) {
 		stat_add(&p->stats.failures, 1);
+		stat_add(&p->stats.read_errors, 1);
 		job_fail(t->job, -EIO, "dataset %s: shard %s: block %llu: file ends early (truncated?)",
 			 t->dset->name, sh->name, (unsigned long long)t->block);
 		t->req.result = -EIO;
@@ -392,7 +438,16 @@ static void *io_main(void *arg)
 {
 	io_thread *it = arg;
 	bd_pipeline *p = it->p;
-	bd_io_opts opts = { .engine = p->o.engine, .queue_depth = p->o.queue_depth };
+	const bd_fault_read *fr = bd_fault_reads();
+	bd_io_opts opts = {
+		.engine = p->o.engine,
+		.queue_depth = p->o.queue_depth,
+		/* Test builds only: BATCHD_FAULTS drives the engine's own fault hooks. */
+		.force_setup_error = bd_fault_uring_setup(),
+		.fault_max_read = fr ? fr->short_max : 0,
+		.fault_every = fr && fr->err ? fr->every : 0,
+		.fault_errno = fr ? fr->err : 0,
+	};
 	bd_io *io = NULL;
 	fifo local = { 0 };
 	int r;
@@ -479,10 +534,12 @@ static void *io_main(void *arg)
 				decode_push(p, t);
 				continue;
 			}
+			t->t_submit = now_ns();
 			r = bd_io_submit(io, &t->req);
 			if (r == -EBUSY)
 				break;
 			fifo_pop(&local);
+			__atomic_fetch_add(&p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
 			if (r < 0) {
 				t->req.result = r;
 				io_done(p, t);
@@ -511,7 +568,7 @@ static void *io_main(void *arg)
 int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn done, void *ctx,
 		    bd_pipeline **ret)
 {
-	bd_pipeline *p = calloc(1, sizeof(*p));
+	bd_pipeline *p = bd_calloc(1, sizeof(*p));
 	int r = -ENOMEM;
 
 	if (!p)
@@ -539,8 +596,8 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 	if (p->pool_bytes) {
 		p->pool = mmap(NULL, p->pool_bytes, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		p->free_slots = calloc(o->pool_buffers, sizeof(*p->free_slots));
-		p->iov = calloc(o->pool_buffers, sizeof(*p->iov));
+		p->free_slots = bd_calloc(o->pool_buffers, sizeof(*p->free_slots));
+		p->iov = bd_calloc(o->pool_buffers, sizeof(*p->iov));
 		if (p->pool == MAP_FAILED || !p->free_slots || !p->iov) {
 			if (p->pool == MAP_FAILED)
 				p->pool = NULL;
@@ -554,9 +611,9 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 	}
 
 	p->nio = o->io_threads ? o->io_threads : 1;
-	p->io = calloc(p->nio, sizeof(*p->io));
+	p->io = bd_calloc(p->nio, sizeof(*p->io));
 	p->ndec = o->decode_threads ? o->decode_threads : 1;
-	p->dec = calloc(p->ndec, sizeof(*p->dec));
+	p->dec = bd_calloc(p->ndec, sizeof(*p->dec));
 	if (!p->io || !p->dec)
 		goto fail;
 	for (unsigned i = 0; i < p->nio; i++) {
@@ -683,6 +740,10 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 	ret->raw_bytes = __atomic_load_n(&p->stats.raw_bytes, __ATOMIC_RELAXED);
 	ret->failures = __atomic_load_n(&p->stats.failures, __ATOMIC_RELAXED);
 	ret->direct_decodes = __atomic_load_n(&p->stats.direct_decodes, __ATOMIC_RELAXED);
+	ret->reads_inflight = __atomic_load_n(&p->stats.reads_inflight, __ATOMIC_RELAXED);
+	ret->read_errors = __atomic_load_n(&p->stats.read_errors, __ATOMIC_RELAXED);
+	ret->checksum_errors = __atomic_load_n(&p->stats.checksum_errors, __ATOMIC_RELAXED);
+	ret->decode_errors = __atomic_load_n(&p->stats.decode_errors, __ATOMIC_RELAXED);
 	if (p->cache) {
 		bd_cache_stats cs;
 
@@ -695,4 +756,10 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 		ret->cache_bytes = cs.bytes;
 		ret->cache_budget = cs.budget;
 	}
+}
+
+void bd_pipeline_get_hists(const bd_pipeline *p, bd_hist *read, bd_hist *decode)
+{
+	bd_hist_read(&p->read_lat, read);
+	bd_hist_read(&p->decode_lat, decode);
 }

@@ -27,6 +27,7 @@
 #include "cache.h"
 #include "dataset.h"
 #include "io.h"
+#include "metrics.h"
 #include "ring.h"
 
 typedef struct bd_job bd_job;
@@ -53,6 +54,7 @@ typedef struct bd_task {
 	bd_io_req req;
 	uint8_t *buf;
 	int32_t pool_slot;          /* -1: buf was malloc'd */
+	uint64_t t_submit;          /* ns, CLOCK_MONOTONIC: for the read latency histogram */
 	uint32_t skip;              /* stored bytes start at buf + skip */
 	struct bd_task *next;
 } bd_task;
@@ -101,7 +103,14 @@ typedef struct bd_pipeline_stats {
 	uint64_t direct_decodes;    /* blocks decompressed straight into a batch */
 	uint64_t cache_hits, cache_misses, cache_waits, cache_bypasses, cache_evictions;
 	uint64_t cache_bytes, cache_budget;
+	uint64_t reads_inflight;    /* gauge: block reads in the engines now */
+	uint64_t read_errors;       /* reads that failed or came back short */
+	uint64_t checksum_errors;   /* blocks whose stored or raw bytes did not match */
+	uint64_t decode_errors;     /* other decode failures (frame, size, memory) */
 } bd_pipeline_stats;
 void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret);
+
+/* Read latency (submission to completion) and decode time histograms. */
+void bd_pipeline_get_hists(const bd_pipeline *p, bd_hist *read, bd_hist *decode);
 
 #endif

@@ -4,6 +4,7 @@
  * (see server.h and proto/PROTOCOL.md).
  */
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -18,60 +19,16 @@
 
 #include "batchd-build.h"
 #include "dataset.h"
+#include "http.h"
 #include "log.h"
-#include "pipeline.h"
-#include "protocol.h"
-#include "server.h"
-#include "session.h"
+#include "server_priv.h"
+#include "service.h"
 
 #define MAX_SESSIONS_PER_CLIENT 64u
 #define MAX_SESSIONS            4096u
 #define MAX_CLIENTS             1024u
 #define MAX_BATCH_SIZE          65536u
 #define STOP_GRACE_MS           10000
-
-typedef struct client client;
-typedef struct entry entry;
-
-/* A session as the server tracks it. */
-struct entry {
-	bd_session *s;
-	client *c;               /* NULL once its client is gone */
-	entry *next;
-};
-
-struct client {
-	bd_server *srv;
-	int fd;
-	uv_poll_t poll;
-	uid_t uid;
-	gid_t gid;
-	pid_t pid;
-	bool hello, busy, gone, closed_handle;
-	unsigned sessions;
-	client *next;
-};
-
-struct bd_server {
-	uv_loop_t *loop;
-	bd_config cfg;
-	bd_cuda_state cuda;
-	char socket_path[108];
-	int listen_fd;
-	uv_poll_t listen_poll;
-	uv_signal_t sigterm, sigint;
-	uv_timer_t stop_timer;
-	bd_pipeline *pipeline;
-	bd_session_env env;
-	client *clients;
-	unsigned nclients;
-	entry *entries;
-	unsigned nsessions, opening;
-	uint64_t next_session;
-	uint64_t budget_used;
-	bool stopping;
-	uint8_t buf[BP_MSG_MAX];
-};
 
 /* ---- sending ----------------------------------------------------------------------- */
 
@@ -131,6 +88,8 @@ static void send_error(client *c, int code, const char *fmt, ...)
 		send_msg(c, out, n, NULL, 0);
 }
 
+static void notify_status(bd_server *srv);
+
 /* ---- clients -------------------------------------------------------------------------- */
 
 static void on_client_readable(uv_poll_t *h, int status, int events);
@@ -178,6 +137,57 @@ static void client_drop(client *c, const char *why)
 	uv_close((uv_handle_t *)&c->poll, on_client_closed);
 }
 
+/* The client broke the protocol: count it and cut it off. */
+static void violation(client *c, const char *why)
+{
+	c->srv->totals.protocol_violations++;
+	client_drop(c, why);
+}
+
+static enum bd_refusal refusal_kind(int r)
+{
+	switch (r) {
+	case -ENOENT:
+	case -ENODATA:
+		return BD_REFUSED_NOT_FOUND;
+	case -EACCES:
+	case -EPERM:
+		return BD_REFUSED_ACCESS;
+	case -EINVAL:
+	case -ERANGE:
+		return BD_REFUSED_INVALID;
+	case -ENOMEM:
+		return BD_REFUSED_MEMORY;
+	case -EMFILE:
+	case -EUSERS:
+		return BD_REFUSED_LIMIT;
+	case -EBADMSG:
+	case -ENOTSUP:
+	case -E2BIG:
+		return BD_REFUSED_CORRUPT;
+	case -ENODEV:
+		return BD_REFUSED_DEVICE;
+	default:
+		return BD_REFUSED_OTHER;
+	}
+}
+
+/* Answer an OPEN with an error, counted by kind. */
+__attribute__((format(printf, 3, 4)))
+static void refuse(client *c, int code, const char *fmt, ...)
+{
+	char text[BP_ERRMSG_MAX + 1];
+	va_list ap;
+
+	c->srv->totals.refused[refusal_kind(code)]++;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	bd_log(LOG_NOTICE, "client pid %d uid %u: open refused: %s", (int)c->pid, (unsigned)c->uid,
+	       text);
+	send_error(c, code, "%s", text);
+}
+
 static client *client_find_session(bd_server *srv, client *c, uint64_t id, entry **ret)
 {
 	for (entry *e = srv->entries; e; e = e->next)
@@ -194,6 +204,21 @@ static void on_session_ended(bd_session *s, void *ctx)
 {
 	bd_server *srv = ctx;
 
+	bd_session_info si;
+	bd_hist h;
+
+	/* Fold the session's counters into the totals before it goes. */
+	bd_session_get_info(s, &si);
+	srv->totals.sessions++;
+	srv->totals.batches += si.delivered;
+	srv->totals.bytes += si.delivered_bytes;
+	srv->totals.failed += si.failed;
+	srv->totals.ring_violations += si.protocol_violation;
+	h.count = si.waits;
+	h.sum_ns = si.wait_ns;
+	memcpy(h.bucket, si.wait_hist, sizeof(h.bucket));
+	bd_hist_merge(&srv->totals.wait, &h);
+
 	for (entry **p = &srv->entries; *p; p = &(*p)->next) {
 		entry *e = *p;
 
@@ -207,6 +232,8 @@ static void on_session_ended(bd_session *s, void *ctx)
 		break;
 	}
 	bd_log(LOG_DEBUG, "session %" PRIu64 " ended", bd_session_id(s));
+	if (!srv->stopping)
+		notify_status(srv);
 	if (srv->stopping && !srv->nsessions && !srv->opening)
 		bd_server_stop(srv);
 }
@@ -264,6 +291,7 @@ static void open_work_done(uv_work_t *w, int status)
 	uint8_t out[256];
 	bp_msg_ready ready;
 	int fds[BP_READY_FDS];
+	bd_session_quota quota;
 	bd_session *s;
 	entry *e;
 	char err[BP_ERRMSG_MAX];
@@ -275,18 +303,24 @@ static void open_work_done(uv_work_t *w, int status)
 		goto out;
 	}
 	if (r < 0) {
-		bd_log(LOG_NOTICE, "client pid %d uid %u: open refused: %s", (int)c->pid,
-		       (unsigned)c->uid, ow->err);
-		send_error(c, r, "%s", ow->err);
+		refuse(c, r, "%s", ow->err);
 		goto out;
 	}
 	err[0] = '\0';
 	ow->m.path = ow->path;
-	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, &s, err, sizeof(err));
+	quota = (bd_session_quota){ .uid = c->uid, .uid_limit = srv->cfg.memory_per_uid };
+	for (entry *x = srv->entries; x; x = x->next) {
+		bd_session_info si;
+
+		if (x->uid != c->uid)
+			continue;
+		bd_session_get_info(x->s, &si);
+		quota.uid_used += si.memory;
+	}
+	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, &quota, &s, err,
+			   sizeof(err));
 	if (r < 0) {
-		bd_log(LOG_NOTICE, "client pid %d uid %u: open %s refused: %s", (int)c->pid,
-		       (unsigned)c->uid, ow->path, err[0] ? err : strerror(-r));
-		send_error(c, r, "%s", err[0] ? err : strerror(-r));
+		refuse(c, r, "%s", err[0] ? err : strerror(-r));
 		goto out;
 	}
 	e = calloc(1, sizeof(*e));
@@ -297,6 +331,8 @@ static void open_work_done(uv_work_t *w, int status)
 	}
 	e->s = s;
 	e->c = c;
+	e->uid = c->uid;
+	e->pid = c->pid;
 	e->next = srv->entries;
 	srv->entries = e;
 	srv->nsessions++;
@@ -324,6 +360,7 @@ static void open_work_done(uv_work_t *w, int status)
 	       : ow->m.shuffle == BP_SHUFFLE_GLOBAL ? "global" : "block", ow->m.rank, ow->m.world,
 	       ready.batches_per_epoch);
 	bd_session_start(s);
+	notify_status(srv);
 out:
 	open_work_free(ow);
 	client_resume(c);
@@ -339,26 +376,37 @@ static void handle_open(client *c, const uint8_t *buf, size_t len)
 
 	if (bp_msg_open_decode(buf, len, &m) < 0) {
 		send_error(c, -EBADMSG, "malformed OPEN message");
-		client_drop(c, "malformed OPEN");
+		violation(c, "malformed OPEN");
 		return;
 	}
 	if (m.placement != BP_PLACEMENT_HOST) {
 		if (srv->cuda.devices == 0)
-			send_error(c, -ENODEV, "no CUDA device: %s", srv->cuda.reason);
+			refuse(c, -ENODEV, "no CUDA device: %s", srv->cuda.reason);
 		else
-			send_error(c, -EOPNOTSUPP, "GPU placement (device %d) is not supported by this "
-				   "daemon yet; open a host session", m.placement);
+			refuse(c, -EOPNOTSUPP, "GPU placement (device %d) is not supported by this "
+			       "daemon yet; open a host session", m.placement);
 		return;
 	}
 	if (m.batch_size > MAX_BATCH_SIZE) {
-		send_error(c, -EINVAL, "batch size %u is over the limit of %u", m.batch_size,
-			   MAX_BATCH_SIZE);
+		refuse(c, -EINVAL, "batch size %u is over the limit of %u", m.batch_size,
+		       MAX_BATCH_SIZE);
 		return;
 	}
 	if (c->sessions >= MAX_SESSIONS_PER_CLIENT || srv->nsessions + srv->opening >= MAX_SESSIONS) {
-		send_error(c, -EMFILE, "too many sessions (%u per connection, %u in all)",
-			   MAX_SESSIONS_PER_CLIENT, MAX_SESSIONS);
+		refuse(c, -EMFILE, "too many sessions (%u per connection, %u in all)",
+		       MAX_SESSIONS_PER_CLIENT, MAX_SESSIONS);
 		return;
+	}
+	if (srv->cfg.sessions_per_uid) {
+		unsigned mine = 0;
+
+		for (entry *x = srv->entries; x; x = x->next)
+			mine += x->uid == c->uid;
+		if (mine >= srv->cfg.sessions_per_uid) {
+			refuse(c, -EUSERS, "uid %u already holds %u sessions, the limit per user "
+			       "([limits] sessions_per_uid)", (unsigned)c->uid, mine);
+			return;
+		}
 	}
 
 	ow = calloc(1, sizeof(*ow));
@@ -395,106 +443,43 @@ nomem:
 	send_error(c, -ENOMEM, "out of memory");
 }
 
-/* ---- status ----------------------------------------------------------------------------- */
+/* ---- status and metrics ---------------------------------------------------------- */
 
-/* Append a JSON string (escaped) to out. */
-static size_t json_str(char *out, size_t cap, size_t at, const char *s)
-{
-	if (at < cap)
-		out[at] = '"';
-	at++;
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-		char esc[8];
-		int n;
-
-		if (ch == '"' || ch == '\\')
-			n = snprintf(esc, sizeof(esc), "\\%c", ch);
-		else if (ch < 0x20)
-			n = snprintf(esc, sizeof(esc), "\\u%04x", ch);
-		else
-			n = snprintf(esc, sizeof(esc), "%c", ch);
-		for (int i = 0; i < n; i++, at++)
-			if (at < cap)
-				out[at] = esc[i];
-	}
-	if (at < cap)
-		out[at] = '"';
-	return at + 1;
-}
-
-__attribute__((format(printf, 4, 5)))
-static size_t json_fmt(char *out, size_t cap, size_t at, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(at < cap ? out + at : NULL, at < cap ? cap - at : 0, fmt, ap);
-	va_end(ap);
-	return at + (size_t)(n > 0 ? n : 0);
-}
-
-static void handle_status(client *c)
+/* Send a text reply, split into parts of at most BP_STATUS_MAX bytes. */
+static void send_text(client *c, uint16_t type, const bd_text *t)
 {
 	bd_server *srv = c->srv;
-	static char text[BP_STATUS_MAX];
-	bd_pipeline_stats ps;
-	size_t at = 0, cap = sizeof(text);
-	bp_msg_text m = { 0 };
-	bool first = true;
-	int n;
+	size_t at = 0;
 
-	bd_pipeline_get_stats(srv->pipeline, &ps);
-	at = json_fmt(text, cap, at, "{\"version\": \"%s\", \"io_engine\": \"%s\", "
-		      "\"io_setup_flags\": %u, \"direct\": \"%s\", ", BATCHD_VERSION,
-		      bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
-		      bd_pipeline_setup_flags(srv->pipeline), bd_config_direct_name(srv->cfg.direct));
-	at = json_fmt(text, cap, at, "\"cuda\": {\"available\": %s, \"devices\": %d, "
-		      "\"driver_version\": %d, \"runtime_version\": %d, \"reason\": ",
-		      srv->cuda.devices ? "true" : "false", srv->cuda.devices,
-		      srv->cuda.driver_version, srv->cuda.runtime_version);
-	at = json_str(text, cap, at, srv->cuda.devices ? "" : srv->cuda.reason);
-	at = json_fmt(text, cap, at, "}, \"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
-		      "}, \"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, "
-		      "\"pipeline\": {\"blocks_read\": %" PRIu64 ", \"bytes_read\": %" PRIu64
-		      ", \"blocks_decoded\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
-		      ", \"direct_decodes\": %" PRIu64 ", \"failures\": %" PRIu64 "}, "
-		      "\"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"hits\": %" PRIu64
-		      ", \"misses\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"bypasses\": %" PRIu64
-		      ", \"evictions\": %" PRIu64 "}, \"sessions\": [",
-		      srv->cfg.memory_budget, srv->budget_used + ps.cache_bytes, srv->nclients,
-		      srv->cfg.io_threads, srv->cfg.decode_threads, ps.blocks_read, ps.bytes_read,
-		      ps.blocks_decoded, ps.raw_bytes, ps.direct_decodes, ps.failures, ps.cache_budget,
-		      ps.cache_bytes, ps.cache_hits, ps.cache_misses, ps.cache_waits, ps.cache_bypasses,
-		      ps.cache_evictions);
-	for (entry *e = srv->entries; e; e = e->next) {
-		bd_session_info si;
+	if (t->oom) {
+		send_error(c, -ENOMEM, "out of memory building the reply");
+		return;
+	}
+	do {
+		size_t n = t->len - at > BP_STATUS_MAX ? BP_STATUS_MAX : t->len - at;
+		bp_msg_text m = {
+			.code = at + n < t->len ? BP_TEXT_MORE : 0,
+			.text = t->p ? t->p + at : "",
+			.text_len = (uint32_t)n,
+		};
+		int k = bp_msg_text_encode(type, &m, srv->buf, sizeof(srv->buf));
 
-		bd_session_get_info(e->s, &si);
-		at = json_fmt(text, cap, at, "%s{\"id\": %" PRIu64 ", \"dataset\": ", first ? "" : ", ",
-			      si.id);
-		at = json_str(text, cap, at, bd_session_dataset(e->s));
-		at = json_fmt(text, cap, at, ", \"pid\": %d, \"uid\": %u, \"batch_size\": %u, "
-			      "\"epoch\": %" PRIu64 ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64
-			      ", \"released\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64
-			      ", \"memory\": %" PRIu64 ", \"slots\": %u, \"inflight\": %u}",
-			      e->c ? (int)e->c->pid : 0, e->c ? (unsigned)e->c->uid : 0, si.batch_size,
-			      si.epoch, si.batch, si.published, si.released, si.failed, si.bytes,
-			      si.memory, si.slots, si.inflight);
-		first = false;
-	}
-	at = json_fmt(text, cap, at, "]}");
-	if (at >= cap) {
-		/* Too many sessions to list: say so rather than send half a document. */
-		at = (size_t)snprintf(text, cap, "{\"version\": \"%s\", \"error\": \"status too large "
-				      "(%u sessions)\"}", BATCHD_VERSION, srv->nsessions);
-	}
-	m.text = text;
-	m.text_len = (uint32_t)at;
-	n = bp_msg_text_encode(BP_MSG_STATUS_REPLY, &m, srv->buf, sizeof(srv->buf));
-	if (n > 0)
-		send_msg(c, srv->buf, n, NULL, 0);
+		if (k < 0 || send_msg(c, srv->buf, k, NULL, 0) < 0)
+			return;
+		at += n;
+	} while (at < t->len);
+}
+
+static void handle_report(client *c, uint16_t type)
+{
+	bd_text t = { 0 };
+
+	if (type == BP_MSG_STATUS)
+		bd__server_status(c->srv, &t);
+	else
+		bd__server_metrics(c->srv, &t);
+	send_text(c, type == BP_MSG_STATUS ? BP_MSG_STATUS_REPLY : BP_MSG_METRICS_REPLY, &t);
+	bd_text_free(&t);
 }
 
 /* ---- requests --------------------------------------------------------------------------- */
@@ -514,7 +499,7 @@ static void handle_hello(client *c, const uint8_t *buf, size_t len)
 
 	if (bp_msg_hello_decode(buf, len, &h) < 0) {
 		send_error(c, -EBADMSG, "malformed HELLO message");
-		client_drop(c, "malformed HELLO");
+		violation(c, "malformed HELLO");
 		return;
 	}
 	if (h.min_version > BP_PROTO_VERSION || h.max_version < BP_PROTO_MIN_VERSION) {
@@ -539,7 +524,7 @@ static void handle_close(client *c, const uint8_t *buf, size_t len)
 
 	if (bp_msg_session_decode(BP_MSG_CLOSE, buf, len, &m) < 0) {
 		send_error(c, -EBADMSG, "malformed CLOSE message");
-		client_drop(c, "malformed CLOSE");
+		violation(c, "malformed CLOSE");
 		return;
 	}
 	if (!client_find_session(c->srv, c, m.session, &e)) {
@@ -562,19 +547,19 @@ static void handle_message(client *c, const uint8_t *buf, size_t len)
 	if (r < 0) {
 		send_error(c, r, r == -EPROTONOSUPPORT ? "unsupported protocol version"
 						       : "malformed message header");
-		client_drop(c, "malformed message");
+		violation(c, "malformed message");
 		return;
 	}
 	if (!c->hello && h.type != BP_MSG_HELLO) {
 		send_error(c, -EPROTO, "%s before HELLO", bp_msg_type_name(h.type));
-		client_drop(c, "request before HELLO");
+		violation(c, "request before HELLO");
 		return;
 	}
 	switch (h.type) {
 	case BP_MSG_HELLO:
 		if (c->hello) {
 			send_error(c, -EPROTO, "second HELLO");
-			client_drop(c, "second HELLO");
+			violation(c, "second HELLO");
 			return;
 		}
 		handle_hello(c, buf, len);
@@ -586,16 +571,18 @@ static void handle_message(client *c, const uint8_t *buf, size_t len)
 		handle_close(c, buf, len);
 		return;
 	case BP_MSG_STATUS:
-		if (bp_msg_status_decode(buf, len) < 0) {
-			send_error(c, -EBADMSG, "malformed STATUS message");
-			client_drop(c, "malformed STATUS");
+	case BP_MSG_METRICS:
+		if ((h.type == BP_MSG_STATUS ? bp_msg_status_decode(buf, len)
+					     : bp_msg_metrics_decode(buf, len)) < 0) {
+			send_error(c, -EBADMSG, "malformed %s message", bp_msg_type_name(h.type));
+			violation(c, "malformed request");
 			return;
 		}
-		handle_status(c);
+		handle_report(c, h.type);
 		return;
 	default:
 		send_error(c, -EPROTO, "%s is not a request", bp_msg_type_name(h.type));
-		client_drop(c, "not a request");
+		violation(c, "not a request");
 	}
 }
 
@@ -638,11 +625,34 @@ static void on_client_readable(uv_poll_t *h, int status, int events)
 		if (had_fds || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
 			send_error(c, -EBADMSG, had_fds ? "clients may not send file descriptors"
 							: "message too large");
-			client_drop(c, had_fds ? "sent file descriptors" : "oversized message");
+			violation(c, had_fds ? "sent file descriptors" : "oversized message");
 			return;
 		}
 		handle_message(c, srv->buf, (size_t)n);
 	}
+}
+
+/* The [access] allow-lists: a peer passes by uid, by gid, or by a supplementary group. */
+static bool peer_allowed(bd_server *srv, int fd, const client *c)
+{
+	gid_t groups[256];
+	socklen_t gl = sizeof(groups);
+
+	if (!srv->cfg.nallow_uids && !srv->cfg.nallow_gids)
+		return true;
+	for (size_t i = 0; i < srv->cfg.nallow_uids; i++)
+		if (srv->cfg.allow_uids[i] == c->uid)
+			return true;
+	for (size_t i = 0; i < srv->cfg.nallow_gids; i++)
+		if (srv->cfg.allow_gids[i] == c->gid)
+			return true;
+	if (srv->cfg.nallow_gids && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0) {
+		for (size_t g = 0; g < gl / sizeof(gid_t); g++)
+			for (size_t i = 0; i < srv->cfg.nallow_gids; i++)
+				if (srv->cfg.allow_gids[i] == groups[g])
+					return true;
+	}
+	return false;
 }
 
 static void on_accept(uv_poll_t *h, int status, int events)
@@ -681,11 +691,40 @@ static void on_accept(uv_poll_t *h, int status, int events)
 		c->next = srv->clients;
 		srv->clients = c;
 		srv->nclients++;
+		if (!peer_allowed(srv, fd, c)) {
+			srv->totals.denied++;
+			send_error(c, -EACCES, "uid %u is not allowed to use this batchd ([access])",
+				   (unsigned)c->uid);
+			client_drop(c, "not in the [access] allow-lists");
+			continue;
+		}
 		uv_poll_start(&c->poll, UV_READABLE, on_client_readable);
 	}
 }
 
 /* ---- listening ---------------------------------------------------------------------------- */
+
+/* Apply [daemon] socket_mode and socket_group to the socket file. */
+static int socket_access(bd_server *srv, const char *path)
+{
+	const char *g = srv->cfg.socket_group;
+
+	if (chmod(path, srv->cfg.socket_mode) < 0)
+		return bd_log_ret(LOG_ERR, -errno, "socket %s: chmod %o: %s", path,
+				  srv->cfg.socket_mode, strerror(errno));
+	if (g) {
+		struct group *gr = getgrnam(g);
+		char *end;
+		unsigned long gid = gr ? gr->gr_gid : strtoul(g, &end, 10);
+
+		if (!gr && (!*g || *end))
+			return bd_log_ret(LOG_ERR, -EINVAL, "socket %s: group %s does not exist", path, g);
+		if (chown(path, (uid_t)-1, (gid_t)gid) < 0)
+			return bd_log_ret(LOG_ERR, -errno, "socket %s: chown to group %s: %s", path, g,
+					  strerror(errno));
+	}
+	return 0;
+}
 
 static int listen_on(bd_server *srv, const char *path)
 {
@@ -718,6 +757,12 @@ static int listen_on(bd_server *srv, const char *path)
 		close(fd);
 		return bd_log_ret(LOG_ERR, r, "socket %s: %s", path, strerror(-r));
 	}
+	r = socket_access(srv, path);
+	if (r < 0) {
+		close(fd);
+		unlink(path);
+		return r;
+	}
 	srv->listen_fd = fd;
 	snprintf(srv->socket_path, sizeof(srv->socket_path), "%s", path);
 	return 0;
@@ -737,10 +782,124 @@ static void on_stop_timeout(uv_timer_t *t)
 	uv_stop(t->loop);
 }
 
-int bd_server_new(uv_loop_t *loop, bd_config *cfg, const bd_cuda_state *cuda, bd_server **ret)
+static void on_watchdog(uv_timer_t *t)
+{
+	/* Pinged from the loop: a loop stuck anywhere stops the pings. */
+	bd_service_notify("WATCHDOG=1");
+}
+
+/* Once a second: end sessions whose clients stopped releasing ([session] lease_timeout). */
+static void on_lease_check(uv_timer_t *t)
+{
+	bd_server *srv = t->data;
+	uint64_t lease_ns = (uint64_t)srv->cfg.lease_timeout * 1000000000u;
+
+	if (!lease_ns)
+		return;
+	for (entry *e = srv->entries; e; e = e->next)
+		bd_session_lease_expired(e->s, lease_ns);
+}
+
+static void notify_status(bd_server *srv)
+{
+	bd_service_notify("STATUS=serving %u session%s on %s; I/O %s; CUDA %s; memory %" PRIu64
+			  " of %" PRIu64 " MiB", srv->nsessions, srv->nsessions == 1 ? "" : "s",
+			  srv->socket_path, bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
+			  srv->cuda.devices ? "available" : "unavailable", srv->budget_used >> 20,
+			  srv->cfg.memory_budget >> 20);
+}
+
+/* What a reload cannot change without a restart: say so, keep the running value. */
+static void reload_fixed(bd_server *srv, bd_config *next)
+{
+	const bd_config *cur = &srv->cfg;
+
+#define FIXED(cond, what) \
+	do { \
+		if (cond) \
+			bd_log(LOG_WARNING, "reload: %s changed; it takes effect at restart", what); \
+	} while (0)
+	FIXED((cur->socket || next->socket) &&
+	      (!cur->socket || !next->socket || strcmp(cur->socket, next->socket)), "[daemon] socket");
+	FIXED(cur->io_engine != next->io_engine, "[io] engine");
+	FIXED(cur->direct != next->direct, "[io] direct");
+	FIXED(cur->queue_depth != next->queue_depth, "[io] queue_depth");
+	FIXED(cur->io_threads != next->io_threads, "[io] threads");
+	FIXED(cur->decode_threads != next->decode_threads, "[decode] threads");
+	FIXED((cur->metrics_listen || next->metrics_listen) &&
+	      (!cur->metrics_listen || !next->metrics_listen ||
+	       strcmp(cur->metrics_listen, next->metrics_listen)), "[metrics] listen");
+#undef FIXED
+	/* Keep what the running daemon was built with. */
+	free(next->socket);
+	next->socket = cur->socket ? strdup(cur->socket) : NULL;
+	free(next->metrics_listen);
+	next->metrics_listen = cur->metrics_listen ? strdup(cur->metrics_listen) : NULL;
+	next->io_engine = cur->io_engine;
+	next->direct = cur->direct;
+	next->queue_depth = cur->queue_depth;
+	next->io_threads = cur->io_threads;
+	next->decode_threads = cur->decode_threads;
+}
+
+/*
+ * SIGHUP: read the same file and flags again. Roots, limits, access lists,
+ * the memory budget, prefetch defaults and the log level apply to new
+ * sessions at once; running sessions keep what they have. A bad file
+ * changes nothing.
+ */
+static void reload(bd_server *srv)
+{
+	char err[512];
+	bd_config next;
+	int r;
+
+	bd_service_notify("RELOADING=1");
+	bd_config_init(&next);
+	r = bd_config_from_args(&next, srv->argc, srv->argv, err, sizeof(err));
+	if (r != 0) {
+		srv->totals.reload_failures++;
+		bd_log(LOG_ERR, "reload refused, the running configuration stays: %s",
+		       r < 0 ? err : "unexpected --help/--version");
+		bd_config_free(&next);
+		bd_service_notify("READY=1");
+		notify_status(srv);
+		return;
+	}
+	reload_fixed(srv, &next);
+	bd_config_free(&srv->cfg);
+	srv->cfg = next;
+	if (!srv->socket_activated)
+		socket_access(srv, srv->socket_path);
+	bd_log_set_level(srv->cfg.log_level);
+	srv->env.budget_total = srv->cfg.memory_budget > srv->cache_budget
+				? srv->cfg.memory_budget - srv->cache_budget : 0;
+	srv->env.default_prefetch = srv->cfg.prefetch;
+	srv->env.max_prefetch = srv->cfg.max_prefetch;
+	srv->totals.reloads++;
+	bd_log(LOG_NOTICE, "configuration reloaded: %zu dataset root%s, memory budget %" PRIu64
+	       " MiB, log level %s", srv->cfg.nroots, srv->cfg.nroots == 1 ? "" : "s",
+	       srv->cfg.memory_budget >> 20, bd_config_log_level_name(srv->cfg.log_level));
+	bd_service_notify("READY=1");
+	notify_status(srv);
+}
+
+static void on_sighup(uv_signal_t *h, int sig)
+{
+	reload(h->data);
+}
+
+static void render_metrics(void *ctx, bd_text *out)
+{
+	bd__server_metrics(ctx, out);
+}
+
+int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
+		  const bd_cuda_state *cuda, bd_server **ret)
 {
 	bd_server *srv = calloc(1, sizeof(*srv));
 	bd_pipeline_opts po;
+	uint64_t wd;
 	char path[108];
 	int r;
 
@@ -749,9 +908,12 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, const bd_cuda_state *cuda, bd
 	srv->loop = loop;
 	srv->cfg = *cfg;
 	memset(cfg, 0, sizeof(*cfg));
+	srv->argc = argc;
+	srv->argv = argv;
 	srv->cuda = *cuda;
 	srv->listen_fd = -1;
 	srv->next_session = 1;
+	srv->started_ns = bd__now_ns();
 
 	if (srv->cfg.socket)
 		snprintf(path, sizeof(path), "%s", srv->cfg.socket);
@@ -761,6 +923,9 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, const bd_cuda_state *cuda, bd
 		goto fail;
 	}
 
+	/* Decoded blocks for partial-block batches: a quarter of the budget, at most 256 MiB. */
+	srv->cache_budget = srv->cfg.memory_budget / 4 < (UINT64_C(256) << 20)
+			    ? srv->cfg.memory_budget / 4 : (UINT64_C(256) << 20);
 	po = (bd_pipeline_opts){
 		.engine = srv->cfg.io_engine == BD_CFG_IO_URING ? BD_IO_URING
 			  : srv->cfg.io_engine == BD_CFG_IO_PREAD ? BD_IO_PREAD : BD_IO_AUTO,
@@ -769,9 +934,7 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, const bd_cuda_state *cuda, bd
 		.decode_threads = srv->cfg.decode_threads,
 		.pool_buffers = 64,
 		.pool_buffer_size = 512u << 10,
-		/* Decoded blocks for partial-block batches: a quarter of the budget, at most 256 MiB. */
-		.cache_budget = srv->cfg.memory_budget / 4 < (UINT64_C(256) << 20)
-				? srv->cfg.memory_budget / 4 : (UINT64_C(256) << 20),
+		.cache_budget = srv->cache_budget,
 	};
 	r = bd_pipeline_new(loop, &po, on_job_done, srv, &srv->pipeline);
 	if (r < 0) {
@@ -783,34 +946,73 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, const bd_cuda_state *cuda, bd
 		.loop = loop,
 		.pipeline = srv->pipeline,
 		.budget_used = &srv->budget_used,
-		.budget_total = srv->cfg.memory_budget - po.cache_budget,
+		.budget_total = srv->cfg.memory_budget - srv->cache_budget,
 		.default_prefetch = srv->cfg.prefetch,
 		.max_prefetch = srv->cfg.max_prefetch,
 		.ended = on_session_ended,
 		.ctx = srv,
 	};
 
-	r = listen_on(srv, path);
-	if (r < 0)
+	r = bd_service_listen_fd();
+	if (r == -EINVAL) {
+		bd_log(LOG_ERR, "socket activation: the passed socket is not one listening "
+		       "AF_UNIX SOCK_SEQPACKET socket (ListenSequentialPacket=)");
 		goto fail;
+	}
+	if (r >= 0) {
+		struct sockaddr_un sa;
+		socklen_t sl = sizeof(sa);
+
+		srv->listen_fd = r;
+		srv->socket_activated = true;
+		fcntl(r, F_SETFL, fcntl(r, F_GETFL) | O_NONBLOCK);
+		fcntl(r, F_SETFD, FD_CLOEXEC);
+		if (getsockname(r, (struct sockaddr *)&sa, &sl) == 0 && sa.sun_path[0])
+			snprintf(srv->socket_path, sizeof(srv->socket_path), "%s", sa.sun_path);
+	} else if ((r = listen_on(srv, path)) < 0) {
+		goto fail;
+	}
+	if (srv->cfg.metrics_listen) {
+		r = bd_http_start(loop, srv->cfg.metrics_listen, render_metrics, srv, &srv->http);
+		if (r < 0) {
+			bd_log(LOG_ERR, "[metrics] listen %s: %s", srv->cfg.metrics_listen,
+			       r == -EOPNOTSUPP ? "batchd was built without libmicrohttpd"
+						: strerror(-r));
+			goto fail;
+		}
+	}
 	uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
 	srv->listen_poll.data = srv;
 	uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
 	uv_signal_init(loop, &srv->sigterm);
 	uv_signal_init(loop, &srv->sigint);
-	srv->sigterm.data = srv->sigint.data = srv;
+	uv_signal_init(loop, &srv->sighup);
+	srv->sigterm.data = srv->sigint.data = srv->sighup.data = srv;
 	uv_signal_start(&srv->sigterm, on_signal, SIGTERM);
 	uv_signal_start(&srv->sigint, on_signal, SIGINT);
+	uv_signal_start(&srv->sighup, on_sighup, SIGHUP);
 	uv_timer_init(loop, &srv->stop_timer);
+	uv_timer_init(loop, &srv->watchdog);
+	uv_timer_init(loop, &srv->lease);
+	srv->lease.data = srv;
+	uv_timer_start(&srv->lease, on_lease_check, 1000, 1000);
+	wd = bd_service_watchdog_usec();
+	if (wd)
+		uv_timer_start(&srv->watchdog, on_watchdog, 0, wd / 2000 ? wd / 2000 : 1);
 	signal(SIGPIPE, SIG_IGN);
 
-	bd_log(LOG_NOTICE, "listening on %s; I/O %s (%u thread%s, queue depth %u), %u decode threads, "
-	       "memory budget %" PRIu64 " MiB, %zu dataset root%s; CUDA: %s%s", srv->socket_path,
+	bd_log(LOG_NOTICE, "listening on %s%s; I/O %s (%u thread%s, queue depth %u), %u decode "
+	       "threads, memory budget %" PRIu64 " MiB, %zu dataset root%s; CUDA: %s%s%s%s",
+	       srv->socket_path, srv->socket_activated ? " (socket activation)" : "",
 	       bd_io_engine_name(bd_pipeline_engine(srv->pipeline)), srv->cfg.io_threads,
 	       srv->cfg.io_threads == 1 ? "" : "s", srv->cfg.queue_depth, srv->cfg.decode_threads,
 	       srv->cfg.memory_budget >> 20, srv->cfg.nroots, srv->cfg.nroots == 1 ? "" : "s",
 	       srv->cuda.devices ? "available" : "unavailable, host sessions only: ",
-	       srv->cuda.devices ? "" : srv->cuda.reason);
+	       srv->cuda.devices ? "" : srv->cuda.reason,
+	       srv->http ? "; metrics on http://" : "", srv->http ? srv->cfg.metrics_listen : "");
+	/* Ready only now: the socket is bound, the I/O backend and CUDA state are known. */
+	bd_service_notify("READY=1");
+	notify_status(srv);
 	*ret = srv;
 	return 0;
 fail:
@@ -829,10 +1031,15 @@ void bd_server_stop(bd_server *srv)
 		int n = bp_msg_text_encode(BP_MSG_GOODBYE, &bye, out, sizeof(out));
 
 		srv->stopping = true;
+		bd_service_notify("STOPPING=1");
 		uv_poll_stop(&srv->listen_poll);
 		uv_close((uv_handle_t *)&srv->listen_poll, NULL);
 		close(srv->listen_fd);
-		unlink(srv->socket_path);
+		/* A socket systemd made is systemd's to remove. */
+		if (!srv->socket_activated)
+			unlink(srv->socket_path);
+		bd_http_stop(srv->http);
+		srv->http = NULL;
 		for (entry *e = srv->entries; e; e = e->next)
 			bd_session_close(e->s, -ESHUTDOWN);
 		while (srv->clients) {
@@ -849,8 +1056,11 @@ void bd_server_stop(bd_server *srv)
 	/* Everything is back: close the long-lived handles so uv_run returns. */
 	uv_timer_stop(&srv->stop_timer);
 	uv_close((uv_handle_t *)&srv->stop_timer, NULL);
+	uv_close((uv_handle_t *)&srv->watchdog, NULL);
+	uv_close((uv_handle_t *)&srv->lease, NULL);
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
+	uv_close((uv_handle_t *)&srv->sighup, NULL);
 	if (srv->pipeline) {
 		bd_pipeline_free(srv->pipeline);
 		srv->pipeline = NULL;

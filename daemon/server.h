@@ -23,10 +23,13 @@
 typedef struct bd_server bd_server;
 
 /*
- * Bind the socket, start the pipeline threads, install SIGTERM/SIGINT.
+ * Bind the socket (or take systemd's), start the pipeline threads and the
+ * optional metrics listener, install SIGTERM/SIGINT (stop) and SIGHUP
+ * (reload: argv is parsed again, so keep it alive), tell systemd READY=1.
  * Takes ownership of cfg. @return 0 or negative errno (logged).
  */
-int bd_server_new(uv_loop_t *loop, bd_config *cfg, const bd_cuda_state *cuda, bd_server **ret);
+int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
+		  const bd_cuda_state *cuda, bd_server **ret);
 
 /* Begin an orderly stop (what SIGTERM does). */
 void bd_server_stop(bd_server *srv);

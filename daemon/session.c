@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "fault.h"
 #include "log.h"
 #include "session.h"
 #include "units.h"
@@ -21,7 +23,9 @@
 typedef struct slot {
 	bd_job *job;            /* in flight, or NULL */
 	bool done;              /* job came back, not yet published */
+	bool failed;            /* published as a failed batch */
 	uint64_t rec_off, rec_size;
+	uint64_t payload;       /* published payload bytes */
 } slot;
 
 /* Where one sample of the batch being planned comes from. */
@@ -58,6 +62,7 @@ struct bd_session {
 	uint64_t head;          /* arena offset of the next record */
 	uint32_t inflight;
 	uint64_t failed, bytes;
+	uint64_t delivered, delivered_bytes; /* released by the client after publication */
 
 	uint64_t *ids;          /* planning scratch, batch_size each */
 	loc *locs;
@@ -65,7 +70,17 @@ struct bd_session {
 
 	uv_poll_t released_poll;
 	bool poll_started, closing, ended, violation;
+	uint64_t opened_ns;
+	uint64_t progress_ns;   /* last time the client released a batch (or opened) */
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static uint64_t table_bytes(uint32_t n)
 {
@@ -176,7 +191,8 @@ static void session_free(bd_session *s)
 }
 
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, bd_session **ret, char *err, size_t errlen)
+		   const bp_msg_open *m, const bd_session_quota *q, bd_session **ret, char *err,
+		   size_t errlen)
 {
 	bd_sampler_cfg sc = {
 		.samples = bp_dataset_samples(d->ds),
@@ -196,7 +212,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	bd_session *s;
 	int r;
 
-	s = calloc(1, sizeof(*s));
+	s = bd_calloc(1, sizeof(*s));
 	if (!s) {
 		bd_dataset_put(d);
 		return -ENOMEM;
@@ -256,10 +272,20 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		goto fail;
 	}
 
-	s->slot = calloc(s->slots, sizeof(*s->slot));
-	s->ids = calloc(m->batch_size, sizeof(*s->ids));
-	s->locs = calloc(m->batch_size, sizeof(*s->locs));
-	s->order = calloc(m->batch_size, sizeof(*s->order));
+	if (q && q->uid_limit && need > (q->uid_limit > q->uid_used ? q->uid_limit - q->uid_used : 0)) {
+		snprintf(err, errlen, "memory limit per user: dataset %s with batch %u and prefetch %u "
+			 "needs %s; uid %u holds %s of %s ([limits] memory_per_uid)", d->name,
+			 m->batch_size, prefetch, bp_format_size(need, a, sizeof(a)), (unsigned)q->uid,
+			 bp_format_size(q->uid_used, b, sizeof(b)),
+			 bp_format_size(q->uid_limit, c, sizeof(c)));
+		r = -ENOMEM;
+		goto fail;
+	}
+
+	s->slot = bd_calloc(s->slots, sizeof(*s->slot));
+	s->ids = bd_calloc(m->batch_size, sizeof(*s->ids));
+	s->locs = bd_calloc(m->batch_size, sizeof(*s->locs));
+	s->order = bd_calloc(m->batch_size, sizeof(*s->order));
 	if (!s->slot || !s->ids || !s->locs || !s->order) {
 		r = -ENOMEM;
 		goto fail;
@@ -314,6 +340,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	}
 	s->released_poll.data = s;
 	s->poll_started = false;
+	s->opened_ns = now_ns();
+	s->progress_ns = s->opened_ns;
 	*ret = s;
 	return 0;
 fail:
@@ -403,7 +431,7 @@ static int plan_one(bd_session *s)
 			ntasks++;
 	}
 
-	job = calloc(1, sizeof(*job) + ntasks * sizeof(bd_task) + n * sizeof(bd_piece));
+	job = bd_calloc(1, sizeof(*job) + ntasks * sizeof(bd_task) + n * sizeof(bd_piece));
 	if (!job)
 		return -ENOMEM;
 	job->owner = s;
@@ -521,6 +549,8 @@ static void publish(bd_session *s)
 			d->payload = d->record;
 			snprintf((char *)rec, BP_RING_REASON_MAX, "%s", job->reason);
 			s->failed++;
+			sl->failed = true;
+			sl->payload = 0;
 			bd_log(LOG_WARNING, "session %" PRIu64 ": batch %" PRIu64 " of epoch %" PRIu64
 			       " failed: %s", s->id, d->batch, d->epoch, job->reason);
 		} else {
@@ -528,6 +558,8 @@ static void publish(bd_session *s)
 
 			d->payload_size = n ? t[n - 1].offset + t[n - 1].size : 0;
 			s->bytes += d->payload_size;
+			sl->failed = false;
+			sl->payload = d->payload_size;
 		}
 		free(job);
 		sl->job = NULL;
@@ -560,7 +592,12 @@ static void reclaim(bd_session *s)
 		uint64_t mark = __atomic_load_n(&s->ctrl->release[i], __ATOMIC_SEQ_CST);
 
 		if (mark == s->reclaimed + 1) {
+			if (!s->slot[i].failed) {
+				s->delivered++;
+				s->delivered_bytes += s->slot[i].payload;
+			}
 			s->reclaimed++;
+			s->progress_ns = now_ns();
 			continue;
 		}
 		if (mark != 0 && (mark % s->slots != (i + 1) % s->slots || mark > s->reclaimed + 1)) {
@@ -666,12 +703,41 @@ void bd_session_get_info(const bd_session *s, bd_session_info *ret)
 		.released = s->reclaimed,
 		.failed = s->failed,
 		.bytes = s->bytes,
+		.delivered = s->delivered,
+		.delivered_bytes = s->delivered_bytes,
 		.memory = s->memory,
 		.epoch = s->req.start_epoch + g / s->batches_per_epoch,
 		.batch = g % s->batches_per_epoch,
 		.batch_size = s->req.batch_size,
 		.slots = s->slots,
 		.inflight = s->inflight,
+		.rank = s->req.rank,
+		.world = s->req.world,
+		.shuffle = s->req.shuffle,
 		.protocol_violation = s->violation,
+		.age_ns = now_ns() - s->opened_ns,
+		/* The client's own account: read once, trusted for nothing. */
+		.consumed = __atomic_load_n(&s->ctrl->consumed, __ATOMIC_RELAXED),
+		.wait_ns = __atomic_load_n(&s->ctrl->wait_ns, __ATOMIC_RELAXED),
+		.waits = __atomic_load_n(&s->ctrl->waits, __ATOMIC_RELAXED),
 	};
+	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++)
+		ret->wait_hist[i] = __atomic_load_n(&s->ctrl->wait_hist[i], __ATOMIC_RELAXED);
+}
+
+bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns)
+{
+	uint64_t now;
+
+	/* Only a client that holds published batches can hold the session up. */
+	if (!lease_ns || s->closing || s->reclaimed == s->published)
+		return false;
+	now = now_ns();
+	if (now - s->progress_ns < lease_ns)
+		return false;
+	bd_log(LOG_WARNING, "session %" PRIu64 " (%s): no batch released for %" PRIu64 " s, the "
+	       "lease; ending it and returning its memory", s->id, s->dset->name,
+	       (now - s->progress_ns) / 1000000000u);
+	bd_session_close(s, -ETIME);
+	return true;
 }

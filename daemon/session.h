@@ -44,6 +44,13 @@ typedef struct bd_session_env {
 	void *ctx;
 } bd_session_env;
 
+/* What one user may still take: the per-uid memory limit. */
+typedef struct bd_session_quota {
+	uid_t uid;
+	uint64_t uid_used;          /* shared memory the uid's sessions hold now */
+	uint64_t uid_limit;         /* 0: no per-uid limit */
+} bd_session_quota;
+
 /*
  * Create a session over dataset d (the session takes the reference) for
  * request m. On success *ret is the session and fds[] the descriptors to
@@ -54,7 +61,8 @@ typedef struct bd_session_env {
  * (memory budget: err says how much is needed and free), -errno.
  */
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, bd_session **ret, char *err, size_t errlen);
+		   const bp_msg_open *m, const bd_session_quota *q, bd_session **ret, char *err,
+		   size_t errlen);
 
 /* The READY message for s, and its descriptors in the order PROTOCOL.md gives. */
 void bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS]);
@@ -69,6 +77,12 @@ void bd_session_start(bd_session *s);
  */
 void bd_session_close(bd_session *s, int reason);
 
+/*
+ * End the session if its client has held published batches without
+ * releasing any for lease_ns (0: never). @return whether it was ended.
+ */
+bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns);
+
 /* A job of this session came back from the pipeline (loop thread). */
 void bd_session_job_done(bd_job *job);
 
@@ -77,9 +91,16 @@ const char *bd_session_dataset(const bd_session *s);
 
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;
+	uint64_t delivered, delivered_bytes;  /* batches the client took and released, and their bytes */
 	uint64_t epoch, batch;      /* position of the next batch to publish */
 	uint32_t batch_size, slots, inflight;
+	uint32_t rank, world;
+	uint8_t shuffle;            /* enum bp_shuffle */
 	bool protocol_violation;
+	uint64_t age_ns;            /* since the session opened */
+	/* Client-reported (from the control memfd: informational only). */
+	uint64_t consumed, wait_ns, waits;
+	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];
 } bd_session_info;
 void bd_session_get_info(const bd_session *s, bd_session_info *ret);
 

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader */
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
@@ -476,6 +477,14 @@ int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
 		return fail(fault, -EBADMSG, "block is not exactly one zstd frame", b->offset, bi);
 	if (ZSTD_getFrameContentSize(stored, b->stored_size) != b->raw_size)
 		return fail(fault, -EBADMSG, "zstd frame declares a different size", b->offset, bi);
+	{
+		/* Refuse a window beyond the format's limit before zstd sizes anything by it. */
+		ZSTD_frameHeader fh;
+
+		if (ZSTD_getFrameHeader(&fh, stored, b->stored_size) != 0 ||
+		    fh.windowSize > (UINT64_C(1) << BP_PACK_WINDOW_LOG_MAX))
+			return fail(fault, -EBADMSG, "zstd frame window over the limit", b->offset, bi);
+	}
 
 	got = ZSTD_decompress_usingDDict(dctx, out, b->raw_size, stored, b->stored_size,
 					 b->codec == BP_CODEC_ZSTD_DICT ? ddict : NULL);

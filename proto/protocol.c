@@ -199,12 +199,14 @@ static bool session_type(uint16_t type)
 
 static bool text_type(uint16_t type)
 {
-	return type == BP_MSG_STATUS_REPLY || type == BP_MSG_GOODBYE;
+	return type == BP_MSG_STATUS_REPLY || type == BP_MSG_METRICS_REPLY || type == BP_MSG_GOODBYE;
 }
 
 static bool text_valid(uint16_t type, const bp_msg_text *m)
 {
-	if (type == BP_MSG_STATUS_REPLY ? m->code != 0 : !errno_ok(m->code))
+	/* Replies: 0 for the last part, BP_TEXT_MORE when more parts follow. */
+	if (type == BP_MSG_GOODBYE ? !errno_ok(m->code)
+				   : m->code != 0 && m->code != BP_TEXT_MORE)
 		return false;
 	return string_ok(m->text, m->text_len, BP_STATUS_MAX) && no_nul(m->text, m->text_len);
 }
@@ -257,7 +259,7 @@ int bp_msg_header_decode(const uint8_t *buf, size_t len, bp_msg_header *ret)
 	 */
 	if (!version_known(h.version))
 		return -EPROTONOSUPPORT;
-	if (h.type < BP_MSG_HELLO || h.type > BP_MSG_GOODBYE || h.length != len ||
+	if (h.type < BP_MSG_HELLO || h.type > BP_MSG_METRICS_REPLY || h.length != len ||
 	    h.reserved != 0)
 		return -EBADMSG;
 	*ret = h;
@@ -545,15 +547,20 @@ int bp_msg_session_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_
 
 /* ---- STATUS ------------------------------------------------------------ */
 
-int bp_msg_status_encode(uint8_t *buf, size_t cap)
+static int empty_encode(uint16_t type, uint8_t *buf, size_t cap)
 {
 	int r;
 
 	r = begin(true, buf, cap, BP_MSG_HEADER_SIZE);
 	if (r < 0)
 		return r;
-	put_header(buf, BP_MSG_STATUS, BP_MSG_HEADER_SIZE);
+	put_header(buf, type, BP_MSG_HEADER_SIZE);
 	return BP_MSG_HEADER_SIZE;
+}
+
+int bp_msg_status_encode(uint8_t *buf, size_t cap)
+{
+	return empty_encode(BP_MSG_STATUS, buf, cap);
 }
 
 int bp_msg_status_decode(const uint8_t *buf, size_t len)
@@ -561,6 +568,18 @@ int bp_msg_status_decode(const uint8_t *buf, size_t len)
 	uint32_t none;
 
 	return open_message(buf, len, BP_MSG_STATUS, BP_MSG_HEADER_SIZE, 0, &none);
+}
+
+int bp_msg_metrics_encode(uint8_t *buf, size_t cap)
+{
+	return empty_encode(BP_MSG_METRICS, buf, cap);
+}
+
+int bp_msg_metrics_decode(const uint8_t *buf, size_t len)
+{
+	uint32_t none;
+
+	return open_message(buf, len, BP_MSG_METRICS, BP_MSG_HEADER_SIZE, 0, &none);
 }
 
 /* ---- STATUS_REPLY, GOODBYE --------------------------------------------- */
@@ -582,7 +601,7 @@ int bp_msg_text_encode(uint16_t type, const bp_msg_text *m, uint8_t *buf, size_t
 	return (int)len;
 }
 
-/* @return -EINVAL (not -EBADMSG) when type is not STATUS_REPLY or GOODBYE: a caller bug. */
+/* @return -EINVAL (not -EBADMSG) when type is not a text message: a caller bug. */
 int bp_msg_text_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_text *ret)
 {
 	bp_msg_text m;
@@ -614,6 +633,8 @@ const char *bp_msg_type_name(uint16_t type)
 		[BP_MSG_STATUS] = "STATUS",
 		[BP_MSG_STATUS_REPLY] = "STATUS_REPLY",
 		[BP_MSG_GOODBYE] = "GOODBYE",
+		[BP_MSG_METRICS] = "METRICS",
+		[BP_MSG_METRICS_REPLY] = "METRICS_REPLY",
 	};
 
 	if (type >= sizeof(names) / sizeof(names[0]) || !names[type])

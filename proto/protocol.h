@@ -47,7 +47,12 @@ enum bp_msg_type {
 	BP_MSG_STATUS = 8,       /* client -> daemon */
 	BP_MSG_STATUS_REPLY = 9, /* daemon -> client */
 	BP_MSG_GOODBYE = 10,     /* daemon -> client, unsolicited: the daemon is stopping */
+	BP_MSG_METRICS = 11,     /* client -> daemon */
+	BP_MSG_METRICS_REPLY = 12, /* daemon -> client: Prometheus text exposition */
 };
+
+/* STATUS_REPLY and METRICS_REPLY code: more parts of this reply follow. */
+#define BP_TEXT_MORE 1
 
 enum bp_shuffle { BP_SHUFFLE_NONE = 0, BP_SHUFFLE_GLOBAL = 1, BP_SHUFFLE_BLOCK = 2 };
 
@@ -113,8 +118,8 @@ typedef struct bp_msg_session {  /* CLOSE, CLOSED */
 	uint64_t session;
 } bp_msg_session;
 
-typedef struct bp_msg_text {     /* STATUS_REPLY (JSON), GOODBYE (reason) */
-	int32_t code;                /* GOODBYE: negative errno; STATUS_REPLY: 0 */
+typedef struct bp_msg_text {     /* STATUS_REPLY (JSON), METRICS_REPLY, GOODBYE (reason) */
+	int32_t code;                /* GOODBYE: negative errno; replies: 0 last part, BP_TEXT_MORE */
 	const char *text;
 	uint32_t text_len;           /* <= BP_STATUS_MAX */
 } bp_msg_text;
@@ -135,6 +140,7 @@ int bp_msg_ready_encode(const bp_msg_ready *m, uint8_t *buf, size_t cap);
 int bp_msg_error_encode(const bp_msg_error *m, uint8_t *buf, size_t cap);
 int bp_msg_session_encode(uint16_t type, const bp_msg_session *m, uint8_t *buf, size_t cap);
 int bp_msg_status_encode(uint8_t *buf, size_t cap);
+int bp_msg_metrics_encode(uint8_t *buf, size_t cap);
 int bp_msg_text_encode(uint16_t type, const bp_msg_text *m, uint8_t *buf, size_t cap);
 
 /* Decoders: buf/len is the whole message (header included, already checked
@@ -146,6 +152,7 @@ int bp_msg_ready_decode(const uint8_t *buf, size_t len, bp_msg_ready *ret);
 int bp_msg_error_decode(const uint8_t *buf, size_t len, bp_msg_error *ret);
 int bp_msg_session_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_session *ret);
 int bp_msg_status_decode(const uint8_t *buf, size_t len);
+int bp_msg_metrics_decode(const uint8_t *buf, size_t len);
 int bp_msg_text_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_text *ret);
 
 const char *bp_msg_type_name(uint16_t type);

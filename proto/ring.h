@@ -55,6 +55,7 @@
 #define BP_RING_RECORD_ALIGN 4096u
 #define BP_RING_REASON_MAX   512u
 #define BP_RING_MAX_SLOTS    1024u
+#define BP_RING_WAIT_BUCKETS 13u
 
 enum bp_ring_state {
 	BP_RING_RUNNING = 0,
@@ -107,9 +108,20 @@ typedef struct bp_ring_ctrl {
 	uint32_t daemon_hungry;    /* daemon: waiting for releases; poke the released pipe */
 	uint8_t pad1[128 - 68];
 	uint64_t consumed;         /* client: batches taken (informational) */
-	uint8_t pad2[256 - 136];
+	/*
+	 * Client-reported time spent in bc_next (informational, for metrics;
+	 * the daemon clamps and never trusts it): total nanoseconds, calls,
+	 * and a histogram of calls by wait, bucket i counting waits of at most
+	 * BP_RING_WAIT_BOUND_NS(i) (the last bucket: longer ones).
+	 */
+	uint64_t wait_ns;
+	uint64_t waits;
+	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];
 	uint64_t release[];        /* slots entries: seq + 1 of the last release */
 } bp_ring_ctrl;
+
+/* Upper bound of wait bucket i < BP_RING_WAIT_BUCKETS - 1: 1 us * 4^i (1 us .. ~4.2 s). */
+#define BP_RING_WAIT_BOUND_NS(i) (UINT64_C(1000) << (2 * (i)))
 
 #define BP_RING_CTRL_RELEASE_OFFSET 256u
 

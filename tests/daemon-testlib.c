@@ -269,6 +269,23 @@ const char *dt_root_path(const dt_daemon *d, const char *name, char *buf, size_t
 	return buf;
 }
 
+bool dt_log_contains(const dt_daemon *d, const char *needle)
+{
+	FILE *f = fopen(d->log, "r");
+	char *text = NULL;
+	size_t cap = 0;
+	bool found = false;
+
+	if (!f)
+		return false;
+	/* The whole log at once: a needle may span fgets-sized pieces. */
+	if (getdelim(&text, &cap, '\0', f) > 0)
+		found = strstr(text, needle) != NULL;
+	free(text);
+	fclose(f);
+	return found;
+}
+
 void dt_daemon_dump_log(const dt_daemon *d, int max_lines)
 {
 	FILE *f = fopen(d->log, "r");
@@ -307,17 +324,22 @@ void dt_daemon_dump_log(const dt_daemon *d, int max_lines)
 
 int dt_daemon_start(dt_daemon *d)
 {
-	char *argv[20];
+	char *argv[40];
 	pid_t parent = getpid(), pid;
 	int n = 0, logfd, nullfd;
 
 	argv[n++] = (char *)dt_g.batchd;
-	argv[n++] = "--socket";
-	argv[n++] = d->sock;
-	argv[n++] = "--root";
-	argv[n++] = d->root;
-	argv[n++] = "--log-level";
-	argv[n++] = "debug";
+	if (d->config) {
+		argv[n++] = "-c";
+		argv[n++] = (char *)d->config;
+	} else {
+		argv[n++] = "--socket";
+		argv[n++] = d->sock;
+		argv[n++] = "--root";
+		argv[n++] = d->root;
+		argv[n++] = "--log-level";
+		argv[n++] = "debug";
+	}
 	if (d->engine) {
 		argv[n++] = "--io-engine";
 		argv[n++] = (char *)d->engine;
@@ -330,6 +352,8 @@ int dt_daemon_start(dt_daemon *d)
 		argv[n++] = "--memory";
 		argv[n++] = (char *)d->memory;
 	}
+	for (size_t i = 0; d->args && d->args[i] && n < (int)(sizeof(argv) / sizeof(argv[0])) - 1; i++)
+		argv[n++] = (char *)d->args[i];
 	argv[n] = NULL;
 
 	logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -358,7 +382,7 @@ int dt_daemon_start(dt_daemon *d)
 	/* Up to a minute: sanitizer builds and a cold CUDA probe are slow to start. */
 	for (int i = 0; i < 6000; i++) {
 		bc_client *c;
-		int st;
+		int st, r;
 
 		if (waitpid(pid, &st, WNOHANG) == pid) {
 			d->pid = 0;
@@ -367,10 +391,14 @@ int dt_daemon_start(dt_daemon *d)
 			dt_daemon_dump_log(d, 40);
 			return -1;
 		}
-		if (bc_connect(d->sock, &c) == 0) {
+		r = bc_connect(d->sock, &c);
+		if (r == 0) {
 			bc_disconnect(c);
 			return 0;
 		}
+		/* Refused by the daemon (not "nobody there"): it is up. */
+		if (d->any_answer && r != -ENOENT && r != -ECONNREFUSED && r != -EAGAIN)
+			return 0;
 		sleep_ms(10);
 	}
 	fprintf(stderr, "test-daemon: batchd never answered on %s\n", d->sock);
@@ -378,15 +406,13 @@ int dt_daemon_start(dt_daemon *d)
 	return -1;
 }
 
-int dt_daemon_stop(dt_daemon *d)
+int dt_daemon_wait(dt_daemon *d, int timeout_ms)
 {
 	int st, r;
 
 	if (!d->pid)
 		return -1;
-	kill(d->pid, SIGTERM);
-	/* The daemon gives sessions 10 s to drain; wait longer than that. */
-	for (int i = 0; i < 6000; i++) {
+	for (int i = 0; i <= timeout_ms / 10; i++) {
 		pid_t w = waitpid(d->pid, &st, WNOHANG);
 
 		if (w == d->pid) {
@@ -402,6 +428,20 @@ int dt_daemon_stop(dt_daemon *d)
 			return -1;
 		sleep_ms(10);
 	}
+	return -ETIMEDOUT;
+}
+
+int dt_daemon_stop(dt_daemon *d)
+{
+	int st, r;
+
+	if (!d->pid)
+		return -1;
+	kill(d->pid, SIGTERM);
+	/* The daemon gives sessions 10 s to drain; wait longer than that. */
+	r = dt_daemon_wait(d, 60000);
+	if (r != -ETIMEDOUT)
+		return r;
 	fprintf(stderr, "test-daemon: batchd did not exit within 60 s of SIGTERM\n");
 	dt_daemon_dump_log(d, 80);
 	kill(d->pid, SIGKILL);

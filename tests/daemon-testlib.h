@@ -67,6 +67,19 @@ typedef struct dt_daemon {
 	const char *engine;      /* --io-engine, NULL = default */
 	const char *direct;      /* --direct, NULL = "off" */
 	const char *memory;      /* --memory, NULL = default */
+	/*
+	 * -c FILE: when set, batchd gets `-c config` (plus engine/direct/memory
+	 * when set) and none of --socket, --root, --log-level, so the file
+	 * decides them and a SIGHUP reload can change them; the file must name
+	 * sock as [daemon] socket.
+	 */
+	const char *config;
+	const char *const *args; /* more arguments (NULL-terminated), NULL = none */
+	/*
+	 * dt_daemon_start: count the daemon as up once its socket answers at
+	 * all, even with a refusal (an [access] allow-list that excludes us).
+	 */
+	bool any_answer;
 } dt_daemon;
 
 /* Make d's directory tree (root/ with links to the packs). @return 0 or -1. */
@@ -78,11 +91,19 @@ int dt_daemon_init(dt_daemon *d);
  */
 int dt_daemon_start(dt_daemon *d);
 /*
+ * Wait up to timeout_ms for d to exit on its own (after a signal the test
+ * sent). @return as dt_daemon_stop (the log is dumped when not 0);
+ * -ETIMEDOUT when it is still running (it keeps running; pid stays set).
+ */
+int dt_daemon_wait(dt_daemon *d, int timeout_ms);
+/*
  * SIGTERM, then wait for it to exit. @return its exit status (0 is a
  * clean stop), 128 + signal when killed, -1 when waitpid failed. Dumps the
  * daemon's log to stderr when the status is not 0.
  */
 int dt_daemon_stop(dt_daemon *d);
+/* Does the daemon's log (its stderr) contain needle? */
+bool dt_log_contains(const dt_daemon *d, const char *needle);
 /* Print the last max_lines lines of the daemon's log to stderr. */
 void dt_daemon_dump_log(const dt_daemon *d, int max_lines);
 /* root/name into buf. */

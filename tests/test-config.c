@@ -77,6 +77,10 @@ static void assert_scalars_eq(const bd_config *a, const bd_config *b)
 	ck_assert_uint_eq(a->decode_threads, b->decode_threads);
 	ck_assert_uint_eq(a->prefetch, b->prefetch);
 	ck_assert_uint_eq(a->max_prefetch, b->max_prefetch);
+	ck_assert_uint_eq(a->socket_mode, b->socket_mode);
+	ck_assert_uint_eq(a->sessions_per_uid, b->sessions_per_uid);
+	ck_assert_uint_eq(a->memory_per_uid, b->memory_per_uid);
+	ck_assert_uint_eq(a->lease_timeout, b->lease_timeout);
 }
 
 /* c holds exactly the defaults, decode_threads as given. */
@@ -272,8 +276,20 @@ START_TEST(test_full_valid_file)
 		"[decode]\n"
 		"threads = 256\n"
 		"[session]\n"
-		"prefetch = 1024\n"
-		"max_prefetch = 1024\n";
+		"prefetch = 1022\n"
+		"max_prefetch = 1022\n"
+		"[daemon]\n"
+		"socket_mode = 0600\n"
+		"socket_group = 0\n"
+		"[limits]\n"
+		"sessions_per_uid = 8\n"
+		"memory_per_uid = 256M\n"
+		"[access]\n"
+		"allow_uid = 1000\n"
+		"allow_uid = root\n"
+		"allow_gid = 0\n"
+		"[metrics]\n"
+		"listen = 127.0.0.1:9477\n";
 	static const char *const roots[] = { "/data/a", "/data/b" };
 	bd_config c;
 
@@ -288,8 +304,18 @@ START_TEST(test_full_valid_file)
 	ck_assert_uint_eq(c.queue_depth, 4096);
 	ck_assert_uint_eq(c.io_threads, 64);
 	ck_assert_uint_eq(c.decode_threads, 256);
-	ck_assert_uint_eq(c.prefetch, 1024);
-	ck_assert_uint_eq(c.max_prefetch, 1024);
+	ck_assert_uint_eq(c.prefetch, 1022);
+	ck_assert_uint_eq(c.max_prefetch, 1022);
+	ck_assert_uint_eq(c.socket_mode, 0600);
+	ck_assert_str_eq(c.socket_group, "0");
+	ck_assert_uint_eq(c.sessions_per_uid, 8);
+	ck_assert_uint_eq(c.memory_per_uid, UINT64_C(256) << 20);
+	ck_assert_uint_eq(c.nallow_uids, 2);
+	ck_assert_uint_eq(c.allow_uids[0], 1000);
+	ck_assert_uint_eq(c.allow_uids[1], 0);
+	ck_assert_uint_eq(c.nallow_gids, 1);
+	ck_assert_uint_eq(c.allow_gids[0], 0);
+	ck_assert_str_eq(c.metrics_listen, "127.0.0.1:9477");
 	bd_config_free(&c);
 }
 END_TEST
@@ -433,9 +459,18 @@ static const struct bad_case {
 	{ "[io]\nthreads = 0\n", 2, "[io] threads: '0' is out of range (allowed 1..64)" },
 	{ "[io]\nthreads = 65\n", 2, "[io] threads: '65' is out of range (allowed 1..64)" },
 	{ "[decode]\nthreads = 257\n", 2, "[decode] threads: '257' is out of range (allowed 0..256)" },
-	{ "[session]\nprefetch = 0\n", 2, "[session] prefetch: '0' is out of range (allowed 1..1024)" },
-	{ "[session]\nprefetch = 1025\n", 2, "[session] prefetch: '1025' is out of range (allowed 1..1024)" },
-	{ "[session]\nmax_prefetch = 2000\n", 2, "[session] max_prefetch: '2000' is out of range (allowed 1..1024)" },
+	{ "[daemon]\nsocket_mode = 0999\n", 2, "[daemon] socket_mode: '0999' is not an octal file mode" },
+	{ "[daemon]\nsocket_mode = 01777\n", 2, "[daemon] socket_mode: '01777' is not an octal file mode" },
+	{ "[limits]\nsessions_per_uid = -1\n", 2, "[limits] sessions_per_uid: '-1' is not a whole number" },
+	{ "[limits]\nmemory_per_uid = 1M\n", 2, "[limits] memory_per_uid: '1M' is below the minimum of 16M" },
+	{ "[access]\nallow_uid = no-such-user-xyz\n", 2, "[access] allow_uid: 'no-such-user-xyz' is not a known user name or number" },
+	{ "[access]\nallow_gid = no-such-group-xyz\n", 2, "[access] allow_gid: 'no-such-group-xyz' is not a known group name or number" },
+	{ "[metrics]\nlisten = localhost\n", 2, "[metrics] listen: 'localhost' is not HOST:PORT" },
+	{ "[metrics]\nlisten = 127.0.0.1:0\n", 2, "[metrics] listen: '127.0.0.1:0' is not HOST:PORT" },
+	{ "[metrics]\nlisten = ::1:9477\n", 2, "[metrics] listen: '::1:9477' is not HOST:PORT" },
+	{ "[session]\nprefetch = 0\n", 2, "[session] prefetch: '0' is out of range (allowed 1..1022)" },
+	{ "[session]\nprefetch = 1025\n", 2, "[session] prefetch: '1025' is out of range (allowed 1..1022)" },
+	{ "[session]\nmax_prefetch = 2000\n", 2, "[session] max_prefetch: '2000' is out of range (allowed 1..1022)" },
 	{ "[session]\nprefetch = 100\n", 2, "[session] prefetch = 100 is above max_prefetch = 64" },
 	{ "[session]\nmax_prefetch = 4\n\n", 2, "[session] prefetch = 8 is above max_prefetch = 4" },
 	{ "[session]\nmax_prefetch = 4\nprefetch = 5\n", 3, "[session] prefetch = 5 is above max_prefetch = 4" },
@@ -486,7 +521,7 @@ END_TEST
 /* ---- unknown sections and keys ----------------------------------------- */
 
 static const struct bad_case unknown_cases[] = {
-	{ "[foo]\n", 1, "unknown section 'foo' (known: [daemon] [datasets] [memory] [io] [decode] [session])" },
+	{ "[foo]\n", 1, "unknown section 'foo' (known: [daemon] [datasets] [memory] [io] [decode] [session] [limits] [access] [metrics])" },
 	{ "[io]\nqueue_depth = 1\n\n[bogus]\n", 4, "unknown section 'bogus'" },
 	{ "[IO]\nengine = auto\n", 1, "unknown section 'IO'" },
 	{ "[ io ]\n", 1, "unknown section ' io '" },
@@ -719,6 +754,9 @@ START_TEST(test_shipped_conf_documents_defaults)
 		"daemon.socket", "daemon.log_level", "datasets.root", "memory.budget",
 		"io.engine", "io.direct", "io.queue_depth", "io.threads",
 		"decode.threads", "session.prefetch", "session.max_prefetch",
+		"daemon.socket_mode", "daemon.socket_group", "limits.sessions_per_uid",
+		"limits.memory_per_uid", "access.allow_uid", "access.allow_gid", "metrics.listen",
+		"session.lease_timeout",
 	};
 	static const char *const roots[] = { "/srv/datasets" };
 	bool seen[sizeof(keys) / sizeof(keys[0])] = { false };
@@ -762,6 +800,12 @@ START_TEST(test_shipped_conf_documents_defaults)
 	/* the path keys have no literal default; their examples must be valid */
 	ck_assert_str_eq(c.socket, "/run/batchd/batchd.sock");
 	assert_roots(&c, roots, 1);
+	ck_assert_str_eq(c.socket_group, "batchd");
+	ck_assert_uint_eq(c.nallow_uids, 1);
+	ck_assert_uint_eq(c.allow_uids[0], 1000);
+	ck_assert_uint_eq(c.nallow_gids, 1);
+	ck_assert_uint_eq(c.allow_gids[0], 1000);
+	ck_assert_str_eq(c.metrics_listen, "127.0.0.1:9477");
 	bd_config_free(&c);
 	free(out);
 	free(text);

@@ -25,7 +25,7 @@
 #include "ring.h"
 
 #define TYPE_FIRST BP_MSG_HELLO
-#define TYPE_LAST  BP_MSG_GOODBYE
+#define TYPE_LAST  BP_MSG_METRICS_REPLY
 #define TYPE_COUNT (TYPE_LAST - TYPE_FIRST + 1)
 
 /* Big enough for any message plus room to build over-long ones. */
@@ -155,6 +155,8 @@ static int encode_sample(uint16_t type, uint8_t *buf, size_t cap)
 	case BP_MSG_STATUS: return bp_msg_status_encode(buf, cap);
 	case BP_MSG_STATUS_REPLY: return bp_msg_text_encode(BP_MSG_STATUS_REPLY, &reply, buf, cap);
 	case BP_MSG_GOODBYE: return bp_msg_text_encode(BP_MSG_GOODBYE, &bye, buf, cap);
+	case BP_MSG_METRICS: return bp_msg_metrics_encode(buf, cap);
+	case BP_MSG_METRICS_REPLY: return bp_msg_text_encode(BP_MSG_METRICS_REPLY, &reply, buf, cap);
 	}
 	ck_abort_msg("no sample for type %u", type);
 	return -1;
@@ -209,7 +211,11 @@ static int recode(uint16_t type, const uint8_t *buf, size_t len, uint8_t *out, s
 	case BP_MSG_STATUS:
 		r = bp_msg_status_decode(buf, len);
 		return r < 0 ? r : bp_msg_status_encode(out, cap);
+	case BP_MSG_METRICS:
+		r = bp_msg_metrics_decode(buf, len);
+		return r < 0 ? r : bp_msg_metrics_encode(out, cap);
 	case BP_MSG_STATUS_REPLY:
+	case BP_MSG_METRICS_REPLY:
 	case BP_MSG_GOODBYE: {
 		bp_msg_text m;
 		r = bp_msg_text_decode(type, buf, len, &m);
@@ -268,7 +274,8 @@ static char *repeat(char c, size_t n)
 static bool has_string(uint16_t type)
 {
 	return type == BP_MSG_HELLO || type == BP_MSG_HELLO_OK || type == BP_MSG_OPEN ||
-	       type == BP_MSG_ERROR || type == BP_MSG_STATUS_REPLY || type == BP_MSG_GOODBYE;
+	       type == BP_MSG_ERROR || type == BP_MSG_STATUS_REPLY || type == BP_MSG_GOODBYE ||
+	       type == BP_MSG_METRICS_REPLY;
 }
 
 static size_t string_offset(uint16_t type)
@@ -341,7 +348,7 @@ END_TEST
 
 START_TEST(test_header_unknown_type)
 {
-	static const uint16_t bad[] = { 0, TYPE_LAST + 1, 12, 0x100, 0x7fff, 0xffff };
+	static const uint16_t bad[] = { 0, TYPE_LAST + 1, 13, 0x100, 0x7fff, 0xffff };
 	bp_msg_header h;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -406,7 +413,7 @@ START_TEST(test_type_names)
 {
 	static const char *const want[] = { "HELLO", "HELLO_OK", "OPEN", "READY", "ERROR",
 					    "CLOSE", "CLOSED", "STATUS", "STATUS_REPLY",
-					    "GOODBYE" };
+					    "GOODBYE", "METRICS", "METRICS_REPLY" };
 
 	for (int t = TYPE_FIRST; t <= TYPE_LAST; t++)
 		ck_assert_str_eq(bp_msg_type_name((uint16_t)t), want[t - TYPE_FIRST]);
@@ -942,7 +949,7 @@ START_TEST(test_bit_flips)
 		accepted += r == 0;
 	}
 	/* Data fields (seed, fingerprint, printable names...) do accept some flips. */
-	if (type != BP_MSG_STATUS)
+	if (type != BP_MSG_STATUS && type != BP_MSG_METRICS)
 		ck_assert_int_gt(accepted, 0);
 }
 END_TEST
@@ -1277,9 +1284,12 @@ START_TEST(test_text_fields)
 	bp_msg_text m;
 	size_t len;
 
-	/* STATUS_REPLY: code 0 only. */
+	/* Replies: 0 (last part) or BP_TEXT_MORE only. */
 	ck_assert_int_eq(decode_patched(BP_MSG_STATUS_REPLY, TEXT_CODE, 4, (uint32_t)-1), -EBADMSG);
-	ck_assert_int_eq(decode_patched(BP_MSG_STATUS_REPLY, TEXT_CODE, 4, 1), -EBADMSG);
+	ck_assert_int_eq(decode_patched(BP_MSG_STATUS_REPLY, TEXT_CODE, 4, 2), -EBADMSG);
+	ck_assert_int_eq(decode_patched(BP_MSG_STATUS_REPLY, TEXT_CODE, 4, BP_TEXT_MORE), 0);
+	ck_assert_int_eq(decode_patched(BP_MSG_METRICS_REPLY, TEXT_CODE, 4, 2), -EBADMSG);
+	ck_assert_int_eq(decode_patched(BP_MSG_METRICS_REPLY, TEXT_CODE, 4, BP_TEXT_MORE), 0);
 	m = sample_status_reply();
 	m.code = -EIO;
 	ck_assert_int_eq(bp_msg_text_encode(BP_MSG_STATUS_REPLY, &m, g_msg, sizeof(g_msg)),
@@ -1307,7 +1317,9 @@ START_TEST(test_text_fields)
 	ck_assert_int_eq(decode_as(BP_MSG_STATUS_REPLY, g_msg, len), -EBADMSG);
 
 	/* NUL bytes. */
-	for (uint16_t t = BP_MSG_STATUS_REPLY; t <= BP_MSG_GOODBYE; t++) {
+	for (uint16_t t = BP_MSG_STATUS_REPLY; t <= BP_MSG_METRICS_REPLY; t++) {
+		if (t == BP_MSG_METRICS)
+			continue;
 		m = t == BP_MSG_GOODBYE ? sample_goodbye() : sample_status_reply();
 		m.text = "{}\0";
 		m.text_len = 3;
@@ -1375,7 +1387,7 @@ START_TEST(test_encode_einval)
 		if (t != BP_MSG_CLOSE && t != BP_MSG_CLOSED)
 			ck_assert_int_eq(bp_msg_session_encode((uint16_t)t, &s, g_msg, sizeof(g_msg)),
 					 -EINVAL);
-		if (t != BP_MSG_STATUS_REPLY && t != BP_MSG_GOODBYE)
+		if (t != BP_MSG_STATUS_REPLY && t != BP_MSG_GOODBYE && t != BP_MSG_METRICS_REPLY)
 			ck_assert_int_eq(bp_msg_text_encode((uint16_t)t, &text, g_msg, sizeof(g_msg)),
 					 -EINVAL);
 	}
@@ -1442,7 +1454,9 @@ START_TEST(test_decode_ret_untouched)
 	case BP_MSG_CLOSE:
 	case BP_MSG_CLOSED: r = bp_msg_session_decode(type, g_msg, len, &u.session); break;
 	case BP_MSG_STATUS: r = bp_msg_status_decode(g_msg, len); break;
+	case BP_MSG_METRICS: r = bp_msg_metrics_decode(g_msg, len); break;
 	case BP_MSG_STATUS_REPLY:
+	case BP_MSG_METRICS_REPLY:
 	case BP_MSG_GOODBYE: r = bp_msg_text_decode(type, g_msg, len, &u.text); break;
 	}
 	ck_assert_int_eq(r, -EBADMSG);

@@ -13,6 +13,8 @@
  * Exit status: 0 success, 1 failure, 2 usage error.
  */
 #include <errno.h>
+#include <signal.h>
+#include <unistd.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -21,14 +23,18 @@
 #include <string.h>
 #include <time.h>
 
+#include <json-c/json.h>
 #include <xxhash.h>
 
 #include "batchclient.h"
 #include "cli.h"
 #include "batchd-build.h"
+#include "units.h"
 
 static const char usage_text[] =
-	"usage: batchctl [-s SOCKET] status [--json]\n"
+	"usage: batchctl [-s SOCKET] status|stats|sessions [--json]\n"
+	"       batchctl [-s SOCKET] metrics\n"
+	"       batchctl [-s SOCKET] top [--interval-ms MS] [--count N]\n"
 	"       batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]\n"
 	"                [--shuffle none|global|block] [--seed S] [--rank R --world W]\n"
 	"                [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]\n"
@@ -53,55 +59,349 @@ static int connect_or_say(const char *sock, bc_client **c)
 	return r;
 }
 
-/* ---- status ----------------------------------------------------------------------- */
+/* ---- status, stats, sessions, metrics, top ------------------------------------- */
+
+/* Fetch the status document as a json-c object (caller puts it). */
+static json_object *fetch_status(bc_client *c)
+{
+	json_object *o;
+	char *text;
+	int r = bc_status(c, &text);
+
+	if (r < 0) {
+		fprintf(stderr, "batchctl: status: %s\n", bc_strerror(r));
+		return NULL;
+	}
+	o = json_tokener_parse(text);
+	if (!o)
+		fprintf(stderr, "batchctl: status: the daemon's reply is not JSON\n");
+	free(text);
+	return o;
+}
+
+static json_object *get(json_object *o, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while (o && (dot = strchr(path, '.'))) {
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		if (!json_object_object_get_ex(o, key, &o))
+			return NULL;
+		path = dot + 1;
+	}
+	return o && json_object_object_get_ex(o, path, &o) ? o : NULL;
+}
+
+static uint64_t get_u64(json_object *o, const char *path)
+{
+	json_object *v = get(o, path);
+
+	return v ? (uint64_t)json_object_get_int64(v) : 0;
+}
+
+static double get_f64(json_object *o, const char *path)
+{
+	json_object *v = get(o, path);
+
+	return v ? json_object_get_double(v) : 0;
+}
+
+static const char *get_str(json_object *o, const char *path)
+{
+	json_object *v = get(o, path);
+
+	return v ? json_object_get_string(v) : "";
+}
+
+static bool want_json(int argc, char **argv, const char *cmd, int *ret)
+{
+	if (argc > 2 || (argc == 2 && strcmp(argv[1], "--json"))) {
+		*ret = cli_usage("%s: unexpected argument '%s'", cmd, argv[1]);
+		return false;
+	}
+	*ret = argc == 2;
+	return true;
+}
 
 static int cmd_status(const char *sock, int argc, char **argv)
 {
-	bool json = argc > 1 && !strcmp(argv[1], "--json");
+	json_object *o;
+	bc_client *c;
+	int json;
+
+	if (!want_json(argc, argv, "status", &json))
+		return json;
+	if (connect_or_say(sock, &c) < 0)
+		return 1;
+	o = fetch_status(c);
+	bc_disconnect(c);
+	if (!o)
+		return 1;
+	printf("%s\n", json_object_to_json_string_ext(o, json ? JSON_C_TO_STRING_PLAIN
+							    : JSON_C_TO_STRING_PRETTY));
+	json_object_put(o);
+	return 0;
+}
+
+static int cmd_stats(const char *sock, int argc, char **argv)
+{
+	uint64_t hits, misses, batches = 0, bytes = 0;
+	json_object *o, *sessions, *out;
+	char a[32], b[32];
+	bc_client *c;
+	int json;
+
+	if (!want_json(argc, argv, "stats", &json))
+		return json;
+	if (connect_or_say(sock, &c) < 0)
+		return 1;
+	o = fetch_status(c);
+	bc_disconnect(c);
+	if (!o)
+		return 1;
+	batches = get_u64(o, "ended.batches");
+	bytes = get_u64(o, "ended.bytes");
+	if (json_object_object_get_ex(o, "sessions", &sessions))
+		for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+			json_object *se = json_object_array_get_idx(sessions, i);
+
+			batches += get_u64(se, "delivered");
+			bytes += get_u64(se, "delivered_bytes");
+		}
+	hits = get_u64(o, "cache.hits");
+	misses = get_u64(o, "cache.misses");
+	if (json) {
+		out = json_object_new_object();
+		json_object_object_add(out, "version", json_object_new_string(get_str(o, "version")));
+		json_object_object_add(out, "uptime_s", json_object_new_double(get_f64(o, "uptime_s")));
+		json_object_object_add(out, "io_engine", json_object_new_string(get_str(o, "io_engine")));
+		json_object_object_add(out, "sessions",
+				       json_object_new_int64((int64_t)json_object_array_length(sessions)));
+		json_object_object_add(out, "clients", json_object_new_int64((int64_t)get_u64(o, "clients")));
+		json_object_object_add(out, "batches_delivered", json_object_new_int64((int64_t)batches));
+		json_object_object_add(out, "bytes_delivered", json_object_new_int64((int64_t)bytes));
+		json_object_object_add(out, "memory_used", json_object_new_int64((int64_t)get_u64(o, "memory.used")));
+		json_object_object_add(out, "memory_budget", json_object_new_int64((int64_t)get_u64(o, "memory.budget")));
+		json_object_object_add(out, "cache_hit_ratio",
+				       json_object_new_double(hits + misses ? (double)hits / (double)(hits + misses) : 0));
+		json_object_object_add(out, "blocks_read", json_object_new_int64((int64_t)get_u64(o, "pipeline.blocks_read")));
+		json_object_object_add(out, "bytes_read", json_object_new_int64((int64_t)get_u64(o, "pipeline.bytes_read")));
+		json_object_object_add(out, "failures", json_object_new_int64((int64_t)get_u64(o, "pipeline.failures")));
+		json_object_object_add(out, "protocol_violations",
+				       json_object_new_int64((int64_t)get_u64(o, "protocol_violations")));
+		printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN));
+		json_object_put(out);
+	} else {
+		printf("%-22s %s (up %.0f s, pid %" PRIu64 ")\n", "batchd", get_str(o, "version"),
+		       get_f64(o, "uptime_s"), get_u64(o, "pid"));
+		printf("%-22s %s, O_DIRECT %s\n", "I/O engine", get_str(o, "io_engine"), get_str(o, "direct"));
+		printf("%-22s %s\n", "CUDA", get(o, "cuda.available") &&
+		       json_object_get_boolean(get(o, "cuda.available")) ? "available"
+		       : get_str(o, "cuda.reason"));
+		printf("%-22s %" PRIu64 " sessions, %" PRIu64 " clients\n", "serving",
+		       (uint64_t)json_object_array_length(sessions), get_u64(o, "clients"));
+		printf("%-22s %" PRIu64 " batches, %s\n", "delivered", batches,
+		       bp_format_size(bytes, a, sizeof(a)));
+		printf("%-22s %s of %s\n", "memory", bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
+		       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)));
+		printf("%-22s %" PRIu64 " hits, %" PRIu64 " misses (%.1f%%), %s cached\n", "block cache",
+		       hits, misses, hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0,
+		       bp_format_size(get_u64(o, "cache.bytes"), a, sizeof(a)));
+		printf("%-22s %" PRIu64 " blocks, %s; %" PRIu64 " in flight\n", "read",
+		       get_u64(o, "pipeline.blocks_read"),
+		       bp_format_size(get_u64(o, "pipeline.bytes_read"), a, sizeof(a)),
+		       get_u64(o, "pipeline.reads_inflight"));
+		printf("%-22s %" PRIu64 " blocks, %s raw, %" PRIu64 " straight into batches\n", "decoded",
+		       get_u64(o, "pipeline.blocks_decoded"),
+		       bp_format_size(get_u64(o, "pipeline.raw_bytes"), a, sizeof(a)),
+		       get_u64(o, "pipeline.direct_decodes"));
+		printf("%-22s %" PRIu64 " failed blocks, %" PRIu64 " protocol violations, %" PRIu64
+		       " ring violations, %" PRIu64 " denied\n", "errors", get_u64(o, "pipeline.failures"),
+		       get_u64(o, "protocol_violations"), get_u64(o, "ring_violations"),
+		       get_u64(o, "denied"));
+		printf("%-22s not found %" PRIu64 ", access %" PRIu64 ", invalid %" PRIu64 ", memory %"
+		       PRIu64 ", limit %" PRIu64 ", corrupt %" PRIu64 ", device %" PRIu64 "\n",
+		       "refused opens", get_u64(o, "refused.not_found"), get_u64(o, "refused.access"),
+		       get_u64(o, "refused.invalid"), get_u64(o, "refused.memory"),
+		       get_u64(o, "refused.limit"), get_u64(o, "refused.corrupt"),
+		       get_u64(o, "refused.device"));
+	}
+	json_object_put(o);
+	return 0;
+}
+
+/* Per-session rates: over the last interval when prev is given, else over the session's life. */
+static void session_rates(json_object *se, json_object *prev, double dt, double *ret_mbs,
+			  double *ret_stall)
+{
+	double bytes = (double)get_u64(se, "delivered_bytes"), wait = get_f64(se, "wait_s");
+	double span = get_f64(se, "age_s");
+
+	if (prev && dt > 0) {
+		bytes -= (double)get_u64(prev, "delivered_bytes");
+		wait -= get_f64(prev, "wait_s");
+		span = dt;
+	}
+	*ret_mbs = span > 0 ? bytes / span / 1e6 : 0;
+	*ret_stall = span > 0 ? 100.0 * wait / span : 0;
+	if (*ret_stall > 100)
+		*ret_stall = 100;
+}
+
+static json_object *find_session(json_object *sessions, uint64_t id)
+{
+	for (size_t i = 0; sessions && i < json_object_array_length(sessions); i++) {
+		json_object *se = json_object_array_get_idx(sessions, i);
+
+		if (get_u64(se, "id") == id)
+			return se;
+	}
+	return NULL;
+}
+
+static void print_sessions(json_object *sessions, json_object *prev_sessions, double dt)
+{
+	printf("%6s %6s %8s %-28s %-6s %9s %6s %8s %9s %6s\n", "ID", "UID", "PID", "DATASET",
+	       "MODE", "RANK", "EPOCH", "BATCH", "MB/s", "STALL%");
+	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+		json_object *se = json_object_array_get_idx(sessions, i);
+		double mbs, stall;
+		char rank[24];
+
+		session_rates(se, find_session(prev_sessions, get_u64(se, "id")), dt, &mbs, &stall);
+		snprintf(rank, sizeof(rank), "%" PRIu64 "/%" PRIu64, get_u64(se, "rank"),
+			 get_u64(se, "world"));
+		printf("%6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %-28.28s %-6s %9s %6" PRIu64 " %8" PRIu64
+		       " %9.1f %6.1f\n", get_u64(se, "id"), get_u64(se, "uid"), get_u64(se, "pid"),
+		       get_str(se, "dataset"), get_str(se, "shuffle"), rank, get_u64(se, "epoch"),
+		       get_u64(se, "batch"), mbs, stall);
+	}
+}
+
+static int cmd_sessions(const char *sock, int argc, char **argv)
+{
+	json_object *o, *sessions;
+	bc_client *c;
+	int json;
+
+	if (!want_json(argc, argv, "sessions", &json))
+		return json;
+	if (connect_or_say(sock, &c) < 0)
+		return 1;
+	o = fetch_status(c);
+	bc_disconnect(c);
+	if (!o)
+		return 1;
+	if (!json_object_object_get_ex(o, "sessions", &sessions)) {
+		json_object_put(o);
+		return 1;
+	}
+	if (json) {
+		for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+			json_object *se = json_object_array_get_idx(sessions, i);
+			double mbs, stall;
+
+			session_rates(se, NULL, 0, &mbs, &stall);
+			json_object_object_add(se, "mb_per_s", json_object_new_double(mbs));
+			json_object_object_add(se, "stall_pct", json_object_new_double(stall));
+		}
+		printf("%s\n", json_object_to_json_string_ext(sessions, JSON_C_TO_STRING_PLAIN));
+	} else {
+		print_sessions(sessions, NULL, 0);
+	}
+	json_object_put(o);
+	return 0;
+}
+
+static int cmd_metrics(const char *sock, int argc, char **argv)
+{
 	bc_client *c;
 	char *text;
 	int r;
 
-	if (argc > 2 || (argc == 2 && !json))
-		return cli_usage("status: unexpected argument '%s'", argv[1]);
+	if (argc > 1)
+		return cli_usage("metrics: unexpected argument '%s'", argv[1]);
 	if (connect_or_say(sock, &c) < 0)
 		return 1;
-	r = bc_status(c, &text);
+	r = bc_metrics(c, &text);
+	bc_disconnect(c);
 	if (r < 0) {
-		fprintf(stderr, "batchctl: status: %s\n", bc_strerror(r));
-		bc_disconnect(c);
+		fprintf(stderr, "batchctl: metrics: %s\n", bc_strerror(r));
 		return 1;
 	}
-	if (json) {
-		printf("%s\n", text);
-	} else {
-		/* Small, dependency-free pretty printing: one key per line. */
-		int depth = 0;
-		bool in_str = false;
-
-		for (const char *p = text; *p; p++) {
-			if (*p == '"' && (p == text || p[-1] != '\\'))
-				in_str = !in_str;
-			if (in_str) {
-				putchar(*p);
-				continue;
-			}
-			if (*p == '{' || *p == '[') {
-				putchar(*p);
-				printf("\n%*s", 2 * ++depth, "");
-			} else if (*p == '}' || *p == ']') {
-				printf("\n%*s%c", 2 * --depth, "", *p);
-			} else if (*p == ',') {
-				printf(",\n%*s", 2 * depth, "");
-				if (p[1] == ' ')
-					p++;
-			} else {
-				putchar(*p);
-			}
-		}
-		putchar('\n');
-	}
+	fputs(text, stdout);
 	free(text);
+	return 0;
+}
+
+static volatile sig_atomic_t top_stop;
+
+static void on_top_signal(int sig)
+{
+	top_stop = sig;
+}
+
+/* A live view: sessions with their rates over each interval, refreshed in place on a TTY. */
+static int cmd_top(const char *sock, int argc, char **argv)
+{
+	uint64_t interval_ms = 1000, count = 0, v;
+	json_object *prev = NULL;
+	bool tty = isatty(STDOUT_FILENO);
+	double t_prev = 0;
+	bc_client *c;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--interval-ms") && i + 1 < argc && cli_parse_u64(argv[i + 1], &v) == 0 && v) {
+			interval_ms = v;
+			i++;
+		} else if (!strcmp(argv[i], "--count") && i + 1 < argc && cli_parse_u64(argv[i + 1], &v) == 0) {
+			count = v;
+			i++;
+		} else {
+			return cli_usage("top: unexpected argument '%s'", argv[i]);
+		}
+	}
+	if (connect_or_say(sock, &c) < 0)
+		return 1;
+	signal(SIGINT, on_top_signal);
+	signal(SIGTERM, on_top_signal);
+	for (uint64_t n = 0; !top_stop && (!count || n < count); n++) {
+		json_object *o = fetch_status(c), *sessions = NULL, *prev_sessions = NULL;
+		double t = now();
+		char a[32], b[32];
+
+		if (!o)
+			break;
+		json_object_object_get_ex(o, "sessions", &sessions);
+		if (prev)
+			json_object_object_get_ex(prev, "sessions", &prev_sessions);
+		if (tty)
+			printf("\033[H\033[2J");
+		printf("batchd %s  up %.0f s  %s  sessions %zu  clients %" PRIu64 "  memory %s / %s  "
+		       "cache %s\n\n", get_str(o, "version"), get_f64(o, "uptime_s"),
+		       get_str(o, "io_engine"), sessions ? json_object_array_length(sessions) : 0,
+		       get_u64(o, "clients"), bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
+		       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)),
+		       bp_format_size(get_u64(o, "cache.bytes"), a, sizeof(a)));
+		if (sessions)
+			print_sessions(sessions, prev_sessions, prev ? t - t_prev : 0);
+		if (!tty)
+			printf("\n");
+		fflush(stdout);
+		json_object_put(prev);
+		prev = o;
+		t_prev = t;
+		if (count && n + 1 == count)
+			break;
+		{
+			struct timespec ts = { .tv_sec = (time_t)(interval_ms / 1000),
+					       .tv_nsec = (long)(interval_ms % 1000) * 1000000L };
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	json_object_put(prev);
 	bc_disconnect(c);
 	return 0;
 }
@@ -335,6 +635,14 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[i], "status"))
 		return cmd_status(sock, argc - i, argv + i);
+	if (!strcmp(argv[i], "stats"))
+		return cmd_stats(sock, argc - i, argv + i);
+	if (!strcmp(argv[i], "sessions"))
+		return cmd_sessions(sock, argc - i, argv + i);
+	if (!strcmp(argv[i], "metrics"))
+		return cmd_metrics(sock, argc - i, argv + i);
+	if (!strcmp(argv[i], "top"))
+		return cmd_top(sock, argc - i, argv + i);
 	if (!strcmp(argv[i], "consume"))
 		return cmd_consume(sock, argc - i, argv + i);
 	return cli_usage("unknown command '%s'", argv[i]);

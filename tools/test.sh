@@ -20,7 +20,7 @@ run_suite() {
 	meson test -C "$dir" --print-errorlogs --num-processes "$jobs" ${BATCHD_SUITE:+--suite "$BATCHD_SUITE"}
 }
 
-run_suite build-test
-BATCHD_SUITE='' run_suite build-asan -Db_sanitize=address,undefined -Db_lundef=false
-BATCHD_SUITE=threads run_suite build-tsan -Db_sanitize=thread -Db_lundef=false
+run_suite build-test -Dfault_injection=true
+BATCHD_SUITE= run_suite build-asan -Dfault_injection=true -Db_sanitize=address,undefined -Db_lundef=false
+BATCHD_SUITE=threads run_suite build-tsan -Dfault_injection=true -Db_sanitize=thread -Db_lundef=false
 echo "== all suites passed"

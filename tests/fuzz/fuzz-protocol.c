@@ -124,7 +124,13 @@ static int decode_and_recode(uint16_t type, const uint8_t *data, size_t size, ui
 		if (r == 0)
 			n = bp_msg_status_encode(out, BP_MSG_MAX);
 		break;
+	case BP_MSG_METRICS:
+		r = bp_msg_metrics_decode(data, size);
+		if (r == 0)
+			n = bp_msg_metrics_encode(out, BP_MSG_MAX);
+		break;
 	case BP_MSG_STATUS_REPLY:
+	case BP_MSG_METRICS_REPLY:
 	case BP_MSG_GOODBYE: {
 		bp_msg_text m;
 		r = bp_msg_text_decode(type, data, size, &m);
@@ -176,7 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_decoder(h.type, data, size, r, &h);
 	}
 	/* Every decoder, whatever the header says: all but one must refuse. */
-	for (uint16_t t = BP_MSG_HELLO; t <= BP_MSG_GOODBYE; t++)
+	for (uint16_t t = BP_MSG_HELLO; t <= BP_MSG_METRICS_REPLY; t++)
 		check_decoder(t, data, size, r, &h);
 	return 0;
 }

@@ -122,6 +122,10 @@ int main(int argc, char **argv)
 	bp_msg_text bye = { .code = -ESHUTDOWN, .text = "daemon stopping", .text_len = 15 };
 	put_encoded("goodbye.bin", bp_msg_text_encode(BP_MSG_GOODBYE, &bye, buf, sizeof(buf)),
 		    buf);
+	put_encoded("metrics.bin", bp_msg_metrics_encode(buf, sizeof(buf)), buf);
+	bp_msg_text part = { .code = BP_TEXT_MORE, .text = "batchd_up 1\n", .text_len = 12 };
+	put_encoded("metrics-reply-part.bin",
+		    bp_msg_text_encode(BP_MSG_METRICS_REPLY, &part, buf, sizeof(buf)), buf);
 	if (failed)
 		return 1;
 

@@ -1,0 +1,36 @@
+# SPDX-License-Identifier: MIT
+"""batchclient: mini-batches from batchd for NumPy and PyTorch trainers.
+
+batchd reads, checks and decompresses a dataset ahead of the trainer and
+stages each batch in shared memory; this package hands those bytes to
+Python with no copy. Switching a PyTorch loop over is three lines:
+
+    import batchclient
+    loader = batchclient.Loader("mnist.bpk", batch_size=128, shuffle="global")
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:
+            x = batch.torch(torch.uint8, (28 * 28 + 1,))   # a view, not a copy
+            ...
+
+What a batch offers (batchclient.batch.Batch): ids, epoch, index, data
+(one memoryview), samples (a memoryview per sample), numpy(dtype, shape)
+and torch(dtype, shape) for fixed-size samples. Views stay valid while
+they live; the batch's own memoryviews are revoked when it is released
+(at the next step of the iteration, at batch.release() or Loader.close()),
+see batchclient.batch for the full lifetime rules.
+
+The package is pure Python over libbatchclient (ctypes); see
+batchclient._lib for how the library is found ($BATCHCLIENT_LIB first).
+"""
+from .batch import Batch, ReleasedError
+from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError,
+                     PinnedBatchError)
+from .loader import Loader, WaitTimeout, rank_and_world, status
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Loader",
+    "PinnedBatchError", "ReleasedError", "WaitTimeout", "rank_and_world", "status",
+]

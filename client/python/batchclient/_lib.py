@@ -1,0 +1,159 @@
+# SPDX-License-Identifier: MIT
+"""ctypes bindings to libbatchclient (client/batchclient.h).
+
+Why ctypes: the package must install from Debian packages alone, with no
+compiler and no python3-dev; libbatchclient's API is small, plain C and
+stable (only bc_* symbols, soname libbatchclient.so.0), so a thin ctypes
+layer is all a binding needs. Everything that knows the C types and
+signatures lives here; the rest of the package calls `lib()`.
+
+Where the library is found, first hit wins:
+  1. $BATCHCLIENT_LIB, a path to the shared object (tests point it at the
+     build tree);
+  2. the path recorded at install time (_buildconfig.py, written by meson);
+  3. a build tree next to the package's source checkout
+     (<src>/build/client/libbatchclient.so.0, for PYTHONPATH=client/python);
+  4. ctypes.util.find_library('batchclient'), then 'libbatchclient.so.0'
+     through the dynamic loader (LD_LIBRARY_PATH, ld.so.cache).
+"""
+import ctypes
+import ctypes.util
+import os
+import threading
+
+BC_EPOCH_END = 1
+BC_HOST = -1
+SHUFFLE = {"none": 0, "global": 1, "block": 2}
+
+SONAME = "libbatchclient.so.0"
+
+
+class StreamOpts(ctypes.Structure):
+    """struct bc_stream_opts. bc_stream_opts_init() writes struct_size bytes:
+    the trailing reserve keeps a newer library's larger struct inside our
+    buffer (its fields past ours keep their defaults)."""
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dataset", ctypes.c_char_p),
+        ("batch_size", ctypes.c_uint32),
+        ("shuffle", ctypes.c_int),
+        ("seed", ctypes.c_uint64),
+        ("start_epoch", ctypes.c_uint64),
+        ("start_batch", ctypes.c_uint64),
+        ("rank", ctypes.c_uint32),
+        ("world", ctypes.c_uint32),
+        ("drop_last", ctypes.c_bool),
+        ("prefetch", ctypes.c_uint32),
+        ("window", ctypes.c_uint32),
+        ("device", ctypes.c_int),
+        ("_reserve", ctypes.c_uint8 * 512),
+    ]
+
+
+_p = ctypes.c_void_p
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "bc_stream_opts_init": (None, [ctypes.POINTER(StreamOpts)]),
+    "bc_connect": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(_p)]),
+    "bc_disconnect": (None, [_p]),
+    "bc_client_error": (ctypes.c_char_p, [_p]),
+    "bc_status": (ctypes.c_int, [_p, ctypes.POINTER(_p)]),
+    "bc_open": (ctypes.c_int, [_p, ctypes.POINTER(StreamOpts), ctypes.POINTER(_p)]),
+    "bc_next": (ctypes.c_int, [_p, ctypes.POINTER(_p), ctypes.c_int]),
+    "bc_release": (ctypes.c_int, [_p]),
+    "bc_batch_epoch": (ctypes.c_uint64, [_p]),
+    "bc_batch_index": (ctypes.c_uint64, [_p]),
+    "bc_batch_count": (ctypes.c_uint32, [_p]),
+    "bc_batch_sample_id": (ctypes.c_uint64, [_p, ctypes.c_uint32]),
+    "bc_batch_sample": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.POINTER(_p),
+                                       ctypes.POINTER(ctypes.c_size_t)]),
+    "bc_batch_data": (_p, [_p, ctypes.POINTER(ctypes.c_size_t)]),
+    "bc_stream_position": (None, [_p, ctypes.POINTER(ctypes.c_uint64),
+                                  ctypes.POINTER(ctypes.c_uint64)]),
+    "bc_stream_batches_per_epoch": (ctypes.c_uint64, [_p]),
+    "bc_stream_samples": (ctypes.c_uint64, [_p]),
+    "bc_stream_fingerprint": (ctypes.c_uint64, [_p]),
+    "bc_stream_max_sample": (ctypes.c_uint64, [_p]),
+    "bc_stream_error": (ctypes.c_char_p, [_p]),
+    "bc_close": (ctypes.c_int, [_p]),
+    "bc_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+}
+
+_lock = threading.Lock()
+_lib = None
+_libc = None
+
+
+def _candidates():
+    env = os.environ.get("BATCHCLIENT_LIB")
+    if env:
+        # An explicit choice: use it or fail, never fall back silently.
+        return [env], True
+    out = []
+    try:
+        from . import _buildconfig  # written by meson at install time
+        out.append(_buildconfig.LIBRARY)
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.dirname(os.path.dirname(here))          # <src>/client
+    if os.path.exists(os.path.join(src, "batchclient.h")):
+        out.append(os.path.join(os.path.dirname(src), "build", "client", SONAME))
+    found = ctypes.util.find_library("batchclient")
+    if found:
+        out.append(found)
+    out.append(SONAME)
+    return out, False
+
+
+def _load():
+    tried = []
+    paths, explicit = _candidates()
+    for path in paths:
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{path} (no such file)")
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+    hint = ("$BATCHCLIENT_LIB is set but unusable" if explicit else
+            "install batchd (meson install) or set BATCHCLIENT_LIB to the built "
+            "libbatchclient.so.0")
+    raise ImportError(f"batchclient: cannot load libbatchclient: {hint}; tried: "
+                      + "; ".join(tried))
+
+
+def lib():
+    """The loaded library with every signature declared (loaded once)."""
+    global _lib, _libc
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            so, path = _load()
+            for name, (res, args) in _SIGNATURES.items():
+                try:
+                    fn = getattr(so, name)
+                except AttributeError:
+                    raise ImportError(f"batchclient: {path} lacks {name}: not libbatchclient, "
+                                      "or too old") from None
+                fn.restype = res
+                fn.argtypes = args
+            so.path = path
+            _libc = ctypes.CDLL(None)
+            _libc.free.argtypes = [_p]
+            _libc.free.restype = None
+            _lib = so
+    return _lib
+
+
+def free(ptr):
+    """free(3) for memory libbatchclient hands to its caller (bc_status)."""
+    lib()
+    _libc.free(ptr)
+
+
+def text(b):
+    """A C string from the library as str ('' for NULL)."""
+    return b.decode("utf-8", "replace") if b else ""

@@ -1,0 +1,274 @@
+# SPDX-License-Identifier: MIT
+"""One mini-batch in shared memory, and the views that read it without a copy.
+
+Why this module exists: a batch is bytes in a ring that batchd reuses once
+the batch is given back, and unmaps when the stream closes. Python must be
+able to look at those bytes with no copy (memoryviews, NumPy arrays, torch
+tensors), yet must never read a slot after it was reused or unmapped.
+
+The lifetime scheme ("pinning"):
+
+* Every view of a batch is built on one ctypes array over the batch's
+  payload, the *exporter*. Each memoryview on it, and everything made from
+  such a memoryview (slices, casts, NumPy arrays from np.frombuffer, arrays
+  derived from those, tensors from torch.from_numpy), keeps a reference
+  chain to the exporter. The batch keeps only a weak reference to it, so
+  the exporter is alive exactly as long as some view of the batch is.
+* Releasing a batch (batch.release(), the next step of the iteration, or
+  closing the loader) *revokes* the views the batch handed out itself:
+  batch.data and batch.samples are memoryview.release()d, so using them
+  raises ValueError, and the batch's methods raise ReleasedError.
+* Views the batch cannot revoke (NumPy arrays and tensors, memoryviews the
+  caller sliced or cast from batch.samples) *pin* the batch: while the
+  exporter is alive the loader does not give the slot back to the daemon,
+  and does not close the stream (unmapping the ring) either. The bytes
+  such a view shows therefore stay valid and unchanged for as long as the
+  view exists; it is never pointed at freed or reused memory. When the
+  last view dies, the slot is given back at the loader's next step (or, for
+  a closed loader, the stream is closed then).
+* The daemon reclaims slots strictly in order, so an old pinned batch
+  stops it from staging new ones. The loader therefore lets only the most
+  recently yielded batch stay pinned while it takes the next one (exactly
+  what `x = batch.numpy(...)` still bound during the next step does), and
+  raises PinnedBatchError otherwise, instead of waiting forever. Keep data
+  beyond one step with arr.copy(), tensor.clone() or bytes(view).
+
+The memory is mapped read-only (the daemon seals it), so every view is
+read-only: NumPy arrays have writeable=False. torch has no read-only
+tensors: writing into a tensor from Batch.torch() (an in-place op such as
+t.div_()) is a segmentation fault. Ops that make new tensors (t.float(),
+t / 255) are what a training step does anyway.
+"""
+import ctypes
+import math
+import warnings
+import weakref
+
+from . import _lib
+from .errors import BatchdError
+
+
+class ReleasedError(ValueError):
+    """The batch was released: its views are revoked and its memory may be
+    reused. Take data out before releasing (copy), or keep using views
+    made while it was held (they pin it; see batchclient.batch)."""
+
+
+_EMPTY = (ctypes.c_ubyte * 0)()
+
+
+class Batch:
+    """A batch delivered by batchd, valid until released.
+
+    Attributes: epoch, index (within the epoch, for this rank), ids (global
+    sample ids, a tuple of ints), nbytes (payload bytes). len(batch) is the
+    number of samples. Views: data, samples, numpy(), torch().
+    """
+
+    def __init__(self, stream, handle):
+        L = _lib.lib()
+        n = ctypes.c_size_t()
+        self._stream = stream
+        self._h = handle
+        self.epoch = L.bc_batch_epoch(handle)
+        self.index = L.bc_batch_index(handle)
+        count = L.bc_batch_count(handle)
+        addr = L.bc_batch_data(handle, ctypes.byref(n))
+        sid = L.bc_batch_sample_id
+        self.ids = tuple(sid(handle, i) for i in range(count))
+        self._count = count
+        self._addr = addr or 0
+        self.nbytes = n.value
+        self._released = False
+        self._exp = None          # weakref to the exporter
+        self._views = []          # memoryviews to revoke at release
+        self._data = None
+        self._samples = None
+        self._np_mv = None
+        self._spans = None        # (offset, size) per sample
+
+    def __len__(self):
+        return self._count
+
+    def __repr__(self):
+        state = "released" if self._released else "held"
+        return (f"<batchclient.Batch epoch={self.epoch} index={self.index} "
+                f"samples={self._count} bytes={self.nbytes} {state}>")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    @property
+    def released(self):
+        return self._released
+
+    @property
+    def pinned(self):
+        """True while a view of this batch is alive (see the module doc)."""
+        return self._exp is not None and self._exp() is not None
+
+    # ---- views ---------------------------------------------------------------------
+
+    def _check(self):
+        if self._released:
+            raise ReleasedError(f"batch {self.epoch}:{self.index} was released; its views "
+                                "are gone (copy what you need before releasing)")
+
+    def _exporter(self):
+        self._check()
+        exp = self._exp() if self._exp is not None else None
+        if exp is None:
+            if self.nbytes == 0:
+                exp = (ctypes.c_ubyte * 0)()
+            else:
+                exp = (ctypes.c_ubyte * self.nbytes).from_address(self._addr)
+            self._exp = weakref.ref(exp)
+        return exp
+
+    def _memoryview(self):
+        """A fresh read-only byte memoryview of the payload (its own buffer
+        export), recorded for revocation."""
+        exp = self._exporter()
+        w = memoryview(exp)
+        ro = w.toreadonly().cast("B")
+        w.release()
+        self._views.append(ro)
+        return ro
+
+    @property
+    def data(self):
+        """All samples' bytes, back to back, as a read-only memoryview (no copy)."""
+        self._check()
+        if self._data is None:
+            self._data = self._memoryview()
+        return self._data
+
+    def _load_spans(self):
+        if self._spans is None:
+            L = _lib.lib()
+            p = ctypes.c_void_p()
+            n = ctypes.c_size_t()
+            spans = []
+            for i in range(self._count):
+                r = L.bc_batch_sample(self._h, i, ctypes.byref(p), ctypes.byref(n))
+                if r < 0:
+                    raise BatchdError(-r, _lib.text(L.bc_strerror(r)),
+                                      f"sample {i} of batch {self.epoch}:{self.index}")
+                off = (p.value or self._addr) - self._addr
+                if off < 0 or off + n.value > self.nbytes:
+                    raise BatchdError(74, "sample lies outside its batch",  # EBADMSG
+                                      f"sample {i} of batch {self.epoch}:{self.index}")
+                spans.append((off, n.value))
+            self._spans = spans
+        return self._spans
+
+    @property
+    def sizes(self):
+        """Each sample's size in bytes (a tuple)."""
+        self._check()
+        return tuple(s for _, s in self._load_spans())
+
+    @property
+    def samples(self):
+        """One read-only memoryview per sample (no copy), revoked at release."""
+        self._check()
+        if self._samples is None:
+            base = self.data
+            views = [base[o:o + s] for o, s in self._load_spans()]
+            self._views.extend(views)
+            self._samples = views
+        return list(self._samples)
+
+    def _sample_bytes(self, itemsize, shape):
+        """Bytes per sample for a dense [count, *shape] view, checked exactly."""
+        count = self._count
+        if shape is None:
+            if count == 0:
+                return 0, (0,)
+            sb = self.nbytes // count
+        else:
+            shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+            if any(d < 0 for d in shape):
+                raise ValueError(f"shape {shape}: dimensions must be >= 0")
+            sb = math.prod(shape) * itemsize
+        if self.nbytes != sb * count:
+            raise ValueError(f"batch {self.epoch}:{self.index}: {self.nbytes} bytes are not "
+                             f"{count} samples of {sb} bytes; samples differ in size: use "
+                             "batch.samples or a collate hook")
+        # Every sample <= max_sample and they sum to count * sb: when max_sample
+        # is sb, every sample is exactly sb. Otherwise look at each one.
+        if count and self._stream.max_sample != sb:
+            bad = [i for i, (_, s) in enumerate(self._load_spans()) if s != sb]
+            if bad:
+                raise ValueError(f"batch {self.epoch}:{self.index}: sample {bad[0]} has "
+                                 f"{self._spans[bad[0]][1]} bytes, not {sb}; samples differ "
+                                 "in size: use batch.samples or a collate hook")
+        if sb % itemsize:
+            raise ValueError(f"samples of {sb} bytes do not divide into items of {itemsize}")
+        if shape is None:
+            shape = (sb // itemsize,)
+        return sb, shape
+
+    def numpy(self, dtype="uint8", shape=None):
+        """The batch as a read-only NumPy array of shape (len(batch), *shape),
+        over the shared memory (no copy). shape is one sample's shape; None
+        means 1-D (bytes per sample / itemsize). Needs fixed-size samples.
+        The array pins the batch while it lives (see the module doc)."""
+        import numpy as np
+        self._check()
+        dt = np.dtype(dtype)
+        if dt.itemsize == 0 or dt.hasobject:
+            raise ValueError(f"dtype {dt}: need a fixed-size plain data type")
+        sb, shape = self._sample_bytes(dt.itemsize, shape)
+        if self._np_mv is None:
+            self._np_mv = self._memoryview()
+        flat = np.frombuffer(self._np_mv, dtype=dt, count=self.nbytes // dt.itemsize)
+        return flat.reshape((self._count,) + tuple(shape))
+
+    def torch(self, dtype=None, shape=None):
+        """The batch as a torch tensor of shape (len(batch), *shape) over the
+        shared memory (no copy; torch.from_numpy of numpy()). dtype is a
+        torch dtype (default torch.uint8). The memory is read-only: do not
+        modify the tensor in place (see the module doc)."""
+        import numpy as np
+        import torch
+        dtype = torch.uint8 if dtype is None else dtype
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        sb, shape = self._sample_bytes(itemsize, shape)
+        arr = self.numpy(np.uint8, (sb,))
+        with warnings.catch_warnings():
+            # "The given NumPy array is not writable": known, and documented.
+            warnings.simplefilter("ignore", UserWarning)
+            t = torch.from_numpy(arr)
+        if dtype != torch.uint8:
+            t = t.view(dtype)
+        return t.reshape((self._count,) + tuple(shape))
+
+    # ---- lifetime ---------------------------------------------------------------------
+
+    def _revoke(self):
+        """Mark released and release the memoryviews we handed out. Views we
+        cannot release (a buffer export is live on them) stay and keep the
+        exporter alive: that pins the batch instead."""
+        if self._released:
+            return
+        self._released = True
+        for v in self._views:
+            try:
+                v.release()
+            except BufferError:
+                pass
+        self._views = []
+        self._data = self._samples = self._np_mv = None
+
+    def release(self):
+        """Give the batch back. Its memoryviews are revoked now; arrays and
+        tensors made from it keep the bytes valid until they die (the slot
+        is given back then). Releasing twice is harmless."""
+        if self._released:
+            return
+        self._revoke()
+        self._stream._give_back(self)

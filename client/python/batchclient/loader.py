@@ -1,0 +1,589 @@
+# SPDX-License-Identifier: MIT
+"""Loader: a stream of batches from batchd, as a Python iterable of epochs.
+
+Why this module exists: a trainer wants `for batch in loader:` to be one
+epoch, `set_epoch` and `state_dict` to behave like PyTorch's
+DistributedSampler and checkpointing, and rank/world to come from torchrun
+or Slurm. libbatchclient gives a stream of (epoch, batch) positions that
+can be reopened anywhere; this module maps one onto the other.
+
+Positions: the loader's position is the (epoch, batch) that the next
+iteration step yields, for this rank. A new iteration runs from that
+position to the end of its epoch: after a full epoch that is the start of
+the next epoch; after a `break` it is the rest of the interrupted epoch.
+set_epoch(e) moves it to (e, 0); load_state_dict() to the saved position.
+Moving it reopens the stream only when the stream is not already there
+(after epoch e the stream stands at (e + 1, 0), with the next batches
+already staged, so the usual set_epoch loop never reopens).
+
+Thread rules: a Loader and its batches belong to one thread at a time.
+Finalizers that close a stream whose views outlived Loader.close() may run
+in any thread; they touch only that closed stream.
+"""
+import ctypes
+import errno
+import gc
+import os
+import threading
+import time
+import weakref
+
+from . import _lib
+from .batch import Batch
+from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError, PinnedBatchError,
+                     from_code)
+
+STATE_VERSION = 1
+_WAIT_SLICE_MS = 200   # bc_next waits in slices so that Ctrl-C and timeouts work
+
+
+class WaitTimeout(BatchdError, TimeoutError):
+    """No batch arrived within the Loader's timeout."""
+
+
+def rank_and_world(rank=None, world=None):
+    """The data-parallel (rank, world) a Loader uses: the arguments when
+    given, else $RANK / $WORLD_SIZE (torchrun), else $SLURM_PROCID /
+    $SLURM_NTASKS (srun), else (0, 1). Raises ValueError on a bad value."""
+    def pick(value, names, default, what):
+        if value is not None:
+            return _int(value, what), what
+        for n in names:
+            v = os.environ.get(n, "").strip()
+            if v:
+                return _int(v, f"${n}"), f"${n}"
+        return default, "default"
+
+    r, rsrc = pick(rank, ("RANK", "SLURM_PROCID"), 0, "rank")
+    w, wsrc = pick(world, ("WORLD_SIZE", "SLURM_NTASKS"), 1, "world")
+    if w < 1 or w > 0xFFFFFFFF:
+        raise ValueError(f"world {w} (from {wsrc}) must be 1 .. 2^32-1")
+    if r < 0 or r >= w:
+        raise ValueError(f"rank {r} (from {rsrc}) must be in 0 .. world-1 = {w - 1} "
+                         f"(world from {wsrc})")
+    return r, w
+
+
+def _int(v, what):
+    try:
+        if isinstance(v, bool):
+            raise ValueError
+        return int(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what}: {v!r} is not an integer") from None
+
+
+def _device(device):
+    """BC_HOST or a CUDA ordinal from None / 'cpu' / N / 'cuda' / 'cuda:N' / torch.device."""
+    if device is None:
+        return _lib.BC_HOST
+    if hasattr(device, "type") and hasattr(device, "index"):   # torch.device
+        device = device.type if device.index is None else f"{device.type}:{device.index}"
+    if isinstance(device, str):
+        d = device.strip().lower()
+        if d == "cpu":
+            return _lib.BC_HOST
+        if d == "cuda":
+            return 0
+        if d.startswith("cuda:") and d[5:].isdigit():
+            return int(d[5:])
+        raise ValueError(f"device {device!r}: use None, 'cpu', a CUDA ordinal, or 'cuda:N'")
+    n = _int(device, "device")
+    if n < -1 or n > 255:
+        raise ValueError(f"device {n}: CUDA ordinals are 0 .. 255 (-1 = host)")
+    return n
+
+
+def _shuffle(shuffle):
+    if shuffle is True:
+        return "global"
+    if shuffle is False or shuffle is None:
+        return "none"
+    s = str(shuffle).lower()
+    if s not in _lib.SHUFFLE:
+        raise ValueError(f"shuffle {shuffle!r}: use 'none', 'global' or 'block'")
+    return s
+
+
+# ---- the connection and one stream ---------------------------------------------------------
+
+
+class _Client:
+    """One bc_client, shared by a loader and the streams it opened; it is
+    disconnected when the last of them lets go (streams must close first)."""
+
+    def __init__(self, socket):
+        L = _lib.lib()
+        h = ctypes.c_void_p()
+        path = os.fspath(socket) if socket is not None else None
+        r = L.bc_connect(path.encode() if path is not None else None, ctypes.byref(h))
+        if r < 0:
+            where = path or os.environ.get("BATCHD_SOCKET") or "the default socket"
+            cls = ConnectError if -r in (errno.ENOENT, errno.ECONNREFUSED, errno.EACCES,
+                                          errno.ENOTSOCK, errno.ETIMEDOUT) else None
+            raise from_code(r, "", f"cannot connect to batchd at {where}", cls or ConnectError)
+        self.h = h.value
+        self._users = 1
+        self._lock = threading.Lock()
+
+    def error(self):
+        return _lib.text(_lib.lib().bc_client_error(self.h))
+
+    def ref(self):
+        with self._lock:
+            self._users += 1
+
+    def unref(self):
+        with self._lock:
+            self._users -= 1
+            h = None
+            if self._users == 0:
+                h, self.h = self.h, None
+        if h:
+            _lib.lib().bc_disconnect(h)
+
+
+class _Stream:
+    """One bc_stream and the batches taken from it that were not given back."""
+
+    def __init__(self, client, cfg, start_epoch, start_batch):
+        L = _lib.lib()
+        o = _lib.StreamOpts()
+        L.bc_stream_opts_init(ctypes.byref(o))
+        if o.struct_size > ctypes.sizeof(o):
+            raise BatchdError(errno.EOVERFLOW, f"libbatchclient's bc_stream_opts is "
+                              f"{o.struct_size} bytes, more than this binding knows")
+        o.dataset = cfg["dataset"].encode()
+        o.batch_size = cfg["batch_size"]
+        o.shuffle = _lib.SHUFFLE[cfg["shuffle"]]
+        o.seed = cfg["seed"]
+        o.start_epoch = start_epoch
+        o.start_batch = start_batch
+        o.rank = cfg["rank"]
+        o.world = cfg["world"]
+        o.drop_last = cfg["drop_last"]
+        o.prefetch = cfg["prefetch"] or 0
+        o.window = cfg["window"] or 0
+        o.device = cfg["device"]
+        h = ctypes.c_void_p()
+        r = L.bc_open(client.h, ctypes.byref(o), ctypes.byref(h))
+        if r < 0:
+            raise from_code(r, client.error(), f"cannot open dataset {cfg['dataset']!r}")
+        client.ref()
+        self.client = client
+        self.h = h.value
+        self.dataset = cfg["dataset"]
+        self.batches_per_epoch = L.bc_stream_batches_per_epoch(self.h)
+        self.samples = L.bc_stream_samples(self.h)
+        self.fingerprint = L.bc_stream_fingerprint(self.h)
+        self.max_sample = L.bc_stream_max_sample(self.h)
+        self.held = []           # taken, not yet given back (user-held or pinned)
+        self.closed = False      # close() was asked for
+        self._freed = False      # bc_close done
+        # Re-entrant: a finalizer may fire (and call _maybe_free) inside close().
+        self._lock = threading.RLock()
+
+    def position(self):
+        if self._freed:
+            raise RuntimeError("the stream is closed")
+        e, b = ctypes.c_uint64(), ctypes.c_uint64()
+        _lib.lib().bc_stream_position(self.h, ctypes.byref(e), ctypes.byref(b))
+        return e.value, b.value
+
+    def error(self):
+        return _lib.text(_lib.lib().bc_stream_error(self.h))
+
+    # -- giving batches back --
+
+    def _give_back(self, batch):
+        """Called by Batch.release(): hand the slot back unless a view pins it."""
+        if self.closed or batch._h is None:
+            return
+        if not batch.pinned:
+            _lib.lib().bc_release(batch._h)
+            batch._h = None
+            self.held.remove(batch)
+
+    def reclaim(self):
+        """Give back released batches whose last view has died. @return the ones still pinned."""
+        pinned = []
+        for b in list(self.held):
+            if b.released:
+                if b.pinned:
+                    pinned.append(b)
+                else:
+                    _lib.lib().bc_release(b._h)
+                    b._h = None
+                    self.held.remove(b)
+        return pinned
+
+    # -- taking batches --
+
+    def take(self, timeout, exempt):
+        """The next batch. Only `exempt` (the batch yielded last) may still be
+        pinned; see batchclient.batch for why. timeout: seconds or None."""
+        pinned = [b for b in self.reclaim() if b is not exempt]
+        if pinned:
+            gc.collect()   # reference cycles may be all that keeps a view alive
+            pinned = [b for b in self.reclaim() if b is not exempt]
+        if pinned:
+            b = pinned[0]
+            raise PinnedBatchError(
+                errno.ENOBUFS,
+                f"batch {b.epoch}:{b.index}"
+                + (f" (and {len(pinned) - 1} more)" if len(pinned) > 1 else "")
+                + " is still referenced by a NumPy array, tensor or memoryview made from it; "
+                "batchd reuses slots in order, so it could stage no further batch. Keep views "
+                "for one step at most and copy what you keep longer (arr.copy(), "
+                "tensor.clone(), bytes(view))", f"reading {self.dataset!r}")
+        L = _lib.lib()
+        h = ctypes.c_void_p()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pos = self.position()
+        while True:
+            wait = _WAIT_SLICE_MS
+            if deadline is not None:
+                wait = max(0, min(wait, int((deadline - time.monotonic()) * 1000)))
+            r = L.bc_next(self.h, ctypes.byref(h), wait)
+            if r == 0:
+                b = Batch(self, h.value)
+                self.held.append(b)
+                return b
+            if r == _lib.BC_EPOCH_END:
+                # The loader stops at the last batch by position; this is the
+                # marker between that epoch and the one it now starts.
+                continue
+            if r == -errno.ETIMEDOUT:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimeout(errno.ETIMEDOUT, f"no batch within {timeout} s",
+                                      f"reading {self.dataset!r} at {pos[0]}:{pos[1]}")
+                continue
+            msg = self.error()
+            if -r in (errno.EPIPE, errno.ESHUTDOWN, errno.EPROTO):
+                raise from_code(r, msg, f"reading {self.dataset!r}", DaemonGoneError)
+            if r == -errno.ENOBUFS:
+                raise from_code(r, "", f"reading {self.dataset!r}")
+            raise BatchError(-r, msg or _lib.text(L.bc_strerror(r)),
+                             f"batch {pos[0]}:{pos[1]} of {self.dataset!r}", pos[0], pos[1])
+
+    # -- closing --
+
+    def close(self):
+        """Revoke every batch; close now, or when the last pinning view dies."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            for b in self.held:
+                b._revoke()
+            exporters = [b._exp() for b in self.held if b._exp is not None]
+            exporters = [e for e in exporters if e is not None]
+            for e in exporters:
+                weakref.finalize(e, self._maybe_free)
+            del exporters
+        self._maybe_free()
+
+    def _maybe_free(self):
+        with self._lock:
+            if self._freed or any(b.pinned for b in self.held):
+                return
+            self._freed = True
+            for b in self.held:
+                b._h = None
+            self.held = []
+        _lib.lib().bc_close(self.h)
+        self.client.unref()
+
+
+# ---- the loader ------------------------------------------------------------------------------
+
+
+class Loader:
+    """Batches of a dataset served by batchd, one epoch per iteration.
+
+        loader = batchclient.Loader("imagenet/train", 256, shuffle="global", seed=0)
+        for epoch in range(10):
+            loader.set_epoch(epoch)
+            for batch in loader:
+                x = batch.torch(torch.uint8, (3, 224, 224))   # no copy
+                ...
+
+    dataset: a path relative to a daemon root, or absolute under one.
+    batch_size: samples per batch (the last batch of an epoch may be short
+        unless drop_last).
+    shuffle: 'global' (a fresh permutation per epoch), 'block' (shuffled
+        blocks, mixed within a window; for big-block packs), 'none'; True
+        and False mean 'global' and 'none'.
+    seed: the schedule's key, with the dataset's fingerprint.
+    rank, world: data-parallel split; default from $RANK/$WORLD_SIZE, else
+        $SLURM_PROCID/$SLURM_NTASKS, else 0 of 1 (see rank_and_world()).
+    drop_last: drop the uneven tail instead of padding by wrapping.
+    prefetch: batches staged ahead (None: the daemon's default).
+    device: None or 'cpu' for host memory, or a CUDA ordinal / 'cuda:N'.
+        Passed to the daemon, which today refuses GPU sessions (ENODEV
+        without a CUDA device): the error is raised as BatchdError.
+    socket: the daemon's socket (None: $BATCHD_SOCKET, then the defaults).
+    window: blocks per shuffle window for 'block' (None: the daemon's).
+    collate: if given, iteration yields collate(batch) instead of the batch
+        (the batch is still released at the next step).
+    timeout: seconds to wait for one batch before WaitTimeout (None: no limit).
+
+    Raises ConnectError when no daemon answers, BatchdError (with the
+    daemon's message) when the dataset cannot be opened, ValueError for bad
+    arguments. len(loader) is the number of batches per epoch for this rank.
+    """
+
+    def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
+                 drop_last=False, prefetch=None, device=None, socket=None, *, window=None,
+                 collate=None, timeout=None):
+        self._stream = None
+        self._client = None
+        self._closed = True
+        rank, world = rank_and_world(rank, world)
+        batch_size = _int(batch_size, "batch_size")
+        if batch_size < 1 or batch_size > 0xFFFFFFFF:
+            raise ValueError(f"batch_size {batch_size} must be >= 1")
+        seed = _int(seed, "seed")
+        if seed < 0 or seed >= 1 << 64:
+            raise ValueError(f"seed {seed} must be in 0 .. 2^64-1")
+        if prefetch is not None:
+            prefetch = _int(prefetch, "prefetch")
+            if prefetch < 1 or prefetch > 1022:
+                raise ValueError(f"prefetch {prefetch} must be in 1 .. 1022 (or None)")
+        if window is not None:
+            window = _int(window, "window")
+            if window < 1 or window > 0xFFFFFFFF:
+                raise ValueError(f"window {window} must be >= 1 (or None)")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout {timeout!r} must be > 0 seconds (or None)")
+        if collate is not None and not callable(collate):
+            raise ValueError("collate must be callable")
+        self._cfg = {
+            "dataset": os.fspath(dataset),
+            "batch_size": batch_size,
+            "shuffle": _shuffle(shuffle),
+            "seed": seed,
+            "rank": rank,
+            "world": world,
+            "drop_last": bool(drop_last),
+            "prefetch": prefetch,
+            "window": window,
+            "device": _device(device),
+        }
+        self._collate = collate
+        self._timeout = timeout
+        self._want = None        # position asked for by set_epoch / load_state_dict
+        self._current = None     # the batch yielded last, until the next step
+        self._last = None        # the batch yielded last (may stay pinned)
+        self._gen = 0
+        self._client = _Client(socket)
+        try:
+            self._stream = self._open(0, 0)
+        except BaseException:
+            self._client.unref()
+            self._client = None
+            raise
+        self._closed = False
+
+    def _open(self, epoch, batch):
+        s = _Stream(self._client, self._cfg, epoch, batch)
+        if self._cfg["device"] != _lib.BC_HOST:
+            s.close()
+            raise NotImplementedError(
+                f"batchd accepted a session on CUDA device {self._cfg['device']}, but this "
+                "batchclient cannot import device batches yet; use device=None")
+        return s
+
+    # -- properties --
+
+    dataset = property(lambda self: self._cfg["dataset"])
+    batch_size = property(lambda self: self._cfg["batch_size"])
+    shuffle = property(lambda self: self._cfg["shuffle"])
+    seed = property(lambda self: self._cfg["seed"])
+    rank = property(lambda self: self._cfg["rank"])
+    world = property(lambda self: self._cfg["world"])
+    drop_last = property(lambda self: self._cfg["drop_last"])
+
+    @property
+    def samples(self):
+        """Samples in the dataset (all ranks)."""
+        return self._live().samples
+
+    @property
+    def fingerprint(self):
+        """The dataset fingerprint (proto/PACK.md), which keys the schedule."""
+        return self._live().fingerprint
+
+    @property
+    def max_sample(self):
+        """The largest sample's size in bytes."""
+        return self._live().max_sample
+
+    @property
+    def position(self):
+        """(epoch, batch) the next iteration step yields."""
+        return self._want if self._want is not None else self._live().position()
+
+    @property
+    def epoch(self):
+        return self.position[0]
+
+    def __len__(self):
+        return self._live().batches_per_epoch
+
+    def __repr__(self):
+        c = self._cfg
+        return (f"<batchclient.Loader {c['dataset']!r} batch_size={c['batch_size']} "
+                f"shuffle={c['shuffle']} rank={c['rank']}/{c['world']}"
+                f"{' closed' if self._closed else ''}>")
+
+    def _live(self):
+        if self._closed:
+            raise RuntimeError("the Loader is closed")
+        return self._stream
+
+    # -- positioning --
+
+    def set_epoch(self, epoch):
+        """Make the next iteration yield epoch `epoch` from its first batch."""
+        epoch = _int(epoch, "epoch")
+        if epoch < 0:
+            raise ValueError(f"epoch {epoch} must be >= 0")
+        self._live()
+        self._want = (epoch, 0)
+
+    def state_dict(self):
+        """Where this loader stands, to resume exactly: the next batch it
+        would yield, with the settings that fix the schedule. Taken inside
+        the loop, after the step on a batch, it resumes after that batch."""
+        e, b = self.position
+        c = self._cfg
+        return {"version": STATE_VERSION, "dataset": c["dataset"],
+                "fingerprint": self._stream.fingerprint, "batch_size": c["batch_size"],
+                "shuffle": c["shuffle"], "seed": c["seed"], "rank": c["rank"],
+                "world": c["world"], "drop_last": c["drop_last"], "epoch": e, "batch": b}
+
+    def load_state_dict(self, state):
+        """Resume at a state_dict() position. The schedule must be the same
+        one: dataset fingerprint, batch size, shuffle, seed, rank, world and
+        drop_last must match, else ValueError (a changed world size cannot
+        resume exactly)."""
+        s = self._live()
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')!r}: expected {STATE_VERSION}")
+        mine = self.state_dict()
+        diff = [k for k in ("fingerprint", "batch_size", "shuffle", "seed", "rank", "world",
+                            "drop_last") if state.get(k) != mine[k]]
+        if diff:
+            raise ValueError("cannot resume exactly: the state was saved with a different "
+                             + ", ".join(f"{k} ({state.get(k)!r}, now {mine[k]!r})"
+                                         for k in diff))
+        e, b = _int(state["epoch"], "epoch"), _int(state["batch"], "batch")
+        if e < 0 or b < 0 or b >= s.batches_per_epoch:
+            raise ValueError(f"position {e}:{b} is outside an epoch of "
+                             f"{s.batches_per_epoch} batches")
+        self._want = (e, b)
+
+    def _settle(self):
+        """Reopen the stream at the wanted position unless it stands there."""
+        want, self._want = self._want, None
+        if want is None or want == self._stream.position():
+            return
+        self._retire()
+        old = self._stream
+        self._stream = None
+        old.close()       # deferred while views of its batches live
+        self._last = None
+        try:
+            self._stream = self._open(*want)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- iteration --
+
+    def __iter__(self):
+        self._live()
+        self._settle()
+        self._gen += 1
+        return _EpochIter(self, self._gen, self._stream.position()[0])
+
+    def _retire(self):
+        b, self._current = self._current, None
+        if b is not None:
+            b.release()
+
+    def close(self):
+        """Close the stream and the connection. Views still alive keep their
+        bytes valid; the stream is closed when the last of them dies."""
+        if self._closed:
+            return
+        self._closed = True
+        self._current = self._last = None
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+        if self._client is not None:
+            self._client.unref()
+            self._client = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _EpochIter:
+    """One epoch of a Loader, from its position to the epoch's last batch."""
+
+    def __init__(self, loader, gen, epoch):
+        self._loader = loader
+        self._gen = gen
+        self._epoch = epoch
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        L = self._loader
+        if self._done:
+            raise StopIteration
+        if self._gen != L._gen:
+            raise RuntimeError("a newer iteration over this Loader has started")
+        L._retire()
+        if L._closed:
+            self._done = True
+            raise StopIteration
+        s = L._stream
+        e, _ = s.position()
+        if e != self._epoch:
+            self._done = True
+            raise StopIteration
+        batch = s.take(L._timeout, L._last)
+        L._current = L._last = batch
+        return L._collate(batch) if L._collate is not None else batch
+
+
+def status(socket=None):
+    """The daemon's status as a dict (the JSON of `batchctl status --json`)."""
+    import json
+    c = _Client(socket)
+    try:
+        p = ctypes.c_void_p()
+        r = _lib.lib().bc_status(c.h, ctypes.byref(p))
+        if r < 0:
+            raise from_code(r, c.error(), "status")
+        try:
+            return json.loads(ctypes.string_at(p.value).decode("utf-8", "replace"))
+        finally:
+            _lib.free(p.value)
+    finally:
+        c.unref()

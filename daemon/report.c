@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * report.c - what batchd says about itself: the status document (JSON,
+ * for `batchctl status|stats|sessions|top`) and the metrics (Prometheus
+ * text exposition, for `batchctl metrics` and the HTTP /metrics endpoint).
+ *
+ * Both are built from the same snapshot of server, pipeline, cache and
+ * session counters, on the loop thread, into a growable buffer.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batchd-build.h"
+#include "server_priv.h"
+
+static const char *const refusal_names[BD_REFUSED_KINDS] = {
+	[BD_REFUSED_NOT_FOUND] = "not_found",
+	[BD_REFUSED_ACCESS] = "access",
+	[BD_REFUSED_INVALID] = "invalid",
+	[BD_REFUSED_MEMORY] = "memory",
+	[BD_REFUSED_LIMIT] = "limit",
+	[BD_REFUSED_CORRUPT] = "corrupt",
+	[BD_REFUSED_DEVICE] = "device",
+	[BD_REFUSED_OTHER] = "other",
+};
+
+static const char *shuffle_name(uint8_t m)
+{
+	return m == BP_SHUFFLE_NONE ? "none" : m == BP_SHUFFLE_GLOBAL ? "global" : "block";
+}
+
+uint64_t bd__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- JSON --------------------------------------------------------------------- */
+
+static void json_str(bd_text *t, const char *s)
+{
+	bd_text_printf(t, "\"");
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			bd_text_printf(t, "\\%c", ch);
+		else if (ch < 0x20)
+			bd_text_printf(t, "\\u%04x", ch);
+		else
+			bd_text_printf(t, "%c", ch);
+	}
+	bd_text_printf(t, "\"");
+}
+
+void bd__server_status(bd_server *srv, bd_text *t)
+{
+	bd_pipeline_stats ps;
+	bool first = true;
+
+	bd_pipeline_get_stats(srv->pipeline, &ps);
+	bd_text_printf(t, "{\"version\": \"%s\", \"uptime_s\": %.3f, \"pid\": %d, ",
+		       BATCHD_VERSION, (double)(bd__now_ns() - srv->started_ns) / 1e9, (int)getpid());
+	bd_text_printf(t, "\"socket\": ");
+	json_str(t, srv->socket_path);
+	bd_text_printf(t, ", \"io_engine\": \"%s\", \"io_setup_flags\": %u, \"direct\": \"%s\", ",
+		       bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
+		       bd_pipeline_setup_flags(srv->pipeline), bd_config_direct_name(srv->cfg.direct));
+	bd_text_printf(t, "\"cuda\": {\"available\": %s, \"devices\": %d, \"driver_version\": %d, "
+		       "\"runtime_version\": %d, \"reason\": ", srv->cuda.devices ? "true" : "false",
+		       srv->cuda.devices, srv->cuda.driver_version, srv->cuda.runtime_version);
+	json_str(t, srv->cuda.devices ? "" : srv->cuda.reason);
+	bd_text_printf(t, "}, \"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
+		       ", \"sessions\": %" PRIu64 ", \"cache\": %" PRIu64 "}, ",
+		       srv->cfg.memory_budget, srv->budget_used + ps.cache_bytes, srv->budget_used,
+		       ps.cache_bytes);
+	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, ",
+		       srv->nclients, srv->cfg.io_threads, srv->cfg.decode_threads);
+	bd_text_printf(t, "\"pipeline\": {\"blocks_read\": %" PRIu64 ", \"bytes_read\": %" PRIu64
+		       ", \"blocks_decoded\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
+		       ", \"direct_decodes\": %" PRIu64 ", \"failures\": %" PRIu64
+		       ", \"reads_inflight\": %" PRIu64 "}, ",
+		       ps.blocks_read, ps.bytes_read, ps.blocks_decoded, ps.raw_bytes,
+		       ps.direct_decodes, ps.failures, ps.reads_inflight);
+	bd_text_printf(t, "\"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"hits\": %"
+		       PRIu64 ", \"misses\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"bypasses\": %" PRIu64
+		       ", \"evictions\": %" PRIu64 "}, ",
+		       ps.cache_budget, ps.cache_bytes, ps.cache_hits, ps.cache_misses, ps.cache_waits,
+		       ps.cache_bypasses, ps.cache_evictions);
+	bd_text_printf(t, "\"ended\": {\"sessions\": %" PRIu64 ", \"batches\": %" PRIu64
+		       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 "}, \"refused\": {",
+		       srv->totals.sessions, srv->totals.batches, srv->totals.bytes,
+		       srv->totals.failed);
+	for (int k = 0; k < BD_REFUSED_KINDS; k++)
+		bd_text_printf(t, "%s\"%s\": %" PRIu64, k ? ", " : "", refusal_names[k],
+			       srv->totals.refused[k]);
+	bd_text_printf(t, "}, \"protocol_violations\": %" PRIu64 ", \"ring_violations\": %" PRIu64
+		       ", \"denied\": %" PRIu64 ", \"reloads\": %" PRIu64 ", \"sessions\": [",
+		       srv->totals.protocol_violations, srv->totals.ring_violations,
+		       srv->totals.denied, srv->totals.reloads);
+	for (entry *e = srv->entries; e; e = e->next) {
+		bd_session_info si;
+
+		bd_session_get_info(e->s, &si);
+		bd_text_printf(t, "%s{\"id\": %" PRIu64 ", \"dataset\": ", first ? "" : ", ", si.id);
+		json_str(t, bd_session_dataset(e->s));
+		bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
+			       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
+			       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
+			       PRIu64 ", \"delivered\": %" PRIu64 ", \"delivered_bytes\": %" PRIu64
+			       ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"memory\": %" PRIu64
+			       ", \"slots\": %u, \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
+			       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 "}",
+			       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
+			       shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
+			       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
+			       si.failed, si.bytes, si.memory, si.slots, si.inflight,
+			       (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9, si.waits);
+		first = false;
+	}
+	bd_text_printf(t, "]}");
+}
+
+/* ---- Prometheus ---------------------------------------------------------------- */
+
+static void counter(bd_text *t, const char *name, const char *help, uint64_t v)
+{
+	bd_prom_head(t, name, "counter", help);
+	bd_prom_u64(t, name, NULL, v);
+}
+
+static void gauge(bd_text *t, const char *name, const char *help, uint64_t v)
+{
+	bd_prom_head(t, name, "gauge", help);
+	bd_prom_u64(t, name, NULL, v);
+}
+
+/* Per-session series: one family at a time, one line per session. */
+typedef uint64_t (*session_value)(const bd_session_info *si);
+
+static uint64_t v_delivered(const bd_session_info *si) { return si->delivered; }
+static uint64_t v_delivered_bytes(const bd_session_info *si) { return si->delivered_bytes; }
+static uint64_t v_published(const bd_session_info *si) { return si->published; }
+static uint64_t v_failed(const bd_session_info *si) { return si->failed; }
+static uint64_t v_memory(const bd_session_info *si) { return si->memory; }
+static uint64_t v_epoch(const bd_session_info *si) { return si->epoch; }
+
+static void session_family(bd_text *t, bd_server *srv, const char *name, const char *type,
+			   const char *help, session_value f)
+{
+	bd_prom_head(t, name, type, help);
+	for (entry *e = srv->entries; e; e = e->next) {
+		bd_session_info si;
+		char ds[512], labels[640];
+
+		bd_session_get_info(e->s, &si);
+		snprintf(labels, sizeof(labels), "session=\"%" PRIu64 "\",dataset=\"%s\",uid=\"%u\",pid=\"%d\"",
+			 si.id, bd_prom_escape(bd_session_dataset(e->s), ds, sizeof(ds)),
+			 (unsigned)e->uid, (int)e->pid);
+		bd_prom_u64(t, name, labels, f(&si));
+	}
+}
+
+void bd__server_metrics(bd_server *srv, bd_text *t)
+{
+	bd_pipeline_stats ps;
+	bd_hist wait = srv->totals.wait, rd, dec;
+	uint64_t batches = srv->totals.batches, bytes = srv->totals.bytes;
+	uint64_t failed = srv->totals.failed;
+	char labels[64];
+
+	bd_pipeline_get_stats(srv->pipeline, &ps);
+	bd_pipeline_get_hists(srv->pipeline, &rd, &dec);
+	for (entry *e = srv->entries; e; e = e->next) {
+		bd_session_info si;
+		bd_hist h;
+
+		bd_session_get_info(e->s, &si);
+		h.count = si.waits;
+		h.sum_ns = si.wait_ns;
+		memcpy(h.bucket, si.wait_hist, sizeof(h.bucket));
+		bd_hist_merge(&wait, &h);
+		batches += si.delivered;
+		bytes += si.delivered_bytes;
+		failed += si.failed;
+	}
+
+	bd_prom_head(t, "batchd_build_info", "gauge", "Version of the running batchd.");
+	snprintf(labels, sizeof(labels), "version=\"%s\"", BATCHD_VERSION);
+	bd_prom_u64(t, "batchd_build_info", labels, 1);
+	bd_prom_head(t, "batchd_uptime_seconds", "gauge", "Seconds since batchd started.");
+	bd_prom_f64(t, "batchd_uptime_seconds", NULL,
+		    (double)(bd__now_ns() - srv->started_ns) / 1e9);
+	gauge(t, "batchd_clients", "Connected clients.", srv->nclients);
+	gauge(t, "batchd_sessions", "Open sessions.", srv->nsessions);
+	counter(t, "batchd_sessions_ended_total", "Sessions that have ended.", srv->totals.sessions);
+	counter(t, "batchd_batches_delivered_total",
+		"Batches clients took and released, all sessions.", batches);
+	counter(t, "batchd_bytes_delivered_total",
+		"Payload bytes of the batches clients took and released.", bytes);
+	counter(t, "batchd_batches_failed_total", "Batches that could not be built (corrupt or unreadable blocks).",
+		failed);
+	session_family(t, srv, "batchd_session_batches_delivered_total", "counter",
+		       "Batches this session's client took and released.", v_delivered);
+	session_family(t, srv, "batchd_session_bytes_delivered_total", "counter",
+		       "Payload bytes this session's client took and released.", v_delivered_bytes);
+	session_family(t, srv, "batchd_session_batches_published_total", "counter",
+		       "Batches staged and published to this session (prefetch included).", v_published);
+	session_family(t, srv, "batchd_session_batches_failed_total", "counter",
+		       "Batches of this session that failed.", v_failed);
+	session_family(t, srv, "batchd_session_memory_bytes", "gauge",
+		       "Shared memory this session holds.", v_memory);
+	session_family(t, srv, "batchd_session_epoch", "gauge",
+		       "Epoch of the next batch this session will publish.", v_epoch);
+
+	bd_prom_head(t, "batchd_client_wait_seconds", "histogram",
+		     "Time clients spent in bc_next per batch, as they report it (stall).");
+	bd_prom_hist(t, "batchd_client_wait_seconds", NULL, &wait);
+	bd_prom_head(t, "batchd_read_latency_seconds", "histogram",
+		     "Block reads, submission to completion.");
+	bd_prom_hist(t, "batchd_read_latency_seconds", NULL, &rd);
+	bd_prom_head(t, "batchd_decode_seconds", "histogram",
+		     "Block checks and decompression.");
+	bd_prom_hist(t, "batchd_decode_seconds", NULL, &dec);
+
+	gauge(t, "batchd_io_reads_inflight", "Block reads in the I/O engines now (queue depth).",
+	      ps.reads_inflight);
+	counter(t, "batchd_io_blocks_read_total", "Blocks read.", ps.blocks_read);
+	counter(t, "batchd_io_bytes_read_total", "Bytes read from storage (alignment included).",
+		ps.bytes_read);
+	counter(t, "batchd_decode_blocks_total", "Blocks checked and decompressed.", ps.blocks_decoded);
+	counter(t, "batchd_decode_raw_bytes_total", "Raw bytes decompressed.", ps.raw_bytes);
+	counter(t, "batchd_decode_direct_total", "Blocks decompressed straight into a batch.",
+		ps.direct_decodes);
+	counter(t, "batchd_cache_hits_total", "Decoded-block cache hits.", ps.cache_hits);
+	counter(t, "batchd_cache_misses_total", "Decoded-block cache misses (loads).", ps.cache_misses);
+	counter(t, "batchd_cache_waits_total", "Requests that waited for a block another was loading.",
+		ps.cache_waits);
+	counter(t, "batchd_cache_evictions_total", "Decoded blocks evicted.", ps.cache_evictions);
+	gauge(t, "batchd_cache_bytes", "Bytes of decoded blocks cached.", ps.cache_bytes);
+	gauge(t, "batchd_cache_budget_bytes", "Most bytes the block cache may hold.", ps.cache_budget);
+	gauge(t, "batchd_memory_budget_bytes", "The memory budget (staging and cache).",
+	      srv->cfg.memory_budget);
+	gauge(t, "batchd_memory_used_bytes", "Memory of the budget in use (staging and cache).",
+	      srv->budget_used + ps.cache_bytes);
+
+	bd_prom_head(t, "batchd_errors_total", "counter", "Errors by kind.");
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"read\"", ps.read_errors);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"checksum\"", ps.checksum_errors);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"decode\"", ps.decode_errors);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"protocol\"", srv->totals.protocol_violations);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"ring\"", srv->totals.ring_violations);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"denied\"", srv->totals.denied);
+	for (int k = 0; k < BD_REFUSED_KINDS; k++) {
+		snprintf(labels, sizeof(labels), "kind=\"refused_%s\"", refusal_names[k]);
+		bd_prom_u64(t, "batchd_errors_total", labels, srv->totals.refused[k]);
+	}
+	gauge(t, "batchd_cuda_devices", "CUDA devices batchd can use (0: host sessions only).",
+	      (uint64_t)srv->cuda.devices);
+	counter(t, "batchd_reloads_total", "Configuration reloads applied (SIGHUP).",
+		srv->totals.reloads);
+	counter(t, "batchd_reload_failures_total", "Reloads rejected for a bad configuration.",
+		srv->totals.reload_failures);
+}

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * server_priv.h - the control plane's state, shared by server.c (requests,
+ * sessions, lifecycle) and report.c (status and metrics built from it).
+ *
+ * Thread rules: loop thread only.
+ */
+#ifndef BATCHD_DAEMON_SERVER_PRIV_H
+#define BATCHD_DAEMON_SERVER_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <uv.h>
+
+#include "config.h"
+#include "cuda.h"
+#include "metrics.h"
+#include "pipeline.h"
+#include "protocol.h"
+#include "server.h"
+#include "session.h"
+
+typedef struct client client;
+typedef struct entry entry;
+
+/* A session as the server tracks it. */
+struct entry {
+	bd_session *s;
+	client *c;               /* NULL once its client is gone */
+	uid_t uid;               /* of the client that opened it (kept after it left) */
+	pid_t pid;
+	entry *next;
+};
+
+struct client {
+	bd_server *srv;
+	int fd;
+	uv_poll_t poll;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	bool hello, busy, gone, closed_handle;
+	unsigned sessions;
+	client *next;
+};
+
+/* Why OPEN requests were refused, for the errors metric. */
+enum bd_refusal {
+	BD_REFUSED_NOT_FOUND,    /* -ENOENT, -ENODATA */
+	BD_REFUSED_ACCESS,       /* -EACCES: outside roots, allow-lists */
+	BD_REFUSED_INVALID,      /* -EINVAL and friends */
+	BD_REFUSED_MEMORY,       /* -ENOMEM: budget or per-uid memory */
+	BD_REFUSED_LIMIT,        /* -EMFILE, -EUSERS: session limits */
+	BD_REFUSED_CORRUPT,      /* -EBADMSG, -ENOTSUP, -E2BIG: the pack */
+	BD_REFUSED_DEVICE,       /* -ENODEV, -EOPNOTSUPP: placement */
+	BD_REFUSED_OTHER,
+	BD_REFUSED_KINDS
+};
+
+typedef struct bd_totals {
+	/* Sessions that ended, so totals do not drop when they go. */
+	uint64_t sessions, batches, bytes, failed;
+	bd_hist wait;            /* client-reported bc_next time */
+	uint64_t refused[BD_REFUSED_KINDS];
+	uint64_t protocol_violations;   /* connections cut for breaking the protocol */
+	uint64_t ring_violations;       /* sessions ended for bad release marks */
+	uint64_t denied;                /* connections refused by the allow-lists */
+	uint64_t reloads, reload_failures;
+} bd_totals;
+
+struct bd_server {
+	uv_loop_t *loop;
+	bd_config cfg;
+	int argc;
+	char **argv;             /* to reload the same file and flags on SIGHUP */
+	bd_cuda_state cuda;
+	char socket_path[108];
+	int listen_fd;
+	bool socket_activated;   /* systemd owns the socket file */
+	uv_poll_t listen_poll;
+	uv_signal_t sigterm, sigint, sighup;
+	uv_timer_t stop_timer, watchdog, lease;
+	bd_pipeline *pipeline;
+	bd_session_env env;
+	uint64_t cache_budget;
+	client *clients;
+	unsigned nclients;
+	entry *entries;
+	unsigned nsessions, opening;
+	uint64_t next_session;
+	uint64_t budget_used;
+	uint64_t started_ns;
+	bd_totals totals;
+	struct bd_http *http;
+	bool stopping;
+	uint8_t buf[BP_MSG_MAX];
+};
+
+/* The status document (JSON) and the metrics (Prometheus text). */
+void bd__server_status(bd_server *srv, bd_text *out);
+void bd__server_metrics(bd_server *srv, bd_text *out);
+
+uint64_t bd__now_ns(void);
+
+#endif

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batchd-bench - can this machine feed its GPUs? Disk, decode, pipeline,
+ * block-size sweep and host-to-device benchmarks.
+ *
+ *   batchd-bench disk FILE ...      read FILE as batchd does; fio's numbers and JSON keys
+ *   batchd-bench sweep FILE ...     bandwidth over block size x queue depth, table + SVG + CSV
+ *   batchd-bench decode DATASET ... zstd decode throughput of a pack on N threads
+ *   batchd-bench pipeline DATASET . a batchd and N trainer processes, end to end
+ *   batchd-bench h2d ...            pinned vs pageable host-to-device copies (CUDA)
+ *
+ * This file holds main(), the usage text and the `disk` command; each
+ * other mode lives in its bench_<mode>.c. Exit status: 0 success, 1
+ * failure, 2 usage error (the message names the argument), 77 when the
+ * mode cannot run on this machine (h2d without CUDA).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batchd-build.h"
+#include "bench.h"
+#include "bench_disk.h"
+#include "cli.h"
+#include "units.h"
+
+static const char usage_text[] =
+	"usage: batchd-bench disk FILE [--rw read|randread] [--bs SIZE] [--qd N] [--threads N]\n"
+	"                    [--direct[=0|1] | --buffered] [--size SIZE] [--runtime SEC]\n"
+	"                    [--engine io_uring|psync] [--seed N] [--no-fixedbufs] [--json]\n"
+	"       batchd-bench sweep FILE [--bs LIST] [--qd LIST] [--rw read|randread]\n"
+	"                    [--runtime SEC] [--threads N] [--direct[=0|1] | --buffered]\n"
+	"                    [--size SIZE] [--svg OUT.svg] [--csv OUT.csv] [--json]\n"
+	"       batchd-bench decode DATASET [--threads N] [--seconds SEC] [--json]\n"
+	"       batchd-bench pipeline DATASET [--clients N] [--batch-size B] [--step-ms T]\n"
+	"                    [--shuffle none|global|block] [--seconds SEC | --epochs E]\n"
+	"                    [--prefetch P] [--socket PATH] [--batchd PATH] [--json]\n"
+	"       batchd-bench h2d [--size SIZE] [--reps N] [--device N] [--json]\n"
+	"\n"
+	"disk: without --runtime, reads the first --size bytes of FILE (all of it by\n"
+	"default) once; with it, reads for that long. FILE is created at --size if absent.\n"
+	"Sizes take K, M, G, T (powers of 1024); SEC takes s, ms or m (\"10\", \"500ms\").\n";
+
+int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
+{
+	uint64_t v;
+	double d;
+
+	switch (ch) {
+	case BENCH_O_RW:
+		if (!strcmp(arg, "read"))
+			o->random = false;
+		else if (!strcmp(arg, "randread"))
+			o->random = true;
+		else
+			return cli_usage("--rw: '%s' is not read or randread", arg);
+		return 0;
+	case BENCH_O_BS:
+		if (bp_parse_size(arg, &v) < 0 || v == 0 || v > BENCH_DISK_MAX_BS)
+			return cli_usage("--bs: '%s' is not a size from 1 byte to 1 GiB", arg);
+		o->bs = (uint32_t)v;
+		return 0;
+	case BENCH_O_QD:
+		if (cli_parse_u64(arg, &v) < 0 || v == 0 || v > BD_IO_MAX_DEPTH)
+			return cli_usage("--qd: '%s' is not a number from 1 to %u", arg, BD_IO_MAX_DEPTH);
+		o->qd = (unsigned)v;
+		return 0;
+	case BENCH_O_THREADS:
+		if (cli_parse_u64(arg, &v) < 0 || v == 0 || v > BENCH_DISK_MAX_THREADS)
+			return cli_usage("--threads: '%s' is not a number from 1 to %u", arg,
+					 BENCH_DISK_MAX_THREADS);
+		o->threads = (unsigned)v;
+		return 0;
+	case BENCH_O_DIRECT:
+		if (!arg || !strcmp(arg, "1"))
+			o->direct = 1;
+		else if (!strcmp(arg, "0"))
+			o->direct = 0;
+		else
+			return cli_usage("--direct: '%s' is not 0 or 1", arg);
+		return 0;
+	case BENCH_O_BUFFERED:
+		o->direct = 0;
+		return 0;
+	case BENCH_O_SIZE:
+		if (bp_parse_size(arg, &v) < 0 || v == 0 || v > (UINT64_C(1) << 62))
+			return cli_usage("--size: '%s' is not a size", arg);
+		o->size = v;
+		return 0;
+	case BENCH_O_RUNTIME:
+		if (bench_parse_seconds(arg, &d) < 0 || d <= 0)
+			return cli_usage("--runtime: '%s' is not a duration above 0 (\"10\", \"500ms\")",
+					 arg);
+		o->runtime = d;
+		return 0;
+	case BENCH_O_ENGINE:
+		if (!strcmp(arg, "io_uring"))
+			o->engine = BD_IO_URING;
+		else if (!strcmp(arg, "psync") || !strcmp(arg, "pread"))
+			o->engine = BD_IO_PREAD;
+		else
+			return cli_usage("--engine: '%s' is not io_uring or psync", arg);
+		return 0;
+	case BENCH_O_SEED:
+		if (cli_parse_u64(arg, &v) < 0)
+			return cli_usage("--seed: '%s' is not a number", arg);
+		o->seed = v;
+		return 0;
+	case BENCH_O_NOFIXED:
+		o->fixedbufs = false;
+		return 0;
+	}
+	return 1;
+}
+
+int bench_cmd_disk(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		BENCH_DISK_LONGOPTS,
+		{ "bs", required_argument, NULL, BENCH_O_BS },
+		{ "qd", required_argument, NULL, BENCH_O_QD },
+		{ "iodepth", required_argument, NULL, BENCH_O_QD },
+		{ "engine", required_argument, NULL, BENCH_O_ENGINE },
+		{ "json", no_argument, NULL, BENCH_O_JSON },
+		{ NULL, 0, NULL, 0 },
+	};
+	bench_disk_result *res;
+	bench_disk_opts o;
+	uint64_t file_size;
+	bool json = false, qd_given = false;
+	char err[512];
+	int ch, r;
+
+	bench_disk_opts_init(&o);
+	optind = 1;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, "-:", opts, NULL)) != -1) {
+		if (ch == 1) {
+			if (o.path)
+				return cli_usage("disk: unexpected argument '%s'", optarg);
+			o.path = optarg;
+			continue;
+		}
+		if (ch == BENCH_O_JSON) {
+			json = true;
+			continue;
+		}
+		if (ch == '?')
+			return cli_usage("disk: unknown option '%s'", argv[optind - 1]);
+		if (ch == ':')
+			return cli_usage("disk: '%s' needs a value", argv[optind - 1]);
+		qd_given = qd_given || ch == BENCH_O_QD;
+		r = bench_disk_option(&o, ch, optarg);
+		if (r)
+			return 2;
+	}
+	if (!o.path)
+		return cli_usage("disk: missing FILE");
+	if (o.engine == BD_IO_PREAD) {
+		if (qd_given && o.qd != 1)
+			fprintf(stderr, "batchd-bench: note: psync reads one block at a time; "
+				"--qd %u becomes 1\n", o.qd);
+		o.qd = 1;
+	}
+	if ((uint64_t)o.qd * o.bs > BENCH_DISK_MAX_BUFFERS)
+		return cli_usage("--qd x --bs: %u x %u bytes of buffers is over 4 GiB", o.qd, o.bs);
+	o.progress = !json;
+
+	if (bench_disk_prepare(&o, &file_size, err, sizeof(err)) < 0) {
+		fprintf(stderr, "batchd-bench: %s\n", err);
+		return 1;
+	}
+	res = malloc(sizeof(*res));
+	if (!res) {
+		fprintf(stderr, "batchd-bench: out of memory\n");
+		return 1;
+	}
+	r = bench_disk_run(&o, res, err, sizeof(err));
+	if (r < 0) {
+		fprintf(stderr, "batchd-bench: %s\n", err);
+		free(res);
+		return 1;
+	}
+	if (json)
+		bench_disk_json(&o, res, stdout);
+	else
+		bench_disk_human(&o, res, stdout);
+	free(res);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		int (*cmd)(int argc, char **argv);
+	} modes[] = {
+		{ "disk", bench_cmd_disk },
+		{ "sweep", bench_cmd_sweep },
+		{ "decode", bench_cmd_decode },
+		{ "pipeline", bench_cmd_pipeline },
+		{ "h2d", bench_cmd_h2d },
+	};
+
+	cli_init("batchd-bench", usage_text);
+	if (argc < 2)
+		return cli_usage("missing mode (disk, sweep, decode, pipeline or h2d)");
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("batchd-bench %s\n", BATCHD_VERSION);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+		if (!strcmp(argv[1], modes[i].name))
+			return modes[i].cmd(argc - 1, argv + 1);
+	return cli_usage("unknown mode '%s'", argv[1]);
+}

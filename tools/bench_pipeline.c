@@ -1,0 +1,629 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_pipeline.c - `batchd-bench pipeline`: batchd end to end, with N
+ * trainer processes consuming from it.
+ *
+ * Why: the disk and decode modes measure the parts; this measures what a
+ * trainer actually gets. It starts its own batchd on a temporary socket
+ * (root: the dataset's directory) unless --socket names a running one,
+ * then forks N client processes, ranks 0..N-1 of a world of N, that each
+ * take batches through libbatchclient and "train" for --step-ms on each.
+ * Every client measures how long it was blocked in bc_next (the stall a
+ * GPU would see), its first-batch latency and its wait distribution, and
+ * writes them into a shared anonymous mapping the parent reads once the
+ * client has exited.
+ *
+ * All clients are released at the same instant (they block on a pipe the
+ * parent closes), so their runs overlap completely.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batchclient.h"
+#include "bench.h"
+#include "bench_stats.h"
+#include "cli.h"
+#include "progress.h"
+#include "units.h"
+
+#define MAX_CLIENTS 256u
+
+typedef struct pl_opts {
+	const char *dataset;
+	const char *socket;      /* a running batchd, or NULL: start one */
+	const char *batchd;      /* the binary to start */
+	const char *memory;      /* --memory for our batchd */
+	unsigned clients;
+	bc_stream_opts so;       /* dataset, batch size, shuffle, seed, prefetch */
+	uint64_t step_ms;
+	double seconds;          /* 0 with epochs */
+	uint64_t epochs;
+	bool json;
+} pl_opts;
+
+/* One client's results, in memory shared with the parent. */
+typedef struct pl_client {
+	_Atomic uint64_t live_bytes;   /* for the progress line */
+	int rc;                        /* 0 ok, else an errno */
+	char msg[256];
+	uint64_t batches, samples, bytes, failed;
+	double wall, waited, first_batch;
+	bench_hist wait;               /* ns blocked in bc_next, per batch taken */
+} pl_client;
+
+/* ---- finding and running batchd ------------------------------------------------ */
+
+static bool executable(const char *p)
+{
+	struct stat st;
+
+	return p && stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
+}
+
+/*
+ * --batchd, $BATCHD, next to this binary (installed side by side, the build
+ * tree's ../daemon/batchd, or ../sbin/batchd), the path of the build that
+ * made this binary, then $PATH.
+ */
+static const char *find_batchd(const char *given, char *buf, size_t len)
+{
+	static const char *const rel[] = { "batchd", "../daemon/batchd", "../sbin/batchd" };
+	char self[PATH_MAX];
+	ssize_t n;
+
+	if (given)
+		return given;
+	if (executable(getenv("BATCHD")))
+		return getenv("BATCHD");
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = '\0';
+		for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+			snprintf(buf, len, "%s/%s", dirname(self), rel[i]);
+			if (executable(buf))
+				return buf;
+			self[n] = '\0';   /* dirname may have written into it */
+		}
+	}
+#ifdef BATCHD_BENCH_BATCHD
+	if (executable(BATCHD_BENCH_BATCHD))
+		return BATCHD_BENCH_BATCHD;
+#endif
+	return "batchd";          /* execvp searches $PATH */
+}
+
+typedef struct pl_daemon {
+	char dir[96], sock[128], log[128];   /* dir is at most 60 + 21 bytes */
+	pid_t pid;
+} pl_daemon;
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static void dump_log(const pl_daemon *d)
+{
+	char line[1024];
+	FILE *f = fopen(d->log, "r");
+
+	if (!f)
+		return;
+	fprintf(stderr, "---- batchd log ----\n");
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fprintf(stderr, "--------------------\n");
+	fclose(f);
+}
+
+static int daemon_start(pl_daemon *d, const pl_opts *o, const char *root)
+{
+	const char *tmp = getenv("TMPDIR");
+	char bin_buf[PATH_MAX];
+	const char *bin = find_batchd(o->batchd, bin_buf, sizeof(bin_buf));
+	char *argv[16];
+	int n = 0, logfd;
+
+	/* A socket path must fit in sun_path (108 bytes): a long TMPDIR will not do. */
+	if (!tmp || !*tmp || strlen(tmp) > 60)
+		tmp = "/tmp";
+	snprintf(d->dir, sizeof(d->dir), "%s/batchd-bench.XXXXXX", tmp);
+	if (!mkdtemp(d->dir)) {
+		fprintf(stderr, "batchd-bench: mkdtemp %s: %s\n", d->dir, strerror(errno));
+		d->dir[0] = '\0';
+		return -1;
+	}
+	snprintf(d->sock, sizeof(d->sock), "%s/batchd.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/batchd.log", d->dir);
+	argv[n++] = (char *)bin;
+	argv[n++] = "--socket";
+	argv[n++] = d->sock;
+	argv[n++] = "--root";
+	argv[n++] = (char *)root;
+	if (o->memory) {
+		argv[n++] = "--memory";
+		argv[n++] = (char *)o->memory;
+	}
+	argv[n] = NULL;
+
+	logfd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (logfd < 0)
+		return -1;
+	fflush(NULL);
+	d->pid = fork();
+	if (d->pid < 0) {
+		close(logfd);
+		return -1;
+	}
+	if (d->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);     /* never outlive the benchmark */
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		execvp(argv[0], argv);
+		fprintf(stderr, "batchd-bench: cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(logfd);
+
+	/* Up to a minute: sanitizer builds and a cold CUDA probe start slowly. */
+	for (int i = 0; i < 6000; i++) {
+		bc_client *c;
+		int st;
+
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			fprintf(stderr, "batchd-bench: %s exited (status %d) before answering\n", bin,
+				WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+			dump_log(d);
+			return -1;
+		}
+		if (bc_connect(d->sock, &c) == 0) {
+			bc_disconnect(c);
+			return 0;
+		}
+		sleep_ms(10);
+	}
+	fprintf(stderr, "batchd-bench: %s never answered on %s\n", bin, d->sock);
+	dump_log(d);
+	return -1;
+}
+
+/* Stops our batchd (if running) and removes its directory. @return its exit status or -1. */
+static int daemon_stop(pl_daemon *d, bool show_log)
+{
+	int st = 0, rc = -1;
+	bool had = d->pid > 0;
+
+	if (had) {
+		kill(d->pid, SIGTERM);
+		for (int i = 0; i < 3000; i++) {
+			if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+				rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+				break;
+			}
+			sleep_ms(10);
+		}
+		if (rc < 0) {
+			kill(d->pid, SIGKILL);
+			waitpid(d->pid, &st, 0);
+		}
+		d->pid = 0;
+	}
+	if (show_log || (had && rc != 0))
+		dump_log(d);
+	if (d->dir[0]) {
+		unlink(d->sock);
+		unlink(d->log);
+		rmdir(d->dir);
+	}
+	return rc;
+}
+
+/* ---- one client ---------------------------------------------------------------------- */
+
+static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_client *out)
+{
+	bc_stream_opts so = o->so;
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	double t0 = bench_now(), t_loop, deadline = t0 + o->seconds;
+	uint64_t ep = 0;
+	int r;
+
+	so.rank = rank;
+	so.world = o->clients;
+	r = bc_connect(sock, &c);
+	if (r < 0) {
+		out->rc = -r;
+		snprintf(out->msg, sizeof(out->msg), "connect %s: %s", sock, bc_strerror(r));
+		return;
+	}
+	r = bc_open(c, &so, &s);
+	if (r < 0) {
+		out->rc = -r;
+		snprintf(out->msg, sizeof(out->msg), "open %s: %s", so.dataset,
+			 bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r));
+		bc_disconnect(c);
+		return;
+	}
+	t_loop = bench_now();
+	out->first_batch = -1;
+	for (;;) {
+		bc_batch *b;
+		uint64_t tw = bench_now_ns(), waited;
+		size_t len;
+
+		r = bc_next(s, &b, -1);
+		waited = bench_now_ns() - tw;
+		out->waited += (double)waited / 1e9;
+		if (r == BC_EPOCH_END) {
+			if (o->epochs && ++ep == o->epochs)
+				break;
+			continue;
+		}
+		if (r < 0) {
+			if (r == -ESHUTDOWN || r == -EPIPE || r == -EPROTO || r == -ENOBUFS) {
+				out->rc = -r;
+				snprintf(out->msg, sizeof(out->msg), "%s: %s", bc_strerror(r),
+					 bc_stream_error(s));
+				break;
+			}
+			out->failed++;   /* a batch the daemon could not build; the stream goes on */
+			continue;
+		}
+		bench_hist_record(&out->wait, waited);
+		if (out->first_batch < 0)
+			out->first_batch = bench_now() - t0;
+		out->batches++;
+		out->samples += bc_batch_count(b);
+		bc_batch_data(b, &len);
+		out->bytes += len;
+		atomic_store_explicit(&out->live_bytes, out->bytes, memory_order_relaxed);
+		if (o->step_ms)
+			sleep_ms((int)o->step_ms);
+		bc_release(b);
+		if (o->epochs && ep + 1 == o->epochs) {
+			uint64_t e, bi;
+
+			/* The last epoch ends with its last batch: do not wait for the marker. */
+			bc_stream_position(s, &e, &bi);
+			if (bi == 0 && e > so.start_epoch + ep)
+				break;
+		}
+		if (!o->epochs && bench_now() >= deadline)
+			break;
+	}
+	out->wall = bench_now() - t_loop;
+	if (out->first_batch < 0)
+		out->first_batch = 0;
+	bc_close(s);
+	bc_disconnect(c);
+}
+
+/* ---- report ------------------------------------------------------------------------------ */
+
+static const char *shuffle_name(enum bc_shuffle s)
+{
+	return s == BC_SHUFFLE_NONE ? "none" : s == BC_SHUFFLE_BLOCK ? "block" : "global";
+}
+
+static void report(const pl_opts *o, pl_client *cl, bool own)
+{
+	uint64_t samples = 0, bytes = 0, batches = 0, failed = 0;
+	double wall = 0, stall = 0, first = 0;
+	bench_hist *all = malloc(sizeof(*all));
+
+	if (!all)
+		return;
+	bench_hist_init(all);
+	for (unsigned i = 0; i < o->clients; i++) {
+		samples += cl[i].samples;
+		bytes += cl[i].bytes;
+		batches += cl[i].batches;
+		failed += cl[i].failed;
+		if (cl[i].wall > wall)
+			wall = cl[i].wall;
+		if (cl[i].first_batch > first)
+			first = cl[i].first_batch;
+		stall += cl[i].wall > 0 ? 100 * cl[i].waited / cl[i].wall : 0;
+		bench_hist_merge(all, &cl[i].wait);
+	}
+	stall /= o->clients;
+	if (wall <= 0)
+		wall = 1e-9;
+	if (o->json) {
+		fputs("{\"mode\": \"pipeline\", \"dataset\": ", stdout);
+		bench_json_string(stdout, o->dataset);
+		printf(", \"clients\": %u, \"batch_size\": %u, \"shuffle\": \"%s\", \"step_ms\": %" PRIu64
+		       ", \"seconds\": %.3f, \"epochs\": %" PRIu64 ", \"own_daemon\": %s, \"total\": "
+		       "{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
+		       ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, \"samples_per_s\": %.1f, "
+		       "\"bytes_per_s\": %.0f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
+		       "\"first_batch_ms\": %.3f, \"wait_ns\": ",
+		       o->clients, o->so.batch_size, shuffle_name(o->so.shuffle), o->step_ms, o->seconds,
+		       o->epochs, own ? "true" : "false", batches, samples, bytes, failed, wall,
+		       (double)samples / wall, (double)bytes / wall, (double)bytes / wall / 1e6, stall,
+		       first * 1e3);
+		bench_hist_json(all, stdout);
+		fputs("}, \"per_client\": [", stdout);
+		for (unsigned i = 0; i < o->clients; i++) {
+			const pl_client *c = &cl[i];
+			double w = c->wall > 0 ? c->wall : 1e-9;
+
+			printf("%s{\"rank\": %u, \"batches\": %" PRIu64 ", \"samples\": %" PRIu64
+			       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, "
+			       "\"samples_per_s\": %.1f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
+			       "\"first_batch_ms\": %.3f, \"wait_p99_ms\": %.3f}", i ? ", " : "", i,
+			       c->batches, c->samples, c->bytes, c->failed, c->wall,
+			       (double)c->samples / w, (double)c->bytes / w / 1e6, 100 * c->waited / w,
+			       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6);
+		}
+		puts("]}");
+	} else {
+		printf("pipeline: %s, %u client%s, batch %u, %s shuffle, step %" PRIu64 " ms, ",
+		       o->dataset, o->clients, o->clients == 1 ? "" : "s", o->so.batch_size,
+		       shuffle_name(o->so.shuffle), o->step_ms);
+		if (o->epochs)
+			printf("%" PRIu64 " epoch%s", o->epochs, o->epochs == 1 ? "" : "s");
+		else
+			printf("%.3g s", o->seconds);
+		printf("%s\n", own ? " (own batchd)" : "");
+		printf("%6s %10s %12s %10s %8s %14s %12s\n", "client", "batches", "samples/s", "MB/s",
+		       "stall%", "first batch ms", "p99 wait ms");
+		for (unsigned i = 0; i < o->clients; i++) {
+			const pl_client *c = &cl[i];
+			double w = c->wall > 0 ? c->wall : 1e-9;
+
+			printf("%6u %10" PRIu64 " %12.1f %10.1f %8.1f %14.1f %12.3f\n", i, c->batches,
+			       (double)c->samples / w, (double)c->bytes / w / 1e6, 100 * c->waited / w,
+			       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6);
+		}
+		printf("%6s %10" PRIu64 " %12.1f %10.1f %8.1f %14.1f %12.3f\n", "total", batches,
+		       (double)samples / wall, (double)bytes / wall / 1e6, stall, first * 1e3,
+		       (double)bench_hist_percentile(all, 99) / 1e6);
+		if (failed)
+			printf("%" PRIu64 " batches FAILED\n", failed);
+	}
+	free(all);
+}
+
+/* ---- the command ---------------------------------------------------------------------- */
+
+static void watch(const pl_opts *o, pl_client *cl, pid_t *pids, unsigned *running)
+{
+	progress p;
+
+	progress_start(&p, "pipeline", 0);
+	p.enabled = p.enabled && !o->json;
+	while (*running) {
+		uint64_t bytes = 0;
+		int st;
+
+		for (unsigned i = 0; i < o->clients; i++) {
+			if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+				pids[i] = 0;
+				(*running)--;
+				if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0) && !cl[i].rc) {
+					cl[i].rc = EIO;
+					snprintf(cl[i].msg, sizeof(cl[i].msg), "client died (status %d)",
+						 WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+				}
+			}
+			bytes += atomic_load_explicit(&cl[i].live_bytes, memory_order_relaxed);
+		}
+		progress_update(&p, bytes, false);
+		if (*running)
+			sleep_ms(20);
+	}
+	progress_end(&p);
+}
+
+static int run_clients(const pl_opts *o, const char *sock, bool own)
+{
+	size_t map_len = o->clients * sizeof(pl_client);
+	pid_t pids[MAX_CLIENTS];
+	unsigned running = 0;
+	pl_client *cl;
+	int go[2], rc = 0;
+
+	cl = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (cl == MAP_FAILED || pipe2(go, O_CLOEXEC) < 0) {
+		fprintf(stderr, "batchd-bench: %s\n", strerror(errno));
+		return 1;
+	}
+	for (unsigned i = 0; i < o->clients; i++) {
+		atomic_init(&cl[i].live_bytes, 0);
+		bench_hist_init(&cl[i].wait);
+	}
+	fflush(NULL);
+	for (unsigned i = 0; i < o->clients; i++) {
+		pids[i] = fork();
+		if (pids[i] < 0) {
+			fprintf(stderr, "batchd-bench: fork: %s\n", strerror(errno));
+			rc = 1;
+			break;
+		}
+		if (pids[i] == 0) {
+			char c;
+
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			close(go[1]);
+			/* Blocks until the parent closes its end: everyone starts at once. */
+			while (read(go[0], &c, 1) < 0 && errno == EINTR)
+				;
+			client_run(o, sock, i, &cl[i]);
+			_exit(cl[i].rc ? 1 : 0);
+		}
+		running++;
+	}
+	close(go[0]);
+	close(go[1]);
+	for (unsigned i = running; i < o->clients; i++)
+		pids[i] = 0;
+	watch(o, cl, pids, &running);
+
+	for (unsigned i = 0; i < o->clients; i++)
+		if (cl[i].rc) {
+			fprintf(stderr, "batchd-bench: client %u: %s\n", i, cl[i].msg);
+			rc = 1;
+		}
+	if (rc == 0)
+		report(o, cl, own);
+	munmap(cl, map_len);
+	return rc;
+}
+
+int bench_cmd_pipeline(int argc, char **argv)
+{
+	enum { O_CLIENTS = 256, O_BATCH, O_STEP, O_SHUFFLE, O_SECONDS, O_EPOCHS, O_PREFETCH,
+	       O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON };
+	static const struct option opts[] = {
+		{ "clients", required_argument, NULL, O_CLIENTS },
+		{ "batch-size", required_argument, NULL, O_BATCH },
+		{ "step-ms", required_argument, NULL, O_STEP },
+		{ "shuffle", required_argument, NULL, O_SHUFFLE },
+		{ "seconds", required_argument, NULL, O_SECONDS },
+		{ "epochs", required_argument, NULL, O_EPOCHS },
+		{ "prefetch", required_argument, NULL, O_PREFETCH },
+		{ "seed", required_argument, NULL, O_SEED },
+		{ "socket", required_argument, NULL, O_SOCKET },
+		{ "batchd", required_argument, NULL, O_BATCHD },
+		{ "memory", required_argument, NULL, O_MEMORY },
+		{ "json", no_argument, NULL, O_JSON },
+		{ NULL, 0, NULL, 0 },
+	};
+	char abs[PATH_MAX], root[PATH_MAX];
+	bool seconds_given = false;
+	pl_daemon d = { .pid = 0 };
+	pl_opts o;
+	uint64_t v;
+	int ch, rc;
+
+	memset(&o, 0, sizeof(o));
+	bc_stream_opts_init(&o.so);
+	o.clients = 1;
+	o.so.batch_size = 32;
+	o.so.shuffle = BC_SHUFFLE_GLOBAL;
+	o.seconds = 10;
+	optind = 1;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, "-:", opts, NULL)) != -1) {
+		switch (ch) {
+		case 1:
+			if (o.dataset)
+				return cli_usage("pipeline: unexpected argument '%s'", optarg);
+			o.dataset = optarg;
+			continue;
+		case O_SHUFFLE:
+			if (!strcmp(optarg, "none"))
+				o.so.shuffle = BC_SHUFFLE_NONE;
+			else if (!strcmp(optarg, "global"))
+				o.so.shuffle = BC_SHUFFLE_GLOBAL;
+			else if (!strcmp(optarg, "block"))
+				o.so.shuffle = BC_SHUFFLE_BLOCK;
+			else
+				return cli_usage("--shuffle: '%s' is not none, global or block", optarg);
+			continue;
+		case O_SECONDS:
+			if (bench_parse_seconds(optarg, &o.seconds) < 0 || o.seconds <= 0)
+				return cli_usage("--seconds: '%s' is not a duration above 0", optarg);
+			seconds_given = true;
+			continue;
+		case O_SOCKET:
+			o.socket = optarg;
+			continue;
+		case O_BATCHD:
+			o.batchd = optarg;
+			continue;
+		case O_MEMORY:
+			if (bp_parse_size(optarg, &v) < 0)
+				return cli_usage("--memory: '%s' is not a size", optarg);
+			o.memory = optarg;
+			continue;
+		case O_JSON:
+			o.json = true;
+			continue;
+		case ':':
+			return cli_usage("pipeline: '%s' needs a value", argv[optind - 1]);
+		case '?':
+			return cli_usage("pipeline: unknown option '%s'", argv[optind - 1]);
+		}
+		if (cli_parse_u64(optarg, &v) < 0)
+			return cli_usage("--%s: '%s' is not a number", opts[ch - O_CLIENTS].name, optarg);
+		switch (ch) {
+		case O_CLIENTS:
+			if (v == 0 || v > MAX_CLIENTS)
+				return cli_usage("--clients: '%s' is not a number from 1 to %u", optarg,
+						 MAX_CLIENTS);
+			o.clients = (unsigned)v;
+			break;
+		case O_BATCH:
+			if (v == 0 || v > UINT32_MAX)
+				return cli_usage("--batch-size: '%s' is not a number from 1", optarg);
+			o.so.batch_size = (uint32_t)v;
+			break;
+		case O_STEP:
+			if (v > 3600000)
+				return cli_usage("--step-ms: '%s' is over an hour", optarg);
+			o.step_ms = v;
+			break;
+		case O_EPOCHS:
+			if (v == 0)
+				return cli_usage("--epochs: '%s' is not a number from 1", optarg);
+			o.epochs = v;
+			break;
+		case O_PREFETCH:
+			o.so.prefetch = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+			break;
+		case O_SEED:
+			o.so.seed = v;
+			break;
+		}
+	}
+	if (!o.dataset)
+		return cli_usage("pipeline: missing DATASET");
+	if (o.epochs && seconds_given)
+		return cli_usage("pipeline: --seconds and --epochs exclude each other");
+	if (o.epochs)
+		o.seconds = 0;
+
+	if (o.socket) {
+		o.so.dataset = o.dataset;
+		return run_clients(&o, o.socket, false);
+	}
+	/* Our own batchd serves the dataset's directory; the clients name it absolutely. */
+	if (!realpath(o.dataset, abs)) {
+		fprintf(stderr, "batchd-bench: %s: %s\n", o.dataset, strerror(errno));
+		return 1;
+	}
+	memcpy(root, abs, sizeof(root));
+	o.so.dataset = abs;
+	if (daemon_start(&d, &o, dirname(root)) < 0) {
+		daemon_stop(&d, false);
+		return 1;
+	}
+	rc = run_clients(&o, d.sock, true);
+	if (daemon_stop(&d, rc != 0) != 0 && rc == 0) {
+		fprintf(stderr, "batchd-bench: batchd did not stop cleanly\n");
+		rc = 1;
+	}
+	return rc;
+}
