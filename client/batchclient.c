@@ -224,11 +224,19 @@ int bc_connect(const char *socket_path, bc_client **ret)
 	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 
 	n = bp_msg_hello_encode(&h, c->buf, sizeof(c->buf));
-	if (n < 0 || (r = send_all(c, c->buf, n)) < 0) {
-		r = n < 0 ? n : r;
+	if (n < 0) {
+		r = n;
 		goto fail;
 	}
+	/*
+	 * A daemon that refuses us ([access]) answers ERROR and hangs up, maybe
+	 * before our HELLO went out: read its answer either way.
+	 */
+	r = send_all(c, c->buf, n);
+	c->dead = false;
 	n = recv_reply(c, NULL, 0, &nfds);
+	if (n < 0 && r < 0)
+		n = r;
 	if (n < 0) {
 		r = n;
 		goto fail;

@@ -25,7 +25,7 @@ static uint64_t next_uid;
 
 /* ---- path resolution ------------------------------------------------------ */
 
-static int open_beneath_walk(int rootfd, const char *rel)
+static int open_beneath_walk(int rootfd, const char *rel, int flags)
 {
 	char *copy = strdup(rel), *save = NULL, *part;
 	int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0), next;
@@ -44,7 +44,7 @@ static int open_beneath_walk(int rootfd, const char *rel)
 			free(copy);
 			return -EXDEV;
 		}
-		next = openat(fd, part, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		next = openat(fd, part, flags | O_NOFOLLOW);
 		close(fd);
 		if (next < 0) {
 			free(copy);
@@ -56,12 +56,11 @@ static int open_beneath_walk(int rootfd, const char *rel)
 	return fd;
 }
 
-/* Open rel beneath rootfd; -EXDEV when it would escape. */
-static int open_beneath(int rootfd, const char *rel)
+/* Open rel beneath rootfd with flags; -EXDEV when it would escape. */
+static int open_beneath(int rootfd, const char *rel, int flags)
 {
 	struct open_how how = {
-		/* O_NONBLOCK: a FIFO is refused after fstat, never waited on. */
-		.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK,
+		.flags = (uint64_t)flags,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
 	};
 	long fd = syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
@@ -69,8 +68,27 @@ static int open_beneath(int rootfd, const char *rel)
 	if (fd >= 0)
 		return (int)fd;
 	if (errno == ENOSYS || errno == EPERM)
-		return open_beneath_walk(rootfd, rel);
+		return open_beneath_walk(rootfd, rel, flags);
 	return -errno;
+}
+
+/*
+ * Open what an O_PATH descriptor names for reading, once its type is known
+ * to be a regular file or a directory: nothing else (FIFO, device) is ever
+ * opened for real.
+ */
+static int reopen(int pathfd, bool dir)
+{
+	char proc[64];
+	int fd;
+
+	if (dir)
+		fd = openat(pathfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	else {
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pathfd);
+		fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	}
+	return fd < 0 ? -errno : fd;
 }
 
 /* If path lies under root (component-wise), the remainder; else NULL. */
@@ -109,7 +127,8 @@ static int resolve(const char *const *roots, size_t nroots, const char *path, in
 			bd_log(LOG_WARNING, "dataset root %s: %s", roots[i], strerror(errno));
 			continue;
 		}
-		fd = open_beneath(rootfd, rel[0] ? rel : ".");
+		/* O_PATH: look before opening anything for real. */
+		fd = open_beneath(rootfd, rel[0] ? rel : ".", O_PATH | O_CLOEXEC);
 		close(rootfd);
 		if (fd >= 0) {
 			*ret_fd = fd;
@@ -284,6 +303,7 @@ static int load(int fd, const char *path, const struct stat *st, enum bd_direct_
 
 	if (!d || !(d->name = strdup(path))) {
 		free(d);
+		snprintf(err, errlen, "dataset %s: out of memory", path);
 		return -ENOMEM;
 	}
 	r = bp_dataset_fdopen(fd, path, &d->ds, &fault);
@@ -324,21 +344,28 @@ int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
 {
 	struct stat st;
 	bd_dataset *d;
-	int fd, r;
+	int pathfd, fd, r;
 
 	err[0] = '\0';
-	r = resolve(roots, nroots, path, &fd, err, errlen);
+	r = resolve(roots, nroots, path, &pathfd, err, errlen);
 	if (r < 0)
 		return r;
-	if (fstat(fd, &st) < 0) {
+	if (fstat(pathfd, &st) < 0) {
 		r = -errno;
 		snprintf(err, errlen, "%s: %s", path, strerror(-r));
-		goto out;
+		close(pathfd);
+		return r;
 	}
 	if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
 		snprintf(err, errlen, "%s: not a regular file or directory", path);
-		r = -EINVAL;
-		goto out;
+		close(pathfd);
+		return -EINVAL;
+	}
+	fd = reopen(pathfd, S_ISDIR(st.st_mode));
+	close(pathfd);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(-fd));
+		return fd;
 	}
 
 	pthread_mutex_lock(&cache_mu);

@@ -63,6 +63,8 @@ struct bd_io {
 
 	struct iovec *bufs;        /* registered buffers (copy), or NULL */
 	unsigned nbufs;
+	int *file_slot;            /* registered files: fd -> slot, -1 if none; or NULL */
+	unsigned nfile_slot;       /* entries of file_slot (largest fd + 1) */
 
 	/* test hooks, see bd_io_opts */
 	uint32_t max_read;
@@ -118,6 +120,14 @@ static bool bd__fixed(const bd_io *io, const bd_io_req *req)
 	p = (uintptr_t)req->buf;
 	return p >= base && p - base <= v->iov_len &&
 	       req->len <= v->iov_len - (p - base);
+}
+
+/* The fixed-file slot of @fd, or -1 when it is not registered. */
+static int bd__file(const bd_io *io, int fd)
+{
+	if (fd < 0 || (unsigned)fd >= io->nfile_slot)
+		return -1;
+	return io->file_slot[fd];
 }
 
 /*
@@ -205,7 +215,7 @@ static int bd__uring_setup(bd_io *io)
 static int bd__uring_queue(bd_io *io, bd_io_req *req)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-	int r;
+	int slot = bd__file(io, req->fd), r;
 
 	if (!sqe) {
 		/*
@@ -220,14 +230,16 @@ static int bd__uring_queue(bd_io *io, bd_io_req *req)
 			return -EBUSY;
 	}
 	if (bd__fixed(io, req))
-		io_uring_prep_read_fixed(sqe, req->fd, bd__cursor(req),
-					 bd__chunk(io, req),
+		io_uring_prep_read_fixed(sqe, slot >= 0 ? slot : req->fd,
+					 bd__cursor(req), bd__chunk(io, req),
 					 req->offset + req->priv_done,
 					 req->buf_index);
 	else
-		io_uring_prep_read(sqe, req->fd, bd__cursor(req),
-				   bd__chunk(io, req),
+		io_uring_prep_read(sqe, slot >= 0 ? slot : req->fd,
+				   bd__cursor(req), bd__chunk(io, req),
 				   req->offset + req->priv_done);
+	if (slot >= 0)
+		sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data(sqe, req);
 	return 0;
 }
@@ -309,6 +321,47 @@ static int bd__uring_wait(bd_io *io, bd_io_req **ret_req)
 		*ret_req = req;
 		return 0;
 	}
+}
+
+/*
+ * Takes one finished request among the CQEs already posted, without
+ * entering the kernel to wait. A request needing another read is requeued
+ * and submitted at once (a short read must not sit in the SQ while the
+ * caller works). @return 1 and *ret_req; 0 when no finished request is
+ * ready; -EAGAIN when the watched fd's poll completed.
+ */
+static int bd__uring_take(bd_io *io, bd_io_req **ret_req)
+{
+	struct io_uring_cqe *cqe;
+
+	while (io_uring_peek_cqe(&io->ring, &cqe) == 0 && cqe) {
+		bd_io_req *req = io_uring_cqe_get_data(cqe);
+		int32_t res = cqe->res;
+		int r;
+
+		io_uring_cqe_seen(&io->ring, cqe);
+		if ((void *)req == &io->watch_token) {
+			io->watch_armed = false;
+			return -EAGAIN;
+		}
+		if (!bd__settle(io, req, res)) {
+			r = bd__uring_queue(io, req);
+			if (r == 0) {
+				/*
+				 * Queued: the request is the kernel's again, whatever
+				 * this submit says; one that fails leaves the SQE for
+				 * the next enter, which retries it or reports the error.
+				 */
+				(void)io_uring_submit(&io->ring);
+				continue;
+			}
+			req->result = r;
+		}
+		io->inflight--;
+		*ret_req = req;
+		return 1;
+	}
+	return 0;
 }
 
 /* ---- pread -------------------------------------------------------------- */
@@ -397,6 +450,7 @@ void bd_io_free(bd_io *io)
 		io_uring_queue_exit(&io->ring);
 	free(io->fifo);
 	free(io->bufs);
+	free(io->file_slot);
 	free(io);
 }
 
@@ -453,6 +507,47 @@ int bd_io_register(bd_io *io, const struct iovec *iov, unsigned n)
 	return 0;
 }
 
+int bd_io_register_files(bd_io *io, const int *fds, unsigned n)
+{
+	unsigned i, top = 0;
+	int *slot;
+	int r;
+
+	if (!fds || n == 0 || n > BD_IO_MAX_FILES)
+		return -EINVAL;
+	for (i = 0; i < n; i++) {
+		if (fds[i] < 0)
+			return -EINVAL;
+		if ((unsigned)fds[i] >= top)
+			top = (unsigned)fds[i] + 1;
+	}
+	if (io->file_slot || io->inflight)
+		return -EBUSY;
+
+	slot = malloc(top * sizeof(*slot));
+	if (!slot)
+		return -ENOMEM;
+	for (i = 0; i < top; i++)
+		slot[i] = -1;
+	for (i = 0; i < n; i++) {
+		if (slot[fds[i]] >= 0) {
+			free(slot);
+			return -EINVAL;
+		}
+		slot[fds[i]] = (int)i;
+	}
+	if (io->ring_live) {
+		r = io_uring_register_files(&io->ring, fds, n);
+		if (r < 0) {
+			free(slot);
+			return r;
+		}
+	}
+	io->file_slot = slot;
+	io->nfile_slot = top;
+	return 0;
+}
+
 int bd_io_submit(bd_io *io, bd_io_req *req)
 {
 	int r;
@@ -494,6 +589,25 @@ int bd_io_wait(bd_io *io, bd_io_req **ret_req)
 	if (io->engine == BD_IO_URING)
 		return bd__uring_wait(io, ret_req);
 	return bd__pread_wait(io, ret_req);
+}
+
+int bd_io_wait_many(bd_io *io, bd_io_req **reqs, unsigned max)
+{
+	unsigned n = 1;
+	int r;
+
+	if (!reqs || max == 0)
+		return -EINVAL;
+	r = bd_io_wait(io, &reqs[0]);
+	if (r < 0)
+		return r;
+	while (io->engine == BD_IO_URING && n < max && io->inflight) {
+		r = bd__uring_take(io, &reqs[n]);
+		if (r <= 0)
+			break;  /* none ready, or the watch: reported next call */
+		n++;
+	}
+	return (int)n;
 }
 
 unsigned bd_io_inflight(const bd_io *io)

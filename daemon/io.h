@@ -39,6 +39,7 @@ typedef enum bd_io_engine {
 #define BD_IO_DEFAULT_DEPTH 64u
 #define BD_IO_MAX_DEPTH 4096u
 #define BD_IO_MAX_BUFFERS 16384u  /* IORING_MAX_REG_BUFFERS */
+#define BD_IO_MAX_FILES 4096u     /* bd_io_register_files: files at most */
 
 typedef struct bd_io_opts {
 	bd_io_engine engine;
@@ -136,6 +137,22 @@ unsigned bd_io_setup_flags(const bd_io *io);
 int bd_io_register(bd_io *io, const struct iovec *iov, unsigned n);
 
 /*
+ * Registers @n open files with the engine (io_uring: fixed files, so a
+ * read of one skips the kernel's per-read file lookup and reference
+ * count, IOSQE_FIXED_FILE; pread: only remembered). Requests keep naming
+ * the file by req->fd; a request whose fd is registered uses the fixed
+ * file, any other fd is read as before. Call once, before any read; the
+ * fds must stay open until the engine is freed.
+ *
+ * @return 0; -EINVAL for n == 0, n > BD_IO_MAX_FILES, a NULL array, a
+ * negative or repeated fd; -EBUSY if files are already registered or reads
+ * are in flight; -ENOMEM; or what io_uring_register_files returns (-EBADF
+ * ...). On error nothing is registered and the engine stays usable.
+ * Thread: owner.
+ */
+int bd_io_register_files(bd_io *io, const int *fds, unsigned n);
+
+/*
  * Queues @req. The read is not handed to the kernel until bd_io_wait()
  * (one system call for the whole batch), or earlier if the submission
  * queue fills. Never blocks. With buf_index >= 0 and the request lying
@@ -166,6 +183,26 @@ int bd_io_submit(bd_io *io, bd_io_req *req);
  * Thread: owner.
  */
 int bd_io_wait(bd_io *io, bd_io_req **ret_req);
+
+/*
+ * bd_io_wait() for a batch: submits whatever is queued, blocks until one
+ * request finishes, then also takes every other request the kernel has
+ * already finished, up to @max in all, without entering the kernel again.
+ * A caller that handles completions in batches (requeue them all, then
+ * wait again) so pays one system call per batch instead of one per read.
+ * Requests finish exactly as with bd_io_wait (short reads resubmitted,
+ * -EAGAIN/-EINTR retried); a resubmission made while collecting is handed
+ * to the kernel at once. The pread engine returns one request per call.
+ *
+ * @return n (1..max) with reqs[0..n) written; -ENOENT when nothing is in
+ * flight; -EINVAL for a NULL reqs or max == 0; -EAGAIN when the watched fd
+ * (bd_io_watch) fired before any request finished; another -errno as
+ * bd_io_wait. If the watched fd fires after some requests were taken,
+ * they are returned and the watch reports again on the next call (its
+ * poll is re-armed and the fd is still readable).
+ * Thread: owner.
+ */
+int bd_io_wait_many(bd_io *io, bd_io_req **reqs, unsigned max);
 
 /* Requests submitted and not yet returned by bd_io_wait(). Thread: owner. */
 unsigned bd_io_inflight(const bd_io *io);

@@ -61,6 +61,8 @@ int main(int argc, char **argv)
 	r = bd_server_new(&loop, &cfg, argc, argv, &cuda, &srv);
 	if (r < 0) {
 		bd_config_free(&cfg);
+		/* Let the handles a half-started server closed finish closing. */
+		uv_run(&loop, UV_RUN_NOWAIT);
 		uv_loop_close(&loop);
 		return 1;
 	}

@@ -349,7 +349,7 @@ static void *decode_main(void *arg)
 /* ---- I/O threads ------------------------------------------------------------------------- */
 
 /* Choose the read range and buffer for t. @return 0, or <0 with the job failed. */
-static int io_prepare(bd_pipeline *p, bd_task *t)
+static int io_prepare(bd_pipeline *p, bd_task *t, bool registered)
 {
 	uint32_t align = t->dset->align[t->shard];
 	uint64_t off = t->blk.offset, end = off + t->blk.stored_size, len;
@@ -377,7 +377,8 @@ static int io_prepare(bd_pipeline *p, bd_task *t)
 		.offset = off,
 		.len = (uint32_t)len,
 		.buf = t->buf,
-		.buf_index = t->pool_slot,
+		/* Pool buffers are fixed buffers only where registration worked. */
+		.buf_index = registered ? t->pool_slot : -1,
 		.user = t,
 	};
 	return 0;
@@ -444,19 +445,24 @@ static void *io_main(void *arg)
 		.queue_depth = p->o.queue_depth,
 		/* Test builds only: BATCHD_FAULTS drives the engine's own fault hooks. */
 		.force_setup_error = bd_fault_uring_setup(),
-		.fault_max_read = fr ? fr->short_max : 0,
+		/* Rounded up to 4 KiB so that O_DIRECT reads stay aligned. */
+		.fault_max_read = fr && fr->short_max ? (fr->short_max + 4095u) & ~4095u : 0,
 		.fault_every = fr && fr->err ? fr->every : 0,
 		.fault_errno = fr ? fr->err : 0,
 	};
 	bd_io *io = NULL;
 	fifo local = { 0 };
+	bool registered = false;
 	int r;
 
 	/* The ring is created here: SINGLE_ISSUER ties it to this thread. */
 	r = bd_io_new(&opts, &io);
-	if (r == 0 && p->pool_bytes && bd_io_register(io, p->iov, p->o.pool_buffers) < 0)
-		bd_log(LOG_NOTICE, "I/O thread: cannot register read buffers (RLIMIT_MEMLOCK?); "
-		       "plain reads instead of fixed-buffer reads");
+	if (r == 0 && p->pool_bytes) {
+		registered = bd_io_register(io, p->iov, p->o.pool_buffers) == 0;
+		if (!registered)
+			bd_log(LOG_NOTICE, "I/O thread: cannot register read buffers (RLIMIT_MEMLOCK?); "
+			       "plain reads instead of fixed-buffer reads");
+	}
 	if (r == 0 && bd_io_watch(io, it->wake_fd) < 0) {
 		close(it->wake_fd);
 		it->wake_fd = -1;
@@ -528,7 +534,7 @@ static void *io_main(void *arg)
 				decode_push(p, t);
 				continue;
 			}
-			if (!t->buf && io_prepare(p, t) < 0) {
+			if (!t->buf && io_prepare(p, t, registered) < 0) {
 				fifo_pop(&local);
 				t->req.result = -ENOMEM;
 				decode_push(p, t);
@@ -588,8 +594,7 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 	p->async.data = p;
 
 	if (bd_cache_new(o->cache_budget, offsetof(bd_task, next), &p->cache) < 0) {
-		uv_close((uv_handle_t *)&p->async, NULL);
-		free(p);
+		bd_pipeline_free(p); /* frees p when the async handle has closed */
 		return -ENOMEM;
 	}
 	p->pool_bytes = (size_t)o->pool_buffers * o->pool_buffer_size;

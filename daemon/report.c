@@ -156,7 +156,7 @@ static void session_family(bd_text *t, bd_server *srv, const char *name, const c
 	bd_prom_head(t, name, type, help);
 	for (entry *e = srv->entries; e; e = e->next) {
 		bd_session_info si;
-		char ds[512], labels[640];
+		char ds[2 * BP_PATH_MAX + 1], labels[2 * BP_PATH_MAX + 128];
 
 		bd_session_get_info(e->s, &si);
 		snprintf(labels, sizeof(labels), "session=\"%" PRIu64 "\",dataset=\"%s\",uid=\"%u\",pid=\"%d\"",

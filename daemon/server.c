@@ -34,13 +34,16 @@
 
 static void client_drop(client *c, const char *why);
 
-static int send_msg(client *c, const uint8_t *msg, int len, const int *fds, int nfds)
+static void client_poll_update(client *c);
+
+/* One sendmsg of a whole datagram. @return 0, -EAGAIN (socket full), or -errno. */
+static int send_now(int fd, const uint8_t *msg, size_t len, const int *fds, int nfds)
 {
 	union {
 		struct cmsghdr h;
 		char buf[CMSG_SPACE(sizeof(int) * BP_READY_FDS)];
 	} ctl;
-	struct iovec iov = { .iov_base = (void *)msg, .iov_len = (size_t)len };
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	ssize_t n;
 
@@ -57,13 +60,92 @@ static int send_msg(client *c, const uint8_t *msg, int len, const int *fds, int 
 		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
 	}
 	do
-		n = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		n = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != len) {
-		/* Replies are small; a client whose socket is full is not reading. */
-		client_drop(c, n < 0 ? strerror(errno) : "short send");
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	/* SOCK_SEQPACKET sends a datagram whole or not at all. */
+	return (size_t)n == len ? 0 : -EIO;
+}
+
+static void outq_free(outmsg *m)
+{
+	for (int i = 0; i < m->nfds; i++)
+		close(m->fds[i]);
+	free(m);
+}
+
+/* Write queued replies while the socket takes them. */
+static void outq_flush(client *c)
+{
+	while (c->outq) {
+		outmsg *m = c->outq;
+		int r = send_now(c->fd, m->data, m->len, m->fds, m->nfds);
+
+		if (r == -EAGAIN)
+			return;
+		if (r < 0) {
+			client_drop(c, strerror(-r));
+			return;
+		}
+		c->outq = m->next;
+		if (!c->outq)
+			c->outq_tail = NULL;
+		c->outq_bytes -= m->len;
+		outq_free(m);
+	}
+}
+
+/*
+ * Send a reply (with descriptors for READY). Replies that do not fit in
+ * the socket now are queued, in order, and written when it drains; a
+ * client that lets more than MAX_OUTQ bytes pile up is not reading and is
+ * cut off, so its queue stays bounded.
+ */
+static int send_msg(client *c, const uint8_t *msg, int len, const int *fds, int nfds)
+{
+	outmsg *m;
+	int r = -EAGAIN;
+
+	if (c->gone)
+		return -EPIPE;
+	if (!c->outq) {
+		r = send_now(c->fd, msg, (size_t)len, fds, nfds);
+		if (r == 0)
+			return 0;
+		if (r != -EAGAIN) {
+			client_drop(c, strerror(-r));
+			return -EPIPE;
+		}
+	}
+	if (c->outq_bytes + (size_t)len > MAX_OUTQ) {
+		client_drop(c, "not reading its replies");
 		return -EPIPE;
 	}
+	m = malloc(sizeof(*m) + (size_t)len);
+	if (!m) {
+		client_drop(c, "out of memory queueing a reply");
+		return -EPIPE;
+	}
+	m->next = NULL;
+	m->len = (size_t)len;
+	memcpy(m->data, msg, (size_t)len);
+	/* Our own copies: the session's descriptors may be gone when this is sent. */
+	for (m->nfds = 0; m->nfds < nfds; m->nfds++) {
+		m->fds[m->nfds] = fcntl(fds[m->nfds], F_DUPFD_CLOEXEC, 0);
+		if (m->fds[m->nfds] < 0) {
+			outq_free(m);
+			client_drop(c, "cannot duplicate descriptors for a queued reply");
+			return -EPIPE;
+		}
+	}
+	if (c->outq_tail)
+		c->outq_tail->next = m;
+	else
+		c->outq = m;
+	c->outq_tail = m;
+	c->outq_bytes += m->len;
+	client_poll_update(c);
 	return 0;
 }
 
@@ -93,11 +175,31 @@ static void notify_status(bd_server *srv);
 /* ---- clients -------------------------------------------------------------------------- */
 
 static void on_client_readable(uv_poll_t *h, int status, int events);
+static void on_client_event(uv_poll_t *h, int status, int events);
+
+/* Read while no request is in flight; write while replies are queued. */
+static void client_poll_update(client *c)
+{
+	int events = (c->busy ? 0 : UV_READABLE) | (c->outq ? UV_WRITABLE : 0);
+
+	if (c->gone)
+		return;
+	if (events)
+		uv_poll_start(&c->poll, events, on_client_event);
+	else
+		uv_poll_stop(&c->poll);
+}
 
 static void client_free_if_done(client *c)
 {
 	if (!c->gone || c->busy || !c->closed_handle)
 		return;
+	while (c->outq) {
+		outmsg *m = c->outq;
+
+		c->outq = m->next;
+		outq_free(m);
+	}
 	free(c);
 }
 
@@ -280,7 +382,7 @@ static void client_resume(client *c)
 		client_free_if_done(c);
 		return;
 	}
-	uv_poll_start(&c->poll, UV_READABLE, on_client_readable);
+	client_poll_update(c);
 }
 
 static void open_work_done(uv_work_t *w, int status)
@@ -402,6 +504,9 @@ static void handle_open(client *c, const uint8_t *buf, size_t len)
 
 		for (entry *x = srv->entries; x; x = x->next)
 			mine += x->uid == c->uid;
+		/* Opens still in flight count too: each busy connection has one. */
+		for (client *o = srv->clients; o; o = o->next)
+			mine += o->busy && o->uid == c->uid;
 		if (mine >= srv->cfg.sessions_per_uid) {
 			refuse(c, -EUSERS, "uid %u already holds %u sessions, the limit per user "
 			       "([limits] sessions_per_uid)", (unsigned)c->uid, mine);
@@ -429,12 +534,12 @@ static void handle_open(client *c, const uint8_t *buf, size_t len)
 			goto nomem;
 	ow->m.path = NULL;
 	c->busy = true;
-	uv_poll_stop(&c->poll);
+	client_poll_update(c);
 	srv->opening++;
 	if (uv_queue_work(srv->loop, &ow->w, open_work_run, open_work_done) < 0) {
 		srv->opening--;
 		c->busy = false;
-		uv_poll_start(&c->poll, UV_READABLE, on_client_readable);
+		client_poll_update(c);
 		goto nomem;
 	}
 	return;
@@ -586,6 +691,23 @@ static void handle_message(client *c, const uint8_t *buf, size_t len)
 	}
 }
 
+static void on_client_event(uv_poll_t *h, int status, int events)
+{
+	client *c = h->data;
+
+	if (status < 0) {
+		client_drop(c, uv_strerror(status));
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		outq_flush(c);
+		if (!c->gone && !c->outq)
+			client_poll_update(c);
+	}
+	if ((events & UV_READABLE) && !c->gone)
+		on_client_readable(h, status, events);
+}
+
 static void on_client_readable(uv_poll_t *h, int status, int events)
 {
 	client *c = h->data;
@@ -698,31 +820,45 @@ static void on_accept(uv_poll_t *h, int status, int events)
 			client_drop(c, "not in the [access] allow-lists");
 			continue;
 		}
-		uv_poll_start(&c->poll, UV_READABLE, on_client_readable);
+		client_poll_update(c);
 	}
 }
 
 /* ---- listening ---------------------------------------------------------------------------- */
 
+/* A group name or number. @return 0 or -EINVAL. */
+static int resolve_group(const char *g, gid_t *ret)
+{
+	struct group *gr = getgrnam(g);
+	unsigned long gid;
+	char *end;
+
+	if (gr) {
+		*ret = gr->gr_gid;
+		return 0;
+	}
+	errno = 0;
+	gid = strtoul(g, &end, 10);
+	if (!*g || *end || errno || gid >= (gid_t)-1)
+		return -EINVAL;
+	*ret = (gid_t)gid;
+	return 0;
+}
+
 /* Apply [daemon] socket_mode and socket_group to the socket file. */
 static int socket_access(bd_server *srv, const char *path)
 {
 	const char *g = srv->cfg.socket_group;
+	gid_t gid;
 
+	if (g && resolve_group(g, &gid) < 0)
+		return bd_log_ret(LOG_ERR, -EINVAL, "socket %s: group %s does not exist", path, g);
+	if (g && chown(path, (uid_t)-1, gid) < 0)
+		return bd_log_ret(LOG_ERR, -errno, "socket %s: chown to group %s: %s", path, g,
+				  strerror(errno));
 	if (chmod(path, srv->cfg.socket_mode) < 0)
 		return bd_log_ret(LOG_ERR, -errno, "socket %s: chmod %o: %s", path,
 				  srv->cfg.socket_mode, strerror(errno));
-	if (g) {
-		struct group *gr = getgrnam(g);
-		char *end;
-		unsigned long gid = gr ? gr->gr_gid : strtoul(g, &end, 10);
-
-		if (!gr && (!*g || *end))
-			return bd_log_ret(LOG_ERR, -EINVAL, "socket %s: group %s does not exist", path, g);
-		if (chown(path, (uid_t)-1, (gid_t)gid) < 0)
-			return bd_log_ret(LOG_ERR, -errno, "socket %s: chown to group %s: %s", path, g,
-					  strerror(errno));
-	}
 	return 0;
 }
 
@@ -866,12 +1002,22 @@ static void reload(bd_server *srv)
 		notify_status(srv);
 		return;
 	}
+	if (next.socket_group && resolve_group(next.socket_group, &(gid_t){ 0 }) < 0) {
+		srv->totals.reload_failures++;
+		bd_log(LOG_ERR, "reload refused, the running configuration stays: [daemon] "
+		       "socket_group: group %s does not exist", next.socket_group);
+		bd_config_free(&next);
+		bd_service_notify("READY=1");
+		notify_status(srv);
+		return;
+	}
 	reload_fixed(srv, &next);
 	bd_config_free(&srv->cfg);
 	srv->cfg = next;
 	if (!srv->socket_activated)
 		socket_access(srv, srv->socket_path);
 	bd_log_set_level(srv->cfg.log_level);
+	/* The block cache keeps its start-time size until a restart. */
 	srv->env.budget_total = srv->cfg.memory_budget > srv->cache_budget
 				? srv->cfg.memory_budget - srv->cache_budget : 0;
 	srv->env.default_prefetch = srv->cfg.prefetch;

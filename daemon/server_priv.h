@@ -34,8 +34,21 @@ struct entry {
 	entry *next;
 };
 
+/* A reply waiting for room in the client's socket. */
+typedef struct outmsg {
+	struct outmsg *next;
+	size_t len;
+	int nfds;
+	int fds[BP_READY_FDS];   /* our duplicates, closed once sent */
+	uint8_t data[];
+} outmsg;
+
+#define MAX_OUTQ (UINT64_C(16) << 20)  /* queued reply bytes per client */
+
 struct client {
 	bd_server *srv;
+	outmsg *outq, *outq_tail;
+	uint64_t outq_bytes;
 	int fd;
 	uv_poll_t poll;
 	uid_t uid;

@@ -262,7 +262,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	s->data_size = s->arena_off + s->arena_size;
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
 	need = s->data_size + s->ctrl_size;
-	if (need > env->budget_total - *env->budget_used) {
+	/* After a reload that lowered the budget, used may exceed total. */
+	if (*env->budget_used > env->budget_total || need > env->budget_total - *env->budget_used) {
 		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
 			 "%s of %s in use", d->name, m->batch_size, prefetch,
 			 bp_format_size(need, a, sizeof(a)),

@@ -7,11 +7,15 @@
  * checked against traffic the test made itself.
  *
  * Each TCase is one behaviour: SIGHUP reloads keep sessions running and a
- * bad file changes nothing; SIGTERM drains with clients connected (one of
- * them asleep in bc_next); per-uid session and memory limits; metrics text
- * that parses and adds up to what the client received; peer credentials in
- * the session list; [access] allow-lists; socket mode and group; the HTTP
- * /metrics listener; batchctl's reporting commands. Delivered samples are
+ * bad file changes nothing (nor does a budget lowered below what is held
+ * let new sessions in); SIGTERM drains with clients connected (one of them
+ * asleep in bc_next); per-uid session limits (also when the opens arrive
+ * together) and memory limits; metrics text that parses and adds up to
+ * what the client received; peer credentials in the session list;
+ * [access] allow-lists (supplementary groups too, as root); socket mode
+ * and group; the HTTP /metrics listener; batchctl's reporting commands;
+ * names that need escaping; reports bigger than a socket buffer for a
+ * client slow to read them. Delivered samples are
  * compared byte for byte with the packs (daemon-testlib.h's reference
  * reader), and every daemon is stopped with SIGTERM and must exit 0, so a
  * sanitizer build also fails on leaks at exit.
@@ -21,6 +25,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -67,6 +73,27 @@ static void sleep_ms(int ms)
 
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+}
+
+/*
+ * As root, tests run peers as other users: let them reach the socket
+ * (the temporary directories are 0700) and return true; else false.
+ */
+static bool can_switch_users(void)
+{
+	if (geteuid() != 0)
+		return false;
+	ck_assert_int_eq(chmod(dt_g.dir, 0711), 0);
+	ck_assert_int_eq(chmod(D.dir, 0711), 0);
+	return true;
+}
+
+/* In a forked child: become uid/gid with exactly these supplementary groups. */
+static int drop_to(uid_t uid, gid_t gid, const gid_t *groups, size_t ngroups)
+{
+	if (setgroups(ngroups, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+		return -1;
+	return getuid() == uid && getegid() == gid ? 0 : -1;
 }
 
 /* Write the daemon's configuration file (atomically: a reload never sees half of it). */
@@ -227,7 +254,7 @@ static uint64_t status_u64(const char *path)
 
 typedef struct prom_sample {
 	char name[128];
-	char labels[512];         /* as written, without the braces; "" for none */
+	char labels[10240];        /* as written, without the braces; "" for none */
 	double value;
 	size_t family;
 } prom_sample;
@@ -590,7 +617,7 @@ static double prom_check_hist(const prom *p, const char *family, char *err, size
 			continue;
 		le = strstr(p->s[i].labels, "le=\"");
 		if (!le || inf) {
-			snprintf(err, errlen, "%s: bucket {%s} %s", family, p->s[i].labels,
+			snprintf(err, errlen, "%s: bucket {%.200s} %s", family, p->s[i].labels,
 				 le ? "after +Inf" : "without le");
 			return -1;
 		}
@@ -603,7 +630,7 @@ static double prom_check_hist(const prom *p, const char *family, char *err, size
 
 			v = strtod(le, &end);
 			if (end == le || *end != '"') {
-				snprintf(err, errlen, "%s: bad le in {%s}", family, p->s[i].labels);
+				snprintf(err, errlen, "%s: bad le in {%.200s}", family, p->s[i].labels);
 				return -1;
 			}
 		}
@@ -815,6 +842,45 @@ START_TEST(test_reload)
 }
 END_TEST
 
+/*
+ * A reload that lowers [memory] budget below what sessions hold: they keep
+ * it, but no new session may open until enough comes back.
+ */
+START_TEST(test_reload_budget)
+{
+	bc_stream *s[8];
+	bc_stream_opts o;
+	bc_client *c;
+	const char *msg;
+	uint64_t used;
+	size_t n = 0;
+	dt_ref ref;
+
+	conf_basic("info", "[memory]\nbudget = 256M\n");
+	start_ok();
+	ref_ok(&ref, DSET_ONE);
+	c = connect_ok();
+	opts(&o, DSET_ONE, 1000);
+	o.prefetch = 8;
+	while (n < 4)
+		s[n++] = open_ok(c, &o);
+	used = status_u64("memory.sessions");
+	expect(used > (UINT64_C(16) << 20), "4 sessions hold only %" PRIu64 " bytes", used);
+
+	conf_basic("info", "[memory]\nbudget = 16M\n");
+	hup_and_wait(1, 0);
+	expect(status_u64("memory.budget") == (UINT64_C(16) << 20), "the budget did not change");
+	consume_ok(s[0], &ref, 3, "a session that holds memory over the new budget");
+	opts(&o, DSET_ONE, 10);
+	msg = open_fails(c, &o, -ENOMEM);
+	expect(strstr(msg, "memory budget"), "refusal over the lowered budget: \"%s\"", msg);
+	while (n)
+		ck_assert_int_eq(bc_close(s[--n]), 0);
+	bc_disconnect(c);
+	dt_ref_close(&ref);
+}
+END_TEST
+
 /* ---- 2. SIGTERM drains with clients connected -------------------------------------------- */
 
 typedef struct sleeper {
@@ -927,7 +993,6 @@ START_TEST(test_sigterm_drain)
 	}
 	expect(stable >= 20, "the sleeper never caught up with its full ring (published %" PRIu64 ")",
 	       last_pub);
-	expect(sl.first == 0, "the sleeper's first bc_next: %s (%d)", bc_strerror(sl.first), sl.first);
 
 	expect(kill(D.pid, SIGTERM) == 0, "kill SIGTERM: %s", strerror(errno));
 
@@ -936,6 +1001,7 @@ START_TEST(test_sigterm_drain)
 	deadline.tv_sec += 30;
 	r = pthread_timedjoin_np(th, NULL, &deadline);
 	expect(r == 0, "the client asleep in bc_next(-1) still hangs 30 s after SIGTERM");
+	expect(sl.first == 0, "the sleeper's first bc_next: %s (%d)", bc_strerror(sl.first), sl.first);
 	expect(sl.result == -ESHUTDOWN || sl.result == -EPIPE, "the sleeper's bc_next(-1) after "
 	       "SIGTERM: %s (%d): \"%s\"", bc_strerror(sl.result), sl.result, sl.error);
 	expect(sl.error[0], "the sleeper got %d without a reason in bc_stream_error", sl.result);
@@ -1024,6 +1090,63 @@ START_TEST(test_sessions_per_uid)
 	bc_disconnect(c1);
 	bc_disconnect(c2);
 	dt_ref_close(&ref);
+}
+END_TEST
+
+/*
+ * The limit holds when the opens arrive together: OPENs on several
+ * connections sent before any answer (the daemon loads datasets off the
+ * loop, so a check that ignores opens in progress lets them all through).
+ */
+START_TEST(test_sessions_per_uid_concurrent)
+{
+	enum { CONNS = 6 };
+	int fd[CONNS], ok = 0, refused = 0;
+	bp_msg_open m = { .batch_size = 10, .world = 1, .placement = BP_PLACEMENT_HOST,
+			  .shuffle = BP_SHUFFLE_NONE, .path = DSET_SHARDS,
+			  .path_len = (uint32_t)strlen(DSET_SHARDS) };
+	uint8_t buf[BP_MSG_MAX];
+	json_object *st;
+	int n;
+
+	conf_basic("info", "[limits]\nsessions_per_uid = 2\n");
+	start_ok();
+	for (int i = 0; i < CONNS; i++) {
+		fd[i] = dt_raw_connect(D.sock);
+		expect(fd[i] >= 0, "connect %d: %s", i, strerror(-fd[i]));
+		expect(dt_raw_hello(fd[i], NULL) == 0, "HELLO on connection %d", i);
+	}
+	n = bp_msg_open_encode(&m, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	for (int i = 0; i < CONNS; i++)
+		expect(send(fd[i], buf, (size_t)n, MSG_NOSIGNAL) == n, "send OPEN %d", i);
+	for (int i = 0; i < CONNS; i++) {
+		int fds[BP_READY_FDS], got = 0, k;
+		bp_msg_error e;
+		bp_msg_ready ready;
+
+		k = dt_raw_recv(fd[i], buf, sizeof(buf), fds, BP_READY_FDS, &got, WAIT_MS);
+		expect(k > 0, "no answer to OPEN %d (%d)", i, k);
+		for (int j = 0; j < got; j++)
+			close(fds[j]);
+		if (bp_msg_error_decode(buf, (size_t)k, &e) == 0) {
+			expect(e.code == -EUSERS, "OPEN %d refused with %d: %.*s", i, e.code,
+			       (int)e.message_len, e.message);
+			refused++;
+		} else {
+			expect(bp_msg_ready_decode(buf, (size_t)k, &ready) == 0, "OPEN %d: neither "
+			       "READY nor ERROR", i);
+			ok++;
+		}
+	}
+	st = status_ok();
+	expect(ok == 2 && refused == CONNS - 2 && json_object_array_length(sessions_of(st)) == 2,
+	       "%d simultaneous OPENs by one uid with sessions_per_uid = 2: %d opened, %d refused, "
+	       "%zu sessions in the status", CONNS, ok, refused,
+	       json_object_array_length(sessions_of(st)));
+	json_object_put(st);
+	for (int i = 0; i < CONNS; i++)
+		close(fd[i]);
 }
 END_TEST
 
@@ -1255,7 +1378,11 @@ START_TEST(test_peer_credentials)
 	char ch, match[96];
 	double v;
 
-	conf_basic("info", NULL);
+	/* As root, the second trainer runs as another user, so uids differ too. */
+	bool other = can_switch_users();
+	uid_t child_uid = other ? 12347 : getuid();
+
+	conf_basic("info", other ? "[daemon]\nsocket_mode = 0666\n" : NULL);
 	start_ok();
 	c = connect_ok();
 	opts(&o, DSET_ONE, 10);
@@ -1276,6 +1403,8 @@ START_TEST(test_peer_credentials)
 
 		close(up[0]);
 		close(down[1]);
+		if (other && drop_to(child_uid, child_uid, NULL, 0) < 0)
+			_exit(4);
 		bc_stream_opts_init(&co);
 		co.dataset = DSET_BLK;
 		co.batch_size = 5;
@@ -1301,13 +1430,14 @@ START_TEST(test_peer_credentials)
 	se = session_by_pid(sessions_of(status), child, DSET_BLK);
 	expect(se, "no session with the child's pid %d in %s", (int)child,
 	       json_object_to_json_string(status));
-	expect(ju64(se, "uid") == getuid(), "the child's session uid %" PRIu64, ju64(se, "uid"));
+	expect(ju64(se, "uid") == child_uid, "the child's session uid %" PRIu64 ", expected %u",
+	       ju64(se, "uid"), (unsigned)child_uid);
 	expect(json_object_array_length(sessions_of(status)) == 2, "%zu sessions, expected 2",
 	       json_object_array_length(sessions_of(status)));
 	json_object_put(status);
 
 	/* The metrics label sessions with the same credentials. */
-	snprintf(match, sizeof(match), "uid=\"%u\",pid=\"%d\"", (unsigned)getuid(), (int)child);
+	snprintf(match, sizeof(match), "uid=\"%u\",pid=\"%d\"", (unsigned)child_uid, (int)child);
 	v = metric("batchd_session_memory_bytes", match);
 	expect(v > 0, "batchd_session_memory_bytes{%s}: %g", match, v);
 
@@ -1359,9 +1489,12 @@ static void access_line(char *buf, size_t len, const char *key, int kind, unsign
 		snprintf(buf, len, "%s = %u\n", key, OTHER_ID);
 		break;
 	case ALLOW_NAME:
+		/* By name when we have one (a container may not), else by number. */
 		pw = getpwuid(ours);
-		ck_assert_msg(pw != NULL, "no passwd entry for uid %u", ours);
-		snprintf(buf, len, "%s = %s\n", key, pw->pw_name);
+		if (pw)
+			snprintf(buf, len, "%s = %s\n", key, pw->pw_name);
+		else
+			snprintf(buf, len, "%s = %u\n", key, ours);
 		break;
 	default:
 		buf[0] = '\0';
@@ -1454,6 +1587,70 @@ START_TEST(test_access_lists)
 }
 END_TEST
 
+/* A peer in an allowed group only through a supplementary group (SO_PEERGROUPS). */
+START_TEST(test_access_supplementary)
+{
+	const gid_t allowed = 4243;
+	uint8_t buf[BP_MSG_MAX];
+	bp_msg_error e;
+	int fd, n;
+
+	if (!can_switch_users()) {
+		fprintf(stderr, "test-service: SKIP access_supplementary: needs root to run peers "
+			"as other users\n");
+		return;
+	}
+	conf_write("[daemon]\nsocket = %s\nsocket_mode = 0666\n[datasets]\nroot = %s\n"
+		   "[access]\nallow_gid = %u\n", D.sock, D.root, (unsigned)allowed);
+	D.any_answer = true;      /* we (root) are not in the lists */
+	start_ok();
+
+	for (int member = 1; member >= 0; member--) {
+		pid_t child;
+		int st;
+
+		fflush(NULL);
+		child = fork();
+		ck_assert_int_ge(child, 0);
+		if (child == 0) {
+			bc_client *c = NULL;
+			bc_stream *s = NULL;
+			bc_stream_opts o;
+			bc_batch *b;
+			int r;
+
+			if (drop_to(12346, 12346, &allowed, member ? 1 : 0) < 0)
+				_exit(10);
+			r = bc_connect(D.sock, &c);
+			if (!member)
+				_exit(r == -EACCES || r == -EPIPE || r == -ECONNRESET ? 0 : 11);
+			if (r < 0)
+				_exit(12);
+			bc_stream_opts_init(&o);
+			o.dataset = DSET_ONE;
+			o.batch_size = 10;
+			if (bc_open(c, &o, &s) < 0 || bc_next(s, &b, WAIT_MS) != 0)
+				_exit(13);
+			bc_release(b);
+			bc_close(s);
+			bc_disconnect(c);
+			_exit(0);
+		}
+		expect(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		       "uid 12346 %s supplementary group %u: child status %d (10 setup, 11 let in, "
+		       "12 refused, 13 stream failed)", member ? "in" : "not in", (unsigned)allowed,
+		       WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	/* And we, by uid and primary group in neither list, are refused. */
+	fd = dt_raw_connect(D.sock);
+	expect(fd >= 0, "connect: %s", strerror(-fd));
+	n = dt_raw_recv(fd, buf, sizeof(buf), NULL, 0, NULL, 10000);
+	expect(n > 0 && bp_msg_error_decode(buf, (size_t)n, &e) == 0 && e.code == -EACCES,
+	       "root, in neither list, was not refused with -EACCES (%d bytes)", n);
+	close(fd);
+}
+END_TEST
+
 /* ---- 7. socket mode and group ---------------------------------------------------------------- */
 
 /* A group to give the socket: ours, or (as root, who may) one we are not in. */
@@ -1477,6 +1674,21 @@ START_TEST(test_socket_access)
 	gid_t g = other_gid();
 	bc_client *c;
 
+	if (_i == 2) {
+		/* A group that does not exist: refused at start, so refused by a reload too. */
+		conf_write("[daemon]\nsocket = %s\nsocket_mode = 0600\n[datasets]\nroot = %s\n",
+			   D.sock, D.root);
+		start_ok();
+		conf_write("[daemon]\nsocket = %s\nsocket_mode = 0666\nsocket_group = "
+			   "no-such-group-batchd\n[datasets]\nroot = %s\n", D.sock, D.root);
+		hup_and_wait(0, 1);
+		expect(dt_log_contains(&D, "reload refused") &&
+		       dt_log_contains(&D, "no-such-group-batchd"), "the log does not say the reload "
+		       "was refused for the unknown group");
+		expect(stat(D.sock, &sb) == 0 && (sb.st_mode & 07777) == 0600, "a refused reload "
+		       "changed the socket mode to %04o", (unsigned)(sb.st_mode & 07777));
+		return;
+	}
 	if (_i == 0) {
 		/* The defaults: 0660, our group. */
 		conf_basic("info", NULL);
@@ -1808,6 +2020,204 @@ START_TEST(test_batchctl)
 }
 END_TEST
 
+/*
+ * A dataset whose name needs escaping (quote, backslash, newline, tab)
+ * shows up intact in the status JSON, the metrics labels and batchctl.
+ */
+START_TEST(test_report_escaping)
+{
+	static const char name[] = "we\"ird\\na\nme\t.bpk";
+	char a[PATH_MAX], b[PATH_MAX], match[128], *text, *out;
+	bc_stream_opts o;
+	bc_stream *s;
+	bc_client *c;
+	json_object *st, *se;
+	dt_ref ref;
+	prom p;
+	double v;
+	int r;
+
+	snprintf(a, sizeof(a), "%s/" DSET_ONE, dt_g.packs);
+	dt_root_path(&D, name, b, sizeof(b));
+	ck_assert_int_eq(link(a, b), 0);
+	conf_basic("info", NULL);
+	start_ok();
+	ref_ok(&ref, DSET_ONE);
+	c = connect_ok();
+	opts(&o, name, 10);
+	s = open_ok(c, &o);
+	consume_ok(s, &ref, 2, "a stream on an oddly named dataset");
+
+	st = status_ok();
+	se = session_by_pid(sessions_of(st), getpid(), name);
+	expect(se, "status does not give the dataset name back intact: %s",
+	       json_object_to_json_string(st));
+	json_object_put(st);
+
+	text = metrics_text_ok();
+	r = prom_parse(text, &p, E, sizeof(E));
+	expect(r == 0, "metrics with an odd dataset name do not parse: %s\n%s", E, text);
+	snprintf(match, sizeof(match), "dataset=\"we\\\"ird\\\\na\\nme\t.bpk\"");
+	expect(prom_get(&p, "batchd_session_memory_bytes", match, &v) && v > 0,
+	       "no batchd_session_memory_bytes{%s} in:\n%s", match, text);
+	prom_free(&p);
+	free(text);
+
+	r = batchctl(&out, (const char *[]){ "sessions", "--json", NULL });
+	expect(r == 0, "batchctl sessions --json exited %d", r);
+	{
+		json_object *j = parse_json_ok(out, json_type_array, "sessions --json");
+
+		expect(session_by_pid(j, getpid(), name), "batchctl sessions --json mangles the name: %s",
+		       out);
+		json_object_put(j);
+	}
+	free(out);
+	ck_assert_int_eq(bc_close(s), 0);
+	bc_disconnect(c);
+	dt_ref_close(&ref);
+}
+END_TEST
+
+/*
+ * A raw request for a text report (status or metrics) from a client that
+ * is slow to read: it sleeps before reading, as a busy trainer's thread
+ * might. @return the whole text (caller frees), or NULL with why in E.
+ */
+static char *slow_report(int fd, bool metrics, int sleep_before_ms)
+{
+	uint8_t buf[BP_MSG_MAX];
+	uint16_t type = metrics ? BP_MSG_METRICS_REPLY : BP_MSG_STATUS_REPLY;
+	char *text = NULL;
+	size_t len = 0;
+	int n = metrics ? bp_msg_metrics_encode(buf, sizeof(buf)) : bp_msg_status_encode(buf, sizeof(buf));
+	unsigned parts = 0;
+	bp_msg_text t;
+
+	if (n <= 0 || send(fd, buf, (size_t)n, MSG_NOSIGNAL) != n) {
+		snprintf(E, sizeof(E), "cannot send the request");
+		return NULL;
+	}
+	sleep_ms(sleep_before_ms);
+	do {
+		n = dt_raw_recv(fd, buf, sizeof(buf), NULL, 0, NULL, WAIT_MS);
+		if (n <= 0 || bp_msg_text_decode(type, buf, (size_t)n, &t) < 0) {
+			snprintf(E, sizeof(E), "part %u (after %zu bytes): %s", parts + 1, len,
+				 n == 0 ? "the daemon closed the connection" : n < 0 ? strerror(-n)
+				 : "not a reply part");
+			free(text);
+			return NULL;
+		}
+		text = realloc(text, len + t.text_len + 1);
+		ck_assert(text != NULL);
+		memcpy(text + len, t.text, t.text_len);
+		len += t.text_len;
+		text[len] = '\0';
+		parts++;
+	} while (t.code == BP_TEXT_MORE);
+	return text;
+}
+
+/*
+ * Reports bigger than the socket's send buffer reach a client that does
+ * not read them at once (the daemon must not give up on a full socket in
+ * the middle of a reply). Long dataset paths make each session's share
+ * large, so a hundred-odd sessions are enough.
+ */
+START_TEST(test_large_reports)
+{
+	enum { PER_CONN = 50, LEVEL = 200 };
+	char rel[BP_PATH_MAX], path[PATH_MAX], a[PATH_MAX], comp[LEVEL + 1];
+	long wmem = 212992;
+	size_t nsess, nconn, at = 0;
+	bc_client **c;
+	bc_stream **st;
+	bc_stream_opts o;
+	struct rlimit rl;
+	json_object *j;
+	char *text;
+	FILE *f;
+	prom p;
+	int fd;
+
+	/* root/ddd.../ddd.../one.bpk, about 3900 bytes relative to the root. */
+	memset(comp, 'd', LEVEL);
+	comp[LEVEL] = '\0';
+	rel[0] = '\0';
+	while (at + LEVEL + 1 + 16 < 3900) {
+		at += (size_t)snprintf(rel + at, sizeof(rel) - at, "%s/", comp);
+		dt_root_path(&D, rel, path, sizeof(path));
+		ck_assert_msg(mkdir(path, 0755) == 0, "mkdir %s: %s", path, strerror(errno));
+	}
+	snprintf(rel + at, sizeof(rel) - at, DSET_ONE);
+	dt_root_path(&D, rel, path, sizeof(path));
+	snprintf(a, sizeof(a), "%s/" DSET_ONE, dt_g.packs);
+	ck_assert_int_eq(link(a, path), 0);
+
+	/* Enough sessions for replies of about three send buffers. */
+	f = fopen("/proc/sys/net/core/wmem_default", "r");
+	if (f) {
+		if (fscanf(f, "%ld", &wmem) != 1)
+			wmem = 212992;
+		fclose(f);
+	}
+	nsess = (size_t)(3 * wmem / 3500) + 1;
+	nconn = (nsess + PER_CONN - 1) / PER_CONN;
+	/* Four descriptors per stream here, six per session in batchd (which inherits the limit). */
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < 6 * nsess + 256) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 6 * nsess + 256
+			      ? 6 * nsess + 256 : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+		if (rl.rlim_cur < 6 * nsess + 256) {
+			fprintf(stderr, "test-service: SKIP large_reports: RLIMIT_NOFILE %lu is under "
+				"%zu\n", (unsigned long)rl.rlim_cur, 6 * nsess + 256);
+			return;
+		}
+	}
+
+	conf_basic("info", NULL);
+	start_ok();
+	c = calloc(nconn, sizeof(*c));
+	st = calloc(nsess, sizeof(*st));
+	ck_assert(c && st);
+	opts(&o, rel, 1);
+	o.prefetch = 1;
+	for (size_t i = 0; i < nsess; i++) {
+		if (i % PER_CONN == 0)
+			c[i / PER_CONN] = connect_ok();
+		st[i] = open_ok(c[i / PER_CONN], &o);
+	}
+
+	fd = dt_raw_connect(D.sock);
+	expect(fd >= 0 && dt_raw_hello(fd, NULL) == 0, "raw connection");
+	text = slow_report(fd, false, 500);
+	expect(text, "status with %zu sessions (long paths), read after 0.5 s: %s", nsess, E);
+	j = json_tokener_parse(text);
+	expect(j && json_object_array_length(sessions_of(j)) == nsess, "the status (%zu bytes) does "
+	       "not list %zu sessions", strlen(text), nsess);
+	json_object_put(j);
+	free(text);
+	text = slow_report(fd, true, 500);
+	expect(text, "metrics with %zu sessions (long paths), read after 0.5 s: %s", nsess, E);
+	expect(prom_parse(text, &p, E, sizeof(E)) == 0, "the metrics (%zu bytes) do not parse: %s",
+	       strlen(text), E);
+	expect(prom_count(&p, "batchd_session_memory_bytes") == nsess, "%zu sessions in the metrics, "
+	       "expected %zu", prom_count(&p, "batchd_session_memory_bytes"), nsess);
+	prom_free(&p);
+	free(text);
+	close(fd);
+
+	for (size_t i = 0; i < nsess; i++)
+		ck_assert_int_eq(bc_close(st[i]), 0);
+	for (size_t i = 0; i < nconn; i++)
+		bc_disconnect(c[i]);
+	free(st);
+	free(c);
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------------------------------ */
 
 static TCase *tcase(Suite *s, const char *name)
@@ -1824,15 +2234,20 @@ static Suite *service_suite(void)
 	Suite *s = suite_create("service");
 
 	tcase_add_test(tcase(s, "reload"), test_reload);
+	tcase_add_test(tcase(s, "reload_budget"), test_reload_budget);
 	tcase_add_test(tcase(s, "sigterm_drain"), test_sigterm_drain);
 	tcase_add_test(tcase(s, "sessions_per_uid"), test_sessions_per_uid);
+	tcase_add_test(tcase(s, "sessions_per_uid_concurrent"), test_sessions_per_uid_concurrent);
 	tcase_add_test(tcase(s, "memory_per_uid"), test_memory_per_uid);
 	tcase_add_test(tcase(s, "metrics_traffic"), test_metrics_traffic);
 	tcase_add_test(tcase(s, "peer_credentials"), test_peer_credentials);
 	tcase_add_loop_test(tcase(s, "access_lists"), test_access_lists, 0, ARRAY_SIZE(access_cases));
-	tcase_add_loop_test(tcase(s, "socket_access"), test_socket_access, 0, 2);
+	tcase_add_test(tcase(s, "access_supplementary"), test_access_supplementary);
+	tcase_add_loop_test(tcase(s, "socket_access"), test_socket_access, 0, 3);
 	tcase_add_test(tcase(s, "http_metrics"), test_http_metrics);
 	tcase_add_test(tcase(s, "batchctl"), test_batchctl);
+	tcase_add_test(tcase(s, "report_escaping"), test_report_escaping);
+	tcase_add_test(tcase(s, "large_reports"), test_large_reports);
 	return s;
 }
 

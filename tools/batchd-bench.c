@@ -29,10 +29,11 @@
 static const char usage_text[] =
 	"usage: batchd-bench disk FILE [--rw read|randread] [--bs SIZE] [--qd N] [--threads N]\n"
 	"                    [--direct[=0|1] | --buffered] [--size SIZE] [--runtime SEC]\n"
-	"                    [--engine io_uring|psync] [--seed N] [--no-fixedbufs] [--json]\n"
+	"                    [--engine io_uring|psync] [--seed N] [--hugepages]\n"
+	"                    [--no-fixedbufs] [--no-registerfiles] [--json]\n"
 	"       batchd-bench sweep FILE [--bs LIST] [--qd LIST] [--rw read|randread]\n"
 	"                    [--runtime SEC] [--threads N] [--direct[=0|1] | --buffered]\n"
-	"                    [--size SIZE] [--svg OUT.svg] [--csv OUT.csv] [--json]\n"
+	"                    [--size SIZE] [--hugepages] [--svg OUT.svg] [--csv OUT.csv] [--json]\n"
 	"       batchd-bench decode DATASET [--threads N] [--seconds SEC] [--json]\n"
 	"       batchd-bench pipeline DATASET [--clients N] [--batch-size B] [--step-ms T]\n"
 	"                    [--shuffle none|global|block] [--seconds SEC | --epochs E]\n"
@@ -41,6 +42,10 @@ static const char usage_text[] =
 	"\n"
 	"disk: without --runtime, reads the first --size bytes of FILE (all of it by\n"
 	"default) once; with it, reads for that long. FILE is created at --size if absent.\n"
+	"Defaults: disk --rw read --bs 128K --qd 32, O_DIRECT when the file system takes it;\n"
+	"sweep --rw randread --bs 4K,64K,1M --qd 1,2,4,8,16,32,64 --runtime 2 per point;\n"
+	"decode --threads <all CPUs>, one pass; pipeline --clients 1 --batch-size 32\n"
+	"--shuffle global --seconds 10; h2d --size 256M --reps 20.\n"
 	"Sizes take K, M, G, T (powers of 1024); SEC takes s, ms or m (\"10\", \"500ms\").\n";
 
 int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
@@ -110,6 +115,12 @@ int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
 		return 0;
 	case BENCH_O_NOFIXED:
 		o->fixedbufs = false;
+		return 0;
+	case BENCH_O_NOFILES:
+		o->registerfiles = false;
+		return 0;
+	case BENCH_O_HUGE:
+		o->hugepages = true;
 		return 0;
 	}
 	return 1;
@@ -207,10 +218,11 @@ int main(int argc, char **argv)
 	cli_init("batchd-bench", usage_text);
 	if (argc < 2)
 		return cli_usage("missing mode (disk, sweep, decode, pipeline or h2d)");
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage_text, stdout);
+			return 0;
+		}
 	if (!strcmp(argv[1], "--version")) {
 		printf("batchd-bench %s\n", BATCHD_VERSION);
 		return 0;

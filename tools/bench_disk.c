@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +42,7 @@ void bench_disk_opts_init(bench_disk_opts *o)
 	o->engine = BD_IO_URING;
 	o->seed = UINT64_C(0xb47c4d);
 	o->fixedbufs = true;
+	o->registerfiles = true;
 	o->progress = true;
 }
 
@@ -218,7 +220,8 @@ typedef struct disk_worker {
 	int err;
 	char msg[256];
 	uint64_t ios, bytes, t_first, t_last;
-	bool fixedbufs;
+	double usr_s, sys_s;     /* CPU this thread spent in the loop */
+	bool fixedbufs, registerfiles, hugepages;
 	bd_io_engine engine;
 	unsigned setup_flags;
 	bench_hist clat;
@@ -257,12 +260,24 @@ static void issue(disk_worker *w, bd_io *io, disk_slot *s, uint64_t off, uint64_
 	}
 }
 
-/* Reads until the deadline (or through the positions); completes what it issued. */
-static void disk_loop(disk_worker *w, bd_io *io, disk_slot *slots)
+/*
+ * Reads until the deadline (or through the positions), then completes what
+ * it issued. Completions come in batches: each is timed and replaced by
+ * the next read, and the whole batch of new reads goes to the kernel in the
+ * one system call that also waits for the next completion.
+ */
+static double tv_s(struct timeval tv)
+{
+	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
+static void disk_loop(disk_worker *w, bd_io *io, disk_slot *slots, bd_io_req **done)
 {
 	const bench_disk_opts *o = w->o;
 	uint64_t deadline = 0, now, off;
+	struct rusage ru0, ru1;
 
+	getrusage(RUSAGE_THREAD, &ru0);
 	now = w->t_first = bench_now_ns();
 	if (o->runtime > 0)
 		deadline = now + (uint64_t)(o->runtime * 1e9);
@@ -270,35 +285,43 @@ static void disk_loop(disk_worker *w, bd_io *io, disk_slot *slots)
 		issue(w, io, &slots[i], off, now);
 
 	while (bd_io_inflight(io)) {
-		bd_io_req *req;
-		disk_slot *s;
-		int r = bd_io_wait(io, &req);
+		int n = bd_io_wait_many(io, done, o->qd);
+		bool more;
 
-		if (r < 0) {
-			w->err = r;
-			snprintf(w->msg, sizeof(w->msg), "io_uring_enter: %s", strerror(-r));
+		if (n < 0) {
+			w->err = n;
+			snprintf(w->msg, sizeof(w->msg), "io_uring_enter: %s", strerror(-n));
 			return;  /* the engine is unusable; bd_io_free reaps what it can */
 		}
 		now = bench_now_ns();
-		s = req->user;
-		if (req->result != (int32_t)req->len) {
-			if (!w->err) {
-				w->err = req->result < 0 ? req->result : -EIO;
-				snprintf(w->msg, sizeof(w->msg), "read of %u bytes at byte %" PRIu64 ": %s",
-					 req->len, req->offset,
-					 req->result < 0 ? strerror(-req->result) : "short read (file shrank?)");
+		more = !w->err && !(deadline && now >= deadline);
+		for (int i = 0; i < n; i++) {
+			bd_io_req *req = done[i];
+			disk_slot *s = req->user;
+
+			if (req->result != (int32_t)req->len) {
+				if (!w->err) {
+					w->err = req->result < 0 ? req->result : -EIO;
+					snprintf(w->msg, sizeof(w->msg),
+						 "read of %u bytes at byte %" PRIu64 ": %s", req->len,
+						 req->offset, req->result < 0 ? strerror(-req->result)
+									    : "short read (file shrank?)");
+				}
+				more = false;
+				continue;
 			}
-			continue;
+			bench_hist_record(&w->clat, now - s->t_submit);
+			w->ios++;
+			w->bytes += req->len;
+			if (more && next_offset(w, &off))
+				issue(w, io, s, off, now);
 		}
-		bench_hist_record(&w->clat, now - s->t_submit);
-		w->ios++;
-		w->bytes += req->len;
 		atomic_store_explicit(&w->done_bytes, w->bytes, memory_order_relaxed);
-		if (w->err || (deadline && now >= deadline) || !next_offset(w, &off))
-			continue;
-		issue(w, io, s, off, now);
 	}
 	w->t_last = bench_now_ns();
+	getrusage(RUSAGE_THREAD, &ru1);
+	w->usr_s = tv_s(ru1.ru_utime) - tv_s(ru0.ru_utime);
+	w->sys_s = tv_s(ru1.ru_stime) - tv_s(ru0.ru_stime);
 }
 
 static void *disk_worker_main(void *arg)
@@ -307,6 +330,7 @@ static void *disk_worker_main(void *arg)
 	const bench_disk_opts *o = w->o;
 	bd_io_opts io_opts = { .engine = o->engine, .queue_depth = o->qd };
 	disk_slot *slots = NULL;
+	bd_io_req **done = NULL;
 	struct iovec *iov = NULL;
 	uint8_t *buf = NULL;
 	bd_io *io = NULL;
@@ -321,16 +345,23 @@ static void *disk_worker_main(void *arg)
 	w->engine = bd_io_engine_of(io);
 	w->setup_flags = bd_io_setup_flags(io);
 	slots = calloc(o->qd, sizeof(*slots));
+	done = calloc(o->qd, sizeof(*done));
 	iov = calloc(o->qd, sizeof(*iov));
 	/* 2 MiB alignment lets the kernel back big buffers with huge pages. */
 	r = posix_memalign((void **)&buf, (size_t)o->bs * o->qd >= (2u << 20) ? 2u << 20 : 4096,
 			   (size_t)o->bs * o->qd);
-	if (!slots || !iov || r) {
+	if (!slots || !done || !iov || r) {
 		r = -ENOMEM;
 		snprintf(w->msg, sizeof(w->msg), "cannot allocate %u buffers of %u bytes", o->qd, o->bs);
 		goto setup_failed;
 	}
-	if (getenv("BB_THP")) madvise(buf, (size_t)o->bs * o->qd, MADV_HUGEPAGE);
+	/*
+	 * Transparent huge pages make each buffer physically contiguous: a
+	 * 1 MiB read is then one segment, where 256 separate pages may exceed
+	 * the device's max_segments and split the request in two.
+	 */
+	if (o->hugepages && madvise(buf, (size_t)o->bs * o->qd, MADV_HUGEPAGE) == 0)
+		w->hugepages = true;
 	memset(buf, 0, (size_t)o->bs * o->qd);  /* fault the pages in before the clock starts */
 	for (unsigned i = 0; i < o->qd; i++) {
 		iov[i].iov_base = buf + (size_t)i * o->bs;
@@ -344,9 +375,11 @@ static void *disk_worker_main(void *arg)
 			slots[i].req.buf_index = (int)i;
 	}
 	/* (RLIMIT_MEMLOCK too small: plain reads; the result says fixedbufs=false.) */
+	if (o->registerfiles && w->engine == BD_IO_URING && bd_io_register_files(io, &w->fd, 1) == 0)
+		w->registerfiles = true;
 
 	if (gate_pass(w->gate))
-		disk_loop(w, io, slots);
+		disk_loop(w, io, slots, done);
 	goto out;
 
 setup_failed:
@@ -356,6 +389,7 @@ out:
 	bd_io_free(io);
 	free(buf);
 	free(iov);
+	free(done);
 	free(slots);
 	atomic_store_explicit(&w->finished, true, memory_order_release);
 	return NULL;
@@ -452,7 +486,12 @@ int bench_disk_run(const bench_disk_opts *o, bench_disk_result *res, char *err, 
 		w[i].fd = -1;
 
 	for (unsigned i = 0; i < o->threads; i++) {
-		w[i].fd = open_for_job(o, &direct, err, errlen);
+		bench_disk_opts first_choice = *o;
+
+		/* The first open settles O_DIRECT or not (and says so once) for all. */
+		if (i > 0)
+			first_choice.direct = direct ? 1 : 0;
+		w[i].fd = open_for_job(&first_choice, &direct, err, errlen);
 		if (w[i].fd < 0) {
 			r = w[i].fd;
 			goto out;
@@ -501,15 +540,19 @@ int bench_disk_run(const bench_disk_opts *o, bench_disk_result *res, char *err, 
 	bench_hist_init(&res->clat);
 	res->region = region;
 	res->direct = direct;
-	res->fixedbufs = true;
+	res->fixedbufs = res->registerfiles = res->hugepages = true;
 	for (unsigned i = 0; i < o->threads; i++) {
 		if (w[i].err && r == 0) {
 			r = w[i].err;
 			fail(err, errlen, "%s", w[i].msg);
 		}
 		res->io_bytes += w[i].bytes;
+		res->usr_s += w[i].usr_s;
+		res->sys_s += w[i].sys_s;
 		res->ios += w[i].ios;
 		res->fixedbufs = res->fixedbufs && w[i].fixedbufs;
+		res->registerfiles = res->registerfiles && w[i].registerfiles;
+		res->hugepages = res->hugepages && w[i].hugepages;
 		res->engine = w[i].engine;
 		res->setup_flags = w[i].setup_flags;
 		bench_hist_merge(&res->clat, &w[i].clat);
@@ -541,14 +584,17 @@ void bench_disk_json(const bench_disk_opts *o, const bench_disk_result *res, FIL
 	fputs("{\"mode\": \"disk\", \"file\": ", f);
 	bench_json_string(f, o->path);
 	fprintf(f, ", \"rw\": \"%s\", \"bs\": %u, \"iodepth\": %u, \"threads\": %u, "
-		"\"direct\": %d, \"ioengine\": \"%s\", \"fixedbufs\": %s, \"setup_flags\": %u, "
+		"\"direct\": %d, \"ioengine\": \"%s\", \"fixedbufs\": %s, \"registerfiles\": %s, "
+		"\"hugepages\": %s, \"setup_flags\": %u, "
 		"\"size\": %" PRIu64 ", \"time_based\": %s, \"io_bytes\": %" PRIu64 ", "
-		"\"total_ios\": %" PRIu64 ", \"runtime_ms\": %.3f, \"bw_bytes\": %.0f, \"bw\": %.0f, "
-		"\"iops\": %.3f, \"clat_ns\": ",
+		"\"total_ios\": %" PRIu64 ", \"runtime_ms\": %.6f, \"bw_bytes\": %.0f, \"bw\": %.0f, "
+		"\"iops\": %.3f, \"usr_cpu\": %.3f, \"sys_cpu\": %.3f, \"clat_ns\": ",
 		bench_disk_rw_name(o), o->bs, o->qd, o->threads, res->direct ? 1 : 0,
 		res->engine == BD_IO_PREAD ? "psync" : "io_uring", res->fixedbufs ? "true" : "false",
+		res->registerfiles ? "true" : "false", res->hugepages ? "true" : "false",
 		res->setup_flags, res->region, o->runtime > 0 ? "true" : "false", res->io_bytes,
-		res->ios, res->runtime_s * 1e3, bw, bw / 1024, per_second(res, (double)res->ios));
+		res->ios, res->runtime_s * 1e3, bw, bw / 1024, per_second(res, (double)res->ios),
+		100 * per_second(res, res->usr_s), 100 * per_second(res, res->sys_s));
 	bench_hist_json(&res->clat, f);
 	fputs("}\n", f);
 }
@@ -559,15 +605,19 @@ void bench_disk_human(const bench_disk_opts *o, const bench_disk_result *res, FI
 	char bs[32], region[32], total[32];
 	double bw = per_second(res, (double)res->io_bytes), iops = per_second(res, (double)res->ios);
 
-	fprintf(f, "%s: bs=%s, qd=%u, threads=%u, %s%s%s, %s of %s\n", bench_disk_rw_name(o),
+	fprintf(f, "%s: bs=%s, qd=%u, threads=%u, %s%s%s%s%s, %s of %s\n", bench_disk_rw_name(o),
 		bp_format_size(o->bs, bs, sizeof(bs)), o->qd, o->threads,
 		res->engine == BD_IO_PREAD ? "psync" : "io_uring", res->direct ? ", O_DIRECT" : ", buffered",
-		res->fixedbufs ? ", fixed buffers" : "", bp_format_size(res->region, region, sizeof(region)),
+		res->fixedbufs ? ", fixed buffers" : "", res->registerfiles ? ", fixed files" : "",
+		res->hugepages ? ", huge pages" : "", bp_format_size(res->region, region, sizeof(region)),
 		o->path);
 	fprintf(f, "  read: IOPS=%.*f%s, BW=%.1fMiB/s (%.1fMB/s) (%s in %.0f ms)\n",
 		iops >= 1e4 ? 1 : 0, iops >= 1e4 ? iops / 1e3 : iops, iops >= 1e4 ? "k" : "",
 		bw / 1048576.0, bw / 1e6, bp_format_size(res->io_bytes, total, sizeof(total)),
 		res->runtime_s * 1e3);
+	fprintf(f, "    cpu: usr=%.2f%%, sys=%.2f%%, %.2f us per read\n", 100 * per_second(res, res->usr_s),
+		100 * per_second(res, res->sys_s),
+		res->ios ? (res->usr_s + res->sys_s) / (double)res->ios * 1e6 : 0);
 	fprintf(f, "    clat (usec): min=%.1f, max=%.1f, avg=%.1f, stdev=%.1f\n",
 		(double)(h->count ? h->min : 0) / 1e3, (double)h->max / 1e3, bench_hist_mean(h) / 1e3,
 		bench_hist_stddev(h) / 1e3);

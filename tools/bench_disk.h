@@ -48,10 +48,15 @@ typedef struct bench_disk_opts {
 	bd_io_engine engine;     /* BD_IO_URING or BD_IO_PREAD */
 	uint64_t seed;
 	bool fixedbufs;          /* register the buffers (io_uring) */
+	bool registerfiles;      /* register the file (io_uring) */
+	bool hugepages;          /* madvise(MADV_HUGEPAGE) the buffers */
 	bool progress;           /* a progress line when stderr is a terminal */
 } bench_disk_opts;
 
-/* Defaults: sequential, 128 KiB, QD 32, 1 thread, direct auto, io_uring. */
+/*
+ * Defaults: sequential, 128 KiB, QD 32, 1 thread, direct auto, io_uring,
+ * fixed buffers and files, normal pages (like fio's default iomem=malloc).
+ */
 void bench_disk_opts_init(bench_disk_opts *o);
 
 typedef struct bench_disk_result {
@@ -59,8 +64,9 @@ typedef struct bench_disk_result {
 	uint64_t io_bytes;       /* bytes read (completed reads only) */
 	uint64_t ios;            /* reads completed */
 	double runtime_s;        /* first submission to last completion */
+	double usr_s, sys_s;     /* CPU time of the workers' read loops (RUSAGE_THREAD) */
 	bool direct;             /* what was used */
-	bool fixedbufs;
+	bool fixedbufs, registerfiles, hugepages;
 	bd_io_engine engine;
 	unsigned setup_flags;
 	bench_hist clat;         /* ns, submission to completion */
@@ -90,7 +96,7 @@ int bench_disk_run(const bench_disk_opts *o, bench_disk_result *res, char *err, 
 enum {
 	BENCH_O_RW = 300, BENCH_O_BS, BENCH_O_QD, BENCH_O_THREADS, BENCH_O_DIRECT,
 	BENCH_O_BUFFERED, BENCH_O_SIZE, BENCH_O_RUNTIME, BENCH_O_ENGINE, BENCH_O_SEED,
-	BENCH_O_NOFIXED, BENCH_O_JSON,
+	BENCH_O_NOFIXED, BENCH_O_NOFILES, BENCH_O_HUGE, BENCH_O_JSON,
 };
 #define BENCH_DISK_LONGOPTS \
 	{ "rw", required_argument, NULL, BENCH_O_RW }, \
@@ -100,7 +106,9 @@ enum {
 	{ "size", required_argument, NULL, BENCH_O_SIZE }, \
 	{ "runtime", required_argument, NULL, BENCH_O_RUNTIME }, \
 	{ "seed", required_argument, NULL, BENCH_O_SEED }, \
-	{ "no-fixedbufs", no_argument, NULL, BENCH_O_NOFIXED }
+	{ "no-fixedbufs", no_argument, NULL, BENCH_O_NOFIXED }, \
+	{ "no-registerfiles", no_argument, NULL, BENCH_O_NOFILES }, \
+	{ "hugepages", no_argument, NULL, BENCH_O_HUGE }
 
 /*
  * Applies option @ch (a BENCH_O_* code) with its value @arg to @o.

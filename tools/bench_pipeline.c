@@ -42,6 +42,7 @@
 #include "units.h"
 
 #define MAX_CLIENTS 256u
+#define BATCH_TIMEOUT_MS 60000   /* a batch slower than this is a hang, not a stall */
 
 typedef struct pl_opts {
 	const char *dataset;
@@ -271,7 +272,7 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 		uint64_t tw = bench_now_ns(), waited;
 		size_t len;
 
-		r = bc_next(s, &b, -1);
+		r = bc_next(s, &b, BATCH_TIMEOUT_MS);
 		waited = bench_now_ns() - tw;
 		out->waited += (double)waited / 1e9;
 		if (r == BC_EPOCH_END) {
@@ -280,6 +281,12 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 			continue;
 		}
 		if (r < 0) {
+			if (r == -ETIMEDOUT) {
+				out->rc = ETIMEDOUT;
+				snprintf(out->msg, sizeof(out->msg), "no batch for %d s",
+					 BATCH_TIMEOUT_MS / 1000);
+				break;
+			}
 			if (r == -ESHUTDOWN || r == -EPIPE || r == -EPROTO || r == -ENOBUFS) {
 				out->rc = -r;
 				snprintf(out->msg, sizeof(out->msg), "%s: %s", bc_strerror(r),

@@ -127,7 +127,8 @@ double bench_hist_stddev(const bench_hist *h)
 const double bench_fio_percentiles[] = {
 	1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 99, 99.5, 99.9, 99.95, 99.99,
 };
-const size_t bench_fio_npercentiles = sizeof(bench_fio_percentiles) / sizeof(bench_fio_percentiles[0]);
+const size_t bench_fio_npercentiles =
+	sizeof(bench_fio_percentiles) / sizeof(bench_fio_percentiles[0]);
 
 void bench_hist_json(const bench_hist *h, FILE *f)
 {

@@ -88,7 +88,7 @@ static int cmp_u64(const void *a, const void *b)
 
 enum { W = 880, H = 520, PL = 90, PR = W - 170, PT = 56, PB = H - 64 };
 
-static double x_of(const sweep *s, double lo, double hi, uint64_t qd)
+static double x_of(double lo, double hi, uint64_t qd)
 {
 	if (hi <= lo)
 		return (PL + PR) / 2.0;
@@ -143,7 +143,7 @@ static int write_svg(const sweep *s, const char *out)
 	}
 	/* x ticks at every queue depth swept */
 	for (size_t i = 0; i < s->nqd; i++) {
-		double x = x_of(s, lo, hi, qds[i]);
+		double x = x_of(lo, hi, qds[i]);
 
 		fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n",
 			x, PB, x, PB + 6);
@@ -169,7 +169,7 @@ static int write_svg(const sweep *s, const char *out)
 				if (s->qd[k] == qds[q]) {
 					const sweep_point *p = &s->pt[b * s->nqd + k];
 
-					fprintf(f, "%s%.1f,%.1f", q ? " " : "", x_of(s, lo, hi, p->qd),
+					fprintf(f, "%s%.1f,%.1f", q ? " " : "", x_of(lo, hi, p->qd),
 						y_of(p->bw / 1e6, ymax));
 					break;
 				}
@@ -178,7 +178,7 @@ static int write_svg(const sweep *s, const char *out)
 			const sweep_point *p = &s->pt[b * s->nqd + k];
 
 			fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
-				x_of(s, lo, hi, p->qd), y_of(p->bw / 1e6, ymax), color);
+				x_of(lo, hi, p->qd), y_of(p->bw / 1e6, ymax), color);
 		}
 		fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
 			"stroke-width=\"3\"/>\n", PR + 20, ly, PR + 48, ly, color);
@@ -224,7 +224,7 @@ static void print_json(const sweep *s)
 	for (size_t i = 0; i < s->nbs * s->nqd; i++) {
 		const sweep_point *p = &s->pt[i];
 
-		printf("%s{\"bs\": %u, \"iodepth\": %u, \"io_bytes\": %" PRIu64 ", \"runtime_ms\": %.3f"
+		printf("%s{\"bs\": %u, \"iodepth\": %u, \"io_bytes\": %" PRIu64 ", \"runtime_ms\": %.6f"
 		       ", \"bw_bytes\": %.0f, \"iops\": %.3f, \"clat_ns\": ", i ? ", " : "", p->bs, p->qd,
 		       p->io_bytes, p->runtime_s * 1e3, p->bw, p->iops);
 		bench_hist_json(p->clat, stdout);
@@ -307,6 +307,7 @@ static int run_sweep(sweep *s)
 			*p->clat = res->clat;
 			s->region = res->region;
 			s->direct = res->direct;
+			s->o.direct = res->direct ? 1 : 0;   /* settled: no note per point */
 		}
 	}
 	if (tty)

@@ -30,6 +30,10 @@ SKIP = 77
 BATCHD = os.environ.get("BATCHD", "")
 BATCHD_PACK = os.environ.get("BATCHD_PACK", "")
 
+if os.environ.get("BATCHCLIENT_TEST_SKIP"):
+    print(f"SKIP: {os.environ['BATCHCLIENT_TEST_SKIP']}")
+    sys.exit(SKIP)
+
 try:
     import batchclient
 except ImportError as e:

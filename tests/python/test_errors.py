@@ -102,6 +102,41 @@ class Errors(T.DaemonCase):
         ld.close()
         self.assertEqual(d.proc.wait(20), 0, d.tail())     # a clean stop
 
+    def test_timeout_then_resume(self):
+        d = self.private_daemon()
+        ld = self.loader("rec.bpk", 10, socket=d.sock, prefetch=2, shuffle="none", timeout=0.3)
+        it = iter(ld)
+        next(it)
+        d.proc.send_signal(signal.SIGSTOP)       # a daemon that stops making progress
+        try:
+            got = 0
+            with self.assertRaises(batchclient.WaitTimeout) as cm:
+                for _ in range(len(ld)):
+                    next(it)
+                    got += 1
+            self.assertLessEqual(got, 4)         # what was staged before it stopped
+            self.assertIsInstance(cm.exception, TimeoutError)
+            self.assertEqual(cm.exception.errno, errno.ETIMEDOUT)
+            self.assertIn("no batch within 0.3 s", str(cm.exception))
+        finally:
+            d.proc.send_signal(signal.SIGCONT)
+        self.assertEqual(next(it).index, got + 1)   # nothing was lost
+
+    def test_forked_child_cannot_use_the_parents_loader(self):
+        ld = self.loader("rec.bpk", 10)
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                iter(ld)
+            except RuntimeError as e:
+                code = 0 if "fork" in str(e) else 4
+            ld.close()                           # must not close the parent's session
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        self.assertEqual(len(next(iter(ld))), 10)
+
     def test_gpu_placement_is_passed_and_refused(self):
         for dev in (0, "cuda:1"):
             with self.assertRaises(batchclient.BatchdError) as cm:

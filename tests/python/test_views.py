@@ -134,7 +134,7 @@ class Views(T.DaemonCase):
     def test_the_usual_loop_keeps_one_step_of_views(self):
         ld = self.loader("rec.bpk", 16, shuffle="global", seed=1, prefetch=1)
         for _ in range(3):
-            prev = None
+            prev = prev_ids = None
             for b in ld:
                 x = b.numpy("uint8", (SIZE,))     # `x`, `prev` still bound when the next step runs
                 if prev is not None:

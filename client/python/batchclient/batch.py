@@ -54,9 +54,6 @@ class ReleasedError(ValueError):
     made while it was held (they pin it; see batchclient.batch)."""
 
 
-_EMPTY = (ctypes.c_ubyte * 0)()
-
-
 class Batch:
     """A batch delivered by batchd, valid until released.
 
@@ -195,6 +192,10 @@ class Batch:
                 raise ValueError(f"shape {shape}: dimensions must be >= 0")
             sb = math.prod(shape) * itemsize
         if self.nbytes != sb * count:
+            each = self.nbytes // count if count else 0
+            if count and each * count == self.nbytes and self._stream.max_sample == each:
+                raise ValueError(f"samples are {each} bytes, but shape {shape} of "
+                                 f"{itemsize}-byte items is {sb} bytes")
             raise ValueError(f"batch {self.epoch}:{self.index}: {self.nbytes} bytes are not "
                              f"{count} samples of {sb} bytes; samples differ in size: use "
                              "batch.samples or a collate hook")
@@ -233,6 +234,7 @@ class Batch:
         shared memory (no copy; torch.from_numpy of numpy()). dtype is a
         torch dtype (default torch.uint8). The memory is read-only: do not
         modify the tensor in place (see the module doc)."""
+        self._check()
         import numpy as np
         import torch
         dtype = torch.uint8 if dtype is None else dtype

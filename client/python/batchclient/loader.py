@@ -125,6 +125,7 @@ class _Client:
         self.h = h.value
         self._users = 1
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def error(self):
         return _lib.text(_lib.lib().bc_client_error(self.h))
@@ -139,7 +140,8 @@ class _Client:
             h = None
             if self._users == 0:
                 h, self.h = self.h, None
-        if h:
+        # A forked child shares the parent's socket: only the parent may close it.
+        if h and os.getpid() == self._pid:
             _lib.lib().bc_disconnect(h)
 
 
@@ -291,7 +293,8 @@ class _Stream:
             for b in self.held:
                 b._h = None
             self.held = []
-        _lib.lib().bc_close(self.h)
+        if os.getpid() == self.client._pid:    # not in a forked child: the session is the parent's
+            _lib.lib().bc_close(self.h)
         self.client.unref()
 
 
@@ -440,6 +443,9 @@ class Loader:
     def _live(self):
         if self._closed:
             raise RuntimeError("the Loader is closed")
+        if os.getpid() != self._client._pid:
+            raise RuntimeError("this Loader was created before a fork; its stream belongs to "
+                               "the parent: create a Loader in each process")
         return self._stream
 
     # -- positioning --
@@ -459,7 +465,7 @@ class Loader:
         e, b = self.position
         c = self._cfg
         return {"version": STATE_VERSION, "dataset": c["dataset"],
-                "fingerprint": self._stream.fingerprint, "batch_size": c["batch_size"],
+                "fingerprint": self._live().fingerprint, "batch_size": c["batch_size"],
                 "shuffle": c["shuffle"], "seed": c["seed"], "rank": c["rank"],
                 "world": c["world"], "drop_last": c["drop_last"], "epoch": e, "batch": b}
 
@@ -556,6 +562,7 @@ class _EpochIter:
         L = self._loader
         if self._done:
             raise StopIteration
+        L._live()
         if self._gen != L._gen:
             raise RuntimeError("a newer iteration over this Loader has started")
         L._retire()

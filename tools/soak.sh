@@ -1,0 +1,288 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# soak.sh - a real batchd under many trainers for a while: does it lose
+# nothing, and does it give everything back?
+#
+#   tools/soak.sh SECONDS [CLIENTS]        (CLIENTS defaults to 32)
+#
+# Makes four datasets with batchd-pack (one sample per block with a
+# dictionary; 64 KiB blocks; a directory of three shards; fixed-size
+# records), starts batchd on a socket in a scratch directory whose root is
+# that directory, and runs CLIENTS soak-clients at once for SECONDS. Each
+# opens streams with random options (dataset, batch size 1..256, shuffle
+# none/global/block, seed, rank/world, drop_last, prefetch, start epoch),
+# consumes a random number of batches, closes early, reopens, and checks
+# every sample against the pack on disk (tools/soak-client.c says how).
+#
+# A first, shorter wave of clients warms the daemon up (cache, allocator
+# arenas, threads); its RSS and fd count then are the baseline. After the
+# main wave the daemon must be back there: fds within 4, RSS within 32 MiB
+# (not counting the block cache, which is meant to stay full), no sessions
+# and no session memory, memory.used equal to the cache. Then SIGTERM must
+# stop it with status 0 within 30 s.
+#
+# Fails (exit 1) on any client error, a refused open, a daemon-side failure,
+# protocol or ring violation, or the checks above; prints a summary either way.
+#
+# Environment:
+#   BATCHD_BUILD   build directory for the binaries below (default: build)
+#   BATCHD, BATCHD_PACK, BATCHCTL, SOAK_CLIENT   the binaries themselves
+#   SOAK_MEMORY    batchd --memory (default 2G: no client is ever refused)
+#   SOAK_SEED      seed of the clients' choices (default: random; printed)
+#   SOAK_HOLD      none|order|any (default any): may trainers hold one or two
+#                  batches while asking for more, releasing oldest first or
+#                  (any) sometimes newest first (soak-client -H)
+#   SOAK_FAULTS    BATCHD_FAULTS rules for batchd (needs -Dfault_injection);
+#                  failed batches are then expected and counted, not errors
+#   SOAK_KEEP=1    keep the scratch directory (it is kept anyway on failure)
+#   TMPDIR         where the scratch directory goes
+set -euo pipefail
+
+usage() {
+	echo "usage: $0 SECONDS [CLIENTS]" >&2
+	exit 2
+}
+[ $# -ge 1 ] && [ $# -le 2 ] || usage
+seconds=$1
+clients=${2:-32}
+case "$seconds$clients" in *[!0-9]*) usage ;; esac
+[ "$seconds" -ge 1 ] && [ "$clients" -ge 1 ] || usage
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${BATCHD_BUILD:-$here/build}
+batchd=${BATCHD:-$build/daemon/batchd}
+pack=${BATCHD_PACK:-$build/tools/batchd-pack}
+ctl=${BATCHCTL:-$build/tools/batchctl}
+client=${SOAK_CLIENT:-$build/tools/soak-client}
+memory=${SOAK_MEMORY:-2G}
+seed=${SOAK_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
+for b in "$batchd" "$pack" "$ctl" "$client"; do
+	[ -x "$b" ] || { echo "soak.sh: $b is not built (ninja -C $build)" >&2; exit 2; }
+done
+py=$(command -v python3) || { echo "soak.sh: python3 is needed to make the inputs" >&2; exit 2; }
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/batchd-soak.XXXXXX")
+daemon_pid=
+failed=0
+cleanup() {
+	if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
+		kill -KILL "$daemon_pid" 2>/dev/null || true
+	fi
+	if [ "$failed" -eq 0 ] && [ "${SOAK_KEEP:-0}" != 1 ]; then
+		rm -rf "$dir"
+	else
+		echo "soak.sh: scratch directory kept: $dir" >&2
+	fi
+}
+trap cleanup EXIT
+fail() {
+	echo "soak.sh: FAIL: $*" >&2
+	failed=1
+}
+
+# ---- datasets ------------------------------------------------------------------
+
+echo "soak.sh: making datasets in $dir"
+mkdir -p "$dir/in" "$dir/root"
+"$py" - "$dir/in" <<'EOF'
+import os, random, sys
+out = sys.argv[1]
+rng = random.Random(20261129)
+words = ("batch shard block sample epoch rank world seed tensor image label "
+         "token decode stage read write queue ring cache").split()
+
+def text(n):
+    s, have = [], 0
+    while have < n:
+        w = rng.choice(words)
+        s.append(w)
+        have += len(w) + 1
+    return (" ".join(s) + " ")[:n].encode()
+
+def record():
+    return ('{"id": %d, "label": "%s", "score": %.4f, "tags": ["%s", "%s"], "text": "%s"}'
+            % (rng.randrange(10**6), rng.choice(words), rng.random(), rng.choice(words),
+               rng.choice(words), text(rng.randrange(20, 1200)).decode())).encode()
+
+def put(sub, i, data):
+    d = os.path.join(out, sub)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "%05d" % i), "wb") as f:
+        f.write(data)
+
+# Small JSON records, one per block: the dictionary's case.
+for i in range(3000):
+    put("json", i, record())
+# Mixed text and noise up to 48 KiB, some empty: packed in 64 KiB blocks.
+for i in range(1500):
+    n = rng.randrange(0, 48 * 1024) if i % 16 else 0
+    put("mixed", i, text(n) if i % 3 else rng.randbytes(n))
+# Text of 1..8 KiB in 16 KiB blocks, three shards.
+for i in range(2400):
+    put("sharded", i, text(rng.randrange(1, 8 * 1024)))
+# Fixed-size records (3 KiB), as a tensor file would hold them.
+with open(os.path.join(out, "records.bin"), "wb") as f:
+    for i in range(2500):
+        f.write(text(1024) + rng.randbytes(2048))
+EOF
+mk() {
+	"$pack" create "$@" --threads 2 >"$dir/pack.log" 2>&1 || { cat "$dir/pack.log" >&2; fail "batchd-pack create $*"; exit 1; }
+	tail -1 "$dir/pack.log" | sed "s|^$dir/root/|  |"
+}
+mk "$dir/root/json.bpk" "$dir/in/json" --dict
+mk "$dir/root/mixed.bpk" "$dir/in/mixed" --block-size 64K
+mk "$dir/root/sharded" "$dir/in/sharded" --block-size 16K --shard-size 600K
+mk "$dir/root/records.bpk" --records 3072 "$dir/in/records.bin" --block-size 256K
+datasets=(json.bpk mixed.bpk sharded records.bpk)
+for d in "${datasets[@]}"; do
+	"$pack" verify "$dir/root/$d" >"$dir/pack.log" 2>&1 || { cat "$dir/pack.log" >&2; fail "batchd-pack verify $d"; exit 1; }
+done
+shards=$(find "$dir/root/sharded" -name '*.bpk' | wc -l)
+[ "$shards" -eq 3 ] || { fail "sharded dataset has $shards shards, not 3"; exit 1; }
+rm -rf "$dir/in"
+
+# ---- the daemon ----------------------------------------------------------------
+
+sock=$dir/sock
+if [ -n "${SOAK_FAULTS:-}" ]; then
+	export BATCHD_FAULTS=$SOAK_FAULTS
+	client_flags=(-f)
+else
+	unset BATCHD_FAULTS
+	client_flags=()
+fi
+client_flags+=(-H "${SOAK_HOLD:-any}")
+"$batchd" --socket "$sock" --root "$dir/root" --memory "$memory" --log-level notice \
+	2>"$dir/batchd.log" &
+daemon_pid=$!
+for _ in $(seq 100); do
+	"$ctl" -s "$sock" status >/dev/null 2>&1 && break
+	kill -0 "$daemon_pid" 2>/dev/null || { cat "$dir/batchd.log" >&2; fail "batchd died at startup"; exit 1; }
+	sleep 0.1
+done
+"$ctl" -s "$sock" status >/dev/null || { fail "batchd does not answer on $sock"; exit 1; }
+
+# status JSON field by dotted path, e.g. memory.used
+status_json() { "$ctl" -s "$sock" status --json; }
+field() { "$py" -c 'import json,sys
+d=json.load(sys.stdin)
+for k in sys.argv[1].split("."): d=d[k]
+print(d)' "$1"; }
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$daemon_pid/status"; }
+fd_count() { ls "/proc/$daemon_pid/fd" | wc -l; }
+
+# Wait until no session is left (clients are gone, the daemon may lag a little).
+wait_idle() {
+	local s
+	for _ in $(seq 100); do
+		s=$(status_json | field memory.sessions)
+		[ "$s" -eq 0 ] && [ "$(status_json | field sessions | tr -d '[] ')" = "" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# run_wave NAME SECONDS: CLIENTS clients at once; their summaries into $dir/NAME.*
+run_wave() {
+	local name=$1 secs=$2 pids=() i rc=0
+	for i in $(seq 0 $((clients - 1))); do
+		"$client" -s "$sock" -r "$dir/root" -t "$secs" -i "$i" -S "$((seed + i))" \
+			"${client_flags[@]}" "${datasets[@]}" \
+			>"$dir/$name.$i.out" 2>"$dir/$name.$i.err" &
+		pids+=($!)
+	done
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || { rc=1; echo "soak.sh: $name client $i failed:" >&2; head -5 "$dir/$name.$i.err" >&2; }
+	done
+	return $rc
+}
+
+# sum NAME KEY: the total of KEY=N over the wave's client summaries
+sum() { cat "$dir/$1".*.out | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { s += $2 } END { printf "%.0f\n", s }'; }
+
+warm=$((seconds / 10))
+[ $warm -lt 3 ] && warm=3
+[ $warm -gt 30 ] && warm=30
+echo "soak.sh: batchd pid $daemon_pid; seed $seed; warm-up wave: $clients clients for ${warm}s"
+run_wave warm "$warm" || fail "warm-up wave"
+wait_idle || fail "sessions still open after the warm-up wave"
+rss0=$(rss_kb)
+fd0=$(fd_count)
+cache0=$(status_json | field memory.cache)
+echo "soak.sh: baseline: VmRSS $((rss0 / 1024)) MiB, $fd0 fds, cache $((cache0 >> 20)) MiB"
+
+echo "soak.sh: main wave: $clients clients for ${seconds}s"
+t0=$(date +%s)
+run_wave main "$seconds" || fail "main wave"
+t1=$(date +%s)
+wait_idle || fail "sessions still open $(status_json | field memory.sessions) bytes after the main wave"
+rss1=$(rss_kb)
+fd1=$(fd_count)
+st=$(status_json)
+echo "$st" >"$dir/status.json"
+used1=$(echo "$st" | field memory.used)
+cache1=$(echo "$st" | field memory.cache)
+msess1=$(echo "$st" | field memory.sessions)
+
+# ---- verdict ---------------------------------------------------------------------
+
+for k in protocol_violations ring_violations pipeline.failures ended.failed refused.memory \
+	refused.other refused.corrupt refused.invalid refused.not_found; do
+	v=$(echo "$st" | field "$k")
+	if [ "$v" -ne 0 ] && { [ -z "${SOAK_FAULTS:-}" ] || [[ $k != pipeline.failures && $k != ended.failed ]]; }; then
+		fail "daemon status $k = $v"
+	fi
+done
+[ "$msess1" -eq 0 ] || fail "session memory still held: $msess1 bytes"
+[ "$used1" -eq "$cache1" ] || fail "memory.used $used1 is not the cache's $cache1"
+# RSS without the block cache, which is meant to stay full.
+grow_kb=$(( (rss1 - cache1 / 1024) - (rss0 - cache0 / 1024) ))
+[ $grow_kb -le $((32 * 1024)) ] || fail "RSS grew by $((grow_kb / 1024)) MiB beyond the cache"
+[ $((fd1 - fd0)) -le 4 ] || fail "fd count grew from $fd0 to $fd1"
+
+errors=$(( $(sum warm errors) + $(sum main errors) ))
+refused=$(( $(sum warm refused) + $(sum main refused) ))
+[ "$errors" -eq 0 ] || fail "$errors client errors (see $dir/*.err)"
+
+kill -TERM "$daemon_pid"
+stop_rc=
+for _ in $(seq 300); do
+	if ! kill -0 "$daemon_pid" 2>/dev/null; then
+		set +e
+		wait "$daemon_pid"
+		stop_rc=$?
+		set -e
+		break
+	fi
+	sleep 0.1
+done
+if [ -z "$stop_rc" ]; then
+	fail "batchd did not stop within 30 s of SIGTERM"
+elif [ "$stop_rc" -ne 0 ]; then
+	fail "batchd exited $stop_rc on SIGTERM"
+fi
+daemon_pid=
+
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
+bytes=$(sum main bytes)
+elapsed=$((t1 - t0))
+[ $elapsed -gt 0 ] || elapsed=1
+rate=$(awk -v b="$bytes" -v t="$elapsed" 'BEGIN { printf "%.1f", b / t / 1048576 }')
+cat <<EOF
+soak.sh: summary ($( [ $failed -eq 0 ] && echo PASS || echo FAIL ))
+  clients            $clients, main wave ${seconds}s (seed $seed, hold ${SOAK_HOLD:-any}${SOAK_FAULTS:+, faults: $SOAK_FAULTS})
+  sessions opened    $(sum main sessions) (+ $(sum warm sessions) in the warm-up), refused $refused
+  reconnects         $(sum main reconnects)
+  batches            $(sum main batches)
+  samples verified   $(sum main samples)
+  bytes verified     $bytes ($(mib "$bytes") MiB, $rate MiB/s)
+  epochs ended       $(sum main epochs) ($(sum main full_epochs) seen whole)
+  failed batches     $(( $(sum warm failed) + $(sum main failed) ))${SOAK_FAULTS:+ (injected)}
+  errors             $errors
+  VmRSS              $((rss0 / 1024)) MiB -> $((rss1 / 1024)) MiB (cache $((cache0 >> 20)) -> $((cache1 >> 20)) MiB; growth beyond the cache $((grow_kb / 1024)) MiB)
+  fds                $fd0 -> $fd1
+  memory.used        $used1 (cache $cache1, sessions $msess1)
+  daemon exit        ${stop_rc:-none} on SIGTERM
+EOF
+[ $failed -eq 0 ]
