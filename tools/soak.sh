@@ -183,11 +183,12 @@ wait_idle() {
 	return 1
 }
 
-# run_wave NAME SECONDS: CLIENTS clients at once; their summaries into $dir/NAME.*
+# run_wave NAME SECONDS WAVE: CLIENTS clients at once, client i seeded with
+# seed + WAVE * 65536 + i; their summaries into $dir/NAME.*
 run_wave() {
-	local name=$1 secs=$2 pids=() i rc=0
+	local name=$1 secs=$2 wave=$3 pids=() i rc=0
 	for i in $(seq 0 $((clients - 1))); do
-		"$client" -s "$sock" -r "$dir/root" -t "$secs" -i "$i" -S "$((seed + i))" \
+		"$client" -s "$sock" -r "$dir/root" -t "$secs" -i "$i" -S "$((seed + wave * 65536 + i))" \
 			"${client_flags[@]}" "${datasets[@]}" \
 			>"$dir/$name.$i.out" 2>"$dir/$name.$i.err" &
 		pids+=($!)
@@ -205,7 +206,7 @@ warm=$((seconds / 10))
 [ $warm -lt 3 ] && warm=3
 [ $warm -gt 30 ] && warm=30
 echo "soak.sh: batchd pid $daemon_pid; seed $seed; warm-up wave: $clients clients for ${warm}s"
-run_wave warm "$warm" || fail "warm-up wave"
+run_wave warm "$warm" 1 || fail "warm-up wave"
 wait_idle || fail "sessions still open after the warm-up wave"
 rss0=$(rss_kb)
 fd0=$(fd_count)
@@ -214,7 +215,7 @@ echo "soak.sh: baseline: VmRSS $((rss0 / 1024)) MiB, $fd0 fds, cache $((cache0 >
 
 echo "soak.sh: main wave: $clients clients for ${seconds}s"
 t0=$(date +%s)
-run_wave main "$seconds" || fail "main wave"
+run_wave main "$seconds" 0 || fail "main wave"
 t1=$(date +%s)
 wait_idle || fail "sessions still open $(status_json | field memory.sessions) bytes after the main wave"
 rss1=$(rss_kb)

@@ -126,12 +126,13 @@ def cat(path, sample_id):
 class Daemon:
     """A batchd on dir/sock serving dir/root."""
 
-    def __init__(self, directory, memory="256M"):
+    def __init__(self, directory, memory="256M", direct="off"):
         self.dir = directory
         self.root = os.path.join(directory, "root")
         self.sock = os.path.join(directory, "sock")
         self.log = os.path.join(directory, "batchd.log")
         self.memory = memory
+        self.direct = direct      # buffered reads: the page cache keeps the tests off the disk
         self.proc = None
         os.makedirs(self.root, exist_ok=True)
 
@@ -140,7 +141,7 @@ class Daemon:
 
     def start(self):
         argv = [BATCHD, "--socket", self.sock, "--root", self.root, "--log-level", "debug",
-                "--memory", self.memory]
+                "--memory", self.memory, "--direct", self.direct]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          preexec_fn=_pdeathsig)

@@ -34,7 +34,7 @@ class Torch(T.DaemonCase):
         cls.records = [T.record_bytes(i, SIZE) for i in range(N)]
         T.pack(d.path("rec.bpk"), records=(SIZE, rec))
         digits = os.path.join(cls.tmp, "digits.bin")
-        subprocess.run([sys.executable, EXAMPLE, "--make-records", digits, "--samples", "2000"],
+        subprocess.run([sys.executable, EXAMPLE, "--make-records", digits, "--samples", "1000"],
                        check=True, capture_output=True)
         T.pack(d.path("digits.bpk"), records=(785, digits))
 
@@ -94,7 +94,7 @@ class Torch(T.DaemonCase):
                 loss.backward()
                 opt.step()
                 total += loss.item() * len(b)
-            losses.append(total / 2000)
+            losses.append(total / 1000)
         self.assertLess(losses[-1], losses[0] * 0.7, losses)
 
     def test_example_trains_and_resumes(self):
@@ -121,13 +121,6 @@ class Torch(T.DaemonCase):
                                 self.daemon.sock], env=env, capture_output=True, text=True)
         self.assertEqual(p.returncode, 77, p.stderr)
         self.assertIn("python3-torch", p.stderr)
-
-    def test_example_reports_daemon_errors(self):
-        p = subprocess.run([sys.executable, EXAMPLE, "missing.bpk", "--socket", self.daemon.sock],
-                           capture_output=True, text=True, timeout=60)
-        self.assertEqual(p.returncode, 1)
-        self.assertIn("missing.bpk", p.stderr)
-        self.assertIn("ENOENT", p.stderr)
 
 
 if __name__ == "__main__":
