@@ -260,17 +260,17 @@ static void issue(disk_worker *w, bd_io *io, disk_slot *s, uint64_t off, uint64_
 	}
 }
 
+static double tv_s(struct timeval tv)
+{
+	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
+}
+
 /*
  * Reads until the deadline (or through the positions), then completes what
  * it issued. Completions come in batches: each is timed and replaced by
  * the next read, and the whole batch of new reads goes to the kernel in the
  * one system call that also waits for the next completion.
  */
-static double tv_s(struct timeval tv)
-{
-	return (double)tv.tv_sec + (double)tv.tv_usec / 1e6;
-}
-
 static void disk_loop(disk_worker *w, bd_io *io, disk_slot *slots, bd_io_req **done)
 {
 	const bench_disk_opts *o = w->o;

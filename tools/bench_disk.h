@@ -6,8 +6,9 @@
  * Why it exists: a user sizing batchd wants to know what the disk gives
  * to the daemon's own read path, and will check that number against fio.
  * So the job reads with daemon/io.c, the engine batchd itself uses
- * (io_uring with registered buffers, or pread where io_uring is refused),
- * in fio's patterns with fio's meaning of every knob: sequential or
+ * (io_uring with registered buffers and files and batched completion, or
+ * pread where io_uring is refused), in fio's patterns with fio's meaning
+ * of every knob: sequential or
  * uniformly random offsets aligned to the block size (each block once
  * per pass, like fio's random map), a fixed queue depth kept full,
  * O_DIRECT, a time-based run with no ramp or a size-based one that reads
