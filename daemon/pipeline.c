@@ -26,6 +26,8 @@
 #include "log.h"
 #include "pipeline.h"
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
 typedef struct fifo {
 	bd_task *head, *tail;
 } fifo;
@@ -89,8 +91,10 @@ struct bd_pipeline {
 	bd_job *completed;     /* guarded by cmu */
 
 	/* Registered read buffers. */
-	uint8_t *pool;
+	uint8_t *pool;           /* 2 MiB-aligned inside pool_map */
 	size_t pool_bytes;
+	void *pool_map;
+	size_t pool_map_bytes;
 	pthread_mutex_t pmu;
 	int32_t *free_slots;   /* stack, guarded by pmu */
 	uint32_t nfree;
@@ -599,15 +603,23 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 	}
 	p->pool_bytes = (size_t)o->pool_buffers * o->pool_buffer_size;
 	if (p->pool_bytes) {
-		p->pool = mmap(NULL, p->pool_bytes, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		/*
+		 * 2 MiB-aligned and backed by huge pages where the kernel allows:
+		 * a 512 KiB O_DIRECT read then spans one page, not 128, and the
+		 * device gets fewer, larger requests.
+		 */
+		p->pool_map_bytes = p->pool_bytes + HUGE_PAGE;
+		p->pool_map = mmap(NULL, p->pool_map_bytes, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		p->free_slots = bd_calloc(o->pool_buffers, sizeof(*p->free_slots));
 		p->iov = bd_calloc(o->pool_buffers, sizeof(*p->iov));
-		if (p->pool == MAP_FAILED || !p->free_slots || !p->iov) {
-			if (p->pool == MAP_FAILED)
-				p->pool = NULL;
+		if (p->pool_map == MAP_FAILED || !p->free_slots || !p->iov) {
+			if (p->pool_map == MAP_FAILED)
+				p->pool_map = NULL;
 			goto fail;
 		}
+		p->pool = (uint8_t *)(((uintptr_t)p->pool_map + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+		madvise(p->pool, p->pool_bytes, MADV_HUGEPAGE);
 		for (uint32_t i = 0; i < o->pool_buffers; i++) {
 			p->iov[i].iov_base = p->pool + (size_t)i * o->pool_buffer_size;
 			p->iov[i].iov_len = o->pool_buffer_size;
@@ -717,8 +729,8 @@ void bd_pipeline_free(bd_pipeline *p)
 	free(p->dec);
 	free(p->free_slots);
 	free(p->iov);
-	if (p->pool)
-		munmap(p->pool, p->pool_bytes);
+	if (p->pool_map)
+		munmap(p->pool_map, p->pool_map_bytes);
 	pthread_mutex_destroy(&p->dmu);
 	pthread_cond_destroy(&p->dcv);
 	pthread_mutex_destroy(&p->cmu);
