@@ -27,6 +27,7 @@
 #include "ring.h"
 
 #define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
+#define HOLD_GRACE_MS 200     /* how long a stall caused by held batches must last */
 
 struct bc_client {
 	int fd;
@@ -564,7 +565,8 @@ int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
 
 static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 {
-	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0;
+	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0, stuck_since = 0;
+	int wait_cap;
 
 	for (;;) {
 		uint64_t produced = __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE);
@@ -614,6 +616,25 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 		/* The daemon cannot publish into slots we hold: waiting would never end. */
 		if (s->held >= s->r.slots)
 			return -ENOBUFS;
+		/*
+		 * Nor when it waits for room that only our held batches would free
+		 * (records are reclaimed in order). It may be about to see a release
+		 * of ours, so give it a moment before saying so.
+		 */
+		/* While holding batches, look again now and then: they may be the hold-up. */
+		wait_cap = s->held ? HOLD_GRACE_MS / 4 : -1;
+		if (s->held && __atomic_load_n(&s->ctrl->daemon_hungry, __ATOMIC_SEQ_CST)) {
+			if (stuck_since == 0) {
+				stuck_since = now_ms();
+			} else if (now_ms() - stuck_since >= HOLD_GRACE_MS) {
+				snprintf(s->err, sizeof(s->err), "the stream waits for room that the %u "
+					 "batch%s held would free: release batches (in order) first",
+					 s->held, s->held == 1 ? "" : "es");
+				return -ENOBUFS;
+			}
+		} else {
+			stuck_since = 0;
+		}
 		if (timeout_ms == 0)
 			return -ETIMEDOUT;
 		wait = -1;
@@ -624,6 +645,8 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 				return -ETIMEDOUT;
 			wait = (int)left;
 		}
+		if (wait_cap >= 0 && (wait < 0 || wait > wait_cap))
+			wait = wait_cap;
 		/* Announce the sleep, then look again before sleeping (see ring.h). */
 		__atomic_store_n(&s->ctrl->client_sleeping, 1, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(&s->hdr->produced, __ATOMIC_SEQ_CST) > s->consumed ||
@@ -744,7 +767,7 @@ const char *bc_strerror(int err)
 	case -ETIMEDOUT:
 		return "timed out waiting for a batch";
 	case -ENOBUFS:
-		return "every batch slot is held: release batches first";
+		return "held batches keep the daemon from staging the next: release them (in order) first";
 	case -ESHUTDOWN:
 		return "the daemon stopped the stream";
 	case -EPIPE:

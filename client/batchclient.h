@@ -124,15 +124,22 @@ BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
  * wait). @return 0 with *ret set; BC_EPOCH_END once between the last batch
  * of an epoch and the first of the next (nothing consumed); -ETIMEDOUT;
  * a negative errno for a batch the daemon could not build (the stream
- * moves past it; the reason is in bc_stream_error()); -ENOBUFS when every
- * slot is held (release batches first); -ESHUTDOWN when the daemon stopped
+ * moves past it; the reason is in bc_stream_error()); -ENOBUFS when the
+ * batches the caller holds keep the daemon from staging the next one
+ * (every slot held, or more than two held, or an old one held while newer
+ * ones were released: memory is reused in order) — release them first;
+ * -ESHUTDOWN when the daemon stopped
  * the stream, -ETIME when it ended it because the caller held batches past
  * the lease ([session] lease_timeout), -EPROTO when the caller broke the
  * ring protocol; -EPIPE when the daemon is gone.
  */
 BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
 
-/* Give a batch back; its memory is reused. @return 0, or -EINVAL if already released. */
+/*
+ * Give a batch back; its memory is reused. Memory is reused in batch
+ * order, so a trainer should release batches in the order it took them and
+ * hold at most two at a time. @return 0, or -EINVAL if already released.
+ */
 BC_API int bc_release(bc_batch *b);
 
 BC_API uint64_t bc_batch_epoch(const bc_batch *b);

@@ -258,7 +258,12 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	max_rec = record_bytes(m->batch_size, bd_dataset_batch_bound(d, m->batch_size));
 	mean_rec = record_bytes(m->batch_size, mean * m->batch_size) + BP_RING_RECORD_ALIGN;
 	s->arena_off = bp_ring_arena_offset(s->slots);
-	s->arena_size = max_rec + (uint64_t)prefetch * mean_rec;
+	/*
+	 * The trainer may hold two batches (slots = prefetch + 2) while the
+	 * planner stages prefetch more; a second largest record covers what
+	 * the byte ring's wrap-around can waste.
+	 */
+	s->arena_size = 2 * max_rec + (uint64_t)(prefetch + 2) * mean_rec;
 	s->data_size = s->arena_off + s->arena_size;
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
 	need = s->data_size + s->ctrl_size;
@@ -500,17 +505,36 @@ static void plan(bd_session *s)
 			bd_session_close(s, r);
 			return;
 		}
-		if (s->reclaimed == s->published)
-			return; /* waiting for the pipeline, not for the client */
-		/* Out of room: ask the client to poke us, then look once more. */
-		/* seq_cst store, then seq_cst loads of the marks: the Dekker pair of ring.h. */
+		/*
+		 * Batches still in the pipeline will call us again when they are
+		 * published (and reclaim() reads the client's marks then), so only
+		 * when nothing is in flight are we waiting for the client.
+		 */
+		if (s->reclaimed == s->published || s->inflight)
+			return;
+		/*
+		 * Out of room: ask the client to poke us, then look once more
+		 * (seq_cst store, then seq_cst loads of the marks: the Dekker pair
+		 * of ring.h). The flag stays set only while we really wait, so a
+		 * client that sees it while holding batches knows it holds the
+		 * stream up.
+		 */
 		__atomic_store_n(&s->ctrl->daemon_hungry, 1, __ATOMIC_SEQ_CST);
 		{
 			uint64_t before = s->reclaimed;
 
 			reclaim(s);
-			if (s->reclaimed == before || s->closing)
+			if (s->closing)
 				return;
+			if (s->reclaimed == before) {
+				/* A client asleep waiting for a batch should learn it holds us up. */
+				if (__atomic_load_n(&s->ctrl->client_sleeping, __ATOMIC_SEQ_CST) &&
+				    write(s->pub_w, "", 1) < 0) {
+					/* Pipe full: a wake-up is pending anyway. */
+				}
+				return;
+			}
+			__atomic_store_n(&s->ctrl->daemon_hungry, 0, __ATOMIC_RELAXED);
 		}
 	}
 }

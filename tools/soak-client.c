@@ -457,6 +457,13 @@ static void run_session(bc_client *c, ref *rf, double deadline)
 			n++;
 			continue;
 		}
+		/*
+		 * Keeping the oldest batch while releasing newer ones holds the
+		 * ring up (memory is reused in order): bc_next says so with
+		 * -ENOBUFS, which is the documented outcome, not an error.
+		 */
+		if (r == -ENOBUFS && newest_first)
+			break;
 		if (r < 0) {
 			soak_error("%s: next after %" PRIu64 " batches: %s (%s)", ss.desc, n, bc_strerror(r),
 			      bc_stream_error(s));
