@@ -679,6 +679,12 @@ void bd_session_close(bd_session *s, int reason)
 {
 	if (s->closing)
 		return;
+	/* Take in the client's last releases, so delivery counts are whole. */
+	if (!s->violation) {
+		reclaim(s);
+		if (s->closing)
+			return; /* the marks broke the protocol: reclaim() closed it */
+	}
 	s->closing = true;
 	s->hdr->error = reason;
 	__atomic_store_n(&s->hdr->state, BP_RING_STOPPED, __ATOMIC_RELEASE);

@@ -914,6 +914,15 @@ static void *sleeper_run(void *arg)
 		}
 		if (r == BC_EPOCH_END)
 			continue;
+		/*
+		 * Holding the first batch while releasing the rest stops the ring
+		 * (memory is reused in order): bc_next says so; keep asking, as a
+		 * trainer stuck on its held batch would, until the stop arrives.
+		 */
+		if (r == -ENOBUFS) {
+			sleep_ms(10);
+			continue;
+		}
 		sl->result = r;
 		snprintf(sl->error, sizeof(sl->error), "%s", bc_stream_error(sl->s));
 		break;
