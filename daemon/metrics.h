@@ -30,6 +30,9 @@ typedef struct bd_hist {
 	uint64_t bucket[BD_HIST_BUCKETS];   /* not cumulative */
 } bd_hist;
 
+/* CLOCK_MONOTONIC in nanoseconds: the daemon's one clock for durations. Any thread. */
+uint64_t bd_now_ns(void);
+
 /* Record one observation of ns nanoseconds. Any thread. */
 void bd_hist_add(bd_hist *h, uint64_t ns);
 /* A consistent-enough copy (relaxed loads). */

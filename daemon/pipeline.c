@@ -106,14 +106,6 @@ struct bd_pipeline {
 	bd_hist read_lat, decode_lat;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void stat_add(uint64_t *c, uint64_t v)
 {
 	__atomic_fetch_add(c, v, __ATOMIC_RELAXED);
@@ -283,10 +275,10 @@ static void decode_one(bd_pipeline *p, bd_task *t, ZSTD_DCtx *dctx, uint8_t **sc
 		out = *scratch;
 		cap = *scratch_cap;
 	}
-	t0 = now_ns();
+	t0 = bd_now_ns();
 	r = bp_pack_block_decode(&t->blk, t->buf ? t->buf + t->skip : out, dctx, sh->ddict, out,
 				 cap, &pf);
-	bd_hist_add(&p->decode_lat, now_ns() - t0);
+	bd_hist_add(&p->decode_lat, bd_now_ns() - t0);
 	if (r < 0) {
 		stat_add(&p->stats.failures, 1);
 		stat_add(r == -EBADMSG && pf.what && strstr(pf.what, "checksum")
@@ -420,7 +412,7 @@ static void io_done(bd_pipeline *p, bd_task *t)
 	res = t->req.result;
 
 	__atomic_fetch_sub(&p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
-	bd_hist_add(&p->read_lat, now_ns() - t->t_submit);
+	bd_hist_add(&p->read_lat, bd_now_ns() - t->t_submit);
 	if (res < 0) {
 		stat_add(&p->stats.failures, 1);
 		stat_add(&p->stats.read_errors, 1);
@@ -544,7 +536,7 @@ static void *io_main(void *arg)
 				decode_push(p, t);
 				continue;
 			}
-			t->t_submit = now_ns();
+			t->t_submit = bd_now_ns();
 			r = bd_io_submit(io, &t->req);
 			if (r == -EBUSY)
 				break;

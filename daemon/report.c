@@ -32,14 +32,6 @@ static const char *shuffle_name(uint8_t m)
 	return m == BP_SHUFFLE_NONE ? "none" : m == BP_SHUFFLE_GLOBAL ? "global" : "block";
 }
 
-uint64_t bd__now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- JSON --------------------------------------------------------------------- */
 
 static void json_str(bd_text *t, const char *s)
@@ -65,7 +57,7 @@ void bd__server_status(bd_server *srv, bd_text *t)
 
 	bd_pipeline_get_stats(srv->pipeline, &ps);
 	bd_text_printf(t, "{\"version\": \"%s\", \"uptime_s\": %.3f, \"pid\": %d, ",
-		       BATCHD_VERSION, (double)(bd__now_ns() - srv->started_ns) / 1e9, (int)getpid());
+		       BATCHD_VERSION, (double)(bd_now_ns() - srv->started_ns) / 1e9, (int)getpid());
 	bd_text_printf(t, "\"socket\": ");
 	json_str(t, srv->socket_path);
 	bd_text_printf(t, ", \"io_engine\": \"%s\", \"io_setup_flags\": %u, \"direct\": \"%s\", ",
@@ -195,7 +187,7 @@ void bd__server_metrics(bd_server *srv, bd_text *t)
 	bd_prom_u64(t, "batchd_build_info", labels, 1);
 	bd_prom_head(t, "batchd_uptime_seconds", "gauge", "Seconds since batchd started.");
 	bd_prom_f64(t, "batchd_uptime_seconds", NULL,
-		    (double)(bd__now_ns() - srv->started_ns) / 1e9);
+		    (double)(bd_now_ns() - srv->started_ns) / 1e9);
 	gauge(t, "batchd_clients", "Connected clients.", srv->nclients);
 	gauge(t, "batchd_sessions", "Open sessions.", srv->nsessions);
 	counter(t, "batchd_sessions_ended_total", "Sessions that have ended.", srv->totals.sessions);

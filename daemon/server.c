@@ -1059,7 +1059,7 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 	srv->cuda = *cuda;
 	srv->listen_fd = -1;
 	srv->next_session = 1;
-	srv->started_ns = bd__now_ns();
+	srv->started_ns = bd_now_ns();
 
 	if (srv->cfg.socket)
 		snprintf(path, sizeof(path), "%s", srv->cfg.socket);

@@ -115,6 +115,5 @@ struct bd_server {
 void bd__server_status(bd_server *srv, bd_text *out);
 void bd__server_metrics(bd_server *srv, bd_text *out);
 
-uint64_t bd__now_ns(void);
 
 #endif

@@ -74,14 +74,6 @@ struct bd_session {
 	uint64_t progress_ns;   /* last time the client released a batch (or opened) */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t table_bytes(uint32_t n)
 {
 	return ALIGN_UP((uint64_t)n * sizeof(bp_ring_sample), BP_RING_PAYLOAD_ALIGN);
@@ -346,7 +338,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	}
 	s->released_poll.data = s;
 	s->poll_started = false;
-	s->opened_ns = now_ns();
+	s->opened_ns = bd_now_ns();
 	s->progress_ns = s->opened_ns;
 	*ret = s;
 	return 0;
@@ -622,7 +614,7 @@ static void reclaim(bd_session *s)
 				s->delivered_bytes += s->slot[i].payload;
 			}
 			s->reclaimed++;
-			s->progress_ns = now_ns();
+			s->progress_ns = bd_now_ns();
 			continue;
 		}
 		if (mark != 0 && (mark % s->slots != (i + 1) % s->slots || mark > s->reclaimed + 1)) {
@@ -746,7 +738,7 @@ void bd_session_get_info(const bd_session *s, bd_session_info *ret)
 		.world = s->req.world,
 		.shuffle = s->req.shuffle,
 		.protocol_violation = s->violation,
-		.age_ns = now_ns() - s->opened_ns,
+		.age_ns = bd_now_ns() - s->opened_ns,
 		/* The client's own account: read once, trusted for nothing. */
 		.consumed = __atomic_load_n(&s->ctrl->consumed, __ATOMIC_RELAXED),
 		.wait_ns = __atomic_load_n(&s->ctrl->wait_ns, __ATOMIC_RELAXED),
@@ -763,7 +755,7 @@ bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns)
 	/* Only a client that holds published batches can hold the session up. */
 	if (!lease_ns || s->closing || s->reclaimed == s->published)
 		return false;
-	now = now_ns();
+	now = bd_now_ns();
 	if (now - s->progress_ns < lease_ns)
 		return false;
 	bd_log(LOG_WARNING, "session %" PRIu64 " (%s): no batch released for %" PRIu64 " s, the "
