@@ -72,6 +72,15 @@ static int open_beneath(int rootfd, const char *rel, int flags)
 	return -errno;
 }
 
+/* A new open file description for what fd names (same inode), with flags. */
+static int reopen_fd(int fd, int flags)
+{
+	char proc[64];
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	return open(proc, flags | O_CLOEXEC);
+}
+
 /*
  * Open what an O_PATH descriptor names for reading, once its type is known
  * to be a regular file or a directory: nothing else (FIFO, device) is ever
@@ -79,15 +88,9 @@ static int open_beneath(int rootfd, const char *rel, int flags)
  */
 static int reopen(int pathfd, bool dir)
 {
-	char proc[64];
-	int fd;
+	int fd = dir ? openat(pathfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+		     : reopen_fd(pathfd, O_RDONLY | O_NOCTTY);
 
-	if (dir)
-		fd = openat(pathfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	else {
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pathfd);
-		fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	}
 	return fd < 0 ? -errno : fd;
 }
 
@@ -241,15 +244,13 @@ static int setup_reads(bd_dataset *d, enum bd_direct_mode direct, char *err, siz
 	for (size_t i = 0; i < n; i++) {
 		const bp_shard *sh = bp_dataset_shard(d->ds, i);
 		struct stat a, b;
-		char proc[64];
 		uint32_t mem_align = 0, off_align = 0;
 		int fd = -1;
 
 		d->read_fd[i] = -1;
 		if (direct != BD_DIRECT_OFF) {
-			snprintf(proc, sizeof(proc), "/proc/self/fd/%d", sh->fd);
 			fd = bd_fault_direct_off() ? (errno = EINVAL, -1)
-						   : open(proc, O_RDONLY | O_DIRECT | O_CLOEXEC);
+						   : reopen_fd(sh->fd, O_RDONLY | O_DIRECT);
 			if (fd >= 0 && (fstat(fd, &a) < 0 || fstat(sh->fd, &b) < 0 ||
 					a.st_dev != b.st_dev || a.st_ino != b.st_ino)) {
 				close(fd);

@@ -62,6 +62,8 @@ typedef struct bd_task {
 struct bd_job {
 	void *owner;                /* the session */
 	uint64_t seq;
+	uint64_t epoch, batch;      /* its place in the schedule */
+	uint32_t count;             /* samples */
 	bd_task *tasks;
 	uint32_t ntasks;
 	bd_piece *pieces;

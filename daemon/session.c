@@ -434,6 +434,9 @@ static int plan_one(bd_session *s)
 		return -ENOMEM;
 	job->owner = s;
 	job->seq = s->next_seq;
+	job->epoch = epoch;
+	job->batch = batch;
+	job->count = n;
 	job->tasks = (bd_task *)(job + 1);
 	job->pieces = (bd_piece *)(job->tasks + ntasks);
 	job->ntasks = ntasks;
@@ -542,22 +545,18 @@ static void publish(bd_session *s)
 		bd_job *job = sl->job;
 		bp_ring_desc *d;
 		uint8_t *rec = s->data + s->arena_off + sl->rec_off;
-		uint32_t n;
-		uint64_t g;
 
 		if (!sl->done)
 			break;
-		g = s->req.start_batch + job->seq;
-		n = bd_sampler_batch_len(&s->sampler, g % s->batches_per_epoch);
 		d = (bp_ring_desc *)(s->data + BP_RING_HEADER_SIZE +
 				     (job->seq % s->slots) * BP_RING_DESC_SIZE);
 		*d = (bp_ring_desc){
 			.seq = job->seq,
-			.epoch = s->req.start_epoch + g / s->batches_per_epoch,
-			.batch = g % s->batches_per_epoch,
+			.epoch = job->epoch,
+			.batch = job->batch,
 			.record = s->arena_off + sl->rec_off,
-			.payload = s->arena_off + sl->rec_off + table_bytes(n),
-			.count = n,
+			.payload = s->arena_off + sl->rec_off + table_bytes(job->count),
+			.count = job->count,
 			.status = job->status,
 		};
 		if (job->status < 0) {
@@ -572,6 +571,7 @@ static void publish(bd_session *s)
 			       " failed: %s", s->id, d->batch, d->epoch, job->reason);
 		} else {
 			const bp_ring_sample *t = (const bp_ring_sample *)rec;
+			uint32_t n = job->count;
 
 			d->payload_size = n ? t[n - 1].offset + t[n - 1].size : 0;
 			s->bytes += d->payload_size;

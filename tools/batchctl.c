@@ -114,6 +114,19 @@ static const char *get_str(json_object *o, const char *path)
 	return v ? json_object_get_string(v) : "";
 }
 
+/* Connect, fetch the status document, disconnect. NULL after saying why. */
+static json_object *status_of(const char *sock)
+{
+	json_object *o;
+	bc_client *c;
+
+	if (connect_or_say(sock, &c) < 0)
+		return NULL;
+	o = fetch_status(c);
+	bc_disconnect(c);
+	return o;
+}
+
 static bool want_json(int argc, char **argv, const char *cmd, int *ret)
 {
 	if (argc > 2 || (argc == 2 && strcmp(argv[1], "--json"))) {
@@ -127,16 +140,11 @@ static bool want_json(int argc, char **argv, const char *cmd, int *ret)
 static int cmd_status(const char *sock, int argc, char **argv)
 {
 	json_object *o;
-	bc_client *c;
 	int json;
 
 	if (!want_json(argc, argv, "status", &json))
 		return json;
-	if (connect_or_say(sock, &c) < 0)
-		return 1;
-	o = fetch_status(c);
-	bc_disconnect(c);
-	if (!o)
+	if (!(o = status_of(sock)))
 		return 1;
 	printf("%s\n", json_object_to_json_string_ext(o, json ? JSON_C_TO_STRING_PLAIN
 							    : JSON_C_TO_STRING_PRETTY));
@@ -146,50 +154,52 @@ static int cmd_status(const char *sock, int argc, char **argv)
 
 static int cmd_stats(const char *sock, int argc, char **argv)
 {
-	uint64_t hits, misses, batches = 0, bytes = 0;
-	json_object *o, *sessions, *out;
+	uint64_t hits, misses, batches = 0, bytes = 0, nsessions = 0;
+	json_object *o, *sessions = NULL, *out;
 	char a[32], b[32];
-	bc_client *c;
 	int json;
 
 	if (!want_json(argc, argv, "stats", &json))
 		return json;
-	if (connect_or_say(sock, &c) < 0)
-		return 1;
-	o = fetch_status(c);
-	bc_disconnect(c);
-	if (!o)
+	if (!(o = status_of(sock)))
 		return 1;
 	batches = get_u64(o, "ended.batches");
 	bytes = get_u64(o, "ended.bytes");
-	if (json_object_object_get_ex(o, "sessions", &sessions))
-		for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+	if (json_object_object_get_ex(o, "sessions", &sessions)) {
+		nsessions = json_object_array_length(sessions);
+		for (size_t i = 0; i < nsessions; i++) {
 			json_object *se = json_object_array_get_idx(sessions, i);
 
 			batches += get_u64(se, "delivered");
 			bytes += get_u64(se, "delivered_bytes");
 		}
+	}
 	hits = get_u64(o, "cache.hits");
 	misses = get_u64(o, "cache.misses");
 	if (json) {
+		/* Counters copied as they are: (key in the output, path in the status). */
+		static const char *const copied[][2] = {
+			{ "clients", "clients" },
+			{ "memory_used", "memory.used" },
+			{ "memory_budget", "memory.budget" },
+			{ "blocks_read", "pipeline.blocks_read" },
+			{ "bytes_read", "pipeline.bytes_read" },
+			{ "failures", "pipeline.failures" },
+			{ "protocol_violations", "protocol_violations" },
+		};
+
 		out = json_object_new_object();
 		json_object_object_add(out, "version", json_object_new_string(get_str(o, "version")));
 		json_object_object_add(out, "uptime_s", json_object_new_double(get_f64(o, "uptime_s")));
 		json_object_object_add(out, "io_engine", json_object_new_string(get_str(o, "io_engine")));
-		json_object_object_add(out, "sessions",
-				       json_object_new_int64((int64_t)json_object_array_length(sessions)));
-		json_object_object_add(out, "clients", json_object_new_int64((int64_t)get_u64(o, "clients")));
+		json_object_object_add(out, "sessions", json_object_new_int64((int64_t)nsessions));
 		json_object_object_add(out, "batches_delivered", json_object_new_int64((int64_t)batches));
 		json_object_object_add(out, "bytes_delivered", json_object_new_int64((int64_t)bytes));
-		json_object_object_add(out, "memory_used", json_object_new_int64((int64_t)get_u64(o, "memory.used")));
-		json_object_object_add(out, "memory_budget", json_object_new_int64((int64_t)get_u64(o, "memory.budget")));
 		json_object_object_add(out, "cache_hit_ratio",
 				       json_object_new_double(hits + misses ? (double)hits / (double)(hits + misses) : 0));
-		json_object_object_add(out, "blocks_read", json_object_new_int64((int64_t)get_u64(o, "pipeline.blocks_read")));
-		json_object_object_add(out, "bytes_read", json_object_new_int64((int64_t)get_u64(o, "pipeline.bytes_read")));
-		json_object_object_add(out, "failures", json_object_new_int64((int64_t)get_u64(o, "pipeline.failures")));
-		json_object_object_add(out, "protocol_violations",
-				       json_object_new_int64((int64_t)get_u64(o, "protocol_violations")));
+		for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
+			json_object_object_add(out, copied[i][0],
+					       json_object_new_int64((int64_t)get_u64(o, copied[i][1])));
 		printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN));
 		json_object_put(out);
 	} else {
@@ -199,8 +209,8 @@ static int cmd_stats(const char *sock, int argc, char **argv)
 		printf("%-22s %s\n", "CUDA", get(o, "cuda.available") &&
 		       json_object_get_boolean(get(o, "cuda.available")) ? "available"
 		       : get_str(o, "cuda.reason"));
-		printf("%-22s %" PRIu64 " sessions, %" PRIu64 " clients\n", "serving",
-		       (uint64_t)json_object_array_length(sessions), get_u64(o, "clients"));
+		printf("%-22s %" PRIu64 " sessions, %" PRIu64 " clients\n", "serving", nsessions,
+		       get_u64(o, "clients"));
 		printf("%-22s %" PRIu64 " batches, %s\n", "delivered", batches,
 		       bp_format_size(bytes, a, sizeof(a)));
 		printf("%-22s %s of %s\n", "memory", bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
@@ -282,16 +292,11 @@ static void print_sessions(json_object *sessions, json_object *prev_sessions, do
 static int cmd_sessions(const char *sock, int argc, char **argv)
 {
 	json_object *o, *sessions;
-	bc_client *c;
 	int json;
 
 	if (!want_json(argc, argv, "sessions", &json))
 		return json;
-	if (connect_or_say(sock, &c) < 0)
-		return 1;
-	o = fetch_status(c);
-	bc_disconnect(c);
-	if (!o)
+	if (!(o = status_of(sock)))
 		return 1;
 	if (!json_object_object_get_ex(o, "sessions", &sessions)) {
 		json_object_put(o);
