@@ -138,7 +138,10 @@ BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
 /*
  * Give a batch back; its memory is reused. Memory is reused in batch
  * order, so a trainer should release batches in the order it took them and
- * hold at most two at a time. @return 0, or -EINVAL if already released.
+ * hold at most two at a time. On GPU streams, also records the release
+ * event on the batch's stream (see bc_batch_wait_stream). @return 0, or
+ * -EINVAL if already released; -EIO if the release event could not be
+ * recorded (the batch is released anyway).
  */
 BC_API int bc_release(bc_batch *b);
 
@@ -150,6 +153,42 @@ BC_API uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i);
 BC_API int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t *ret_len);
 /* All samples' bytes, contiguous in sample order (a dense tensor for fixed-size samples). */
 BC_API const void *bc_batch_data(const bc_batch *b, size_t *ret_len);
+
+/*
+ * GPU streams (bc_stream_opts.device >= 0). Every batch is copied by the
+ * daemon into device memory on that GPU, which the stream maps once when
+ * it opens (libbatchclient loads the CUDA driver at run time; it does not
+ * link it). The copy is asynchronous: before a kernel reads the batch, make
+ * its stream wait for the copy with bc_batch_wait_stream() — a GPU-side
+ * wait, the CPU does not block. bc_release() then records, on the stream
+ * last given to bc_batch_wait_stream() (or the legacy default stream if
+ * none), the event the daemon waits for before it copies another batch
+ * into that memory; work queued on that stream before the release may still
+ * read the batch. Work on other streams must be ordered before that stream
+ * by the caller. The host views (bc_batch_data, bc_batch_sample) stay
+ * valid too: they are the staging copy.
+ *
+ * Streams are CUstream / cudaStream_t values passed as void *.
+ */
+
+/* BC_HOST, or the CUDA device ordinal (as this process numbers them) the stream delivers to. */
+BC_API int bc_stream_device(const bc_stream *s);
+
+/*
+ * The batch's payload in device memory: all samples' bytes, contiguous in
+ * sample order, at the same offsets as bc_batch_data(). NULL (and *ret_len
+ * 0) on host streams and for failed batches. Valid until bc_release(); read
+ * it only on a stream that waited with bc_batch_wait_stream().
+ */
+BC_API void *bc_batch_device_data(const bc_batch *b, size_t *ret_len);
+
+/*
+ * Make `stream` (NULL: the legacy default stream) wait, on the GPU, until
+ * the batch's bytes have landed in device memory, and remember the stream
+ * for bc_release(). @return 0; -EINVAL for a host batch; -EIO for a CUDA
+ * error (named in bc_stream_error()).
+ */
+BC_API int bc_batch_wait_stream(bc_batch *b, void *stream);
 
 /* The next batch bc_next() will return, as (epoch, batch): reopen there to resume. */
 BC_API void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch);

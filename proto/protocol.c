@@ -56,8 +56,9 @@ enum {
 	OPEN_SHUFFLE = 64,
 	OPEN_DROP_LAST = 65,
 	OPEN_RESERVED = 66,
-	OPEN_PATH_LEN = 68,
-	OPEN_PATH = 72,
+	OPEN_DEVICE_UUID = 68,
+	OPEN_PATH_LEN = 84,
+	OPEN_PATH = 88,
 
 	READY_SESSION = 16,
 	READY_FINGERPRINT = 24,
@@ -396,6 +397,7 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	buf[OPEN_SHUFFLE] = m->shuffle;
 	buf[OPEN_DROP_LAST] = m->drop_last ? 1 : 0;
 	put_le16(buf + OPEN_RESERVED, 0);
+	memcpy(buf + OPEN_DEVICE_UUID, m->device_uuid, sizeof(m->device_uuid));
 	put_string(buf + OPEN_PATH_LEN, m->path, m->path_len);
 	return (int)len;
 }
@@ -420,6 +422,7 @@ int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
 	m.placement = (int32_t)bp_le32(buf + OPEN_PLACEMENT);
 	m.shuffle = buf[OPEN_SHUFFLE];
 	m.drop_last = buf[OPEN_DROP_LAST] == 1;
+	memcpy(m.device_uuid, buf + OPEN_DEVICE_UUID, sizeof(m.device_uuid));
 	m.path = (const char *)buf + OPEN_PATH;
 	if (!open_valid(&m))
 		return -EBADMSG;

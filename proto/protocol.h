@@ -35,6 +35,7 @@
 #define BP_ERRMSG_MAX        1024u        /* message bytes in ERROR */
 #define BP_STATUS_MAX        (BP_MSG_MAX - BP_MSG_HEADER_SIZE - 8u) /* after code + length */
 #define BP_READY_FDS         4            /* data memfd, control memfd, released pipe (write end), published pipe (read end) */
+#define BP_READY_FDS_GPU     5            /* GPU sessions: those, then the device allocation (CUDA VMM POSIX fd) */
 
 enum bp_msg_type {
 	BP_MSG_HELLO = 1,        /* client -> daemon */
@@ -91,6 +92,12 @@ typedef struct bp_msg_open {
 	int32_t placement;           /* BP_PLACEMENT_HOST or a device ordinal */
 	uint8_t shuffle;             /* enum bp_shuffle */
 	bool drop_last;
+	/*
+	 * GPU placement: the device's UUID as the client sees it (all zero:
+	 * `placement` is the daemon's own ordinal). Ordinals differ between
+	 * processes under CUDA_VISIBLE_DEVICES; UUIDs do not.
+	 */
+	uint8_t device_uuid[16];
 	const char *path;            /* dataset, relative to a root or absolute */
 	uint32_t path_len;           /* 1 .. BP_PATH_MAX, no NUL bytes */
 } bp_msg_open;

@@ -14,6 +14,8 @@
  *   [0, 4096)                 ring header (bp_ring_header)
  *   [4096, 4096 + 64*slots)   descriptors, one per batch in flight
  *   [arena_offset, +arena_size) batch records, allocated as a byte ring
+ *   [gpu_offset, +gpu_size)   GPU sessions only: the device table
+ *                             (bp_ring_gpu, then one bp_ring_gpu_slot per slot)
  * A batch record is its sample table (count x bp_ring_sample) followed,
  * at payload_offset (256-byte aligned), by the samples' bytes laid end to
  * end, so fixed-size samples form one dense [count, sample_bytes] array.
@@ -30,6 +32,17 @@
  * memfd. The daemon reclaims batches strictly in seq order, so a record's
  * bytes are reused only after the client released it and every batch
  * before it.
+ *
+ * GPU sessions: batch seq is also copied into device slot seq % slots of
+ * the device allocation the READY message hands over as a fifth fd (a CUDA
+ * VMM POSIX-fd handle). The daemon records the slot's `ready` event after
+ * the copy and publishes the batch at once; the client makes its stream
+ * wait on that event (GPU side), and at release records the slot's
+ * `released` event on its stream before it stores the release mark. The
+ * daemon copies into a device slot only once that event has completed, and
+ * reuses the record's host bytes only once its own copy has completed.
+ * Both events are the daemon's (CUDA IPC event handles in the device
+ * table), so the daemon never opens a handle the client made up.
  *
  * Sleeping: a client with nothing ready sets ctrl.client_sleeping and
  * re-checks produced, both sequentially consistent (a Dekker pair: the
@@ -74,7 +87,9 @@ typedef struct bp_ring_header {
 	uint64_t batches_per_epoch;
 	uint32_t slots;
 	uint32_t batch_size;
-	uint8_t pad0[128 - 64];
+	uint64_t gpu_offset;   /* offset 64: the device table, 0 for host sessions */
+	uint64_t gpu_size;     /* its bytes (page-rounded) */
+	uint8_t pad0[128 - 80];
 	uint64_t produced;     /* offset 128: batches published (release store) */
 	uint8_t pad1[192 - 136];
 	uint32_t state;        /* offset 192: enum bp_ring_state */
@@ -91,7 +106,7 @@ typedef struct bp_ring_desc {
 	uint64_t payload_size;
 	uint32_t count;        /* samples */
 	int32_t status;        /* 0, or negative errno: reason at `record` */
-	uint64_t pad;
+	uint64_t device;       /* GPU sessions: offset of the payload in the device allocation */
 } bp_ring_desc;
 
 typedef struct bp_ring_sample {
@@ -119,6 +134,39 @@ typedef struct bp_ring_ctrl {
 	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];
 	uint64_t release[];        /* slots entries: seq + 1 of the last release */
 } bp_ring_ctrl;
+
+#define BP_RING_GPU_MAGIC    UINT64_C(0x3155504752504442) /* "BDPRGPU1" */
+#define BP_RING_IPC_HANDLE   64u   /* bytes of a CUDA IPC event handle */
+#define BP_RING_DEVICE_ALIGN 512u  /* device slots start at multiples of this */
+
+/* At gpu_offset of the data memfd (GPU sessions). Written once, before READY. */
+typedef struct bp_ring_gpu {
+	uint64_t magic;
+	uint8_t uuid[16];      /* the CUDA device holding the allocation */
+	uint64_t size;         /* bytes of the device allocation (the READY fd's) */
+	uint64_t slot_bytes;   /* device slot i is [i * slot_bytes, +slot_bytes) */
+	uint32_t slots;        /* = header slots */
+	uint32_t pinned;       /* 1: staged from pinned host memory; 0: pageable (slower copies) */
+	int32_t ordinal;       /* the daemon's ordinal of the device (informational) */
+	uint32_t pad0;
+	uint8_t pad1[128 - 56];
+} bp_ring_gpu;
+
+/* Right after bp_ring_gpu, one per slot. */
+typedef struct bp_ring_gpu_slot {
+	uint8_t ready[BP_RING_IPC_HANDLE];     /* daemon records after its copy; client waits */
+	uint8_t released[BP_RING_IPC_HANDLE];  /* client records at release; daemon waits */
+} bp_ring_gpu_slot;
+
+_Static_assert(sizeof(bp_ring_gpu) == 128, "device table layout");
+_Static_assert(sizeof(bp_ring_gpu_slot) == 128, "device slot layout");
+
+/* Bytes of the device table for `slots` slots (page-rounded). */
+static inline uint64_t bp_ring_gpu_size(uint32_t slots)
+{
+	return (sizeof(bp_ring_gpu) + sizeof(bp_ring_gpu_slot) * (uint64_t)slots + 4095u) &
+	       ~UINT64_C(4095);
+}
 
 /* Upper bound of wait bucket i < BP_RING_WAIT_BUCKETS - 1: 1 us * 4^i (1 us .. ~4.2 s). */
 #define BP_RING_WAIT_BOUND_NS(i) (UINT64_C(1000) << (2 * (i)))

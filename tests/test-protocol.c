@@ -42,8 +42,8 @@ enum {
 
 	OPEN_SEED = 16, OPEN_EPOCH = 24, OPEN_BATCH = 32, OPEN_BATCH_SIZE = 40, OPEN_RANK = 44,
 	OPEN_WORLD = 48, OPEN_PREFETCH = 52, OPEN_WINDOW = 56, OPEN_PLACEMENT = 60,
-	OPEN_SHUFFLE = 64, OPEN_DROP_LAST = 65, OPEN_RESERVED = 66, OPEN_PATH_LEN = 68,
-	OPEN_PATH = 72,
+	OPEN_SHUFFLE = 64, OPEN_DROP_LAST = 65, OPEN_RESERVED = 66, OPEN_UUID = 68,
+	OPEN_PATH_LEN = 84, OPEN_PATH = 88,
 
 	READY_SESSION = 16, READY_FINGERPRINT = 24, READY_SAMPLES = 32, READY_BPE = 40,
 	READY_DATA_SIZE = 48, READY_CTRL_SIZE = 56, READY_MAX_SAMPLE = 64,
@@ -583,6 +583,8 @@ START_TEST(test_open_roundtrip)
 	bp_msg_open m = sample_open(), got;
 	int n;
 
+	for (unsigned i = 0; i < sizeof(m.device_uuid); i++)
+		m.device_uuid[i] = (uint8_t)(0xa0 + i);
 	n = bp_msg_open_encode(&m, g_msg, sizeof(g_msg));
 	ck_assert_int_eq(n, OPEN_PATH + (int)m.path_len);
 	ck_assert_uint_eq(rd(g_msg + OPEN_SEED, 8), UINT64_C(0x0123456789abcdef));
@@ -598,6 +600,8 @@ START_TEST(test_open_roundtrip)
 	ck_assert_uint_eq(g_msg[OPEN_SHUFFLE], BP_SHUFFLE_BLOCK);
 	ck_assert_uint_eq(g_msg[OPEN_DROP_LAST], 1);
 	ck_assert_uint_eq(rd(g_msg + OPEN_RESERVED, 2), 0);
+	ck_assert_uint_eq(g_msg[OPEN_UUID], 0xa0);
+	ck_assert_uint_eq(g_msg[OPEN_UUID + 15], 0xaf);
 	ck_assert_uint_eq(rd(g_msg + OPEN_PATH_LEN, 4), m.path_len);
 	ck_assert_mem_eq(g_msg + OPEN_PATH, SAMPLE_PATH, m.path_len);
 
@@ -613,6 +617,7 @@ START_TEST(test_open_roundtrip)
 	ck_assert_int_eq(got.placement, 2);
 	ck_assert_uint_eq(got.shuffle, BP_SHUFFLE_BLOCK);
 	ck_assert(got.drop_last);
+	ck_assert_mem_eq(got.device_uuid, m.device_uuid, sizeof(m.device_uuid));
 	ck_assert_uint_eq(got.path_len, m.path_len);
 	ck_assert_ptr_eq(got.path, (const char *)g_msg + OPEN_PATH);
 
