@@ -76,7 +76,4 @@ const char *bp_cudrv_strerror(const bp_cudrv *d, CUresult e, char *buf, size_t l
 /* A negative errno for a driver error (-ENOMEM, -ENODEV, -EINVAL, else -EIO). */
 int bp_cudrv_errno(CUresult e);
 
-/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" for a 16-byte UUID; buf >= 41 bytes. */
-const char *bp_cuda_uuid_str(const unsigned char uuid[16], char *buf, size_t len);
-
 #endif
