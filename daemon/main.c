@@ -17,7 +17,7 @@
 #include <uv.h>
 
 #include "config.h"
-#include "cuda.h"
+#include "cuda_probe.h"
 #include "fault.h"
 #include "log.h"
 #include "server.h"

@@ -15,6 +15,7 @@
 
 #include "batchd-build.h"
 #include "server_priv.h"
+#include "units.h"
 
 static const char *const refusal_names[BD_REFUSED_KINDS] = {
 	[BD_REFUSED_NOT_FOUND] = "not_found",
@@ -67,7 +68,26 @@ void bd__server_status(bd_server *srv, bd_text *t)
 		       "\"runtime_version\": %d, \"reason\": ", srv->cuda.devices ? "true" : "false",
 		       srv->cuda.devices, srv->cuda.driver_version, srv->cuda.runtime_version);
 	json_str(t, srv->cuda.devices ? "" : srv->cuda.reason);
-	bd_text_printf(t, "}, \"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
+	{
+		uint64_t dev_bytes;
+		uint32_t gpu_sessions, unpinned;
+
+		bd_gpu_totals(srv->gpu, &dev_bytes, &gpu_sessions, &unpinned);
+		bd_text_printf(t, ", \"gpu_sessions\": %u, \"device_memory\": %" PRIu64
+			       ", \"unpinned_sessions\": %u, \"device_list\": [", gpu_sessions,
+			       dev_bytes, unpinned);
+	}
+	for (int i = 0; i < srv->cuda.devices; i++) {
+		const bd_cuda_device *d = &srv->cuda.dev[i];
+		char uuid[48];
+
+		bd_text_printf(t, "%s{\"ordinal\": %d, \"name\": ", i ? ", " : "", i);
+		json_str(t, d->name);
+		bd_text_printf(t, ", \"uuid\": \"%s\", \"memory\": %" PRIu64 ", \"pci_bus\": %d, "
+			       "\"shareable\": %s}", bp_cuda_uuid_str(d->uuid, uuid, sizeof(uuid)),
+			       d->memory, d->pci_bus, d->shareable ? "true" : "false");
+	}
+	bd_text_printf(t, "]}, \"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
 		       ", \"sessions\": %" PRIu64 ", \"cache\": %" PRIu64 "}, ",
 		       srv->cfg.memory_budget, srv->budget_used + ps.cache_bytes, srv->budget_used,
 		       ps.cache_bytes);
@@ -107,12 +127,21 @@ void bd__server_status(bd_server *srv, bd_text *t)
 			       PRIu64 ", \"delivered\": %" PRIu64 ", \"delivered_bytes\": %" PRIu64
 			       ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"memory\": %" PRIu64
 			       ", \"slots\": %u, \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
-			       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 "}",
+			       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 ", \"placement\": %d",
 			       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
 			       shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
 			       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
 			       si.failed, si.bytes, si.memory, si.slots, si.inflight,
-			       (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9, si.waits);
+			       (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9, si.waits,
+			       si.device);
+		if (si.device >= 0)
+			bd_text_printf(t, ", \"gpu\": {\"device\": %d, \"device_bytes\": %" PRIu64
+				       ", \"pinned\": %s, \"copies\": %" PRIu64 ", \"copy_bytes\": %"
+				       PRIu64 ", \"copy_s\": %.6f, \"slot_waits\": %" PRIu64 "}",
+				       si.gpu.device, si.gpu.device_bytes, si.gpu.pinned ? "true" : "false",
+				       si.gpu.copies, si.gpu.copy_bytes, (double)si.gpu.copy_ns / 1e9,
+				       si.gpu.slot_waits);
+		bd_text_printf(t, "}");
 		first = false;
 	}
 	bd_text_printf(t, "]}");
@@ -141,6 +170,7 @@ static uint64_t v_published(const bd_session_info *si) { return si->published; }
 static uint64_t v_failed(const bd_session_info *si) { return si->failed; }
 static uint64_t v_memory(const bd_session_info *si) { return si->memory; }
 static uint64_t v_epoch(const bd_session_info *si) { return si->epoch; }
+static uint64_t v_gpu_copy_bytes(const bd_session_info *si) { return si->gpu.copy_bytes; }
 
 static void session_family(bd_text *t, bd_server *srv, const char *name, const char *type,
 			   const char *help, session_value f)
@@ -254,6 +284,20 @@ void bd__server_metrics(bd_server *srv, bd_text *t)
 	}
 	gauge(t, "batchd_cuda_devices", "CUDA devices batchd can use (0: host sessions only).",
 	      (uint64_t)srv->cuda.devices);
+	{
+		uint64_t dev_bytes;
+		uint32_t gpu_sessions, unpinned;
+
+		bd_gpu_totals(srv->gpu, &dev_bytes, &gpu_sessions, &unpinned);
+		gauge(t, "batchd_gpu_sessions", "Sessions delivering to GPU memory.", gpu_sessions);
+		gauge(t, "batchd_gpu_device_memory_bytes",
+		      "Device memory batchd holds for GPU sessions' slots.", dev_bytes);
+		gauge(t, "batchd_gpu_unpinned_sessions",
+		      "GPU sessions staging from pageable memory (pinning failed).", unpinned);
+		session_family(t, srv, "batchd_session_gpu_copy_bytes_total", "counter",
+			       "Bytes copied host-to-device for the session (0 for host sessions).",
+			       v_gpu_copy_bytes);
+	}
 	counter(t, "batchd_reloads_total", "Configuration reloads applied (SIGHUP).",
 		srv->totals.reloads);
 	counter(t, "batchd_reload_failures_total", "Reloads rejected for a bad configuration.",

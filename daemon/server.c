@@ -274,20 +274,37 @@ static enum bd_refusal refusal_kind(int r)
 	}
 }
 
+static void vrefuse(client *c, enum bd_refusal kind, int code, const char *fmt, va_list ap)
+{
+	char text[BP_ERRMSG_MAX + 1];
+
+	c->srv->totals.refused[kind]++;
+	vsnprintf(text, sizeof(text), fmt, ap);
+	bd_log(LOG_NOTICE, "client pid %d uid %u: open refused: %s", (int)c->pid, (unsigned)c->uid,
+	       text);
+	send_error(c, code, "%s", text);
+}
+
 /* Answer an OPEN with an error, counted by kind. */
 __attribute__((format(printf, 3, 4)))
 static void refuse(client *c, int code, const char *fmt, ...)
 {
-	char text[BP_ERRMSG_MAX + 1];
 	va_list ap;
 
-	c->srv->totals.refused[refusal_kind(code)]++;
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
+	vrefuse(c, refusal_kind(code), code, fmt, ap);
 	va_end(ap);
-	bd_log(LOG_NOTICE, "client pid %d uid %u: open refused: %s", (int)c->pid, (unsigned)c->uid,
-	       text);
-	send_error(c, code, "%s", text);
+}
+
+/* The same for a GPU placement the daemon cannot serve (whatever the errno). */
+__attribute__((format(printf, 3, 4)))
+static void refuse_device(client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vrefuse(c, BD_REFUSED_DEVICE, code, fmt, ap);
+	va_end(ap);
 }
 
 static client *client_find_session(bd_server *srv, client *c, uint64_t id, entry **ret)
@@ -349,6 +366,7 @@ typedef struct open_work {
 	uv_work_t w;
 	client *c;
 	bp_msg_open m;
+	int device;             /* the daemon's CUDA ordinal, or -1: host */
 	char *path;
 	char **roots;
 	size_t nroots;
@@ -392,7 +410,7 @@ static void open_work_done(uv_work_t *w, int status)
 	bd_server *srv = c->srv;
 	uint8_t out[256];
 	bp_msg_ready ready;
-	int fds[BP_READY_FDS];
+	int fds[BP_READY_FDS_GPU], nfds;
 	bd_session_quota quota;
 	bd_session *s;
 	entry *e;
@@ -419,10 +437,13 @@ static void open_work_done(uv_work_t *w, int status)
 		bd_session_get_info(x->s, &si);
 		quota.uid_used += si.memory;
 	}
-	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, &quota, &s, err,
-			   sizeof(err));
+	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, ow->device, &quota, &s,
+			   err, sizeof(err));
 	if (r < 0) {
-		refuse(c, r, "%s", err[0] ? err : strerror(-r));
+		if (ow->device >= 0 && r != -ENOMEM)
+			refuse_device(c, r, "%s", err[0] ? err : strerror(-r));
+		else
+			refuse(c, r, "%s", err[0] ? err : strerror(-r));
 		goto out;
 	}
 	e = calloc(1, sizeof(*e));
@@ -441,7 +462,7 @@ static void open_work_done(uv_work_t *w, int status)
 	c->sessions++;
 	srv->next_session++;
 
-	bd_session_ready(s, &ready, fds);
+	nfds = bd_session_ready(s, &ready, fds);
 	n = bp_msg_ready_encode(&ready, out, sizeof(out));
 	if (n < 0) {
 		bd_log(LOG_ERR, "session %" PRIu64 ": cannot encode READY: %s", ready.session,
@@ -452,15 +473,19 @@ static void open_work_done(uv_work_t *w, int status)
 		bd_session_close(s, n);
 		goto out;
 	}
-	if (send_msg(c, out, n, fds, BP_READY_FDS) < 0) {
+	if (send_msg(c, out, n, fds, nfds) < 0) {
 		bd_session_close(s, -EPIPE);
 		goto out;
 	}
+	if (ow->device >= 0)
+		snprintf(err, sizeof(err), "CUDA device %d", ow->device);
+	else
+		snprintf(err, sizeof(err), "host memory");
 	bd_log(LOG_INFO, "session %" PRIu64 ": client pid %d uid %u opened %s (batch %u, %s, rank %u/%u, "
-	       "%" PRIu64 " batches/epoch)", ready.session, (int)c->pid, (unsigned)c->uid, ow->path,
-	       ow->m.batch_size, ow->m.shuffle == BP_SHUFFLE_NONE ? "none"
+	       "%" PRIu64 " batches/epoch, to %s)", ready.session, (int)c->pid, (unsigned)c->uid,
+	       ow->path, ow->m.batch_size, ow->m.shuffle == BP_SHUFFLE_NONE ? "none"
 	       : ow->m.shuffle == BP_SHUFFLE_GLOBAL ? "global" : "block", ow->m.rank, ow->m.world,
-	       ready.batches_per_epoch);
+	       ready.batches_per_epoch, err);
 	bd_session_start(s);
 	notify_status(srv);
 out:
@@ -475,6 +500,7 @@ static void handle_open(client *c, const uint8_t *buf, size_t len)
 	bd_server *srv = c->srv;
 	open_work *ow;
 	bp_msg_open m;
+	int device = -1;
 
 	if (bp_msg_open_decode(buf, len, &m) < 0) {
 		send_error(c, -EBADMSG, "malformed OPEN message");
@@ -482,12 +508,17 @@ static void handle_open(client *c, const uint8_t *buf, size_t len)
 		return;
 	}
 	if (m.placement != BP_PLACEMENT_HOST) {
-		if (srv->cuda.devices == 0)
-			refuse(c, -ENODEV, "no CUDA device: %s", srv->cuda.reason);
-		else
-			refuse(c, -EOPNOTSUPP, "GPU placement (device %d) is not supported by this "
-			       "daemon yet; open a host session", m.placement);
-		return;
+		char err[BP_ERRMSG_MAX];
+
+		device = srv->gpu ? bd_cuda_pick(&srv->cuda, m.device_uuid, m.placement, err,
+						 sizeof(err))
+				  : -ENODEV;
+		if (!srv->gpu)
+			snprintf(err, sizeof(err), "no CUDA device: %s", srv->cuda.reason);
+		if (device < 0) {
+			refuse_device(c, device, "%s", err);
+			return;
+		}
 	}
 	if (m.batch_size > MAX_BATCH_SIZE) {
 		refuse(c, -EINVAL, "batch size %u is over the limit of %u", m.batch_size,
@@ -522,6 +553,7 @@ static void handle_open(client *c, const uint8_t *buf, size_t len)
 	ow->w.data = ow;
 	ow->c = c;
 	ow->m = m;
+	ow->device = device;
 	ow->direct = srv->cfg.direct == BD_CFG_DIRECT_ON ? BD_DIRECT_ON
 		     : srv->cfg.direct == BD_CFG_DIRECT_OFF ? BD_DIRECT_OFF : BD_DIRECT_AUTO;
 	ow->path = strndup(m.path, m.path_len);
@@ -1088,9 +1120,19 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 		       bd_config_io_engine_name(srv->cfg.io_engine), strerror(-r));
 		goto fail;
 	}
+	if (srv->cuda.devices) {
+		r = bd_gpu_new(loop, bd_session_gpu_event, &srv->gpu);
+		if (r < 0) {
+			snprintf(srv->cuda.reason, sizeof(srv->cuda.reason),
+				 "cannot start the GPU thread: %s", strerror(-r));
+			srv->cuda.devices = 0;
+			srv->gpu = NULL;
+		}
+	}
 	srv->env = (bd_session_env){
 		.loop = loop,
 		.pipeline = srv->pipeline,
+		.gpu = srv->gpu,
 		.budget_used = &srv->budget_used,
 		.budget_total = srv->cfg.memory_budget - srv->cache_budget,
 		.default_prefetch = srv->cfg.prefetch,
@@ -1162,6 +1204,7 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 	*ret = srv;
 	return 0;
 fail:
+	bd_gpu_free(srv->gpu);
 	if (srv->pipeline)
 		bd_pipeline_free(srv->pipeline);
 	bd_config_free(&srv->cfg);
@@ -1211,6 +1254,8 @@ void bd_server_stop(bd_server *srv)
 		bd_pipeline_free(srv->pipeline);
 		srv->pipeline = NULL;
 	}
+	bd_gpu_free(srv->gpu);
+	srv->gpu = NULL;
 }
 
 void bd_server_free(bd_server *srv)

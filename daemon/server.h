@@ -18,7 +18,7 @@
 #include <uv.h>
 
 #include "config.h"
-#include "cuda.h"
+#include "cuda_probe.h"
 
 typedef struct bd_server bd_server;
 

@@ -15,7 +15,7 @@
 #include <uv.h>
 
 #include "config.h"
-#include "cuda.h"
+#include "cuda_probe.h"
 #include "metrics.h"
 #include "pipeline.h"
 #include "protocol.h"
@@ -89,6 +89,7 @@ struct bd_server {
 	int argc;
 	char **argv;             /* to reload the same file and flags on SIGHUP */
 	bd_cuda_state cuda;
+	bd_gpu *gpu;             /* the GPU thread, when CUDA is usable */
 	char socket_path[108];
 	int listen_fd;
 	bool socket_activated;   /* systemd owns the socket file */

@@ -24,6 +24,7 @@ typedef struct slot {
 	bd_job *job;            /* in flight, or NULL */
 	bool done;              /* job came back, not yet published */
 	bool failed;            /* published as a failed batch */
+	bool copied;            /* no copy reads the record any more (GPU: COPIED came) */
 	uint64_t rec_off, rec_size;
 	uint64_t payload;       /* published payload bytes */
 } slot;
@@ -54,6 +55,13 @@ struct bd_session {
 	bp_ring_header *hdr;
 	bp_ring_ctrl *ctrl;
 	uint64_t arena_off, arena_size;
+
+	/* GPU sessions: the device side, and copies whose last event is still to come. */
+	int device;
+	bd_gpu_session *gpu;
+	int gpu_fd;
+	uint64_t gpu_off, gpu_size, slot_bytes;
+	uint32_t gpu_pending;
 
 	slot *slot;
 	uint64_t next_seq;      /* next batch to plan */
@@ -160,6 +168,8 @@ static void session_free(bd_session *s)
 {
 	const int fds[] = { s->data_fd, s->ctrl_fd, s->rel_r, s->rel_w, s->pub_r, s->pub_w };
 
+	/* Unpins the staging, so before the unmap. */
+	bd_gpu_session_free(s->gpu);
 	if (s->data)
 		munmap(s->data, s->data_size);
 	if (s->ctrl)
@@ -183,8 +193,8 @@ static void session_free(bd_session *s)
 }
 
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, const bd_session_quota *q, bd_session **ret, char *err,
-		   size_t errlen)
+		   const bp_msg_open *m, int device, const bd_session_quota *q, bd_session **ret,
+		   char *err, size_t errlen)
 {
 	bd_sampler_cfg sc = {
 		.samples = bp_dataset_samples(d->ds),
@@ -214,6 +224,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	s->dset = d;
 	s->req = *m;
 	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
+	s->gpu_fd = -1;
+	s->device = device;
 	s->req.path = strndup(m->path, m->path_len);
 	if (!s->req.path) {
 		r = -ENOMEM;
@@ -257,6 +269,19 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	 */
 	s->arena_size = 2 * max_rec + (uint64_t)(prefetch + 2) * mean_rec;
 	s->data_size = s->arena_off + s->arena_size;
+	if (device >= 0) {
+		if (!env->gpu) {
+			snprintf(err, errlen, "no CUDA device: the GPU thread is not running");
+			r = -ENODEV;
+			goto fail;
+		}
+		/* One device slot per descriptor, each as large as the largest batch. */
+		s->slot_bytes = ALIGN_UP(bd_dataset_batch_bound(d, m->batch_size) + 1,
+					 BP_RING_DEVICE_ALIGN);
+		s->gpu_off = s->data_size;
+		s->gpu_size = bp_ring_gpu_size(s->slots);
+		s->data_size += s->gpu_size;
+	}
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
 	need = s->data_size + s->ctrl_size;
 	/* After a reload that lowered the budget, used may exceed total. */
@@ -332,6 +357,24 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		.slots = s->slots,
 		.batch_size = m->batch_size,
 	};
+	if (device >= 0) {
+		bd_gpu_session_cfg gc = {
+			.device = device,
+			.slots = s->slots,
+			.slot_bytes = s->slot_bytes,
+			.host = s->data + s->arena_off,
+			.host_len = s->arena_size,
+			.owner = s,
+		};
+
+		s->hdr->gpu_offset = s->gpu_off;
+		s->hdr->gpu_size = s->gpu_size;
+		r = bd_gpu_session_new(env->gpu, &gc, (bp_ring_gpu *)(s->data + s->gpu_off),
+				       (bp_ring_gpu_slot *)(s->data + s->gpu_off + sizeof(bp_ring_gpu)),
+				       &s->gpu_fd, &s->gpu, err, errlen);
+		if (r < 0)
+			goto fail;
+	}
 	if (uv_poll_init(env->loop, &s->released_poll, s->rel_r) < 0) {
 		r = -ENOMEM;
 		goto fail;
@@ -347,7 +390,7 @@ fail:
 	return r;
 }
 
-void bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS])
+int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS_GPU])
 {
 	*ret = (bp_msg_ready){
 		.session = s->id,
@@ -365,6 +408,10 @@ void bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_F
 	fds[1] = s->ctrl_fd;
 	fds[2] = s->rel_w;
 	fds[3] = s->pub_r;
+	if (!s->gpu)
+		return BP_READY_FDS;
+	fds[4] = s->gpu_fd;
+	return BP_READY_FDS_GPU;
 }
 
 /* ---- planning -------------------------------------------------------------------------- */
@@ -505,7 +552,7 @@ static void plan(bd_session *s)
 		 * published (and reclaim() reads the client's marks then), so only
 		 * when nothing is in flight are we waiting for the client.
 		 */
-		if (s->reclaimed == s->published || s->inflight)
+		if (s->reclaimed == s->published || s->inflight || s->gpu_pending)
 			return;
 		/*
 		 * Out of room: ask the client to poke us, then look once more
@@ -558,6 +605,7 @@ static void publish(bd_session *s)
 			.payload = s->arena_off + sl->rec_off + table_bytes(job->count),
 			.count = job->count,
 			.status = job->status,
+			.device = s->gpu ? (job->seq % s->slots) * s->slot_bytes : 0,
 		};
 		if (job->status < 0) {
 			/* The reason replaces the sample table in the record. */
@@ -609,6 +657,9 @@ static void reclaim(bd_session *s)
 		uint64_t mark = __atomic_load_n(&s->ctrl->release[i], __ATOMIC_SEQ_CST);
 
 		if (mark == s->reclaimed + 1) {
+			/* Released, but our copy may still be reading the host bytes. */
+			if (!s->slot[i].copied)
+				break;
 			if (!s->slot[i].failed) {
 				s->delivered++;
 				s->delivered_bytes += s->slot[i].payload;
@@ -661,7 +712,7 @@ static void on_poll_closed(uv_handle_t *h)
 
 static void maybe_end(bd_session *s)
 {
-	if (!s->closing || s->inflight || s->ended)
+	if (!s->closing || s->inflight || s->gpu_pending || s->ended)
 		return;
 	s->ended = true;
 	uv_close((uv_handle_t *)&s->released_poll, on_poll_closed);
@@ -685,6 +736,8 @@ void bd_session_close(bd_session *s, int reason)
 	}
 	if (s->poll_started)
 		uv_poll_stop(&s->released_poll);
+	if (s->gpu)
+		bd_gpu_session_cancel(s->gpu);
 	maybe_end(s);
 }
 
@@ -700,8 +753,60 @@ void bd_session_job_done(bd_job *job)
 		maybe_end(s);
 		return;
 	}
+	if (s->gpu && job->status == 0) {
+		const bp_ring_sample *t = (const bp_ring_sample *)(s->data + s->arena_off + sl->rec_off);
+		uint64_t bytes = job->count ? t[job->count - 1].offset + t[job->count - 1].size : 0;
+		int r;
+
+		/* Published once the copy is issued (ENQUEUED), reclaimable once done (COPIED). */
+		r = bd_gpu_copy(s->gpu, job->seq, (const uint8_t *)t + table_bytes(job->count), bytes);
+		if (r == 0) {
+			s->gpu_pending++;
+			return;
+		}
+		job->status = r;
+		snprintf(job->reason, sizeof(job->reason), "cannot queue the copy to the GPU: %s",
+			 strerror(-r));
+	}
 	sl->done = true;
+	sl->copied = true;
 	publish(s);
+	reclaim(s);
+	plan(s);
+}
+
+void bd_session_gpu_event(void *owner, uint64_t seq, enum bd_gpu_event ev, int status,
+			  const char *reason)
+{
+	bd_session *s = owner;
+	slot *sl = &s->slot[seq % s->slots];
+
+	if (ev == BD_GPU_COPIED || status < 0)
+		s->gpu_pending--;
+	if (s->closing) {
+		maybe_end(s);
+		return;
+	}
+	if (ev == BD_GPU_ENQUEUED) {
+		if (status < 0) {
+			/* Nothing was copied: publish the batch as failed, with the reason. */
+			sl->job->status = status;
+			snprintf(sl->job->reason, sizeof(sl->job->reason), "%s", reason);
+			sl->copied = true;
+		}
+		sl->done = true;
+		publish(s);
+		reclaim(s);
+		plan(s);
+		return;
+	}
+	if (status < 0) {
+		/* Published already, and the client waits on it: end the stream, say why. */
+		bd_log(LOG_ERR, "session %" PRIu64 ": %s; ending the session", s->id, reason);
+		bd_session_close(s, status);
+		return;
+	}
+	sl->copied = true;
 	reclaim(s);
 	plan(s);
 }
@@ -739,6 +844,7 @@ void bd_session_get_info(const bd_session *s, bd_session_info *ret)
 		.shuffle = s->req.shuffle,
 		.protocol_violation = s->violation,
 		.age_ns = bd_now_ns() - s->opened_ns,
+		.device = s->gpu ? s->device : -1,
 		/* The client's own account: read once, trusted for nothing. */
 		.consumed = __atomic_load_n(&s->ctrl->consumed, __ATOMIC_RELAXED),
 		.wait_ns = __atomic_load_n(&s->ctrl->wait_ns, __ATOMIC_RELAXED),
@@ -746,6 +852,8 @@ void bd_session_get_info(const bd_session *s, bd_session_info *ret)
 	};
 	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++)
 		ret->wait_hist[i] = __atomic_load_n(&s->ctrl->wait_hist[i], __ATOMIC_RELAXED);
+	if (s->gpu)
+		bd_gpu_session_get_info(s->gpu, &ret->gpu);
 }
 
 bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns)

@@ -25,6 +25,7 @@
 #include <uv.h>
 
 #include "dataset.h"
+#include "gpu.h"
 #include "pipeline.h"
 #include "protocol.h"
 #include "ring.h"
@@ -39,6 +40,7 @@ typedef struct bd_session_env {
 	uint64_t budget_total;
 	unsigned default_prefetch;
 	unsigned max_prefetch;
+	bd_gpu *gpu;                /* NULL when CUDA is unusable: host sessions only */
 	/* Called when a session has fully ended (all jobs back, memory freed). */
 	void (*ended)(bd_session *s, void *ctx);
 	void *ctx;
@@ -53,19 +55,27 @@ typedef struct bd_session_quota {
 
 /*
  * Create a session over dataset d (the session takes the reference) for
- * request m. On success *ret is the session and fds[] the descriptors to
- * send with READY (owned by the session; close them after sending? no:
- * they stay open in the session; the kernel dups them into the message).
- * On failure err names what was wrong. @return 0; -EINVAL (a field the
- * dataset cannot satisfy, e.g. drop_last leaving no batch), -ENOMEM
- * (memory budget: err says how much is needed and free), -errno.
+ * request m, delivering to host memory (device < 0) or to the daemon's
+ * CUDA device `device` (env->gpu must be set). On success *ret is the
+ * session. On failure err names what was wrong. @return 0; -EINVAL (a
+ * field the dataset cannot satisfy, e.g. drop_last leaving no batch),
+ * -ENOMEM (memory budget, or device memory: err says how much is needed),
+ * -ENODEV / -EIO (CUDA), -errno.
  */
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, const bd_session_quota *q, bd_session **ret, char *err,
-		   size_t errlen);
+		   const bp_msg_open *m, int device, const bd_session_quota *q, bd_session **ret,
+		   char *err, size_t errlen);
 
-/* The READY message for s, and its descriptors in the order PROTOCOL.md gives. */
-void bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS]);
+/*
+ * The READY message for s, and its descriptors in the order PROTOCOL.md
+ * gives (they stay open in the session; the kernel dups them into the
+ * message). @return how many: BP_READY_FDS, or BP_READY_FDS_GPU.
+ */
+int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS_GPU]);
+
+/* The GPU thread's word on one of a session's copies (a bd_gpu_event_fn). */
+void bd_session_gpu_event(void *session, uint64_t seq, enum bd_gpu_event ev, int status,
+			  const char *reason);
 
 /* Start planning (after READY was sent). */
 void bd_session_start(bd_session *s);
@@ -98,6 +108,8 @@ typedef struct bd_session_info {
 	uint8_t shuffle;            /* enum bp_shuffle */
 	bool protocol_violation;
 	uint64_t age_ns;            /* since the session opened */
+	int device;                 /* the daemon's CUDA ordinal, or -1: host */
+	bd_gpu_session_info gpu;    /* when device >= 0 */
 	/* Client-reported (from the control memfd: informational only). */
 	uint64_t consumed, wait_ns, waits;
 	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];

@@ -50,7 +50,8 @@ static void load(void)
 		return;
 	}
 	/* cuGetProcAddress_v2 (driver 12.0 and later) returns the ABI version we ask for. */
-	get = (get_proc_fn)dlsym(lib, "cuGetProcAddress_v2");
+	/* POSIX's idiom for a function pointer out of dlsym (ISO C has no such cast). */
+	*(void **)&get = dlsym(lib, "cuGetProcAddress_v2");
 	if (!get) {
 		snprintf(g_why, sizeof(g_why), "the CUDA driver is older than 12.0 "
 			 "(no cuGetProcAddress_v2 in libcuda.so.1)");

@@ -24,7 +24,7 @@
 #include "batchd-build.h"
 #include "bench.h"
 #include "cli.h"
-#include "cuda.h"
+#include "cuda_probe.h"
 #include "units.h"
 
 #define H2D_SKIP 77

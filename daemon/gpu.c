@@ -1,0 +1,729 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gpu.c - the GPU thread: pinned staging, device slots, copies, events
+ * (see gpu.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batchd-build.h"
+#include "fault.h"
+#include "gpu.h"
+#include "log.h"
+#include "metrics.h"
+#include "units.h"
+
+#if BATCHD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "cudrv.h"
+
+/* cudaHostRegister in pieces: huge single registrations fail or stall on some drivers. */
+#define PIN_CHUNK (UINT64_C(1) << 30)
+
+enum op_state { OP_WAITING, OP_ISSUED };
+
+struct op;
+
+typedef struct gpu_event {
+	struct gpu_event *next;
+	struct op *op;
+	enum bd_gpu_event kind;
+	int status;
+	bool last;              /* the op is the loop's to free after this one */
+	char reason[192];
+} gpu_event;
+
+/* One batch's copy. Allocated on the loop, owned by the GPU thread until its last event. */
+typedef struct op {
+	struct op *next;
+	bd_gpu_session *gs;
+	void *owner;
+	uint64_t seq;
+	const void *src;
+	uint64_t bytes;
+	uint64_t issued_ns;
+	enum op_state state;
+	bool waited;
+	gpu_event ev[2];        /* ENQUEUED, COPIED */
+} op;
+
+struct bd_gpu {
+	uv_loop_t *loop;
+	uv_async_t async;
+	bd_gpu_event_fn fn;
+	pthread_t thread;
+	bool started;
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop;
+	op *submit, **submit_tail;           /* loop -> GPU thread */
+	gpu_event *events, **events_tail;    /* GPU thread -> loop */
+
+	/* GPU thread only: one pass over the work list. */
+	uint64_t pass;
+
+	/* Loop thread only. */
+	uint64_t device_bytes;
+	uint32_t sessions, unpinned;
+};
+
+struct bd_gpu_session {
+	bd_gpu *g;
+	void *owner;
+	int device;
+	uint32_t slots;
+	uint64_t slot_bytes, size;
+	cudaStream_t stream;
+	cudaEvent_t *ready, *released, *done;
+	CUdeviceptr base;
+	bool mapped;
+	int fd;
+	uint8_t *host;
+	uint64_t host_len, pinned_len;
+	bool cancelled;                      /* atomic: loop writes, GPU thread reads */
+
+	/* GPU thread only: this pass already met an older op of ours that must go first. */
+	uint64_t waiting_pass, issued_pass;
+
+	/* GPU thread writes, loop reads (relaxed atomics). */
+	uint64_t copies, copy_bytes, copy_ns, slot_waits;
+};
+
+#define STAT_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define STAT_GET(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+
+/* ---- GPU thread ------------------------------------------------------------------------ */
+
+static void emit(bd_gpu *g, op *o, enum bd_gpu_event kind, int status, bool last,
+		 const char *reason)
+{
+	gpu_event *ev = &o->ev[kind - 1];
+
+	ev->next = NULL;
+	ev->op = o;
+	ev->kind = kind;
+	ev->status = status;
+	ev->last = last;
+	snprintf(ev->reason, sizeof(ev->reason), "%s", reason);
+	pthread_mutex_lock(&g->lock);
+	*g->events_tail = ev;
+	g->events_tail = &ev->next;
+	pthread_mutex_unlock(&g->lock);
+	uv_async_send(&g->async);
+}
+
+static int cuda_errno(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess:
+		return 0;
+	case cudaErrorMemoryAllocation:
+		return -ENOMEM;
+	case cudaErrorNoDevice:
+	case cudaErrorInvalidDevice:
+	case cudaErrorInsufficientDriver:
+		return -ENODEV;
+	default:
+		return -EIO;
+	}
+}
+
+static cudaError_t issue(op *o)
+{
+	bd_gpu_session *gs = o->gs;
+	uint32_t slot = (uint32_t)(o->seq % gs->slots);
+	void *dst = (void *)(uintptr_t)(gs->base + slot * gs->slot_bytes);
+	cudaError_t e = cudaSuccess;
+
+	if (o->bytes)
+		e = cudaMemcpyAsync(dst, o->src, o->bytes, cudaMemcpyHostToDevice, gs->stream);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(gs->ready[slot], gs->stream);
+	/* Completion is read from a private event: the client can record `ready` too. */
+	if (e == cudaSuccess)
+		e = cudaEventRecord(gs->done[slot], gs->stream);
+	return e;
+}
+
+/*
+ * Move every op as far as it goes without blocking. Ops of one session
+ * advance in order: a copy is issued only after the older ones were, and
+ * completions are read oldest first. @return whether anything moved.
+ */
+static bool step(bd_gpu *g, op **list, op ***tail)
+{
+	bool moved = false;
+	op **pp = list, *next;
+
+	g->pass++;
+	for (op *o = *list; o; o = next) {
+		bd_gpu_session *gs = o->gs;
+		uint32_t slot = (uint32_t)(o->seq % gs->slots);
+		enum bd_gpu_event kind = BD_GPU_ENQUEUED;
+		int status = 0;
+		char reason[160] = "";
+		cudaError_t e;
+
+		next = o->next;
+		if (o->state == OP_WAITING) {
+			if (gs->waiting_pass == g->pass)
+				goto keep;      /* an older copy of the session waits: keep order */
+			if (__atomic_load_n(&gs->cancelled, __ATOMIC_ACQUIRE)) {
+				status = -ECANCELED;
+				snprintf(reason, sizeof(reason), "the session closed");
+				goto finish;
+			}
+			cudaSetDevice(gs->device);
+			e = cudaEventQuery(gs->released[slot]);
+			if (e == cudaErrorNotReady) {
+				/* The client's stream still reads the slot's last batch. */
+				if (!o->waited)
+					STAT_ADD(&gs->slot_waits, 1);
+				o->waited = true;
+				gs->waiting_pass = g->pass;
+				goto keep;
+			}
+			if (e == cudaSuccess)
+				e = issue(o);
+			if (e != cudaSuccess) {
+				cudaGetLastError();
+				status = cuda_errno(e);
+				snprintf(reason, sizeof(reason), "CUDA copy into device slot %u: %s", slot,
+					 cudaGetErrorString(e));
+				goto finish;
+			}
+			o->state = OP_ISSUED;
+			o->issued_ns = bd_now_ns();
+			emit(g, o, BD_GPU_ENQUEUED, 0, false, "");
+			moved = true;
+		}
+		/* OP_ISSUED: completions come in stream order, so ask for the oldest only. */
+		if (gs->issued_pass == g->pass)
+			goto keep;
+		cudaSetDevice(gs->device);
+		e = cudaEventQuery(gs->done[slot]);
+		if (e == cudaErrorNotReady) {
+			gs->issued_pass = g->pass;
+			goto keep;
+		}
+		kind = BD_GPU_COPIED;
+		if (e == cudaSuccess) {
+			STAT_ADD(&gs->copies, 1);
+			STAT_ADD(&gs->copy_bytes, o->bytes);
+			STAT_ADD(&gs->copy_ns, bd_now_ns() - o->issued_ns);
+		} else {
+			cudaGetLastError();
+			status = cuda_errno(e);
+			snprintf(reason, sizeof(reason), "CUDA copy into device slot %u failed: %s", slot,
+				 cudaGetErrorString(e));
+		}
+finish:
+		/* Unlink first: after its last event the op belongs to the loop thread. */
+		*pp = next;
+		if (!next)
+			*tail = pp;
+		emit(g, o, kind, status, true, reason);
+		moved = true;
+		continue;
+keep:
+		pp = &o->next;
+	}
+	return moved;
+}
+
+static void *gpu_main(void *arg)
+{
+	bd_gpu *g = arg;
+	op *work = NULL, **tail = &work;
+	uint64_t nap_ns = 0;
+
+	pthread_setname_np(pthread_self(), "batchd-gpu");
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		if (g->submit) {
+			*tail = g->submit;
+			tail = g->submit_tail;
+			g->submit = NULL;
+			g->submit_tail = &g->submit;
+		}
+		if (!work) {
+			if (g->stop)
+				break;
+			nap_ns = 0;
+			pthread_cond_wait(&g->cond, &g->lock);
+			continue;
+		}
+		pthread_mutex_unlock(&g->lock);
+		if (step(g, &work, &tail))
+			nap_ns = 0;
+		else
+			/* Waiting on the GPU: poll, backing off from 20 us to 1 ms. */
+			nap_ns = nap_ns ? (nap_ns * 2 > 1000000 ? 1000000 : nap_ns * 2) : 20000;
+		pthread_mutex_lock(&g->lock);
+		if (nap_ns && !g->submit) {
+			struct timespec ts;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += (long)nap_ns;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* ---- loop thread ------------------------------------------------------------------------- */
+
+static void on_async(uv_async_t *a)
+{
+	bd_gpu *g = a->data;
+	gpu_event *list;
+
+	pthread_mutex_lock(&g->lock);
+	list = g->events;
+	g->events = NULL;
+	g->events_tail = &g->events;
+	pthread_mutex_unlock(&g->lock);
+	while (list) {
+		gpu_event *ev = list;
+		op *o = ev->op;
+
+		list = ev->next;
+		g->fn(o->owner, o->seq, ev->kind, ev->status, ev->reason);
+		if (ev->last)
+			free(o);
+	}
+}
+
+int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret)
+{
+	pthread_condattr_t ca;
+	bd_gpu *g = bd_calloc(1, sizeof(*g));
+	int r;
+
+	if (!g)
+		return -ENOMEM;
+	g->loop = loop;
+	g->fn = fn;
+	g->submit_tail = &g->submit;
+	g->events_tail = &g->events;
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	if (uv_async_init(loop, &g->async, on_async) < 0) {
+		pthread_cond_destroy(&g->cond);
+		pthread_mutex_destroy(&g->lock);
+		free(g);
+		return -ENOMEM;
+	}
+	g->async.data = g;
+	r = pthread_create(&g->thread, NULL, gpu_main, g);
+	if (r) {
+		bd_gpu_free(g);
+		return -r;
+	}
+	g->started = true;
+	*ret = g;
+	return 0;
+}
+
+static void on_async_closed(uv_handle_t *h)
+{
+	bd_gpu *g = h->data;
+
+	pthread_cond_destroy(&g->cond);
+	pthread_mutex_destroy(&g->lock);
+	free(g);
+}
+
+void bd_gpu_free(bd_gpu *g)
+{
+	if (!g)
+		return;
+	if (g->started) {
+		pthread_mutex_lock(&g->lock);
+		g->stop = true;
+		pthread_cond_signal(&g->cond);
+		pthread_mutex_unlock(&g->lock);
+		pthread_join(g->thread, NULL);
+	}
+	/* Events not yet delivered belong to sessions that are gone: drop them. */
+	while (g->events) {
+		gpu_event *ev = g->events;
+
+		g->events = ev->next;
+		if (ev->last)
+			free(ev->op);
+	}
+	uv_close((uv_handle_t *)&g->async, on_async_closed);
+}
+
+int bd_gpu_copy(bd_gpu_session *gs, uint64_t seq, const void *src, uint64_t bytes)
+{
+	bd_gpu *g = gs->g;
+	op *o = bd_calloc(1, sizeof(*o));
+
+	if (!o)
+		return -ENOMEM;
+	o->gs = gs;
+	o->owner = gs->owner;
+	o->seq = seq;
+	o->src = src;
+	o->bytes = bytes;
+	o->state = OP_WAITING;
+	pthread_mutex_lock(&g->lock);
+	*g->submit_tail = o;
+	g->submit_tail = &o->next;
+	pthread_cond_signal(&g->cond);
+	pthread_mutex_unlock(&g->lock);
+	return 0;
+}
+
+void bd_gpu_session_cancel(bd_gpu_session *gs)
+{
+	__atomic_store_n(&gs->cancelled, true, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&gs->g->lock);
+	pthread_cond_signal(&gs->g->cond);
+	pthread_mutex_unlock(&gs->g->lock);
+}
+
+/* Pin the staging in chunks; on any failure undo it all and stage unpinned. */
+static void pin(bd_gpu_session *gs)
+{
+	static bool logged;
+	uint64_t off;
+	cudaError_t e = cudaSuccess;
+
+	for (off = 0; off < gs->host_len; off += PIN_CHUNK) {
+		uint64_t n = gs->host_len - off < PIN_CHUNK ? gs->host_len - off : PIN_CHUNK;
+
+		e = cudaHostRegister(gs->host + off, n, cudaHostRegisterDefault);
+		if (e != cudaSuccess)
+			break;
+		gs->pinned_len = off + n;
+	}
+	if (e == cudaSuccess)
+		return;
+	cudaGetLastError();
+	for (off = 0; off < gs->pinned_len; off += PIN_CHUNK)
+		cudaHostUnregister(gs->host + off);
+	gs->pinned_len = 0;
+	if (!logged) {
+		char a[32];
+
+		logged = true;
+		bd_log(LOG_WARNING, "cannot pin %s of staging memory for a GPU session (%s, CUDA "
+		       "error %d): staging unpinned, so host-to-device copies are slower; raise "
+		       "LimitMEMLOCK / ulimit -l (logged once; see `batchctl status`)",
+		       bp_format_size(gs->host_len, a, sizeof(a)), cudaGetErrorString(e), (int)e);
+	}
+}
+
+static int make_events(bd_gpu_session *gs, bp_ring_gpu_slot *slots, char *err, size_t errlen)
+{
+	const unsigned ipc = cudaEventInterprocess | cudaEventDisableTiming;
+
+	for (uint32_t i = 0; i < gs->slots; i++) {
+		cudaError_t e = cudaEventCreateWithFlags(&gs->ready[i], ipc);
+
+		if (e == cudaSuccess)
+			e = cudaEventCreateWithFlags(&gs->released[i], ipc);
+		if (e == cudaSuccess)
+			e = cudaEventCreateWithFlags(&gs->done[i], cudaEventDisableTiming);
+		if (e == cudaSuccess)
+			e = cudaIpcGetEventHandle((cudaIpcEventHandle_t *)slots[i].ready, gs->ready[i]);
+		if (e == cudaSuccess)
+			e = cudaIpcGetEventHandle((cudaIpcEventHandle_t *)slots[i].released,
+						  gs->released[i]);
+		if (e != cudaSuccess) {
+			cudaGetLastError();
+			snprintf(err, errlen, "CUDA events for device slot %u: %s", i,
+				 cudaGetErrorString(e));
+			return cuda_errno(e);
+		}
+	}
+	return 0;
+}
+
+static int make_memory(bd_gpu_session *gs, char *err, size_t errlen)
+{
+	CUmemAllocationProp prop = {
+		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = gs->device },
+		.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+	};
+	CUmemAccessDesc acc = {
+		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = gs->device },
+		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+	};
+	CUmemGenericAllocationHandle h = 0;
+	const bp_cudrv *d;
+	const char *what;
+	size_t gran = 0;
+	char why[256], a[32];
+	CUresult e;
+
+	d = bp_cudrv_load(why, sizeof(why));
+	if (!d) {
+		snprintf(err, errlen, "no CUDA device: %s", why);
+		return -ENODEV;
+	}
+	what = "cuMemGetAllocationGranularity";
+	e = d->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	if (e != CUDA_SUCCESS || gran == 0)
+		goto fail;
+	gs->size = (gs->slots * gs->slot_bytes + gran - 1) / gran * gran;
+	what = "cuMemCreate";
+	e = d->MemCreate(&h, gs->size, &prop, 0);
+	if (e != CUDA_SUCCESS) {
+		h = 0;
+		goto fail;
+	}
+	what = "cuMemAddressReserve";
+	e = d->MemAddressReserve(&gs->base, gs->size, gran, 0, 0);
+	if (e != CUDA_SUCCESS) {
+		gs->base = 0;
+		goto fail;
+	}
+	what = "cuMemMap";
+	e = d->MemMap(gs->base, gs->size, 0, h, 0);
+	if (e != CUDA_SUCCESS)
+		goto fail;
+	gs->mapped = true;
+	what = "cuMemSetAccess";
+	e = d->MemSetAccess(gs->base, gs->size, &acc, 1);
+	if (e != CUDA_SUCCESS)
+		goto fail;
+	what = "cuMemExportToShareableHandle";
+	e = d->MemExportToShareableHandle(&gs->fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (e != CUDA_SUCCESS) {
+		gs->fd = -1;
+		goto fail;
+	}
+	fcntl(gs->fd, F_SETFD, FD_CLOEXEC);
+	/* The mapping and the fd hold the memory from here on. */
+	d->MemRelease(h);
+	return 0;
+fail:
+	if (h)
+		d->MemRelease(h);
+	if (e == CUDA_ERROR_OUT_OF_MEMORY)
+		snprintf(err, errlen, "device memory: %s for %u device slots does not fit on CUDA "
+			 "device %d; lower prefetch or the batch size",
+			 bp_format_size(gs->size, a, sizeof(a)), gs->slots, gs->device);
+	else
+		snprintf(err, errlen, "%s on CUDA device %d: %s", what, gs->device,
+			 bp_cudrv_strerror(d, e, why, sizeof(why)));
+	return bp_cudrv_errno(e);
+}
+
+void bd_gpu_session_free(bd_gpu_session *gs)
+{
+	const bp_cudrv *d = bp_cudrv_load(NULL, 0);
+
+	if (!gs)
+		return;
+	cudaSetDevice(gs->device);
+	/* Our stream waits on nothing outside this process: this always returns. */
+	if (gs->stream) {
+		cudaStreamSynchronize(gs->stream);
+		cudaStreamDestroy(gs->stream);
+	}
+	for (uint32_t i = 0; i < gs->slots; i++) {
+		if (gs->ready && gs->ready[i])
+			cudaEventDestroy(gs->ready[i]);
+		if (gs->released && gs->released[i])
+			cudaEventDestroy(gs->released[i]);
+		if (gs->done && gs->done[i])
+			cudaEventDestroy(gs->done[i]);
+	}
+	if (d && gs->mapped)
+		d->MemUnmap(gs->base, gs->size);
+	if (d && gs->base)
+		d->MemAddressFree(gs->base, gs->size);
+	if (gs->fd >= 0)
+		close(gs->fd);
+	for (uint64_t off = 0; off < gs->pinned_len; off += PIN_CHUNK)
+		cudaHostUnregister(gs->host + off);
+	cudaGetLastError();
+	if (gs->g) {
+		gs->g->sessions--;
+		gs->g->device_bytes -= gs->size;
+		if (!gs->pinned_len && gs->host_len)
+			gs->g->unpinned--;
+	}
+	free(gs->ready);
+	free(gs->released);
+	free(gs->done);
+	free(gs);
+}
+
+int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *table,
+		       bp_ring_gpu_slot *slots, int *ret_fd, bd_gpu_session **ret, char *err,
+		       size_t errlen)
+{
+	bd_gpu_session *gs = bd_calloc(1, sizeof(*gs));
+	cudaError_t e;
+	int r;
+
+	if (!gs)
+		return -ENOMEM;
+	gs->owner = cfg->owner;
+	gs->device = cfg->device;
+	gs->slots = cfg->slots;
+	gs->slot_bytes = cfg->slot_bytes;
+	gs->host = cfg->host;
+	gs->host_len = cfg->host_len;
+	gs->fd = -1;
+	gs->ready = bd_calloc(cfg->slots, sizeof(*gs->ready));
+	gs->released = bd_calloc(cfg->slots, sizeof(*gs->released));
+	gs->done = bd_calloc(cfg->slots, sizeof(*gs->done));
+	if (!gs->ready || !gs->released || !gs->done) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	e = cudaSetDevice(cfg->device);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&gs->stream, cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		gs->stream = NULL;
+		snprintf(err, errlen, "CUDA device %d: %s", cfg->device, cudaGetErrorString(e));
+		r = cuda_errno(e);
+		goto fail;
+	}
+	r = make_memory(gs, err, errlen);
+	if (r == 0)
+		r = make_events(gs, slots, err, errlen);
+	if (r < 0)
+		goto fail;
+	pin(gs);
+
+	*table = (bp_ring_gpu){
+		.magic = BP_RING_GPU_MAGIC,
+		.size = gs->size,
+		.slot_bytes = gs->slot_bytes,
+		.slots = gs->slots,
+		.pinned = gs->pinned_len != 0,
+		.ordinal = gs->device,
+	};
+	{
+		struct cudaDeviceProp p;
+
+		if (cudaGetDeviceProperties(&p, gs->device) == cudaSuccess)
+			memcpy(table->uuid, p.uuid.bytes, sizeof(table->uuid));
+		cudaGetLastError();
+	}
+	gs->g = g;
+	g->sessions++;
+	g->device_bytes += gs->size;
+	if (!gs->pinned_len && gs->host_len)
+		g->unpinned++;
+	*ret_fd = gs->fd;
+	*ret = gs;
+	return 0;
+fail:
+	bd_gpu_session_free(gs);
+	return r;
+}
+
+void bd_gpu_session_get_info(const bd_gpu_session *gs, bd_gpu_session_info *ret)
+{
+	*ret = (bd_gpu_session_info){
+		.device = gs->device,
+		.pinned = gs->pinned_len != 0,
+		.device_bytes = gs->size,
+		.copies = STAT_GET(&gs->copies),
+		.copy_bytes = STAT_GET(&gs->copy_bytes),
+		.copy_ns = STAT_GET(&gs->copy_ns),
+		.slot_waits = STAT_GET(&gs->slot_waits),
+	};
+}
+
+void bd_gpu_totals(const bd_gpu *g, uint64_t *ret_device_bytes, uint32_t *ret_sessions,
+		   uint32_t *ret_unpinned)
+{
+	*ret_device_bytes = g ? g->device_bytes : 0;
+	*ret_sessions = g ? g->sessions : 0;
+	*ret_unpinned = g ? g->unpinned : 0;
+}
+
+#else /* !BATCHD_HAVE_CUDA */
+
+int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret)
+{
+	(void)loop;
+	(void)fn;
+	*ret = NULL;
+	return -ENODEV;
+}
+
+void bd_gpu_free(bd_gpu *g)
+{
+	(void)g;
+}
+
+int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *table,
+		       bp_ring_gpu_slot *slots, int *ret_fd, bd_gpu_session **ret, char *err,
+		       size_t errlen)
+{
+	(void)g;
+	(void)cfg;
+	(void)table;
+	(void)slots;
+	(void)ret_fd;
+	(void)ret;
+	snprintf(err, errlen, "no CUDA device: batchd was built without CUDA");
+	return -ENODEV;
+}
+
+int bd_gpu_copy(bd_gpu_session *gs, uint64_t seq, const void *src, uint64_t bytes)
+{
+	(void)gs;
+	(void)seq;
+	(void)src;
+	(void)bytes;
+	return -ENODEV;
+}
+
+void bd_gpu_session_cancel(bd_gpu_session *gs)
+{
+	(void)gs;
+}
+
+void bd_gpu_session_free(bd_gpu_session *gs)
+{
+	(void)gs;
+}
+
+void bd_gpu_session_get_info(const bd_gpu_session *gs, bd_gpu_session_info *ret)
+{
+	(void)gs;
+	memset(ret, 0, sizeof(*ret));
+}
+
+void bd_gpu_totals(const bd_gpu *g, uint64_t *ret_device_bytes, uint32_t *ret_sessions,
+		   uint32_t *ret_unpinned)
+{
+	(void)g;
+	*ret_device_bytes = 0;
+	*ret_sessions = 0;
+	*ret_unpinned = 0;
+}
+
+#endif
