@@ -6,10 +6,14 @@
  *   batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]
  *            [--shuffle none|global|block] [--seed S] [--rank R --world W]
  *            [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]
- *            [--step-ms T] [--print-samples] [--json]
+ *            [--step-ms T] [--print-samples] [--device N] [--json]
  *
  * `consume` is a real client through libbatchclient: it takes batches,
  * optionally "trains" for T ms on each, and measures how long it waited.
+ * With --device N it opens a GPU stream on CUDA device N and, like a
+ * trainer, makes its own CUDA stream wait for each batch's copy; then it
+ * copies the batch back from device memory and compares it byte for byte
+ * with the host staging copy, counting mismatches (any fails the run).
  * Exit status: 0 success, 1 failure, 2 usage error.
  */
 #include <errno.h>
@@ -29,6 +33,7 @@
 #include "batchclient.h"
 #include "cli.h"
 #include "batchd-build.h"
+#include "gpucheck.h"
 #include "units.h"
 
 static const char usage_text[] =
@@ -38,7 +43,7 @@ static const char usage_text[] =
 	"       batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]\n"
 	"                [--shuffle none|global|block] [--seed S] [--rank R --world W]\n"
 	"                [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]\n"
-	"                [--step-ms T] [--print-samples] [--json]\n";
+	"                [--step-ms T] [--print-samples] [--device N] [--json]\n";
 
 static double now(void)
 {
@@ -423,7 +428,7 @@ static int cmp_double(const void *a, const void *b)
 static int cmd_consume(const char *sock, int argc, char **argv)
 {
 	enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
-	       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW };
+	       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE };
 	static const struct option opts[] = {
 		{ "batch-size", required_argument, NULL, O_BATCH },
 		{ "epochs", required_argument, NULL, O_EPOCHS },
@@ -435,13 +440,18 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 		{ "start-epoch", required_argument, NULL, O_SEPOCH },
 		{ "start-batch", required_argument, NULL, O_SBATCH },
 		{ "prefetch", required_argument, NULL, O_PREFETCH },
-		{ "window", required_argument, NULL, O_WINDOW },
 		{ "step-ms", required_argument, NULL, O_STEP },
 		{ "print-samples", no_argument, NULL, O_PRINT },
 		{ "json", no_argument, NULL, O_JSON },
+		/* In enum order: a bad number is named by opts[ch - O_BATCH]. */
+		{ "window", required_argument, NULL, O_WINDOW },
+		{ "device", required_argument, NULL, O_DEVICE },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t epochs = 1, v, batches = 0, samples = 0, bytes = 0, failed = 0, step_ms = 0;
+	uint64_t mismatches = 0;
+	gpucheck *gpu = NULL;
+	char why[512];
 	double *waits = NULL, t0, t_first = -1, waited = 0, mean, p99, secs;
 	size_t nwaits = 0, capwaits = 0;
 	bool print = false, json = false, have_batch = false;
@@ -498,6 +508,11 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 		case O_PREFETCH: o.prefetch = (uint32_t)v; break;
 		case O_WINDOW: o.window = (uint32_t)v; break;
 		case O_STEP: step_ms = v; break;
+		case O_DEVICE:
+			if (v > 255)
+				return cli_usage("--device: '%s' is not a CUDA device number", optarg);
+			o.device = (int)v;
+			break;
 		}
 	}
 	if (!o.dataset)
@@ -506,14 +521,26 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 		return cli_usage("consume: --batch-size N (N >= 1) is required");
 	if (o.world == 0 || o.rank >= o.world)
 		return cli_usage("consume: --rank must be below --world");
+	if (o.device != BC_HOST && !BATCHD_HAVE_CUDA) {
+		fprintf(stderr, "batchctl: consume --device: this batchctl was built without CUDA\n");
+		return 1;
+	}
 
 	if (connect_or_say(sock, &c) < 0)
 		return 1;
 	t0 = now();
 	r = bc_open(c, &o, &s);
 	if (r < 0) {
-		fprintf(stderr, "batchctl: open %s: %s\n", o.dataset,
+		fprintf(stderr, "batchctl: open %s%s: %s\n", o.dataset,
+			o.device == BC_HOST ? "" : " on a GPU",
 			bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r));
+		bc_disconnect(c);
+		return 1;
+	}
+	/* After the open, so that a daemon without CUDA is what the user hears about. */
+	if (o.device != BC_HOST && gpucheck_new(o.device, &gpu, why, sizeof(why)) < 0) {
+		fprintf(stderr, "batchctl: CUDA device %d: %s\n", o.device, why);
+		bc_close(s);
 		bc_disconnect(c);
 		return 1;
 	}
@@ -572,6 +599,22 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 			bc_batch_data(b, &len);
 			bytes += len;
 		}
+		if (gpu) {
+			r = gpucheck_wait(gpu, b, why, sizeof(why));
+			if (r == 0)
+				r = gpucheck_compare(gpu, b, why, sizeof(why));
+			if (r < 0) {
+				fprintf(stderr, "batchctl: CUDA: %s\n", why);
+				bc_release(b);
+				rc = 1;
+				break;
+			}
+			if (r > 0) {
+				fprintf(stderr, "batchctl: MISMATCH: %s\n", why);
+				mismatches++;
+				rc = 1;
+			}
+		}
 		if (step_ms) {
 			struct timespec ts = { .tv_sec = (time_t)(step_ms / 1000),
 					       .tv_nsec = (long)(step_ms % 1000) * 1000000L };
@@ -588,9 +631,15 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 				break;
 		}
 	}
+	/* Every copy this run queued has landed before the clock stops. */
+	if (gpu && gpucheck_sync(gpu, why, sizeof(why)) < 0) {
+		fprintf(stderr, "batchctl: CUDA: %s\n", why);
+		rc = 1;
+	}
 	secs = now() - t0;
 	bc_close(s);
 	bc_disconnect(c);
+	gpucheck_free(gpu);
 
 	if (nwaits)
 		qsort(waits, nwaits, sizeof(*waits), cmp_double);
@@ -600,10 +649,14 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 		printf("{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"failed\": %" PRIu64 ", \"seconds\": %.6f, \"mb_per_s\": %.3f, "
 		       "\"wait_us_mean\": %.1f, \"wait_us_p99\": %.1f, \"stall_pct\": %.3f, "
-		       "\"first_batch_ms\": %.3f}\n",
+		       "\"first_batch_ms\": %.3f",
 		       batches, samples, bytes, failed, secs, secs > 0 ? (double)bytes / secs / 1e6 : 0,
 		       mean * 1e6, p99 * 1e6, secs > 0 ? 100.0 * waited / secs : 0,
 		       have_batch ? t_first * 1e3 : 0);
+		if (o.device != BC_HOST)
+			printf(", \"device\": %d, \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
+			       o.device, secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches);
+		printf("}\n");
 	} else {
 		fprintf(print ? stderr : stdout,
 			"%" PRIu64 " batches, %" PRIu64 " samples, %.1f MB in %.2f s: %.1f MB/s, "
@@ -613,6 +666,12 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 			secs > 0 ? (double)bytes / secs / 1e6 : 0, secs > 0 ? (double)samples / secs : 0,
 			mean * 1e6, p99 * 1e6, secs > 0 ? 100.0 * waited / secs : 0,
 			have_batch ? t_first * 1e3 : 0, failed ? "; some batches FAILED" : "");
+		if (o.device != BC_HOST)
+			fprintf(print ? stderr : stdout,
+				"device %d: %.2f GB/s delivered, copied back and compared: %" PRIu64
+				" mismatching batch%s%s\n", o.device,
+				secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches,
+				mismatches == 1 ? "" : "es", mismatches ? " (FAILED)" : "");
 	}
 	free(waits);
 	return rc;

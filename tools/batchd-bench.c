@@ -7,12 +7,13 @@
  *   batchd-bench sweep FILE ...     bandwidth over block size x queue depth, table + SVG + CSV
  *   batchd-bench decode DATASET ... zstd decode throughput of a pack on N threads
  *   batchd-bench pipeline DATASET . a batchd and N trainer processes, end to end
+ *                                   (--device N: into GPU memory)
  *   batchd-bench h2d ...            pinned vs pageable host-to-device copies (CUDA)
  *
  * This file holds main(), the usage text and the `disk` command; each
  * other mode lives in its bench_<mode>.c. Exit status: 0 success, 1
  * failure, 2 usage error (the message names the argument), 77 when the
- * mode cannot run on this machine (h2d without CUDA).
+ * mode cannot run on this machine (h2d or pipeline --device without CUDA).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -37,7 +38,8 @@ static const char usage_text[] =
 	"       batchd-bench decode DATASET [--threads N] [--seconds SEC] [--json]\n"
 	"       batchd-bench pipeline DATASET [--clients N] [--batch-size B] [--step-ms T]\n"
 	"                    [--shuffle none|global|block] [--seconds SEC | --epochs E]\n"
-	"                    [--prefetch P] [--socket PATH] [--batchd PATH] [--json]\n"
+	"                    [--prefetch P] [--socket PATH] [--batchd PATH] [--memory SIZE]\n"
+	"                    [--device N [--touch]] [--json]\n"
 	"       batchd-bench h2d [--size SIZE] [--reps N] [--device N] [--json]\n"
 	"\n"
 	"disk: without --runtime, reads the first --size bytes of FILE (all of it by\n"
@@ -45,7 +47,8 @@ static const char usage_text[] =
 	"Defaults: disk --rw read --bs 128K --qd 32, O_DIRECT when the file system takes it;\n"
 	"sweep --rw randread --bs 4K,64K,1M --qd 1,2,4,8,16,32,64 --runtime 2 per point;\n"
 	"decode --threads <all CPUs>, one pass; pipeline --clients 1 --batch-size 32\n"
-	"--shuffle global --seconds 10; h2d --size 256M --reps 20.\n"
+	"--shuffle global --seconds 10, host memory (--device N: CUDA device N; --touch\n"
+	"copies every batch back and compares it); h2d --size 256M --reps 20.\n"
 	"Sizes take K, M, G, T (powers of 1024); SEC takes s, ms or m (\"10\", \"500ms\").\n";
 
 int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)

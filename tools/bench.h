@@ -8,7 +8,7 @@
  * settings? Each mode is one command (bench_cmd_*), given argv from its
  * mode word on; each returns the process exit status: 0 success, 1
  * failure, 2 usage error (naming the argument), 77 "cannot run here" (h2d
- * without CUDA).
+ * or pipeline --device without CUDA).
  *
  * Thread rules: the bench_cmd_* functions run on the main thread, one per
  * process; the helpers here are pure or read a clock and may be called

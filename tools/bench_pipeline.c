@@ -15,6 +15,16 @@
  *
  * All clients are released at the same instant (they block on a pipe the
  * parent closes), so their runs overlap completely.
+ *
+ * With --device N the clients open GPU streams on CUDA device N and
+ * consume as a trainer does: each makes its own CUDA stream wait for every
+ * batch's copy (a GPU-side wait) before releasing it, so the daemon reuses
+ * a device slot only once the copy into it has been waited for, and the
+ * clock stops only after the last copy has landed: the rate is what
+ * reached device memory. --touch also copies every batch back and
+ * compares it with the host staging copy (slower; a check, not a figure).
+ * The parent never touches CUDA: the clients are forked, and a process may
+ * use CUDA after fork() only if its parent had not.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,13 +46,16 @@
 
 #include "batchclient.h"
 #include "bench.h"
+#include "batchd-build.h"
 #include "bench_stats.h"
 #include "cli.h"
+#include "gpucheck.h"
 #include "progress.h"
 #include "units.h"
 
 #define MAX_CLIENTS 256u
 #define BATCH_TIMEOUT_MS 60000   /* a batch slower than this is a hang, not a stall */
+#define PL_SKIP 77               /* --device without a CUDA device: cannot run here */
 
 typedef struct pl_opts {
 	const char *dataset;
@@ -54,6 +67,7 @@ typedef struct pl_opts {
 	uint64_t step_ms;
 	double seconds;          /* 0 with epochs */
 	uint64_t epochs;
+	bool touch;              /* GPU: copy every batch back and compare */
 	bool json;
 } pl_opts;
 
@@ -63,6 +77,7 @@ typedef struct pl_client {
 	int rc;                        /* 0 ok, else an errno */
 	char msg[256];
 	uint64_t batches, samples, bytes, failed;
+	uint64_t mismatches;           /* --touch: batches whose device bytes differ */
 	double wall, waited, first_batch;
 	bench_hist wait;               /* ns blocked in bc_next, per batch taken */
 } pl_client;
@@ -245,8 +260,10 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 	bc_stream_opts so = o->so;
 	bc_client *c = NULL;
 	bc_stream *s = NULL;
+	gpucheck *gpu = NULL;
 	double t0 = bench_now(), t_loop, deadline = t0 + o->seconds;
 	uint64_t ep = 0;
+	char why[200];
 	int r;
 
 	so.rank = rank;
@@ -264,6 +281,16 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 			 bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r));
 		bc_disconnect(c);
 		return;
+	}
+	if (so.device != BC_HOST) {
+		r = gpucheck_new(so.device, &gpu, why, sizeof(why));
+		if (r < 0) {
+			out->rc = -r;
+			snprintf(out->msg, sizeof(out->msg), "CUDA device %d: %s", so.device, why);
+			bc_close(s);
+			bc_disconnect(c);
+			return;
+		}
 	}
 	t_loop = bench_now();
 	out->first_batch = -1;
@@ -304,6 +331,19 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 		bc_batch_data(b, &len);
 		out->bytes += len;
 		atomic_store_explicit(&out->live_bytes, out->bytes, memory_order_relaxed);
+		if (gpu) {
+			r = gpucheck_wait(gpu, b, why, sizeof(why));
+			if (r == 0 && o->touch)
+				r = gpucheck_compare(gpu, b, why, sizeof(why));
+			if (r < 0) {
+				out->rc = EIO;
+				snprintf(out->msg, sizeof(out->msg), "CUDA: %s", why);
+				bc_release(b);
+				break;
+			}
+			if (r > 0 && !out->mismatches++)
+				fprintf(stderr, "batchd-bench: client %u: MISMATCH: %s\n", rank, why);
+		}
 		if (o->step_ms)
 			sleep_ms((int)o->step_ms);
 		bc_release(b);
@@ -318,11 +358,17 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 		if (!o->epochs && bench_now() >= deadline)
 			break;
 	}
+	/* Delivered means landed: the last copies finish before the clock stops. */
+	if (gpu && gpucheck_sync(gpu, why, sizeof(why)) < 0 && !out->rc) {
+		out->rc = EIO;
+		snprintf(out->msg, sizeof(out->msg), "CUDA: %s", why);
+	}
 	out->wall = bench_now() - t_loop;
 	if (out->first_batch < 0)
 		out->first_batch = 0;
 	bc_close(s);
 	bc_disconnect(c);
+	gpucheck_free(gpu);
 }
 
 /* ---- report ------------------------------------------------------------------------------ */
@@ -334,7 +380,7 @@ static const char *shuffle_name(enum bc_shuffle s)
 
 static void report(const pl_opts *o, pl_client *cl, bool own)
 {
-	uint64_t samples = 0, bytes = 0, batches = 0, failed = 0;
+	uint64_t samples = 0, bytes = 0, batches = 0, failed = 0, mismatches = 0;
 	double wall = 0, stall = 0, first = 0;
 	bench_hist *all = malloc(sizeof(*all));
 
@@ -346,6 +392,7 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 		bytes += cl[i].bytes;
 		batches += cl[i].batches;
 		failed += cl[i].failed;
+		mismatches += cl[i].mismatches;
 		if (cl[i].wall > wall)
 			wall = cl[i].wall;
 		if (cl[i].first_batch > first)
@@ -359,6 +406,9 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 	if (o->json) {
 		fputs("{\"mode\": \"pipeline\", \"dataset\": ", stdout);
 		bench_json_string(stdout, o->dataset);
+		if (o->so.device != BC_HOST)
+			printf(", \"device\": %d, \"touch\": %s", o->so.device,
+			       o->touch ? "true" : "false");
 		printf(", \"clients\": %u, \"batch_size\": %u, \"shuffle\": \"%s\", \"step_ms\": %" PRIu64
 		       ", \"seconds\": %.3f, \"epochs\": %" PRIu64 ", \"own_daemon\": %s, \"total\": "
 		       "{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
@@ -370,6 +420,9 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 		       (double)samples / wall, (double)bytes / wall, (double)bytes / wall / 1e6, stall,
 		       first * 1e3);
 		bench_hist_json(all, stdout);
+		if (o->so.device != BC_HOST)
+			printf(", \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
+			       (double)bytes / wall / 1e9, mismatches);
 		fputs("}, \"per_client\": [", stdout);
 		for (unsigned i = 0; i < o->clients; i++) {
 			const pl_client *c = &cl[i];
@@ -392,6 +445,8 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 			printf("%" PRIu64 " epoch%s", o->epochs, o->epochs == 1 ? "" : "s");
 		else
 			printf("%.3g s", o->seconds);
+		if (o->so.device != BC_HOST)
+			printf(", to CUDA device %d%s", o->so.device, o->touch ? " (touched)" : "");
 		printf("%s\n", own ? " (own batchd)" : "");
 		printf("%6s %10s %12s %10s %8s %14s %12s\n", "client", "batches", "samples/s", "MB/s",
 		       "stall%", "first batch ms", "p99 wait ms");
@@ -408,6 +463,12 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 		       (double)bench_hist_percentile(all, 99) / 1e6);
 		if (failed)
 			printf("%" PRIu64 " batches FAILED\n", failed);
+		if (o->so.device != BC_HOST)
+			printf("delivered to device %d: %.2f GB/s%s\n", o->so.device,
+			       (double)bytes / wall / 1e9,
+			       !o->touch ? " (not copied back)"
+			       : mismatches ? ", copied back: some batches MISMATCHED"
+			       : ", copied back: every byte matched");
 	}
 	free(all);
 }
@@ -490,10 +551,15 @@ static int run_clients(const pl_opts *o, const char *sock, bool own)
 	for (unsigned i = 0; i < o->clients; i++)
 		if (cl[i].rc) {
 			fprintf(stderr, "batchd-bench: client %u: %s\n", i, cl[i].msg);
-			rc = 1;
+			/* No CUDA device here (the daemon's or ours): cannot run, not failed. */
+			rc = cl[i].rc == ENODEV && (rc == 0 || rc == PL_SKIP) ? PL_SKIP : 1;
 		}
-	if (rc == 0)
+	if (rc == 0) {
 		report(o, cl, own);
+		for (unsigned i = 0; i < o->clients; i++)
+			if (cl[i].mismatches)
+				rc = 1;
+	}
 	munmap(cl, map_len);
 	return rc;
 }
@@ -501,7 +567,7 @@ static int run_clients(const pl_opts *o, const char *sock, bool own)
 int bench_cmd_pipeline(int argc, char **argv)
 {
 	enum { O_CLIENTS = 256, O_BATCH, O_STEP, O_SHUFFLE, O_SECONDS, O_EPOCHS, O_PREFETCH,
-	       O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON };
+	       O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON, O_DEVICE, O_TOUCH };
 	static const struct option opts[] = {
 		{ "clients", required_argument, NULL, O_CLIENTS },
 		{ "batch-size", required_argument, NULL, O_BATCH },
@@ -515,6 +581,8 @@ int bench_cmd_pipeline(int argc, char **argv)
 		{ "batchd", required_argument, NULL, O_BATCHD },
 		{ "memory", required_argument, NULL, O_MEMORY },
 		{ "json", no_argument, NULL, O_JSON },
+		{ "device", required_argument, NULL, O_DEVICE },
+		{ "touch", no_argument, NULL, O_TOUCH },
 		{ NULL, 0, NULL, 0 },
 	};
 	char abs[PATH_MAX], root[PATH_MAX];
@@ -568,6 +636,9 @@ int bench_cmd_pipeline(int argc, char **argv)
 		case O_JSON:
 			o.json = true;
 			continue;
+		case O_TOUCH:
+			o.touch = true;
+			continue;
 		case ':':
 			return cli_usage("pipeline: '%s' needs a value", argv[optind - 1]);
 		case '?':
@@ -603,6 +674,11 @@ int bench_cmd_pipeline(int argc, char **argv)
 		case O_SEED:
 			o.so.seed = v;
 			break;
+		case O_DEVICE:
+			if (v > 255)
+				return cli_usage("--device: '%s' is not a CUDA device number", optarg);
+			o.so.device = (int)v;
+			break;
 		}
 	}
 	if (!o.dataset)
@@ -611,6 +687,13 @@ int bench_cmd_pipeline(int argc, char **argv)
 		return cli_usage("pipeline: --seconds and --epochs exclude each other");
 	if (o.epochs)
 		o.seconds = 0;
+	if (o.touch && o.so.device == BC_HOST)
+		return cli_usage("pipeline: --touch needs --device");
+	if (o.so.device != BC_HOST && !BATCHD_HAVE_CUDA) {
+		fprintf(stderr, "batchd-bench: pipeline --device: this batchd-bench was built "
+			"without CUDA\n");
+		return PL_SKIP;
+	}
 
 	if (o.socket) {
 		o.so.dataset = o.dataset;
@@ -628,7 +711,7 @@ int bench_cmd_pipeline(int argc, char **argv)
 		return 1;
 	}
 	rc = run_clients(&o, d.sock, true);
-	if (daemon_stop(&d, rc != 0) != 0 && rc == 0) {
+	if (daemon_stop(&d, rc != 0 && rc != PL_SKIP) != 0 && rc == 0) {
 		fprintf(stderr, "batchd-bench: batchd did not stop cleanly\n");
 		rc = 1;
 	}

@@ -117,6 +117,8 @@ usage_error "pipeline --clients 0" "--clients" pipeline x.bpk --clients 0
 usage_error "pipeline --batch-size x" "--batch-size" pipeline x.bpk --batch-size x
 usage_error "pipeline --shuffle" "--shuffle" pipeline x.bpk --shuffle random
 usage_error "pipeline --seconds with --epochs" "--epochs" pipeline x.bpk --seconds 1 --epochs 1
+usage_error "pipeline --device x" "--device" pipeline x.bpk --device x
+usage_error "pipeline --touch without --device" "--touch" pipeline x.bpk --touch
 usage_error "h2d --size" "--size" h2d --size x
 usage_error "h2d --reps 0" "--reps" h2d --reps 0
 usage_error "h2d extra argument" "'x'" h2d x
