@@ -1,0 +1,938 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-gpu.c - GPU sessions on a real GPU: a real batchd on a temporary
+ * socket, trainers through libbatchclient and the CUDA runtime.
+ *
+ *   delivery     two epochs on device 0; every batch copied back from device
+ *                memory (bc_batch_wait_stream, then a copy on our own
+ *                stream) equals the pack's samples byte for byte
+ *   slot reuse   a batch whose release event is held back on the GPU keeps
+ *                its device slot: the daemon copies batch seq + slots into
+ *                that slot only after the event completed, so a copy back
+ *                queued before the release still reads the old batch
+ *   device memory a SIGKILLed trainer and a closed stream both give their
+ *                device allocation back: the daemon's status says 0 bytes
+ *                and cudaMemGetInfo is back where it was
+ *
+ * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA device answers here,
+ * or the daemon has none), with the reason on stdout.
+ *
+ * Not a Check suite: Check forks each test, and a process that used CUDA
+ * before fork() cannot use it after. The cases run in order in this
+ * process; the trainer that gets killed is this binary run afresh
+ * (`test-gpu --hold SOCKET DATASET FD`).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+#include <json-c/json.h>
+
+#include "batchclient.h"
+#include "daemon-testlib.h"
+
+#define SKIP 77
+#define MiB (UINT64_C(1) << 20)
+
+/* Case (b): slots = prefetch + 2 (daemon/session.c); batch seq uses device slot seq % slots. */
+#define HOLD_PREFETCH 2u
+#define HOLD_SLOTS (HOLD_PREFETCH + 2u)
+#define HOLD_MAX (1u + HOLD_SLOTS + 2u)
+
+/* Case (c): a pack of 8 MiB samples; batches of 8 in 6 slots = 384 MiB of device memory. */
+#define BIG_NAME "big.bpk"
+#define BIG_SAMPLES 16u
+#define BIG_SAMPLE (8 * MiB)
+#define BIG_BATCH 8u
+#define BIG_PREFETCH 4u
+#define BIG_SLOTS (BIG_PREFETCH + 2u)
+#define FREE_SLACK (64 * MiB)
+
+#define WATCHDOG_S 170   /* under meson's timeout for this test (240 s) */
+
+static dt_daemon D;
+static int failures;
+
+__attribute__((format(printf, 2, 3)))
+static void fail_at(int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("FAIL - test-gpu.c:%d: ", line);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	failures++;
+}
+
+/* In a case function: on failure say why and go to its `out` label. */
+#define EXPECT(cond, ...)                                                               \
+	do {                                                                            \
+		if (!(cond)) {                                                          \
+			fail_at(__LINE__, __VA_ARGS__);                                 \
+			goto out;                                                       \
+		}                                                                       \
+	} while (0)
+
+#define CU(call)                                                                        \
+	do {                                                                            \
+		cudaError_t e_ = (call);                                                \
+		if (e_ != cudaSuccess) {                                                \
+			fail_at(__LINE__, "%s: %s (%s)", #call, cudaGetErrorString(e_), \
+				cudaGetErrorName(e_));                                  \
+			goto out;                                                       \
+		}                                                                       \
+	} while (0)
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- the daemon's status ------------------------------------------------------- */
+
+static json_object *status_json(void)
+{
+	json_object *o;
+	char *text = NULL;
+
+	if (dt_status(D.sock, &text) < 0)
+		return NULL;
+	o = json_tokener_parse(text);
+	free(text);
+	return o;
+}
+
+static json_object *jget(json_object *o, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while (o && (dot = strchr(path, '.'))) {
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		if (!json_object_object_get_ex(o, key, &o))
+			return NULL;
+		path = dot + 1;
+	}
+	return o && json_object_object_get_ex(o, path, &o) ? o : NULL;
+}
+
+/* The integer at path, or -1 when absent. */
+static int64_t jint(json_object *o, const char *path)
+{
+	json_object *v = jget(o, path);
+
+	return v && json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : -1;
+}
+
+static size_t nsessions(json_object *o)
+{
+	json_object *a = jget(o, "sessions");
+
+	return a && json_object_is_type(a, json_type_array) ? json_object_array_length(a)
+							     : (size_t)-1;
+}
+
+/*
+ * Wait up to ms for the daemon to hold no session and no device memory.
+ * @return true when it does; *ret_devmem / *ret_sessions: the last seen.
+ */
+static bool wait_idle(int ms, int64_t *ret_devmem, size_t *ret_sessions)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	for (;;) {
+		json_object *o = status_json();
+		bool idle = false;
+
+		if (o) {
+			*ret_devmem = jint(o, "cuda.device_memory");
+			*ret_sessions = nsessions(o);
+			idle = *ret_devmem == 0 && *ret_sessions == 0 &&
+			       jint(o, "cuda.gpu_sessions") == 0;
+			json_object_put(o);
+		}
+		if (idle)
+			return true;
+		if (now_ms() >= end)
+			return false;
+		sleep_ms(50);
+	}
+}
+
+/* ---- one batch checked on the device ------------------------------------------------ */
+
+/*
+ * b's staging copy holds the pack's samples (dt_batch_check); make st wait
+ * for b's copy, copy the device payload back into `back` (pinned, cap
+ * bytes) and check every sample there against the pack too.
+ * @return the payload's bytes, or -1 with why in err. Does not release b.
+ */
+static int64_t check_on_device(bc_batch *b, cudaStream_t st, uint8_t *back, size_t cap,
+			       dt_ref *ref, char *err, size_t errlen)
+{
+	size_t dlen, hlen, len;
+	void *dev = bc_batch_device_data(b, &dlen);
+	const uint8_t *host = bc_batch_data(b, &hlen);
+	const void *p;
+	cudaError_t e;
+	int r;
+
+	if (!dev || dlen != hlen || hlen > cap) {
+		snprintf(err, errlen, "batch %" PRIu64 " of epoch %" PRIu64 ": device payload %p of "
+			 "%zu bytes, %zu staged (buffer %zu)", bc_batch_index(b), bc_batch_epoch(b),
+			 dev, dlen, hlen, cap);
+		return -1;
+	}
+	if (dt_batch_check(b, ref, err, errlen) < 0)
+		return -1;
+	r = bc_batch_wait_stream(b, st);
+	if (r < 0) {
+		snprintf(err, errlen, "bc_batch_wait_stream: %s", bc_strerror(r));
+		return -1;
+	}
+	if (hlen == 0)
+		return 0;
+	e = cudaMemcpyAsync(back, dev, hlen, cudaMemcpyDeviceToHost, st);
+	if (e == cudaSuccess)
+		e = cudaStreamSynchronize(st);
+	if (e != cudaSuccess) {
+		snprintf(err, errlen, "copy back: %s", cudaGetErrorString(e));
+		return -1;
+	}
+	for (uint32_t i = 0; i < bc_batch_count(b); i++) {
+		char why[256];
+
+		bc_batch_sample(b, i, &p, &len);
+		if (dt_ref_check(ref, bc_batch_sample_id(b, i), back + ((const uint8_t *)p - host),
+				 len, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "device copy of batch %" PRIu64 " of epoch %" PRIu64
+				 ", sample %u: %s", bc_batch_index(b), bc_batch_epoch(b), i, why);
+			return -1;
+		}
+	}
+	if (memcmp(back, host, hlen) != 0) {
+		snprintf(err, errlen, "batch %" PRIu64 ": device bytes differ from the staging copy",
+			 bc_batch_index(b));
+		return -1;
+	}
+	return (int64_t)hlen;
+}
+
+static int open_stream(bc_client **c, bc_stream **s, const char *dataset, uint32_t batch,
+		       enum bc_shuffle shuffle, uint32_t prefetch)
+{
+	bc_stream_opts so;
+	int r = bc_connect(D.sock, c);
+
+	if (r < 0) {
+		printf("# connect %s: %s\n", D.sock, bc_strerror(r));
+		return r;
+	}
+	bc_stream_opts_init(&so);
+	so.dataset = dataset;
+	so.batch_size = batch;
+	so.shuffle = shuffle;
+	so.seed = 7;
+	so.prefetch = prefetch;
+	so.device = 0;
+	r = bc_open(*c, &so, s);
+	if (r < 0) {
+		printf("# bc_open %s on device 0: %s: %s\n", dataset, bc_strerror(r),
+		       bc_client_error(*c));
+		bc_disconnect(*c);
+		*c = NULL;
+	}
+	return r;
+}
+
+/* ---- (a) byte-exact delivery ----------------------------------------------------------- */
+
+static void case_delivery(void)
+{
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	cudaStream_t st = NULL;
+	json_object *o = NULL;
+	uint8_t *back = NULL;
+	uint64_t bpe = 0, batches = 0, bytes = 0, epochs = 0;
+	int64_t devmem = -1;
+	size_t cap = 0, nsess = 0;
+	char path[PATH_MAX], err[768];
+	dt_ref ref;
+	int r;
+
+	EXPECT(dt_ref_open(&ref, dt_root_path(&D, DSET_BLK, path, sizeof(path))) == 0,
+	       "reference reader on %s", path);
+	EXPECT(open_stream(&c, &s, DSET_BLK, 64, BC_SHUFFLE_GLOBAL, 0) == 0, "open a GPU stream");
+	EXPECT(bc_stream_device(s) == 0, "bc_stream_device is %d, not 0", bc_stream_device(s));
+	bpe = bc_stream_batches_per_epoch(s);
+	cap = 64 * bc_stream_max_sample(s) + 4096;
+	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	CU(cudaMallocHost((void **)&back, cap));
+
+	while (epochs < 2) {
+		bc_batch *b;
+		int64_t n;
+
+		r = bc_next(s, &b, 30000);
+		if (r == BC_EPOCH_END) {
+			epochs++;
+			continue;
+		}
+		EXPECT(r == 0, "bc_next after %" PRIu64 " batches: %s: %s", batches, bc_strerror(r),
+		       bc_stream_error(s));
+		n = check_on_device(b, st, back, cap, &ref, err, sizeof(err));
+		r = bc_release(b);
+		EXPECT(n >= 0, "%s", err);
+		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+		batches++;
+		bytes += (uint64_t)n;
+	}
+	EXPECT(batches == 2 * bpe, "%" PRIu64 " batches in 2 epochs of %" PRIu64, batches, bpe);
+
+	/* The daemon's view while the session is open. */
+	o = status_json();
+	EXPECT(o, "no status");
+	EXPECT(jint(o, "cuda.gpu_sessions") == 1 && jint(o, "cuda.device_memory") > 0,
+	       "status: gpu_sessions %" PRId64 ", device_memory %" PRId64 " with one GPU session open",
+	       jint(o, "cuda.gpu_sessions"), jint(o, "cuda.device_memory"));
+	{
+		json_object *se = nsessions(o) == 1 ? json_object_array_get_idx(jget(o, "sessions"), 0)
+						    : NULL;
+
+		EXPECT(se && jint(se, "placement") == 0 && jint(se, "gpu.device") == 0 &&
+		       jint(se, "gpu.device_bytes") == jint(o, "cuda.device_memory") &&
+		       jint(se, "gpu.copies") > 0,
+		       "status: the session is %s", se ? json_object_to_json_string(se) : "missing");
+	}
+	json_object_put(o);
+	o = NULL;
+
+	r = bc_close(s);
+	s = NULL;
+	EXPECT(r == 0, "bc_close: %s", bc_strerror(r));
+	bc_disconnect(c);
+	c = NULL;
+	EXPECT(wait_idle(30000, &devmem, &nsess), "30 s after bc_close: %zu sessions, device_memory "
+	       "%" PRId64, nsess, devmem);
+	printf("ok - delivery: %" PRIu64 " batches, %" PRIu64 " bytes over 2 epochs; every byte "
+	       "copied back from device 0 is the pack's\n", batches, bytes);
+out:
+	json_object_put(o);
+	if (st)
+		cudaStreamSynchronize(st);
+	bc_close(s);
+	bc_disconnect(c);
+	if (st)
+		cudaStreamDestroy(st);
+	cudaFreeHost(back);
+	dt_ref_close(&ref);
+}
+
+/* ---- (b) a device slot is reused only after its release event ----------------------------- */
+
+static atomic_int hold_gate;     /* 0: hold_fn keeps stream A waiting */
+static atomic_int hold_expired;  /* hold_fn gave up waiting for the gate */
+
+/*
+ * Runs on CUDA's callback thread, blocking stream A until the gate opens.
+ * It gives up after HOLD_GIVE_UP_MS, so that a libbatchclient call that
+ * waits for stream A (a deadlock with this test) ends in a failure, not a
+ * hang.
+ */
+#define HOLD_GIVE_UP_MS 15000
+
+static void CUDART_CB hold_fn(void *arg)
+{
+	uint64_t end = now_ms() + HOLD_GIVE_UP_MS;
+
+	(void)arg;
+	while (!atomic_load(&hold_gate)) {
+		if (now_ms() >= end) {
+			atomic_store(&hold_expired, 1);
+			return;
+		}
+		sleep_ms(1);
+	}
+}
+
+/* @return 1 when ev completed within ms, 0 when not yet, -1 on a CUDA error. */
+static int done_within(cudaEvent_t ev, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	for (;;) {
+		cudaError_t e = cudaEventQuery(ev);
+
+		if (e == cudaSuccess)
+			return 1;
+		if (e != cudaErrorNotReady) {
+			printf("# cudaEventQuery: %s\n", cudaGetErrorString(e));
+			return -1;
+		}
+		if (now_ms() >= end)
+			return 0;
+		sleep_ms(1);
+	}
+}
+
+typedef struct held {
+	uint8_t *expect;         /* the staging copy, checked against the pack */
+	uint8_t *back;           /* pinned: the copy back from the device */
+	size_t len;
+	uintptr_t dev;
+	cudaEvent_t done;        /* after the copy back */
+} held;
+
+/* Check b's staging copy against the pack and keep it. @return 0 or -1. */
+static int keep(bc_batch *b, held *h, size_t cap, dt_ref *ref, char *err, size_t errlen)
+{
+	size_t dlen;
+	const void *host = bc_batch_data(b, &h->len);
+
+	h->dev = (uintptr_t)bc_batch_device_data(b, &dlen);
+	if (!h->dev || dlen != h->len || h->len > cap) {
+		snprintf(err, errlen, "batch %" PRIu64 ": device payload %#" PRIxPTR " of %zu bytes, "
+			 "%zu staged", bc_batch_index(b), h->dev, dlen, h->len);
+		return -1;
+	}
+	if (dt_batch_check(b, ref, err, errlen) < 0)
+		return -1;
+	memcpy(h->expect, host, h->len);
+	return 0;
+}
+
+static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
+
+static void case_slot_reuse(void)
+{
+	held h[HOLD_MAX];
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	cudaStream_t A = NULL, B = NULL;
+	uint8_t *back = NULL;
+	unsigned taken = 0, k;
+	uint64_t end;
+	size_t cap = 0;
+	char path[PATH_MAX], err[768];
+	bc_batch *b;
+	dt_ref ref;
+	int r, d;
+
+	memset(h, 0, sizeof(h));
+	atomic_store(&hold_gate, 0);
+	atomic_store(&hold_expired, 0);
+	EXPECT(dt_ref_open(&ref, dt_root_path(&D, DSET_BLK, path, sizeof(path))) == 0,
+	       "reference reader on %s", path);
+	EXPECT(open_stream(&c, &s, DSET_BLK, 32, BC_SHUFFLE_NONE, HOLD_PREFETCH) == 0,
+	       "open a GPU stream");
+	EXPECT(bc_stream_batches_per_epoch(s) > 3 * HOLD_MAX, "the epoch is too short");
+	cap = 32 * bc_stream_max_sample(s) + 4096;
+	CU(cudaStreamCreateWithFlags(&A, cudaStreamNonBlocking));
+	CU(cudaStreamCreateWithFlags(&B, cudaStreamNonBlocking));
+	CU(cudaMallocHost((void **)&back, cap));
+	for (k = 0; k < HOLD_MAX; k++) {
+		h[k].expect = malloc(cap);
+		EXPECT(h[k].expect, "out of memory");
+		CU(cudaMallocHost((void **)&h[k].back, cap));
+		CU(cudaEventCreateWithFlags(&h[k].done, cudaEventDisableTiming));
+	}
+
+	/*
+	 * Batch 0 on stream A: wait for its copy, block A on the host, copy it
+	 * back, then release it, which records its release event on A after the
+	 * copy back. Until the gate opens, that event cannot complete.
+	 */
+	r = bc_next(s, &b, 30000);
+	EXPECT(r == 0, "bc_next: %s: %s", bc_strerror(r), bc_stream_error(s));
+	EXPECT(keep(b, &h[0], cap, &ref, err, sizeof(err)) == 0, "%s", err);
+	r = bc_batch_wait_stream(b, A);
+	EXPECT(r == 0, "bc_batch_wait_stream: %s: %s", bc_strerror(r), bc_stream_error(s));
+	CU(cudaLaunchHostFunc(A, hold_fn, NULL));
+	CU(cudaMemcpyAsync(h[0].back, (void *)h[0].dev, h[0].len, cudaMemcpyDeviceToHost, A));
+	CU(cudaEventRecord(h[0].done, A));
+	/*
+	 * Batches 1 .. slots-1 were planned with batch 0; let their copies be
+	 * queued before the release lets the daemon plan batch `slots` (the
+	 * daemon issues a session's copies in the order they were queued).
+	 */
+	sleep_ms(200);
+	r = bc_release(b);
+	EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+	taken = 1;
+
+	/*
+	 * Batches 1 .. slots-1 use other device slots and must arrive; batch
+	 * `slots` needs batch 0's slot: the daemon may not publish it until the
+	 * release event completed, or may publish it with its copy waiting on
+	 * the GPU, but its bytes must not land while A is held.
+	 */
+	end = now_ms() + 3000;
+	while (taken < HOLD_MAX && now_ms() < end) {
+		held *x;
+
+		r = bc_next(s, &b, 100);
+		if (r == -ETIMEDOUT)
+			continue;
+		EXPECT(r == 0, "bc_next for batch %u while batch 0's release is held on the GPU: %s: %s",
+		       taken, bc_strerror(r), bc_stream_error(s));
+		k = taken++;
+		x = &h[k];
+		EXPECT(keep(b, x, cap, &ref, err, sizeof(err)) == 0, "%s", err);
+		if (k >= HOLD_SLOTS)
+			EXPECT(x->dev == h[k - HOLD_SLOTS].dev, "batch %u is at device %#" PRIxPTR
+			       ", batch %u at %#" PRIxPTR ": slots are not seq %% %u", k, x->dev,
+			       k - HOLD_SLOTS, h[k - HOLD_SLOTS].dev, HOLD_SLOTS);
+		for (unsigned j = k >= HOLD_SLOTS ? k - HOLD_SLOTS + 1 : 0; j < k; j++)
+			EXPECT(x->dev != h[j].dev, "batches %u and %u share device slot %#" PRIxPTR,
+			       j, k, x->dev);
+		r = bc_batch_wait_stream(b, B);
+		EXPECT(r == 0, "bc_batch_wait_stream: %s: %s", bc_strerror(r), bc_stream_error(s));
+		CU(cudaMemcpyAsync(x->back, (void *)x->dev, x->len, cudaMemcpyDeviceToHost, B));
+		CU(cudaEventRecord(x->done, B));
+		r = bc_release(b);
+		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+		d = done_within(x->done, k < HOLD_SLOTS ? 10000 : 1000);
+		EXPECT(d >= 0, "CUDA error");
+		if (k >= HOLD_SLOTS) {
+			EXPECT(d == 0, "batch %u landed in batch 0's device slot while batch 0's release "
+			       "event could not have completed", k);
+			break;   /* B waits behind it now */
+		}
+		EXPECT(d == 1, "batch %u (device slot %u) did not land within 10 s while only slot 0 "
+		       "was held", k, k);
+		EXPECT(memcmp(x->back, x->expect, x->len) == 0, "batch %u: device bytes differ at %zu",
+		       k, first_diff(x->back, x->expect, x->len));
+	}
+	EXPECT(!atomic_load(&hold_expired), "a libbatchclient call waited for the held stream A "
+	       "(it was let go after %d s)", HOLD_GIVE_UP_MS / 1000);
+	EXPECT(taken >= HOLD_SLOTS, "only %u batches arrived while batch 0's release was held; "
+	       "slots 1..%u were free", taken, HOLD_SLOTS - 1);
+	EXPECT(done_within(h[0].done, 0) == 0, "batch 0's copy back ran while stream A was held");
+
+	/* Open the gate: batch 0's copy back must read batch 0. */
+	atomic_store(&hold_gate, 1);
+	EXPECT(done_within(h[0].done, 10000) == 1, "batch 0's copy back did not finish within 10 s");
+	EXPECT(memcmp(h[0].back, h[0].expect, h[0].len) == 0, "batch 0's device slot was "
+	       "overwritten before its release event completed (first difference at byte %zu of %zu)",
+	       first_diff(h[0].back, h[0].expect, h[0].len), h[0].len);
+	for (k = HOLD_SLOTS; k < taken; k++) {
+		EXPECT(done_within(h[k].done, 10000) == 1, "batch %u's copy back did not finish "
+		       "within 10 s of the release", k);
+		EXPECT(memcmp(h[k].back, h[k].expect, h[k].len) == 0, "batch %u (in batch 0's slot): "
+		       "device bytes differ at %zu", k, first_diff(h[k].back, h[k].expect, h[k].len));
+	}
+
+	/* The stream carries on through every slot twice, byte-exact. */
+	for (k = 0; k < 2 * HOLD_SLOTS; k++) {
+		int64_t n;
+
+		r = bc_next(s, &b, 30000);
+		EXPECT(r == 0, "bc_next after the hold: %s: %s", bc_strerror(r), bc_stream_error(s));
+		n = check_on_device(b, B, back, cap, &ref, err, sizeof(err));
+		r = bc_release(b);
+		EXPECT(n >= 0, "after the hold: %s", err);
+		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+	}
+	printf("ok - slot reuse: batch 0 held on the GPU kept its device slot (%u batches arrived "
+	       "meanwhile, %s); its copy back read its own bytes\n", taken - 1,
+	       taken > HOLD_SLOTS ? "the one in its slot waiting on the GPU"
+	       : "none for its slot until the release");
+out:
+	atomic_store(&hold_gate, 1);
+	if (A)
+		cudaStreamSynchronize(A);
+	if (B)
+		cudaStreamSynchronize(B);
+	bc_close(s);
+	bc_disconnect(c);
+	for (k = 0; k < HOLD_MAX; k++) {
+		free(h[k].expect);
+		cudaFreeHost(h[k].back);
+		if (h[k].done)
+			cudaEventDestroy(h[k].done);
+	}
+	if (A)
+		cudaStreamDestroy(A);
+	if (B)
+		cudaStreamDestroy(B);
+	cudaFreeHost(back);
+	dt_ref_close(&ref);
+}
+
+/* ---- (c) device memory comes back -------------------------------------------------------- */
+
+/* A dataset of BIG_SAMPLES samples of BIG_SAMPLE bytes (compressible: quick to pack). */
+static int make_big_pack(void)
+{
+	char in[PATH_MAX], out[PATH_MAX], log[PATH_MAX], rec[32];
+	uint8_t *buf = malloc(BIG_SAMPLE);
+	int fd, st, logfd;
+	pid_t pid;
+
+	snprintf(in, sizeof(in), "%s/big.bin", dt_g.dir);
+	snprintf(log, sizeof(log), "%s/big-pack.log", dt_g.dir);
+	dt_root_path(&D, BIG_NAME, out, sizeof(out));
+	fd = open(in, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (!buf || fd < 0)
+		goto fail;
+	for (uint64_t i = 0; i < BIG_SAMPLES; i++) {
+		memset(buf, (int)(i * 37 + 1) & 0xff, BIG_SAMPLE);
+		memcpy(buf, &i, sizeof(i));
+		if (write(fd, buf, BIG_SAMPLE) != (ssize_t)BIG_SAMPLE)
+			goto fail;
+	}
+	close(fd);
+	fd = -1;
+	snprintf(rec, sizeof(rec), "%" PRIu64, (uint64_t)BIG_SAMPLE);
+	logfd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (logfd < 0)
+		goto fail;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		dup2(logfd, 1);
+		dup2(logfd, 2);
+		execl(dt_g.batchd_pack, dt_g.batchd_pack, "create", out, "--records", rec, in,
+		      "--level", "1", "--threads", "4", (char *)NULL);
+		_exit(127);
+	}
+	close(logfd);
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		printf("# batchd-pack create %s failed; see %s\n", out, log);
+		goto fail;
+	}
+	unlink(in);
+	free(buf);
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	unlink(in);
+	free(buf);
+	return -1;
+}
+
+/* `test-gpu --hold SOCKET DATASET FD`: take three batches, hold the last, say so on FD, wait. */
+static int hold_main(const char *sock, const char *dataset, const char *fdstr)
+{
+	int fd = atoi(fdstr), taken = 0, r;
+	bc_stream_opts so;
+	bc_client *c;
+	bc_stream *s;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	r = bc_connect(sock, &c);
+	if (r < 0) {
+		fprintf(stderr, "test-gpu --hold: connect: %s\n", bc_strerror(r));
+		goto fail;
+	}
+	bc_stream_opts_init(&so);
+	so.dataset = dataset;
+	so.batch_size = BIG_BATCH;
+	so.prefetch = BIG_PREFETCH;
+	so.device = 0;
+	r = bc_open(c, &so, &s);
+	if (r < 0) {
+		fprintf(stderr, "test-gpu --hold: bc_open: %s: %s\n", bc_strerror(r), bc_client_error(c));
+		goto fail;
+	}
+	while (taken < 3) {
+		bc_batch *b;
+		size_t len;
+
+		r = bc_next(s, &b, 60000);
+		if (r == BC_EPOCH_END)
+			continue;
+		if (r < 0) {
+			fprintf(stderr, "test-gpu --hold: bc_next: %s: %s\n", bc_strerror(r),
+				bc_stream_error(s));
+			goto fail;
+		}
+		if (!bc_batch_device_data(b, &len) || len != (size_t)BIG_BATCH * BIG_SAMPLE) {
+			fprintf(stderr, "test-gpu --hold: batch without its %" PRIu64 " device bytes\n",
+				(uint64_t)BIG_BATCH * BIG_SAMPLE);
+			goto fail;
+		}
+		if (++taken < 3)
+			bc_release(b);   /* the third stays held */
+	}
+	if (write(fd, "R", 1) != 1)
+		return 1;
+	for (;;)
+		pause();   /* until SIGKILL */
+fail:
+	if (write(fd, "E", 1) != 1)
+		return 1;
+	return 1;
+}
+
+/* Wait up to ms for the free device memory to reach at least want. @return the last reading. */
+static size_t free_at_least(size_t want, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+	size_t fr = 0, total;
+
+	for (;;) {
+		if (cudaMemGetInfo(&fr, &total) != cudaSuccess)
+			return 0;
+		if (fr >= want || now_ms() >= end)
+			return fr;
+		sleep_ms(50);
+	}
+}
+
+static void case_device_memory(void)
+{
+	const uint64_t want_dev = (uint64_t)BIG_SLOTS * BIG_BATCH * BIG_SAMPLE;
+	char big[PATH_MAX], fdstr[16], ready = 0;
+	json_object *o = NULL;
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	cudaStream_t st = NULL;
+	size_t free0, free1, free2, total, nsess = 0;
+	int64_t devmem = -1, held_dev;
+	struct pollfd pf;
+	pid_t pid = 0;
+	int p[2] = { -1, -1 }, r, wst;
+
+	EXPECT(make_big_pack() == 0, "cannot make %s", BIG_NAME);
+	dt_root_path(&D, BIG_NAME, big, sizeof(big));
+	EXPECT(wait_idle(30000, &devmem, &nsess), "before: %zu sessions, device_memory %" PRId64,
+	       nsess, devmem);
+	CU(cudaMemGetInfo(&free0, &total));
+
+	/* A trainer in another process, killed while it holds a batch. */
+	EXPECT(pipe2(p, O_CLOEXEC) == 0, "pipe: %s", strerror(errno));
+	snprintf(fdstr, sizeof(fdstr), "%d", p[1]);
+	fflush(NULL);
+	pid = fork();
+	EXPECT(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0) {
+		/* CUDA's threads run in this process: only system calls until the exec. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		fcntl(p[1], F_SETFD, 0);
+		execl("/proc/self/exe", "test-gpu", "--hold", D.sock, BIG_NAME, fdstr, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	p[1] = -1;
+	pf = (struct pollfd){ .fd = p[0], .events = POLLIN };
+	EXPECT(poll(&pf, 1, 60000) == 1 && read(p[0], &ready, 1) == 1 && ready == 'R',
+	       "the trainer process did not take its batches within 60 s (said '%c')",
+	       ready ? ready : '-');
+	o = status_json();
+	EXPECT(o, "no status");
+	held_dev = jint(o, "cuda.device_memory");
+	EXPECT(jint(o, "cuda.gpu_sessions") == 1 && held_dev >= (int64_t)want_dev,
+	       "status with the trainer's session open: gpu_sessions %" PRId64 ", device_memory %"
+	       PRId64 " (want >= %" PRIu64 ")", jint(o, "cuda.gpu_sessions"), held_dev, want_dev);
+	json_object_put(o);
+	o = NULL;
+	CU(cudaMemGetInfo(&free1, &total));
+	EXPECT(free1 + (size_t)held_dev <= free0 + FREE_SLACK, "free device memory went from %zu "
+	       "to %zu MiB while the daemon says it holds %" PRId64 " MiB", free0 / MiB, free1 / MiB,
+	       held_dev / (int64_t)MiB);
+
+	kill(pid, SIGKILL);
+	EXPECT(waitpid(pid, &wst, 0) == pid, "waitpid: %s", strerror(errno));
+	pid = 0;
+	EXPECT(wait_idle(30000, &devmem, &nsess), "30 s after the trainer was killed: %zu sessions, "
+	       "device_memory %" PRId64, nsess, devmem);
+	free2 = free_at_least(free0 - FREE_SLACK, 10000);
+	EXPECT(free2 >= free0 - FREE_SLACK, "free device memory: %zu MiB before, %zu MiB with the "
+	       "session, %zu MiB after the trainer was killed and its session ended", free0 / MiB,
+	       free1 / MiB, free2 / MiB);
+	printf("ok - killed trainer: its session's %" PRId64 " MiB of device memory came back "
+	       "(free %zu -> %zu -> %zu MiB)\n", held_dev / (int64_t)MiB, free0 / MiB, free1 / MiB,
+	       free2 / MiB);
+
+	/* The same through a normal close, in this process. */
+	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	EXPECT(open_stream(&c, &s, BIG_NAME, BIG_BATCH, BC_SHUFFLE_NONE, BIG_PREFETCH) == 0,
+	       "open a GPU stream on %s", BIG_NAME);
+	for (int i = 0; i < 3;) {
+		bc_batch *b;
+
+		r = bc_next(s, &b, 60000);
+		if (r == BC_EPOCH_END)
+			continue;
+		EXPECT(r == 0, "bc_next: %s: %s", bc_strerror(r), bc_stream_error(s));
+		r = bc_batch_wait_stream(b, st);
+		bc_release(b);
+		EXPECT(r == 0, "bc_batch_wait_stream: %s", bc_strerror(r));
+		i++;
+	}
+	CU(cudaStreamSynchronize(st));
+	o = status_json();
+	EXPECT(o && jint(o, "cuda.device_memory") >= (int64_t)want_dev, "status with the stream "
+	       "open: device_memory %" PRId64, o ? jint(o, "cuda.device_memory") : -1);
+	json_object_put(o);
+	o = NULL;
+	r = bc_close(s);
+	s = NULL;
+	EXPECT(r == 0, "bc_close: %s", bc_strerror(r));
+	bc_disconnect(c);
+	c = NULL;
+	EXPECT(wait_idle(30000, &devmem, &nsess), "30 s after bc_close: %zu sessions, device_memory "
+	       "%" PRId64, nsess, devmem);
+	free2 = free_at_least(free0 - FREE_SLACK, 10000);
+	EXPECT(free2 >= free0 - FREE_SLACK, "free device memory: %zu MiB before, %zu MiB after a "
+	       "normal close", free0 / MiB, free2 / MiB);
+	printf("ok - closed stream: device memory came back (free %zu -> %zu MiB)\n", free0 / MiB,
+	       free2 / MiB);
+out:
+	json_object_put(o);
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, &wst, 0);
+	}
+	if (p[0] >= 0)
+		close(p[0]);
+	if (p[1] >= 0)
+		close(p[1]);
+	if (st)
+		cudaStreamSynchronize(st);
+	bc_close(s);
+	bc_disconnect(c);
+	if (st)
+		cudaStreamDestroy(st);
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+
+static const char *volatile current_case = "setup";
+
+/* A hang (in CUDA, the client library or the daemon) fails the test with its case named. */
+static void on_watchdog(int sig)
+{
+	static const char msg[] = "FAIL - watchdog: test-gpu hung in case ";
+
+	(void)sig;
+	if (write(STDOUT_FILENO, msg, sizeof(msg) - 1) < 0 ||
+	    write(STDOUT_FILENO, current_case, strlen(current_case)) < 0 ||
+	    write(STDOUT_FILENO, "\n", 1) < 0)
+		_exit(1);
+	_exit(1);
+}
+
+int main(int argc, char **argv)
+{
+	struct cudaDeviceProp prop;
+	json_object *o = NULL;
+	bool up = false;
+	cudaError_t e;
+	int n = 0, rc = SKIP;
+
+	if (argc == 5 && !strcmp(argv[1], "--hold"))
+		return hold_main(argv[2], argv[3], argv[4]);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+
+	e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess) {
+		printf("SKIP: no CUDA here: cudaGetDeviceCount: %s (%s)\n", cudaGetErrorString(e),
+		       cudaGetErrorName(e));
+		return SKIP;
+	}
+	if (n == 0) {
+		printf("SKIP: no CUDA device\n");
+		return SKIP;
+	}
+	e = cudaSetDevice(0);
+	if (e == cudaSuccess)
+		e = cudaGetDeviceProperties(&prop, 0);
+	if (e == cudaSuccess)
+		e = cudaFree(NULL);   /* make this process's context now, not inside a measurement */
+	if (e != cudaSuccess) {
+		printf("FAIL - CUDA device 0: %s (%s)\n", cudaGetErrorString(e), cudaGetErrorName(e));
+		return 1;
+	}
+	printf("# device 0: %s, %zu MiB\n", prop.name, prop.totalGlobalMem / MiB);
+	signal(SIGALRM, on_watchdog);
+	alarm(WATCHDOG_S);
+
+	if (dt_global_setup() < 0 || dt_daemon_init(&D) < 0) {
+		printf("FAIL - cannot set up the test datasets\n");
+		rc = 1;
+		goto out;
+	}
+	D.memory = "2G";
+	D.direct = "off";
+	if (dt_daemon_start(&D) < 0) {
+		printf("FAIL - batchd did not start\n");
+		rc = 1;
+		goto out;
+	}
+	up = true;
+	o = status_json();
+	if (!o || !jget(o, "cuda.available")) {
+		printf("FAIL - the daemon's status has no cuda.available\n");
+		rc = 1;
+		goto out;
+	}
+	if (!json_object_get_boolean(jget(o, "cuda.available"))) {
+		printf("SKIP: the daemon has no CUDA: %s\n",
+		       json_object_get_string(jget(o, "cuda.reason")));
+		rc = SKIP;
+		goto out;
+	}
+	printf("# batchd: CUDA driver %" PRId64 ", runtime %" PRId64 ", %" PRId64 " device(s)\n",
+	       jint(o, "cuda.driver_version"), jint(o, "cuda.runtime_version"),
+	       jint(o, "cuda.devices"));
+
+	current_case = "delivery";
+	case_delivery();
+	current_case = "slot reuse";
+	case_slot_reuse();
+	current_case = "device memory";
+	case_device_memory();
+	current_case = "teardown";
+	rc = failures ? 1 : 0;
+out:
+	json_object_put(o);
+	if (up && dt_daemon_stop(&D) != 0) {
+		printf("FAIL - batchd did not stop cleanly\n");
+		rc = 1;
+	}
+	if (rc == 1 && up)
+		dt_daemon_dump_log(&D, 60);
+	dt_global_teardown();
+	printf("%s (%d failure%s)\n", rc == 0 ? "PASS" : rc == SKIP ? "SKIP" : "FAIL", failures,
+	       failures == 1 ? "" : "s");
+	return rc;
+}
