@@ -25,6 +25,7 @@ typedef struct slot {
 	bool done;              /* job came back, not yet published */
 	bool failed;            /* published as a failed batch */
 	bool copied;            /* no copy reads the record any more (GPU: COPIED came) */
+	bool decoded;           /* GPU: the job came back, its copy not yet queued */
 	uint64_t rec_off, rec_size;
 	uint64_t payload;       /* published payload bytes */
 } slot;
@@ -62,6 +63,7 @@ struct bd_session {
 	int gpu_fd;
 	uint64_t gpu_off, gpu_size, slot_bytes;
 	uint32_t gpu_pending;
+	uint64_t copy_next;     /* next batch whose copy to queue: copies go in seq order */
 
 	slot *slot;
 	uint64_t next_seq;      /* next batch to plan */
@@ -741,6 +743,46 @@ void bd_session_close(bd_session *s, int reason)
 	maybe_end(s);
 }
 
+/*
+ * Queue the copies of decoded batches, in seq order however the pipeline
+ * finished them: the GPU thread keeps a session's copies in the order it
+ * gets them, and a copy waiting for its device slot must not hold up an
+ * older batch's.
+ */
+static void queue_copies(bd_session *s)
+{
+	while (s->copy_next < s->next_seq) {
+		slot *sl = &s->slot[s->copy_next % s->slots];
+		bd_job *job = sl->job;
+
+		if (!sl->decoded)
+			break;
+		sl->decoded = false;
+		s->copy_next++;
+		if (job->status == 0) {
+			const bp_ring_sample *t = (const bp_ring_sample *)(s->data + s->arena_off +
+									   sl->rec_off);
+			uint64_t bytes = job->count ? t[job->count - 1].offset + t[job->count - 1].size
+						    : 0;
+			int r;
+
+			/* Published once issued (ENQUEUED), reclaimable once done (COPIED). */
+			r = bd_gpu_copy(s->gpu, job->seq, (const uint8_t *)t + table_bytes(job->count),
+					bytes);
+			if (r == 0) {
+				s->gpu_pending++;
+				continue;
+			}
+			job->status = r;
+			snprintf(job->reason, sizeof(job->reason), "cannot queue the copy to the GPU: %s",
+				 strerror(-r));
+		}
+		/* A failed batch is published as it is: nothing to copy. */
+		sl->done = true;
+		sl->copied = true;
+	}
+}
+
 void bd_session_job_done(bd_job *job)
 {
 	bd_session *s = job->owner;
@@ -753,23 +795,13 @@ void bd_session_job_done(bd_job *job)
 		maybe_end(s);
 		return;
 	}
-	if (s->gpu && job->status == 0) {
-		const bp_ring_sample *t = (const bp_ring_sample *)(s->data + s->arena_off + sl->rec_off);
-		uint64_t bytes = job->count ? t[job->count - 1].offset + t[job->count - 1].size : 0;
-		int r;
-
-		/* Published once the copy is issued (ENQUEUED), reclaimable once done (COPIED). */
-		r = bd_gpu_copy(s->gpu, job->seq, (const uint8_t *)t + table_bytes(job->count), bytes);
-		if (r == 0) {
-			s->gpu_pending++;
-			return;
-		}
-		job->status = r;
-		snprintf(job->reason, sizeof(job->reason), "cannot queue the copy to the GPU: %s",
-			 strerror(-r));
+	if (s->gpu) {
+		sl->decoded = true;
+		queue_copies(s);
+	} else {
+		sl->done = true;
+		sl->copied = true;
 	}
-	sl->done = true;
-	sl->copied = true;
 	publish(s);
 	reclaim(s);
 	plan(s);
