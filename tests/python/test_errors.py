@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 """Failures become clear Python exceptions carrying the daemon's words: a
 missing dataset, a path outside the roots, no daemon at the socket, a
-daemon killed or stopped mid-epoch, GPU placement the daemon refuses, a
-corrupt block (that batch fails, the epoch goes on), bad arguments."""
+daemon killed or stopped mid-epoch, a corrupt block (that batch fails, the
+epoch goes on), bad arguments. GPU placement without CUDA: test_device.py."""
 import errno
 import os
 import shutil
@@ -136,17 +136,6 @@ class Errors(T.DaemonCase):
         _, status = os.waitpid(pid, 0)
         self.assertEqual(os.waitstatus_to_exitcode(status), 0)
         self.assertEqual(len(next(iter(ld))), 10)
-
-    def test_gpu_placement_is_passed_and_refused(self):
-        for dev in (0, "cuda:1"):
-            with self.assertRaises(batchclient.BatchdError) as cm:
-                batchclient.Loader("rec.bpk", 8, socket=self.daemon.sock, device=dev)
-            e = cm.exception
-            # No CUDA device: ENODEV "no CUDA device: ..."; with one, GPU sessions are not
-            # implemented yet: EOPNOTSUPP. Either way the daemon's message is carried.
-            self.assertIn(e.errno, (errno.ENODEV, errno.EOPNOTSUPP), str(e))
-            self.assertRegex(e.message, "CUDA|GPU")
-        self.assertEqual(self.wait_sessions(0), [])
 
     def test_corrupt_block_fails_one_batch(self):
         ld = self.loader("bad.bpk", 10, shuffle="none")

@@ -20,6 +20,12 @@ they live; the batch's own memoryviews are revoked when it is released
 (at the next step of the iteration, at batch.release() or Loader.close()),
 see batchclient.batch for the full lifetime rules.
 
+GPU placement: Loader(..., device=0) has batchd copy every batch into that
+GPU's memory as well; call batch.wait_stream(stream) before reading it on
+`stream`, then torch.as_tensor(batch, device="cuda") is a uint8 view of
+the device bytes (batch.__cuda_array_interface__), valid until the batch
+is released. See batchclient.batch.
+
 The package is pure Python over libbatchclient (ctypes); see
 batchclient._lib for how the library is found ($BATCHCLIENT_LIB first).
 """

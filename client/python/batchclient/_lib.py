@@ -75,6 +75,9 @@ _SIGNATURES = {
     "bc_stream_fingerprint": (ctypes.c_uint64, [_p]),
     "bc_stream_max_sample": (ctypes.c_uint64, [_p]),
     "bc_stream_error": (ctypes.c_char_p, [_p]),
+    "bc_stream_device": (ctypes.c_int, [_p]),
+    "bc_batch_device_data": (_p, [_p, ctypes.POINTER(ctypes.c_size_t)]),
+    "bc_batch_wait_stream": (ctypes.c_int, [_p, _p]),
     "bc_close": (ctypes.c_int, [_p]),
     "bc_strerror": (ctypes.c_char_p, [ctypes.c_int]),
 }

@@ -38,6 +38,24 @@ read-only: NumPy arrays have writeable=False. torch has no read-only
 tensors: writing into a tensor from Batch.torch() (an in-place op such as
 t.div_()) is a segmentation fault. Ops that make new tensors (t.float(),
 t / 255) are what a training step does anyway.
+
+GPU batches (a Loader opened with device=N) are also in that GPU's memory,
+copied there by batchd asynchronously:
+
+    s = torch.cuda.current_stream()
+    batch.wait_stream(s)                           # first: s waits for the copy (GPU side)
+    x = torch.as_tensor(batch, device="cuda")      # uint8 [nbytes] over device memory, no copy
+
+wait_stream() must come before any work that reads the device bytes, on
+the stream that does it (kernels on other streams must be ordered after
+that stream by the caller); __cuda_array_interface__ says stream None,
+so consumers do not synchronize on their own. Releasing the batch records,
+on that stream, the event batchd waits for before it copies another batch
+into the same device memory: work queued on the stream before the release
+is safe, anything later is not. Device views do not pin the batch (the
+GPU keeps no Python references), so a tensor over device memory is valid
+until the batch is released, that is until the next step: .clone() what
+you keep longer. The host views above stay available on GPU batches too.
 """
 import ctypes
 import math
@@ -54,12 +72,27 @@ class ReleasedError(ValueError):
     made while it was held (they pin it; see batchclient.batch)."""
 
 
+def _stream_handle(stream):
+    """A CUstream / cudaStream_t value from None, an int, or an object with
+    .cuda_stream (torch.cuda.Stream)."""
+    if stream is None:
+        return None
+    handle = getattr(stream, "cuda_stream", stream)
+    if isinstance(handle, bool) or not isinstance(handle, int) or handle < 0:
+        raise TypeError(f"stream {stream!r}: need None (the legacy default stream), a "
+                        "CUstream handle as an int, or an object with .cuda_stream "
+                        "(torch.cuda.Stream)")
+    return handle or None
+
+
 class Batch:
     """A batch delivered by batchd, valid until released.
 
     Attributes: epoch, index (within the epoch, for this rank), ids (global
-    sample ids, a tuple of ints), nbytes (payload bytes). len(batch) is the
-    number of samples. Views: data, samples, numpy(), torch().
+    sample ids, a tuple of ints), nbytes (payload bytes), device_nbytes
+    (bytes in device memory: nbytes on GPU streams, else 0). len(batch) is
+    the number of samples. Views: data, samples, numpy(), torch(); on GPU
+    streams also device_ptr, wait_stream() and __cuda_array_interface__.
     """
 
     def __init__(self, stream, handle):
@@ -76,6 +109,9 @@ class Batch:
         self._count = count
         self._addr = addr or 0
         self.nbytes = n.value
+        dev = L.bc_batch_device_data(handle, ctypes.byref(n))
+        self._dev = dev or None   # device address, None for host batches
+        self.device_nbytes = n.value if dev else 0
         self._released = False
         self._exp = None          # weakref to the exporter
         self._views = []          # memoryviews to revoke at release
@@ -89,8 +125,9 @@ class Batch:
 
     def __repr__(self):
         state = "released" if self._released else "held"
+        where = f" cuda:{self._stream.device}" if self._dev is not None else ""
         return (f"<batchclient.Batch epoch={self.epoch} index={self.index} "
-                f"samples={self._count} bytes={self.nbytes} {state}>")
+                f"samples={self._count} bytes={self.nbytes}{where} {state}>")
 
     def __enter__(self):
         return self
@@ -248,6 +285,53 @@ class Batch:
         if dtype != torch.uint8:
             t = t.view(dtype)
         return t.reshape((self._count,) + tuple(shape))
+
+    # ---- device memory (GPU streams) -------------------------------------------------
+
+    @property
+    def device_ptr(self):
+        """The batch's bytes in the GPU's memory, as an int address (all
+        samples back to back, at the same offsets as data), or None for a
+        host batch. Valid until release; read it only on a stream that
+        wait_stream() made wait (see the module doc)."""
+        self._check()
+        return self._dev
+
+    def wait_stream(self, stream=None):
+        """Make `stream` wait, on the GPU, until the batch's bytes have landed
+        in device memory; the CPU does not block. Call it before queueing
+        any work that reads them, with the stream that does: None (the
+        legacy default stream), a CUstream as an int, or a torch.cuda.Stream
+        (anything with .cuda_stream). The batch remembers the stream and, at
+        release, records there the event batchd waits for before reusing
+        the memory. Returns the batch. ValueError for a host batch;
+        BatchdError (EIO) when CUDA refuses, with the driver's reason."""
+        self._check()
+        if self._dev is None:
+            raise ValueError(f"batch {self.epoch}:{self.index} is in host memory: open the "
+                             "Loader with device=... for batches in GPU memory")
+        handle = _stream_handle(stream)
+        L = _lib.lib()
+        r = L.bc_batch_wait_stream(self._h, handle)
+        if r < 0:
+            raise BatchdError(-r, self._stream.error() or _lib.text(L.bc_strerror(r)),
+                              f"batch {self.epoch}:{self.index}: waiting on stream "
+                              f"{handle or 0:#x}")
+        return self
+
+    @property
+    def __cuda_array_interface__(self):
+        """The device bytes for CUDA array consumers (version 3): a 1-D uint8
+        array of device_nbytes, so torch.as_tensor(batch, device='cuda') or
+        cupy.asarray(batch) is a view with no copy; view/reshape it to the
+        samples' type. stream is None: call wait_stream() on the consuming
+        stream first. Absent (AttributeError) on host batches."""
+        if self._dev is None:
+            raise AttributeError("a host batch has no __cuda_array_interface__: open the "
+                                 "Loader with device=... for batches in GPU memory")
+        self._check()
+        return {"version": 3, "shape": (self.device_nbytes,), "typestr": "|u1",
+                "data": (self._dev, False), "strides": None, "stream": None}
 
     # ---- lifetime ---------------------------------------------------------------------
 

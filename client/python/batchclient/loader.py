@@ -179,6 +179,7 @@ class _Stream:
         self.samples = L.bc_stream_samples(self.h)
         self.fingerprint = L.bc_stream_fingerprint(self.h)
         self.max_sample = L.bc_stream_max_sample(self.h)
+        self.device = L.bc_stream_device(self.h)     # BC_HOST or the CUDA ordinal
         self.held = []           # taken, not yet given back (user-held or pinned)
         self.closed = False      # close() was asked for
         self._freed = False      # bc_close done
@@ -197,14 +198,26 @@ class _Stream:
 
     # -- giving batches back --
 
+    def _release(self, batch):
+        """bc_release, forgetting the batch. On a GPU stream the release also
+        records the event batchd waits for before it reuses the device
+        memory; when CUDA refuses that (the batch is released all the same)
+        the caller hears of it, since work still queued may then read
+        overwritten bytes."""
+        L = _lib.lib()
+        r = L.bc_release(batch._h)
+        batch._h = None
+        self.held.remove(batch)
+        if r < 0:
+            raise from_code(r, self.error(),
+                            f"releasing batch {batch.epoch}:{batch.index} of {self.dataset!r}")
+
     def _give_back(self, batch):
         """Called by Batch.release(): hand the slot back unless a view pins it."""
         if self.closed or batch._h is None:
             return
         if not batch.pinned:
-            _lib.lib().bc_release(batch._h)
-            batch._h = None
-            self.held.remove(batch)
+            self._release(batch)
 
     def reclaim(self):
         """Give back released batches whose last view has died. @return the ones still pinned."""
@@ -214,9 +227,7 @@ class _Stream:
                 if b.pinned:
                     pinned.append(b)
                 else:
-                    _lib.lib().bc_release(b._h)
-                    b._h = None
-                    self.held.remove(b)
+                    self._release(b)
         return pinned
 
     # -- taking batches --
@@ -322,9 +333,12 @@ class Loader:
         $SLURM_PROCID/$SLURM_NTASKS, else 0 of 1 (see rank_and_world()).
     drop_last: drop the uneven tail instead of padding by wrapping.
     prefetch: batches staged ahead (None: the daemon's default).
-    device: None or 'cpu' for host memory, or a CUDA ordinal / 'cuda:N'.
-        Passed to the daemon, which today refuses GPU sessions (ENODEV
-        without a CUDA device): the error is raised as BatchdError.
+    device: None or 'cpu' for host memory, or a CUDA device of this
+        process (an ordinal, 'cuda', 'cuda:N' or a torch.device): batchd
+        then also copies every batch into that GPU's memory, and batches
+        offer device_ptr, wait_stream() and __cuda_array_interface__ (see
+        batchclient.batch). Without a usable CUDA device, here or in the
+        daemon, BatchdError with errno ENODEV and the reason.
     socket: the daemon's socket (None: $BATCHD_SOCKET, then the defaults).
     window: blocks per shuffle window for 'block' (None: the daemon's).
     collate: if given, iteration yields collate(batch) instead of the batch
@@ -389,13 +403,7 @@ class Loader:
         self._closed = False
 
     def _open(self, epoch, batch):
-        s = _Stream(self._client, self._cfg, epoch, batch)
-        if self._cfg["device"] != _lib.BC_HOST:
-            s.close()
-            raise NotImplementedError(
-                f"batchd accepted a session on CUDA device {self._cfg['device']}, but this "
-                "batchclient cannot import device batches yet; use device=None")
-        return s
+        return _Stream(self._client, self._cfg, epoch, batch)
 
     # -- properties --
 
@@ -406,6 +414,12 @@ class Loader:
     rank = property(lambda self: self._cfg["rank"])
     world = property(lambda self: self._cfg["world"])
     drop_last = property(lambda self: self._cfg["drop_last"])
+
+    @property
+    def device(self):
+        """None for host memory, else the CUDA ordinal batches are delivered to."""
+        d = self._cfg["device"]
+        return None if d == _lib.BC_HOST else d
 
     @property
     def samples(self):

@@ -1,0 +1,605 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fake_libcuda.c - a stand-in CUDA driver, to test libbatchclient's GPU
+ * streams where there is no GPU (tests/python/test_gpu_fake.py).
+ *
+ * Built as a shared object whose soname is libcuda.so.1: a test that loads
+ * it by path before libbatchclient asks for "libcuda.so.1" gets this one,
+ * because the dynamic loader matches objects already loaded by soname. It
+ * exports only cuGetProcAddress_v2, the one symbol proto/cudrv.c looks up,
+ * and serves behind it the driver calls a GPU stream makes, on the host:
+ * "device memory" is the memfd the fake daemon hands over as the VMM
+ * descriptor, mapped into the reserved address range, so a test can read
+ * what a device pointer points at; events are entries of a table the fake
+ * daemon fills, and their IPC handles name the entry.
+ *
+ * It checks what the real driver would refuse and what the client
+ * promises (a context current around every call, access granted to the
+ * right device, unmapping before freeing, no stale handles) and counts
+ * what is held, so a test can see that everything was undone. Any call can
+ * be made to fail once (fake_cuda_fail) to test the client's unwinding.
+ * $FAKE_CUDA_INIT_FAIL makes cuInit fail: a process with a driver but no
+ * device.
+ *
+ * Thread rules: none to speak of; tests call it from one thread (the
+ * context stack is per thread, as the driver's is).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#define API __attribute__((visibility("default")))
+
+#define DEVICES 2
+#define EVENTS 4096
+#define RANGES 64
+#define OPEN_MAGIC 0x0fe7e7e7u
+#define ALLOC_MAGIC 0xa110ca7eu
+
+/* What a test reads back (mirrored in test_gpu_fake.py). */
+struct fake_cuda_counts {
+	int ctx_refs;    /* primary-context retains not yet released */
+	int handles;     /* imported allocation handles not yet released */
+	int reserved;    /* address ranges not yet freed */
+	int mapped;      /* mappings not yet unmapped */
+	int events;      /* opened IPC events not yet destroyed */
+	int no_ctx;      /* calls made with no context current */
+	int bad_calls;   /* calls the real driver would refuse or that break a promise */
+	int imports;     /* cuMemImportFromShareableHandle calls that succeeded */
+};
+
+struct fake_cuda_event {
+	int used;
+	int pad;
+	long records, waits;
+	void *record_stream;   /* the stream of the last record */
+	void *wait_stream;     /* the stream of the last wait */
+	unsigned wait_flags;
+	int record_device;     /* the device current at the last record */
+};
+
+struct opened {
+	unsigned magic;
+	int index;
+};
+
+struct alloc {
+	unsigned magic;
+	int fd;
+	uint64_t size;
+};
+
+struct range {
+	CUdeviceptr base;
+	size_t size;
+	int used, mapped, access;
+};
+
+/* The test-only entry points, which tests reach through ctypes. */
+API void fake_cuda_counts(struct fake_cuda_counts *out);
+API int fake_cuda_ctx_depth(void);
+API void fake_cuda_uuid(int ordinal, unsigned char out[16]);
+API int fake_cuda_event_new(unsigned char handle[64]);
+API const struct fake_cuda_event *fake_cuda_event(int index);
+API void fake_cuda_event_free(int index);
+API void fake_cuda_on_record(void (*cb)(int index, void *stream));
+API void fake_cuda_fail(const char *name, int code, int skip);
+
+static struct fake_cuda_counts g_n;
+static struct fake_cuda_event g_ev[EVENTS];
+static struct range g_ranges[RANGES];
+static int g_ctx_tag[DEVICES];     /* a context is the address of its device's tag */
+static int g_ctx_refs[DEVICES];
+static _Thread_local int t_stack[16];
+static _Thread_local int t_depth;
+static char g_fail_name[64];
+static CUresult g_fail_code;
+static int g_fail_skip;
+static void (*g_on_record)(int index, void *stream);
+
+/* ---- test-only entry points --------------------------------------------------------- */
+
+API void fake_cuda_counts(struct fake_cuda_counts *out)
+{
+	*out = g_n;
+}
+
+API int fake_cuda_ctx_depth(void)
+{
+	return t_depth;
+}
+
+/* The UUID of device `ordinal`: fa ce 00 <ordinal> 01 02 ... */
+API void fake_cuda_uuid(int ordinal, unsigned char out[16])
+{
+	for (int i = 0; i < 16; i++)
+		out[i] = (unsigned char)i;
+	out[0] = 0xfa;
+	out[1] = 0xce;
+	out[2] = 0;
+	out[3] = (unsigned char)ordinal;
+}
+
+/* A new event; its IPC handle (64 bytes) goes into handle. @return its index. */
+API int fake_cuda_event_new(unsigned char handle[64])
+{
+	for (int i = 0; i < EVENTS; i++) {
+		if (!g_ev[i].used) {
+			memset(&g_ev[i], 0, sizeof(g_ev[i]));
+			g_ev[i].used = 1;
+			g_ev[i].record_device = -1;
+			memset(handle, 0, 64);
+			memcpy(handle, "FAKEIPC", 8);
+			memcpy(handle + 8, &i, sizeof(i));
+			return i;
+		}
+	}
+	return -1;
+}
+
+API const struct fake_cuda_event *fake_cuda_event(int index)
+{
+	return index >= 0 && index < EVENTS ? &g_ev[index] : NULL;
+}
+
+API void fake_cuda_event_free(int index)
+{
+	if (index >= 0 && index < EVENTS)
+		g_ev[index].used = 0;
+}
+
+/* Called at every cuEventRecord, before it returns (NULL: none). */
+API void fake_cuda_on_record(void (*cb)(int index, void *stream))
+{
+	g_on_record = cb;
+}
+
+/* Make the call named `name` fail with `code` once, after `skip` calls of it succeed. */
+API void fake_cuda_fail(const char *name, int code, int skip)
+{
+	snprintf(g_fail_name, sizeof(g_fail_name), "%s", name ? name : "");
+	g_fail_code = (CUresult)code;
+	g_fail_skip = skip;
+}
+
+/* ---- the driver -------------------------------------------------------------------- */
+
+static int fail_now(const char *name)
+{
+	if (!g_fail_name[0] || strcmp(name, g_fail_name) != 0)
+		return 0;
+	if (g_fail_skip > 0) {
+		g_fail_skip--;
+		return 0;
+	}
+	g_fail_name[0] = '\0';
+	return 1;
+}
+
+#define FAIL_POINT(name)                  \
+	do {                              \
+		if (fail_now(name))       \
+			return g_fail_code; \
+	} while (0)
+
+/* The device whose context is current, or -1 (counted: the client promised one). */
+static int need_ctx(void)
+{
+	if (t_depth == 0) {
+		g_n.no_ctx++;
+		return -1;
+	}
+	return t_stack[t_depth - 1];
+}
+
+static CUresult bad(CUresult e)
+{
+	g_n.bad_calls++;
+	return e;
+}
+
+static struct range *range_at(CUdeviceptr p, size_t size)
+{
+	for (int i = 0; i < RANGES; i++)
+		if (g_ranges[i].used && g_ranges[i].base == p && g_ranges[i].size == size)
+			return &g_ranges[i];
+	return NULL;
+}
+
+static struct opened *opened(CUevent ev)
+{
+	struct opened *o = (struct opened *)ev;
+
+	return o && o->magic == OPEN_MAGIC ? o : NULL;
+}
+
+static CUresult f_Init(unsigned int flags)
+{
+	FAIL_POINT("cuInit");
+	if (getenv("FAKE_CUDA_INIT_FAIL"))
+		return CUDA_ERROR_NO_DEVICE;
+	return flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+static CUresult f_DriverGetVersion(int *v)
+{
+	*v = 12080;
+	return CUDA_SUCCESS;
+}
+
+static const char *err_name(CUresult e)
+{
+	switch (e) {
+	case CUDA_SUCCESS: return "CUDA_SUCCESS";
+	case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
+	case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
+	case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
+	case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
+	case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
+	case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
+	case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
+	case CUDA_ERROR_LAUNCH_FAILED: return "CUDA_ERROR_LAUNCH_FAILED";
+	default: return NULL;
+	}
+}
+
+static CUresult f_GetErrorName(CUresult e, const char **s)
+{
+	*s = err_name(e);
+	return *s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_GetErrorString(CUresult e, const char **s)
+{
+	*s = err_name(e) ? "fake driver error" : NULL;
+	return *s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult f_DeviceGetCount(int *n)
+{
+	FAIL_POINT("cuDeviceGetCount");
+	*n = DEVICES;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_DeviceGet(CUdevice *dev, int ordinal)
+{
+	FAIL_POINT("cuDeviceGet");
+	if (ordinal < 0 || ordinal >= DEVICES)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*dev = ordinal;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_DeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	FAIL_POINT("cuDeviceGetUuid");
+	if (dev < 0 || dev >= DEVICES)
+		return bad(CUDA_ERROR_INVALID_DEVICE);
+	fake_cuda_uuid(dev, (unsigned char *)uuid->bytes);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
+{
+	*v = 0;
+	return dev >= 0 && dev < DEVICES ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+static CUresult f_DevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
+{
+	FAIL_POINT("cuDevicePrimaryCtxRetain");
+	if (dev < 0 || dev >= DEVICES)
+		return bad(CUDA_ERROR_INVALID_DEVICE);
+	g_ctx_refs[dev]++;
+	g_n.ctx_refs++;
+	*ctx = (CUcontext)(void *)&g_ctx_tag[dev];
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_DevicePrimaryCtxRelease(CUdevice dev)
+{
+	FAIL_POINT("cuDevicePrimaryCtxRelease");
+	if (dev < 0 || dev >= DEVICES || g_ctx_refs[dev] == 0)
+		return bad(CUDA_ERROR_INVALID_DEVICE);
+	g_ctx_refs[dev]--;
+	g_n.ctx_refs--;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_CtxPushCurrent(CUcontext ctx)
+{
+	FAIL_POINT("cuCtxPushCurrent");
+	for (int d = 0; d < DEVICES; d++) {
+		if ((void *)ctx == (void *)&g_ctx_tag[d]) {
+			if (g_ctx_refs[d] == 0 || t_depth == 16)
+				return bad(CUDA_ERROR_INVALID_CONTEXT);
+			t_stack[t_depth++] = d;
+			return CUDA_SUCCESS;
+		}
+	}
+	return bad(CUDA_ERROR_INVALID_CONTEXT);
+}
+
+static CUresult f_CtxPopCurrent(CUcontext *ctx)
+{
+	if (t_depth == 0)
+		return bad(CUDA_ERROR_INVALID_CONTEXT);
+	t_depth--;
+	if (ctx)
+		*ctx = (CUcontext)(void *)&g_ctx_tag[t_stack[t_depth]];
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_MemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
+					      CUmemAllocationGranularity_flags o)
+{
+	*g = 2u << 20;
+	return CUDA_SUCCESS;
+}
+
+/* The daemon's side: not this fake's business. */
+static CUresult f_MemCreate(CUmemGenericAllocationHandle *h, size_t size,
+			    const CUmemAllocationProp *p, unsigned long long flags)
+{
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult f_MemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
+					     CUmemAllocationHandleType type,
+					     unsigned long long flags)
+{
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+static CUresult f_MemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os,
+					       CUmemAllocationHandleType type)
+{
+	int fd = (int)(intptr_t)os;
+	struct alloc *a;
+	struct stat st;
+
+	FAIL_POINT("cuMemImportFromShareableHandle");
+	need_ctx();
+	if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	if (fstat(fd, &st) < 0 || st.st_size <= 0)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* Like the driver: the allocation does not depend on the caller's descriptor. */
+	a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	a->size = (uint64_t)st.st_size;
+	a->magic = ALLOC_MAGIC;
+	*h = (CUmemGenericAllocationHandle)(uintptr_t)a;
+	g_n.handles++;
+	g_n.imports++;
+	return CUDA_SUCCESS;
+}
+
+static struct alloc *alloc_of(CUmemGenericAllocationHandle h)
+{
+	struct alloc *a = (struct alloc *)(uintptr_t)h;
+
+	return a && a->magic == ALLOC_MAGIC ? a : NULL;
+}
+
+static CUresult f_MemRelease(CUmemGenericAllocationHandle h)
+{
+	struct alloc *a = alloc_of(h);
+
+	FAIL_POINT("cuMemRelease");
+	need_ctx();
+	if (!a)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	close(a->fd);
+	a->magic = 0;
+	free(a);
+	g_n.handles--;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_MemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+				    unsigned long long flags)
+{
+	void *m;
+
+	FAIL_POINT("cuMemAddressReserve");
+	need_ctx();
+	if (size == 0 || addr || flags)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	for (int i = 0; i < RANGES; i++) {
+		if (!g_ranges[i].used) {
+			m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+				 -1, 0);
+			if (m == MAP_FAILED)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			g_ranges[i] = (struct range){ .base = (CUdeviceptr)(uintptr_t)m, .size = size,
+						      .used = 1 };
+			*p = g_ranges[i].base;
+			g_n.reserved++;
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult f_MemAddressFree(CUdeviceptr p, size_t size)
+{
+	struct range *r = range_at(p, size);
+
+	FAIL_POINT("cuMemAddressFree");
+	need_ctx();
+	if (!r || r->mapped)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	munmap((void *)(uintptr_t)p, size);
+	r->used = 0;
+	g_n.reserved--;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_MemMap(CUdeviceptr p, size_t size, size_t offset,
+			 CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+	struct range *r = range_at(p, size);
+	struct alloc *a = alloc_of(h);
+
+	FAIL_POINT("cuMemMap");
+	need_ctx();
+	if (!r || r->mapped || !a || flags || offset > a->size || size > a->size - offset)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	/* No access until cuMemSetAccess grants it, as on a GPU. */
+	if (mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd,
+		 (off_t)offset) == MAP_FAILED)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r->mapped = 1;
+	g_n.mapped++;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_MemUnmap(CUdeviceptr p, size_t size)
+{
+	struct range *r = range_at(p, size);
+
+	FAIL_POINT("cuMemUnmap");
+	need_ctx();
+	if (!r || !r->mapped)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	mmap((void *)(uintptr_t)p, size, PROT_NONE,
+	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	r->mapped = r->access = 0;
+	g_n.mapped--;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_MemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d,
+			       size_t count)
+{
+	struct range *r = range_at(p, size);
+	int dev = need_ctx();
+
+	FAIL_POINT("cuMemSetAccess");
+	if (!r || !r->mapped || count != 1 || d->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    d->location.id != dev || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE);
+	r->access = 1;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_IpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
+{
+	struct opened *o;
+	int i;
+
+	FAIL_POINT("cuIpcOpenEventHandle");
+	need_ctx();
+	memcpy(&i, h.reserved + 8, sizeof(i));
+	if (memcmp(h.reserved, "FAKEIPC", 8) != 0 || i < 0 || i >= EVENTS || !g_ev[i].used)
+		return CUDA_ERROR_INVALID_VALUE;   /* a hostile daemon's handle: not the client's fault */
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	o->magic = OPEN_MAGIC;
+	o->index = i;
+	*ev = (CUevent)(void *)o;
+	g_n.events++;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_EventRecord(CUevent ev, CUstream stream)
+{
+	struct opened *o = opened(ev);
+	int dev = need_ctx();
+
+	FAIL_POINT("cuEventRecord");
+	if (!o)
+		return bad(CUDA_ERROR_INVALID_HANDLE);
+	g_ev[o->index].records++;
+	g_ev[o->index].record_stream = (void *)stream;
+	g_ev[o->index].record_device = dev;
+	if (g_on_record)
+		g_on_record(o->index, (void *)stream);
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_EventQuery(CUevent ev)
+{
+	return opened(ev) ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_HANDLE);
+}
+
+static CUresult f_EventDestroy(CUevent ev)
+{
+	struct opened *o = opened(ev);
+
+	FAIL_POINT("cuEventDestroy");
+	need_ctx();
+	if (!o)
+		return bad(CUDA_ERROR_INVALID_HANDLE);
+	o->magic = 0;
+	free(o);
+	g_n.events--;
+	return CUDA_SUCCESS;
+}
+
+static CUresult f_StreamWaitEvent(CUstream stream, CUevent ev, unsigned int flags)
+{
+	struct opened *o = opened(ev);
+
+	FAIL_POINT("cuStreamWaitEvent");
+	need_ctx();
+	if (!o)
+		return bad(CUDA_ERROR_INVALID_HANDLE);
+	g_ev[o->index].waits++;
+	g_ev[o->index].wait_stream = (void *)stream;
+	g_ev[o->index].wait_flags = flags;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+				  cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+	} table[] = {
+#define F(n) { "cu" #n, (void (*)(void))f_##n }
+		F(Init), F(DriverGetVersion), F(GetErrorString), F(GetErrorName),
+		F(DeviceGetCount), F(DeviceGet), F(DeviceGetUuid), F(DeviceGetAttribute),
+		F(DevicePrimaryCtxRetain), F(DevicePrimaryCtxRelease), F(CtxPushCurrent),
+		F(CtxPopCurrent), F(MemGetAllocationGranularity), F(MemCreate), F(MemRelease),
+		F(MemExportToShareableHandle), F(MemImportFromShareableHandle),
+		F(MemAddressReserve), F(MemAddressFree), F(MemMap), F(MemUnmap), F(MemSetAccess),
+		F(IpcOpenEventHandle), F(EventRecord), F(EventQuery), F(EventDestroy),
+		F(StreamWaitEvent), F(MemcpyDtoH),
+#undef F
+	};
+
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
+		if (strcmp(symbol, table[i].name) == 0) {
+			/* POSIX's way from a function pointer to void * (ISO C has no cast for it). */
+			memcpy(pfn, &table[i].fn, sizeof(*pfn));
+			if (status)
+				*status = CU_GET_PROC_ADDRESS_SUCCESS;
+			return CUDA_SUCCESS;
+		}
+	}
+	*pfn = NULL;
+	if (status)
+		*status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	return CUDA_ERROR_NOT_FOUND;
+}
