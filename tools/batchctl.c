@@ -119,6 +119,35 @@ static const char *get_str(json_object *o, const char *path)
 	return v ? json_object_get_string(v) : "";
 }
 
+/* The CUDA lines of `status`: the devices, or why there are none. */
+static void print_cuda(json_object *o)
+{
+	json_object *list = get(o, "cuda.device_list");
+	char a[32], b[32];
+	uint64_t drv = get_u64(o, "cuda.driver_version");
+
+	if (!get(o, "cuda.available") || !json_object_get_boolean(get(o, "cuda.available"))) {
+		printf("%-22s unavailable, host sessions only: %s\n", "CUDA",
+		       get_str(o, "cuda.reason"));
+		return;
+	}
+	printf("%-22s driver %" PRIu64 ".%" PRIu64 ", %" PRIu64 " GPU session%s holding %s of "
+	       "device memory, %" PRIu64 " staging unpinned\n", "CUDA", drv / 1000, drv % 1000 / 10,
+	       get_u64(o, "cuda.gpu_sessions"), get_u64(o, "cuda.gpu_sessions") == 1 ? "" : "s",
+	       bp_format_size(get_u64(o, "cuda.device_memory"), a, sizeof(a)),
+	       get_u64(o, "cuda.unpinned_sessions"));
+	for (size_t i = 0; list && i < json_object_array_length(list); i++) {
+		json_object *d = json_object_array_get_idx(list, i);
+		char label[32];
+
+		snprintf(label, sizeof(label), "  device %" PRIu64, get_u64(d, "ordinal"));
+		printf("%-22s %s, %s, %s%s\n", label, get_str(d, "name"),
+		       bp_format_size(get_u64(d, "memory"), b, sizeof(b)), get_str(d, "uuid"),
+		       json_object_get_boolean(get(d, "shareable")) ? ""
+		       : " (cannot export memory: no GPU sessions)");
+	}
+}
+
 /* Connect, fetch the status document, disconnect. NULL after saying why. */
 static json_object *status_of(const char *sock)
 {
@@ -211,9 +240,7 @@ static int cmd_stats(const char *sock, int argc, char **argv)
 		printf("%-22s %s (up %.0f s, pid %" PRIu64 ")\n", "batchd", get_str(o, "version"),
 		       get_f64(o, "uptime_s"), get_u64(o, "pid"));
 		printf("%-22s %s, O_DIRECT %s\n", "I/O engine", get_str(o, "io_engine"), get_str(o, "direct"));
-		printf("%-22s %s\n", "CUDA", get(o, "cuda.available") &&
-		       json_object_get_boolean(get(o, "cuda.available")) ? "available"
-		       : get_str(o, "cuda.reason"));
+		print_cuda(o);
 		printf("%-22s %" PRIu64 " sessions, %" PRIu64 " clients\n", "serving", nsessions,
 		       get_u64(o, "clients"));
 		printf("%-22s %" PRIu64 " batches, %s\n", "delivered", batches,
@@ -277,19 +304,26 @@ static json_object *find_session(json_object *sessions, uint64_t id)
 
 static void print_sessions(json_object *sessions, json_object *prev_sessions, double dt)
 {
-	printf("%6s %6s %8s %-28s %-6s %9s %6s %8s %9s %6s\n", "ID", "UID", "PID", "DATASET",
-	       "MODE", "RANK", "EPOCH", "BATCH", "MB/s", "STALL%");
+	printf("%6s %6s %8s %-28s %-6s %9s %-8s %6s %8s %9s %6s\n", "ID", "UID", "PID", "DATASET",
+	       "MODE", "RANK", "TO", "EPOCH", "BATCH", "MB/s", "STALL%");
 	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
 		json_object *se = json_object_array_get_idx(sessions, i);
 		double mbs, stall;
-		char rank[24];
+		json_object *gpu = get(se, "gpu");
+		char rank[24], to[24];
 
 		session_rates(se, find_session(prev_sessions, get_u64(se, "id")), dt, &mbs, &stall);
 		snprintf(rank, sizeof(rank), "%" PRIu64 "/%" PRIu64, get_u64(se, "rank"),
 			 get_u64(se, "world"));
-		printf("%6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %-28.28s %-6s %9s %6" PRIu64 " %8" PRIu64
-		       " %9.1f %6.1f\n", get_u64(se, "id"), get_u64(se, "uid"), get_u64(se, "pid"),
-		       get_str(se, "dataset"), get_str(se, "shuffle"), rank, get_u64(se, "epoch"),
+		/* GPU sessions: "cuda:N", and a "!" when staging could not be pinned. */
+		if (gpu)
+			snprintf(to, sizeof(to), "cuda:%" PRIu64 "%s", get_u64(gpu, "device"),
+				 json_object_get_boolean(get(gpu, "pinned")) ? "" : "!");
+		else
+			snprintf(to, sizeof(to), "host");
+		printf("%6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %-28.28s %-6s %9s %-8s %6" PRIu64 " %8"
+		       PRIu64 " %9.1f %6.1f\n", get_u64(se, "id"), get_u64(se, "uid"), get_u64(se, "pid"),
+		       get_str(se, "dataset"), get_str(se, "shuffle"), rank, to, get_u64(se, "epoch"),
 		       get_u64(se, "batch"), mbs, stall);
 	}
 }
