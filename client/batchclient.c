@@ -83,6 +83,7 @@ typedef struct bc_gpu {
 	uint32_t slots;
 	CUevent *ready;          /* per slot: the daemon records after its copy */
 	CUevent *released;       /* per slot: we record at release */
+	pid_t pid;               /* the process that mapped: CUDA does not survive fork() */
 } bc_gpu;
 #endif
 
@@ -620,6 +621,7 @@ static int gpu_open(bc_stream *s, const bp_cudrv *d, const uint8_t want[16])
 		return -ENOMEM;
 	s->gpu = g;
 	g->d = d;
+	g->pid = getpid();
 	g->size = t.size;
 	g->slot_bytes = t.slot_bytes;
 	g->slots = t.slots;
@@ -659,6 +661,9 @@ static void gpu_free(bc_stream *s)
 		return;
 	s->gpu = NULL;
 	d = g->d;
+	/* A forked child closing an inherited stream: no CUDA calls, the parent's mappings stay. */
+	if (g->pid != getpid())
+		goto out;
 	pushed = g->retained && d->CtxPushCurrent(g->ctx) == CUDA_SUCCESS;
 	for (uint32_t i = 0; i < g->slots; i++) {
 		/* A record still pending is fine: the driver frees the event once it completes. */
@@ -677,6 +682,7 @@ static void gpu_free(bc_stream *s)
 		gpu_leave(g);
 	if (g->retained)
 		d->DevicePrimaryCtxRelease(g->dev);
+out:
 	free(g->ready);
 	free(g->released);
 	free(g);
