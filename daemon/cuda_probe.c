@@ -47,7 +47,8 @@ int bd_cuda_probe(bd_cuda_state *st)
 	for (int i = 0; i < n; i++) {
 		bd_cuda_device *d = &st->dev[i];
 		struct cudaDeviceProp p;
-		int vmm = 0, fd = 0;
+		int vmm = 0, fd = 0, ipc = 0;
+		CUuuid uuid;
 		CUdevice cu;
 
 		if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
@@ -59,12 +60,18 @@ int bd_cuda_probe(bd_cuda_state *st)
 		memcpy(d->uuid, p.uuid.bytes, sizeof(d->uuid));
 		d->memory = p.totalGlobalMem;
 		d->pci_bus = p.pciBusID;
-		if (drv->DeviceGet(&cu, i) == CUDA_SUCCESS &&
-		    drv->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+		if (drv->DeviceGet(&cu, i) != CUDA_SUCCESS)
+			continue;
+		/* The UUID clients match on is the driver's (MIG instances have their own). */
+		if (drv->DeviceGetUuid(&uuid, cu) == CUDA_SUCCESS)
+			memcpy(d->uuid, uuid.bytes, sizeof(d->uuid));
+		if (drv->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
 					    cu) == CUDA_SUCCESS &&
 		    drv->DeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
-					    cu) == CUDA_SUCCESS)
-			d->shareable = vmm && fd;
+					    cu) == CUDA_SUCCESS &&
+		    drv->DeviceGetAttribute(&ipc, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, cu) ==
+		    CUDA_SUCCESS)
+			d->shareable = vmm && fd && ipc;
 	}
 	st->devices = n;
 	return 0;
@@ -111,7 +118,7 @@ int bd_cuda_pick(const bd_cuda_state *st, const uint8_t uuid[16], int placement,
 	}
 	if (!st->dev[dev].shareable) {
 		snprintf(err, errlen, "CUDA device %d (%s) cannot export memory to other processes "
-			 "(it lacks CUDA VMM POSIX file-descriptor handles)", dev, st->dev[dev].name);
+			 "(it lacks CUDA VMM POSIX file-descriptor handles or IPC events)", dev, st->dev[dev].name);
 		return -EOPNOTSUPP;
 	}
 	return dev;

@@ -141,16 +141,35 @@ static cudaError_t issue(op *o)
 {
 	bd_gpu_session *gs = o->gs;
 	uint32_t slot = (uint32_t)(o->seq % gs->slots);
-	void *dst = (void *)(uintptr_t)(gs->base + slot * gs->slot_bytes);
+	uint8_t *dst = (uint8_t *)(uintptr_t)(gs->base + slot * gs->slot_bytes);
+	const uint8_t *src = o->src;
+	uint64_t left = o->bytes;
 	cudaError_t e = cudaSuccess;
+	bool queued = false;
 
-	if (o->bytes)
-		e = cudaMemcpyAsync(dst, o->src, o->bytes, cudaMemcpyHostToDevice, gs->stream);
+	/*
+	 * One copy per pinned piece: a source range spanning two host
+	 * registrations is not pinned memory to the driver.
+	 */
+	while (left && e == cudaSuccess) {
+		uint64_t at = (uint64_t)(src - gs->host), n = left;
+
+		if (gs->pinned_len && at / PIN_CHUNK != (at + n - 1) / PIN_CHUNK)
+			n = PIN_CHUNK - at % PIN_CHUNK;
+		e = cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, gs->stream);
+		queued |= e == cudaSuccess;
+		dst += n;
+		src += n;
+		left -= n;
+	}
 	if (e == cudaSuccess)
 		e = cudaEventRecord(gs->ready[slot], gs->stream);
 	/* Completion is read from a private event: the client can record `ready` too. */
 	if (e == cudaSuccess)
 		e = cudaEventRecord(gs->done[slot], gs->stream);
+	/* A failure after a copy was queued: let it finish before the host bytes can go. */
+	if (e != cudaSuccess && queued)
+		cudaStreamSynchronize(gs->stream);
 	return e;
 }
 
@@ -622,13 +641,7 @@ int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *ta
 		.pinned = gs->pinned_len != 0,
 		.ordinal = gs->device,
 	};
-	{
-		struct cudaDeviceProp p;
-
-		if (cudaGetDeviceProperties(&p, gs->device) == cudaSuccess)
-			memcpy(table->uuid, p.uuid.bytes, sizeof(table->uuid));
-		cudaGetLastError();
-	}
+	memcpy(table->uuid, cfg->uuid, sizeof(table->uuid));
 	gs->g = g;
 	g->sessions++;
 	g->device_bytes += gs->size;

@@ -58,6 +58,7 @@ void bd_gpu_free(bd_gpu *g);
 
 typedef struct bd_gpu_session_cfg {
 	int device;             /* the daemon's ordinal */
+	uint8_t uuid[16];       /* its UUID, for the device table */
 	uint32_t slots;
 	uint64_t slot_bytes;    /* a multiple of BP_RING_DEVICE_ALIGN */
 	void *host;             /* staging to pin (page-aligned) ... */

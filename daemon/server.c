@@ -229,6 +229,7 @@ static void client_drop(client *c, const char *why)
 			continue;
 		e->c = NULL;
 		bd_session_close(e->s, 0);
+		bd_session_detach(e->s);
 	}
 	for (p = &srv->clients; *p; p = &(*p)->next)
 		if (*p == c) {
@@ -449,6 +450,7 @@ static void open_work_done(uv_work_t *w, int status)
 	e = calloc(1, sizeof(*e));
 	if (!e) {
 		bd_session_close(s, -ENOMEM);
+		bd_session_detach(s);
 		send_error(c, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -471,10 +473,13 @@ static void open_work_done(uv_work_t *w, int status)
 		e->c = NULL;
 		c->sessions--;
 		bd_session_close(s, n);
+		bd_session_detach(s);
 		goto out;
 	}
 	if (send_msg(c, out, n, fds, nfds) < 0) {
+		/* The client never got READY: nothing of the session is in its hands. */
 		bd_session_close(s, -EPIPE);
+		bd_session_detach(s);
 		goto out;
 	}
 	if (ow->device >= 0)
@@ -671,6 +676,7 @@ static void handle_close(client *c, const uint8_t *buf, size_t len)
 	e->c = NULL;
 	c->sessions--;
 	bd_session_close(e->s, 0);
+	bd_session_detach(e->s);
 	n = bp_msg_session_encode(BP_MSG_CLOSED, &m, out, sizeof(out));
 	if (n > 0)
 		send_msg(c, out, n, NULL, 0);
@@ -1133,6 +1139,7 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 		.loop = loop,
 		.pipeline = srv->pipeline,
 		.gpu = srv->gpu,
+		.cuda = &srv->cuda,
 		.budget_used = &srv->budget_used,
 		.budget_total = srv->cfg.memory_budget - srv->cache_budget,
 		.default_prefetch = srv->cfg.prefetch,

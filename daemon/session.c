@@ -80,6 +80,7 @@ struct bd_session {
 
 	uv_poll_t released_poll;
 	bool poll_started, closing, ended, violation;
+	bool detached;          /* the client closed the session or went away */
 	uint64_t opened_ns;
 	uint64_t progress_ns;   /* last time the client released a batch (or opened) */
 };
@@ -272,7 +273,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	s->arena_size = 2 * max_rec + (uint64_t)(prefetch + 2) * mean_rec;
 	s->data_size = s->arena_off + s->arena_size;
 	if (device >= 0) {
-		if (!env->gpu) {
+		if (!env->gpu || !env->cuda || device >= env->cuda->devices) {
 			snprintf(err, errlen, "no CUDA device: the GPU thread is not running");
 			r = -ENODEV;
 			goto fail;
@@ -369,6 +370,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 			.owner = s,
 		};
 
+		memcpy(gc.uuid, env->cuda->dev[device].uuid, sizeof(gc.uuid));
 		s->hdr->gpu_offset = s->gpu_off;
 		s->hdr->gpu_size = s->gpu_size;
 		r = bd_gpu_session_new(env->gpu, &gc, (bp_ring_gpu *)(s->data + s->gpu_off),
@@ -707,6 +709,9 @@ static void on_poll_closed(uv_handle_t *h)
 {
 	bd_session *s = h->data;
 
+	/* The device side first: the GPU thread may be stopped once `ended` has run. */
+	bd_gpu_session_free(s->gpu);
+	s->gpu = NULL;
 	if (s->env.ended)
 		s->env.ended(s, s->env.ctx);
 	session_free(s);
@@ -715,6 +720,14 @@ static void on_poll_closed(uv_handle_t *h)
 static void maybe_end(bd_session *s)
 {
 	if (!s->closing || s->inflight || s->gpu_pending || s->ended)
+		return;
+	/*
+	 * A GPU session the daemon stopped (lease, protocol, failure) keeps its
+	 * events and device memory until the client lets go: it may still wait
+	 * on or record the events, and using an IPC event after its exporter
+	 * destroyed it is undefined.
+	 */
+	if (s->gpu && !s->detached)
 		return;
 	s->ended = true;
 	uv_close((uv_handle_t *)&s->released_poll, on_poll_closed);
@@ -781,6 +794,12 @@ static void queue_copies(bd_session *s)
 		sl->done = true;
 		sl->copied = true;
 	}
+}
+
+void bd_session_detach(bd_session *s)
+{
+	s->detached = true;
+	maybe_end(s);
 }
 
 void bd_session_job_done(bd_job *job)

@@ -24,6 +24,7 @@
 
 #include <uv.h>
 
+#include "cuda_probe.h"
 #include "dataset.h"
 #include "gpu.h"
 #include "pipeline.h"
@@ -41,6 +42,7 @@ typedef struct bd_session_env {
 	unsigned default_prefetch;
 	unsigned max_prefetch;
 	bd_gpu *gpu;                /* NULL when CUDA is unusable: host sessions only */
+	const bd_cuda_state *cuda;  /* the devices, when gpu is set */
 	/* Called when a session has fully ended (all jobs back, memory freed). */
 	void (*ended)(bd_session *s, void *ctx);
 	void *ctx;
@@ -86,6 +88,13 @@ void bd_session_start(bd_session *s);
  * once every job in flight is back; env->ended is called then.
  */
 void bd_session_close(bd_session *s, int reason);
+
+/*
+ * The client is done with the session: it sent CLOSE, went away, or never
+ * got READY. Call after bd_session_close. Until then a stopped GPU session
+ * keeps its device side (the client may still use its events).
+ */
+void bd_session_detach(bd_session *s);
 
 /*
  * End the session if its client has held published batches without
