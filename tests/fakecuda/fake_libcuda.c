@@ -1,17 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fake_libcuda.c - a stand-in CUDA driver, to test libbatchclient's GPU
- * streams where there is no GPU (tests/python/test_gpu_fake.py).
+ * fake_libcuda.c - a stand-in CUDA driver, to run GPU sessions where there
+ * is no GPU: libbatchclient's GPU streams in-process
+ * (tests/python/test_gpu_fake.py), and batchd, test-gpu and batchctl as
+ * processes together with the fake runtime (fake_cudart.c, fake_cuda.h).
  *
  * Built as a shared object whose soname is libcuda.so.1: a test that loads
  * it by path before libbatchclient asks for "libcuda.so.1" gets this one,
- * because the dynamic loader matches objects already loaded by soname. It
- * exports only cuGetProcAddress_v2, the one symbol proto/cudrv.c looks up,
- * and serves behind it the driver calls a GPU stream makes, on the host:
- * "device memory" is the memfd the fake daemon hands over as the VMM
- * descriptor, mapped into the reserved address range, so a test can read
- * what a device pointer points at; events are entries of a table the fake
- * daemon fills, and their IPC handles name the entry.
+ * because the dynamic loader matches objects already loaded by soname; a
+ * process started with its directory on LD_LIBRARY_PATH gets it too. It
+ * exports cuGetProcAddress_v2, the one symbol proto/cudrv.c looks up, and
+ * serves behind it the driver calls batchd and a GPU stream make, on the
+ * host: "device memory" is a memfd (cuMemCreate makes one, exporting it
+ * dups it, importing takes any memfd, such as the one the fake daemon
+ * hands over), mapped MAP_SHARED into the reserved address range, so a
+ * device pointer is host memory and what one process copies into it the
+ * other reads. Events opened from an IPC handle are entries of a table:
+ * either filled by the in-process fake daemon (handle "FAKEIPC", the
+ * entry's index) or made by the fake runtime in another process (handle
+ * FAKE_CUDA_RT_IPC_MAGIC); all events are complete, as streams are
+ * synchronous.
  *
  * It checks what the real driver would refuse and what the client
  * promises (a context current around every call, access granted to the
@@ -21,11 +29,15 @@
  * $FAKE_CUDA_INIT_FAIL makes cuInit fail: a process with a driver but no
  * device.
  *
- * Thread rules: none to speak of; tests call it from one thread (the
- * context stack is per thread, as the driver's is).
+ * Thread rules: the driver calls are made from one thread at a time (the
+ * Python tests, batchd's loop thread, a trainer); the range table is
+ * locked, because the fake runtime checks copies against it from any
+ * thread (fake_cuda_device_range). The context stack is per thread, as
+ * the driver's is.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,9 +48,11 @@
 
 #include <cuda.h>
 
+#include "fake_cuda.h"
+
 #define API __attribute__((visibility("default")))
 
-#define DEVICES 2
+#define DEVICES fake_cuda_devices()
 #define EVENTS 4096
 #define RANGES 64
 #define OPEN_MAGIC 0x0fe7e7e7u
@@ -58,7 +72,7 @@ struct fake_cuda_counts {
 
 struct fake_cuda_event {
 	int used;
-	int pad;
+	int remote;            /* opened from a fake runtime's handle: freed on destroy */
 	long records, waits;
 	void *record_stream;   /* the stream of the last record */
 	void *wait_stream;     /* the stream of the last wait */
@@ -74,6 +88,7 @@ struct opened {
 struct alloc {
 	unsigned magic;
 	int fd;
+	int exportable;        /* made with POSIX fd handles requested, or imported */
 	uint64_t size;
 };
 
@@ -92,14 +107,20 @@ API const struct fake_cuda_event *fake_cuda_event(int index);
 API void fake_cuda_event_free(int index);
 API void fake_cuda_on_record(void (*cb)(int index, void *stream));
 API void fake_cuda_fail(const char *name, int code, int skip);
+/* The fake runtime's hooks (fake_cuda.h). */
+API int fake_cuda_device_range(uintptr_t p, size_t len);
+API void fake_cuda_set_current(int dev);
 
 static struct fake_cuda_counts g_n;
 static struct fake_cuda_event g_ev[EVENTS];
 static struct range g_ranges[RANGES];
-static int g_ctx_tag[DEVICES];     /* a context is the address of its device's tag */
-static int g_ctx_refs[DEVICES];
+static int g_ctx_tag[FAKE_CUDA_MAX_DEVICES];  /* a context is the address of its device's tag */
+static int g_ctx_refs[FAKE_CUDA_MAX_DEVICES];
 static _Thread_local int t_stack[16];
 static _Thread_local int t_depth;
+static _Thread_local int t_runtime_dev = -1;     /* made current by the fake runtime */
+/* The range table: the fake runtime reads it from any thread (fake_cuda_device_range). */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_fail_name[64];
 static CUresult g_fail_code;
 static int g_fail_skip;
@@ -120,29 +141,22 @@ API int fake_cuda_ctx_depth(void)
 /* The UUID of device `ordinal`: fa ce 00 <ordinal> 01 02 ... */
 API void fake_cuda_uuid(int ordinal, unsigned char out[16])
 {
-	for (int i = 0; i < 16; i++)
-		out[i] = (unsigned char)i;
-	out[0] = 0xfa;
-	out[1] = 0xce;
-	out[2] = 0;
-	out[3] = (unsigned char)ordinal;
+	fake_cuda_uuid_of(ordinal, out);
 }
 
 /* A new event; its IPC handle (64 bytes) goes into handle. @return its index. */
+static int event_slot(void);
+
 API int fake_cuda_event_new(unsigned char handle[64])
 {
-	for (int i = 0; i < EVENTS; i++) {
-		if (!g_ev[i].used) {
-			memset(&g_ev[i], 0, sizeof(g_ev[i]));
-			g_ev[i].used = 1;
-			g_ev[i].record_device = -1;
-			memset(handle, 0, 64);
-			memcpy(handle, "FAKEIPC", 8);
-			memcpy(handle + 8, &i, sizeof(i));
-			return i;
-		}
+	int i = event_slot();
+
+	if (i >= 0) {
+		memset(handle, 0, 64);
+		memcpy(handle, "FAKEIPC", 8);
+		memcpy(handle + 8, &i, sizeof(i));
 	}
-	return -1;
+	return i;
 }
 
 API const struct fake_cuda_event *fake_cuda_event(int index)
@@ -170,6 +184,26 @@ API void fake_cuda_fail(const char *name, int code, int skip)
 	g_fail_skip = skip;
 }
 
+API int fake_cuda_device_range(uintptr_t p, size_t len)
+{
+	int ok = 0;
+
+	pthread_mutex_lock(&g_lock);
+	for (int i = 0; i < RANGES && !ok; i++) {
+		const struct range *r = &g_ranges[i];
+
+		ok = r->used && r->mapped && r->access && p >= r->base &&
+		     len <= r->size && p - r->base <= r->size - len;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return ok;
+}
+
+API void fake_cuda_set_current(int dev)
+{
+	t_runtime_dev = dev;
+}
+
 /* ---- the driver -------------------------------------------------------------------- */
 
 static int fail_now(const char *name)
@@ -190,22 +224,41 @@ static int fail_now(const char *name)
 			return g_fail_code; \
 	} while (0)
 
-/* The device whose context is current, or -1 (counted: the client promised one). */
-static int need_ctx(void)
+/* $FAKE_CUDA_STRICT: a misuse ends the process, naming the call. */
+static void misuse(const char *what, const char *call)
+{
+	if (!getenv("FAKE_CUDA_STRICT"))
+		return;
+	fprintf(stderr, "fake libcuda: %s in %s (FAKE_CUDA_STRICT: aborting)\n", what, call);
+	abort();
+}
+
+/*
+ * The device whose context is current, or -1 (counted: the client promised
+ * one). A pushed context wins; else the device the runtime made current.
+ */
+#define need_ctx() need_ctx_in(__func__)
+static int need_ctx_in(const char *call)
 {
 	if (t_depth == 0) {
+		if (t_runtime_dev >= 0)
+			return t_runtime_dev;
 		g_n.no_ctx++;
+		misuse("no context current", call);
 		return -1;
 	}
 	return t_stack[t_depth - 1];
 }
 
-static CUresult bad(CUresult e)
+#define bad(e) bad_in((e), __func__)
+static CUresult bad_in(CUresult e, const char *call)
 {
 	g_n.bad_calls++;
+	misuse("a call the driver would refuse", call);
 	return e;
 }
 
+/* Called with g_lock held. */
 static struct range *range_at(CUdeviceptr p, size_t size)
 {
 	for (int i = 0; i < RANGES; i++)
@@ -290,7 +343,10 @@ static CUresult f_DeviceGetUuid(CUuuid *uuid, CUdevice dev)
 
 static CUresult f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
 {
-	*v = 0;
+	/* What sharing device memory and events between processes needs; nothing else. */
+	*v = a == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED ||
+	     a == CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED ||
+	     a == CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED;
 	return dev >= 0 && dev < DEVICES ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
@@ -342,27 +398,80 @@ static CUresult f_CtxPopCurrent(CUcontext *ctx)
 static CUresult f_MemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *p,
 					      CUmemAllocationGranularity_flags o)
 {
-	*g = 2u << 20;
+	if (p->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    p->location.type != CU_MEM_LOCATION_TYPE_DEVICE || p->location.id < 0 ||
+	    p->location.id >= DEVICES)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	*g = FAKE_CUDA_GRANULARITY;
 	return CUDA_SUCCESS;
 }
 
-/* The daemon's side: not this fake's business. */
+static struct alloc *alloc_of(CUmemGenericAllocationHandle h)
+{
+	struct alloc *a = (struct alloc *)(uintptr_t)h;
+
+	return a && a->magic == ALLOC_MAGIC ? a : NULL;
+}
+
+/* Device memory is a memfd of the size asked for (which must be whole granules). */
 static CUresult f_MemCreate(CUmemGenericAllocationHandle *h, size_t size,
 			    const CUmemAllocationProp *p, unsigned long long flags)
 {
-	return CUDA_ERROR_NOT_SUPPORTED;
+	struct alloc *a;
+	int fd;
+
+	FAIL_POINT("cuMemCreate");
+	need_ctx();
+	if (size == 0 || size % FAKE_CUDA_GRANULARITY || flags ||
+	    p->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    p->location.type != CU_MEM_LOCATION_TYPE_DEVICE || p->location.id < 0 ||
+	    p->location.id >= DEVICES)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	if (size > FAKE_CUDA_TOTAL_MEMORY)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	fd = memfd_create("fake-cuda-device-memory", MFD_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a = calloc(1, sizeof(*a));
+	if (!a || ftruncate(fd, (off_t)size) < 0) {
+		free(a);
+		close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	a->magic = ALLOC_MAGIC;
+	a->fd = fd;
+	a->size = size;
+	a->exportable = !!(p->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	*h = (CUmemGenericAllocationHandle)(uintptr_t)a;
+	g_n.handles++;
+	return CUDA_SUCCESS;
 }
 
+/* The shareable handle is a new descriptor of the memfd (the caller owns it). */
 static CUresult f_MemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h,
 					     CUmemAllocationHandleType type,
 					     unsigned long long flags)
 {
-	return CUDA_ERROR_NOT_SUPPORTED;
+	struct alloc *a = alloc_of(h);
+	int fd;
+
+	FAIL_POINT("cuMemExportToShareableHandle");
+	if (!a || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !a->exportable)
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	fd = dup(a->fd);
+	if (fd < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*(int *)out = fd;
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
 {
-	return CUDA_ERROR_NOT_SUPPORTED;
+	need_ctx();
+	if (n && !fake_cuda_device_range((uintptr_t)src, n))
+		return bad(CUDA_ERROR_INVALID_VALUE);
+	memcpy(dst, (const void *)(uintptr_t)src, n);
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_MemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os,
@@ -384,18 +493,12 @@ static CUresult f_MemImportFromShareableHandle(CUmemGenericAllocationHandle *h, 
 	/* Like the driver: the allocation does not depend on the caller's descriptor. */
 	a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 	a->size = (uint64_t)st.st_size;
+	a->exportable = 1;
 	a->magic = ALLOC_MAGIC;
 	*h = (CUmemGenericAllocationHandle)(uintptr_t)a;
 	g_n.handles++;
 	g_n.imports++;
 	return CUDA_SUCCESS;
-}
-
-static struct alloc *alloc_of(CUmemGenericAllocationHandle h)
-{
-	struct alloc *a = (struct alloc *)(uintptr_t)h;
-
-	return a && a->magic == ALLOC_MAGIC ? a : NULL;
 }
 
 static CUresult f_MemRelease(CUmemGenericAllocationHandle h)
@@ -416,104 +519,154 @@ static CUresult f_MemRelease(CUmemGenericAllocationHandle h)
 static CUresult f_MemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
 				    unsigned long long flags)
 {
+	CUresult e = CUDA_ERROR_OUT_OF_MEMORY;
 	void *m;
 
 	FAIL_POINT("cuMemAddressReserve");
 	need_ctx();
-	if (size == 0 || addr || flags)
+	if (size == 0 || addr || flags || (align & (align - 1)))
 		return bad(CUDA_ERROR_INVALID_VALUE);
+	pthread_mutex_lock(&g_lock);
 	for (int i = 0; i < RANGES; i++) {
 		if (!g_ranges[i].used) {
 			m = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
 				 -1, 0);
 			if (m == MAP_FAILED)
-				return CUDA_ERROR_OUT_OF_MEMORY;
+				break;
 			g_ranges[i] = (struct range){ .base = (CUdeviceptr)(uintptr_t)m, .size = size,
 						      .used = 1 };
 			*p = g_ranges[i].base;
 			g_n.reserved++;
-			return CUDA_SUCCESS;
+			e = CUDA_SUCCESS;
+			break;
 		}
 	}
-	return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&g_lock);
+	return e;
 }
 
 static CUresult f_MemAddressFree(CUdeviceptr p, size_t size)
 {
-	struct range *r = range_at(p, size);
+	struct range *r;
+	int ok;
 
 	FAIL_POINT("cuMemAddressFree");
 	need_ctx();
-	if (!r || r->mapped)
-		return bad(CUDA_ERROR_INVALID_VALUE);
-	munmap((void *)(uintptr_t)p, size);
-	r->used = 0;
-	g_n.reserved--;
-	return CUDA_SUCCESS;
+	pthread_mutex_lock(&g_lock);
+	r = range_at(p, size);
+	ok = r && !r->mapped;
+	if (ok) {
+		munmap((void *)(uintptr_t)p, size);
+		r->used = 0;
+		g_n.reserved--;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return ok ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_VALUE);
 }
 
 static CUresult f_MemMap(CUdeviceptr p, size_t size, size_t offset,
 			 CUmemGenericAllocationHandle h, unsigned long long flags)
 {
-	struct range *r = range_at(p, size);
 	struct alloc *a = alloc_of(h);
+	CUresult e = CUDA_SUCCESS;
+	struct range *r;
 
 	FAIL_POINT("cuMemMap");
 	need_ctx();
+	pthread_mutex_lock(&g_lock);
+	r = range_at(p, size);
 	if (!r || r->mapped || !a || flags || offset > a->size || size > a->size - offset)
-		return bad(CUDA_ERROR_INVALID_VALUE);
+		e = CUDA_ERROR_INVALID_VALUE;
 	/* No access until cuMemSetAccess grants it, as on a GPU. */
-	if (mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd,
-		 (off_t)offset) == MAP_FAILED)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	r->mapped = 1;
-	g_n.mapped++;
-	return CUDA_SUCCESS;
+	else if (mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd,
+		      (off_t)offset) == MAP_FAILED)
+		e = CUDA_ERROR_OUT_OF_MEMORY;
+	else
+		r->mapped = 1;
+	if (e == CUDA_SUCCESS)
+		g_n.mapped++;
+	pthread_mutex_unlock(&g_lock);
+	return e == CUDA_ERROR_INVALID_VALUE ? bad(e) : e;
 }
 
 static CUresult f_MemUnmap(CUdeviceptr p, size_t size)
 {
-	struct range *r = range_at(p, size);
+	struct range *r;
+	int ok;
 
 	FAIL_POINT("cuMemUnmap");
 	need_ctx();
-	if (!r || !r->mapped)
-		return bad(CUDA_ERROR_INVALID_VALUE);
-	mmap((void *)(uintptr_t)p, size, PROT_NONE,
-	     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-	r->mapped = r->access = 0;
-	g_n.mapped--;
-	return CUDA_SUCCESS;
+	pthread_mutex_lock(&g_lock);
+	r = range_at(p, size);
+	ok = r && r->mapped;
+	if (ok) {
+		mmap((void *)(uintptr_t)p, size, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+		r->mapped = r->access = 0;
+		g_n.mapped--;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return ok ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_VALUE);
 }
 
 static CUresult f_MemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *d,
 			       size_t count)
 {
-	struct range *r = range_at(p, size);
-	int dev = need_ctx();
+	int dev = need_ctx(), ok;
+	struct range *r;
 
 	FAIL_POINT("cuMemSetAccess");
-	if (!r || !r->mapped || count != 1 || d->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-	    d->location.id != dev || d->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-		return bad(CUDA_ERROR_INVALID_VALUE);
-	mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE);
-	r->access = 1;
-	return CUDA_SUCCESS;
+	pthread_mutex_lock(&g_lock);
+	r = range_at(p, size);
+	ok = r && r->mapped && count == 1 && d->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+	     d->location.id == dev && d->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	if (ok) {
+		mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE);
+		r->access = 1;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return ok ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_VALUE);
+}
+
+/* A free entry of the event table, marked used. @return its index, or -1. */
+static int event_slot(void)
+{
+	for (int i = 0; i < EVENTS; i++) {
+		if (!g_ev[i].used) {
+			memset(&g_ev[i], 0, sizeof(g_ev[i]));
+			g_ev[i].used = 1;
+			g_ev[i].record_device = -1;
+			return i;
+		}
+	}
+	return -1;
 }
 
 static CUresult f_IpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
 {
+	static const char rt_magic[8] = FAKE_CUDA_RT_IPC_MAGIC;
 	struct opened *o;
-	int i;
+	int i, remote = 0;
 
 	FAIL_POINT("cuIpcOpenEventHandle");
 	need_ctx();
-	memcpy(&i, h.reserved + 8, sizeof(i));
-	if (memcmp(h.reserved, "FAKEIPC", 8) != 0 || i < 0 || i >= EVENTS || !g_ev[i].used)
-		return CUDA_ERROR_INVALID_VALUE;   /* a hostile daemon's handle: not the client's fault */
+	if (memcmp(h.reserved, rt_magic, sizeof(rt_magic)) == 0) {
+		/* A fake runtime's event in another process: complete whenever asked. */
+		i = event_slot();
+		if (i < 0)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		g_ev[i].remote = remote = 1;
+	} else {
+		memcpy(&i, h.reserved + 8, sizeof(i));
+		if (memcmp(h.reserved, "FAKEIPC", 8) != 0 || i < 0 || i >= EVENTS || !g_ev[i].used)
+			return CUDA_ERROR_INVALID_VALUE;   /* a hostile daemon's handle: not the client's fault */
+	}
 	o = calloc(1, sizeof(*o));
-	if (!o)
+	if (!o) {
+		if (remote)
+			g_ev[i].used = 0;
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	o->magic = OPEN_MAGIC;
 	o->index = i;
 	*ev = (CUevent)(void *)o;
@@ -550,6 +703,8 @@ static CUresult f_EventDestroy(CUevent ev)
 	need_ctx();
 	if (!o)
 		return bad(CUDA_ERROR_INVALID_HANDLE);
+	if (g_ev[o->index].remote)
+		g_ev[o->index].used = 0;
 	o->magic = 0;
 	free(o);
 	g_n.events--;

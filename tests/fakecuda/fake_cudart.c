@@ -1,0 +1,677 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fake_cudart.c - a stand-in CUDA runtime (soname libcudart.so.13), so that
+ * batchd's GPU thread, tests/gpu/test-gpu and `batchctl consume --device`
+ * run as real processes where there is no GPU (meson test gpu-fake).
+ *
+ * Binaries linked against the real runtime bind to versioned symbols
+ * (version node libcudart.so.13); libcudart.map gives this object the same
+ * node, so putting its directory first on LD_LIBRARY_PATH, next to the fake
+ * driver (fake_libcuda.c), swaps CUDA out for the host.
+ *
+ * The model (fake_cuda.h): device memory is host memory the fake driver
+ * mapped (VMM ranges) or cudaMalloc made; streams are synchronous, so a
+ * copy is a memcpy done before cudaMemcpyAsync returns, every event is
+ * complete and cudaLaunchHostFunc calls its function at once. IPC event
+ * handles carry FAKE_CUDA_RT_IPC_MAGIC, the pid and a serial number; the
+ * fake driver in another process opens them. What the real runtime would
+ * refuse is refused here too, and said on stderr: a stale stream or event,
+ * a copy whose device side is not device memory, unregistering memory
+ * never registered, an IPC handle for an event made without
+ * cudaEventInterprocess. $FAKE_CUDA_STRICT turns those into an abort.
+ * $FAKE_CUDA_PIN_FAIL makes cudaHostRegister fail (out of memory), as
+ * under a low RLIMIT_MEMLOCK.
+ *
+ * Thread rules: any thread, as the runtime; one lock guards the tables.
+ * The current device and the last error are per thread.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "fake_cuda.h"
+
+#define STREAMS 1024
+#define EVENTS 8192
+#define BLOCKS 1024
+
+struct stream {
+	int used;
+	unsigned flags;
+};
+
+struct event {
+	int used;
+	unsigned flags;
+	uint32_t serial;
+	long records;
+};
+
+/* Host memory registered or allocated pinned, or "device" memory from cudaMalloc. */
+enum block_kind { B_FREE, B_REGISTERED, B_HOST_ALLOC, B_DEVICE_ALLOC };
+
+struct block {
+	enum block_kind kind;
+	uintptr_t p;
+	size_t len;
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stream g_streams[STREAMS];
+static struct event g_events[EVENTS];
+static struct block g_blocks[BLOCKS];
+static uint32_t g_serial;
+static uint64_t g_device_alloc;
+
+static _Thread_local int t_device;
+static _Thread_local cudaError_t t_error;
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_have_driver;
+static fake_cuda_device_range_fn g_device_range;
+static fake_cuda_set_current_fn g_set_current;
+
+/* ---- the driver underneath ---------------------------------------------------------- */
+
+/* Like the real runtime: the driver is libcuda.so.1, loaded at the first call. */
+static void load_driver(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (!lib)
+		return;
+	g_have_driver = 1;
+	/* POSIX's idiom for a function pointer out of dlsym (ISO C has no such cast). */
+	*(void **)&g_device_range = dlsym(lib, FAKE_CUDA_HOOK_DEVICE_RANGE);
+	*(void **)&g_set_current = dlsym(lib, FAKE_CUDA_HOOK_SET_CURRENT);
+}
+
+static int driver(void)
+{
+	pthread_once(&g_once, load_driver);
+	return g_have_driver;
+}
+
+/* Record e as the thread's last error. @return e. */
+static cudaError_t fail(cudaError_t e)
+{
+	t_error = e;
+	return e;
+}
+
+/* Something the real runtime refuses and a correct caller never does. @return e. */
+static cudaError_t misuse(cudaError_t e, const char *call, const char *what)
+{
+	fprintf(stderr, "fake cudart: %s: %s (%s)%s\n", call, what, cudaGetErrorName(e),
+		getenv("FAKE_CUDA_STRICT") ? "; FAKE_CUDA_STRICT: aborting" : "");
+	if (getenv("FAKE_CUDA_STRICT"))
+		abort();
+	return fail(e);
+}
+
+/* The first call on a thread makes device 0 current, as the runtime's implicit context. */
+static cudaError_t ready(void)
+{
+	if (!driver())
+		return fail(cudaErrorInsufficientDriver);
+	if (g_set_current)
+		g_set_current(t_device);
+	return cudaSuccess;
+}
+
+/* ---- handles (called with g_lock held) ----------------------------------------------- */
+
+/* The default streams (0, cudaStreamLegacy, cudaStreamPerThread) or a live one. */
+static int stream_ok(cudaStream_t s)
+{
+	uintptr_t p = (uintptr_t)s;
+
+	if (p <= 2)
+		return 1;
+	return p >= (uintptr_t)g_streams && p < (uintptr_t)(g_streams + STREAMS) &&
+	       (p - (uintptr_t)g_streams) % sizeof(struct stream) == 0 &&
+	       ((struct stream *)p)->used;
+}
+
+static struct event *event_of(cudaEvent_t ev)
+{
+	uintptr_t p = (uintptr_t)ev;
+
+	if (p < (uintptr_t)g_events || p >= (uintptr_t)(g_events + EVENTS) ||
+	    (p - (uintptr_t)g_events) % sizeof(struct event) != 0 || !((struct event *)p)->used)
+		return NULL;
+	return (struct event *)p;
+}
+
+static struct block *block_at(uintptr_t p, enum block_kind kind)
+{
+	for (int i = 0; i < BLOCKS; i++)
+		if (g_blocks[i].kind == kind && g_blocks[i].p == p)
+			return &g_blocks[i];
+	return NULL;
+}
+
+static int overlaps_registered(uintptr_t p, size_t len)
+{
+	for (int i = 0; i < BLOCKS; i++) {
+		const struct block *b = &g_blocks[i];
+
+		if ((b->kind == B_REGISTERED || b->kind == B_HOST_ALLOC) && p < b->p + b->len &&
+		    b->p < p + len)
+			return 1;
+	}
+	return 0;
+}
+
+static struct block *block_new(enum block_kind kind, uintptr_t p, size_t len)
+{
+	for (int i = 0; i < BLOCKS; i++) {
+		if (g_blocks[i].kind == B_FREE) {
+			g_blocks[i] = (struct block){ .kind = kind, .p = p, .len = len };
+			return &g_blocks[i];
+		}
+	}
+	return NULL;
+}
+
+/* Is [p, p + len) device memory: a mapped VMM range of the driver's, or cudaMalloc's? */
+static int is_device(const void *ptr, size_t len)
+{
+	uintptr_t p = (uintptr_t)ptr;
+	int ok = 0;
+
+	if (len == 0)
+		return 1;
+	if (g_device_range && g_device_range(p, len))
+		return 1;
+	pthread_mutex_lock(&g_lock);
+	for (int i = 0; i < BLOCKS && !ok; i++) {
+		const struct block *b = &g_blocks[i];
+
+		ok = b->kind == B_DEVICE_ALLOC && p >= b->p && len <= b->len && p - b->p <= b->len - len;
+	}
+	pthread_mutex_unlock(&g_lock);
+	return ok;
+}
+
+/* ---- errors and versions -------------------------------------------------------------- */
+
+static const struct {
+	cudaError_t e;
+	const char *name, *text;
+} g_errors[] = {
+	{ cudaSuccess, "cudaSuccess", "no error" },
+	{ cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument" },
+	{ cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory" },
+	{ cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
+	  "CUDA driver version is insufficient for CUDA runtime version" },
+	{ cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected" },
+	{ cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal" },
+	{ cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
+	  "invalid resource handle" },
+	{ cudaErrorNotReady, "cudaErrorNotReady", "device not ready" },
+	{ cudaErrorHostMemoryAlreadyRegistered, "cudaErrorHostMemoryAlreadyRegistered",
+	  "part or all of the requested memory range is already mapped" },
+	{ cudaErrorHostMemoryNotRegistered, "cudaErrorHostMemoryNotRegistered",
+	  "pointer does not correspond to a registered memory region" },
+};
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+	for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); i++)
+		if (g_errors[i].e == e)
+			return g_errors[i].name;
+	return "cudaErrorUnknown";
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+	for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); i++)
+		if (g_errors[i].e == e)
+			return g_errors[i].text;
+	return "unknown error";
+}
+
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = t_error;
+
+	t_error = cudaSuccess;
+	return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+	return t_error;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+	*v = driver() ? CUDART_VERSION : 0;
+	return cudaSuccess;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+	*v = CUDART_VERSION;
+	return cudaSuccess;
+}
+
+/* ---- devices -------------------------------------------------------------------------- */
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	cudaError_t e = ready();
+
+	*n = e == cudaSuccess ? fake_cuda_devices() : 0;
+	return e;
+}
+
+cudaError_t cudaSetDevice(int dev)
+{
+	cudaError_t e = ready();
+
+	if (e != cudaSuccess)
+		return e;
+	if (dev < 0 || dev >= fake_cuda_devices())
+		return fail(cudaErrorInvalidDevice);
+	t_device = dev;
+	if (g_set_current)
+		g_set_current(dev);
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *dev)
+{
+	cudaError_t e = ready();
+
+	if (e == cudaSuccess)
+		*dev = t_device;
+	return e;
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
+{
+	cudaError_t e = ready();
+
+	if (e != cudaSuccess)
+		return e;
+	if (dev < 0 || dev >= fake_cuda_devices())
+		return fail(cudaErrorInvalidDevice);
+	memset(p, 0, sizeof(*p));
+	snprintf(p->name, sizeof(p->name), "Fake CUDA device %d", dev);
+	fake_cuda_uuid_of(dev, (unsigned char *)p->uuid.bytes);
+	p->totalGlobalMem = FAKE_CUDA_TOTAL_MEMORY;
+	p->major = 9;
+	p->minor = 0;
+	p->multiProcessorCount = 1;
+	p->pciBusID = 0x10 + dev;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+	return ready();
+}
+
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+	cudaError_t e = ready();
+
+	if (e != cudaSuccess)
+		return e;
+	pthread_mutex_lock(&g_lock);
+	*total = FAKE_CUDA_TOTAL_MEMORY;
+	*free_bytes = FAKE_CUDA_TOTAL_MEMORY - g_device_alloc;
+	pthread_mutex_unlock(&g_lock);
+	return cudaSuccess;
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+cudaError_t cudaMalloc(void **ret, size_t len)
+{
+	cudaError_t e = ready();
+	void *p;
+
+	if (e != cudaSuccess)
+		return e;
+	if (len == 0) {
+		*ret = NULL;
+		return cudaSuccess;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return fail(cudaErrorMemoryAllocation);
+	pthread_mutex_lock(&g_lock);
+	if (!block_new(B_DEVICE_ALLOC, (uintptr_t)p, len)) {
+		pthread_mutex_unlock(&g_lock);
+		munmap(p, len);
+		return fail(cudaErrorMemoryAllocation);
+	}
+	g_device_alloc += len;
+	pthread_mutex_unlock(&g_lock);
+	*ret = p;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+	cudaError_t e = ready();
+	struct block *b;
+	size_t len = 0;
+
+	if (e != cudaSuccess || !p)
+		return e;   /* cudaFree(NULL): the idiom that makes the context */
+	pthread_mutex_lock(&g_lock);
+	b = block_at((uintptr_t)p, B_DEVICE_ALLOC);
+	if (b) {
+		len = b->len;
+		g_device_alloc -= len;
+		b->kind = B_FREE;
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!b)
+		return misuse(cudaErrorInvalidValue, __func__, "not a cudaMalloc pointer");
+	munmap(p, len);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void **ret, size_t len)
+{
+	cudaError_t e = ready();
+	void *p;
+
+	if (e != cudaSuccess)
+		return e;
+	p = malloc(len ? len : 1);
+	if (!p)
+		return fail(cudaErrorMemoryAllocation);
+	pthread_mutex_lock(&g_lock);
+	if (!block_new(B_HOST_ALLOC, (uintptr_t)p, len)) {
+		pthread_mutex_unlock(&g_lock);
+		free(p);
+		return fail(cudaErrorMemoryAllocation);
+	}
+	pthread_mutex_unlock(&g_lock);
+	*ret = p;
+	return cudaSuccess;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+	struct block *b;
+
+	if (!p)
+		return cudaSuccess;
+	pthread_mutex_lock(&g_lock);
+	b = block_at((uintptr_t)p, B_HOST_ALLOC);
+	if (b)
+		b->kind = B_FREE;
+	pthread_mutex_unlock(&g_lock);
+	if (!b)
+		return misuse(cudaErrorInvalidValue, __func__, "not a cudaMallocHost pointer");
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaHostRegister(void *p, size_t len, unsigned int flags)
+{
+	cudaError_t e = ready();
+
+	if (e != cudaSuccess)
+		return e;
+	if (!p || len == 0)
+		return fail(cudaErrorInvalidValue);
+	if (getenv("FAKE_CUDA_PIN_FAIL"))
+		return fail(cudaErrorMemoryAllocation);
+	pthread_mutex_lock(&g_lock);
+	if (overlaps_registered((uintptr_t)p, len))
+		e = cudaErrorHostMemoryAlreadyRegistered;
+	else if (!block_new(B_REGISTERED, (uintptr_t)p, len))
+		e = cudaErrorMemoryAllocation;
+	pthread_mutex_unlock(&g_lock);
+	if (e == cudaErrorHostMemoryAlreadyRegistered)
+		return misuse(e, __func__, "overlaps memory registered or allocated pinned before");
+	return e == cudaSuccess ? e : fail(e);
+}
+
+cudaError_t cudaHostUnregister(void *p)
+{
+	struct block *b;
+
+	pthread_mutex_lock(&g_lock);
+	b = block_at((uintptr_t)p, B_REGISTERED);
+	if (b)
+		b->kind = B_FREE;
+	pthread_mutex_unlock(&g_lock);
+	if (!b)
+		return misuse(cudaErrorHostMemoryNotRegistered, __func__,
+			      "not the start of a registered range");
+	return cudaSuccess;
+}
+
+/* ---- streams ---------------------------------------------------------------------------- */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *ret, unsigned int flags)
+{
+	cudaError_t e = ready();
+
+	if (e != cudaSuccess)
+		return e;
+	pthread_mutex_lock(&g_lock);
+	for (int i = 0; i < STREAMS; i++) {
+		if (!g_streams[i].used) {
+			g_streams[i] = (struct stream){ .used = 1, .flags = flags };
+			*ret = (cudaStream_t)(void *)&g_streams[i];
+			pthread_mutex_unlock(&g_lock);
+			return cudaSuccess;
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	return fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *ret)
+{
+	return cudaStreamCreateWithFlags(ret, cudaStreamDefault);
+}
+
+/* @return cudaSuccess, or the misuse of a stale or made-up stream. */
+static cudaError_t check_stream(cudaStream_t s, const char *call)
+{
+	int ok;
+
+	pthread_mutex_lock(&g_lock);
+	ok = stream_ok(s);
+	pthread_mutex_unlock(&g_lock);
+	return ok ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, call, "no such stream");
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	int ok;
+
+	pthread_mutex_lock(&g_lock);
+	ok = (uintptr_t)s > 2 && stream_ok(s);
+	if (ok)
+		((struct stream *)(void *)s)->used = 0;
+	pthread_mutex_unlock(&g_lock);
+	return ok ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such stream");
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	return check_stream(s, __func__);
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+	return check_stream(s, __func__);
+}
+
+/* Synchronous streams: the function runs now, on the caller's thread. */
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
+{
+	cudaError_t e = check_stream(s, __func__);
+
+	if (e != cudaSuccess)
+		return e;
+	if (!fn)
+		return fail(cudaErrorInvalidValue);
+	fn(arg);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+			    cudaStream_t s)
+{
+	cudaError_t e = ready();
+	int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+	int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+
+	if (e == cudaSuccess)
+		e = check_stream(s, __func__);
+	if (e != cudaSuccess)
+		return e;
+	if (n && (!dst || !src))
+		return misuse(cudaErrorInvalidValue, __func__, "a NULL pointer");
+	if (dst_dev && !is_device(dst, n))
+		return misuse(cudaErrorInvalidValue, __func__,
+			      "the destination is not device memory (or the copy runs past its end)");
+	if (src_dev && !is_device(src, n))
+		return misuse(cudaErrorInvalidValue, __func__,
+			      "the source is not device memory (or the copy runs past its end)");
+	if (n)
+		memcpy(dst, src, n);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+	return cudaMemcpyAsync(dst, src, n, kind, 0);
+}
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ret, unsigned int flags)
+{
+	cudaError_t e = ready();
+
+	if (e != cudaSuccess)
+		return e;
+	if ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming))
+		return fail(cudaErrorInvalidValue);   /* as documented for IPC events */
+	pthread_mutex_lock(&g_lock);
+	for (int i = 0; i < EVENTS; i++) {
+		if (!g_events[i].used) {
+			g_events[i] = (struct event){ .used = 1, .flags = flags, .serial = ++g_serial };
+			*ret = (cudaEvent_t)(void *)&g_events[i];
+			pthread_mutex_unlock(&g_lock);
+			return cudaSuccess;
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	return fail(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *ret)
+{
+	return cudaEventCreateWithFlags(ret, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t ev)
+{
+	struct event *x;
+
+	pthread_mutex_lock(&g_lock);
+	x = event_of(ev);
+	if (x)
+		x->used = 0;
+	pthread_mutex_unlock(&g_lock);
+	return x ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
+{
+	struct event *x;
+	int ok;
+
+	pthread_mutex_lock(&g_lock);
+	x = event_of(ev);
+	ok = stream_ok(s);
+	if (x && ok)
+		x->records++;
+	pthread_mutex_unlock(&g_lock);
+	if (!x)
+		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
+	return ok ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such stream");
+}
+
+/* Every event is complete: streams are synchronous. */
+cudaError_t cudaEventQuery(cudaEvent_t ev)
+{
+	struct event *x;
+
+	pthread_mutex_lock(&g_lock);
+	x = event_of(ev);
+	pthread_mutex_unlock(&g_lock);
+	return x ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t ev)
+{
+	return cudaEventQuery(ev);
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+	struct event *x, *y;
+	int timed;
+
+	pthread_mutex_lock(&g_lock);
+	x = event_of(a);
+	y = event_of(b);
+	timed = x && y && !((x->flags | y->flags) & cudaEventDisableTiming) && x->records &&
+		y->records;
+	pthread_mutex_unlock(&g_lock);
+	if (!timed)
+		return misuse(cudaErrorInvalidResourceHandle, __func__,
+			      "events unrecorded, stale or made without timing");
+	*ms = 0.001f;
+	return cudaSuccess;
+}
+
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev)
+{
+	static const char magic[8] = FAKE_CUDA_RT_IPC_MAGIC;
+	int32_t pid = (int32_t)getpid();
+	struct event *x;
+	unsigned flags = 0;
+	uint32_t serial = 0;
+
+	pthread_mutex_lock(&g_lock);
+	x = event_of(ev);
+	if (x) {
+		flags = x->flags;
+		serial = x->serial;
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!x)
+		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
+	if (!(flags & cudaEventInterprocess))
+		return misuse(cudaErrorInvalidResourceHandle, __func__,
+			      "the event was made without cudaEventInterprocess");
+	memset(h, 0, sizeof(*h));
+	memcpy(h->reserved, magic, sizeof(magic));
+	memcpy(h->reserved + 8, &pid, sizeof(pid));
+	memcpy(h->reserved + 12, &serial, sizeof(serial));
+	return cudaSuccess;
+}
