@@ -41,7 +41,7 @@ static int send_now(int fd, const uint8_t *msg, size_t len, const int *fds, int 
 {
 	union {
 		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int) * BP_READY_FDS)];
+		char buf[CMSG_SPACE(sizeof(int) * BP_READY_FDS_GPU)];
 	} ctl;
 	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };

@@ -39,7 +39,7 @@ typedef struct outmsg {
 	struct outmsg *next;
 	size_t len;
 	int nfds;
-	int fds[BP_READY_FDS];   /* our duplicates, closed once sent */
+	int fds[BP_READY_FDS_GPU];   /* our duplicates, closed once sent */
 	uint8_t data[];
 } outmsg;
 
