@@ -665,6 +665,22 @@ static void gpu_free(bc_stream *s)
 	if (g->pid != getpid())
 		goto out;
 	pushed = g->retained && d->CtxPushCurrent(g->ctx) == CUDA_SUCCESS;
+	/*
+	 * Work the trainer queued on its batches may still read the slots:
+	 * mark the end of it for batches still held, and let all of it finish
+	 * before the memory goes from under it (unmapping does not wait).
+	 */
+	if (pushed && g->mapped && g->released) {
+		for (uint32_t i = 0; s->batches && i < s->r.slots; i++) {
+			const bc_batch *b = &s->batches[i];
+
+			if (b->held && b->dev)
+				d->EventRecord(g->released[b->seq % g->slots], (CUstream)b->stream);
+		}
+		for (uint32_t i = 0; i < g->slots; i++)
+			if (g->released[i])
+				d->EventSynchronize(g->released[i]);
+	}
 	for (uint32_t i = 0; i < g->slots; i++) {
 		/* A record still pending is fine: the driver frees the event once it completes. */
 		if (g->ready && g->ready[i])

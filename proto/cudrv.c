@@ -35,7 +35,7 @@ static void load(void)
 		SYM(MemRelease), SYM(MemExportToShareableHandle),
 		SYM(MemImportFromShareableHandle), SYM(MemAddressReserve), SYM(MemAddressFree),
 		SYM(MemMap), SYM(MemUnmap), SYM(MemSetAccess), SYM(IpcOpenEventHandle),
-		SYM(EventRecord), SYM(EventQuery), SYM(EventDestroy), SYM(StreamWaitEvent),
+		SYM(EventRecord), SYM(EventQuery), SYM(EventSynchronize), SYM(EventDestroy), SYM(StreamWaitEvent),
 		SYM(MemcpyDtoH),
 #undef SYM
 	};

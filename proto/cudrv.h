@@ -58,6 +58,7 @@ typedef struct bp_cudrv {
 	CUresult (*IpcOpenEventHandle)(CUevent *ev, CUipcEventHandle h);
 	CUresult (*EventRecord)(CUevent ev, CUstream stream);
 	CUresult (*EventQuery)(CUevent ev);
+	CUresult (*EventSynchronize)(CUevent ev);
 	CUresult (*EventDestroy)(CUevent ev);
 	CUresult (*StreamWaitEvent)(CUstream stream, CUevent ev, unsigned int flags);
 	CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t n);

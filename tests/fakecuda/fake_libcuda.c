@@ -695,6 +695,13 @@ static CUresult f_EventQuery(CUevent ev)
 	return opened(ev) ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_HANDLE);
 }
 
+/* Streams are synchronous here: every recorded event has completed. */
+static CUresult f_EventSynchronize(CUevent ev)
+{
+	need_ctx();
+	return opened(ev) ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_HANDLE);
+}
+
 static CUresult f_EventDestroy(CUevent ev)
 {
 	struct opened *o = opened(ev);
@@ -739,7 +746,8 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
 		F(CtxPopCurrent), F(MemGetAllocationGranularity), F(MemCreate), F(MemRelease),
 		F(MemExportToShareableHandle), F(MemImportFromShareableHandle),
 		F(MemAddressReserve), F(MemAddressFree), F(MemMap), F(MemUnmap), F(MemSetAccess),
-		F(IpcOpenEventHandle), F(EventRecord), F(EventQuery), F(EventDestroy),
+		F(IpcOpenEventHandle), F(EventRecord), F(EventQuery), F(EventSynchronize),
+		F(EventDestroy),
 		F(StreamWaitEvent), F(MemcpyDtoH),
 #undef F
 	};
