@@ -43,8 +43,12 @@ echo "== the same with block shuffling over 1 MiB blocks (decoded blocks are cac
 "$ctl" -s "$sock" consume stdlib-1M.bpk --batch-size 64 --epochs 2 --shuffle block --seed 1
 echo "== a trainer that computes for 10 ms a step: batchd keeps ahead, so it should barely wait"
 "$ctl" -s "$sock" consume stdlib.bpk --batch-size 64 --epochs 1 --shuffle global --step-ms 10
-echo "== batchctl status"
-"$ctl" -s "$sock" status | head -40
+echo "== a trainer on GPU 0: every batch lands in device memory and is checked by copying it back"
+# Without a GPU batchd refuses with its reason, and host sessions carry on.
+"$ctl" -s "$sock" consume stdlib.bpk --batch-size 64 --epochs 1 --shuffle global --device 0 ||
+	echo "   (no GPU session here: batchd serves host memory only, as the message says)"
+echo "== batchctl stats"
+"$ctl" -s "$sock" stats
 kill -TERM $daemon
 wait $daemon
 trap - EXIT
