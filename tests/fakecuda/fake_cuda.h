@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #define FAKE_CUDA_MAX_DEVICES 8
 #define FAKE_CUDA_DEFAULT_DEVICES 2
@@ -34,10 +35,71 @@
 
 /*
  * IPC event handles made by the fake runtime (cudaIpcGetEventHandle):
- * this magic, then the creating process's pid and the event's serial
- * number (native endian), the rest zero.
+ * this magic, then the creating process's pid, the event's serial number
+ * and its index in that process's shared event table (-1: none), all
+ * int32/uint32 in native endian; the rest zero.
  */
 #define FAKE_CUDA_RT_IPC_MAGIC "FAKERTEV"
+
+/*
+ * The shared event table: what makes an IPC event's state cross-process.
+ * The fake runtime creates it (POSIX shared memory, named after its pid)
+ * with its first cudaEventInterprocess event, and unlinks it at exit;
+ * the fake driver in another process maps it when it opens a handle.
+ * Each event says when its last record completes, as CLOCK_MONOTONIC
+ * nanoseconds (one clock for every process on the machine): 0 or a time
+ * past is complete. Records are instant (streams are synchronous) unless
+ * the recording process has $FAKE_CUDA_RECORD_DELAY_MS set: a record by
+ * the fake driver there completes that many milliseconds later, as if
+ * the stream still had that much work queued before it, and queries in
+ * either process answer "not ready" until then.
+ *
+ * The fields are read and written with atomics only: the daemon's GPU
+ * thread queries while a client records. A slot's serial is the live
+ * event's (0: free), so a handle of a destroyed event is told apart.
+ */
+#define FAKE_CUDA_SHM_NAME "/fake-cuda-events-%d"   /* shm_open name; %d: the pid */
+#define FAKE_CUDA_SHM_MAGIC "FAKESHM1"
+#define FAKE_CUDA_SHM_EVENTS 8192
+#define FAKE_CUDA_DELAY_ENV "FAKE_CUDA_RECORD_DELAY_MS"
+
+struct fake_cuda_shm_event {
+	uint32_t serial;
+	uint32_t pad;
+	int64_t completes_at;
+};
+
+struct fake_cuda_shm {
+	char magic[8];
+	struct fake_cuda_shm_event ev[FAKE_CUDA_SHM_EVENTS];
+};
+
+static inline int64_t fake_cuda_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Has the last record of e completed? */
+static inline int fake_cuda_shm_done(const struct fake_cuda_shm_event *e)
+{
+	return __atomic_load_n(&e->completes_at, __ATOMIC_ACQUIRE) <= fake_cuda_now_ns();
+}
+
+/* Sleep until the last record of e completed (it may be recorded again meanwhile). */
+static inline void fake_cuda_shm_wait(const struct fake_cuda_shm_event *e)
+{
+	int64_t left;
+
+	while ((left = __atomic_load_n(&e->completes_at, __ATOMIC_ACQUIRE) -
+		       fake_cuda_now_ns()) > 0) {
+		struct timespec ts = { .tv_sec = left / 1000000000, .tv_nsec = left % 1000000000 };
+
+		nanosleep(&ts, NULL);
+	}
+}
 
 /* Hooks the fake driver exports for the fake runtime (looked up with dlsym). */
 #define FAKE_CUDA_HOOK_DEVICE_RANGE "fake_cuda_device_range"

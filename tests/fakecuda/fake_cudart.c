@@ -11,10 +11,14 @@
  *
  * The model (fake_cuda.h): device memory is host memory the fake driver
  * mapped (VMM ranges) or cudaMalloc made; streams are synchronous, so a
- * copy is a memcpy done before cudaMemcpyAsync returns, every event is
- * complete and cudaLaunchHostFunc calls its function at once. IPC event
- * handles carry FAKE_CUDA_RT_IPC_MAGIC, the pid and a serial number; the
- * fake driver in another process opens them. What the real runtime would
+ * copy is a memcpy done before cudaMemcpyAsync returns, every event this
+ * process records is complete and cudaLaunchHostFunc calls its function at
+ * once. IPC event handles carry FAKE_CUDA_RT_IPC_MAGIC, the pid, a serial
+ * number and an index in the shared event table (fake_cuda.h); the fake
+ * driver in another process opens them, and a record there may complete
+ * later ($FAKE_CUDA_RECORD_DELAY_MS in that process): cudaEventQuery
+ * answers cudaErrorNotReady and cudaEventSynchronize sleeps until then, as
+ * for a client's stream still busy on a GPU. What the real runtime would
  * refuse is refused here too, and said on stderr: a stale stream or event,
  * a copy whose device side is not device memory, unregistering memory
  * never registered, an IPC handle for an event made without
@@ -26,6 +30,8 @@
  * The current device and the last error are per thread.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +58,7 @@ struct event {
 	unsigned flags;
 	uint32_t serial;
 	long records;
+	struct fake_cuda_shm_event *shared;   /* interprocess: its entry of g_shm, or NULL */
 };
 
 /* Host memory registered or allocated pinned, or "device" memory from cudaMalloc. */
@@ -69,6 +76,11 @@ static struct event g_events[EVENTS];
 static struct block g_blocks[BLOCKS];
 static uint32_t g_serial;
 static uint64_t g_device_alloc;
+/* The shared event table (fake_cuda.h), made with the first interprocess event. */
+static struct fake_cuda_shm *g_shm;
+static int g_shm_tried;
+static pid_t g_shm_pid;
+static char g_shm_name[64];
 
 static _Thread_local int t_device;
 static _Thread_local cudaError_t t_error;
@@ -124,6 +136,54 @@ static cudaError_t ready(void)
 	if (g_set_current)
 		g_set_current(t_device);
 	return cudaSuccess;
+}
+
+/* ---- the shared event table ------------------------------------------------------------ */
+
+/*
+ * The table, made at the first call (called with g_lock held). A table
+ * left by a killed process that had our pid goes first. @return it, or
+ * NULL (said once): IPC events then complete at once everywhere.
+ */
+static struct fake_cuda_shm *shm_table(void)
+{
+	struct fake_cuda_shm *t;
+	int fd;
+
+	if (g_shm_tried)
+		return g_shm;
+	g_shm_tried = 1;
+	snprintf(g_shm_name, sizeof(g_shm_name), FAKE_CUDA_SHM_NAME, (int)getpid());
+	shm_unlink(g_shm_name);
+	fd = shm_open(g_shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd < 0)
+		goto fail;
+	if (ftruncate(fd, (off_t)sizeof(*t)) < 0) {
+		close(fd);
+		shm_unlink(g_shm_name);
+		goto fail;
+	}
+	t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (t == MAP_FAILED) {
+		shm_unlink(g_shm_name);
+		goto fail;
+	}
+	memcpy(t->magic, FAKE_CUDA_SHM_MAGIC, sizeof(t->magic));
+	g_shm_pid = getpid();
+	g_shm = t;
+	return t;
+fail:
+	fprintf(stderr, "fake cudart: no shared event table %s (%s): IPC events complete at "
+		"once, whatever $" FAKE_CUDA_DELAY_ENV " says\n", g_shm_name, strerror(errno));
+	return NULL;
+}
+
+/* At exit: the table goes with the process that made it (not with a forked child). */
+__attribute__((destructor)) static void shm_unlink_at_exit(void)
+{
+	if (g_shm && g_shm_pid == getpid())
+		shm_unlink(g_shm_name);
 }
 
 /* ---- handles (called with g_lock held) ----------------------------------------------- */
@@ -572,8 +632,20 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ret, unsigned int flags)
 	pthread_mutex_lock(&g_lock);
 	for (int i = 0; i < EVENTS; i++) {
 		if (!g_events[i].used) {
-			g_events[i] = (struct event){ .used = 1, .flags = flags, .serial = ++g_serial };
-			*ret = (cudaEvent_t)(void *)&g_events[i];
+			struct event *x = &g_events[i];
+
+			*x = (struct event){ .used = 1, .flags = flags, .serial = ++g_serial };
+			/* Serial 0 marks a free shared entry. */
+			if (!x->serial)
+				x->serial = ++g_serial;
+			if ((flags & cudaEventInterprocess) && i < FAKE_CUDA_SHM_EVENTS &&
+			    shm_table()) {
+				/* Complete until recorded; the serial last, for handle checks. */
+				x->shared = &g_shm->ev[i];
+				__atomic_store_n(&x->shared->completes_at, 0, __ATOMIC_RELAXED);
+				__atomic_store_n(&x->shared->serial, x->serial, __ATOMIC_RELEASE);
+			}
+			*ret = (cudaEvent_t)(void *)x;
 			pthread_mutex_unlock(&g_lock);
 			return cudaSuccess;
 		}
@@ -593,8 +665,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev)
 
 	pthread_mutex_lock(&g_lock);
 	x = event_of(ev);
-	if (x)
+	if (x) {
 		x->used = 0;
+		if (x->shared)
+			__atomic_store_n(&x->shared->serial, 0, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&g_lock);
 	return x ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
 }
@@ -607,28 +682,54 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
 	pthread_mutex_lock(&g_lock);
 	x = event_of(ev);
 	ok = stream_ok(s);
-	if (x && ok)
+	if (x && ok) {
 		x->records++;
+		/* Our streams are synchronous: the record is complete already. */
+		if (x->shared)
+			__atomic_store_n(&x->shared->completes_at, 0, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&g_lock);
 	if (!x)
 		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
 	return ok ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such stream");
 }
 
-/* Every event is complete: streams are synchronous. */
+/*
+ * Our own records are complete (streams are synchronous); an IPC event
+ * another process recorded with a delay is not until its time. Like the
+ * runtime, "not ready" is not an error: it does not become the last error.
+ */
 cudaError_t cudaEventQuery(cudaEvent_t ev)
 {
 	struct event *x;
+	int done = 1;
 
 	pthread_mutex_lock(&g_lock);
 	x = event_of(ev);
+	if (x && x->shared)
+		done = fake_cuda_shm_done(x->shared);
 	pthread_mutex_unlock(&g_lock);
-	return x ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
+	if (!x)
+		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
+	return done ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 {
-	return cudaEventQuery(ev);
+	struct fake_cuda_shm_event *shared = NULL;
+	struct event *x;
+
+	pthread_mutex_lock(&g_lock);
+	x = event_of(ev);
+	if (x)
+		shared = x->shared;
+	pthread_mutex_unlock(&g_lock);
+	if (!x)
+		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
+	/* The entry stays mapped for the process's life: sleeping unlocked is safe. */
+	if (shared)
+		fake_cuda_shm_wait(shared);
+	return cudaSuccess;
 }
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
@@ -652,7 +753,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev)
 {
 	static const char magic[8] = FAKE_CUDA_RT_IPC_MAGIC;
-	int32_t pid = (int32_t)getpid();
+	int32_t pid = (int32_t)getpid(), index = -1;
 	struct event *x;
 	unsigned flags = 0;
 	uint32_t serial = 0;
@@ -662,6 +763,8 @@ cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev)
 	if (x) {
 		flags = x->flags;
 		serial = x->serial;
+		if (x->shared)
+			index = (int32_t)(x - g_events);
 	}
 	pthread_mutex_unlock(&g_lock);
 	if (!x)
@@ -673,5 +776,6 @@ cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev)
 	memcpy(h->reserved, magic, sizeof(magic));
 	memcpy(h->reserved + 8, &pid, sizeof(pid));
 	memcpy(h->reserved + 12, &serial, sizeof(serial));
+	memcpy(h->reserved + 16, &index, sizeof(index));
 	return cudaSuccess;
 }

@@ -18,8 +18,12 @@
  * other reads. Events opened from an IPC handle are entries of a table:
  * either filled by the in-process fake daemon (handle "FAKEIPC", the
  * entry's index) or made by the fake runtime in another process (handle
- * FAKE_CUDA_RT_IPC_MAGIC); all events are complete, as streams are
- * synchronous.
+ * FAKE_CUDA_RT_IPC_MAGIC). Streams are synchronous, so an event is complete
+ * once recorded, except that an event of the fake runtime's shares its
+ * state with that process (fake_cuda.h): with $FAKE_CUDA_RECORD_DELAY_MS
+ * set here, cuEventRecord makes it complete that much later, for
+ * cuEventQuery and cuEventSynchronize here and the runtime's queries
+ * there, as a trainer's stream still busy with the slot would.
  *
  * It checks what the real driver would refuse and what the client
  * promises (a context current around every call, access granted to the
@@ -70,6 +74,7 @@ struct fake_cuda_counts {
 	int imports;     /* cuMemImportFromShareableHandle calls that succeeded */
 };
 
+/* The Python tests read a prefix of this, up to record_device: add fields after it. */
 struct fake_cuda_event {
 	int used;
 	int remote;            /* opened from a fake runtime's handle: freed on destroy */
@@ -78,6 +83,8 @@ struct fake_cuda_event {
 	void *wait_stream;     /* the stream of the last wait */
 	unsigned wait_flags;
 	int record_device;     /* the device current at the last record */
+	struct fake_cuda_shm *shm;               /* remote: the exporter's table, mapped, or NULL */
+	struct fake_cuda_shm_event *shared;      /* its entry in shm */
 };
 
 struct opened {
@@ -299,6 +306,7 @@ static const char *err_name(CUresult e)
 	case CUDA_ERROR_INVALID_CONTEXT: return "CUDA_ERROR_INVALID_CONTEXT";
 	case CUDA_ERROR_INVALID_HANDLE: return "CUDA_ERROR_INVALID_HANDLE";
 	case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
+	case CUDA_ERROR_NOT_READY: return "CUDA_ERROR_NOT_READY";
 	case CUDA_ERROR_LAUNCH_FAILED: return "CUDA_ERROR_LAUNCH_FAILED";
 	default: return NULL;
 	}
@@ -642,20 +650,87 @@ static int event_slot(void)
 	return -1;
 }
 
+/*
+ * Map the exporting process's shared event table and find the event of a
+ * fake runtime's handle there. @return 0 and the mapping in *ret_shm (NULL
+ * where the exporter has no table: its events complete at once), or -1
+ * for a handle of an event that no longer lives.
+ */
+static int open_shared(const CUipcEventHandle *h, struct fake_cuda_shm **ret_shm)
+{
+	struct fake_cuda_shm *t;
+	int32_t pid, index;
+	uint32_t serial;
+	struct stat st;
+	char name[64];
+	int fd;
+
+	*ret_shm = NULL;
+	memcpy(&pid, h->reserved + 8, sizeof(pid));
+	memcpy(&serial, h->reserved + 12, sizeof(serial));
+	memcpy(&index, h->reserved + 16, sizeof(index));
+	if (index < 0 || index >= FAKE_CUDA_SHM_EVENTS)
+		return 0;
+	snprintf(name, sizeof(name), FAKE_CUDA_SHM_NAME, (int)pid);
+	fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	if (fd < 0 || fstat(fd, &st) < 0 || (size_t)st.st_size < sizeof(*t)) {
+		fprintf(stderr, "fake libcuda: no shared event table %s (%s): event %d of process %d "
+			"completes at once\n", name, fd < 0 ? strerror(errno) : "too short",
+			(int)index, (int)pid);
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	t = mmap(NULL, sizeof(*t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (t == MAP_FAILED)
+		return 0;
+	if (memcmp(t->magic, FAKE_CUDA_SHM_MAGIC, sizeof(t->magic)) != 0 ||
+	    __atomic_load_n(&t->ev[index].serial, __ATOMIC_ACQUIRE) != serial) {
+		munmap(t, sizeof(*t));
+		return -1;
+	}
+	*ret_shm = t;
+	return 0;
+}
+
+/* Free entry i of an event opened from a fake runtime's handle. */
+static void event_drop(int i)
+{
+	if (g_ev[i].shm)
+		munmap(g_ev[i].shm, sizeof(*g_ev[i].shm));
+	g_ev[i].shm = NULL;
+	g_ev[i].shared = NULL;
+	g_ev[i].used = 0;
+}
+
 static CUresult f_IpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
 {
 	static const char rt_magic[8] = FAKE_CUDA_RT_IPC_MAGIC;
+	struct fake_cuda_shm *shm = NULL;
 	struct opened *o;
 	int i, remote = 0;
 
 	FAIL_POINT("cuIpcOpenEventHandle");
 	need_ctx();
 	if (memcmp(h.reserved, rt_magic, sizeof(rt_magic)) == 0) {
-		/* A fake runtime's event in another process: complete whenever asked. */
+		/* A fake runtime's event in another process: its state is in that one's table. */
+		if (open_shared(&h, &shm) < 0)
+			return CUDA_ERROR_INVALID_VALUE;   /* destroyed: not the client's fault */
 		i = event_slot();
-		if (i < 0)
+		if (i < 0) {
+			if (shm)
+				munmap(shm, sizeof(*shm));
 			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
 		g_ev[i].remote = remote = 1;
+		if (shm) {
+			int32_t index;
+
+			memcpy(&index, h.reserved + 16, sizeof(index));
+			g_ev[i].shm = shm;
+			g_ev[i].shared = &shm->ev[index];
+		}
 	} else {
 		memcpy(&i, h.reserved + 8, sizeof(i));
 		if (memcmp(h.reserved, "FAKEIPC", 8) != 0 || i < 0 || i >= EVENTS || !g_ev[i].used)
@@ -664,7 +739,7 @@ static CUresult f_IpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
 	o = calloc(1, sizeof(*o));
 	if (!o) {
 		if (remote)
-			g_ev[i].used = 0;
+			event_drop(i);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	o->magic = OPEN_MAGIC;
@@ -685,6 +760,18 @@ static CUresult f_EventRecord(CUevent ev, CUstream stream)
 	g_ev[o->index].records++;
 	g_ev[o->index].record_stream = (void *)stream;
 	g_ev[o->index].record_device = dev;
+	if (g_ev[o->index].shared) {
+		const char *s = getenv(FAKE_CUDA_DELAY_ENV);
+		long ms = s ? atol(s) : 0;
+
+		/*
+		 * Before the caller goes on to store its release mark: whoever
+		 * sees the mark and then queries the event sees this record.
+		 */
+		__atomic_store_n(&g_ev[o->index].shared->completes_at,
+				 ms > 0 ? fake_cuda_now_ns() + (int64_t)ms * 1000000 : 0,
+				 __ATOMIC_RELEASE);
+	}
 	if (g_on_record)
 		g_on_record(o->index, (void *)stream);
 	return CUDA_SUCCESS;
@@ -692,14 +779,26 @@ static CUresult f_EventRecord(CUevent ev, CUstream stream)
 
 static CUresult f_EventQuery(CUevent ev)
 {
-	return opened(ev) ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_HANDLE);
+	struct opened *o = opened(ev);
+
+	if (!o)
+		return bad(CUDA_ERROR_INVALID_HANDLE);
+	if (g_ev[o->index].shared && !fake_cuda_shm_done(g_ev[o->index].shared))
+		return CUDA_ERROR_NOT_READY;
+	return CUDA_SUCCESS;
 }
 
-/* Streams are synchronous here: every recorded event has completed. */
+/* Streams are synchronous here: an event is complete once recorded, unless delayed. */
 static CUresult f_EventSynchronize(CUevent ev)
 {
+	struct opened *o = opened(ev);
+
 	need_ctx();
-	return opened(ev) ? CUDA_SUCCESS : bad(CUDA_ERROR_INVALID_HANDLE);
+	if (!o)
+		return bad(CUDA_ERROR_INVALID_HANDLE);
+	if (g_ev[o->index].shared)
+		fake_cuda_shm_wait(g_ev[o->index].shared);
+	return CUDA_SUCCESS;
 }
 
 static CUresult f_EventDestroy(CUevent ev)
@@ -711,7 +810,7 @@ static CUresult f_EventDestroy(CUevent ev)
 	if (!o)
 		return bad(CUDA_ERROR_INVALID_HANDLE);
 	if (g_ev[o->index].remote)
-		g_ev[o->index].used = 0;
+		event_drop(o->index);
 	o->magic = 0;
 	free(o);
 	g_n.events--;

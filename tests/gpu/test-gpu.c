@@ -19,10 +19,16 @@
  * With BATCHD_TEST_FAKE_CUDA=1 the same binary runs against the fake CUDA
  * of tests/fakecuda (on LD_LIBRARY_PATH for this process, the daemon and
  * batchctl alike), where streams are synchronous and device memory is
- * host memory: slot reuse cannot be shown (a host function cannot hold a
- * stream) and is skipped, saying so; device memory is checked through the
- * daemon's status alone (the fake's free memory is per process); delivery
- * runs in full. Without CUDA there is then a failure, not a skip, and
+ * host memory. No host function can hold a stream there, so slot reuse
+ * holds batch 0's release event back the fake's way instead: released
+ * with $FAKE_CUDA_RECORD_DELAY_MS set in this process, the event
+ * completes FAKE_HOLD_MS later for the daemon too, and batch `slots`,
+ * which needs its device slot, must not be published before then, must
+ * arrive after, byte-exact, with the daemon counting the wait
+ * (`gpu.slot_waits`); meanwhile the slot, read through our mapping of it,
+ * still holds batch 0. Device memory is checked through the daemon's
+ * status alone (the fake's free memory is per process); delivery runs in
+ * full. Without CUDA there is then a failure, not a skip, and
  * `gpu.pinned` must be false exactly when $FAKE_CUDA_PIN_FAIL is set.
  *
  * Exit status: 0 passed, 1 failed, 77 skipped (no CUDA device answers here,
@@ -127,6 +133,15 @@ static uint64_t now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* CLOCK_MONOTONIC, the clock the fake CUDA's delayed events complete by, in ns. */
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* ---- the daemon's status ------------------------------------------------------- */
@@ -655,6 +670,163 @@ out:
 	dt_ref_close(&ref);
 }
 
+/*
+ * (b) on the fake CUDA. Batch 0 is released with $FAKE_CUDA_RECORD_DELAY_MS
+ * set, so its release event completes FAKE_HOLD_MS after the record, in
+ * the daemon as here (tests/fakecuda/fake_cuda.h). The bounds are lower
+ * bounds only, which no slow machine can break: the daemon issues the copy
+ * into batch 0's slot, and then publishes, only after the event completed,
+ * at or after t0 + FAKE_HOLD_MS (t0 is taken before the record), so batch
+ * `slots` seen sooner, or slot 0 read changed by a read that ended sooner,
+ * is the daemon's fault. FAKE_HOLD_MS is long enough for the daemon to
+ * plan batch `slots` and meet the pending event (gpu.slot_waits) on a busy
+ * sanitizer run.
+ */
+#define FAKE_HOLD_MS 1000
+#define FAKE_DELAY_ENV "FAKE_CUDA_RECORD_DELAY_MS"
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define FAKE_WAIT_MS 20000
+
+static void case_slot_reuse_fake(void)
+{
+	const int64_t hold_ns = (int64_t)FAKE_HOLD_MS * 1000000;
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	cudaStream_t st = NULL;
+	json_object *o = NULL;
+	uint8_t *back = NULL, *expect0 = NULL, *peek = NULL;
+	void *dev0;
+	unsigned taken = 0, peeks = 0, k;
+	int64_t t0 = 0, seen = 0, len0, n, devmem = -1, waits = -1;
+	size_t cap = 0, dlen, nsess = 0;
+	char path[PATH_MAX], err[768];
+	bc_batch *b;
+	dt_ref ref;
+	int r;
+
+	EXPECT(dt_ref_open(&ref, dt_root_path(&D, DSET_BLK, path, sizeof(path))) == 0,
+	       "reference reader on %s", path);
+	EXPECT(open_stream(&c, &s, DSET_BLK, 32, BC_SHUFFLE_NONE, HOLD_PREFETCH) == 0,
+	       "open a GPU stream");
+	EXPECT(bc_stream_batches_per_epoch(s) > 3 * HOLD_MAX, "the epoch is too short");
+	cap = 32 * bc_stream_max_sample(s) + 4096;
+	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	CU(cudaMallocHost((void **)&back, cap));
+	expect0 = malloc(cap);
+	peek = malloc(cap);
+	EXPECT(expect0 && peek, "out of memory");
+
+	/* Batch 0, byte-exact on the device; then its release, held back FAKE_HOLD_MS. */
+	r = bc_next(s, &b, 30000);
+	EXPECT(r == 0, "bc_next: %s: %s", bc_strerror(r), bc_stream_error(s));
+	len0 = check_on_device(b, st, back, cap, &ref, err, sizeof(err));
+	EXPECT(len0 > 0, "batch 0: %s", len0 < 0 ? err : "empty");
+	memcpy(expect0, back, (size_t)len0);
+	dev0 = bc_batch_device_data(b, &dlen);
+	/* Let batches 1 .. slots-1 be copied first, as in the GPU case. */
+	sleep_ms(100);
+	EXPECT(setenv(FAKE_DELAY_ENV, STR(FAKE_HOLD_MS), 1) == 0, "setenv");
+	t0 = now_ns();
+	r = bc_release(b);
+	unsetenv(FAKE_DELAY_ENV);
+	taken = 1;
+	EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+
+	/*
+	 * Batches 1 .. slots-1 are in other device slots and come at once;
+	 * batch `slots` goes into batch 0's. Until the event can have
+	 * completed, keep reading slot 0: it must still hold batch 0.
+	 */
+	while (taken <= HOLD_SLOTS) {
+		int64_t t;
+
+		EXPECT(now_ns() - t0 < (int64_t)FAKE_WAIT_MS * 1000000, "batch %u did not come "
+		       "within %d s of batch 0's release (its event completed after %d ms)", taken,
+		       FAKE_WAIT_MS / 1000, FAKE_HOLD_MS);
+		if (now_ns() - t0 < hold_ns) {
+			CU(cudaMemcpy(peek, dev0, (size_t)len0, cudaMemcpyDeviceToHost));
+			t = now_ns() - t0;
+			/* The read ended before the event could complete: no copy can have begun. */
+			if (t < hold_ns) {
+				EXPECT(memcmp(peek, expect0, (size_t)len0) == 0, "batch 0's device "
+				       "slot changed within %.1f ms of its release, whose event "
+				       "completes at %d ms (first difference at byte %zu of %" PRId64
+				       ")", t / 1e6, FAKE_HOLD_MS,
+				       first_diff(peek, expect0, (size_t)len0), len0);
+				peeks++;
+			}
+		}
+		r = bc_next(s, &b, 5);
+		if (r == -ETIMEDOUT)
+			continue;
+		t = now_ns() - t0;
+		EXPECT(r == 0, "bc_next for batch %u after batch 0's delayed release: %s: %s", taken,
+		       bc_strerror(r), bc_stream_error(s));
+		k = taken++;
+		if (k == HOLD_SLOTS) {
+			seen = t;
+			EXPECT(t >= hold_ns, "batch %u, for batch 0's device slot, was published "
+			       "%.1f ms after batch 0's release, whose event completes at %d ms", k,
+			       t / 1e6, FAKE_HOLD_MS);
+			EXPECT(bc_batch_device_data(b, &dlen) == dev0, "batch %u is at device %p, batch 0 "
+			       "at %p: slots are not seq %% %u", k, bc_batch_device_data(b, &dlen), dev0,
+			       HOLD_SLOTS);
+		} else {
+			EXPECT(bc_batch_device_data(b, &dlen) != dev0, "batch %u shares batch 0's device "
+			       "slot %p", k, dev0);
+		}
+		n = check_on_device(b, st, back, cap, &ref, err, sizeof(err));
+		r = bc_release(b);
+		EXPECT(n >= 0, "batch %u: %s", k, err);
+		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+	}
+	/* Not a failure: only a machine stalled for FAKE_HOLD_MS would read none in time. */
+	if (!peeks)
+		printf("# slot reuse: no read of batch 0's device slot ended within %d ms of its "
+		       "release; the slot's contents during the wait went unchecked\n", FAKE_HOLD_MS);
+
+	/* The daemon's GPU thread met the pending event (rather than being too late to). */
+	o = status_json();
+	EXPECT(o && nsessions(o) == 1, "status: %s", o ? json_object_to_json_string(o) : "none");
+	waits = jint(json_object_array_get_idx(jget(o, "sessions"), 0), "gpu.slot_waits");
+	EXPECT(waits >= 1, "status: gpu.slot_waits is %" PRId64 " after batch %u waited for batch "
+	       "0's release event: %s", waits, HOLD_SLOTS, json_object_to_json_string(o));
+	json_object_put(o);
+	o = NULL;
+
+	/* Then it carries on through every slot twice, byte-exact. */
+	for (k = 0; k < 2 * HOLD_SLOTS; k++) {
+		r = bc_next(s, &b, 30000);
+		EXPECT(r == 0, "bc_next after the hold: %s: %s", bc_strerror(r), bc_stream_error(s));
+		n = check_on_device(b, st, back, cap, &ref, err, sizeof(err));
+		r = bc_release(b);
+		EXPECT(n >= 0, "after the hold: %s", err);
+		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+	}
+	r = bc_close(s);
+	s = NULL;
+	EXPECT(r == 0, "bc_close: %s", bc_strerror(r));
+	bc_disconnect(c);
+	c = NULL;
+	EXPECT(wait_idle(30000, &devmem, &nsess), "30 s after bc_close: %zu sessions, device_memory "
+	       "%" PRId64, nsess, devmem);
+	printf("ok - slot reuse (fake CUDA): batch 0's release event held %d ms kept its device "
+	       "slot (%u reads of it still batch 0); batch %u came at %.1f ms, byte-exact; "
+	       "gpu.slot_waits %" PRId64 "\n", FAKE_HOLD_MS, peeks, HOLD_SLOTS, seen / 1e6, waits);
+out:
+	unsetenv(FAKE_DELAY_ENV);
+	json_object_put(o);
+	bc_close(s);
+	bc_disconnect(c);
+	if (st)
+		cudaStreamDestroy(st);
+	cudaFreeHost(back);
+	free(expect0);
+	free(peek);
+	dt_ref_close(&ref);
+}
+
 /* ---- (c) device memory comes back -------------------------------------------------------- */
 
 /* A dataset of BIG_SAMPLES samples of BIG_SAMPLE bytes (compressible: quick to pack). */
@@ -1051,8 +1223,7 @@ int main(int argc, char **argv)
 	case_delivery();
 	current_case = "slot reuse";
 	if (fake)
-		printf("skip - slot reuse: the fake CUDA's streams are synchronous, so no host "
-		       "function can hold a stream and keep a release event pending\n");
+		case_slot_reuse_fake();
 	else
 		case_slot_reuse();
 	current_case = "device memory";
