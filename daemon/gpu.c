@@ -45,7 +45,6 @@ typedef struct gpu_event {
 typedef struct op {
 	struct op *next;
 	bd_gpu_session *gs;
-	void *owner;
 	uint64_t seq;
 	const void *src;
 	uint64_t bytes;
@@ -321,7 +320,8 @@ static void on_async(uv_async_t *a)
 		op *o = ev->op;
 
 		list = ev->next;
-		g->fn(o->owner, o->seq, ev->kind, ev->status, ev->reason);
+		/* The session, and so gs, lives until the op's last event is in. */
+		g->fn(o->gs->owner, o->seq, ev->kind, ev->status, ev->reason);
 		if (ev->last)
 			free(o);
 	}
@@ -381,14 +381,7 @@ void bd_gpu_free(bd_gpu *g)
 		pthread_mutex_unlock(&g->lock);
 		pthread_join(g->thread, NULL);
 	}
-	/* Events not yet delivered belong to sessions that are gone: drop them. */
-	while (g->events) {
-		gpu_event *ev = g->events;
-
-		g->events = ev->next;
-		if (ev->last)
-			free(ev->op);
-	}
+	/* Every session was freed, after its ops' last events: nothing is left to deliver. */
 	uv_close((uv_handle_t *)&g->async, on_async_closed);
 }
 
@@ -400,7 +393,6 @@ int bd_gpu_copy(bd_gpu_session *gs, uint64_t seq, const void *src, uint64_t byte
 	if (!o)
 		return -ENOMEM;
 	o->gs = gs;
-	o->owner = gs->owner;
 	o->seq = seq;
 	o->src = src;
 	o->bytes = bytes;

@@ -58,10 +58,9 @@ struct bd_session {
 	uint64_t arena_off, arena_size;
 
 	/* GPU sessions: the device side, and copies whose last event is still to come. */
-	int device;
 	bd_gpu_session *gpu;
 	int gpu_fd;
-	uint64_t gpu_off, gpu_size, slot_bytes;
+	uint64_t slot_bytes;
 	uint32_t gpu_pending;
 	uint64_t copy_next;     /* next batch whose copy to queue: copies go in seq order */
 
@@ -211,7 +210,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		.chunk = d->samples_per_block ? d->samples_per_block : 1,
 		.window = m->window,
 	};
-	uint64_t mean, max_rec, mean_rec, need;
+	uint64_t mean, max_rec, mean_rec, need, gpu_off = 0;
 	unsigned prefetch = m->prefetch ? m->prefetch : env->default_prefetch;
 	char a[32], b[32], c[32];
 	bd_session *s;
@@ -228,7 +227,6 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	s->req = *m;
 	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
 	s->gpu_fd = -1;
-	s->device = device;
 	s->req.path = strndup(m->path, m->path_len);
 	if (!s->req.path) {
 		r = -ENOMEM;
@@ -281,9 +279,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		/* One device slot per descriptor, each as large as the largest batch. */
 		s->slot_bytes = ALIGN_UP(bd_dataset_batch_bound(d, m->batch_size) + 1,
 					 BP_RING_DEVICE_ALIGN);
-		s->gpu_off = s->data_size;
-		s->gpu_size = bp_ring_gpu_size(s->slots);
-		s->data_size += s->gpu_size;
+		gpu_off = s->data_size;
+		s->data_size += bp_ring_gpu_size(s->slots);
 	}
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
 	need = s->data_size + s->ctrl_size;
@@ -371,10 +368,10 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		};
 
 		memcpy(gc.uuid, env->cuda->dev[device].uuid, sizeof(gc.uuid));
-		s->hdr->gpu_offset = s->gpu_off;
-		s->hdr->gpu_size = s->gpu_size;
-		r = bd_gpu_session_new(env->gpu, &gc, (bp_ring_gpu *)(s->data + s->gpu_off),
-				       (bp_ring_gpu_slot *)(s->data + s->gpu_off + sizeof(bp_ring_gpu)),
+		s->hdr->gpu_offset = gpu_off;
+		s->hdr->gpu_size = bp_ring_gpu_size(s->slots);
+		r = bd_gpu_session_new(env->gpu, &gc, (bp_ring_gpu *)(s->data + gpu_off),
+				       (bp_ring_gpu_slot *)(s->data + gpu_off + sizeof(bp_ring_gpu)),
 				       &s->gpu_fd, &s->gpu, err, errlen);
 		if (r < 0)
 			goto fail;
@@ -895,7 +892,7 @@ void bd_session_get_info(const bd_session *s, bd_session_info *ret)
 		.shuffle = s->req.shuffle,
 		.protocol_violation = s->violation,
 		.age_ns = bd_now_ns() - s->opened_ns,
-		.device = s->gpu ? s->device : -1,
+		.device = -1,
 		/* The client's own account: read once, trusted for nothing. */
 		.consumed = __atomic_load_n(&s->ctrl->consumed, __ATOMIC_RELAXED),
 		.wait_ns = __atomic_load_n(&s->ctrl->wait_ns, __ATOMIC_RELAXED),
@@ -903,8 +900,10 @@ void bd_session_get_info(const bd_session *s, bd_session_info *ret)
 	};
 	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++)
 		ret->wait_hist[i] = __atomic_load_n(&s->ctrl->wait_hist[i], __ATOMIC_RELAXED);
-	if (s->gpu)
+	if (s->gpu) {
 		bd_gpu_session_get_info(s->gpu, &ret->gpu);
+		ret->device = ret->gpu.device;
+	}
 }
 
 bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns)
