@@ -515,11 +515,8 @@ static void handle_open(client *c, const uint8_t *buf, size_t len)
 	if (m.placement != BP_PLACEMENT_HOST) {
 		char err[BP_ERRMSG_MAX];
 
-		device = srv->gpu ? bd_cuda_pick(&srv->cuda, m.device_uuid, m.placement, err,
-						 sizeof(err))
-				  : -ENODEV;
-		if (!srv->gpu)
-			snprintf(err, sizeof(err), "no CUDA device: %s", srv->cuda.reason);
+		/* No GPU thread means no devices (bd_server_new): pick says so. */
+		device = bd_cuda_pick(&srv->cuda, m.device_uuid, m.placement, err, sizeof(err));
 		if (device < 0) {
 			refuse_device(c, device, "%s", err);
 			return;
