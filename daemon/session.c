@@ -27,7 +27,7 @@ typedef struct slot {
 	bool copied;            /* no copy reads the record any more (GPU: COPIED came) */
 	bool decoded;           /* GPU: the job came back, its copy not yet queued */
 	uint64_t rec_off, rec_size;
-	uint64_t payload;       /* published payload bytes */
+	uint64_t payload;       /* payload bytes, as planned; 0 once published as failed */
 } slot;
 
 /* Where one sample of the batch being planned comes from. */
@@ -324,22 +324,19 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		goto fail;
 	}
 	{
-		int rel[2], pub[2];
+		int *ends[2][2] = { { &s->rel_r, &s->rel_w }, { &s->pub_r, &s->pub_w } };
 
-		if (pipe2(rel, O_CLOEXEC | O_NONBLOCK) < 0) {
-			r = -errno;
-			snprintf(err, errlen, "cannot create wake-up pipes: %s", strerror(-r));
-			goto fail;
+		for (int i = 0; i < 2; i++) {
+			int p[2];
+
+			if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
+				r = -errno;
+				snprintf(err, errlen, "cannot create wake-up pipes: %s", strerror(-r));
+				goto fail;
+			}
+			*ends[i][0] = p[0];
+			*ends[i][1] = p[1];
 		}
-		s->rel_r = rel[0];
-		s->rel_w = rel[1];
-		if (pipe2(pub, O_CLOEXEC | O_NONBLOCK) < 0) {
-			r = -errno;
-			snprintf(err, errlen, "cannot create wake-up pipes: %s", strerror(-r));
-			goto fail;
-		}
-		s->pub_r = pub[0];
-		s->pub_w = pub[1];
 	}
 	s->memory = need;
 	*env->budget_used += need;
@@ -523,7 +520,8 @@ static int plan_one(bd_session *s)
 		t->direct_dst = pieces_tile(&job->pieces[t->first_piece], t->npieces, t->blk.raw_size);
 	}
 
-	s->slot[s->next_seq % s->slots] = (slot){ .job = job, .rec_off = off, .rec_size = rec };
+	s->slot[s->next_seq % s->slots] = (slot){ .job = job, .rec_off = off, .rec_size = rec,
+						    .payload = payload };
 	s->next_seq++;
 	s->inflight++;
 	bd_pipeline_submit(s->env.pipeline, job);
@@ -531,6 +529,17 @@ static int plan_one(bd_session *s)
 }
 
 static void reclaim(bd_session *s);
+
+/*
+ * Wake the client: one byte into the published pipe. A full pipe means a
+ * wake-up is pending already, so a failed write loses nothing.
+ */
+static void poke_client(bd_session *s)
+{
+	if (write(s->pub_w, "", 1) < 0) {
+		/* Full: the client has a wake-up waiting. */
+	}
+}
 
 static void plan(bd_session *s)
 {
@@ -571,10 +580,8 @@ static void plan(bd_session *s)
 				return;
 			if (s->reclaimed == before) {
 				/* A client asleep waiting for a batch should learn it holds us up. */
-				if (__atomic_load_n(&s->ctrl->client_sleeping, __ATOMIC_SEQ_CST) &&
-				    write(s->pub_w, "", 1) < 0) {
-					/* Pipe full: a wake-up is pending anyway. */
-				}
+				if (__atomic_load_n(&s->ctrl->client_sleeping, __ATOMIC_SEQ_CST))
+					poke_client(s);
 				return;
 			}
 			__atomic_store_n(&s->ctrl->daemon_hungry, 0, __ATOMIC_RELAXED);
@@ -619,13 +626,9 @@ static void publish(bd_session *s)
 			bd_log(LOG_WARNING, "session %" PRIu64 ": batch %" PRIu64 " of epoch %" PRIu64
 			       " failed: %s", s->id, d->batch, d->epoch, job->reason);
 		} else {
-			const bp_ring_sample *t = (const bp_ring_sample *)rec;
-			uint32_t n = job->count;
-
-			d->payload_size = n ? t[n - 1].offset + t[n - 1].size : 0;
-			s->bytes += d->payload_size;
+			d->payload_size = sl->payload;
+			s->bytes += sl->payload;
 			sl->failed = false;
-			sl->payload = d->payload_size;
 		}
 		free(job);
 		sl->job = NULL;
@@ -639,11 +642,8 @@ static void publish(bd_session *s)
 	}
 	if (s->published == before)
 		return;
-	if (__atomic_load_n(&s->ctrl->client_sleeping, __ATOMIC_SEQ_CST)) {
-		if (write(s->pub_w, "", 1) < 0) {
-			/* Pipe full: the client is not reading; it will see produced anyway. */
-		}
-	}
+	if (__atomic_load_n(&s->ctrl->client_sleeping, __ATOMIC_SEQ_CST))
+		poke_client(s);
 }
 
 /*
@@ -653,6 +653,8 @@ static void publish(bd_session *s)
  */
 static void reclaim(bd_session *s)
 {
+	uint64_t before = s->reclaimed;
+
 	while (s->reclaimed < s->published) {
 		uint32_t i = (uint32_t)(s->reclaimed % s->slots);
 		uint64_t mark = __atomic_load_n(&s->ctrl->release[i], __ATOMIC_SEQ_CST);
@@ -666,7 +668,6 @@ static void reclaim(bd_session *s)
 				s->delivered_bytes += s->slot[i].payload;
 			}
 			s->reclaimed++;
-			s->progress_ns = bd_now_ns();
 			continue;
 		}
 		if (mark != 0 && (mark % s->slots != (i + 1) % s->slots || mark > s->reclaimed + 1)) {
@@ -679,6 +680,8 @@ static void reclaim(bd_session *s)
 		}
 		break;
 	}
+	if (s->reclaimed != before)
+		s->progress_ns = bd_now_ns();
 }
 
 static void on_released(uv_poll_t *h, int status, int events)
@@ -743,9 +746,7 @@ void bd_session_close(bd_session *s, int reason)
 	s->closing = true;
 	s->hdr->error = reason;
 	__atomic_store_n(&s->hdr->state, BP_RING_STOPPED, __ATOMIC_RELEASE);
-	if (write(s->pub_w, "", 1) < 0) {
-		/* The client will find the state on its next look. */
-	}
+	poke_client(s);
 	if (s->poll_started)
 		uv_poll_stop(&s->released_poll);
 	if (s->gpu)
@@ -770,15 +771,12 @@ static void queue_copies(bd_session *s)
 		sl->decoded = false;
 		s->copy_next++;
 		if (job->status == 0) {
-			const bp_ring_sample *t = (const bp_ring_sample *)(s->data + s->arena_off +
-									   sl->rec_off);
-			uint64_t bytes = job->count ? t[job->count - 1].offset + t[job->count - 1].size
-						    : 0;
+			const uint8_t *payload = s->data + s->arena_off + sl->rec_off +
+						 table_bytes(job->count);
 			int r;
 
 			/* Published once issued (ENQUEUED), reclaimable once done (COPIED). */
-			r = bd_gpu_copy(s->gpu, job->seq, (const uint8_t *)t + table_bytes(job->count),
-					bytes);
+			r = bd_gpu_copy(s->gpu, job->seq, payload, sl->payload);
 			if (r == 0) {
 				s->gpu_pending++;
 				continue;
