@@ -37,6 +37,7 @@
 #include <ini.h>
 
 #include "config.h"
+#include "log.h"
 #include "units.h"
 
 /* From the build as a flag (daemon/meson.build, tests/config.build.txt). */
@@ -60,17 +61,6 @@ static const char *const bd__direct_names[] = {
 	[BD_CFG_DIRECT_OFF] = "off",
 };
 
-static const struct {
-	const char *name;
-	int level;
-} bd__levels[] = {
-	{ "err", LOG_ERR },
-	{ "warning", LOG_WARNING },
-	{ "notice", LOG_NOTICE },
-	{ "info", LOG_INFO },
-	{ "debug", LOG_DEBUG },
-};
-
 #define BD__N(a) (sizeof(a) / sizeof((a)[0]))
 
 const char *bd_config_io_engine_name(bd_config_io_engine e)
@@ -85,10 +75,7 @@ const char *bd_config_direct_name(bd_config_direct d)
 
 const char *bd_config_log_level_name(int level)
 {
-	for (size_t i = 0; i < BD__N(bd__levels); i++)
-		if (bd__levels[i].level == level)
-			return bd__levels[i].name;
-	return "?";
+	return bd_log_level_name(level);
 }
 
 /* ---- messages ---------------------------------------------------------- */
@@ -236,12 +223,11 @@ static int bd__parse_direct(const char *v, bd_config_direct *ret, char *what, si
 static int bd__parse_log_level(const char *v, int *ret, char *what, size_t wlen)
 {
 	char q[BD__QBUF];
+	int level = bd_log_parse_level(v);
 
-	for (size_t i = 0; i < BD__N(bd__levels); i++) {
-		if (!strcmp(v, bd__levels[i].name)) {
-			*ret = bd__levels[i].level;
-			return 0;
-		}
+	if (level >= 0) {
+		*ret = level;
+		return 0;
 	}
 	bd__msg(what, wlen, "%s is not one of err, warning, notice, info, debug",
 		bd__quote(q, sizeof(q), v));

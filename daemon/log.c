@@ -44,6 +44,11 @@ int bd_log_level(void)
 	return __atomic_load_n(&max_level, __ATOMIC_RELAXED);
 }
 
+const char *bd_log_level_name(int level)
+{
+	return level >= LOG_ERR && level <= LOG_DEBUG ? names[level] : "?";
+}
+
 int bd_log_parse_level(const char *s)
 {
 	for (int i = LOG_ERR; i <= LOG_DEBUG; i++)

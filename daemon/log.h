@@ -27,4 +27,7 @@ void bd_log(int prio, const char *fmt, ...);
 /* Parse "err", "warning", "notice", "info", "debug". @return level or -EINVAL. */
 int bd_log_parse_level(const char *s);
 
+/* The name of a level from LOG_ERR to LOG_DEBUG, "?" for any other. */
+const char *bd_log_level_name(int level);
+
 #endif
