@@ -280,7 +280,6 @@ static void decode_one(bd_pipeline *p, bd_task *t, ZSTD_DCtx *dctx, uint8_t **sc
 				 cap, &pf);
 	bd_hist_add(&p->decode_lat, bd_now_ns() - t0);
 	if (r < 0) {
-		stat_add(&p->stats.failures, 1);
 		stat_add(r == -EBADMSG && pf.what && strstr(pf.what, "checksum")
 			 ? &p->stats.checksum_errors : &p->stats.decode_errors, 1);
 		job_fail(t->job, r, "dataset %s: shard %s: block %llu at byte %llu: %s",
@@ -414,12 +413,10 @@ static void io_done(bd_pipeline *p, bd_task *t)
 	__atomic_fetch_sub(&p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
 	bd_hist_add(&p->read_lat, bd_now_ns() - t->t_submit);
 	if (res < 0) {
-		stat_add(&p->stats.failures, 1);
 		stat_add(&p->stats.read_errors, 1);
 		job_fail(t->job, res, "dataset %s: shard %s: block %llu: read failed: %s",
 			 t->dset->name, sh->name, (unsigned long long)t->block, strerror(-res));
 	} else if ((uint64_t)res < t->skip + t->blk.stored_size) {
-		stat_add(&p->stats.failures, 1);
 		stat_add(&p->stats.read_errors, 1);
 		job_fail(t->job, -EIO, "dataset %s: shard %s: block %llu: file ends early (truncated?)",
 			 t->dset->name, sh->name, (unsigned long long)t->block);
@@ -747,12 +744,12 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 	ret->bytes_read = __atomic_load_n(&p->stats.bytes_read, __ATOMIC_RELAXED);
 	ret->blocks_decoded = __atomic_load_n(&p->stats.blocks_decoded, __ATOMIC_RELAXED);
 	ret->raw_bytes = __atomic_load_n(&p->stats.raw_bytes, __ATOMIC_RELAXED);
-	ret->failures = __atomic_load_n(&p->stats.failures, __ATOMIC_RELAXED);
 	ret->direct_decodes = __atomic_load_n(&p->stats.direct_decodes, __ATOMIC_RELAXED);
 	ret->reads_inflight = __atomic_load_n(&p->stats.reads_inflight, __ATOMIC_RELAXED);
 	ret->read_errors = __atomic_load_n(&p->stats.read_errors, __ATOMIC_RELAXED);
 	ret->checksum_errors = __atomic_load_n(&p->stats.checksum_errors, __ATOMIC_RELAXED);
 	ret->decode_errors = __atomic_load_n(&p->stats.decode_errors, __ATOMIC_RELAXED);
+	ret->failures = ret->read_errors + ret->checksum_errors + ret->decode_errors;
 	if (p->cache) {
 		bd_cache_stats cs;
 

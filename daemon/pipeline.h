@@ -109,6 +109,7 @@ typedef struct bd_pipeline_stats {
 	uint64_t read_errors;       /* reads that failed or came back short */
 	uint64_t checksum_errors;   /* blocks whose stored or raw bytes did not match */
 	uint64_t decode_errors;     /* other decode failures (frame, size, memory) */
+	/* failures = read_errors + checksum_errors + decode_errors */
 } bd_pipeline_stats;
 void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret);
 
