@@ -1000,8 +1000,8 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 		int wait;
 
 		if (produced > s->consumed) {
-			const bp_ring_desc *d = (const bp_ring_desc *)(s->data + BP_RING_HEADER_SIZE +
-				(s->consumed % s->r.slots) * BP_RING_DESC_SIZE);
+			const bp_ring_desc *d = (const bp_ring_desc *)(s->data +
+				bp_ring_desc_offset(s->r.slots, s->consumed));
 			bp_ring_desc copy = *d;
 			bc_batch *b;
 			int r;

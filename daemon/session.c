@@ -603,8 +603,7 @@ static void publish(bd_session *s)
 
 		if (!sl->done)
 			break;
-		d = (bp_ring_desc *)(s->data + BP_RING_HEADER_SIZE +
-				     (job->seq % s->slots) * BP_RING_DESC_SIZE);
+		d = (bp_ring_desc *)(s->data + bp_ring_desc_offset(s->slots, job->seq));
 		*d = (bp_ring_desc){
 			.seq = job->seq,
 			.epoch = job->epoch,

@@ -183,6 +183,12 @@ static inline uint64_t bp_ring_ctrl_size(uint32_t slots)
 	return (BP_RING_CTRL_RELEASE_OFFSET + 8u * (uint64_t)slots + 4095u) & ~UINT64_C(4095);
 }
 
+/* Offset of batch seq's descriptor in the data memfd. */
+static inline uint64_t bp_ring_desc_offset(uint32_t slots, uint64_t seq)
+{
+	return BP_RING_HEADER_SIZE + BP_RING_DESC_SIZE * (seq % slots);
+}
+
 /* Offset of the arena for `slots` descriptors (page-rounded). */
 static inline uint64_t bp_ring_arena_offset(uint32_t slots)
 {
