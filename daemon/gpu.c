@@ -67,8 +67,9 @@ struct bd_gpu {
 	op *submit, **submit_tail;           /* loop -> GPU thread */
 	gpu_event *events, **events_tail;    /* GPU thread -> loop */
 
-	/* GPU thread only: one pass over the work list. */
+	/* GPU thread only: one pass over the work list, and the device it has current. */
 	uint64_t pass;
+	int device;
 
 	/* Loop thread only. */
 	uint64_t device_bytes;
@@ -172,6 +173,13 @@ static cudaError_t issue(op *o)
 	return e;
 }
 
+/* Make `device` current on the GPU thread, calling the runtime only when it changes. */
+static void use_device(bd_gpu *g, int device)
+{
+	if (g->device != device && cudaSetDevice(device) == cudaSuccess)
+		g->device = device;
+}
+
 /*
  * Move every op as far as it goes without blocking. Ops of one session
  * advance in order: a copy is issued only after the older ones were, and
@@ -200,7 +208,7 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 				snprintf(reason, sizeof(reason), "the session closed");
 				goto finish;
 			}
-			cudaSetDevice(gs->device);
+			use_device(g, gs->device);
 			e = cudaEventQuery(gs->released[slot]);
 			if (e == cudaErrorNotReady) {
 				/* The client's stream still reads the slot's last batch. */
@@ -227,7 +235,7 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 		/* OP_ISSUED: completions come in stream order, so ask for the oldest only. */
 		if (gs->issued_pass == g->pass)
 			goto keep;
-		cudaSetDevice(gs->device);
+		use_device(g, gs->device);
 		e = cudaEventQuery(gs->done[slot]);
 		if (e == cudaErrorNotReady) {
 			gs->issued_pass = g->pass;
@@ -337,6 +345,7 @@ int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret)
 		return -ENOMEM;
 	g->loop = loop;
 	g->fn = fn;
+	g->device = -1;
 	g->submit_tail = &g->submit;
 	g->events_tail = &g->events;
 	pthread_mutex_init(&g->lock, NULL);
