@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "cli.h"
 #include "units.h"
 
 uint64_t bench_now_ns(void)
@@ -69,14 +70,7 @@ int bench_parse_list(const char *s, bool sizes, uint64_t *out, size_t max, size_
 			return -EINVAL;
 		memcpy(item, s, len);
 		item[len] = '\0';
-		r = sizes ? bp_parse_size(item, &v) : (isdigit((unsigned char)item[0]) ? 0 : -EINVAL);
-		if (!sizes && r == 0) {
-			char *end;
-
-			errno = 0;
-			v = strtoull(item, &end, 10);
-			r = errno || *end ? -EINVAL : 0;
-		}
+		r = sizes ? bp_parse_size(item, &v) : cli_parse_u64(item, &v);
 		if (r < 0 || v == 0)
 			return -EINVAL;
 		if (n == max)
