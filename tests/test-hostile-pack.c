@@ -929,6 +929,7 @@ START_TEST(test_dataset_index_over_limit)
 	write_sparse_pack(t.path, UINT64_C(1) << 40, 1, 1);
 	ck_assert_int_eq(bp_dataset_openat(AT_FDCWD, t.path, &ds, &fault), -E2BIG);
 	ck_assert_str_eq(fault.pack.what, "index over the size limit");
+	ck_assert_ptr_eq(ds, sentinel);
 
 	/* At the limit but with counts that cannot fill it: refused before reading it. */
 	write_sparse_pack(t.path, BP_PACK_MAX_INDEX, 1, 1);

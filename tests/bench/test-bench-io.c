@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <check.h>
+#include <liburing.h>
 
 #include "io.h"
 
@@ -234,16 +235,21 @@ START_TEST(wait_many_errors)
 }
 END_TEST
 
+/*
+ * Whether the kernel gives a plain ring, asked of liburing directly rather
+ * than of bd_io: an engine whose own setup is broken then fails the
+ * io_uring cases instead of skipping them.
+ */
 static void probe_uring(void)
 {
-	bd_io_opts o = { .engine = BD_IO_URING, .queue_depth = 4 };
-	bd_io *io = NULL;
-	int r = bd_io_new(&o, &io);
+	struct io_uring ring;
+	int r = io_uring_queue_init(QD, &ring, 0);
 
 	g_uring_ok = r == 0;
-	if (!g_uring_ok)
-		snprintf(g_uring_why, sizeof(g_uring_why), "io_uring setup: %s", strerror(-r));
-	bd_io_free(io);
+	if (g_uring_ok)
+		io_uring_queue_exit(&ring);
+	else
+		snprintf(g_uring_why, sizeof(g_uring_why), "io_uring_queue_init: %s", strerror(-r));
 }
 
 int main(void)

@@ -61,11 +61,14 @@ class Errors(T.DaemonCase):
             self.assertEqual(cm.exception.errno, errno.EACCES, str(cm.exception))
 
     def test_no_daemon(self):
-        for sock in (os.path.join(self.tmp, "nothing-here"), self.rec):
-            with self.assertRaises(batchclient.ConnectError) as cm:
+        # Nothing at the path: ENOENT; a regular file, not a socket: ECONNREFUSED.
+        for sock, err in ((os.path.join(self.tmp, "nothing-here"), errno.ENOENT),
+                          (self.rec, errno.ECONNREFUSED)):
+            with self.subTest(sock=sock), \
+                    self.assertRaises(batchclient.ConnectError) as cm:
                 batchclient.Loader("rec.bpk", 8, socket=sock)
             self.assertIn(sock, str(cm.exception))
-            self.assertIn(cm.exception.errno, (errno.ENOENT, errno.ECONNREFUSED))
+            self.assertEqual(cm.exception.errno, err, str(cm.exception))
 
     def test_killed_daemon(self):
         d = self.private_daemon()
