@@ -289,40 +289,6 @@ static void bd__uring_arm_watch(bd_io *io)
 	io->watch_armed = true;
 }
 
-static int bd__uring_wait(bd_io *io, bd_io_req **ret_req)
-{
-	for (;;) {
-		struct io_uring_cqe *cqe = NULL;
-		bd_io_req *req;
-		int32_t res;
-		int r;
-
-		bd__uring_arm_watch(io);
-		r = bd__uring_enter(io);
-		if (r < 0)
-			return r;
-		if (io_uring_peek_cqe(&io->ring, &cqe) != 0 || !cqe)
-			continue;
-		req = io_uring_cqe_get_data(cqe);
-		res = cqe->res;
-		io_uring_cqe_seen(&io->ring, cqe);
-		if ((void *)req == &io->watch_token) {
-			io->watch_armed = false;
-			return -EAGAIN;
-		}
-
-		if (!bd__settle(io, req, res)) {
-			r = bd__uring_queue(io, req);
-			if (r == 0)
-				continue;
-			req->result = r;
-		}
-		io->inflight--;
-		*ret_req = req;
-		return 0;
-	}
-}
-
 /*
  * Takes one finished request among the CQEs already posted, without
  * entering the kernel to wait. A request needing another read is requeued
@@ -362,6 +328,22 @@ static int bd__uring_take(bd_io *io, bd_io_req **ret_req)
 		return 1;
 	}
 	return 0;
+}
+
+/* Enter the kernel until a request is finished (see bd__uring_take). */
+static int bd__uring_wait(bd_io *io, bd_io_req **ret_req)
+{
+	for (;;) {
+		int r;
+
+		bd__uring_arm_watch(io);
+		r = bd__uring_enter(io);
+		if (r < 0)
+			return r;
+		r = bd__uring_take(io, ret_req);
+		if (r)
+			return r < 0 ? r : 0;
+	}
 }
 
 /* ---- pread -------------------------------------------------------------- */
