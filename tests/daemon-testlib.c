@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * daemon-testlib.c - datasets, a daemon under test, a reference reader, a
- * recording consumer and a raw protocol client for test-daemon.c (see
- * daemon-testlib.h).
+ * recording consumer, a raw protocol client and the Check suites' helpers
+ * for the tests that run a real batchd (see daemon-testlib.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -18,19 +18,25 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/io_uring.h>
 #include <xxhash.h>
 
 #include "daemon-testlib.h"
 #include "pack-testlib.h"
+#include "sampler.h"
 
 dt_global dt_g;
 
 #define SAMPLE_SEED UINT64_C(0x5eed0fba7c4d)
+
+/* Not check.h's deprecated fail(): ours (below) writes why into err. */
+#undef fail
 
 /* ---- small helpers ----------------------------------------------------------- */
 
@@ -45,7 +51,7 @@ static int fail(char *err, size_t len, const char *fmt, ...)
 	return -1;
 }
 
-static void sleep_ms(int ms)
+void dt_sleep_ms(int ms)
 {
 	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
 
@@ -58,9 +64,51 @@ bool dt_wait_for(bool (*pred)(void *ctx), void *ctx, int tries)
 	for (int i = 0; i < tries; i++) {
 		if (pred(ctx))
 			return true;
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	return pred(ctx);
+}
+
+struct status_pred {
+	const char *sock;
+	bool (*pred)(const char *json, void *ctx);
+	void *ctx;
+};
+
+static bool status_holds(void *arg)
+{
+	struct status_pred *sp = arg;
+	char *json = NULL;
+	bool ok;
+
+	if (dt_status(sp->sock, &json) < 0)
+		return false;
+	ok = sp->pred(json, sp->ctx);
+	free(json);
+	return ok;
+}
+
+bool dt_wait_status(const char *sock, bool (*pred)(const char *json, void *ctx), void *ctx,
+		    int tries)
+{
+	struct status_pred sp = { .sock = sock, .pred = pred, .ctx = ctx };
+
+	return dt_wait_for(status_holds, &sp, tries);
+}
+
+bool dt_io_uring_usable(char *why, size_t len)
+{
+	struct io_uring_params p;
+	long fd;
+
+	memset(&p, 0, sizeof(p));
+	fd = syscall(__NR_io_uring_setup, 4, &p);
+	if (fd < 0) {
+		snprintf(why, len, "io_uring_setup: %s", strerror(errno));
+		return false;
+	}
+	close((int)fd);
+	return true;
 }
 
 static int rm_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -399,7 +447,7 @@ int dt_daemon_start(dt_daemon *d)
 		/* Refused by the daemon (not "nobody there"): it is up. */
 		if (d->any_answer && r != -ENOENT && r != -ECONNREFUSED && r != -EAGAIN)
 			return 0;
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	fprintf(stderr, "test-daemon: batchd never answered on %s\n", d->sock);
 	dt_daemon_dump_log(d, 40);
@@ -426,7 +474,7 @@ int dt_daemon_wait(dt_daemon *d, int timeout_ms)
 		}
 		if (w < 0 && errno != EINTR)
 			return -1;
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	return -ETIMEDOUT;
 }
@@ -684,6 +732,16 @@ size_t dt_json_sessions(const char *json)
 	return n;
 }
 
+static bool sessions_are(const char *json, void *want)
+{
+	return dt_json_sessions(json) == *(const size_t *)want;
+}
+
+bool dt_wait_sessions(const char *sock, size_t n, int tries)
+{
+	return dt_wait_status(sock, sessions_are, &n, tries);
+}
+
 /* ---- raw protocol ------------------------------------------------------------------- */
 
 int dt_raw_connect(const char *sock)
@@ -821,4 +879,125 @@ int dt_raw_expect_close(int fd, int *ret_code, int timeout_ms)
 			timeout_ms = timeout_ms < 2000 ? timeout_ms : 2000;
 		}
 	}
+}
+
+/* ---- Check suites ------------------------------------------------------------------ */
+
+dt_daemon *dt_suite_daemon;
+static char E[2048];             /* why a dt_* call failed */
+
+const char *const dt_mode_names[3] = { "none", "global", "block" };
+
+int dt_check_main(dt_daemon *d, Suite *(*make)(void))
+{
+	SRunner *sr;
+	int failed;
+
+	dt_suite_daemon = d;
+	signal(SIGPIPE, SIG_IGN);
+	/* Made here, in the parent, so it is removed even when a forked test fails. */
+	if (dt_global_setup() < 0) {
+		dt_global_teardown();
+		return EXIT_FAILURE;
+	}
+	sr = srunner_create(make());
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	dt_global_teardown();
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+TCase *dt_tcase(Suite *s, const char *name, void (*setup)(void))
+{
+	TCase *tc = tcase_create(name);
+
+	tcase_add_checked_fixture(tc, setup, dt_teardown);
+	suite_add_tcase(s, tc);
+	return tc;
+}
+
+void dt_setup_dir(void)
+{
+	ck_assert_int_eq(dt_daemon_init(dt_suite_daemon), 0);
+}
+
+void dt_teardown(void)
+{
+	if (dt_suite_daemon->pid)
+		ck_assert_msg(dt_daemon_stop(dt_suite_daemon) == 0,
+			      "batchd did not stop cleanly on SIGTERM");
+	dt_rm_rf(dt_suite_daemon->dir);
+}
+
+bc_client *dt_connect_ok(void)
+{
+	bc_client *c = NULL;
+	int r = bc_connect(dt_suite_daemon->sock, &c);
+
+	dt_expect(r == 0, "bc_connect %s: %s (%d)", dt_suite_daemon->sock, bc_strerror(r), r);
+	return c;
+}
+
+bc_stream *dt_open_ok(bc_client *c, const bc_stream_opts *o)
+{
+	bc_stream *s = NULL;
+	int r = bc_open(c, o, &s);
+
+	dt_expect(r == 0, "bc_open %s: %s (%d): %s", o->dataset, bc_strerror(r), r,
+		  bc_client_error(c));
+	return s;
+}
+
+void dt_ref_ok(dt_ref *ref, const char *name)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dt_g.packs, name);
+	ck_assert_msg(dt_ref_open(ref, path) == 0, "reference open %s", path);
+}
+
+void dt_consume_ok(bc_stream *s, dt_ref *ref, size_t batches, unsigned flags, dt_run *run,
+		   const char *what)
+{
+	int r = dt_consume(s, ref, batches, flags, WAIT_MS, run, E, sizeof(E));
+
+	dt_expect(r == 0, "%s: %s", what, E);
+}
+
+char *dt_status_ok(void)
+{
+	char *json = NULL;
+	int r = dt_status(dt_suite_daemon->sock, &json);
+
+	dt_expect(r == 0, "bc_status: %s (%d)", bc_strerror(r), r);
+	return json;
+}
+
+void dt_opts(bc_stream_opts *o, const char *dataset, uint32_t batch, enum bc_shuffle mode,
+	     uint64_t seed)
+{
+	bc_stream_opts_init(o);
+	o->dataset = dataset;
+	o->batch_size = batch;
+	o->shuffle = mode;
+	o->seed = seed;
+}
+
+void dt_sampler_for(struct bd_sampler *sp, const dt_ref *ref, const bc_stream_opts *o)
+{
+	bd_sampler_cfg cfg = {
+		.samples = bp_dataset_samples(ref->ds),
+		.fingerprint = bp_dataset_fingerprint(ref->ds),
+		.seed = o->seed,
+		.rank = o->rank,
+		.world = o->world,
+		.batch_size = o->batch_size,
+		.drop_last = o->drop_last,
+		.mode = (bd_shuffle)o->shuffle,
+		.chunk = 1,
+		.window = o->window,
+	};
+
+	ck_assert_int_eq(bd_sampler_init(sp, &cfg), 0);
 }

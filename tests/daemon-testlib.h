@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * daemon-testlib.h - what the batchd integration suite (test-daemon.c)
- * needs around a real daemon: test datasets, starting and stopping batchd,
- * a reference reader to check delivered bytes against, a consumer that
- * records what a stream delivered, status JSON peeking, and a raw protocol
- * client that speaks to the socket without libbatchclient.
+ * daemon-testlib.h - what the suites that run a real daemon (test-daemon.c,
+ * test-faults.c, test-service.c and gpu/test-gpu.c) need around it: test
+ * datasets, starting and stopping batchd, a reference reader to check
+ * delivered bytes against, a consumer that records what a stream
+ * delivered, status JSON peeking, a raw protocol client that speaks to the
+ * socket without libbatchclient, and the Check helpers (connect, open,
+ * consume or fail the test; fixtures; main) the Check suites share.
  *
- * Why a separate file: the cases in test-daemon.c should read as
- * behaviours ("every epoch is a partition of the dataset"); the plumbing
- * (fork/exec, SCM_RIGHTS, mkdtemp trees) lives here.
+ * Why a separate file: the cases should read as behaviours ("every epoch
+ * is a partition of the dataset"); the plumbing (fork/exec, SCM_RIGHTS,
+ * mkdtemp trees) and the helpers every suite would otherwise write again
+ * live here.
  *
  * Layout on disk: dt_global_setup() (called once from main(), before Check
  * forks any test) makes a mkdtemp directory holding packs/ with the three
@@ -28,6 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+#include <check.h>
 
 #include "batchclient.h"
 #include "pack_file.h"
@@ -196,5 +201,75 @@ int dt_raw_expect_close(int fd, int *ret_code, int timeout_ms);
 
 /* Wait until pred(ctx) holds, polling every 10 ms up to tries times. */
 bool dt_wait_for(bool (*pred)(void *ctx), void *ctx, int tries);
+/*
+ * Wait as dt_wait_for until pred(json, ctx) holds for a fresh status JSON
+ * of the daemon on sock (a status that cannot be had counts as not yet).
+ */
+bool dt_wait_status(const char *sock, bool (*pred)(const char *json, void *ctx), void *ctx,
+		    int tries);
+/* dt_wait_status until the status lists exactly n sessions. */
+bool dt_wait_sessions(const char *sock, size_t n, int tries);
+/* Sleep ms milliseconds (through EINTR). */
+void dt_sleep_ms(int ms);
+/* Can this process set up an io_uring? If not, why into why. */
+bool dt_io_uring_usable(char *why, size_t len);
+
+/* ---- Check suites ---- */
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define WAIT_MS 30000            /* per bc_next: generous, sanitizer builds are slow */
+#define TRIES 3000               /* polls of 10 ms for things that happen "soon" */
+
+/*
+ * The suite's daemon under test, which the helpers below act on (its
+ * fixture inits and starts it; dt_teardown stops it). Set by dt_check_main.
+ */
+extern dt_daemon *dt_suite_daemon;
+
+/* The names of enum bc_shuffle's modes, by value. */
+extern const char *const dt_mode_names[3];
+
+/* Fail the test with the daemon's recent log: most failures are explained there. */
+#define dt_expect(cond, ...) do { \
+	if (!(cond)) { \
+		dt_daemon_dump_log(dt_suite_daemon, 60); \
+		ck_abort_msg(__VA_ARGS__); \
+	} \
+} while (0)
+
+/*
+ * main() of a Check suite on daemon d: make the datasets (in the parent, so
+ * they are removed even when a forked test fails), run make()'s suite, and
+ * remove them. @return the process's exit status.
+ */
+int dt_check_main(dt_daemon *d, Suite *(*make)(void));
+/* A TCase named name in s, with the fixtures setup and dt_teardown. */
+TCase *dt_tcase(Suite *s, const char *name, void (*setup)(void));
+/* Fixture: make the daemon's directory tree (it is not started). */
+void dt_setup_dir(void);
+/* Fixture: stop the daemon, failing unless it exits 0 at SIGTERM; remove its tree. */
+void dt_teardown(void);
+
+/* These fail the test (with the daemon's log) when the call fails. */
+bc_client *dt_connect_ok(void);
+bc_stream *dt_open_ok(bc_client *c, const bc_stream_opts *o);
+/* dt_ref_open on the pack name of the datasets. */
+void dt_ref_ok(dt_ref *ref, const char *name);
+/* dt_consume with WAIT_MS; what names the stream in the message. */
+void dt_consume_ok(bc_stream *s, dt_ref *ref, size_t batches, unsigned flags, dt_run *run,
+		   const char *what);
+/* The status JSON; caller frees. */
+char *dt_status_ok(void);
+
+/* Stream options with these set, the rest bc_stream_opts_init's. */
+void dt_opts(bc_stream_opts *o, const char *dataset, uint32_t batch, enum bc_shuffle mode,
+	     uint64_t seed);
+/*
+ * The sampler the daemon should be running for o over ref's pack (none and
+ * global only: block mode's chunk is the daemon's choice). Fails the test
+ * when bd_sampler_init does.
+ */
+struct bd_sampler;
+void dt_sampler_for(struct bd_sampler *sp, const dt_ref *ref, const bc_stream_opts *o);
 
 #endif

@@ -46,115 +46,28 @@
 #include "ring.h"
 #include "sampler.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define WAIT_MS 30000            /* per bc_next: generous, sanitizer builds are slow */
-#define TRIES 3000               /* polls of 10 ms for things that happen "soon" */
-
 static dt_daemon D;
 static char E[2048];             /* why dt_* failed */
 
-/* Fail with the daemon's recent log: most failures are explained there. */
-#define expect(cond, ...) do { \
-	if (!(cond)) { \
-		dt_daemon_dump_log(&D, 60); \
-		ck_abort_msg(__VA_ARGS__); \
-	} \
-} while (0)
-
-static const char *const mode_names[] = { "none", "global", "block" };
+/* Fail with the daemon's recent log (daemon-testlib.h). */
+#define expect dt_expect
 
 /* ---- fixtures --------------------------------------------------------------- */
 
-static void setup_dir(void)
-{
-	ck_assert_int_eq(dt_daemon_init(&D), 0);
-}
-
 static void setup(void)
 {
-	setup_dir();
+	dt_setup_dir();
 	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not start");
 }
 
 static void setup_mem32(void)
 {
-	setup_dir();
+	dt_setup_dir();
 	D.memory = "32M";
 	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd --memory 32M did not start");
 }
 
-static void teardown(void)
-{
-	if (D.pid)
-		ck_assert_msg(dt_daemon_stop(&D) == 0, "batchd did not stop cleanly on SIGTERM");
-	dt_rm_rf(D.dir);
-}
-
 /* ---- helpers ------------------------------------------------------------------ */
-
-static bc_client *connect_ok(void)
-{
-	bc_client *c = NULL;
-	int r = bc_connect(D.sock, &c);
-
-	expect(r == 0, "bc_connect %s: %s", D.sock, bc_strerror(r));
-	return c;
-}
-
-static void opts(bc_stream_opts *o, const char *dataset, uint32_t batch, enum bc_shuffle mode,
-		 uint64_t seed)
-{
-	bc_stream_opts_init(o);
-	o->dataset = dataset;
-	o->batch_size = batch;
-	o->shuffle = mode;
-	o->seed = seed;
-}
-
-static bc_stream *open_ok(bc_client *c, const bc_stream_opts *o)
-{
-	bc_stream *s = NULL;
-	int r = bc_open(c, o, &s);
-
-	expect(r == 0, "bc_open %s: %s: %s", o->dataset, bc_strerror(r), bc_client_error(c));
-	return s;
-}
-
-static void ref_ok(dt_ref *ref, const char *name)
-{
-	char path[PATH_MAX];
-
-	snprintf(path, sizeof(path), "%s/%s", dt_g.packs, name);
-	ck_assert_msg(dt_ref_open(ref, path) == 0, "reference open %s", path);
-}
-
-static void consume_ok(bc_stream *s, dt_ref *ref, size_t batches, unsigned flags, dt_run *run,
-		       const char *what)
-{
-	int r = dt_consume(s, ref, batches, flags, WAIT_MS, run, E, sizeof(E));
-
-	expect(r == 0, "%s: %s", what, E);
-}
-
-/* The sampler the daemon should be running for o (none and global only: block
- * mode's chunk is the daemon's choice, checked structurally instead). */
-static void sampler_for(bd_sampler *sp, const dt_ref *ref, const bc_stream_opts *o)
-{
-	bd_sampler_cfg cfg = {
-		.samples = bp_dataset_samples(ref->ds),
-		.fingerprint = bp_dataset_fingerprint(ref->ds),
-		.seed = o->seed,
-		.rank = o->rank,
-		.world = o->world,
-		.batch_size = o->batch_size,
-		.drop_last = o->drop_last,
-		.mode = (bd_shuffle)o->shuffle,
-		.chunk = 1,
-		.window = o->window,
-	};
-
-	ck_assert_int_eq(bd_sampler_init(sp, &cfg), 0);
-}
 
 /* Do the run's batches carry exactly the sampler's ids? */
 static void expect_sampler_order(const dt_run *run, const dt_ref *ref, const bc_stream_opts *o)
@@ -164,7 +77,7 @@ static void expect_sampler_order(const dt_run *run, const dt_ref *ref, const bc_
 
 	if (o->shuffle == BC_SHUFFLE_BLOCK)
 		return;
-	sampler_for(&sp, ref, o);
+	dt_sampler_for(&sp, ref, o);
 	for (size_t k = 0; k < run->nev; k++) {
 		const dt_event *ev = &run->ev[k];
 
@@ -178,7 +91,7 @@ static void expect_sampler_order(const dt_run *run, const dt_ref *ref, const bc_
 		for (uint32_t i = 0; i < ev->count; i++)
 			expect(run->ids[ev->first + i] == ids[i],
 			       "%s shuffle, epoch %" PRIu64 " batch %" PRIu64 " sample %u: id %" PRIu64
-			       ", the sampler says %" PRIu64, mode_names[o->shuffle], ev->epoch,
+			       ", the sampler says %" PRIu64, dt_mode_names[o->shuffle], ev->epoch,
 			       ev->batch, i, run->ids[ev->first + i], ids[i]);
 	}
 }
@@ -233,40 +146,9 @@ static bool same_ids(const uint64_t *a, size_t an, const uint64_t *b, size_t bn)
 	return an == bn && memcmp(a, b, an * sizeof(*a)) == 0;
 }
 
-static char *status_ok(void)
-{
-	char *json = NULL;
-	int r = dt_status(D.sock, &json);
-
-	expect(r == 0, "bc_status: %s", bc_strerror(r));
-	return json;
-}
-
-static bool sessions_are(size_t n)
-{
-	char *json = NULL;
-	bool ok;
-
-	if (dt_status(D.sock, &json) < 0)
-		return false;
-	ok = dt_json_sessions(json) == n;
-	free(json);
-	return ok;
-}
-
-static bool sessions_none(void *arg)
-{
-	return sessions_are(0);
-}
-
-static bool sessions_one(void *arg)
-{
-	return sessions_are(1);
-}
-
 static bool cuda_available(void)
 {
-	char *json = status_ok();
+	char *json = dt_status_ok();
 	bool yes = strstr(json, "\"cuda\": {\"available\": true") != NULL;
 
 	free(json);
@@ -298,17 +180,17 @@ static void check_partition(bc_client *c, dt_ref *ref, const char *name, uint32_
 		dt_run run = { 0 };
 
 		snprintf(what, sizeof(what), "%s, %s shuffle, world %u, rank %u%s", name,
-			 mode_names[mode], world, rank, drop ? ", drop_last" : "");
-		opts(&o, name, B, mode, 1234 + mode);
+			 dt_mode_names[mode], world, rank, drop ? ", drop_last" : "");
+		dt_opts(&o, name, B, mode, 1234 + mode);
 		o.rank = rank;
 		o.world = world;
 		o.drop_last = drop;
-		s = open_ok(c, &o);
+		s = dt_open_ok(c, &o);
 		expect(bc_stream_batches_per_epoch(s) == nb, "%s: %" PRIu64 " batches per epoch, "
 		       "expected %" PRIu64, what, bc_stream_batches_per_epoch(s), nb);
 		expect(bc_stream_samples(s) == n && bc_stream_fingerprint(s) ==
 		       bp_dataset_fingerprint(ref->ds), "%s: wrong samples or fingerprint", what);
-		consume_ok(s, ref, nb + 1, DT_STOP_EPOCH_END, &run, what);
+		dt_consume_ok(s, ref, nb + 1, DT_STOP_EPOCH_END, &run, what);
 		expect(run.batches == nb && run.epoch_ends == 1 &&
 		       run.ev[run.nev - 1].result == BC_EPOCH_END,
 		       "%s: %zu batches before the epoch ended, expected %" PRIu64, what, run.batches,
@@ -332,7 +214,7 @@ static void check_partition(bc_client *c, dt_ref *ref, const char *name, uint32_
 		ck_assert_int_eq(bc_close(s), 0);
 	}
 
-	snprintf(what, sizeof(what), "%s, %s shuffle, world %u%s", name, mode_names[mode], world,
+	snprintf(what, sizeof(what), "%s, %s shuffle, world %u%s", name, dt_mode_names[mode], world,
 		 drop ? ", drop_last" : "");
 	if (drop) {
 		expect(delivered == world * nb * B, "%s: %zu samples delivered, expected %" PRIu64,
@@ -369,10 +251,10 @@ START_TEST(test_epoch_partition)
 {
 	static const uint32_t worlds[] = { 1, 2, 3, 8 };
 	const char *name = datasets[_i];
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	dt_ref ref;
 
-	ref_ok(&ref, name);
+	dt_ref_ok(&ref, name);
 	for (size_t w = 0; w < ARRAY_SIZE(worlds); w++)
 		for (int drop = 0; drop < 2; drop++)
 			for (int mode = BC_SHUFFLE_NONE; mode <= BC_SHUFFLE_BLOCK; mode++)
@@ -391,10 +273,10 @@ static void record(bc_client *c, dt_ref *ref, enum bc_shuffle mode, uint64_t see
 	bc_stream *s;
 	char what[64];
 
-	opts(&o, DSET_BLK, 50, mode, seed);
-	s = open_ok(c, &o);
-	snprintf(what, sizeof(what), "%s shuffle, seed %" PRIu64, mode_names[mode], seed);
-	consume_ok(s, ref, epochs * bc_stream_batches_per_epoch(s), 0, run, what);
+	dt_opts(&o, DSET_BLK, 50, mode, seed);
+	s = dt_open_ok(c, &o);
+	snprintf(what, sizeof(what), "%s shuffle, seed %" PRIu64, dt_mode_names[mode], seed);
+	dt_consume_ok(s, ref, epochs * bc_stream_batches_per_epoch(s), 0, run, what);
 	expect_sampler_order(run, ref, &o);
 	ck_assert_int_eq(bc_close(s), 0);
 }
@@ -402,14 +284,14 @@ static void record(bc_client *c, dt_ref *ref, enum bc_shuffle mode, uint64_t see
 START_TEST(test_determinism)
 {
 	dt_run first[2] = { 0 }, other[2] = { 0 }, again[2] = { 0 };
-	bc_client *c = connect_ok(), *live_c;
+	bc_client *c = dt_connect_ok(), *live_c;
 	bc_stream_opts o;
 	bc_stream *live;
 	bc_batch *b;
 	dt_ref ref;
 	int r;
 
-	ref_ok(&ref, DSET_BLK);
+	dt_ref_ok(&ref, DSET_BLK);
 	for (int m = 0; m < 2; m++) {
 		enum bc_shuffle mode = m ? BC_SHUFFLE_BLOCK : BC_SHUFFLE_GLOBAL;
 
@@ -419,10 +301,10 @@ START_TEST(test_determinism)
 	bc_disconnect(c);
 
 	/* A session still open at SIGTERM: the daemon must still exit 0, the stream end. */
-	live_c = connect_ok();
-	opts(&o, DSET_BLK, 50, BC_SHUFFLE_GLOBAL, 7);
+	live_c = dt_connect_ok();
+	dt_opts(&o, DSET_BLK, 50, BC_SHUFFLE_GLOBAL, 7);
 	o.prefetch = 2;
-	live = open_ok(live_c, &o);
+	live = dt_open_ok(live_c, &o);
 	ck_assert_int_eq(bc_next(live, &b, WAIT_MS), 0);
 	ck_assert_int_eq(bc_release(b), 0);
 	ck_assert_msg(dt_daemon_stop(&D) == 0, "batchd did not exit 0 with a session open");
@@ -434,7 +316,7 @@ START_TEST(test_determinism)
 	bc_disconnect(live_c);
 
 	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not restart");
-	c = connect_ok();
+	c = dt_connect_ok();
 	for (int m = 0; m < 2; m++) {
 		enum bc_shuffle mode = m ? BC_SHUFFLE_BLOCK : BC_SHUFFLE_GLOBAL;
 		size_t n0, n1, n8, na;
@@ -447,12 +329,12 @@ START_TEST(test_determinism)
 		ea = epoch_ids(&again[m], 0, &na);
 		ck_assert_uint_eq(n0, DSET_SAMPLES);
 		expect(same_ids(e0, n0, ea, na), "%s shuffle: epoch 0 differs after a restart",
-		       mode_names[mode]);
+		       dt_mode_names[mode]);
 		expect_same_batches(&first[m], 0, &again[m], 0, "two epochs before and after a restart");
 		expect(!same_ids(e0, n0, e1, n1), "%s shuffle: epochs 0 and 1 have the same order",
-		       mode_names[mode]);
+		       dt_mode_names[mode]);
 		expect(!same_ids(e0, n0, s8, n8), "%s shuffle: seeds 7 and 8 give the same order",
-		       mode_names[mode]);
+		       dt_mode_names[mode]);
 		free(e0), free(e1), free(s8), free(ea);
 		dt_run_free(&first[m]);
 		dt_run_free(&other[m]);
@@ -479,7 +361,7 @@ static const struct resume_case {
 START_TEST(test_resume)
 {
 	const struct resume_case *rc = &resume_cases[_i];
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	bc_stream_opts o;
 	bc_stream *s;
 	dt_run full = { 0 };
@@ -487,19 +369,19 @@ START_TEST(test_resume)
 	uint64_t nb, total, marks[4], at_epoch[4], at_batch[4];
 	size_t at_event[4], done = 0;
 
-	ref_ok(&ref, rc->dataset);
-	opts(&o, rc->dataset, 32, rc->mode, 99);
+	dt_ref_ok(&ref, rc->dataset);
+	dt_opts(&o, rc->dataset, 32, rc->mode, 99);
 	o.rank = rc->rank;
 	o.world = rc->world;
 	o.drop_last = rc->drop;
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	nb = bc_stream_batches_per_epoch(s);
 	ck_assert_uint_ge(nb, 4);
 	total = nb + nb / 2;
 	/* Inside epoch 0, just before, at and just after the boundary. */
 	marks[0] = 3, marks[1] = nb - 1, marks[2] = nb, marks[3] = nb + 1;
 	for (int m = 0; m < 4; m++) {
-		consume_ok(s, &ref, marks[m] - done, 0, &full, "first run");
+		dt_consume_ok(s, &ref, marks[m] - done, 0, &full, "first run");
 		done = marks[m];
 		bc_stream_position(s, &at_epoch[m], &at_batch[m]);
 		expect(at_epoch[m] == done / nb && at_batch[m] == done % nb,
@@ -507,7 +389,7 @@ START_TEST(test_resume)
 		       at_epoch[m], at_batch[m]);
 		at_event[m] = full.nev;
 	}
-	consume_ok(s, &ref, total - done, 0, &full, "first run");
+	dt_consume_ok(s, &ref, total - done, 0, &full, "first run");
 	expect(full.epoch_ends == 1, "1.5 epochs announced %zu epoch ends", full.epoch_ends);
 	expect_sampler_order(&full, &ref, &o);
 	ck_assert_int_eq(bc_close(s), 0);
@@ -518,10 +400,10 @@ START_TEST(test_resume)
 
 		o.start_epoch = at_epoch[m];
 		o.start_batch = at_batch[m];
-		s = open_ok(c, &o);
+		s = dt_open_ok(c, &o);
 		snprintf(what, sizeof(what), "resumed at (%" PRIu64 ", %" PRIu64 ")", at_epoch[m],
 			 at_batch[m]);
-		consume_ok(s, &ref, total - marks[m], 0, &rest, what);
+		dt_consume_ok(s, &ref, total - marks[m], 0, &rest, what);
 		expect(rest.nev && rest.ev[0].result == 0, "%s: the first result is not a batch", what);
 		expect(rest.epoch_ends == (marks[m] < nb ? 1u : 0u),
 		       "%s: %zu epoch ends announced", what, rest.epoch_ends);
@@ -541,23 +423,17 @@ struct published_ctx {
 	uint64_t want;
 };
 
-static bool published_at_least(void *arg)
+static bool published_at_least(const char *json, void *arg)
 {
 	struct published_ctx *p = arg;
-	char *json = NULL;
 	uint64_t v = 0;
-	bool ok;
 
-	if (dt_status(D.sock, &json) < 0)
-		return false;
-	ok = dt_json_u64(json, "\"sessions\": [", "published", &v) && v >= p->want;
-	free(json);
-	return ok;
+	return dt_json_u64(json, "\"sessions\": [", "published", &v) && v >= p->want;
 }
 
 START_TEST(test_epoch_boundary)
 {
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	struct published_ctx pc;
 	bc_stream_opts o;
 	bc_stream *s;
@@ -567,12 +443,12 @@ START_TEST(test_epoch_boundary)
 	uint64_t nb;
 	int r = -ETIMEDOUT;
 
-	ref_ok(&ref, DSET_BLK);
-	opts(&o, DSET_BLK, 100, BC_SHUFFLE_GLOBAL, 5);
+	dt_ref_ok(&ref, DSET_BLK);
+	dt_opts(&o, DSET_BLK, 100, BC_SHUFFLE_GLOBAL, 5);
 	o.prefetch = 4;
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	nb = bc_stream_batches_per_epoch(s);
-	consume_ok(s, &ref, nb, 0, &run, "epoch 0");
+	dt_consume_ok(s, &ref, nb, 0, &run, "epoch 0");
 	ck_assert_uint_eq(run.epoch_ends, 0);
 
 	/* Without waiting: nothing, or the announcement; never a batch first. */
@@ -582,7 +458,7 @@ START_TEST(test_epoch_boundary)
 
 	/* The next epoch is staged ahead (prefetch 4): wait for the daemon to say so. */
 	pc.want = nb + 3;
-	expect(dt_wait_for(published_at_least, &pc, TRIES),
+	expect(dt_wait_status(D.sock, published_at_least, &pc, TRIES),
 	       "the daemon did not stage epoch 1 ahead of the consumer");
 	r = bc_next(s, &b, 0);
 	expect(r == 0, "a staged batch is not ready at once: %s (%d)", bc_strerror(r), r);
@@ -593,7 +469,7 @@ START_TEST(test_epoch_boundary)
 
 	/* Two more boundaries: exactly one announcement each, indices continuous. */
 	dt_run_free(&run);
-	consume_ok(s, &ref, 2 * nb - 1, 0, &run, "epochs 1 and 2");
+	dt_consume_ok(s, &ref, 2 * nb - 1, 0, &run, "epochs 1 and 2");
 	ck_assert_uint_eq(run.epoch_ends, 1);
 	for (size_t k = 0, batch = 1, epoch = 1; k < run.nev; k++) {
 		if (run.ev[k].result == BC_EPOCH_END) {
@@ -664,11 +540,11 @@ START_TEST(test_concurrent_sessions)
 	struct worker w[4];
 
 	memset(w, 0, sizeof(w));
-	opts(&w[0].o, DSET_ONE, 16, BC_SHUFFLE_NONE, 0);
-	opts(&w[1].o, DSET_BLK, 33, BC_SHUFFLE_GLOBAL, 11);
-	opts(&w[2].o, DSET_SHARDS, 8, BC_SHUFFLE_BLOCK, 12);
+	dt_opts(&w[0].o, DSET_ONE, 16, BC_SHUFFLE_NONE, 0);
+	dt_opts(&w[1].o, DSET_BLK, 33, BC_SHUFFLE_GLOBAL, 11);
+	dt_opts(&w[2].o, DSET_SHARDS, 8, BC_SHUFFLE_BLOCK, 12);
 	w[2].o.rank = 1, w[2].o.world = 2, w[2].o.window = 3;
-	opts(&w[3].o, DSET_ONE, 100, BC_SHUFFLE_GLOBAL, 13);
+	dt_opts(&w[3].o, DSET_ONE, 100, BC_SHUFFLE_GLOBAL, 13);
 	w[3].o.rank = 2, w[3].o.world = 3, w[3].o.drop_last = true, w[3].o.prefetch = 2;
 	for (size_t i = 0; i < ARRAY_SIZE(w); i++)
 		ck_assert_int_eq(pthread_create(&w[i].t, NULL, worker_main, &w[i]), 0);
@@ -678,8 +554,8 @@ START_TEST(test_concurrent_sessions)
 		dt_ref ref;
 
 		expect(!w[i].error[0], "worker %zu (%s, %s shuffle): %s", i, w[i].o.dataset,
-		       mode_names[w[i].o.shuffle], w[i].error);
-		ref_ok(&ref, w[i].o.dataset);
+		       dt_mode_names[w[i].o.shuffle], w[i].error);
+		dt_ref_ok(&ref, w[i].o.dataset);
 		expect_sampler_order(&w[i].run, &ref, &w[i].o);
 		dt_ref_close(&ref);
 		dt_run_free(&w[i].run);
@@ -716,7 +592,7 @@ START_TEST(test_corrupt_block)
 	size_t si;
 	uint8_t byte;
 	int fd;
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	bc_stream_opts ob, og;
 	bc_stream *sb, *sg;
 	dt_run rb = { 0 }, rg = { 0 };
@@ -724,7 +600,7 @@ START_TEST(test_corrupt_block)
 	uint64_t nb;
 
 	/* The corrupt copy, beside the pristine dataset in the daemon's root. */
-	ref_ok(&ref, name);
+	dt_ref_ok(&ref, name);
 	snprintf(bad, sizeof(bad), "bad-%s", name);
 	snprintf(from, sizeof(from), "%s/%s", dt_g.packs, name);
 	dt_root_path(&D, bad, to, sizeof(to));
@@ -760,15 +636,15 @@ START_TEST(test_corrupt_block)
 	lo = sh->first_sample + blk.first_sample;
 	hi = lo + blk.sample_count;
 
-	opts(&ob, bad, 10, BC_SHUFFLE_NONE, 0);
-	opts(&og, name, 10, BC_SHUFFLE_NONE, 0);
-	sb = open_ok(c, &ob);
-	sg = open_ok(c, &og);
+	dt_opts(&ob, bad, 10, BC_SHUFFLE_NONE, 0);
+	dt_opts(&og, name, 10, BC_SHUFFLE_NONE, 0);
+	sb = dt_open_ok(c, &ob);
+	sg = dt_open_ok(c, &og);
 	nb = bc_stream_batches_per_epoch(sb);
 	/* Interleaved, so both sessions' blocks are in the pipeline together. */
 	for (uint64_t k = 0; k < nb; k++) {
-		consume_ok(sb, &ref, 1, DT_KEEP_FAILURES, &rb, "corrupt stream");
-		consume_ok(sg, &ref, 1, 0, &rg, "good stream beside a corrupt one");
+		dt_consume_ok(sb, &ref, 1, DT_KEEP_FAILURES, &rb, "corrupt stream");
+		dt_consume_ok(sg, &ref, 1, 0, &rg, "good stream beside a corrupt one");
 	}
 	ck_assert_uint_eq(rg.batches, nb);
 	ck_assert_uint_eq(rg.failures, 0);
@@ -814,18 +690,13 @@ struct idle_ctx {
 	uint64_t used;
 };
 
-static bool back_to_baseline(void *arg)
+static bool back_to_baseline(const char *json, void *arg)
 {
 	struct idle_ctx *ic = arg;
-	char *json = NULL;
-	bool ok;
 
-	if (dt_status(D.sock, &json) < 0)
-		return false;
 	ic->sessions = dt_json_sessions(json);
-	ok = dt_json_u64(json, "\"memory\": {", "used", &ic->used);
-	free(json);
-	return ok && ic->sessions == 0 && ic->used == ic->used0;
+	return dt_json_u64(json, "\"memory\": {", "used", &ic->used) && ic->sessions == 0 &&
+	       ic->used == ic->used0;
 }
 
 START_TEST(test_client_death)
@@ -841,7 +712,7 @@ START_TEST(test_client_death)
 	int up[2], down[2], st;
 	pid_t pid;
 
-	json = status_ok();
+	json = dt_status_ok();
 	ck_assert(dt_json_u64(json, "\"memory\": {", "used", &ic.used0));
 	ck_assert_uint_eq(dt_json_sessions(json), 0);
 	free(json);
@@ -860,7 +731,7 @@ START_TEST(test_client_death)
 		close(down[1]);
 		if (bc_connect(D.sock, &c) < 0)
 			_exit(2);
-		opts(&o, DSET_ONE, 8, BC_SHUFFLE_GLOBAL, 3);
+		dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_GLOBAL, 3);
 		o.prefetch = 4;
 		if (bc_open(c, &o, &s) < 0)
 			_exit(3);
@@ -881,7 +752,7 @@ START_TEST(test_client_death)
 	ck_assert_msg(read(up[0], &ready, 1) == 1, "the client child failed to start a stream");
 	close(up[0]);
 
-	json = status_ok();
+	json = dt_status_ok();
 	expect(dt_json_sessions(json) == 1 && dt_json_u64(json, "\"memory\": {", "used", &used) &&
 	       used > ic.used0, "while the child streams: %s", json);
 	free(json);
@@ -896,16 +767,16 @@ START_TEST(test_client_death)
 	else
 		ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status %d", st);
 
-	expect(dt_wait_for(back_to_baseline, &ic, TRIES),
+	expect(dt_wait_status(D.sock, back_to_baseline, &ic, TRIES),
 	       "after the client died: %zu sessions, %" PRIu64 " bytes used (baseline %" PRIu64 ")",
 	       ic.sessions, ic.used, ic.used0);
 
 	/* And the daemon serves the next client as usual. */
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
-	opts(&o, DSET_ONE, 8, BC_SHUFFLE_GLOBAL, 3);
-	s = open_ok(c, &o);
-	consume_ok(s, &ref, 10, 0, &run, "after a client died");
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_GLOBAL, 3);
+	s = dt_open_ok(c, &o);
+	dt_consume_ok(s, &ref, 10, 0, &run, "after a client died");
 	dt_run_free(&run);
 	ck_assert_int_eq(bc_close(s), 0);
 	bc_disconnect(c);
@@ -914,21 +785,6 @@ START_TEST(test_client_death)
 END_TEST
 
 /* ---- 8. io_uring and pread deliver identical streams ----------------------------------- */
-
-static bool io_uring_usable(char *why, size_t len)
-{
-	struct io_uring_params p;
-	long fd;
-
-	memset(&p, 0, sizeof(p));
-	fd = syscall(__NR_io_uring_setup, 4, &p);
-	if (fd < 0) {
-		snprintf(why, len, "io_uring_setup: %s", strerror(errno));
-		return false;
-	}
-	close((int)fd);
-	return true;
-}
 
 static const struct engine_run {
 	const char *engine, *direct;
@@ -948,7 +804,7 @@ START_TEST(test_io_engines)
 	};
 	dt_run runs[ARRAY_SIZE(engine_runs)][ARRAY_SIZE(streams)];
 	char why[128], engine[64];
-	bool uring = io_uring_usable(why, sizeof(why));
+	bool uring = dt_io_uring_usable(why, sizeof(why));
 
 	memset(runs, 0, sizeof(runs));
 	if (!uring)
@@ -963,21 +819,21 @@ START_TEST(test_io_engines)
 		D.direct = engine_runs[e].direct;
 		ck_assert_msg(dt_daemon_start(&D) == 0, "batchd --io-engine %s did not start",
 			      D.engine);
-		json = status_ok();
+		json = dt_status_ok();
 		snprintf(engine, sizeof(engine), "\"io_engine\": \"%s\"", D.engine);
 		expect(strstr(json, engine), "asked for %s, status says %s", D.engine, json);
 		free(json);
-		c = connect_ok();
+		c = dt_connect_ok();
 		for (size_t k = 0; k < ARRAY_SIZE(streams); k++) {
 			bc_stream_opts o;
 			bc_stream *s;
 			dt_ref ref;
 
-			ref_ok(&ref, streams[k].dataset);
-			opts(&o, streams[k].dataset, streams[k].batch, streams[k].mode, 77);
+			dt_ref_ok(&ref, streams[k].dataset);
+			dt_opts(&o, streams[k].dataset, streams[k].batch, streams[k].mode, 77);
 			o.world = 2, o.rank = 1;
-			s = open_ok(c, &o);
-			consume_ok(s, &ref, bc_stream_batches_per_epoch(s) + 2, 0, &runs[e][k],
+			s = dt_open_ok(c, &o);
+			dt_consume_ok(s, &ref, bc_stream_batches_per_epoch(s) + 2, 0, &runs[e][k],
 				   D.engine);
 			ck_assert_int_eq(bc_close(s), 0);
 			dt_ref_close(&ref);
@@ -1028,7 +884,7 @@ static void expect_refused(bc_client *c, const char *path, int code, const char 
 	bc_stream *s = NULL;
 	int r;
 
-	opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
+	dt_opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
 	r = bc_open(c, &o, &s);
 	if (r == 0)
 		bc_close(s);
@@ -1042,7 +898,7 @@ START_TEST(test_refused_paths)
 {
 	char abs_out[PATH_MAX], link[PATH_MAX], target[PATH_MAX], path[PATH_MAX];
 	struct fifo_watch fw = { 0 };
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	bc_stream_opts o;
 	bc_stream *host, *s;
 	dt_run run = { 0 };
@@ -1050,10 +906,10 @@ START_TEST(test_refused_paths)
 	pthread_t t;
 	int r;
 
-	ref_ok(&ref, DSET_ONE);
-	opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
-	host = open_ok(c, &o);
-	consume_ok(host, &ref, 2, 0, &run, "host stream before the refusals");
+	dt_ref_ok(&ref, DSET_ONE);
+	dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
+	host = dt_open_ok(c, &o);
+	dt_consume_ok(host, &ref, 2, 0, &run, "host stream before the refusals");
 
 	/* A real dataset, but outside the root; and something that is no dataset at all. */
 	snprintf(abs_out, sizeof(abs_out), "%s/" DSET_ONE, dt_g.packs);
@@ -1080,7 +936,7 @@ START_TEST(test_refused_paths)
 	fw.path = dt_root_path(&D, "fifo.bpk", path, sizeof(path));
 	ck_assert_int_eq(mkfifo(fw.path, 0644), 0);
 	ck_assert_int_eq(pthread_create(&t, NULL, fifo_watch_main, &fw), 0);
-	opts(&o, "fifo.bpk", 4, BC_SHUFFLE_NONE, 0);
+	dt_opts(&o, "fifo.bpk", 4, BC_SHUFFLE_NONE, 0);
 	s = NULL;
 	r = bc_open(c, &o, &s);
 	__atomic_store_n(&fw.done, 1, __ATOMIC_RELEASE);
@@ -1095,14 +951,14 @@ START_TEST(test_refused_paths)
 	       bc_client_error(c));
 
 	/* An absolute path under the root is fine. */
-	opts(&o, dt_root_path(&D, DSET_ONE, path, sizeof(path)), 8, BC_SHUFFLE_NONE, 0);
-	s = open_ok(c, &o);
-	consume_ok(s, &ref, 3, 0, &run, "absolute path under the root");
+	dt_opts(&o, dt_root_path(&D, DSET_ONE, path, sizeof(path)), 8, BC_SHUFFLE_NONE, 0);
+	s = dt_open_ok(c, &o);
+	dt_consume_ok(s, &ref, 3, 0, &run, "absolute path under the root");
 	ck_assert_int_eq(bc_close(s), 0);
 
 	/* GPU placement on a daemon without CUDA: refused, host sessions unharmed. */
 	if (!cuda_available()) {
-		opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
+		dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
 		o.device = 0;
 		s = NULL;
 		r = bc_open(c, &o, &s);
@@ -1113,7 +969,7 @@ START_TEST(test_refused_paths)
 		       bc_client_error(c));
 	} else {
 		/* With a device: a GPU session, or a clear refusal; never harm to the host stream. */
-		opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
+		dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
 		o.device = 0;
 		s = NULL;
 		r = bc_open(c, &o, &s);
@@ -1124,10 +980,10 @@ START_TEST(test_refused_paths)
 		expect(r == 0 || r == -EOPNOTSUPP, "device 0 with CUDA: %s (%d): \"%s\"",
 		       bc_strerror(r), r, bc_client_error(c));
 	}
-	consume_ok(host, &ref, 5, 0, &run, "host stream after the refusals");
+	dt_consume_ok(host, &ref, 5, 0, &run, "host stream after the refusals");
 	ck_assert_int_eq(bc_close(host), 0);
 	/* Closed sessions leave the list once their last reads are back; refused ones never join. */
-	expect(dt_wait_for(sessions_none, NULL, TRIES), "refused opens left sessions behind");
+	expect(dt_wait_sessions(D.sock, 0, TRIES), "refused opens left sessions behind");
 	dt_run_free(&run);
 	dt_ref_close(&ref);
 	bc_disconnect(c);
@@ -1274,11 +1130,11 @@ START_TEST(test_protocol_abuse)
 	}
 
 	/* Nobody else noticed. */
-	ref_ok(&ref, DSET_BLK);
-	c = connect_ok();
-	opts(&o, DSET_BLK, 16, BC_SHUFFLE_GLOBAL, 4);
-	s = open_ok(c, &o);
-	consume_ok(s, &ref, bc_stream_batches_per_epoch(s) + 1, 0, &run, "after the abuse");
+	dt_ref_ok(&ref, DSET_BLK);
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_BLK, 16, BC_SHUFFLE_GLOBAL, 4);
+	s = dt_open_ok(c, &o);
+	dt_consume_ok(s, &ref, bc_stream_batches_per_epoch(s) + 1, 0, &run, "after the abuse");
 	dt_run_free(&run);
 	ck_assert_int_eq(bc_close(s), 0);
 	bc_disconnect(c);
@@ -1290,7 +1146,7 @@ END_TEST
 
 START_TEST(test_memory_budget)
 {
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	bc_stream *s = NULL, *held[64];
 	bc_stream_opts o;
 	dt_run run = { 0 };
@@ -1306,7 +1162,7 @@ START_TEST(test_memory_budget)
 	close(fd);
 
 	/* One session bigger than the whole budget. */
-	opts(&o, DSET_ONE, ok.max_batch_size, BC_SHUFFLE_GLOBAL, 1);
+	dt_opts(&o, DSET_ONE, ok.max_batch_size, BC_SHUFFLE_GLOBAL, 1);
 	o.prefetch = 64;
 	r = bc_open(c, &o, &s);
 	expect(r == -ENOMEM && strstr(bc_client_error(c), "memory budget"),
@@ -1318,7 +1174,7 @@ START_TEST(test_memory_budget)
 	       bc_strerror(r), r, bc_client_error(c));
 
 	/* Sessions that fit, until the budget is spent; then one more after a close. */
-	opts(&o, DSET_ONE, 256, BC_SHUFFLE_GLOBAL, 1);
+	dt_opts(&o, DSET_ONE, 256, BC_SHUFFLE_GLOBAL, 1);
 	o.prefetch = 8;
 	while (nheld < ARRAY_SIZE(held) && (r = bc_open(c, &o, &s)) == 0)
 		held[nheld++] = s;
@@ -1332,8 +1188,8 @@ START_TEST(test_memory_budget)
 	expect(r == 0, "no room after closing a session: %s (%d): \"%s\"", bc_strerror(r), r,
 	       bc_client_error(c));
 	held[nheld++] = s;
-	ref_ok(&ref, DSET_ONE);
-	consume_ok(s, &ref, bc_stream_batches_per_epoch(s), 0, &run, "a session within budget");
+	dt_ref_ok(&ref, DSET_ONE);
+	dt_consume_ok(s, &ref, bc_stream_batches_per_epoch(s), 0, &run, "a session within budget");
 	dt_run_free(&run);
 	dt_ref_close(&ref);
 	while (nheld)
@@ -1370,7 +1226,7 @@ START_TEST(test_hostile_control)
 			  .placement = BP_PLACEMENT_HOST, .shuffle = BP_SHUFFLE_NONE,
 			  .path = DSET_ONE, .path_len = sizeof(DSET_ONE) - 1 };
 	const unsigned want_seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	bc_stream_opts o;
 	bc_stream *good;
 	dt_run run = { 0 };
@@ -1386,11 +1242,11 @@ START_TEST(test_hostile_control)
 	int fds[BP_READY_FDS], fd, r;
 	void *m2;
 
-	ref_ok(&ref, DSET_BLK);
-	ref_ok(&ref1, DSET_ONE);
-	opts(&o, DSET_BLK, 20, BC_SHUFFLE_GLOBAL, 9);
-	good = open_ok(c, &o);
-	consume_ok(good, &ref, 3, 0, &run, "good stream before");
+	dt_ref_ok(&ref, DSET_BLK);
+	dt_ref_ok(&ref1, DSET_ONE);
+	dt_opts(&o, DSET_BLK, 20, BC_SHUFFLE_GLOBAL, 9);
+	good = dt_open_ok(c, &o);
+	dt_consume_ok(good, &ref, 3, 0, &run, "good stream before");
 
 	fd = dt_raw_connect(D.sock);
 	ck_assert_int_ge(fd, 0);
@@ -1452,10 +1308,10 @@ START_TEST(test_hostile_control)
 	pfd = (struct pollfd){ .fd = fds[3], .events = POLLIN };
 	expect(poll(&pfd, 1, WAIT_MS) == 1 && (pfd.revents & POLLIN),
 	       "the published pipe was not poked when the session stopped");
-	expect(dt_wait_for(sessions_one, NULL, TRIES), "the hostile session was not let go");
+	expect(dt_wait_sessions(D.sock, 1, TRIES), "the hostile session was not let go");
 
 	/* The normal stream goes on. */
-	consume_ok(good, &ref, bc_stream_batches_per_epoch(good), 0, &run, "good stream after");
+	dt_consume_ok(good, &ref, bc_stream_batches_per_epoch(good), 0, &run, "good stream after");
 	expect_sampler_order(&run, &ref, &o);
 	munmap(data, ready.data_size);
 	munmap(ctrl, ready.ctrl_size);
@@ -1476,25 +1332,19 @@ struct slots_ctx {
 	uint64_t slots, published;
 };
 
-static bool ring_full(void *arg)
+static bool ring_full(const char *json, void *arg)
 {
 	struct slots_ctx *sc = arg;
-	char *json = NULL;
-	bool ok;
 
-	if (dt_status(D.sock, &json) < 0)
-		return false;
-	ok = dt_json_u64(json, "\"sessions\": [", "slots", &sc->slots) &&
-	     dt_json_u64(json, "\"sessions\": [", "published", &sc->published) &&
-	     sc->published >= sc->slots;
-	free(json);
-	return ok;
+	return dt_json_u64(json, "\"sessions\": [", "slots", &sc->slots) &&
+	       dt_json_u64(json, "\"sessions\": [", "published", &sc->published) &&
+	       sc->published >= sc->slots;
 }
 
 START_TEST(test_held_batches)
 {
 	static const uint32_t order[] = { 2, 0, 3, 1 };
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	struct slots_ctx sc = { 0 };
 	bc_batch *held[BP_RING_MAX_SLOTS], *b;
 	bc_stream_opts o;
@@ -1503,13 +1353,13 @@ START_TEST(test_held_batches)
 	dt_ref ref;
 	int r, nobufs;
 
-	ref_ok(&ref, DSET_BLK);
-	opts(&o, DSET_BLK, 24, BC_SHUFFLE_GLOBAL, 21);
+	dt_ref_ok(&ref, DSET_BLK);
+	dt_opts(&o, DSET_BLK, 24, BC_SHUFFLE_GLOBAL, 21);
 	o.prefetch = 2;
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	/* Let the daemon fill every slot, then take them all and keep them. */
-	expect(dt_wait_for(ring_full, &sc, TRIES), "the ring never filled (%" PRIu64 " of %" PRIu64
-	       " published)", sc.published, sc.slots);
+	expect(dt_wait_status(D.sock, ring_full, &sc, TRIES), "the ring never filled (%" PRIu64
+	       " of %" PRIu64 " published)", sc.published, sc.slots);
 	ck_assert_uint_ge(sc.slots, ARRAY_SIZE(order));
 	ck_assert_uint_le(sc.slots, BP_RING_MAX_SLOTS);
 	for (uint64_t k = 0; k < sc.slots; k++) {
@@ -1531,7 +1381,7 @@ START_TEST(test_held_batches)
 
 		ck_assert_int_eq(bc_release(held[i]), 0);
 	}
-	consume_ok(s, &ref, bc_stream_batches_per_epoch(s), 0, &run, "after out-of-order releases");
+	dt_consume_ok(s, &ref, bc_stream_batches_per_epoch(s), 0, &run, "after out-of-order releases");
 	expect(run.ev[0].result == 0 && run.ev[0].batch == sc.slots,
 	       "after %" PRIu64 " held batches came batch %" PRIu64, sc.slots, run.ev[0].batch);
 	expect_sampler_order(&run, &ref, &o);
@@ -1559,7 +1409,7 @@ START_TEST(test_bad_options)
 		{ "drop_last leaving no batch", 200, 7, 8, 0, true, 0 },
 		{ "prefetch 4096", 10, 0, 1, 4096, false, 0 },
 	};
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	bc_stream_opts o;
 	bc_stream *s = NULL;
 	dt_run run = { 0 };
@@ -1569,15 +1419,15 @@ START_TEST(test_bad_options)
 	int r;
 
 	/* Refused by the client library before anything is sent. */
-	opts(&o, DSET_ONE, 0, BC_SHUFFLE_NONE, 0);
+	dt_opts(&o, DSET_ONE, 0, BC_SHUFFLE_NONE, 0);
 	ck_assert_int_eq(bc_open(c, &o, &s), -EINVAL);
-	opts(&o, DSET_ONE, 10, BC_SHUFFLE_NONE, 0);
+	dt_opts(&o, DSET_ONE, 10, BC_SHUFFLE_NONE, 0);
 	o.rank = 2, o.world = 2;
 	ck_assert_int_eq(bc_open(c, &o, &s), -EINVAL);
 
 	/* Refused by the daemon, with a message. */
 	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
-		opts(&o, DSET_ONE, bad[i].batch, BC_SHUFFLE_GLOBAL, 0);
+		dt_opts(&o, DSET_ONE, bad[i].batch, BC_SHUFFLE_GLOBAL, 0);
 		o.rank = bad[i].rank, o.world = bad[i].world;
 		o.drop_last = bad[i].drop;
 		o.prefetch = bad[i].prefetch;
@@ -1594,12 +1444,12 @@ START_TEST(test_bad_options)
 	}
 
 	/* The last batch of an epoch is a fine place to start. */
-	ref_ok(&ref, DSET_ONE);
-	opts(&o, DSET_ONE, 10, BC_SHUFFLE_GLOBAL, 0);
+	dt_ref_ok(&ref, DSET_ONE);
+	dt_opts(&o, DSET_ONE, 10, BC_SHUFFLE_GLOBAL, 0);
 	o.start_epoch = 3;
 	o.start_batch = DSET_SAMPLES / 10 - 1;
-	s = open_ok(c, &o);
-	consume_ok(s, &ref, 2, 0, &run, "from the last batch of epoch 3");
+	s = dt_open_ok(c, &o);
+	dt_consume_ok(s, &ref, 2, 0, &run, "from the last batch of epoch 3");
 	expect(run.nev == 3 && run.ev[0].epoch == 3 && run.ev[0].batch == o.start_batch &&
 	       run.ev[1].result == BC_EPOCH_END && run.ev[2].epoch == 4 && run.ev[2].batch == 0,
 	       "starting at (3, %" PRIu64 ") did not give that batch, the epoch end, then (4, 0)",
@@ -1615,56 +1465,33 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------------------ */
 
-static TCase *tcase(Suite *s, const char *name, void (*fixture)(void))
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_add_checked_fixture(tc, fixture, teardown);
-	suite_add_tcase(s, tc);
-	return tc;
-}
-
 static Suite *daemon_suite(void)
 {
 	Suite *s = suite_create("daemon");
 
-	tcase_add_loop_test(tcase(s, "epoch_partition", setup), test_epoch_partition, 0,
+	if (dt_g.shards != 3)
+		fprintf(stderr, "test-daemon: note: %s has %zu shards, not 3\n", DSET_SHARDS,
+			dt_g.shards);
+	tcase_add_loop_test(dt_tcase(s, "epoch_partition", setup), test_epoch_partition, 0,
 			    ARRAY_SIZE(datasets));
-	tcase_add_test(tcase(s, "determinism", setup), test_determinism);
-	tcase_add_loop_test(tcase(s, "resume", setup), test_resume, 0, ARRAY_SIZE(resume_cases));
-	tcase_add_test(tcase(s, "epoch_boundary", setup), test_epoch_boundary);
-	tcase_add_test(tcase(s, "concurrent_sessions", setup), test_concurrent_sessions);
-	tcase_add_loop_test(tcase(s, "corrupt_block", setup), test_corrupt_block, 0,
+	tcase_add_test(dt_tcase(s, "determinism", setup), test_determinism);
+	tcase_add_loop_test(dt_tcase(s, "resume", setup), test_resume, 0, ARRAY_SIZE(resume_cases));
+	tcase_add_test(dt_tcase(s, "epoch_boundary", setup), test_epoch_boundary);
+	tcase_add_test(dt_tcase(s, "concurrent_sessions", setup), test_concurrent_sessions);
+	tcase_add_loop_test(dt_tcase(s, "corrupt_block", setup), test_corrupt_block, 0,
 			    ARRAY_SIZE(datasets));
-	tcase_add_loop_test(tcase(s, "client_death", setup), test_client_death, 0, 2);
-	tcase_add_test(tcase(s, "io_engines", setup_dir), test_io_engines);
-	tcase_add_test(tcase(s, "refused_paths", setup), test_refused_paths);
-	tcase_add_test(tcase(s, "protocol_abuse", setup), test_protocol_abuse);
-	tcase_add_test(tcase(s, "memory_budget", setup_mem32), test_memory_budget);
-	tcase_add_test(tcase(s, "hostile_control", setup), test_hostile_control);
-	tcase_add_test(tcase(s, "held_batches", setup), test_held_batches);
-	tcase_add_test(tcase(s, "bad_options", setup), test_bad_options);
+	tcase_add_loop_test(dt_tcase(s, "client_death", setup), test_client_death, 0, 2);
+	tcase_add_test(dt_tcase(s, "io_engines", dt_setup_dir), test_io_engines);
+	tcase_add_test(dt_tcase(s, "refused_paths", setup), test_refused_paths);
+	tcase_add_test(dt_tcase(s, "protocol_abuse", setup), test_protocol_abuse);
+	tcase_add_test(dt_tcase(s, "memory_budget", setup_mem32), test_memory_budget);
+	tcase_add_test(dt_tcase(s, "hostile_control", setup), test_hostile_control);
+	tcase_add_test(dt_tcase(s, "held_batches", setup), test_held_batches);
+	tcase_add_test(dt_tcase(s, "bad_options", setup), test_bad_options);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	signal(SIGPIPE, SIG_IGN);
-	/* Made here, in the parent, so it is removed even when a forked test fails. */
-	if (dt_global_setup() < 0) {
-		dt_global_teardown();
-		return EXIT_FAILURE;
-	}
-	if (dt_g.shards != 3)
-		fprintf(stderr, "test-daemon: note: %s has %zu shards, not 3\n", DSET_SHARDS,
-			dt_g.shards);
-	sr = srunner_create(daemon_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	dt_global_teardown();
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dt_check_main(&D, daemon_suite);
 }

@@ -49,10 +49,6 @@
 #include "ring.h"
 #include "sampler.h"
 
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define WAIT_MS 30000            /* per bc_next: generous, sanitizer builds are slow */
-#define TRIES 3000               /* polls of 10 ms for things that happen "soon" */
-
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SANITIZED 1
 #elif defined(__has_feature)
@@ -78,29 +74,10 @@
 static dt_daemon D;
 static char E[2048];             /* why dt_* failed */
 
-/* Fail with the daemon's recent log: most failures are explained there. */
-#define expect(cond, ...) do { \
-	if (!(cond)) { \
-		dt_daemon_dump_log(&D, 60); \
-		ck_abort_msg(__VA_ARGS__); \
-	} \
-} while (0)
-
-static const char *const mode_names[] = { "none", "global", "block" };
+/* Fail with the daemon's recent log (daemon-testlib.h). */
+#define expect dt_expect
 
 /* ---- fixtures --------------------------------------------------------------- */
-
-static void setup_dir(void)
-{
-	ck_assert_int_eq(dt_daemon_init(&D), 0);
-}
-
-static void teardown(void)
-{
-	if (D.pid)
-		ck_assert_msg(dt_daemon_stop(&D) == 0, "batchd did not stop cleanly on SIGTERM");
-	dt_rm_rf(D.dir);
-}
 
 /* Start D with BATCHD_FAULTS=faults (NULL or "": none) in its environment. */
 static void start_faults(const char *faults)
@@ -206,82 +183,12 @@ static int spawn_daemon(const char *faults, int *ret_st)
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static bc_client *connect_ok(void)
-{
-	bc_client *c = NULL;
-	int r = bc_connect(D.sock, &c);
-
-	expect(r == 0, "bc_connect %s: %s", D.sock, bc_strerror(r));
-	return c;
-}
-
-static void opts(bc_stream_opts *o, const char *dataset, uint32_t batch, enum bc_shuffle mode,
-		 uint64_t seed)
-{
-	bc_stream_opts_init(o);
-	o->dataset = dataset;
-	o->batch_size = batch;
-	o->shuffle = mode;
-	o->seed = seed;
-}
-
-static bc_stream *open_ok(bc_client *c, const bc_stream_opts *o)
-{
-	bc_stream *s = NULL;
-	int r = bc_open(c, o, &s);
-
-	expect(r == 0, "bc_open %s: %s: %s", o->dataset, bc_strerror(r), bc_client_error(c));
-	return s;
-}
-
-static void ref_ok(dt_ref *ref, const char *name)
-{
-	char path[PATH_MAX];
-
-	snprintf(path, sizeof(path), "%s/%s", dt_g.packs, name);
-	ck_assert_msg(dt_ref_open(ref, path) == 0, "reference open %s", path);
-}
-
-static void consume_ok(bc_stream *s, dt_ref *ref, size_t batches, unsigned flags, dt_run *run,
-		       const char *what)
-{
-	int r = dt_consume(s, ref, batches, flags, WAIT_MS, run, E, sizeof(E));
-
-	expect(r == 0, "%s: %s", what, E);
-}
-
-static void sampler_for(bd_sampler *sp, const dt_ref *ref, const bc_stream_opts *o)
-{
-	bd_sampler_cfg cfg = {
-		.samples = bp_dataset_samples(ref->ds),
-		.fingerprint = bp_dataset_fingerprint(ref->ds),
-		.seed = o->seed,
-		.rank = o->rank,
-		.world = o->world,
-		.batch_size = o->batch_size,
-		.drop_last = o->drop_last,
-		.mode = (bd_shuffle)o->shuffle,
-		.chunk = 1,
-		.window = o->window,
-	};
-
-	ck_assert_int_eq(bd_sampler_init(sp, &cfg), 0);
 }
 
 /* Do two runs hold the same batches (epoch, index, ids, bytes) and the same failures? */
@@ -308,18 +215,9 @@ static void expect_same_run(const dt_run *a, const dt_run *b, const char *what)
 
 /* ---- status, metrics, /proc ---------------------------------------------------------- */
 
-static char *status_ok(void)
-{
-	char *json = NULL;
-	int r = dt_status(D.sock, &json);
-
-	expect(r == 0, "bc_status: %s", bc_strerror(r));
-	return json;
-}
-
 static uint64_t status_u64(const char *after, const char *key)
 {
-	char *json = status_ok();
+	char *json = dt_status_ok();
 	uint64_t v = 0;
 
 	expect(dt_json_u64(json, after, key, &v), "no %s in the status: %s", key, json);
@@ -336,40 +234,24 @@ struct idle_ctx {
 	uint64_t got_clients, got_used;
 };
 
-static bool idle_reached(void *arg)
+static bool idle_reached(const char *json, void *arg)
 {
 	struct idle_ctx *ic = arg;
-	char *json = NULL;
-	bool ok;
 
-	if (dt_status(D.sock, &json) < 0)
-		return false;
 	ic->got_sessions = dt_json_sessions(json);
-	ok = dt_json_u64(json, "\"memory\": {", ic->staging ? "sessions" : "used", &ic->got_used) &&
-	     dt_json_u64(json, NULL, "clients", &ic->got_clients);
-	free(json);
-	return ok && ic->got_sessions == ic->sessions && ic->got_used == ic->used &&
+	return dt_json_u64(json, "\"memory\": {", ic->staging ? "sessions" : "used",
+			   &ic->got_used) &&
+	       dt_json_u64(json, NULL, "clients", &ic->got_clients) &&
+	       ic->got_sessions == ic->sessions && ic->got_used == ic->used &&
 	       (!ic->clients || ic->got_clients == ic->clients);
 }
 
 static void expect_idle(struct idle_ctx *ic, int tries, const char *what)
 {
-	expect(dt_wait_for(idle_reached, ic, tries),
+	expect(dt_wait_status(D.sock, idle_reached, ic, tries),
 	       "%s: %zu sessions, %" PRIu64 " clients, %" PRIu64 " bytes used; expected %zu, %zu, %"
 	       PRIu64, what, ic->got_sessions, ic->got_clients, ic->got_used, ic->sessions,
 	       ic->clients, ic->used);
-}
-
-static bool one_session(void *arg)
-{
-	char *json = NULL;
-	bool ok;
-
-	if (dt_status(D.sock, &json) < 0)
-		return false;
-	ok = dt_json_sessions(json) == 1;
-	free(json);
-	return ok;
 }
 
 static uint64_t used_now(void)
@@ -390,7 +272,7 @@ static bool metric_u64(const char *text, const char *series, uint64_t *ret)
 
 static uint64_t metric_ok(const char *series)
 {
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	char *text = NULL;
 	uint64_t v = 0;
 	int r = bc_metrics(c, &text);
@@ -461,27 +343,12 @@ static int proc_fds_settled(pid_t pid)
 	for (int i = 0; i < 20; i++) {
 		int n;
 
-		sleep_ms(10);
+		dt_sleep_ms(10);
 		n = proc_fds(pid);
 		if (n >= 0 && n < least)
 			least = n;
 	}
 	return least;
-}
-
-static bool io_uring_usable(char *why, size_t len)
-{
-	struct io_uring_params p;
-	long fd;
-
-	memset(&p, 0, sizeof(p));
-	fd = syscall(__NR_io_uring_setup, 4, &p);
-	if (fd < 0) {
-		snprintf(why, len, "io_uring_setup: %s", strerror(errno));
-		return false;
-	}
-	close((int)fd);
-	return true;
 }
 
 /* ---- the streams that faults must not change ----------------------------------------- */
@@ -499,7 +366,7 @@ static const struct stream_case {
 /* One epoch of each of the first n streams on a fresh connection, checked against the packs. */
 static void record_streams(dt_run *runs, size_t n, const char *what)
 {
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	char label[512];
 
 	for (size_t k = 0; k < n; k++) {
@@ -508,13 +375,13 @@ static void record_streams(dt_run *runs, size_t n, const char *what)
 		dt_ref ref;
 		uint64_t nb;
 
-		ref_ok(&ref, streams[k].dataset);
-		opts(&o, streams[k].dataset, streams[k].batch, streams[k].mode, 77);
-		s = open_ok(c, &o);
+		dt_ref_ok(&ref, streams[k].dataset);
+		dt_opts(&o, streams[k].dataset, streams[k].batch, streams[k].mode, 77);
+		s = dt_open_ok(c, &o);
 		nb = bc_stream_batches_per_epoch(s);
 		snprintf(label, sizeof(label), "%s: %s, %s shuffle", what, streams[k].dataset,
-			 mode_names[streams[k].mode]);
-		consume_ok(s, &ref, nb + 1, DT_STOP_EPOCH_END, &runs[k], label);
+			 dt_mode_names[streams[k].mode]);
+		dt_consume_ok(s, &ref, nb + 1, DT_STOP_EPOCH_END, &runs[k], label);
 		expect(runs[k].batches == nb && runs[k].epoch_ends == 1 && runs[k].failures == 0,
 		       "%s: %zu batches, %zu failures, %zu epoch ends; expected %" PRIu64 ", 0, 1",
 		       label, runs[k].batches, runs[k].failures, runs[k].epoch_ends, nb);
@@ -622,7 +489,7 @@ static size_t consume_failing(bc_stream *s, dt_ref *ref, uint64_t batches, dt_ru
 	while (run->batches + run->failures < batches) {
 		size_t before = run->failures;
 
-		consume_ok(s, ref, 1, DT_KEEP_FAILURES, run, what);
+		dt_consume_ok(s, ref, 1, DT_KEEP_FAILURES, run, what);
 		if (run->failures > before && nf < max_fails) {
 			const dt_event *ev = &run->ev[run->nev - 1];
 
@@ -645,7 +512,7 @@ START_TEST(test_eio_every)
 
 	start_faults("read:every=50:errno=EIO");
 	errors0 = metric_ok("batchd_errors_total{kind=\"read\"}");
-	c = connect_ok();
+	c = dt_connect_ok();
 	for (size_t k = 0; k < ARRAY_SIZE(sets); k++) {
 		bc_stream_opts o;
 		bc_stream *s;
@@ -657,14 +524,14 @@ START_TEST(test_eio_every)
 		char what[128];
 
 		snprintf(what, sizeof(what), "EIO every 50th read, %s", sets[k]);
-		ref_ok(&ref, sets[k]);
-		opts(&o, sets[k], 10, BC_SHUFFLE_NONE, 0);
-		sampler_for(&sp, &ref, &o);
-		s = open_ok(c, &o);
+		dt_ref_ok(&ref, sets[k]);
+		dt_opts(&o, sets[k], 10, BC_SHUFFLE_NONE, 0);
+		dt_sampler_for(&sp, &ref, &o);
+		s = dt_open_ok(c, &o);
 		nb = bc_stream_batches_per_epoch(s);
 		nf = consume_failing(s, &ref, nb, &run, fails, ARRAY_SIZE(fails), what);
 		/* To the end of the epoch, and on into the next: no hang, no stop. */
-		consume_ok(s, &ref, 2, DT_KEEP_FAILURES, &run, what);
+		dt_consume_ok(s, &ref, 2, DT_KEEP_FAILURES, &run, what);
 		expect(run.epoch_ends == 1, "%s: %zu epoch ends", what, run.epoch_ends);
 		expect(run.failures >= 1 && run.batches >= nb / 2,
 		       "%s: %zu of %" PRIu64 " batches failed", what, run.failures, nb);
@@ -723,8 +590,8 @@ START_TEST(test_eio_offset)
 	dt_ref ref, ref1;
 	size_t si, hits = 0;
 
-	ref_ok(&ref, DSET_SHARDS);
-	ref_ok(&ref1, DSET_ONE);
+	dt_ref_ok(&ref, DSET_SHARDS);
+	dt_ref_ok(&ref1, DSET_ONE);
 	si = bp_dataset_shard_count(ref.ds) > 1 ? 1 : 0;
 	sh = bp_dataset_shard(ref.ds, si);
 	/* The block with the most stored bytes: its middle is far from its neighbours. */
@@ -743,20 +610,20 @@ START_TEST(test_eio_offset)
 	snprintf(faults, sizeof(faults), "read:shard=%s:offset=%" PRIu64 ":errno=EIO", sh->name, off);
 	start_faults(faults);
 
-	c = connect_ok();
-	opts(&o, DSET_SHARDS, 10, BC_SHUFFLE_GLOBAL, 31);
-	sampler_for(&sp, &ref, &o);
-	s = open_ok(c, &o);
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_SHARDS, 10, BC_SHUFFLE_GLOBAL, 31);
+	dt_sampler_for(&sp, &ref, &o);
+	s = dt_open_ok(c, &o);
 	nb = bc_stream_batches_per_epoch(s);
 	/* A stream on another dataset alongside: never touched. */
 	{
 		bc_stream_opts oo;
 
-		opts(&oo, DSET_ONE, 25, BC_SHUFFLE_GLOBAL, 5);
-		other = open_ok(c, &oo);
+		dt_opts(&oo, DSET_ONE, 25, BC_SHUFFLE_GLOBAL, 5);
+		other = dt_open_ok(c, &oo);
 	}
 	for (uint64_t k = 0; k < 2 * nb; k++) {
-		consume_ok(s, &ref, 1, DT_KEEP_FAILURES, &run, "persistent EIO stream");
+		dt_consume_ok(s, &ref, 1, DT_KEEP_FAILURES, &run, "persistent EIO stream");
 		if (run.ev[run.nev - 1].result < 0) {
 			snprintf(want, sizeof(want), "dataset %s: shard %s: block %" PRIu64 ": read failed",
 				 DSET_SHARDS, sh->name, block);
@@ -765,11 +632,11 @@ START_TEST(test_eio_offset)
 			       run.last_error, want);
 		}
 		if (k % 8 == 0)
-			consume_ok(other, &ref1, 1, 0, &orun, "a stream beside the faulty one");
+			dt_consume_ok(other, &ref1, 1, 0, &orun, "a stream beside the faulty one");
 	}
 	/* The second epoch's end, announced before anything of the third. */
-	consume_ok(s, &ref, 1, DT_KEEP_FAILURES | DT_STOP_EPOCH_END, &run, "persistent EIO stream");
-	consume_ok(other, &ref1, bc_stream_batches_per_epoch(other), 0, &orun,
+	dt_consume_ok(s, &ref, 1, DT_KEEP_FAILURES | DT_STOP_EPOCH_END, &run, "persistent EIO stream");
+	dt_consume_ok(other, &ref1, bc_stream_batches_per_epoch(other), 0, &orun,
 		   "a stream beside the faulty one");
 	ck_assert_uint_eq(orun.failures, 0);
 
@@ -833,7 +700,7 @@ START_TEST(test_fallbacks)
 {
 	dt_run clean[ARRAY_SIZE(streams)], runs[ARRAY_SIZE(streams)];
 	char why[128], *json;
-	bool uring = io_uring_usable(why, sizeof(why)), had_direct;
+	bool uring = dt_io_uring_usable(why, sizeof(why)), had_direct;
 
 	memset(clean, 0, sizeof(clean));
 	memset(runs, 0, sizeof(runs));
@@ -848,7 +715,7 @@ START_TEST(test_fallbacks)
 	/* io_uring setup refused: auto falls back to pread and says so. */
 	D.engine = NULL;
 	start_faults("uring:setup=EPERM");
-	json = status_ok();
+	json = dt_status_ok();
 	expect(strstr(json, "\"io_engine\": \"pread\""), "io_uring setup refused, status says %s",
 	       json);
 	free(json);
@@ -932,7 +799,7 @@ static enum alloc_end alloc_run(unsigned n, dt_ref *ref, char *note, size_t note
 		snprintf(bad, badlen, "bc_connect: %s", bc_strerror(r));
 		goto out;
 	}
-	opts(&o, DSET_BLK, 100, BC_SHUFFLE_NONE, 0);
+	dt_opts(&o, DSET_BLK, 100, BC_SHUFFLE_NONE, 0);
 	o.prefetch = 4;
 	r = bc_open(c, &o, &s);
 	if (r < 0) {
@@ -1009,7 +876,7 @@ out:
 		struct idle_ctx ic = { .used = 0, .staging = true };
 
 		/* Everything given back: no session, no staging memory (the cache may keep blocks). */
-		if (!dt_wait_for(idle_reached, &ic, TRIES))
+		if (!dt_wait_status(D.sock, idle_reached, &ic, TRIES))
 			snprintf(bad, badlen, "%zu sessions holding %" PRIu64 " bytes left after the "
 				 "client closed", ic.got_sessions, ic.got_used);
 	}
@@ -1034,7 +901,7 @@ START_TEST(test_alloc_countdown)
 	double t0 = now_s();
 	dt_ref ref;
 
-	ref_ok(&ref, DSET_BLK);
+	dt_ref_ok(&ref, DSET_BLK);
 	/*
 	 * N by one while small, then in growing steps; done once 16 runs in a
 	 * row never met the countdown (the whole open and epoch fit below N;
@@ -1081,7 +948,7 @@ static void setup_lease(void)
 	static const char *args[3];
 	FILE *f;
 
-	setup_dir();
+	dt_setup_dir();
 	snprintf(conf, sizeof(conf), "%s/lease.conf", D.dir);
 	f = fopen(conf, "w");
 	ck_assert_ptr_nonnull(f);
@@ -1121,7 +988,7 @@ START_TEST(test_lease)
 		close(down[1]);
 		if (bc_connect(D.sock, &c) < 0)
 			_exit(2);
-		opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
+		dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
 		o.prefetch = 2;
 		if (bc_open(c, &o, &s) < 0)
 			_exit(3);
@@ -1163,11 +1030,11 @@ START_TEST(test_lease)
 	printf("lease: a stopped client's session was gone %.2f s after SIGSTOP\n", gone_s);
 
 	/* A slow trainer that keeps releasing outlives the lease many times over. */
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
-	opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
 	o.prefetch = 2;
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	t0 = now_s();
 	while (now_s() - t0 < 2.6) {
 		int r = bc_next(s, &b, WAIT_MS);
@@ -1176,12 +1043,12 @@ START_TEST(test_lease)
 		       bc_strerror(r), r, bc_stream_error(s));
 		expect(dt_batch_check(b, &ref, E, sizeof(E)) == 0 && bc_batch_index(b) == taken,
 		       "a releasing client, batch %" PRIu64 ": %s", taken, E);
-		sleep_ms(300);   /* work on it, well under the lease */
+		dt_sleep_ms(300);   /* work on it, well under the lease */
 		ck_assert_int_eq(bc_release(b), 0);
 		taken++;
 	}
 	{
-		char *json = status_ok();
+		char *json = dt_status_ok();
 
 		expect(dt_json_sessions(json) == 1, "the releasing client's session is gone: %s", json);
 		free(json);
@@ -1219,7 +1086,7 @@ static void __attribute__((noreturn)) child_to_state(enum kill_state ks, int up)
 		bc_stream *s;
 		bc_batch *b;
 
-		opts(&o, DSET_ONE, 8, BC_SHUFFLE_GLOBAL, 3);
+		dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_GLOBAL, 3);
 		o.prefetch = 4;
 		if (bc_connect(D.sock, &c) < 0 || bc_open(c, &o, &s) < 0 ||
 		    bc_next(s, &b, WAIT_MS) != 0 || bc_next(s, &b, WAIT_MS) != 0)
@@ -1252,11 +1119,11 @@ START_TEST(test_kill_states)
 	dt_ref ref;
 
 	start_faults(NULL);
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
-	opts(&o, DSET_ONE, 16, BC_SHUFFLE_GLOBAL, 8);
-	s = open_ok(c, &o);
-	consume_ok(s, &ref, 3, 0, &run, "the normal stream");
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_ONE, 16, BC_SHUFFLE_GLOBAL, 8);
+	s = dt_open_ok(c, &o);
+	dt_consume_ok(s, &ref, 3, 0, &run, "the normal stream");
 	ic.used = used_now();
 	for (int ks = 0; ks < KS_COUNT; ks++) {
 		char what[128], k;
@@ -1280,7 +1147,7 @@ START_TEST(test_kill_states)
 		ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
 		/* Only the normal stream's session and client (and the status request) remain. */
 		expect_idle(&ic, TRIES, what);
-		consume_ok(s, &ref, 10, 0, &run, what);
+		dt_consume_ok(s, &ref, 10, 0, &run, what);
 	}
 	expect(run.failures == 0, "the normal stream had %zu failed batches", run.failures);
 	dt_run_free(&run);
@@ -1328,7 +1195,7 @@ START_TEST(test_open_kill_cycles)
 			bc_batch *b;
 
 			close(up[0]);
-			opts(&o, DSET_ONE, 8, i % 3 ? BC_SHUFFLE_GLOBAL : BC_SHUFFLE_NONE, i);
+			dt_opts(&o, DSET_ONE, 8, i % 3 ? BC_SHUFFLE_GLOBAL : BC_SHUFFLE_NONE, i);
 			o.prefetch = 2;
 			if (bc_connect(D.sock, &c) < 0)
 				_exit(2);
@@ -1445,25 +1312,20 @@ struct released_ctx {
 	uint64_t session, want, got;
 };
 
-static bool released_at_least(void *arg)
+static bool released_at_least(const char *json, void *arg)
 {
 	struct released_ctx *rc = arg;
-	char *json = NULL, anchor[64];
-	bool ok;
+	char anchor[64];
 
-	if (dt_status(D.sock, &json) < 0)
-		return false;
 	snprintf(anchor, sizeof(anchor), "{\"id\": %" PRIu64 ",", rc->session);
-	ok = dt_json_u64(json, anchor, "released", &rc->got) && rc->got >= rc->want;
-	free(json);
-	return ok;
+	return dt_json_u64(json, anchor, "released", &rc->got) && rc->got >= rc->want;
 }
 
 static void expect_released(struct raw_session *rs, uint64_t n, const char *what)
 {
 	struct released_ctx rc = { .session = rs->ready.session, .want = n };
 
-	expect(dt_wait_for(released_at_least, &rc, TRIES), "%s: the daemon reclaimed %" PRIu64
+	expect(dt_wait_status(D.sock, released_at_least, &rc, TRIES), "%s: the daemon reclaimed %" PRIu64
 	       " batches, expected %" PRIu64, what, rc.got, n);
 	/* And not more than were released. */
 	expect(rc.got == n, "%s: the daemon reclaimed %" PRIu64 " batches, only %" PRIu64
@@ -1483,12 +1345,12 @@ START_TEST(test_release_marks)
 	int r;
 
 	start_faults(NULL);
-	ref_ok(&ref, DSET_BLK);
-	ref_ok(&ref1, DSET_ONE);
-	c = connect_ok();
-	opts(&o, DSET_BLK, 20, BC_SHUFFLE_GLOBAL, 9);
-	good = open_ok(c, &o);
-	consume_ok(good, &ref, 3, 0, &run, "good stream before");
+	dt_ref_ok(&ref, DSET_BLK);
+	dt_ref_ok(&ref1, DSET_ONE);
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_BLK, 20, BC_SHUFFLE_GLOBAL, 9);
+	good = dt_open_ok(c, &o);
+	dt_consume_ok(good, &ref, 3, 0, &run, "good stream before");
 
 	rs.sock = dt_raw_connect(D.sock);
 	ck_assert_int_ge(rs.sock, 0);
@@ -1529,7 +1391,7 @@ START_TEST(test_release_marks)
 		}
 	}
 	expect_released(&rs, seq, "in-order releases");
-	consume_ok(good, &ref, 5, 0, &run, "good stream beside the raw one");
+	dt_consume_ok(good, &ref, 5, 0, &run, "good stream beside the raw one");
 
 	/* From the future: the right slot, a thousand laps ahead. */
 	raw_check(&rs, &ref1, seq);
@@ -1541,9 +1403,9 @@ START_TEST(test_release_marks)
 	expect(poll(&pfd, 1, WAIT_MS) == 1 && (pfd.revents & POLLIN),
 	       "the published pipe was not poked when the session stopped");
 	/* The raw session goes, counted as a ring violation; the good one stays. */
-	expect(dt_wait_for(one_session, NULL, TRIES), "the hostile session was not let go");
+	expect(dt_wait_sessions(D.sock, 1, TRIES), "the hostile session was not let go");
 	expect(status_u64(NULL, "ring_violations") == 1, "ring_violations is not 1");
-	consume_ok(good, &ref, bc_stream_batches_per_epoch(good), 0, &run, "good stream after");
+	dt_consume_ok(good, &ref, bc_stream_batches_per_epoch(good), 0, &run, "good stream after");
 	expect(run.failures == 0, "the good stream had %zu failures", run.failures);
 	munmap((void *)rs.data, rs.ready.data_size);
 	munmap(rs.ctrl, rs.ready.ctrl_size);
@@ -1562,7 +1424,7 @@ END_TEST
 
 static void setup_flood(void)
 {
-	setup_dir();
+	dt_setup_dir();
 	D.memory = "64M";
 	start_asan_options(NULL, ASAN_NO_QUARANTINE);
 }
@@ -1586,11 +1448,11 @@ START_TEST(test_open_flood)
 
 	/* Warm up first: the daemon keeps datasets it opened open for the next session. */
 	{
-		bc_client *c = connect_ok();
+		bc_client *c = dt_connect_ok();
 		bc_stream_opts o;
 
-		opts(&o, DSET_ONE, 4, BC_SHUFFLE_NONE, 0);
-		ck_assert_int_eq(bc_close(open_ok(c, &o)), 0);
+		dt_opts(&o, DSET_ONE, 4, BC_SHUFFLE_NONE, 0);
+		ck_assert_int_eq(bc_close(dt_open_ok(c, &o)), 0);
 		bc_disconnect(c);
 	}
 	ic.used = 0;
@@ -1621,7 +1483,7 @@ START_TEST(test_open_flood)
 			expect(n == ok.max_sessions, "%s: %zu sessions, HELLO_OK said %u",
 			       phases[p].what, n, ok.max_sessions);
 		/* Let the daemon stage all it will for every session, then weigh it. */
-		sleep_ms(SANITIZED ? 1500 : 500);
+		dt_sleep_ms(SANITIZED ? 1500 : 500);
 		rss = proc_rss_kib(D.pid);
 		printf("%s: %zu sessions; VmRSS %" PRIu64 " KiB -> %" PRIu64 " KiB (budget %" PRIu64
 		       " KiB)\n", phases[p].what, n, rss0, rss, budget_kib);
@@ -1703,7 +1565,7 @@ static void shards_copy(const char *name)
 	char dir[PATH_MAX], a[PATH_MAX * 2], b[PATH_MAX * 2];
 	dt_ref ref;
 
-	ref_ok(&ref, DSET_SHARDS);
+	dt_ref_ok(&ref, DSET_SHARDS);
 	dt_root_path(&D, name, dir, sizeof(dir));
 	ck_assert_int_eq(mkdir(dir, 0755), 0);
 	for (size_t i = 0; i < bp_dataset_shard_count(ref.ds); i++) {
@@ -1787,7 +1649,7 @@ static void expect_refusal(bc_client *c, const char *path, int code)
 	bc_stream *s = NULL;
 	int r;
 
-	opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
+	dt_opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
 	r = bc_open(c, &o, &s);
 	if (r == 0)
 		bc_close(s);
@@ -1860,7 +1722,7 @@ START_TEST(test_path_escapes)
 		atexit(kill_traced);
 	}
 
-	c = connect_ok();
+	c = dt_connect_ok();
 	expect_refusal(c, "faults-mark-begin.bpk", -ENOENT);
 	expect_refusal(c, "..", -EACCES);
 	expect_refusal(c, "../../etc/passwd", -EACCES);
@@ -1884,10 +1746,10 @@ START_TEST(test_path_escapes)
 	close(outfd);
 
 	/* The root still serves. */
-	ref_ok(&ref, DSET_ONE);
-	opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
-	s = open_ok(c, &o);
-	consume_ok(s, &ref, 3, 0, &run, "after the refusals");
+	dt_ref_ok(&ref, DSET_ONE);
+	dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
+	s = dt_open_ok(c, &o);
+	dt_consume_ok(s, &ref, 3, 0, &run, "after the refusals");
 	ck_assert_int_eq(bc_close(s), 0);
 	bc_disconnect(c);
 	dt_run_free(&run);
@@ -1914,51 +1776,28 @@ END_TEST
 
 /* ---- the suite ------------------------------------------------------------------------------ */
 
-static TCase *tcase(Suite *s, const char *name, void (*fixture)(void))
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_add_checked_fixture(tc, fixture, teardown);
-	suite_add_tcase(s, tc);
-	return tc;
-}
-
 static Suite *faults_suite(void)
 {
 	Suite *s = suite_create("faults");
 
-	tcase_add_test(tcase(s, "short_eagain", setup_dir), test_short_eagain);
-	tcase_add_test(tcase(s, "eio_every", setup_dir), test_eio_every);
-	tcase_add_test(tcase(s, "eio_offset", setup_dir), test_eio_offset);
-	tcase_add_test(tcase(s, "delayed", setup_dir), test_delayed);
-	tcase_add_test(tcase(s, "fallbacks", setup_dir), test_fallbacks);
-	tcase_add_test(tcase(s, "alloc_countdown", setup_dir), test_alloc_countdown);
-	tcase_add_test(tcase(s, "lease", setup_lease), test_lease);
-	tcase_add_test(tcase(s, "kill_states", setup_dir), test_kill_states);
-	tcase_add_test(tcase(s, "open_kill_cycles", setup_dir), test_open_kill_cycles);
-	tcase_add_test(tcase(s, "release_marks", setup_dir), test_release_marks);
-	tcase_add_test(tcase(s, "open_flood", setup_flood), test_open_flood);
-	tcase_add_test(tcase(s, "path_escapes", setup_dir), test_path_escapes);
+	tcase_add_test(dt_tcase(s, "short_eagain", dt_setup_dir), test_short_eagain);
+	tcase_add_test(dt_tcase(s, "eio_every", dt_setup_dir), test_eio_every);
+	tcase_add_test(dt_tcase(s, "eio_offset", dt_setup_dir), test_eio_offset);
+	tcase_add_test(dt_tcase(s, "delayed", dt_setup_dir), test_delayed);
+	tcase_add_test(dt_tcase(s, "fallbacks", dt_setup_dir), test_fallbacks);
+	tcase_add_test(dt_tcase(s, "alloc_countdown", dt_setup_dir), test_alloc_countdown);
+	tcase_add_test(dt_tcase(s, "lease", setup_lease), test_lease);
+	tcase_add_test(dt_tcase(s, "kill_states", dt_setup_dir), test_kill_states);
+	tcase_add_test(dt_tcase(s, "open_kill_cycles", dt_setup_dir), test_open_kill_cycles);
+	tcase_add_test(dt_tcase(s, "release_marks", dt_setup_dir), test_release_marks);
+	tcase_add_test(dt_tcase(s, "open_flood", setup_flood), test_open_flood);
+	tcase_add_test(dt_tcase(s, "path_escapes", dt_setup_dir), test_path_escapes);
 	return s;
 }
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	signal(SIGPIPE, SIG_IGN);
 	setvbuf(stdout, NULL, _IOLBF, 0);   /* notes reach the log before a failing test exits */
 	unsetenv("BATCHD_FAULTS");
-	/* Made here, in the parent, so it is removed even when a forked test fails. */
-	if (dt_global_setup() < 0) {
-		dt_global_teardown();
-		return EXIT_FAILURE;
-	}
-	sr = srunner_create(faults_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	dt_global_teardown();
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dt_check_main(&D, faults_suite);
 }

@@ -48,32 +48,16 @@
 #include <json-c/json.h>
 
 #include "daemon-testlib.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define WAIT_MS 30000            /* per bc_next: generous, sanitizer builds are slow */
-#define TRIES 3000               /* polls of 10 ms for things that happen "soon" */
+#include "json_path.h"
 
 static dt_daemon D;
 static char CONF[256];           /* D.dir/batchd.conf, the daemon's -c FILE */
 static char E[2048];             /* why dt_* failed */
 
-/* Fail with the daemon's recent log: most failures are explained there. */
-#define expect(cond, ...) do { \
-	if (!(cond)) { \
-		dt_daemon_dump_log(&D, 60); \
-		ck_abort_msg(__VA_ARGS__); \
-	} \
-} while (0)
+/* Fail with the daemon's recent log (daemon-testlib.h). */
+#define expect dt_expect
 
 /* ---- small helpers ------------------------------------------------------------- */
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
 
 /*
  * As root, tests run peers as other users: let them reach the socket
@@ -120,30 +104,12 @@ static void start_ok(void)
 	expect(dt_daemon_start(&D) == 0, "batchd -c %s did not start", CONF);
 }
 
-static bc_client *connect_ok(void)
-{
-	bc_client *c = NULL;
-	int r = bc_connect(D.sock, &c);
-
-	expect(r == 0, "bc_connect %s: %s (%d)", D.sock, bc_strerror(r), r);
-	return c;
-}
-
 static void opts(bc_stream_opts *o, const char *dataset, uint32_t batch)
 {
 	bc_stream_opts_init(o);
 	o->dataset = dataset;
 	o->batch_size = batch;
 	o->shuffle = BC_SHUFFLE_NONE;
-}
-
-static bc_stream *open_ok(bc_client *c, const bc_stream_opts *o)
-{
-	bc_stream *s = NULL;
-	int r = bc_open(c, o, &s);
-
-	expect(r == 0, "bc_open %s: %s (%d): %s", o->dataset, bc_strerror(r), r, bc_client_error(c));
-	return s;
 }
 
 /* bc_open that must fail with want: @return the daemon's message (in c). */
@@ -160,45 +126,22 @@ static const char *open_fails(bc_client *c, const bc_stream_opts *o, int want)
 	return bc_client_error(c);
 }
 
-static void ref_ok(dt_ref *ref, const char *name)
-{
-	char path[PATH_MAX];
-
-	snprintf(path, sizeof(path), "%s/%s", dt_g.packs, name);
-	ck_assert_msg(dt_ref_open(ref, path) == 0, "reference open %s", path);
-}
-
 /* Take n batches, each checked byte for byte against ref and released. */
 static void consume_ok(bc_stream *s, dt_ref *ref, size_t n, const char *what)
 {
 	dt_run run = { 0 };
-	int r = dt_consume(s, ref, n, 0, WAIT_MS, &run, E, sizeof(E));
 
-	expect(r == 0, "%s: %s", what, E);
+	dt_consume_ok(s, ref, n, 0, &run, what);
 	expect(run.batches == n, "%s: %zu batches, expected %zu", what, run.batches, n);
 	dt_run_free(&run);
 }
 
 /* ---- status JSON (json-c) ------------------------------------------------------------ */
 
-static json_object *jget(json_object *o, const char *path)
-{
-	char key[64];
-	const char *dot;
-
-	while (o && (dot = strchr(path, '.'))) {
-		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		if (!json_object_object_get_ex(o, key, &o))
-			return NULL;
-		path = dot + 1;
-	}
-	return o && json_object_object_get_ex(o, path, &o) ? o : NULL;
-}
-
 /* A number at path; fails the test when it is missing or not an integer. */
 static uint64_t ju64(json_object *o, const char *path)
 {
-	json_object *v = jget(o, path);
+	json_object *v = json_path_get(o, path);
 
 	expect(v && json_object_is_type(v, json_type_int), "status JSON: no integer \"%s\" in %s",
 	       path, json_object_to_json_string(o));
@@ -207,12 +150,9 @@ static uint64_t ju64(json_object *o, const char *path)
 
 static json_object *status_ok(void)
 {
-	char *text = NULL;
-	json_object *o;
-	int r = dt_status(D.sock, &text);
+	char *text = dt_status_ok();
+	json_object *o = json_tokener_parse(text);
 
-	expect(r == 0, "status: %s (%d)", bc_strerror(r), r);
-	o = json_tokener_parse(text);
 	expect(o && json_object_is_type(o, json_type_object), "status is not a JSON object: %.300s",
 	       text);
 	free(text);
@@ -221,7 +161,7 @@ static json_object *status_ok(void)
 
 static json_object *sessions_of(json_object *status)
 {
-	json_object *a = jget(status, "sessions");
+	json_object *a = json_path_get(status, "sessions");
 
 	expect(a && json_object_is_type(a, json_type_array), "status JSON: no sessions array");
 	return a;
@@ -232,7 +172,7 @@ static json_object *session_by_pid(json_object *sessions, pid_t pid, const char 
 {
 	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
 		json_object *se = json_object_array_get_idx(sessions, i);
-		json_object *p = jget(se, "pid"), *d = jget(se, "dataset");
+		json_object *p = json_path_get(se, "pid"), *d = json_path_get(se, "dataset");
 
 		if (p && json_object_get_int64(p) == pid &&
 		    (!dataset || (d && !strcmp(json_object_get_string(d), dataset))))
@@ -664,7 +604,7 @@ static double prom_check_hist(const prom *p, const char *family, char *err, size
 /* The metrics text through bc_metrics on a fresh connection. Caller frees. */
 static char *metrics_text_ok(void)
 {
-	bc_client *c = connect_ok();
+	bc_client *c = dt_connect_ok();
 	char *text = NULL;
 	int r = bc_metrics(c, &text);
 
@@ -705,7 +645,7 @@ static double metric_wait(const char *name, const char *match, double want)
 		v = metric(name, match);
 		if (v == want)
 			break;
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	return v;
 }
@@ -714,16 +654,9 @@ static double metric_wait(const char *name, const char *match, double want)
 
 static void setup(void)
 {
-	ck_assert_int_eq(dt_daemon_init(&D), 0);
+	dt_setup_dir();
 	snprintf(CONF, sizeof(CONF), "%s/batchd.conf", D.dir);
 	D.config = CONF;
-}
-
-static void teardown(void)
-{
-	if (D.pid)
-		ck_assert_msg(dt_daemon_stop(&D) == 0, "batchd did not stop cleanly on SIGTERM");
-	dt_rm_rf(D.dir);
 }
 
 /* The usual file: our socket, root/ as the only root, log level level. */
@@ -749,7 +682,7 @@ static void hup_and_wait(double applied, double failed)
 		prom_free(&p);
 		if (a + f >= applied + failed)
 			break;
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	expect(a == applied && f == failed, "after SIGHUP: batchd_reloads_total %g (want %g), "
 	       "batchd_reload_failures_total %g (want %g)", a, applied, f, failed);
@@ -777,11 +710,11 @@ START_TEST(test_reload)
 	/* Root A, log level notice: INFO lines such as "opened" are not logged. */
 	conf_basic("notice", NULL);
 	start_ok();
-	ref_ok(&ref_one, DSET_ONE);
-	ref_ok(&ref_blk, DSET_BLK);
-	c = connect_ok();
+	dt_ref_ok(&ref_one, DSET_ONE);
+	dt_ref_ok(&ref_blk, DSET_BLK);
+	c = dt_connect_ok();
 	opts(&o, DSET_ONE, 7);
-	s1 = open_ok(c, &o);
+	s1 = dt_open_ok(c, &o);
 	consume_ok(s1, &ref_one, 5, "before any reload");
 	expect(!dt_log_contains(&D, "opened " DSET_ONE), "an INFO line was logged at level notice");
 
@@ -798,7 +731,7 @@ START_TEST(test_reload)
 	opts(&o, "bonly.bpk", 7);
 	open_fails(c, &o, -ENOENT);
 	opts(&o, DSET_BLK, 9);
-	s2 = open_ok(c, &o);
+	s2 = dt_open_ok(c, &o);
 	consume_ok(s2, &ref_blk, 3, "a new session on root A after the refused reload");
 	ck_assert_int_eq(bc_close(s2), 0);
 	expect(!dt_log_contains(&D, "opened " DSET_BLK),
@@ -814,7 +747,7 @@ START_TEST(test_reload)
 	json_object_put(st);
 
 	opts(&o, "bonly.bpk", 9);
-	s2 = open_ok(c, &o);
+	s2 = dt_open_ok(c, &o);
 	consume_ok(s2, &ref_blk, 4, "a session on root B after the reload");
 	expect(dt_log_contains(&D, "opened bonly.bpk"), "log level debug did not take effect: no "
 	       "INFO line for the new session");
@@ -829,7 +762,7 @@ START_TEST(test_reload)
 	consume_ok(s1, &ref_one, 20, "the first session after the good reload");
 	ck_assert_int_eq(bc_close(s2), 0);
 	for (int i = 0; i < TRIES && !dt_log_contains(&D, " ended"); i++)
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	expect(dt_log_contains(&D, " ended"), "no DEBUG \"session ... ended\" line after the reload");
 
 	expect(metric("batchd_reloads_total", NULL) == 1, "batchd_reloads_total is not 1");
@@ -858,12 +791,12 @@ START_TEST(test_reload_budget)
 
 	conf_basic("info", "[memory]\nbudget = 256M\n");
 	start_ok();
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
 	opts(&o, DSET_ONE, 1000);
 	o.prefetch = 8;
 	while (n < 4)
-		s[n++] = open_ok(c, &o);
+		s[n++] = dt_open_ok(c, &o);
 	used = status_u64("memory.sessions");
 	expect(used > (UINT64_C(16) << 20), "4 sessions hold only %" PRIu64 " bytes", used);
 
@@ -920,7 +853,7 @@ static void *sleeper_run(void *arg)
 		 * trainer stuck on its held batch would, until the stop arrives.
 		 */
 		if (r == -ENOBUFS) {
-			sleep_ms(10);
+			dt_sleep_ms(10);
 			continue;
 		}
 		sl->result = r;
@@ -969,25 +902,25 @@ START_TEST(test_sigterm_drain)
 
 	conf_basic("info", NULL);
 	start_ok();
-	ref_ok(&ref_blk, DSET_BLK);
-	ref_ok(&ref_sh, DSET_SHARDS);
+	dt_ref_ok(&ref_blk, DSET_BLK);
+	dt_ref_ok(&ref_sh, DSET_SHARDS);
 
 	/* The sleeper: 4 slots (prefetch 2 + 2), its own connection. */
-	ct = connect_ok();
+	ct = dt_connect_ok();
 	opts(&o, DSET_ONE, 5);
 	o.prefetch = 2;
-	sl.s = open_ok(ct, &o);
+	sl.s = dt_open_ok(ct, &o);
 	ck_assert_int_eq(pthread_create(&th, NULL, sleeper_run, &sl), 0);
 
 	/* Two busy streams on a second connection, and a connection with none. */
-	cm = connect_ok();
+	cm = dt_connect_ok();
 	opts(&o, DSET_BLK, 16);
-	s2 = open_ok(cm, &o);
+	s2 = dt_open_ok(cm, &o);
 	opts(&o, DSET_SHARDS, 32);
-	s3 = open_ok(cm, &o);
+	s3 = dt_open_ok(cm, &o);
 	consume_ok(s2, &ref_blk, 3, "stream 2 before SIGTERM");
 	consume_ok(s3, &ref_sh, 3, "stream 3 before SIGTERM");
-	idle = connect_ok();
+	idle = dt_connect_ok();
 
 	/* Wait until the sleeper has taken everything published and nothing more comes. */
 	for (int i = 0; i < TRIES && stable < 20; i++) {
@@ -998,7 +931,7 @@ START_TEST(test_sigterm_drain)
 			 ? stable + 1 : 0;
 		last_pub = pub;
 		json_object_put(st);
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	expect(stable >= 20, "the sleeper never caught up with its full ring (published %" PRIu64 ")",
 	       last_pub);
@@ -1063,12 +996,12 @@ START_TEST(test_sessions_per_uid)
 
 	conf_basic("info", "[limits]\nsessions_per_uid = 2\n");
 	start_ok();
-	ref_ok(&ref, DSET_ONE);
-	c1 = connect_ok();
-	c2 = connect_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c1 = dt_connect_ok();
+	c2 = dt_connect_ok();
 	opts(&o, DSET_ONE, 10);
-	s[0] = open_ok(c1, &o);
-	s[1] = open_ok(c2, &o);   /* the limit is per user, not per connection */
+	s[0] = dt_open_ok(c1, &o);
+	s[1] = dt_open_ok(c2, &o);   /* the limit is per user, not per connection */
 	consume_ok(s[0], &ref, 2, "first session");
 
 	msg = open_fails(c1, &o, -EUSERS);
@@ -1085,7 +1018,7 @@ START_TEST(test_sessions_per_uid)
 		r = bc_open(c2, &o, &s[2]);
 		if (r != -EUSERS)
 			break;
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	expect(r == 0, "after closing a session, a new one: %s (%d): %s", bc_strerror(r), r,
 	       bc_client_error(c2));
@@ -1173,8 +1106,8 @@ START_TEST(test_memory_per_uid)
 	/* A budget far above the per-user limit: only the per-user limit can refuse. */
 	conf_basic("info", "[memory]\nbudget = 2G\n[limits]\nmemory_per_uid = 32M\n");
 	start_ok();
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
 
 	/* One session too big for a user (about 70 MiB), well within the budget. */
 	opts(&big, DSET_ONE, 4096);
@@ -1186,7 +1119,7 @@ START_TEST(test_memory_per_uid)
 	/* Same-sized small sessions up to the limit, then one more is refused. */
 	opts(&o, DSET_ONE, 256);
 	o.prefetch = 8;
-	s[n++] = open_ok(c, &o);
+	s[n++] = dt_open_ok(c, &o);
 	st = status_ok();
 	se = session_by_pid(sessions_of(st), getpid(), NULL);
 	expect(se, "our session is not in the status");
@@ -1196,7 +1129,7 @@ START_TEST(test_memory_per_uid)
 	fit = (size_t)(limit / one);
 	expect(fit < ARRAY_SIZE(s), "%zu sessions of %" PRIu64 " bytes fit", fit, one);
 	while (n < fit)
-		s[n++] = open_ok(c, &o);
+		s[n++] = dt_open_ok(c, &o);
 	msg = open_fails(c, &o, -ENOMEM);
 	expect(strstr(msg, "memory limit per user"), "session %zu (of %" PRIu64 " bytes, %zu held) "
 	       "refused with: \"%s\"", n + 1, one, n, msg);
@@ -1214,7 +1147,7 @@ START_TEST(test_memory_per_uid)
 		for (int i = 0; i < TRIES && r == -ENOMEM; i++) {
 			r = bc_open(c, &o, &x);
 			if (r == -ENOMEM)
-				sleep_ms(10);
+				dt_sleep_ms(10);
 		}
 		expect(r == 0, "after closing one, a session of the same size: %s (%d): %s",
 		       bc_strerror(r), r, bc_client_error(c));
@@ -1246,7 +1179,7 @@ START_TEST(test_metrics_traffic)
 
 	conf_basic("info", NULL);
 	start_ok();
-	ref_ok(&ref, DSET_ONE);
+	dt_ref_ok(&ref, DSET_ONE);
 
 	/* Before any traffic: everything parses, the totals are 0. */
 	metrics_ok(&p);
@@ -1258,10 +1191,10 @@ START_TEST(test_metrics_traffic)
 	prom_free(&p);
 
 	/* Exactly N batches, every byte counted, all released; prefetch runs ahead of us. */
-	c = connect_ok();
+	c = dt_connect_ok();
 	opts(&o, DSET_ONE, 10);
 	o.prefetch = 4;
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	for (taken = 0; taken < N; taken++) {
 		size_t len;
 
@@ -1280,7 +1213,7 @@ START_TEST(test_metrics_traffic)
 		v = metric("batchd_session_batches_published_total", match);
 		if (v > (double)N)
 			break;
-		sleep_ms(10);
+		dt_sleep_ms(10);
 	}
 	expect(v > (double)N, "batchd_session_batches_published_total %g: no prefetch beyond %zu", v, N);
 	metrics_ok(&p);
@@ -1323,7 +1256,7 @@ START_TEST(test_metrics_traffic)
 	prom_free(&p);
 
 	/* A second stream: M released, one taken and still held when it closes. */
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	for (taken = 0; taken <= M; taken++) {
 		size_t len;
 
@@ -1362,7 +1295,7 @@ START_TEST(test_metrics_traffic)
 
 		expect(ju64(st, "ended.batches") == N + M && ju64(st, "ended.bytes") == bytes1 + bytes2 &&
 		       ju64(st, "ended.sessions") == 2, "status ended: %s",
-		       json_object_to_json_string(jget(st, "ended")));
+		       json_object_to_json_string(json_path_get(st, "ended")));
 		json_object_put(st);
 	}
 	/* A raw look at the text: the last line ends with a newline, no blank lines. */
@@ -1393,9 +1326,9 @@ START_TEST(test_peer_credentials)
 
 	conf_basic("info", other ? "[daemon]\nsocket_mode = 0666\n" : NULL);
 	start_ok();
-	c = connect_ok();
+	c = dt_connect_ok();
 	opts(&o, DSET_ONE, 10);
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 
 	ck_assert_int_eq(pipe(up), 0);
 	ck_assert_int_eq(pipe(down), 0);
@@ -1527,12 +1460,12 @@ START_TEST(test_access_lists)
 	conf_basic("info", extra);
 	D.any_answer = !k->allowed;
 	start_ok();
-	ref_ok(&ref, DSET_ONE);
+	dt_ref_ok(&ref, DSET_ONE);
 
 	if (k->allowed) {
-		c = connect_ok();
+		c = dt_connect_ok();
 		opts(&o, DSET_ONE, 10);
-		s = open_ok(c, &o);
+		s = dt_open_ok(c, &o);
 		consume_ok(s, &ref, 3, "an allowed peer's stream");
 		ck_assert_int_eq(bc_close(s), 0);
 		bc_disconnect(c);
@@ -1575,7 +1508,7 @@ START_TEST(test_access_lists)
 		conf_basic("info", extra);
 		kill(D.pid, SIGHUP);
 		for (int i = 0; i < TRIES && (r = bc_connect(D.sock, &c)) != 0; i++)
-			sleep_ms(10);
+			dt_sleep_ms(10);
 		expect(r == 0, "still denied after the reload allowed our uid: %s", bc_strerror(r));
 		bc_disconnect(c);
 		{
@@ -1716,7 +1649,7 @@ START_TEST(test_socket_access)
 	expect((sb.st_mode & 07777) == 0600, "socket mode %04o, expected 0600",
 	       (unsigned)(sb.st_mode & 07777));
 	expect(sb.st_gid == g, "socket group %u, expected %u", (unsigned)sb.st_gid, (unsigned)g);
-	c = connect_ok();
+	c = dt_connect_ok();
 	bc_disconnect(c);
 
 	/* A reload applies a new mode to the socket that is already there. */
@@ -1822,10 +1755,10 @@ START_TEST(test_http_metrics)
 	expect(dt_log_contains(&D, "metrics on http://"), "the startup line does not name the listener");
 
 	/* Traffic first, so the numbers mean something. */
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
 	opts(&o, DSET_ONE, 10);
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	consume_ok(s, &ref, 4, "a stream before scraping");
 	ck_assert_int_eq(bc_close(s), 0);
 	bc_disconnect(c);
@@ -1939,12 +1872,12 @@ START_TEST(test_batchctl)
 
 	conf_basic("info", NULL);
 	start_ok();
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
 	opts(&o, DSET_ONE, 10);
 	o.shuffle = BC_SHUFFLE_GLOBAL;
 	o.seed = 7;
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	consume_ok(s, &ref, 4, "the stream batchctl looks at");
 	/* Let the daemon account for the released batches before looking. */
 	expect(metric_wait("batchd_batches_delivered_total", NULL, 4) == 4, "not 4 batches delivered");
@@ -1957,8 +1890,9 @@ START_TEST(test_batchctl)
 	se = session_by_pid(j, getpid(), DSET_ONE);
 	expect(se, "batchctl sessions --json does not list our stream (pid %d): %s", (int)getpid(), out);
 	expect(ju64(se, "uid") == getuid() && ju64(se, "batch_size") == 10 &&
-	       !strcmp(json_object_get_string(jget(se, "shuffle")), "global") &&
-	       ju64(se, "delivered") == 4 && jget(se, "mb_per_s") && jget(se, "stall_pct"),
+	       !strcmp(json_object_get_string(json_path_get(se, "shuffle")), "global") &&
+	       ju64(se, "delivered") == 4 && json_path_get(se, "mb_per_s") &&
+	       json_path_get(se, "stall_pct"),
 	       "batchctl sessions --json, our session: %s", json_object_to_json_string(se));
 	json_object_put(j);
 	free(out);
@@ -1974,7 +1908,7 @@ START_TEST(test_batchctl)
 	j = parse_json_ok(out, json_type_object, "stats --json");
 	expect(ju64(j, "sessions") == 1 && ju64(j, "batches_delivered") == 4 &&
 	       ju64(j, "clients") >= 1 && ju64(j, "memory_budget") > 0 &&
-	       json_object_get_string(jget(j, "version"))[0],
+	       json_object_get_string(json_path_get(j, "version"))[0],
 	       "batchctl stats --json: %s", out);
 	json_object_put(j);
 	free(out);
@@ -2051,10 +1985,10 @@ START_TEST(test_report_escaping)
 	ck_assert_int_eq(link(a, b), 0);
 	conf_basic("info", NULL);
 	start_ok();
-	ref_ok(&ref, DSET_ONE);
-	c = connect_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
 	opts(&o, name, 10);
-	s = open_ok(c, &o);
+	s = dt_open_ok(c, &o);
 	consume_ok(s, &ref, 2, "a stream on an oddly named dataset");
 
 	st = status_ok();
@@ -2107,7 +2041,7 @@ static char *slow_report(int fd, bool metrics, int sleep_before_ms)
 		snprintf(E, sizeof(E), "cannot send the request");
 		return NULL;
 	}
-	sleep_ms(sleep_before_ms);
+	dt_sleep_ms(sleep_before_ms);
 	do {
 		n = dt_raw_recv(fd, buf, sizeof(buf), NULL, 0, NULL, WAIT_MS);
 		if (n <= 0 || bp_msg_text_decode(type, buf, (size_t)n, &t) < 0) {
@@ -2195,8 +2129,8 @@ START_TEST(test_large_reports)
 	o.prefetch = 1;
 	for (size_t i = 0; i < nsess; i++) {
 		if (i % PER_CONN == 0)
-			c[i / PER_CONN] = connect_ok();
-		st[i] = open_ok(c[i / PER_CONN], &o);
+			c[i / PER_CONN] = dt_connect_ok();
+		st[i] = dt_open_ok(c[i / PER_CONN], &o);
 	}
 
 	fd = dt_raw_connect(D.sock);
@@ -2231,11 +2165,7 @@ END_TEST
 
 static TCase *tcase(Suite *s, const char *name)
 {
-	TCase *tc = tcase_create(name);
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	suite_add_tcase(s, tc);
-	return tc;
+	return dt_tcase(s, name, setup);
 }
 
 static Suite *service_suite(void)
@@ -2262,19 +2192,5 @@ static Suite *service_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	signal(SIGPIPE, SIG_IGN);
-	/* Made here, in the parent, so it is removed even when a forked test fails. */
-	if (dt_global_setup() < 0) {
-		dt_global_teardown();
-		return EXIT_FAILURE;
-	}
-	sr = srunner_create(service_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	dt_global_teardown();
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dt_check_main(&D, service_suite);
 }

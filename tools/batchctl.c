@@ -34,6 +34,7 @@
 #include "cli.h"
 #include "batchd-build.h"
 #include "gpucheck.h"
+#include "json_path.h"
 #include "units.h"
 
 static const char usage_text[] =
@@ -84,37 +85,23 @@ static json_object *fetch_status(bc_client *c)
 	return o;
 }
 
-static json_object *get(json_object *o, const char *path)
-{
-	char key[64];
-	const char *dot;
-
-	while (o && (dot = strchr(path, '.'))) {
-		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		if (!json_object_object_get_ex(o, key, &o))
-			return NULL;
-		path = dot + 1;
-	}
-	return o && json_object_object_get_ex(o, path, &o) ? o : NULL;
-}
-
 static uint64_t get_u64(json_object *o, const char *path)
 {
-	json_object *v = get(o, path);
+	json_object *v = json_path_get(o, path);
 
 	return v ? (uint64_t)json_object_get_int64(v) : 0;
 }
 
 static double get_f64(json_object *o, const char *path)
 {
-	json_object *v = get(o, path);
+	json_object *v = json_path_get(o, path);
 
 	return v ? json_object_get_double(v) : 0;
 }
 
 static const char *get_str(json_object *o, const char *path)
 {
-	json_object *v = get(o, path);
+	json_object *v = json_path_get(o, path);
 
 	return v ? json_object_get_string(v) : "";
 }
@@ -122,11 +109,12 @@ static const char *get_str(json_object *o, const char *path)
 /* The CUDA lines of `status`: the devices, or why there are none. */
 static void print_cuda(json_object *o)
 {
-	json_object *list = get(o, "cuda.device_list");
+	json_object *list = json_path_get(o, "cuda.device_list");
 	char a[32], b[32];
 	uint64_t drv = get_u64(o, "cuda.driver_version");
 
-	if (!get(o, "cuda.available") || !json_object_get_boolean(get(o, "cuda.available"))) {
+	if (!json_path_get(o, "cuda.available") ||
+	    !json_object_get_boolean(json_path_get(o, "cuda.available"))) {
 		printf("%-22s unavailable, host sessions only: %s\n", "CUDA",
 		       get_str(o, "cuda.reason"));
 		return;
@@ -143,7 +131,7 @@ static void print_cuda(json_object *o)
 		snprintf(label, sizeof(label), "  device %" PRIu64, get_u64(d, "ordinal"));
 		printf("%-22s %s, %s, %s%s\n", label, get_str(d, "name"),
 		       bp_format_size(get_u64(d, "memory"), b, sizeof(b)), get_str(d, "uuid"),
-		       json_object_get_boolean(get(d, "shareable")) ? ""
+		       json_object_get_boolean(json_path_get(d, "shareable")) ? ""
 		       : " (cannot export memory: no GPU sessions)");
 	}
 }
@@ -309,7 +297,7 @@ static void print_sessions(json_object *sessions, json_object *prev_sessions, do
 	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
 		json_object *se = json_object_array_get_idx(sessions, i);
 		double mbs, stall;
-		json_object *gpu = get(se, "gpu");
+		json_object *gpu = json_path_get(se, "gpu");
 		char rank[24], to[24];
 
 		session_rates(se, find_session(prev_sessions, get_u64(se, "id")), dt, &mbs, &stall);
@@ -318,7 +306,7 @@ static void print_sessions(json_object *sessions, json_object *prev_sessions, do
 		/* GPU sessions: "cuda:N", and a "!" when staging could not be pinned. */
 		if (gpu)
 			snprintf(to, sizeof(to), "cuda:%" PRIu64 "%s", get_u64(gpu, "device"),
-				 json_object_get_boolean(get(gpu, "pinned")) ? "" : "!");
+				 json_object_get_boolean(json_path_get(gpu, "pinned")) ? "" : "!");
 		else
 			snprintf(to, sizeof(to), "host");
 		printf("%6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %-28.28s %-6s %9s %-8s %6" PRIu64 " %8"

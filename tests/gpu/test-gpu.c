@@ -62,6 +62,7 @@
 
 #include "batchclient.h"
 #include "daemon-testlib.h"
+#include "json_path.h"
 
 #define SKIP 77
 #define MiB (UINT64_C(1) << 20)
@@ -119,22 +120,6 @@ static void fail_at(int line, const char *fmt, ...)
 		}                                                                       \
 	} while (0)
 
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* CLOCK_MONOTONIC, the clock the fake CUDA's delayed events complete by, in ns. */
 static int64_t now_ns(void)
 {
@@ -142,6 +127,11 @@ static int64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t now_ms(void)
+{
+	return (uint64_t)now_ns() / 1000000;
 }
 
 /* ---- the daemon's status ------------------------------------------------------- */
@@ -158,31 +148,17 @@ static json_object *status_json(void)
 	return o;
 }
 
-static json_object *jget(json_object *o, const char *path)
-{
-	char key[64];
-	const char *dot;
-
-	while (o && (dot = strchr(path, '.'))) {
-		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		if (!json_object_object_get_ex(o, key, &o))
-			return NULL;
-		path = dot + 1;
-	}
-	return o && json_object_object_get_ex(o, path, &o) ? o : NULL;
-}
-
 /* The integer at path, or -1 when absent. */
 static int64_t jint(json_object *o, const char *path)
 {
-	json_object *v = jget(o, path);
+	json_object *v = json_path_get(o, path);
 
 	return v && json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : -1;
 }
 
 static size_t nsessions(json_object *o)
 {
-	json_object *a = jget(o, "sessions");
+	json_object *a = json_path_get(o, "sessions");
 
 	return a && json_object_is_type(a, json_type_array) ? json_object_array_length(a)
 							     : (size_t)-1;
@@ -211,8 +187,34 @@ static bool wait_idle(int ms, int64_t *ret_devmem, size_t *ret_sessions)
 			return true;
 		if (now_ms() >= end)
 			return false;
-		sleep_ms(50);
+		dt_sleep_ms(50);
 	}
+}
+
+/*
+ * Close *s and disconnect *c (both set to NULL), then wait up to 30 s for
+ * the daemon to be idle (wait_idle). @return true; false having failed the
+ * case at line with why.
+ */
+static bool close_to_idle(bc_client **c, bc_stream **s, int line)
+{
+	int64_t devmem = -1;
+	size_t nsess = 0;
+	int r = bc_close(*s);
+
+	*s = NULL;
+	if (r != 0) {
+		fail_at(line, "bc_close: %s", bc_strerror(r));
+		return false;
+	}
+	bc_disconnect(*c);
+	*c = NULL;
+	if (!wait_idle(30000, &devmem, &nsess)) {
+		fail_at(line, "30 s after bc_close: %zu sessions, device_memory %" PRId64, nsess,
+			devmem);
+		return false;
+	}
+	return true;
 }
 
 /*
@@ -229,7 +231,8 @@ static bool wait_accounted(uint64_t batches, uint64_t bytes, json_object **ret)
 		json_object *o = status_json(), *se;
 		bool ok = false;
 
-		se = o && nsessions(o) == 1 ? json_object_array_get_idx(jget(o, "sessions"), 0) : NULL;
+		se = o && nsessions(o) == 1 ? json_object_array_get_idx(json_path_get(o, "sessions"), 0)
+					    : NULL;
 		if (se)
 			ok = jint(se, "delivered") == (int64_t)batches &&
 			     jint(se, "delivered_bytes") == (int64_t)bytes &&
@@ -241,7 +244,7 @@ static bool wait_accounted(uint64_t batches, uint64_t bytes, json_object **ret)
 			return ok;
 		}
 		json_object_put(o);
-		sleep_ms(50);
+		dt_sleep_ms(50);
 	}
 }
 
@@ -304,6 +307,39 @@ static int64_t check_on_device(bc_batch *b, cudaStream_t st, uint8_t *back, size
 	return (int64_t)hlen;
 }
 
+/*
+ * The next batch of s (waiting up to 30 s), checked on the device as
+ * check_on_device does, then released. @return 0 with its payload's bytes
+ * in *ret_bytes; BC_EPOCH_END; -1 with why in err (bc_next, the check or
+ * the release failed).
+ */
+static int take_on_device(bc_stream *s, cudaStream_t st, uint8_t *back, size_t cap, dt_ref *ref,
+			  int64_t *ret_bytes, char *err, size_t errlen)
+{
+	bc_batch *b;
+	int64_t n;
+	int r = bc_next(s, &b, 30000);
+
+	if (r == BC_EPOCH_END) {
+		snprintf(err, errlen, "bc_next: the epoch ended");
+		return r;
+	}
+	if (r != 0) {
+		snprintf(err, errlen, "bc_next: %s: %s", bc_strerror(r), bc_stream_error(s));
+		return -1;
+	}
+	n = check_on_device(b, st, back, cap, ref, err, errlen);
+	r = bc_release(b);
+	if (n < 0)
+		return -1;
+	if (r != 0) {
+		snprintf(err, errlen, "bc_release: %s", bc_strerror(r));
+		return -1;
+	}
+	*ret_bytes = n;
+	return 0;
+}
+
 static int open_stream(bc_client **c, bc_stream **s, const char *dataset, uint32_t batch,
 		       enum bc_shuffle shuffle, uint32_t prefetch)
 {
@@ -341,8 +377,7 @@ static void case_delivery(void)
 	json_object *o = NULL;
 	uint8_t *back = NULL;
 	uint64_t bpe = 0, batches = 0, bytes = 0, epochs = 0;
-	int64_t devmem = -1;
-	size_t cap = 0, nsess = 0;
+	size_t cap = 0;
 	char path[PATH_MAX], err[768];
 	dt_ref ref;
 	int r;
@@ -358,20 +393,14 @@ static void case_delivery(void)
 	CU(cudaMallocHost((void **)&back, cap));
 
 	while (epochs < 2) {
-		bc_batch *b;
-		int64_t n;
+		int64_t n = 0;
 
-		r = bc_next(s, &b, 30000);
+		r = take_on_device(s, st, back, cap, &ref, &n, err, sizeof(err));
 		if (r == BC_EPOCH_END) {
 			epochs++;
 			continue;
 		}
-		EXPECT(r == 0, "bc_next after %" PRIu64 " batches: %s: %s", batches, bc_strerror(r),
-		       bc_stream_error(s));
-		n = check_on_device(b, st, back, cap, &ref, err, sizeof(err));
-		r = bc_release(b);
-		EXPECT(n >= 0, "%s", err);
-		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+		EXPECT(r == 0, "after %" PRIu64 " batches: %s", batches, err);
 		batches++;
 		bytes += (uint64_t)n;
 	}
@@ -389,8 +418,8 @@ static void case_delivery(void)
 	       "status: gpu_sessions %" PRId64 ", device_memory %" PRId64 " with one GPU session open",
 	       jint(o, "cuda.gpu_sessions"), jint(o, "cuda.device_memory"));
 	{
-		json_object *se = json_object_array_get_idx(jget(o, "sessions"), 0);
-		json_object *pinned = jget(se, "gpu.pinned");
+		json_object *se = json_object_array_get_idx(json_path_get(o, "sessions"), 0);
+		json_object *pinned = json_path_get(se, "gpu.pinned");
 		bool is_pinned = pinned && json_object_get_boolean(pinned);
 
 		EXPECT(jint(se, "placement") == 0 && jint(se, "gpu.device") == 0 &&
@@ -411,13 +440,8 @@ static void case_delivery(void)
 	json_object_put(o);
 	o = NULL;
 
-	r = bc_close(s);
-	s = NULL;
-	EXPECT(r == 0, "bc_close: %s", bc_strerror(r));
-	bc_disconnect(c);
-	c = NULL;
-	EXPECT(wait_idle(30000, &devmem, &nsess), "30 s after bc_close: %zu sessions, device_memory "
-	       "%" PRId64, nsess, devmem);
+	if (!close_to_idle(&c, &s, __LINE__))
+		goto out;
 	printf("ok - delivery: %" PRIu64 " batches, %" PRIu64 " bytes over 2 epochs; every byte "
 	       "copied back from device 0 is the pack's\n", batches, bytes);
 out:
@@ -455,7 +479,7 @@ static void CUDART_CB hold_fn(void *arg)
 			atomic_store(&hold_expired, 1);
 			return;
 		}
-		sleep_ms(1);
+		dt_sleep_ms(1);
 	}
 }
 
@@ -475,7 +499,7 @@ static int done_within(cudaEvent_t ev, int ms)
 		}
 		if (now_ms() >= end)
 			return 0;
-		sleep_ms(1);
+		dt_sleep_ms(1);
 	}
 }
 
@@ -566,7 +590,7 @@ static void case_slot_reuse(void)
 	 * queued before the release lets the daemon plan batch `slots` (the
 	 * daemon issues a session's copies in the order they were queued).
 	 */
-	sleep_ms(200);
+	dt_sleep_ms(200);
 	r = bc_release(b);
 	EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
 	taken = 1;
@@ -637,12 +661,8 @@ static void case_slot_reuse(void)
 	for (k = 0; k < 2 * HOLD_SLOTS; k++) {
 		int64_t n;
 
-		r = bc_next(s, &b, 30000);
-		EXPECT(r == 0, "bc_next after the hold: %s: %s", bc_strerror(r), bc_stream_error(s));
-		n = check_on_device(b, B, back, cap, &ref, err, sizeof(err));
-		r = bc_release(b);
-		EXPECT(n >= 0, "after the hold: %s", err);
-		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
+		EXPECT(take_on_device(s, B, back, cap, &ref, &n, err, sizeof(err)) == 0,
+		       "after the hold: %s", err);
 	}
 	printf("ok - slot reuse: batch 0 held on the GPU kept its device slot (%u batches arrived "
 	       "meanwhile, %s); its copy back read its own bytes\n", taken - 1,
@@ -698,8 +718,8 @@ static void case_slot_reuse_fake(void)
 	uint8_t *back = NULL, *expect0 = NULL, *peek = NULL;
 	void *dev0;
 	unsigned taken = 0, peeks = 0, k;
-	int64_t t0 = 0, seen = 0, len0, n, devmem = -1, waits = -1;
-	size_t cap = 0, dlen, nsess = 0;
+	int64_t t0 = 0, seen = 0, len0, n, waits = -1;
+	size_t cap = 0, dlen;
 	char path[PATH_MAX], err[768];
 	bc_batch *b;
 	dt_ref ref;
@@ -725,7 +745,7 @@ static void case_slot_reuse_fake(void)
 	memcpy(expect0, back, (size_t)len0);
 	dev0 = bc_batch_device_data(b, &dlen);
 	/* Let batches 1 .. slots-1 be copied first, as in the GPU case. */
-	sleep_ms(100);
+	dt_sleep_ms(100);
 	EXPECT(setenv(FAKE_DELAY_ENV, STR(FAKE_HOLD_MS), 1) == 0, "setenv");
 	t0 = now_ns();
 	r = bc_release(b);
@@ -789,28 +809,18 @@ static void case_slot_reuse_fake(void)
 	/* The daemon's GPU thread met the pending event (rather than being too late to). */
 	o = status_json();
 	EXPECT(o && nsessions(o) == 1, "status: %s", o ? json_object_to_json_string(o) : "none");
-	waits = jint(json_object_array_get_idx(jget(o, "sessions"), 0), "gpu.slot_waits");
+	waits = jint(json_object_array_get_idx(json_path_get(o, "sessions"), 0), "gpu.slot_waits");
 	EXPECT(waits >= 1, "status: gpu.slot_waits is %" PRId64 " after batch %u waited for batch "
 	       "0's release event: %s", waits, HOLD_SLOTS, json_object_to_json_string(o));
 	json_object_put(o);
 	o = NULL;
 
 	/* Then it carries on through every slot twice, byte-exact. */
-	for (k = 0; k < 2 * HOLD_SLOTS; k++) {
-		r = bc_next(s, &b, 30000);
-		EXPECT(r == 0, "bc_next after the hold: %s: %s", bc_strerror(r), bc_stream_error(s));
-		n = check_on_device(b, st, back, cap, &ref, err, sizeof(err));
-		r = bc_release(b);
-		EXPECT(n >= 0, "after the hold: %s", err);
-		EXPECT(r == 0, "bc_release: %s", bc_strerror(r));
-	}
-	r = bc_close(s);
-	s = NULL;
-	EXPECT(r == 0, "bc_close: %s", bc_strerror(r));
-	bc_disconnect(c);
-	c = NULL;
-	EXPECT(wait_idle(30000, &devmem, &nsess), "30 s after bc_close: %zu sessions, device_memory "
-	       "%" PRId64, nsess, devmem);
+	for (k = 0; k < 2 * HOLD_SLOTS; k++)
+		EXPECT(take_on_device(s, st, back, cap, &ref, &n, err, sizeof(err)) == 0,
+		       "after the hold: %s", err);
+	if (!close_to_idle(&c, &s, __LINE__))
+		goto out;
 	printf("ok - slot reuse (fake CUDA): batch 0's release event held %d ms kept its device "
 	       "slot (%u reads of it still batch 0); batch %u came at %.1f ms, byte-exact; "
 	       "gpu.slot_waits %" PRId64 "\n", FAKE_HOLD_MS, peeks, HOLD_SLOTS, seen / 1e6, waits);
@@ -945,7 +955,7 @@ static size_t free_at_least(size_t want, int ms)
 			return 0;
 		if (fr >= want || now_ms() >= end)
 			return fr;
-		sleep_ms(50);
+		dt_sleep_ms(50);
 	}
 }
 
@@ -1040,13 +1050,8 @@ static void case_device_memory(void)
 	       "open: device_memory %" PRId64, o ? jint(o, "cuda.device_memory") : -1);
 	json_object_put(o);
 	o = NULL;
-	r = bc_close(s);
-	s = NULL;
-	EXPECT(r == 0, "bc_close: %s", bc_strerror(r));
-	bc_disconnect(c);
-	c = NULL;
-	EXPECT(wait_idle(30000, &devmem, &nsess), "30 s after bc_close: %zu sessions, device_memory "
-	       "%" PRId64, nsess, devmem);
+	if (!close_to_idle(&c, &s, __LINE__))
+		goto out;
 	if (!fake) {
 		free2 = free_at_least(free0 - FREE_SLACK, 10000);
 		EXPECT(free2 >= free0 - FREE_SLACK, "free device memory: %zu MiB before, %zu MiB "
@@ -1204,14 +1209,14 @@ int main(int argc, char **argv)
 	}
 	up = true;
 	o = status_json();
-	if (!o || !jget(o, "cuda.available")) {
+	if (!o || !json_path_get(o, "cuda.available")) {
 		printf("FAIL - the daemon's status has no cuda.available\n");
 		rc = 1;
 		goto out;
 	}
-	if (!json_object_get_boolean(jget(o, "cuda.available"))) {
+	if (!json_object_get_boolean(json_path_get(o, "cuda.available"))) {
 		printf("%s: the daemon has no CUDA: %s\n", fake ? "FAIL" : "SKIP",
-		       json_object_get_string(jget(o, "cuda.reason")));
+		       json_object_get_string(json_path_get(o, "cuda.reason")));
 		rc = fake ? 1 : SKIP;
 		goto out;
 	}
