@@ -59,9 +59,10 @@ static int connect_or_say(const char *sock, bc_client **c)
 	int r = bc_connect(sock, c);
 
 	if (r < 0)
-		fprintf(stderr, "batchctl: cannot reach batchd at %s: %s%s%s\n",
+		fprintf(stderr, "batchctl: cannot reach batchd at %s: %s%s\n",
 			sock ? sock : "the default socket", bc_strerror(r),
-			r == -EPROTONOSUPPORT || r == -ESHUTDOWN ? ": " : "", "");
+			r == -EPROTONOSUPPORT ? " (batchd and batchctl speak different protocol versions)"
+			: r == -ESHUTDOWN ? " (batchd is stopping)" : "");
 	return r;
 }
 
