@@ -11,7 +11,7 @@
  * GPU streams also map the daemon's device allocation (a CUDA VMM handle
  * that READY carries as a fifth descriptor) once, when they open, and
  * order the GPU work around each batch with the daemon's IPC events (see
- * ring.h). The CUDA driver is loaded at run time (proto/cudrv.h), so the
+ * ring.h). The CUDA driver is loaded at run time (proto/cudrv/cudrv.h), so the
  * library loads and serves host streams on machines without one. Nothing
  * the daemon writes is trusted here either: the device table and every
  * descriptor's device offset are checked against the layout before use.
@@ -36,10 +36,14 @@
 #include "batchd-build.h"
 #include "protocol.h"
 #include "ring.h"
-#include "units.h"
 #if BATCHD_HAVE_CUDA
 #include "cudrv.h"
 #endif
+
+/* The public orders are the protocol's (proto/protocol.h), value for value. */
+_Static_assert(BC_SHUFFLE_NONE == (int)BP_SHUFFLE_NONE && BC_SHUFFLE_GLOBAL == (int)BP_SHUFFLE_GLOBAL &&
+	       BC_SHUFFLE_BLOCK == (int)BP_SHUFFLE_BLOCK && BP_SHUFFLE_MODES == 3,
+	       "enum bc_shuffle must equal enum bp_shuffle");
 
 #define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
 #define HOLD_GRACE_MS 200     /* how long a stall caused by held batches must last */

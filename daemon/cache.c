@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "cache.h"
-#include "fault.h"
+#include "util.h"
 
 enum { LOADING, READY };
 

@@ -8,7 +8,7 @@
 
 #include "batchd-build.h"
 #include "cuda_probe.h"
-#include "units.h"
+#include "protocol.h"
 
 #if BATCHD_HAVE_CUDA
 #include <cuda_runtime_api.h>

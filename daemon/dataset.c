@@ -18,6 +18,7 @@
 #include "io.h"
 #include "fault.h"
 #include "log.h"
+#include "util.h"
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static bd_dataset *cache;

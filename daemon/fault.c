@@ -128,19 +128,4 @@ bool bd_fault_alloc_fails(void)
 
 	return (alloc_countdown && n == alloc_countdown) || (alloc_after && n > alloc_after);
 }
-
-void *bd_malloc(size_t n)
-{
-	return bd_fault_alloc_fails() ? (errno = ENOMEM, NULL) : malloc(n);
-}
-
-void *bd_calloc(size_t n, size_t size)
-{
-	return bd_fault_alloc_fails() ? (errno = ENOMEM, NULL) : calloc(n, size);
-}
-
-void *bd_realloc(void *p, size_t n)
-{
-	return bd_fault_alloc_fails() ? (errno = ENOMEM, NULL) : realloc(p, n);
-}
 #endif

@@ -15,7 +15,7 @@
  *                                (every time: a persistent fault)
  *   read:every=N:delay_ms=MS     every Nth completion arrives MS late
  *   alloc:countdown=N            the Nth allocation through bd_malloc and
- *                                friends fails (then they work again)
+ *                                friends (util.h) fails (then they work again)
  *   alloc:after=N                every allocation after the Nth fails
  *   uring:setup=EPERM            io_uring setup fails (pread fallback)
  *   direct:off                   O_DIRECT is "unsupported" (buffered reads)
@@ -48,20 +48,13 @@ int bd_fault_init(void);
 const bd_fault_read *bd_fault_reads(void);
 int bd_fault_uring_setup(void);   /* positive errno to force, 0 none */
 bool bd_fault_direct_off(void);
-/* Should this allocation fail? Counts every call. */
+/* Should this allocation fail? Counts every call (util.h's allocators ask). */
 bool bd_fault_alloc_fails(void);
-
-void *bd_malloc(size_t n);
-void *bd_calloc(size_t n, size_t size);
-void *bd_realloc(void *p, size_t n);
 #else
 static inline int bd_fault_init(void) { return 0; }
 static inline const bd_fault_read *bd_fault_reads(void) { return NULL; }
 static inline int bd_fault_uring_setup(void) { return 0; }
 static inline bool bd_fault_direct_off(void) { return false; }
-#define bd_malloc malloc
-#define bd_calloc calloc
-#define bd_realloc realloc
 #endif
 
 #endif

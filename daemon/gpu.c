@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "batchd-build.h"
-#include "fault.h"
 #include "gpu.h"
 #include "log.h"
 #include "metrics.h"
@@ -24,6 +23,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cudrv.h"
+#include "util.h"
 
 /* cudaHostRegister in pieces: huge single registrations fail or stall on some drivers. */
 #define PIN_CHUNK (UINT64_C(1) << 30)

@@ -12,6 +12,7 @@
 
 #include "batchd-build.h"
 #include "http.h"
+#include "util.h"
 
 #if BATCHD_HAVE_MICROHTTPD
 #include <microhttpd.h>

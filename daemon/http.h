@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "metrics.h"
+#include "util.h"
 
 typedef struct bd_http bd_http;
 

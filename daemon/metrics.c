@@ -5,17 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "metrics.h"
-
-uint64_t bd_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
+#include "util.h"
 
 void bd_hist_add(bd_hist *h, uint64_t ns)
 {
@@ -42,50 +34,6 @@ void bd_hist_merge(bd_hist *dst, const bd_hist *src)
 	dst->sum_ns += src->sum_ns;
 	for (unsigned i = 0; i < BD_HIST_BUCKETS; i++)
 		dst->bucket[i] += src->bucket[i];
-}
-
-void bd_text_printf(bd_text *t, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (t->oom)
-		return;
-	for (;;) {
-		size_t room = t->cap - t->len;
-
-		va_start(ap, fmt);
-		n = vsnprintf(t->p ? t->p + t->len : NULL, room, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			t->oom = true;
-			return;
-		}
-		if ((size_t)n < room) {
-			t->len += (size_t)n;
-			return;
-		}
-		{
-			size_t cap = t->cap ? t->cap * 2 : 4096;
-			char *p;
-
-			while (cap - t->len <= (size_t)n)
-				cap *= 2;
-			p = realloc(t->p, cap);
-			if (!p) {
-				t->oom = true;
-				return;
-			}
-			t->p = p;
-			t->cap = cap;
-		}
-	}
-}
-
-void bd_text_free(bd_text *t)
-{
-	free(t->p);
-	*t = (bd_text){ 0 };
 }
 
 void bd_prom_head(bd_text *t, const char *name, const char *type, const char *help)

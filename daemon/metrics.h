@@ -7,7 +7,7 @@
  * atomics so the I/O and decode threads can record without locks; a
  * reader may see a sum and a count from slightly different moments, which
  * Prometheus tolerates. The exposition is plain text built into a growable
- * buffer by the loop thread.
+ * buffer (util.h) by the loop thread.
  *
  * Thread rules: bd_hist_add from any thread; everything else on the loop
  * thread.
@@ -15,12 +15,11 @@
 #ifndef BATCHD_DAEMON_METRICS_H
 #define BATCHD_DAEMON_METRICS_H
 
-#include <stdarg.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "ring.h"
+#include "util.h"
 
 #define BD_HIST_BUCKETS BP_RING_WAIT_BUCKETS
 
@@ -30,26 +29,12 @@ typedef struct bd_hist {
 	uint64_t bucket[BD_HIST_BUCKETS];   /* not cumulative */
 } bd_hist;
 
-/* CLOCK_MONOTONIC in nanoseconds: the daemon's one clock for durations. Any thread. */
-uint64_t bd_now_ns(void);
-
 /* Record one observation of ns nanoseconds. Any thread. */
 void bd_hist_add(bd_hist *h, uint64_t ns);
 /* A consistent-enough copy (relaxed loads). */
 void bd_hist_read(const bd_hist *h, bd_hist *ret);
 /* Add src into dst (plain, loop thread). */
 void bd_hist_merge(bd_hist *dst, const bd_hist *src);
-
-/* A growable text buffer; a failed allocation sets oom and drops output. */
-typedef struct bd_text {
-	char *p;
-	size_t len, cap;
-	bool oom;
-} bd_text;
-
-__attribute__((format(printf, 2, 3)))
-void bd_text_printf(bd_text *t, const char *fmt, ...);
-void bd_text_free(bd_text *t);
 
 /* "# HELP" and "# TYPE" lines. */
 void bd_prom_head(bd_text *t, const char *name, const char *type, const char *help);

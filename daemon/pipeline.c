@@ -25,6 +25,7 @@
 #include "fault.h"
 #include "log.h"
 #include "pipeline.h"
+#include "util.h"
 
 #define HUGE_PAGE ((size_t)2 << 20)
 

@@ -155,10 +155,10 @@ static void bd__epoch_init(bd__epoch *e, const bd_sampler *s, uint64_t epoch)
 
 	e->s = s;
 	e->win = UINT64_MAX;
-	if (s->mode == BD_SHUFFLE_GLOBAL) {
+	if (s->mode == BP_SHUFFLE_GLOBAL) {
 		bd__perm_init(&e->main, s->n, s->global_half,
 			      bd__absorb(ek, BD__PURPOSE_GLOBAL));
-	} else if (s->mode == BD_SHUFFLE_BLOCK && s->full_chunks > 0) {
+	} else if (s->mode == BP_SHUFFLE_BLOCK && s->full_chunks > 0) {
 		bd__perm_init(&e->main, s->full_chunks, s->chunk_half,
 			      bd__absorb(ek, BD__PURPOSE_CHUNKS));
 		e->wkey = bd__absorb(ek, BD__PURPOSE_WINDOW);
@@ -187,9 +187,9 @@ static uint64_t bd__epoch_order(bd__epoch *e, uint64_t pos)
 	uint64_t w, q, slot;
 
 	switch (s->mode) {
-	case BD_SHUFFLE_GLOBAL:
+	case BP_SHUFFLE_GLOBAL:
 		return bd__perm_fwd(&e->main, pos);
-	case BD_SHUFFLE_BLOCK:
+	case BP_SHUFFLE_BLOCK:
 		/* The partial chunk, if any, ends the epoch in id order. */
 		if (pos >= s->full_chunks * s->chunk)
 			return pos;
@@ -197,7 +197,7 @@ static uint64_t bd__epoch_order(bd__epoch *e, uint64_t pos)
 		q = bd__perm_fwd(bd__epoch_window(e, w), pos - w * s->win_span);
 		slot = w * s->win_chunks + q / s->chunk;
 		return bd__perm_fwd(&e->main, slot) * s->chunk + q % s->chunk;
-	case BD_SHUFFLE_NONE:
+	case BP_SHUFFLE_NONE:
 	default:
 		return pos;
 	}
@@ -210,16 +210,16 @@ static uint64_t bd__epoch_position(bd__epoch *e, uint64_t id)
 	uint64_t w, q, slot;
 
 	switch (s->mode) {
-	case BD_SHUFFLE_GLOBAL:
+	case BP_SHUFFLE_GLOBAL:
 		return bd__perm_inv(&e->main, id);
-	case BD_SHUFFLE_BLOCK:
+	case BP_SHUFFLE_BLOCK:
 		if (id >= s->full_chunks * s->chunk)
 			return id;
 		slot = bd__perm_inv(&e->main, id / s->chunk);
 		w = slot / s->win_chunks;
 		q = (slot - w * s->win_chunks) * s->chunk + id % s->chunk;
 		return w * s->win_span + bd__perm_inv(bd__epoch_window(e, w), q);
-	case BD_SHUFFLE_NONE:
+	case BP_SHUFFLE_NONE:
 	default:
 		return id;
 	}
@@ -236,10 +236,10 @@ int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 	    cfg->rank >= cfg->world || cfg->batch_size == 0)
 		return -EINVAL;
 	switch (cfg->mode) {
-	case BD_SHUFFLE_NONE:
-	case BD_SHUFFLE_GLOBAL:
+	case BP_SHUFFLE_NONE:
+	case BP_SHUFFLE_GLOBAL:
 		break;
-	case BD_SHUFFLE_BLOCK:
+	case BP_SHUFFLE_BLOCK:
 		if (cfg->chunk == 0)
 			return -EINVAL;
 		break;
@@ -269,9 +269,9 @@ int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 	if (t.batches == 0)
 		return -ERANGE;
 
-	if (t.mode == BD_SHUFFLE_GLOBAL)
+	if (t.mode == BP_SHUFFLE_GLOBAL)
 		t.global_half = bd__half_bits(n);
-	if (t.mode == BD_SHUFFLE_BLOCK) {
+	if (t.mode == BP_SHUFFLE_BLOCK) {
 		window = cfg->window ? cfg->window : BD_SAMPLER_DEFAULT_WINDOW;
 		t.chunk = cfg->chunk;
 		t.full_chunks = n / cfg->chunk;

@@ -13,15 +13,15 @@
  * every build gives bit-identical orders.
  *
  * Modes, for a dataset of n samples:
- *   BD_SHUFFLE_NONE    identity: position p holds id p (file order).
- *   BD_SHUFFLE_GLOBAL  a keyed bijection on [0, n): an 8-round balanced
+ *   BP_SHUFFLE_NONE    identity: position p holds id p (file order).
+ *   BP_SHUFFLE_GLOBAL  a keyed bijection on [0, n): an 8-round balanced
  *                      Feistel network over the smallest power-of-two
  *                      domain of an even number of bits (>= 2) that holds
  *                      n, with cycle walking (re-apply until the value is
  *                      < n; the domain is < 4n, so < 4 rounds of walking are
  *                      expected). Round keys come from (fingerprint, seed,
  *                      epoch).
- *   BD_SHUFFLE_BLOCK   near-sequential reads for HDDs and big blocks. The id
+ *   BP_SHUFFLE_BLOCK   near-sequential reads for HDDs and big blocks. The id
  *                      space is cut into chunks of `chunk` consecutive ids;
  *                      a partial last chunk (n % chunk ids) stays at the very
  *                      end of the epoch order, in id order. The full chunks
@@ -65,16 +65,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "protocol.h"   /* enum bp_shuffle */
+
 /* The largest dataset the sampler accepts. */
 #define BD_SAMPLER_MAX_SAMPLES  (UINT64_C(1) << 63)
 /* Chunks per window when bd_sampler_cfg.window is 0. */
 #define BD_SAMPLER_DEFAULT_WINDOW 16u
 
-typedef enum bd_shuffle {
-	BD_SHUFFLE_NONE = 0,
-	BD_SHUFFLE_GLOBAL = 1,
-	BD_SHUFFLE_BLOCK = 2,
-} bd_shuffle;
 
 typedef struct bd_sampler_cfg {
 	uint64_t samples;       /* dataset size n, 1 <= n <= 2^63 */
@@ -83,7 +80,7 @@ typedef struct bd_sampler_cfg {
 	uint32_t rank, world;   /* 0 <= rank < world, world >= 1 */
 	uint32_t batch_size;    /* >= 1 */
 	bool drop_last;
-	bd_shuffle mode;
+	enum bp_shuffle mode;
 	uint64_t chunk;         /* block mode: samples per chunk (>= 1), e.g. mean samples per pack block; ignored otherwise */
 	uint32_t window;        /* block mode: chunks per shuffle window (0 = BD_SAMPLER_DEFAULT_WINDOW); ignored otherwise */
 } bd_sampler_cfg;
@@ -100,7 +97,7 @@ typedef struct bd_sampler {
 	uint64_t batches;        /* per epoch, every rank */
 	uint32_t batch_size;
 	uint32_t last_len;       /* samples in the final batch */
-	bd_shuffle mode;
+	enum bp_shuffle mode;
 	uint32_t global_half;    /* global: Feistel half width in bits */
 	/* block mode */
 	uint64_t chunk;

@@ -21,8 +21,9 @@
 #include "dataset.h"
 #include "http.h"
 #include "log.h"
-#include "server_priv.h"
+#include "server_state.h"
 #include "service.h"
+#include "util.h"
 
 #define MAX_SESSIONS_PER_CLIENT 64u
 #define MAX_SESSIONS            4096u
@@ -488,8 +489,7 @@ static void open_work_done(uv_work_t *w, int status)
 		snprintf(err, sizeof(err), "host memory");
 	bd_log(LOG_INFO, "session %" PRIu64 ": client pid %d uid %u opened %s (batch %u, %s, rank %u/%u, "
 	       "%" PRIu64 " batches/epoch, to %s)", ready.session, (int)c->pid, (unsigned)c->uid,
-	       ow->path, ow->m.batch_size, ow->m.shuffle == BP_SHUFFLE_NONE ? "none"
-	       : ow->m.shuffle == BP_SHUFFLE_GLOBAL ? "global" : "block", ow->m.rank, ow->m.world,
+	       ow->path, ow->m.batch_size, bp_shuffle_name(ow->m.shuffle), ow->m.rank, ow->m.world,
 	       ready.batches_per_epoch, err);
 	bd_session_start(s);
 	notify_status(srv);

@@ -13,10 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fault.h"
 #include "log.h"
 #include "session.h"
 #include "units.h"
+#include "util.h"
 
 #define ALIGN_UP(x, a) (((x) + ((uint64_t)(a) - 1)) & ~((uint64_t)(a) - 1))
 
@@ -206,7 +206,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		.world = m->world,
 		.batch_size = m->batch_size,
 		.drop_last = m->drop_last,
-		.mode = (bd_shuffle)m->shuffle,
+		.mode = (enum bp_shuffle)m->shuffle,
 		.chunk = d->samples_per_block ? d->samples_per_block : 1,
 		.window = m->window,
 	};

@@ -15,6 +15,7 @@
  * Pure functions: any thread may call them, no allocation, no I/O.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "endian.h"
@@ -643,4 +644,33 @@ const char *bp_msg_type_name(uint16_t type)
 	if (type >= sizeof(names) / sizeof(names[0]) || !names[type])
 		return "UNKNOWN";
 	return names[type];
+}
+
+const char *bp_cuda_uuid_str(const uint8_t u[16], char *buf, size_t len)
+{
+	snprintf(buf, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+		 u[13], u[14], u[15]);
+	return buf;
+}
+
+static const char *const shuffle_names[BP_SHUFFLE_MODES] = {
+	[BP_SHUFFLE_NONE] = "none",
+	[BP_SHUFFLE_GLOBAL] = "global",
+	[BP_SHUFFLE_BLOCK] = "block",
+};
+
+const char *bp_shuffle_name(unsigned mode)
+{
+	return mode < BP_SHUFFLE_MODES ? shuffle_names[mode] : "?";
+}
+
+int bp_shuffle_parse(const char *name, enum bp_shuffle *ret)
+{
+	for (unsigned m = 0; m < BP_SHUFFLE_MODES; m++)
+		if (!strcmp(name, shuffle_names[m])) {
+			*ret = (enum bp_shuffle)m;
+			return 0;
+		}
+	return -EINVAL;
 }

@@ -55,7 +55,21 @@ enum bp_msg_type {
 /* STATUS_REPLY and METRICS_REPLY code: more parts of this reply follow. */
 #define BP_TEXT_MORE 1
 
+/*
+ * Sample orders (daemon/sampler.h says what each is). The one definition:
+ * the sampler uses it as is, libbatchclient's public BC_SHUFFLE_* equal it
+ * (asserted where the client encodes OPEN).
+ */
 enum bp_shuffle { BP_SHUFFLE_NONE = 0, BP_SHUFFLE_GLOBAL = 1, BP_SHUFFLE_BLOCK = 2 };
+#define BP_SHUFFLE_MODES 3
+
+/* "none", "global", "block"; "?" for a value that is not a mode. */
+const char *bp_shuffle_name(unsigned mode);
+/*
+ * A mode from its name into *ret. @return 0, or -EINVAL for anything but
+ * "none", "global" or "block" (*ret untouched).
+ */
+int bp_shuffle_parse(const char *name, enum bp_shuffle *ret);
 
 #define BP_PLACEMENT_HOST (-1)   /* else a CUDA device ordinal, 0..255 */
 
@@ -163,5 +177,12 @@ int bp_msg_metrics_decode(const uint8_t *buf, size_t len);
 int bp_msg_text_decode(uint16_t type, const uint8_t *buf, size_t len, bp_msg_text *ret);
 
 const char *bp_msg_type_name(uint16_t type);
+
+/*
+ * A device UUID (OPEN's device_uuid, the device table's) as nvidia-smi
+ * prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (41 bytes with the
+ * NUL) into buf. @return buf.
+ */
+const char *bp_cuda_uuid_str(const uint8_t uuid[16], char *buf, size_t len);
 
 #endif

@@ -23,7 +23,4 @@ int bp_parse_size(const char *s, uint64_t *ret);
 /* Format bytes as "1.5 GiB" / "512 B" into buf; returns buf. */
 const char *bp_format_size(uint64_t bytes, char *buf, size_t len);
 
-/* A CUDA device UUID as nvidia-smi prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (41 bytes with the NUL). */
-const char *bp_cuda_uuid_str(const uint8_t uuid[16], char *buf, size_t len);
-
 #endif

@@ -886,7 +886,6 @@ int dt_raw_expect_close(int fd, int *ret_code, int timeout_ms)
 dt_daemon *dt_suite_daemon;
 static char E[2048];             /* why a dt_* call failed */
 
-const char *const dt_mode_names[3] = { "none", "global", "block" };
 
 int dt_check_main(dt_daemon *d, Suite *(*make)(void))
 {
@@ -994,7 +993,7 @@ void dt_sampler_for(struct bd_sampler *sp, const dt_ref *ref, const bc_stream_op
 		.world = o->world,
 		.batch_size = o->batch_size,
 		.drop_last = o->drop_last,
-		.mode = (bd_shuffle)o->shuffle,
+		.mode = (enum bp_shuffle)o->shuffle,
 		.chunk = 1,
 		.window = o->window,
 	};

@@ -227,7 +227,6 @@ bool dt_io_uring_usable(char *why, size_t len);
 extern dt_daemon *dt_suite_daemon;
 
 /* The names of enum bc_shuffle's modes, by value. */
-extern const char *const dt_mode_names[3];
 
 /* Fail the test with the daemon's recent log: most failures are explained there. */
 #define dt_expect(cond, ...) do { \

@@ -91,7 +91,7 @@ static void expect_sampler_order(const dt_run *run, const dt_ref *ref, const bc_
 		for (uint32_t i = 0; i < ev->count; i++)
 			expect(run->ids[ev->first + i] == ids[i],
 			       "%s shuffle, epoch %" PRIu64 " batch %" PRIu64 " sample %u: id %" PRIu64
-			       ", the sampler says %" PRIu64, dt_mode_names[o->shuffle], ev->epoch,
+			       ", the sampler says %" PRIu64, bp_shuffle_name(o->shuffle), ev->epoch,
 			       ev->batch, i, run->ids[ev->first + i], ids[i]);
 	}
 }
@@ -180,7 +180,7 @@ static void check_partition(bc_client *c, dt_ref *ref, const char *name, uint32_
 		dt_run run = { 0 };
 
 		snprintf(what, sizeof(what), "%s, %s shuffle, world %u, rank %u%s", name,
-			 dt_mode_names[mode], world, rank, drop ? ", drop_last" : "");
+			 bp_shuffle_name(mode), world, rank, drop ? ", drop_last" : "");
 		dt_opts(&o, name, B, mode, 1234 + mode);
 		o.rank = rank;
 		o.world = world;
@@ -214,7 +214,7 @@ static void check_partition(bc_client *c, dt_ref *ref, const char *name, uint32_
 		ck_assert_int_eq(bc_close(s), 0);
 	}
 
-	snprintf(what, sizeof(what), "%s, %s shuffle, world %u%s", name, dt_mode_names[mode], world,
+	snprintf(what, sizeof(what), "%s, %s shuffle, world %u%s", name, bp_shuffle_name(mode), world,
 		 drop ? ", drop_last" : "");
 	if (drop) {
 		expect(delivered == world * nb * B, "%s: %zu samples delivered, expected %" PRIu64,
@@ -275,7 +275,7 @@ static void record(bc_client *c, dt_ref *ref, enum bc_shuffle mode, uint64_t see
 
 	dt_opts(&o, DSET_BLK, 50, mode, seed);
 	s = dt_open_ok(c, &o);
-	snprintf(what, sizeof(what), "%s shuffle, seed %" PRIu64, dt_mode_names[mode], seed);
+	snprintf(what, sizeof(what), "%s shuffle, seed %" PRIu64, bp_shuffle_name(mode), seed);
 	dt_consume_ok(s, ref, epochs * bc_stream_batches_per_epoch(s), 0, run, what);
 	expect_sampler_order(run, ref, &o);
 	ck_assert_int_eq(bc_close(s), 0);
@@ -329,12 +329,12 @@ START_TEST(test_determinism)
 		ea = epoch_ids(&again[m], 0, &na);
 		ck_assert_uint_eq(n0, DSET_SAMPLES);
 		expect(same_ids(e0, n0, ea, na), "%s shuffle: epoch 0 differs after a restart",
-		       dt_mode_names[mode]);
+		       bp_shuffle_name(mode));
 		expect_same_batches(&first[m], 0, &again[m], 0, "two epochs before and after a restart");
 		expect(!same_ids(e0, n0, e1, n1), "%s shuffle: epochs 0 and 1 have the same order",
-		       dt_mode_names[mode]);
+		       bp_shuffle_name(mode));
 		expect(!same_ids(e0, n0, s8, n8), "%s shuffle: seeds 7 and 8 give the same order",
-		       dt_mode_names[mode]);
+		       bp_shuffle_name(mode));
 		free(e0), free(e1), free(s8), free(ea);
 		dt_run_free(&first[m]);
 		dt_run_free(&other[m]);
@@ -554,7 +554,7 @@ START_TEST(test_concurrent_sessions)
 		dt_ref ref;
 
 		expect(!w[i].error[0], "worker %zu (%s, %s shuffle): %s", i, w[i].o.dataset,
-		       dt_mode_names[w[i].o.shuffle], w[i].error);
+		       bp_shuffle_name(w[i].o.shuffle), w[i].error);
 		dt_ref_ok(&ref, w[i].o.dataset);
 		expect_sampler_order(&w[i].run, &ref, &w[i].o);
 		dt_ref_close(&ref);

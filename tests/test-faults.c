@@ -380,7 +380,7 @@ static void record_streams(dt_run *runs, size_t n, const char *what)
 		s = dt_open_ok(c, &o);
 		nb = bc_stream_batches_per_epoch(s);
 		snprintf(label, sizeof(label), "%s: %s, %s shuffle", what, streams[k].dataset,
-			 dt_mode_names[streams[k].mode]);
+			 bp_shuffle_name(streams[k].mode));
 		dt_consume_ok(s, &ref, nb + 1, DT_STOP_EPOCH_END, &runs[k], label);
 		expect(runs[k].batches == nb && runs[k].epoch_ends == 1 && runs[k].failures == 0,
 		       "%s: %zu batches, %zu failures, %zu epoch ends; expected %" PRIu64 ", 0, 1",

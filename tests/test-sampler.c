@@ -37,11 +37,11 @@
 } while (0)
 #define expect(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
 
-static const bd_shuffle all_modes[] = {
-	BD_SHUFFLE_NONE, BD_SHUFFLE_GLOBAL, BD_SHUFFLE_BLOCK,
+static const enum bp_shuffle all_modes[] = {
+	BP_SHUFFLE_NONE, BP_SHUFFLE_GLOBAL, BP_SHUFFLE_BLOCK,
 };
 
-static bd_sampler_cfg cfg_of(uint64_t n, bd_shuffle mode, uint64_t seed)
+static bd_sampler_cfg cfg_of(uint64_t n, enum bp_shuffle mode, uint64_t seed)
 {
 	bd_sampler_cfg c = {
 		.samples = n,
@@ -111,7 +111,7 @@ START_TEST(test_bijection)
 	static const struct { uint64_t chunk; uint32_t window; } shapes[] = {
 		{ 1, 0 }, { 3, 5 }, { 64, 1 }, { 7, 16 }, { 1000, 3 }, { 5, 100000 },
 	};
-	bd_shuffle mode = all_modes[_i];
+	enum bp_shuffle mode = all_modes[_i];
 	unsigned k = 0;
 
 	for (size_t i = 0; i < ARRAY_SIZE(bij_sizes); i++)
@@ -124,9 +124,9 @@ START_TEST(test_bijection)
 			c.window = shapes[k % ARRAY_SIZE(shapes)].window;
 			init_ok(&s, &c);
 			moved = assert_bijection(&s, c.samples, j + 3);
-			if (mode == BD_SHUFFLE_NONE)
+			if (mode == BP_SHUFFLE_NONE)
 				ck_assert(!moved);
-			else if (mode == BD_SHUFFLE_GLOBAL && c.samples >= 64)
+			else if (mode == BP_SHUFFLE_GLOBAL && c.samples >= 64)
 				ck_assert(moved);
 		}
 }
@@ -144,7 +144,7 @@ static const uint32_t rank_batches[] = { 1, 4, 7 };
  * the epoch order's positions world*per_rank-n ... wrapped; with drop_last
  * each id at most once and exactly the kept positions.
  */
-static void check_split(uint64_t n, bd_shuffle mode, uint32_t world, uint32_t B, bool drop)
+static void check_split(uint64_t n, enum bp_shuffle mode, uint32_t world, uint32_t B, bool drop)
 {
 	const uint64_t epoch = 5;
 	uint32_t *count = calloc(n, sizeof(*count));
@@ -225,7 +225,7 @@ out:
 
 START_TEST(test_ranks_exactly_once)
 {
-	bd_shuffle mode = all_modes[_i];
+	enum bp_shuffle mode = all_modes[_i];
 
 	for (size_t i = 0; i < ARRAY_SIZE(rank_sizes); i++)
 		for (size_t w = 0; w < ARRAY_SIZE(rank_worlds); w++)
@@ -239,7 +239,7 @@ END_TEST
 /* Explicit padding and wrap-around: n = 10, world = 3, B = 3, global. */
 START_TEST(test_padding_wraps)
 {
-	bd_sampler_cfg c = cfg_of(10, BD_SHUFFLE_GLOBAL, 7);
+	bd_sampler_cfg c = cfg_of(10, BP_SHUFFLE_GLOBAL, 7);
 	uint64_t ids[3];
 	bd_sampler s;
 
@@ -261,7 +261,7 @@ START_TEST(test_padding_wraps)
 	ck_assert_uint_eq(bd_sampler_order(&s, 1, 11), bd_sampler_order(&s, 1, 1));
 
 	/* world > n: one sample, eight ranks, each gets it once. */
-	c = cfg_of(1, BD_SHUFFLE_GLOBAL, 7);
+	c = cfg_of(1, BP_SHUFFLE_GLOBAL, 7);
 	c.world = 8;
 	for (uint32_t r = 0; r < 8; r++) {
 		c.rank = r;
@@ -295,7 +295,7 @@ START_TEST(test_equal_batches)
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
 		for (uint32_t r = 0; r < cases[i].world; r++) {
-			bd_sampler_cfg c = cfg_of(cases[i].n, BD_SHUFFLE_BLOCK, 3);
+			bd_sampler_cfg c = cfg_of(cases[i].n, BP_SHUFFLE_BLOCK, 3);
 			bd_sampler s;
 
 			c.world = cases[i].world;
@@ -340,7 +340,7 @@ START_TEST(test_pinned_global)
 		781079, 221934, 783734, 536946, 627701, 503126, 126097, 748415,
 	};
 
-	check_pinned(cfg_of(1000000, BD_SHUFFLE_GLOBAL, 2024), want, "global");
+	check_pinned(cfg_of(1000000, BP_SHUFFLE_GLOBAL, 2024), want, "global");
 }
 END_TEST
 
@@ -349,7 +349,7 @@ START_TEST(test_pinned_block)
 	static const uint64_t want[8] = {
 		168967, 861400, 652708, 144361, 168958, 53334, 861415, 960300,
 	};
-	bd_sampler_cfg c = cfg_of(1000000, BD_SHUFFLE_BLOCK, 2024);
+	bd_sampler_cfg c = cfg_of(1000000, BP_SHUFFLE_BLOCK, 2024);
 
 	c.chunk = 100;
 	c.window = 16;
@@ -363,7 +363,7 @@ START_TEST(test_pinned_huge)
 		UINT64_C(3184999041626979735), UINT64_C(3751578073587755594),
 		UINT64_C(1366423735026151694), UINT64_C(364628687668373403),
 	};
-	bd_sampler_cfg c = cfg_of((UINT64_C(1) << 62) + 3, BD_SHUFFLE_GLOBAL, 99);
+	bd_sampler_cfg c = cfg_of((UINT64_C(1) << 62) + 3, BP_SHUFFLE_GLOBAL, 99);
 	bd_sampler s;
 
 	init_ok(&s, &c);
@@ -414,7 +414,7 @@ static uint64_t agreements(const bd_sampler *a, uint64_t ea, const bd_sampler *b
 START_TEST(test_epochs_differ)
 {
 	/* _i: 0 global, 1 block */
-	bd_sampler_cfg c = cfg_of(1000, _i ? BD_SHUFFLE_BLOCK : BD_SHUFFLE_GLOBAL, 5);
+	bd_sampler_cfg c = cfg_of(1000, _i ? BP_SHUFFLE_BLOCK : BP_SHUFFLE_GLOBAL, 5);
 	bd_sampler s;
 
 	c.chunk = 10;
@@ -446,7 +446,7 @@ END_TEST
 
 START_TEST(test_seeds_differ)
 {
-	bd_shuffle mode = _i ? BD_SHUFFLE_BLOCK : BD_SHUFFLE_GLOBAL;
+	enum bp_shuffle mode = _i ? BP_SHUFFLE_BLOCK : BP_SHUFFLE_GLOBAL;
 	bd_sampler_cfg c = cfg_of(1000, mode, 0);
 	bd_sampler s[4];
 
@@ -466,7 +466,7 @@ END_TEST
 
 START_TEST(test_none_identity)
 {
-	bd_sampler_cfg c = cfg_of(1000, BD_SHUFFLE_NONE, 9);
+	bd_sampler_cfg c = cfg_of(1000, BP_SHUFFLE_NONE, 9);
 	uint64_t ids[64];
 	bd_sampler s;
 
@@ -491,7 +491,7 @@ END_TEST
  */
 START_TEST(test_resume)
 {
-	bd_shuffle mode = all_modes[_i];
+	enum bp_shuffle mode = all_modes[_i];
 	bd_sampler_cfg c = cfg_of(1003, mode, 77);
 	uint64_t stream[3][1003 / 3 + 1], ids[16];
 	bd_sampler s, fresh;
@@ -532,7 +532,7 @@ END_TEST
 
 /* ---- huge datasets ---------------------------------------------------- */
 
-static void check_huge(uint64_t n, bd_shuffle mode, uint64_t chunk)
+static void check_huge(uint64_t n, enum bp_shuffle mode, uint64_t chunk)
 {
 	bd_sampler_cfg c = cfg_of(n, mode, 1);
 	uint64_t x = n, probes[] = { 0, 1, 2, n / 2, n - 3, n - 2, n - 1 };
@@ -550,12 +550,12 @@ static void check_huge(uint64_t n, bd_shuffle mode, uint64_t chunk)
 		/* And the other way round, from an id. */
 		expect_eq(bd_sampler_order(&s, 4, bd_sampler_position(&s, 4, p)), p);
 	}
-	if (mode == BD_SHUFFLE_BLOCK && n % chunk) {
+	if (mode == BP_SHUFFLE_BLOCK && n % chunk) {
 		/* The partial chunk ends the epoch in id order. */
 		ck_assert_uint_eq(bd_sampler_order(&s, 4, n - 1), n - 1);
 	}
 	/* Neighbouring positions do not map to neighbouring ids (global). */
-	if (mode == BD_SHUFFLE_GLOBAL)
+	if (mode == BP_SHUFFLE_GLOBAL)
 		ck_assert_uint_ne(bd_sampler_order(&s, 4, 1), bd_sampler_order(&s, 4, 0) + 1);
 }
 
@@ -566,10 +566,10 @@ START_TEST(test_huge)
 	};
 
 	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++) {
-		check_huge(sizes[i], BD_SHUFFLE_GLOBAL, 1);
-		check_huge(sizes[i], BD_SHUFFLE_BLOCK, 1000);
-		check_huge(sizes[i], BD_SHUFFLE_BLOCK, (UINT64_C(1) << 20) + 7);
-		check_huge(sizes[i], BD_SHUFFLE_BLOCK, 1);
+		check_huge(sizes[i], BP_SHUFFLE_GLOBAL, 1);
+		check_huge(sizes[i], BP_SHUFFLE_BLOCK, 1000);
+		check_huge(sizes[i], BP_SHUFFLE_BLOCK, (UINT64_C(1) << 20) + 7);
+		check_huge(sizes[i], BP_SHUFFLE_BLOCK, 1);
 	}
 }
 END_TEST
@@ -582,7 +582,7 @@ START_TEST(test_huge_ranks)
 	uint64_t ids[1000];
 
 	for (uint32_t r = 0; r < 7; r++) {
-		bd_sampler_cfg c = cfg_of(n, BD_SHUFFLE_GLOBAL, 1);
+		bd_sampler_cfg c = cfg_of(n, BP_SHUFFLE_GLOBAL, 1);
 		uint64_t per_rank = n / 7 + 1, nb;
 		uint32_t len;
 		bd_sampler s;
@@ -611,7 +611,7 @@ START_TEST(test_huge_ranks)
 
 	/* 2^63 samples, one sample per batch: 2^63 batches. */
 	{
-		bd_sampler_cfg c = cfg_of(BD_SAMPLER_MAX_SAMPLES, BD_SHUFFLE_BLOCK, 1);
+		bd_sampler_cfg c = cfg_of(BD_SAMPLER_MAX_SAMPLES, BP_SHUFFLE_BLOCK, 1);
 		bd_sampler s;
 
 		c.chunk = 4096;
@@ -628,7 +628,7 @@ END_TEST
 
 static void check_locality(uint64_t n, uint64_t chunk, uint32_t window)
 {
-	bd_sampler_cfg c = cfg_of(n, BD_SHUFFLE_BLOCK, 8);
+	bd_sampler_cfg c = cfg_of(n, BP_SHUFFLE_BLOCK, 8);
 	uint32_t w = window ? window : BD_SAMPLER_DEFAULT_WINDOW;
 	uint64_t span = (uint64_t)w * chunk, body = n / chunk * chunk;
 	uint64_t *seen = malloc((w + 1) * sizeof(*seen));
@@ -681,7 +681,7 @@ END_TEST
 /* Block mode does shuffle inside a window and changes the chunk order. */
 START_TEST(test_block_shuffles)
 {
-	bd_sampler_cfg c = cfg_of(1600, BD_SHUFFLE_BLOCK, 8);
+	bd_sampler_cfg c = cfg_of(1600, BP_SHUFFLE_BLOCK, 8);
 	uint64_t sequential = 0;
 	bd_sampler s;
 
@@ -698,7 +698,7 @@ END_TEST
 
 START_TEST(test_invalid)
 {
-	bd_sampler_cfg good = cfg_of(100, BD_SHUFFLE_BLOCK, 1), c;
+	bd_sampler_cfg good = cfg_of(100, BP_SHUFFLE_BLOCK, 1), c;
 	bd_sampler s, before;
 
 	memset(&s, 0xa5, sizeof(s));
@@ -712,7 +712,7 @@ START_TEST(test_invalid)
 	c = good; c.samples = BD_SAMPLER_MAX_SAMPLES + 1; ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
 	c = good; c.samples = UINT64_MAX;              ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
 	c = good; c.chunk = 0;                         ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
-	c = good; c.mode = (bd_shuffle)3;              ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
+	c = good; c.mode = (enum bp_shuffle)3;              ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
 	/* EINVAL wins over ERANGE. */
 	c = good; c.world = 0; c.drop_last = true; c.batch_size = 1000;
 	ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
@@ -734,7 +734,7 @@ START_TEST(test_invalid)
 	c = good; c.batch_size = 1000;                 /* without drop_last: one short batch */
 	ck_assert_int_eq(bd_sampler_init(&s, &c), 0);
 	ck_assert_uint_eq(bd_sampler_batch_len(&s, 0), 100);
-	c = good; c.mode = BD_SHUFFLE_GLOBAL; c.chunk = 0;   /* chunk only matters for block */
+	c = good; c.mode = BP_SHUFFLE_GLOBAL; c.chunk = 0;   /* chunk only matters for block */
 	ck_assert_int_eq(bd_sampler_init(&s, &c), 0);
 	c = good; c.samples = BD_SAMPLER_MAX_SAMPLES;
 	ck_assert_int_eq(bd_sampler_init(&s, &c), 0);

@@ -35,6 +35,7 @@
 #include "batchd-build.h"
 #include "gpucheck.h"
 #include "json_path.h"
+#include "protocol.h"
 #include "units.h"
 
 static const char usage_text[] =
@@ -506,14 +507,11 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 			continue;
 		}
 		if (ch == O_SHUFFLE) {
-			if (!strcmp(optarg, "none"))
-				o.shuffle = BC_SHUFFLE_NONE;
-			else if (!strcmp(optarg, "global"))
-				o.shuffle = BC_SHUFFLE_GLOBAL;
-			else if (!strcmp(optarg, "block"))
-				o.shuffle = BC_SHUFFLE_BLOCK;
-			else
+			enum bp_shuffle m;
+
+			if (bp_shuffle_parse(optarg, &m) < 0)
 				return cli_usage("--shuffle: '%s' is not none, global or block", optarg);
+			o.shuffle = (enum bc_shuffle)m;
 			continue;
 		}
 		if (ch == '?' || ch < 256)

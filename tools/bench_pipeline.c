@@ -51,6 +51,7 @@
 #include "cli.h"
 #include "gpucheck.h"
 #include "progress.h"
+#include "protocol.h"
 #include "units.h"
 
 #define MAX_CLIENTS 256u
@@ -373,11 +374,6 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 
 /* ---- report ------------------------------------------------------------------------------ */
 
-static const char *shuffle_name(enum bc_shuffle s)
-{
-	return s == BC_SHUFFLE_NONE ? "none" : s == BC_SHUFFLE_BLOCK ? "block" : "global";
-}
-
 static void report(const pl_opts *o, pl_client *cl, bool own)
 {
 	uint64_t samples = 0, bytes = 0, batches = 0, failed = 0, mismatches = 0;
@@ -415,7 +411,7 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 		       ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, \"samples_per_s\": %.1f, "
 		       "\"bytes_per_s\": %.0f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
 		       "\"first_batch_ms\": %.3f, \"wait_ns\": ",
-		       o->clients, o->so.batch_size, shuffle_name(o->so.shuffle), o->step_ms, o->seconds,
+		       o->clients, o->so.batch_size, bp_shuffle_name(o->so.shuffle), o->step_ms, o->seconds,
 		       o->epochs, own ? "true" : "false", batches, samples, bytes, failed, wall,
 		       (double)samples / wall, (double)bytes / wall, (double)bytes / wall / 1e6, stall,
 		       first * 1e3);
@@ -440,7 +436,7 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 	} else {
 		printf("pipeline: %s, %u client%s, batch %u, %s shuffle, step %" PRIu64 " ms, ",
 		       o->dataset, o->clients, o->clients == 1 ? "" : "s", o->so.batch_size,
-		       shuffle_name(o->so.shuffle), o->step_ms);
+		       bp_shuffle_name(o->so.shuffle), o->step_ms);
 		if (o->epochs)
 			printf("%" PRIu64 " epoch%s", o->epochs, o->epochs == 1 ? "" : "s");
 		else
@@ -608,14 +604,13 @@ int bench_cmd_pipeline(int argc, char **argv)
 			o.dataset = optarg;
 			continue;
 		case O_SHUFFLE:
-			if (!strcmp(optarg, "none"))
-				o.so.shuffle = BC_SHUFFLE_NONE;
-			else if (!strcmp(optarg, "global"))
-				o.so.shuffle = BC_SHUFFLE_GLOBAL;
-			else if (!strcmp(optarg, "block"))
-				o.so.shuffle = BC_SHUFFLE_BLOCK;
-			else
-				return cli_usage("--shuffle: '%s' is not none, global or block", optarg);
+			{
+				enum bp_shuffle m;
+
+				if (bp_shuffle_parse(optarg, &m) < 0)
+					return cli_usage("--shuffle: '%s' is not none, global or block", optarg);
+				o.so.shuffle = (enum bc_shuffle)m;
+			}
 			continue;
 		case O_SECONDS:
 			if (bench_parse_seconds(optarg, &o.seconds) < 0 || o.seconds <= 0)

@@ -45,6 +45,7 @@
 #include "batchclient.h"
 #include "cli.h"
 #include "pack_file.h"
+#include "protocol.h"
 
 static const char usage_text[] =
 	"usage: soak-client -s SOCKET -r ROOT -t SECONDS [-i ID] [-S SEED] [-f] [-H none|order|any]\n"
@@ -206,11 +207,6 @@ static bool plan_make(const ref *rf, const bc_stream_opts *o, plan *ret)
 	return true;
 }
 
-static const char *shuffle_name(enum bc_shuffle m)
-{
-	return m == BC_SHUFFLE_GLOBAL ? "global" : m == BC_SHUFFLE_BLOCK ? "block" : "none";
-}
-
 /* The options, for replaying a failure. */
 static void opts_format(const bc_stream_opts *o, size_t hold, bool newest_first,
 			char *buf, size_t len)
@@ -218,7 +214,7 @@ static void opts_format(const bc_stream_opts *o, size_t hold, bool newest_first,
 	snprintf(buf, len,
 		 "dataset=%s batch=%u shuffle=%s seed=%" PRIu64 " rank=%u world=%u drop_last=%d "
 		 "prefetch=%u window=%u start_epoch=%" PRIu64 " hold=%zu%s",
-		 o->dataset, o->batch_size, shuffle_name(o->shuffle), o->seed, o->rank, o->world,
+		 o->dataset, o->batch_size, bp_shuffle_name(o->shuffle), o->seed, o->rank, o->world,
 		 o->drop_last, o->prefetch, o->window, o->start_epoch, hold,
 		 newest_first ? " newest-first" : "");
 }

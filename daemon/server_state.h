@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server_priv.h - the control plane's state, shared by server.c (requests,
- * sessions, lifecycle) and report.c (status and metrics built from it).
+ * server_state.h - the control plane's state, shared by server.c (requests,
+ * sessions, lifecycle) and status.c (status and metrics built from it).
  *
  * Thread rules: loop thread only.
  */
-#ifndef BATCHD_DAEMON_SERVER_PRIV_H
-#define BATCHD_DAEMON_SERVER_PRIV_H
+#ifndef BATCHD_DAEMON_SERVER_STATE_H
+#define BATCHD_DAEMON_SERVER_STATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,6 +21,7 @@
 #include "protocol.h"
 #include "server.h"
 #include "session.h"
+#include "util.h"
 
 typedef struct client client;
 typedef struct entry entry;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * report.c - what batchd says about itself: the status document (JSON,
+ * status.c - what batchd says about itself: the status document (JSON,
  * for `batchctl status|stats|sessions|top`) and the metrics (Prometheus
  * text exposition, for `batchctl metrics` and the HTTP /metrics endpoint).
  *
@@ -14,8 +14,9 @@
 #include <unistd.h>
 
 #include "batchd-build.h"
-#include "server_priv.h"
-#include "units.h"
+#include "protocol.h"
+#include "server_state.h"
+#include "util.h"
 
 static const char *const refusal_names[BD_REFUSED_KINDS] = {
 	[BD_REFUSED_NOT_FOUND] = "not_found",
@@ -28,10 +29,6 @@ static const char *const refusal_names[BD_REFUSED_KINDS] = {
 	[BD_REFUSED_OTHER] = "other",
 };
 
-static const char *shuffle_name(uint8_t m)
-{
-	return m == BP_SHUFFLE_NONE ? "none" : m == BP_SHUFFLE_GLOBAL ? "global" : "block";
-}
 
 /* ---- JSON --------------------------------------------------------------------- */
 
@@ -129,7 +126,7 @@ void bd__server_status(bd_server *srv, bd_text *t)
 			       ", \"slots\": %u, \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
 			       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 ", \"placement\": %d",
 			       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
-			       shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
+			       bp_shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
 			       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
 			       si.failed, si.bytes, si.memory, si.slots, si.inflight,
 			       (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9, si.waits,

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * util.h - the small things every daemon module uses: the clock, a
+ * growable text buffer and the allocators.
+ *
+ * The allocators are malloc, calloc and realloc, except in builds with
+ * -Dfault_injection=true, where they are where an "alloc:" rule of
+ * BATCHD_FAULTS (fault.h) makes an allocation fail. Daemon code allocates
+ * through them wherever a failure must be survivable, so the tests can
+ * prove it is.
+ *
+ * Thread rules: all of it from any thread; one bd_text belongs to one
+ * thread at a time.
+ */
+#ifndef BATCHD_DAEMON_UTIL_H
+#define BATCHD_DAEMON_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "batchd-build.h"
+
+/* CLOCK_MONOTONIC in nanoseconds: the daemon's one clock for durations. */
+uint64_t bd_now_ns(void);
+
+/* A growable text buffer; a failed allocation sets oom and drops output. */
+typedef struct bd_text {
+	char *p;
+	size_t len, cap;
+	bool oom;
+} bd_text;
+
+/* Append printf-style; on allocation failure sets t->oom and appends nothing more. */
+__attribute__((format(printf, 2, 3)))
+void bd_text_printf(bd_text *t, const char *fmt, ...);
+/* Free the buffer and reset t to empty. */
+void bd_text_free(bd_text *t);
+
+#if BATCHD_FAULT_INJECTION
+/* As malloc, calloc, realloc; NULL with errno ENOMEM when a fault rule says so. */
+void *bd_malloc(size_t n);
+void *bd_calloc(size_t n, size_t size);
+void *bd_realloc(void *p, size_t n);
+#else
+#define bd_malloc malloc
+#define bd_calloc calloc
+#define bd_realloc realloc
+#endif
+
+#endif
