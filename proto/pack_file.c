@@ -49,26 +49,12 @@ static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const 
 	return err;
 }
 
-/* Read exactly len bytes at off; a file that ends early is a truncated pack. */
-static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+/* Metadata reads: a shard that ends before its own header says is a truncated pack. */
+static int read_meta(int fd, void *buf, size_t len, uint64_t off)
 {
-	uint8_t *p = buf;
+	int r = bp_pread_full(fd, buf, len, off);
 
-	while (len) {
-		ssize_t n = pread(fd, p, len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EBADMSG;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
+	return r == -ENODATA ? -EBADMSG : r;
 }
 
 static void shard_release(shard_priv *s)
@@ -99,13 +85,13 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 	if (sh->file_size < BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE)
 		return fault_set(fault, sh->name, -EBADMSG, "file too short to be a pack",
 				 sh->file_size, -1);
-	r = pread_full(sh->fd, header, sizeof(header), 0);
+	r = read_meta(sh->fd, header, sizeof(header), 0);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read header", 0, -1);
 	r = bp_pack_header_decode(header, sizeof(header), &sh->header, &pf);
 	if (r < 0)
 		goto bad;
-	r = pread_full(sh->fd, footer, sizeof(footer), sh->file_size - BP_PACK_FOOTER_SIZE);
+	r = read_meta(sh->fd, footer, sizeof(footer), sh->file_size - BP_PACK_FOOTER_SIZE);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read footer",
 				 sh->file_size - BP_PACK_FOOTER_SIZE, -1);
@@ -117,7 +103,7 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 		s->dict_bytes = malloc(sh->header.dict_size);
 		if (!s->dict_bytes)
 			return -ENOMEM;
-		r = pread_full(sh->fd, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
+		r = read_meta(sh->fd, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
 		if (r < 0)
 			return fault_set(fault, sh->name, r, "cannot read dictionary",
 					 sh->header.dict_offset, -1);
@@ -135,7 +121,7 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 	s->index_bytes = malloc(sh->footer.index_size);
 	if (!s->index_bytes)
 		return -ENOMEM;
-	r = pread_full(sh->fd, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
+	r = read_meta(sh->fd, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read index", sh->footer.index_offset, -1);
 	r = bp_pack_index_parse(&sh->header, &sh->footer, header, footer, s->index_bytes,
@@ -408,20 +394,6 @@ struct bp_sample_reader {
 	bool have_block;
 };
 
-static int buf_reserve(uint8_t **buf, size_t *cap, size_t need)
-{
-	uint8_t *p;
-
-	if (need <= *cap && *buf)
-		return 0;
-	p = realloc(*buf, need ? need : 1);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = need;
-	return 0;
-}
-
 int bp_sample_reader_new(const bp_dataset *ds, bp_sample_reader **ret)
 {
 	bp_sample_reader *r = calloc(1, sizeof(*r));
@@ -459,19 +431,19 @@ static int reader_load(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
 
 	bp_pack_index_block(&sh->index, bi, &b);
 	r->have_block = false;
-	if (buf_reserve(&r->raw, &r->raw_cap, b.raw_size) < 0)
+	if (bp_buf_reserve(&r->raw, &r->raw_cap, b.raw_size) < 0)
 		return -ENOMEM;
 	/* Raw blocks are read straight into place and checked there. */
 	if (b.codec == BP_CODEC_RAW) {
 		in = r->raw;
 	} else {
-		if (buf_reserve(&r->stored, &r->stored_cap, b.stored_size) < 0)
+		if (bp_buf_reserve(&r->stored, &r->stored_cap, b.stored_size) < 0)
 			return -ENOMEM;
 		in = r->stored;
 	}
-	err = pread_full(sh->fd, in, b.stored_size, b.offset);
+	err = read_meta(sh->fd, in, b.stored_size, b.offset);
 	if (err < 0)
-		return fault_set(fault, sh->name, err == -EBADMSG ? -EIO : err,
+		return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
 				 "cannot read block", b.offset, (int64_t)bi);
 	err = bp_pack_block_decode(&b, in, r->dctx, sh->ddict, r->raw, r->raw_cap, &pf);
 	if (err < 0)
@@ -532,12 +504,12 @@ static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *store
 			end++;
 		} while (end < n && span < VERIFY_CHUNK);
 
-		if (buf_reserve(&r->stored, &r->stored_cap, span) < 0 ||
-		    buf_reserve(&r->raw, &r->raw_cap, max_raw) < 0)
+		if (bp_buf_reserve(&r->stored, &r->stored_cap, span) < 0 ||
+		    bp_buf_reserve(&r->raw, &r->raw_cap, max_raw) < 0)
 			return -ENOMEM;
-		err = pread_full(sh->fd, r->stored, span, first.offset);
+		err = read_meta(sh->fd, r->stored, span, first.offset);
 		if (err < 0)
-			return fault_set(fault, sh->name, err == -EBADMSG ? -EIO : err,
+			return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
 					 "cannot read blocks", first.offset, (int64_t)bi);
 		for (; bi < end; bi++) {
 			bp_pack_fault pf = { 0 };
@@ -587,4 +559,64 @@ void bp_dataset_fault_format(const bp_dataset_fault *fault, char *buf, size_t le
 	else
 		snprintf(buf, len, "shard %s: at byte %" PRIu64 ": %s", fault->shard,
 			 fault->pack.offset, what);
+}
+
+/* ---- whole reads and writes ----------------------------------------------- */
+
+/* One call moves at most 1 GiB: Linux caps a read or write below 2 GiB anyway. */
+#define IO_CHUNK ((size_t)1 << 30)
+
+int bp_pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len > IO_CHUNK ? IO_CHUNK : len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -ENODATA;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+int bp_write_full(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = write(fd, p, len > IO_CHUNK ? IO_CHUNK : len);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int bp_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+	uint8_t *p;
+
+	if (need <= *cap && *buf)
+		return 0;
+	p = realloc(*buf, need ? need : 1);
+	if (!p)
+		return -ENOMEM;
+	*buf = p;
+	*cap = need;
+	return 0;
 }

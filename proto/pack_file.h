@@ -124,4 +124,30 @@ int bp_dataset_verify(const bp_dataset *ds,
 /* Format a fault as "shard NAME: block B at byte OFF: WHAT" into buf. */
 void bp_dataset_fault_format(const bp_dataset_fault *fault, char *buf, size_t len);
 
+/*
+ * Whole reads and writes, shared by the pack reader, the pack writer and
+ * the tools. Any thread; they keep no state.
+ */
+
+/*
+ * Read exactly len bytes at file offset off with pread(2), retrying after
+ * EINTR and short reads. @return 0; -ENODATA when the file ends first;
+ * another -errno from pread. buf may be partly written on failure.
+ */
+int bp_pread_full(int fd, void *buf, size_t len, uint64_t off);
+
+/*
+ * Write all len bytes at fd's file position with write(2), retrying after
+ * EINTR and short writes. @return 0; -EIO when write(2) returns 0 (no
+ * progress); another -errno from write. Part may be written on failure.
+ */
+int bp_write_full(int fd, const void *buf, size_t len);
+
+/*
+ * Make *buf (capacity *cap) hold at least need bytes; when it must grow it
+ * is realloc'ed to exactly need (1 for 0). @return 0, or -ENOMEM with *buf
+ * and *cap unchanged. The caller frees *buf.
+ */
+int bp_buf_reserve(uint8_t **buf, size_t *cap, size_t need);
+
 #endif

@@ -17,6 +17,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "pack_file.h"
 #include "pack_writer.h"
 
 struct bp_pack_writer {
@@ -31,26 +32,6 @@ struct bp_pack_writer {
 	uint8_t *samples;       /* encoded sample table */
 	uint64_t sample_count, samples_cap;
 };
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 /* Grow a table to hold `need` entries of `entry` bytes. */
 static int table_reserve(uint8_t **table, uint64_t *cap, uint64_t need, size_t entry)
@@ -94,9 +75,9 @@ int bp_pack_writer_new(int fd, const void *dict, size_t dict_size, bp_pack_write
 	h.data_offset = BP_PACK_HEADER_SIZE + dict_size;
 	bp_pack_header_encode(&h, w->header);
 
-	r = write_all(fd, w->header, sizeof(w->header));
+	r = bp_write_full(fd, w->header, sizeof(w->header));
 	if (r == 0 && dict_size)
-		r = write_all(fd, dict, dict_size);
+		r = bp_write_full(fd, dict, dict_size);
 	if (r < 0) {
 		free(w);
 		return r;
@@ -150,7 +131,7 @@ int bp_pack_writer_add(bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t r
 			       BP_PACK_SAMPLE_ENTRY)) < 0)
 		return r;
 
-	r = write_all(w->fd, enc->stored, enc->stored_size);
+	r = bp_write_full(w->fd, enc->stored, enc->stored_size);
 	if (r < 0)
 		return writer_fail(w, r);
 
@@ -219,9 +200,9 @@ int bp_pack_writer_finish(bp_pack_writer *w, bp_pack_footer *ret_footer)
 	};
 	bp_pack_footer_encode(&f, w->header, footer);
 
-	if ((r = write_all(w->fd, w->blocks, bsize)) < 0 ||
-	    (r = write_all(w->fd, w->samples, ssize)) < 0 ||
-	    (r = write_all(w->fd, footer, sizeof(footer))) < 0)
+	if ((r = bp_write_full(w->fd, w->blocks, bsize)) < 0 ||
+	    (r = bp_write_full(w->fd, w->samples, ssize)) < 0 ||
+	    (r = bp_write_full(w->fd, footer, sizeof(footer))) < 0)
 		return writer_fail(w, r);
 	w->offset += bsize + ssize + sizeof(footer);
 	w->error = -EALREADY;

@@ -341,19 +341,10 @@ static int cmd_cat(int argc, char **argv)
 	} else if (r < 0) {
 		fprintf(stderr, "batchd-pack: %s: %s\n", argv[1], strerror(-r));
 	} else {
-		while (size) {
-			ssize_t n = write(STDOUT_FILENO, data, size);
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				fprintf(stderr, "batchd-pack: writing to stdout: %s\n",
-					strerror(n < 0 ? errno : EIO));
-				r = -EIO;
-				break;
-			}
-			data += n;
-			size -= (uint64_t)n;
+		r = bp_write_full(STDOUT_FILENO, data, size);
+		if (r < 0) {
+			fprintf(stderr, "batchd-pack: writing to stdout: %s\n", strerror(-r));
+			r = -EIO;
 		}
 	}
 	bp_sample_reader_free(rd);

@@ -31,6 +31,7 @@
 
 #include "pack.h"
 #include "pack_create.h"
+#include "pack_file.h"
 #include "pack_writer.h"
 #include "progress.h"
 #include "units.h"
@@ -178,20 +179,6 @@ static void pool_submit(pool *p, job *j)
 	p->qlen++;
 	pthread_cond_signal(&p->work);
 	pthread_mutex_unlock(&p->mu);
-}
-
-static int buf_grow(uint8_t **buf, size_t *cap, size_t need)
-{
-	uint8_t *b;
-
-	if (need <= *cap && *buf)
-		return 0;
-	b = realloc(*buf, need ? need : 1);
-	if (!b)
-		return -ENOMEM;
-	*buf = b;
-	*cap = need;
-	return 0;
 }
 
 /* ---- output: one file or a directory of shards ------------------------- */
@@ -561,7 +548,7 @@ static int pack_all(pack_inputs *in, const pack_create_opts *o, pool *p, output 
 			j->raw_size = 0;
 			j->n = 0;
 		}
-		if (buf_grow(&j->raw, &j->raw_cap, j->raw_size + size) < 0 ||
+		if (bp_buf_reserve(&j->raw, &j->raw_cap, j->raw_size + size) < 0 ||
 		    (j->n == j->sizes_cap &&
 		     !(j->sizes = realloc(j->sizes, (j->sizes_cap = j->sizes_cap * 2 + 8) *
 							    sizeof(*j->sizes))))) {
@@ -578,7 +565,7 @@ static int pack_all(pack_inputs *in, const pack_create_opts *o, pool *p, output 
 		/* Close the block at the target size, before the limit, or at the end. */
 		if (more != 1 || o->block_size == 0 || j->raw_size >= o->block_size ||
 		    j->raw_size + size > BP_PACK_MAX_BLOCK) {
-			if (buf_grow(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0) {
+			if (bp_buf_reserve(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0) {
 				r = -ENOMEM;
 				goto out;
 			}

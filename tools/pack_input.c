@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "pack.h"
+#include "pack_file.h"
 #include "pack_input.h"
 #include "units.h"
 
@@ -384,25 +385,6 @@ const char *pack_iter_name(pack_iter *it)
 	return it->name;
 }
 
-static int read_exact(int fd, uint8_t *dst, uint64_t size, uint64_t off)
-{
-	while (size) {
-		ssize_t n = pread(fd, dst, size > (1u << 30) ? (1u << 30) : size, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -ENODATA;
-		dst += n;
-		size -= (uint64_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
 static int read_file(pack_iter *it, const pack_input *p, uint8_t *dst)
 {
 	uint64_t size = p->entries[it->i].size;
@@ -412,7 +394,7 @@ static int read_file(pack_iter *it, const pack_input *p, uint8_t *dst)
 	fd = openat(it->fd, p->entries[it->i].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return err_msg(-errno, pack_iter_name(it), "cannot open");
-	r = read_exact(fd, dst, size, 0);
+	r = bp_pread_full(fd, dst, size, 0);
 	/* One more byte must not exist: the file must not have grown either. */
 	if (r == 0 && pread(fd, &probe, 1, (off_t)size) != 0)
 		r = -ENODATA;
@@ -433,7 +415,7 @@ int pack_iter_read(pack_iter *it, uint8_t *dst)
 	case INPUT_DIR:
 		return read_file(it, p, dst);
 	case INPUT_RECORDS:
-		r = read_exact(it->fd, dst, p->record_size, it->i * p->record_size);
+		r = bp_pread_full(it->fd, dst, p->record_size, it->i * p->record_size);
 		return r < 0 ? err_msg(r == -ENODATA ? -EIO : r, pack_iter_name(it), "cannot read")
 			     : 0;
 	case INPUT_TAR:
