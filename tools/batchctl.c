@@ -36,6 +36,7 @@
 #include "gpucheck.h"
 #include "json_path.h"
 #include "protocol.h"
+#include "trainer.h"
 #include "units.h"
 
 static const char usage_text[] =
@@ -176,89 +177,122 @@ static int cmd_status(const char *sock, int argc, char **argv)
 	return 0;
 }
 
+/* Totals over the ended sessions and the live ones. */
+typedef struct stats_totals {
+	uint64_t batches, bytes, sessions, hits, misses;
+} stats_totals;
+
+static void stats_sum(json_object *o, stats_totals *t)
+{
+	json_object *sessions = NULL;
+
+	t->batches = get_u64(o, "ended.batches");
+	t->bytes = get_u64(o, "ended.bytes");
+	t->sessions = 0;
+	if (json_object_object_get_ex(o, "sessions", &sessions)) {
+		t->sessions = json_object_array_length(sessions);
+		for (size_t i = 0; i < t->sessions; i++) {
+			json_object *se = json_object_array_get_idx(sessions, i);
+
+			t->batches += get_u64(se, "delivered");
+			t->bytes += get_u64(se, "delivered_bytes");
+		}
+	}
+	t->hits = get_u64(o, "cache.hits");
+	t->misses = get_u64(o, "cache.misses");
+}
+
+static void stats_json(json_object *o, const stats_totals *t)
+{
+	/* Counters copied as they are: (key in the output, path in the status). */
+	static const char *const copied[][2] = {
+		{ "clients", "clients" },
+		{ "memory_used", "memory.used" },
+		{ "memory_budget", "memory.budget" },
+		{ "blocks_read", "pipeline.blocks_read" },
+		{ "bytes_read", "pipeline.bytes_read" },
+		{ "failures", "pipeline.failures" },
+		{ "protocol_violations", "protocol_violations" },
+	};
+	uint64_t looked = t->hits + t->misses;
+	json_object *out = json_object_new_object();
+
+	json_object_object_add(out, "version", json_object_new_string(get_str(o, "version")));
+	json_object_object_add(out, "uptime_s", json_object_new_double(get_f64(o, "uptime_s")));
+	json_object_object_add(out, "io_engine", json_object_new_string(get_str(o, "io_engine")));
+	json_object_object_add(out, "sessions", json_object_new_int64((int64_t)t->sessions));
+	json_object_object_add(out, "batches_delivered", json_object_new_int64((int64_t)t->batches));
+	json_object_object_add(out, "bytes_delivered", json_object_new_int64((int64_t)t->bytes));
+	json_object_object_add(out, "cache_hit_ratio",
+			       json_object_new_double(looked ? (double)t->hits / (double)looked : 0));
+	for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
+		json_object_object_add(out, copied[i][0],
+				       json_object_new_int64((int64_t)get_u64(o, copied[i][1])));
+	printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN));
+	json_object_put(out);
+}
+
+/* The pipeline's and the refusals' lines of `stats`. */
+static void stats_text_pipeline(json_object *o)
+{
+	char a[32];
+
+	printf("%-22s %" PRIu64 " blocks, %s; %" PRIu64 " in flight\n", "read",
+	       get_u64(o, "pipeline.blocks_read"),
+	       bp_format_size(get_u64(o, "pipeline.bytes_read"), a, sizeof(a)),
+	       get_u64(o, "pipeline.reads_inflight"));
+	printf("%-22s %" PRIu64 " blocks, %s raw, %" PRIu64 " straight into batches\n", "decoded",
+	       get_u64(o, "pipeline.blocks_decoded"),
+	       bp_format_size(get_u64(o, "pipeline.raw_bytes"), a, sizeof(a)),
+	       get_u64(o, "pipeline.direct_decodes"));
+	printf("%-22s %" PRIu64 " failed blocks, %" PRIu64 " protocol violations, %" PRIu64
+	       " ring violations, %" PRIu64 " denied\n", "errors", get_u64(o, "pipeline.failures"),
+	       get_u64(o, "protocol_violations"), get_u64(o, "ring_violations"),
+	       get_u64(o, "denied"));
+	printf("%-22s not found %" PRIu64 ", access %" PRIu64 ", invalid %" PRIu64 ", memory %"
+	       PRIu64 ", limit %" PRIu64 ", corrupt %" PRIu64 ", device %" PRIu64 "\n",
+	       "refused opens", get_u64(o, "refused.not_found"), get_u64(o, "refused.access"),
+	       get_u64(o, "refused.invalid"), get_u64(o, "refused.memory"),
+	       get_u64(o, "refused.limit"), get_u64(o, "refused.corrupt"),
+	       get_u64(o, "refused.device"));
+}
+
+static void stats_text(json_object *o, const stats_totals *t)
+{
+	uint64_t looked = t->hits + t->misses;
+	char a[32], b[32];
+
+	printf("%-22s %s (up %.0f s, pid %" PRIu64 ")\n", "batchd", get_str(o, "version"),
+	       get_f64(o, "uptime_s"), get_u64(o, "pid"));
+	printf("%-22s %s, O_DIRECT %s\n", "I/O engine", get_str(o, "io_engine"), get_str(o, "direct"));
+	print_cuda(o);
+	printf("%-22s %" PRIu64 " sessions, %" PRIu64 " clients\n", "serving", t->sessions,
+	       get_u64(o, "clients"));
+	printf("%-22s %" PRIu64 " batches, %s\n", "delivered", t->batches,
+	       bp_format_size(t->bytes, a, sizeof(a)));
+	printf("%-22s %s of %s\n", "memory", bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
+	       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)));
+	printf("%-22s %" PRIu64 " hits, %" PRIu64 " misses (%.1f%%), %s cached\n", "block cache",
+	       t->hits, t->misses, looked ? 100.0 * (double)t->hits / (double)looked : 0,
+	       bp_format_size(get_u64(o, "cache.bytes"), a, sizeof(a)));
+	stats_text_pipeline(o);
+}
+
 static int cmd_stats(const char *sock, int argc, char **argv)
 {
-	uint64_t hits, misses, batches = 0, bytes = 0, nsessions = 0;
-	json_object *o, *sessions = NULL, *out;
-	char a[32], b[32];
+	stats_totals t;
+	json_object *o;
 	int json;
 
 	if (!want_json(argc, argv, "stats", &json))
 		return json;
 	if (!(o = status_of(sock)))
 		return 1;
-	batches = get_u64(o, "ended.batches");
-	bytes = get_u64(o, "ended.bytes");
-	if (json_object_object_get_ex(o, "sessions", &sessions)) {
-		nsessions = json_object_array_length(sessions);
-		for (size_t i = 0; i < nsessions; i++) {
-			json_object *se = json_object_array_get_idx(sessions, i);
-
-			batches += get_u64(se, "delivered");
-			bytes += get_u64(se, "delivered_bytes");
-		}
-	}
-	hits = get_u64(o, "cache.hits");
-	misses = get_u64(o, "cache.misses");
-	if (json) {
-		/* Counters copied as they are: (key in the output, path in the status). */
-		static const char *const copied[][2] = {
-			{ "clients", "clients" },
-			{ "memory_used", "memory.used" },
-			{ "memory_budget", "memory.budget" },
-			{ "blocks_read", "pipeline.blocks_read" },
-			{ "bytes_read", "pipeline.bytes_read" },
-			{ "failures", "pipeline.failures" },
-			{ "protocol_violations", "protocol_violations" },
-		};
-
-		out = json_object_new_object();
-		json_object_object_add(out, "version", json_object_new_string(get_str(o, "version")));
-		json_object_object_add(out, "uptime_s", json_object_new_double(get_f64(o, "uptime_s")));
-		json_object_object_add(out, "io_engine", json_object_new_string(get_str(o, "io_engine")));
-		json_object_object_add(out, "sessions", json_object_new_int64((int64_t)nsessions));
-		json_object_object_add(out, "batches_delivered", json_object_new_int64((int64_t)batches));
-		json_object_object_add(out, "bytes_delivered", json_object_new_int64((int64_t)bytes));
-		json_object_object_add(out, "cache_hit_ratio",
-				       json_object_new_double(hits + misses ? (double)hits / (double)(hits + misses) : 0));
-		for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
-			json_object_object_add(out, copied[i][0],
-					       json_object_new_int64((int64_t)get_u64(o, copied[i][1])));
-		printf("%s\n", json_object_to_json_string_ext(out, JSON_C_TO_STRING_PLAIN));
-		json_object_put(out);
-	} else {
-		printf("%-22s %s (up %.0f s, pid %" PRIu64 ")\n", "batchd", get_str(o, "version"),
-		       get_f64(o, "uptime_s"), get_u64(o, "pid"));
-		printf("%-22s %s, O_DIRECT %s\n", "I/O engine", get_str(o, "io_engine"), get_str(o, "direct"));
-		print_cuda(o);
-		printf("%-22s %" PRIu64 " sessions, %" PRIu64 " clients\n", "serving", nsessions,
-		       get_u64(o, "clients"));
-		printf("%-22s %" PRIu64 " batches, %s\n", "delivered", batches,
-		       bp_format_size(bytes, a, sizeof(a)));
-		printf("%-22s %s of %s\n", "memory", bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
-		       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)));
-		printf("%-22s %" PRIu64 " hits, %" PRIu64 " misses (%.1f%%), %s cached\n", "block cache",
-		       hits, misses, hits + misses ? 100.0 * (double)hits / (double)(hits + misses) : 0,
-		       bp_format_size(get_u64(o, "cache.bytes"), a, sizeof(a)));
-		printf("%-22s %" PRIu64 " blocks, %s; %" PRIu64 " in flight\n", "read",
-		       get_u64(o, "pipeline.blocks_read"),
-		       bp_format_size(get_u64(o, "pipeline.bytes_read"), a, sizeof(a)),
-		       get_u64(o, "pipeline.reads_inflight"));
-		printf("%-22s %" PRIu64 " blocks, %s raw, %" PRIu64 " straight into batches\n", "decoded",
-		       get_u64(o, "pipeline.blocks_decoded"),
-		       bp_format_size(get_u64(o, "pipeline.raw_bytes"), a, sizeof(a)),
-		       get_u64(o, "pipeline.direct_decodes"));
-		printf("%-22s %" PRIu64 " failed blocks, %" PRIu64 " protocol violations, %" PRIu64
-		       " ring violations, %" PRIu64 " denied\n", "errors", get_u64(o, "pipeline.failures"),
-		       get_u64(o, "protocol_violations"), get_u64(o, "ring_violations"),
-		       get_u64(o, "denied"));
-		printf("%-22s not found %" PRIu64 ", access %" PRIu64 ", invalid %" PRIu64 ", memory %"
-		       PRIu64 ", limit %" PRIu64 ", corrupt %" PRIu64 ", device %" PRIu64 "\n",
-		       "refused opens", get_u64(o, "refused.not_found"), get_u64(o, "refused.access"),
-		       get_u64(o, "refused.invalid"), get_u64(o, "refused.memory"),
-		       get_u64(o, "refused.limit"), get_u64(o, "refused.corrupt"),
-		       get_u64(o, "refused.device"));
-	}
+	stats_sum(o, &t);
+	if (json)
+		stats_json(o, &t);
+	else
+		stats_text(o, &t);
 	json_object_put(o);
 	return 0;
 }
@@ -449,253 +483,337 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int cmd_consume(const char *sock, int argc, char **argv)
+/* What `consume` was asked for. */
+typedef struct consume_opts {
+	bc_stream_opts so;
+	uint64_t epochs, step_ms;
+	bool print, json;
+} consume_opts;
+
+/* What a `consume` run measured. */
+typedef struct consume_run {
+	uint64_t batches, samples, bytes, failed, mismatches;
+	double *waits;           /* seconds blocked in bc_next, per batch taken */
+	size_t nwaits, capwaits;
+	double t0, t_first, waited, secs;
+	bool have_batch;
+	int rc;                  /* the exit status so far */
+} consume_run;
+
+enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
+       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE };
+
+static const struct option consume_options[] = {
+	{ "batch-size", required_argument, NULL, O_BATCH },
+	{ "epochs", required_argument, NULL, O_EPOCHS },
+	{ "shuffle", required_argument, NULL, O_SHUFFLE },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "rank", required_argument, NULL, O_RANK },
+	{ "world", required_argument, NULL, O_WORLD },
+	{ "drop-last", no_argument, NULL, O_DROP },
+	{ "start-epoch", required_argument, NULL, O_SEPOCH },
+	{ "start-batch", required_argument, NULL, O_SBATCH },
+	{ "prefetch", required_argument, NULL, O_PREFETCH },
+	{ "step-ms", required_argument, NULL, O_STEP },
+	{ "print-samples", no_argument, NULL, O_PRINT },
+	{ "json", no_argument, NULL, O_JSON },
+	/* In enum order: a bad number is named by consume_options[ch - O_BATCH]. */
+	{ "window", required_argument, NULL, O_WINDOW },
+	{ "device", required_argument, NULL, O_DEVICE },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* A numeric option. @return 0, or the usage exit status. */
+static int consume_number(consume_opts *co, int ch, const char *arg)
 {
-	enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
-	       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE };
-	static const struct option opts[] = {
-		{ "batch-size", required_argument, NULL, O_BATCH },
-		{ "epochs", required_argument, NULL, O_EPOCHS },
-		{ "shuffle", required_argument, NULL, O_SHUFFLE },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "rank", required_argument, NULL, O_RANK },
-		{ "world", required_argument, NULL, O_WORLD },
-		{ "drop-last", no_argument, NULL, O_DROP },
-		{ "start-epoch", required_argument, NULL, O_SEPOCH },
-		{ "start-batch", required_argument, NULL, O_SBATCH },
-		{ "prefetch", required_argument, NULL, O_PREFETCH },
-		{ "step-ms", required_argument, NULL, O_STEP },
-		{ "print-samples", no_argument, NULL, O_PRINT },
-		{ "json", no_argument, NULL, O_JSON },
-		/* In enum order: a bad number is named by opts[ch - O_BATCH]. */
-		{ "window", required_argument, NULL, O_WINDOW },
-		{ "device", required_argument, NULL, O_DEVICE },
-		{ NULL, 0, NULL, 0 },
-	};
-	uint64_t epochs = 1, v, batches = 0, samples = 0, bytes = 0, failed = 0, step_ms = 0;
-	uint64_t mismatches = 0;
-	gpucheck *gpu = NULL;
-	char why[512];
-	double *waits = NULL, t0, t_first = -1, waited = 0, mean, p99, secs;
-	size_t nwaits = 0, capwaits = 0;
-	bool print = false, json = false, have_batch = false;
-	bc_stream_opts o;
-	bc_client *c;
-	bc_stream *s;
-	int ch, r, rc = 0;
+	bc_stream_opts *o = &co->so;
+	uint64_t v;
 
-	bc_stream_opts_init(&o);
-	o.batch_size = 0;
+	if (cli_parse_u64(arg, &v) < 0)
+		return cli_usage("--%s: '%s' is not a number", consume_options[ch - O_BATCH].name, arg);
+	switch (ch) {
+	case O_BATCH: o->batch_size = v > UINT32_MAX ? 0 : (uint32_t)v; break;
+	case O_EPOCHS: co->epochs = v; break;
+	case O_SEED: o->seed = v; break;
+	case O_RANK: o->rank = (uint32_t)v; break;
+	case O_WORLD: o->world = (uint32_t)v; break;
+	case O_SEPOCH: o->start_epoch = v; break;
+	case O_SBATCH: o->start_batch = v; break;
+	case O_PREFETCH: o->prefetch = (uint32_t)v; break;
+	case O_WINDOW: o->window = (uint32_t)v; break;
+	case O_STEP: co->step_ms = v; break;
+	case O_DEVICE: return trainer_opt_device(arg, v, o);
+	}
+	return 0;
+}
+
+/* Read argv into co. @return 0, or the usage exit status. */
+static int consume_parse(int argc, char **argv, consume_opts *co)
+{
+	int ch, r;
+
+	memset(co, 0, sizeof(*co));
+	bc_stream_opts_init(&co->so);
+	co->so.batch_size = 0;
+	co->epochs = 1;
 	optind = 1;
-	while ((ch = getopt_long(argc, argv, "-", opts, NULL)) != -1) {
-		if (ch == 1) {
-			if (o.dataset)
-				return cli_usage("consume: unexpected argument '%s'", optarg);
-			o.dataset = optarg;
-			continue;
-		}
-		if (ch == O_DROP) {
-			o.drop_last = true;
-			continue;
-		}
-		if (ch == O_PRINT) {
-			print = true;
-			continue;
-		}
-		if (ch == O_JSON) {
-			json = true;
-			continue;
-		}
-		if (ch == O_SHUFFLE) {
-			enum bp_shuffle m;
-
-			if (bp_shuffle_parse(optarg, &m) < 0)
-				return cli_usage("--shuffle: '%s' is not none, global or block", optarg);
-			o.shuffle = (enum bc_shuffle)m;
-			continue;
-		}
-		if (ch == '?' || ch < 256)
-			return cli_usage(NULL);
-		if (cli_parse_u64(optarg, &v) < 0)
-			return cli_usage("--%s: '%s' is not a number", opts[ch - O_BATCH].name, optarg);
+	while ((ch = getopt_long(argc, argv, "-", consume_options, NULL)) != -1) {
 		switch (ch) {
-		case O_BATCH: o.batch_size = v > UINT32_MAX ? 0 : (uint32_t)v; break;
-		case O_EPOCHS: epochs = v; break;
-		case O_SEED: o.seed = v; break;
-		case O_RANK: o.rank = (uint32_t)v; break;
-		case O_WORLD: o.world = (uint32_t)v; break;
-		case O_SEPOCH: o.start_epoch = v; break;
-		case O_SBATCH: o.start_batch = v; break;
-		case O_PREFETCH: o.prefetch = (uint32_t)v; break;
-		case O_WINDOW: o.window = (uint32_t)v; break;
-		case O_STEP: step_ms = v; break;
-		case O_DEVICE:
-			if (v > 255)
-				return cli_usage("--device: '%s' is not a CUDA device number", optarg);
-			o.device = (int)v;
+		case 1:
+			if (co->so.dataset)
+				return cli_usage("consume: unexpected argument '%s'", optarg);
+			co->so.dataset = optarg;
+			continue;
+		case O_DROP: co->so.drop_last = true; continue;
+		case O_PRINT: co->print = true; continue;
+		case O_JSON: co->json = true; continue;
+		case O_SHUFFLE: r = trainer_opt_shuffle(optarg, &co->so); break;
+		default:
+			if (ch == '?' || ch < 256)
+				return cli_usage(NULL);
+			r = consume_number(co, ch, optarg);
 			break;
 		}
+		if (r)
+			return r;
 	}
-	if (!o.dataset)
+	return 0;
+}
+
+/* @return 0, or the exit status after saying what is missing or wrong. */
+static int consume_validate(const consume_opts *co)
+{
+	const bc_stream_opts *o = &co->so;
+
+	if (!o->dataset)
 		return cli_usage("consume: missing DATASET");
-	if (o.batch_size == 0)
+	if (o->batch_size == 0)
 		return cli_usage("consume: --batch-size N (N >= 1) is required");
-	if (o.world == 0 || o.rank >= o.world)
+	if (o->world == 0 || o->rank >= o->world)
 		return cli_usage("consume: --rank must be below --world");
-	if (o.device != BC_HOST && !BATCHD_HAVE_CUDA) {
+	if (o->device != BC_HOST && !BATCHD_HAVE_CUDA) {
 		fprintf(stderr, "batchctl: consume --device: this batchctl was built without CUDA\n");
 		return 1;
 	}
+	return 0;
+}
+
+/*
+ * Connect, open the stream and, for --device, the CUDA side; the run's clock
+ * starts before the open. @return 0, or -1 after saying why.
+ */
+static int consume_open(const char *sock, const consume_opts *co, consume_run *run,
+			bc_client **ret_c, bc_stream **ret_s, gpucheck **ret_gpu)
+{
+	const bc_stream_opts *o = &co->so;
+	gpucheck *gpu = NULL;
+	char why[512];
+	bc_client *c;
+	bc_stream *s;
+	int r;
 
 	if (connect_or_say(sock, &c) < 0)
-		return 1;
-	t0 = now();
-	r = bc_open(c, &o, &s);
+		return -1;
+	run->t0 = now();
+	r = bc_open(c, o, &s);
 	if (r < 0) {
-		fprintf(stderr, "batchctl: open %s%s: %s\n", o.dataset,
-			o.device == BC_HOST ? "" : " on a GPU",
+		fprintf(stderr, "batchctl: open %s%s: %s\n", o->dataset,
+			o->device == BC_HOST ? "" : " on a GPU",
 			bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r));
 		bc_disconnect(c);
-		return 1;
+		return -1;
 	}
 	/* After the open, so that a daemon without CUDA is what the user hears about. */
-	if (o.device != BC_HOST && gpucheck_new(o.device, &gpu, why, sizeof(why)) < 0) {
-		fprintf(stderr, "batchctl: CUDA device %d: %s\n", o.device, why);
+	if (o->device != BC_HOST && gpucheck_new(o->device, &gpu, why, sizeof(why)) < 0) {
+		fprintf(stderr, "batchctl: CUDA device %d: %s\n", o->device, why);
 		bc_close(s);
 		bc_disconnect(c);
+		return -1;
+	}
+	*ret_c = c;
+	*ret_s = s;
+	*ret_gpu = gpu;
+	return 0;
+}
+
+static void print_samples(const bc_batch *b)
+{
+	for (uint32_t i = 0; i < bc_batch_count(b); i++) {
+		const void *p;
+		size_t len;
+
+		bc_batch_sample(b, i, &p, &len);
+		printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %016llx\n", bc_batch_epoch(b),
+		       bc_batch_index(b), bc_batch_sample_id(b, i),
+		       (unsigned long long)XXH3_64bits(p, len));
+	}
+}
+
+/* Note how long the batch was waited for. @return 0, or -ENOMEM after saying so. */
+static int record_wait(consume_run *run, double wait)
+{
+	if (run->nwaits == run->capwaits) {
+		double *w;
+
+		run->capwaits = run->capwaits ? 2 * run->capwaits : 1024;
+		w = realloc(run->waits, run->capwaits * sizeof(*w));
+		if (!w) {
+			fprintf(stderr, "batchctl: out of memory\n");
+			return -ENOMEM;
+		}
+		run->waits = w;
+	}
+	run->waits[run->nwaits++] = wait;
+	return 0;
+}
+
+/*
+ * Count, print, check on the GPU and "train" on one batch taken at time tw,
+ * then release it. @return 0; 1 when the run must stop (a CUDA error, said);
+ * -ENOMEM.
+ */
+static int consume_batch(consume_run *run, const consume_opts *co, gpucheck *gpu, bc_batch *b,
+			 double tw)
+{
+	char why[512];
+	size_t len;
+	int r;
+
+	if (record_wait(run, now() - tw) < 0)
+		return -ENOMEM;
+	if (run->t_first < 0)
+		run->t_first = now() - run->t0;
+	run->have_batch = true;
+	run->batches++;
+	run->samples += bc_batch_count(b);
+	if (co->print)
+		print_samples(b);
+	bc_batch_data(b, &len);
+	run->bytes += len;
+	r = gpu ? gpucheck_take(gpu, b, true, why, sizeof(why)) : 0;
+	if (r < 0) {
+		fprintf(stderr, "batchctl: CUDA: %s\n", why);
+		bc_release(b);
+		run->rc = 1;
 		return 1;
 	}
+	if (r > 0) {
+		fprintf(stderr, "batchctl: MISMATCH: %s\n", why);
+		run->mismatches++;
+		run->rc = 1;
+	}
+	if (co->step_ms)
+		trainer_sleep_ms(co->step_ms);
+	bc_release(b);
+	return 0;
+}
 
-	/* Run `epochs` whole epochs from the start position. */
-	for (uint64_t ep = 0; ep < epochs;) {
+/* Run `epochs` whole epochs from the start position. @return 0, or -ENOMEM. */
+static int consume_loop(consume_run *run, const consume_opts *co, bc_stream *s, gpucheck *gpu)
+{
+	for (uint64_t ep = 0; ep < co->epochs;) {
 		bc_batch *b;
 		double tw = now();
+		int r = bc_next(s, &b, -1);
 
-		r = bc_next(s, &b, -1);
-		waited += now() - tw;
+		run->waited += now() - tw;
 		if (r == BC_EPOCH_END) {
 			ep++;
 			continue;
 		}
-		if (r < 0 && r != -ESHUTDOWN && r != -EPIPE && r != -EPROTO && r != -ENOBUFS) {
+		if (r < 0 && !trainer_stream_over(r)) {
 			fprintf(stderr, "batchctl: batch failed: %s: %s\n", bc_strerror(r),
 				bc_stream_error(s));
-			failed++;
-			rc = 1;
+			run->failed++;
+			run->rc = 1;
 			continue;
 		}
 		if (r < 0) {
 			fprintf(stderr, "batchctl: %s: %s\n", bc_strerror(r), bc_stream_error(s));
-			rc = 1;
+			run->rc = 1;
 			break;
 		}
-		if (nwaits == capwaits) {
-			capwaits = capwaits ? 2 * capwaits : 1024;
-			waits = realloc(waits, capwaits * sizeof(*waits));
-			if (!waits) {
-				fprintf(stderr, "batchctl: out of memory\n");
-				return 1;
-			}
-		}
-		waits[nwaits++] = now() - tw;
-		if (t_first < 0)
-			t_first = now() - t0;
-		have_batch = true;
-		batches++;
-		samples += bc_batch_count(b);
-		if (print) {
-			for (uint32_t i = 0; i < bc_batch_count(b); i++) {
-				const void *p;
-				size_t len;
-
-				bc_batch_sample(b, i, &p, &len);
-				printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %016llx\n", bc_batch_epoch(b),
-				       bc_batch_index(b), bc_batch_sample_id(b, i),
-				       (unsigned long long)XXH3_64bits(p, len));
-			}
-		}
-		{
-			size_t len;
-
-			bc_batch_data(b, &len);
-			bytes += len;
-		}
-		if (gpu) {
-			r = gpucheck_wait(gpu, b, why, sizeof(why));
-			if (r == 0)
-				r = gpucheck_compare(gpu, b, why, sizeof(why));
-			if (r < 0) {
-				fprintf(stderr, "batchctl: CUDA: %s\n", why);
-				bc_release(b);
-				rc = 1;
-				break;
-			}
-			if (r > 0) {
-				fprintf(stderr, "batchctl: MISMATCH: %s\n", why);
-				mismatches++;
-				rc = 1;
-			}
-		}
-		if (step_ms) {
-			struct timespec ts = { .tv_sec = (time_t)(step_ms / 1000),
-					       .tv_nsec = (long)(step_ms % 1000) * 1000000L };
-
-			nanosleep(&ts, NULL);
-		}
-		bc_release(b);
+		r = consume_batch(run, co, gpu, b, tw);
+		if (r < 0)
+			return r;
+		if (r > 0)
+			break;
 		/* The last epoch ends when its last batch is taken: do not wait for the next. */
-		if (ep + 1 == epochs) {
-			uint64_t e, bi;
-
-			bc_stream_position(s, &e, &bi);
-			if (bi == 0 && e > o.start_epoch + ep)
-				break;
-		}
+		if (ep + 1 == co->epochs && trainer_last_epoch_done(s, &co->so, ep))
+			break;
 	}
-	/* Every copy this run queued has landed before the clock stops. */
-	if (gpu && gpucheck_sync(gpu, why, sizeof(why)) < 0) {
-		fprintf(stderr, "batchctl: CUDA: %s\n", why);
-		rc = 1;
-	}
-	secs = now() - t0;
-	bc_close(s);
-	bc_disconnect(c);
-	gpucheck_free(gpu);
+	return 0;
+}
 
-	if (nwaits)
-		qsort(waits, nwaits, sizeof(*waits), cmp_double);
-	mean = nwaits ? waited / (double)nwaits : 0;
-	p99 = nwaits ? waits[(size_t)((double)(nwaits - 1) * 0.99)] : 0;
-	if (json) {
+static void consume_report(const consume_run *run, const consume_opts *co)
+{
+	double secs = run->secs, waited = run->waited;
+	double mean = run->nwaits ? waited / (double)run->nwaits : 0;
+	double p99 = run->nwaits ? run->waits[(size_t)((double)(run->nwaits - 1) * 0.99)] : 0;
+	double first = run->have_batch ? run->t_first * 1e3 : 0;
+	uint64_t bytes = run->bytes, mismatches = run->mismatches;
+	int device = co->so.device;
+	FILE *out = co->print ? stderr : stdout;
+
+	if (co->json) {
 		printf("{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"failed\": %" PRIu64 ", \"seconds\": %.6f, \"mb_per_s\": %.3f, "
 		       "\"wait_us_mean\": %.1f, \"wait_us_p99\": %.1f, \"stall_pct\": %.3f, "
 		       "\"first_batch_ms\": %.3f",
-		       batches, samples, bytes, failed, secs, secs > 0 ? (double)bytes / secs / 1e6 : 0,
-		       mean * 1e6, p99 * 1e6, secs > 0 ? 100.0 * waited / secs : 0,
-		       have_batch ? t_first * 1e3 : 0);
-		if (o.device != BC_HOST)
+		       run->batches, run->samples, bytes, run->failed, secs,
+		       secs > 0 ? (double)bytes / secs / 1e6 : 0, mean * 1e6, p99 * 1e6,
+		       secs > 0 ? 100.0 * waited / secs : 0, first);
+		if (device != BC_HOST)
 			printf(", \"device\": %d, \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
-			       o.device, secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches);
+			       device, secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches);
 		printf("}\n");
-	} else {
-		fprintf(print ? stderr : stdout,
-			"%" PRIu64 " batches, %" PRIu64 " samples, %.1f MB in %.2f s: %.1f MB/s, "
-			"%.0f samples/s; wait mean %.1f us, p99 %.1f us, stall %.1f%%; first batch "
-			"after %.1f ms%s\n",
-			batches, samples, (double)bytes / 1e6, secs,
-			secs > 0 ? (double)bytes / secs / 1e6 : 0, secs > 0 ? (double)samples / secs : 0,
-			mean * 1e6, p99 * 1e6, secs > 0 ? 100.0 * waited / secs : 0,
-			have_batch ? t_first * 1e3 : 0, failed ? "; some batches FAILED" : "");
-		if (o.device != BC_HOST)
-			fprintf(print ? stderr : stdout,
-				"device %d: %.2f GB/s delivered, copied back and compared: %" PRIu64
-				" mismatching batch%s%s\n", o.device,
-				secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches,
-				mismatches == 1 ? "" : "es", mismatches ? " (FAILED)" : "");
+		return;
 	}
-	free(waits);
-	return rc;
+	fprintf(out, "%" PRIu64 " batches, %" PRIu64 " samples, %.1f MB in %.2f s: %.1f MB/s, "
+		"%.0f samples/s; wait mean %.1f us, p99 %.1f us, stall %.1f%%; first batch "
+		"after %.1f ms%s\n",
+		run->batches, run->samples, (double)bytes / 1e6, secs,
+		secs > 0 ? (double)bytes / secs / 1e6 : 0,
+		secs > 0 ? (double)run->samples / secs : 0, mean * 1e6, p99 * 1e6,
+		secs > 0 ? 100.0 * waited / secs : 0, first,
+		run->failed ? "; some batches FAILED" : "");
+	if (device != BC_HOST)
+		fprintf(out, "device %d: %.2f GB/s delivered, copied back and compared: %" PRIu64
+			" mismatching batch%s%s\n", device, secs > 0 ? (double)bytes / secs / 1e9 : 0,
+			mismatches, mismatches == 1 ? "" : "es", mismatches ? " (FAILED)" : "");
+}
+
+static int cmd_consume(const char *sock, int argc, char **argv)
+{
+	consume_run run = { .t_first = -1 };
+	consume_opts co;
+	gpucheck *gpu;
+	char why[512];
+	bc_client *c;
+	bc_stream *s;
+	int r;
+
+	if ((r = consume_parse(argc, argv, &co)) || (r = consume_validate(&co)))
+		return r;
+	if (consume_open(sock, &co, &run, &c, &s, &gpu) < 0)
+		return 1;
+	r = consume_loop(&run, &co, s, gpu);
+	/* Every copy this run queued has landed before the clock stops. */
+	if (r == 0 && gpu && gpucheck_sync(gpu, why, sizeof(why)) < 0) {
+		fprintf(stderr, "batchctl: CUDA: %s\n", why);
+		run.rc = 1;
+	}
+	run.secs = now() - run.t0;
+	bc_close(s);
+	bc_disconnect(c);
+	gpucheck_free(gpu);
+	if (r == 0) {
+		if (run.nwaits)
+			qsort(run.waits, run.nwaits, sizeof(*run.waits), cmp_double);
+		consume_report(&run, &co);
+	}
+	free(run.waits);
+	return r < 0 ? 1 : run.rc;
 }
 
 int main(int argc, char **argv)

@@ -262,7 +262,16 @@ static void print_result(const char *path, unsigned threads, const dec_result *r
 	       (double)r->stored / s / 1e6, (double)r->blocks / s, r->seconds);
 }
 
-int bench_cmd_decode(int argc, char **argv)
+/* What `decode` was asked for. */
+typedef struct dec_args {
+	const char *path;
+	unsigned threads;
+	double seconds;
+	bool json;
+} dec_args;
+
+/* argv into a. @return 0, or the usage exit status. */
+static int parse_args(int argc, char **argv, dec_args *a)
 {
 	enum { O_THREADS = 256, O_SECONDS, O_JSON };
 	static const struct option opts[] = {
@@ -271,40 +280,31 @@ int bench_cmd_decode(int argc, char **argv)
 		{ "json", no_argument, NULL, O_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *path = NULL;
-	unsigned threads = bench_ncpus(), started = 0;
-	double seconds = 0;
-	bool json = false;
-	bp_dataset_fault fault;
-	bp_dataset *ds = NULL;
-	dec_worker *w = NULL;
-	dec_result res;
-	dec_job j;
-	char err[512];
 	uint64_t v;
-	int ch, r, rc = 1;
+	int ch;
 
+	*a = (dec_args){ .threads = bench_ncpus() };
 	optind = 1;
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "-:", opts, NULL)) != -1) {
 		switch (ch) {
 		case 1:
-			if (path)
+			if (a->path)
 				return cli_usage("decode: unexpected argument '%s'", optarg);
-			path = optarg;
+			a->path = optarg;
 			break;
 		case O_THREADS:
 			if (cli_parse_u64(optarg, &v) < 0 || v == 0 || v > MAX_THREADS)
 				return cli_usage("--threads: '%s' is not a number from 1 to %u", optarg,
 						 MAX_THREADS);
-			threads = (unsigned)v;
+			a->threads = (unsigned)v;
 			break;
 		case O_SECONDS:
-			if (bench_parse_seconds(optarg, &seconds) < 0)
+			if (bench_parse_seconds(optarg, &a->seconds) < 0)
 				return cli_usage("--seconds: '%s' is not a duration", optarg);
 			break;
 		case O_JSON:
-			json = true;
+			a->json = true;
 			break;
 		case ':':
 			return cli_usage("decode: '%s' needs a value", argv[optind - 1]);
@@ -312,55 +312,60 @@ int bench_cmd_decode(int argc, char **argv)
 			return cli_usage("decode: unknown option '%s'", argv[optind - 1]);
 		}
 	}
-	if (!path)
+	if (!a->path)
 		return cli_usage("decode: missing DATASET");
+	return 0;
+}
 
-	memset(&j, 0, sizeof(j));
+/* @return 0, or -1 after saying why the dataset does not open. */
+static int open_dataset(const char *path, bp_dataset **ret)
+{
+	bp_dataset_fault fault;
+	char err[512];
+	int r;
+
 	memset(&fault, 0, sizeof(fault));
-	r = bp_dataset_openat(AT_FDCWD, path, &ds, &fault);
+	r = bp_dataset_openat(AT_FDCWD, path, ret, &fault);
 	if (r < 0) {
 		bp_dataset_fault_format(&fault, err, sizeof(err));
 		fprintf(stderr, "batchd-bench: %s: %s%s%s\n", path, strerror(-r),
 			fault.pack.what ? ": " : "", fault.pack.what ? err : "");
-		return 1;
+		return -1;
 	}
-	j.ds = ds;
-	pthread_mutex_init(&j.err_mu, NULL);
-	pthread_barrier_init(&j.start, NULL, threads + 1);
-	pthread_barrier_init(&j.end, NULL, threads + 1);
-	j.blocks = calloc(bp_dataset_blocks(j.ds) < ROUND_BLOCKS ? bp_dataset_blocks(j.ds) + 1
-								 : ROUND_BLOCKS,
-			  sizeof(*j.blocks));
-	w = calloc(threads, sizeof(*w));
-	if (!j.blocks || !w)
-		goto oom;
+	return 0;
+}
+
+/* Give each of the threads workers its output buffer and context. @return 0 or -ENOMEM. */
+static int workers_init(dec_job *j, dec_worker *w, unsigned threads)
+{
 	for (unsigned i = 0; i < threads; i++) {
-		w[i].job = &j;
-		w[i].out_cap = (size_t)bp_dataset_max_block(j.ds);
+		w[i].job = j;
+		w[i].out_cap = (size_t)bp_dataset_max_block(j->ds);
 		w[i].out = malloc(w[i].out_cap ? w[i].out_cap : 1);
 		w[i].dctx = ZSTD_createDCtx();
 		if (!w[i].out || !w[i].dctx || bp_pack_dctx_init(w[i].dctx) < 0)
-			goto oom;
+			return -ENOMEM;
 	}
-	for (; started < threads; started++)
+	return 0;
+}
+
+/* Start the worker threads. @return how many started (all, unless it said why not). */
+static unsigned workers_start(dec_worker *w, unsigned threads)
+{
+	for (unsigned started = 0; started < threads; started++)
 		if (pthread_create(&w[started].tid, NULL, dec_worker_main, &w[started]) != 0) {
 			fprintf(stderr, "batchd-bench: cannot start thread %u\n", started);
-			goto out;
+			return started;
 		}
+	return threads;
+}
 
-	r = run_decode(&j, seconds, !json, &res, err, sizeof(err));
-	if (r < 0)
-		fprintf(stderr, "batchd-bench: %s\n", err);
-	else
-		print_result(path, threads, &res, json);
-	rc = r < 0 ? 1 : 0;
-	goto out;
-oom:
-	fprintf(stderr, "batchd-bench: out of memory\n");
-out:
+/* Stop and join the workers, free them and the job's buffers. */
+static void workers_stop(dec_job *j, dec_worker *w, unsigned threads, unsigned started)
+{
 	if (started == threads) {
-		j.quit = true;
-		pthread_barrier_wait(&j.start);
+		j->quit = true;
+		pthread_barrier_wait(&j->start);
 		for (unsigned i = 0; i < threads; i++)
 			pthread_join(w[i].tid, NULL);
 	} else if (started) {
@@ -373,11 +378,53 @@ out:
 		free(w[i].out);
 	}
 	free(w);
-	free(j.blocks);
-	free(j.data);
-	pthread_barrier_destroy(&j.start);
-	pthread_barrier_destroy(&j.end);
-	pthread_mutex_destroy(&j.err_mu);
+	free(j->blocks);
+	free(j->data);
+	pthread_barrier_destroy(&j->start);
+	pthread_barrier_destroy(&j->end);
+	pthread_mutex_destroy(&j->err_mu);
+}
+
+int bench_cmd_decode(int argc, char **argv)
+{
+	unsigned started = 0;
+	bp_dataset *ds = NULL;
+	dec_worker *w = NULL;
+	dec_result res;
+	dec_args a;
+	dec_job j;
+	char err[512];
+	int r, rc = parse_args(argc, argv, &a);
+
+	if (rc)
+		return rc;
+	if (open_dataset(a.path, &ds) < 0)
+		return 1;
+	rc = 1;
+	memset(&j, 0, sizeof(j));
+	j.ds = ds;
+	pthread_mutex_init(&j.err_mu, NULL);
+	pthread_barrier_init(&j.start, NULL, a.threads + 1);
+	pthread_barrier_init(&j.end, NULL, a.threads + 1);
+	j.blocks = calloc(bp_dataset_blocks(j.ds) < ROUND_BLOCKS ? bp_dataset_blocks(j.ds) + 1
+								 : ROUND_BLOCKS,
+			  sizeof(*j.blocks));
+	w = calloc(a.threads, sizeof(*w));
+	if (!j.blocks || !w || workers_init(&j, w, a.threads) < 0) {
+		fprintf(stderr, "batchd-bench: out of memory\n");
+		goto out;
+	}
+	started = workers_start(w, a.threads);
+	if (started < a.threads)
+		goto out;
+	r = run_decode(&j, a.seconds, !a.json, &res, err, sizeof(err));
+	if (r < 0)
+		fprintf(stderr, "batchd-bench: %s\n", err);
+	else
+		print_result(a.path, a.threads, &res, a.json);
+	rc = r < 0 ? 1 : 0;
+out:
+	workers_stop(&j, w, a.threads, started);
 	bp_dataset_close(ds);
 	return rc;
 }

@@ -34,6 +34,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,7 @@
 #include "gpucheck.h"
 #include "progress.h"
 #include "protocol.h"
+#include "trainer.h"
 #include "units.h"
 
 #define MAX_CLIENTS 256u
@@ -256,14 +258,17 @@ static int daemon_stop(pl_daemon *d, bool show_log)
 
 /* ---- one client ---------------------------------------------------------------------- */
 
-static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_client *out)
+/*
+ * Connect and open rank's stream and, for --device, the CUDA side.
+ * @return 0, or -1 with out's error set.
+ */
+static int client_open(const pl_opts *o, const char *sock, unsigned rank, pl_client *out,
+		       bc_client **ret_c, bc_stream **ret_s, gpucheck **ret_gpu)
 {
 	bc_stream_opts so = o->so;
+	gpucheck *gpu = NULL;
 	bc_client *c = NULL;
 	bc_stream *s = NULL;
-	gpucheck *gpu = NULL;
-	double t0 = bench_now(), t_loop, deadline = t0 + o->seconds;
-	uint64_t ep = 0;
 	char why[200];
 	int r;
 
@@ -273,7 +278,7 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 	if (r < 0) {
 		out->rc = -r;
 		snprintf(out->msg, sizeof(out->msg), "connect %s: %s", sock, bc_strerror(r));
-		return;
+		return -1;
 	}
 	r = bc_open(c, &so, &s);
 	if (r < 0) {
@@ -281,7 +286,7 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 		snprintf(out->msg, sizeof(out->msg), "open %s: %s", so.dataset,
 			 bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r));
 		bc_disconnect(c);
-		return;
+		return -1;
 	}
 	if (so.device != BC_HOST) {
 		r = gpucheck_new(so.device, &gpu, why, sizeof(why));
@@ -290,17 +295,79 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 			snprintf(out->msg, sizeof(out->msg), "CUDA device %d: %s", so.device, why);
 			bc_close(s);
 			bc_disconnect(c);
-			return;
+			return -1;
 		}
 	}
-	t_loop = bench_now();
-	out->first_batch = -1;
+	*ret_c = c;
+	*ret_s = s;
+	*ret_gpu = gpu;
+	return 0;
+}
+
+/* A bc_next error. @return true when it ends the client's run (out says why). */
+static bool client_next_failed(pl_client *out, bc_stream *s, int r)
+{
+	if (r == -ETIMEDOUT) {
+		out->rc = ETIMEDOUT;
+		snprintf(out->msg, sizeof(out->msg), "no batch for %d s", BATCH_TIMEOUT_MS / 1000);
+		return true;
+	}
+	if (trainer_stream_over(r)) {
+		out->rc = -r;
+		snprintf(out->msg, sizeof(out->msg), "%s: %s", bc_strerror(r), bc_stream_error(s));
+		return true;
+	}
+	out->failed++;   /* a batch the daemon could not build; the stream goes on */
+	return false;
+}
+
+/*
+ * Count one batch (t0: when the client started, for the first-batch
+ * latency), check it on the GPU, "train" on it and release it. @return 0, or -1 when a CUDA error ends the run.
+ */
+static int client_batch(const pl_opts *o, unsigned rank, pl_client *out, gpucheck *gpu,
+			bc_batch *b, double t0)
+{
+	char why[200];
+	size_t len;
+	int r;
+
+	if (out->first_batch < 0)
+		out->first_batch = bench_now() - t0;
+	out->batches++;
+	out->samples += bc_batch_count(b);
+	bc_batch_data(b, &len);
+	out->bytes += len;
+	atomic_store_explicit(&out->live_bytes, out->bytes, memory_order_relaxed);
+	if (gpu) {
+		r = gpucheck_take(gpu, b, o->touch, why, sizeof(why));
+		if (r < 0) {
+			out->rc = EIO;
+			snprintf(out->msg, sizeof(out->msg), "CUDA: %s", why);
+			bc_release(b);
+			return -1;
+		}
+		if (r > 0 && !out->mismatches++)
+			fprintf(stderr, "batchd-bench: client %u: MISMATCH: %s\n", rank, why);
+	}
+	if (o->step_ms)
+		trainer_sleep_ms(o->step_ms);
+	bc_release(b);
+	return 0;
+}
+
+/* Take batches until the epochs are done, the time is up or the stream fails. */
+static void client_loop(const pl_opts *o, unsigned rank, pl_client *out, bc_stream *s,
+			gpucheck *gpu, double t0)
+{
+	double deadline = t0 + o->seconds;
+	uint64_t ep = 0;
+
 	for (;;) {
 		bc_batch *b;
 		uint64_t tw = bench_now_ns(), waited;
-		size_t len;
+		int r = bc_next(s, &b, BATCH_TIMEOUT_MS);
 
-		r = bc_next(s, &b, BATCH_TIMEOUT_MS);
 		waited = bench_now_ns() - tw;
 		out->waited += (double)waited / 1e9;
 		if (r == BC_EPOCH_END) {
@@ -309,56 +376,34 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 			continue;
 		}
 		if (r < 0) {
-			if (r == -ETIMEDOUT) {
-				out->rc = ETIMEDOUT;
-				snprintf(out->msg, sizeof(out->msg), "no batch for %d s",
-					 BATCH_TIMEOUT_MS / 1000);
+			if (client_next_failed(out, s, r))
 				break;
-			}
-			if (r == -ESHUTDOWN || r == -EPIPE || r == -EPROTO || r == -ENOBUFS) {
-				out->rc = -r;
-				snprintf(out->msg, sizeof(out->msg), "%s: %s", bc_strerror(r),
-					 bc_stream_error(s));
-				break;
-			}
-			out->failed++;   /* a batch the daemon could not build; the stream goes on */
 			continue;
 		}
 		bench_hist_record(&out->wait, waited);
-		if (out->first_batch < 0)
-			out->first_batch = bench_now() - t0;
-		out->batches++;
-		out->samples += bc_batch_count(b);
-		bc_batch_data(b, &len);
-		out->bytes += len;
-		atomic_store_explicit(&out->live_bytes, out->bytes, memory_order_relaxed);
-		if (gpu) {
-			r = gpucheck_wait(gpu, b, why, sizeof(why));
-			if (r == 0 && o->touch)
-				r = gpucheck_compare(gpu, b, why, sizeof(why));
-			if (r < 0) {
-				out->rc = EIO;
-				snprintf(out->msg, sizeof(out->msg), "CUDA: %s", why);
-				bc_release(b);
-				break;
-			}
-			if (r > 0 && !out->mismatches++)
-				fprintf(stderr, "batchd-bench: client %u: MISMATCH: %s\n", rank, why);
-		}
-		if (o->step_ms)
-			sleep_ms((int)o->step_ms);
-		bc_release(b);
-		if (o->epochs && ep + 1 == o->epochs) {
-			uint64_t e, bi;
-
-			/* The last epoch ends with its last batch: do not wait for the marker. */
-			bc_stream_position(s, &e, &bi);
-			if (bi == 0 && e > so.start_epoch + ep)
-				break;
-		}
+		if (client_batch(o, rank, out, gpu, b, t0) < 0)
+			break;
+		/* The last epoch ends with its last batch: do not wait for the marker. */
+		if (o->epochs && ep + 1 == o->epochs && trainer_last_epoch_done(s, &o->so, ep))
+			break;
 		if (!o->epochs && bench_now() >= deadline)
 			break;
 	}
+}
+
+static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_client *out)
+{
+	double t0 = bench_now(), t_loop;
+	gpucheck *gpu;
+	bc_client *c;
+	bc_stream *s;
+	char why[200];
+
+	if (client_open(o, sock, rank, out, &c, &s, &gpu) < 0)
+		return;
+	t_loop = bench_now();
+	out->first_batch = -1;
+	client_loop(o, rank, out, s, gpu, t0);
 	/* Delivered means landed: the last copies finish before the clock stops. */
 	if (gpu && gpucheck_sync(gpu, why, sizeof(why)) < 0 && !out->rc) {
 		out->rc = EIO;
@@ -374,99 +419,130 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 
 /* ---- report ------------------------------------------------------------------------------ */
 
+/* The clients' results together. */
+typedef struct pl_total {
+	uint64_t samples, bytes, batches, failed, mismatches;
+	double wall, stall, first;   /* the longest wall and first batch; the mean stall % */
+	bench_hist all;
+} pl_total;
+
+static void total_sum(const pl_opts *o, const pl_client *cl, pl_total *t)
+{
+	memset(t, 0, offsetof(pl_total, all));
+	bench_hist_init(&t->all);
+	for (unsigned i = 0; i < o->clients; i++) {
+		t->samples += cl[i].samples;
+		t->bytes += cl[i].bytes;
+		t->batches += cl[i].batches;
+		t->failed += cl[i].failed;
+		t->mismatches += cl[i].mismatches;
+		if (cl[i].wall > t->wall)
+			t->wall = cl[i].wall;
+		if (cl[i].first_batch > t->first)
+			t->first = cl[i].first_batch;
+		t->stall += cl[i].wall > 0 ? 100 * cl[i].waited / cl[i].wall : 0;
+		bench_hist_merge(&t->all, &cl[i].wait);
+	}
+	t->stall /= o->clients;
+	if (t->wall <= 0)
+		t->wall = 1e-9;
+}
+
+static void report_json_client(unsigned i, const pl_client *c)
+{
+	double w = c->wall > 0 ? c->wall : 1e-9;
+
+	printf("%s{\"rank\": %u, \"batches\": %" PRIu64 ", \"samples\": %" PRIu64
+	       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, "
+	       "\"samples_per_s\": %.1f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
+	       "\"first_batch_ms\": %.3f, \"wait_p99_ms\": %.3f}", i ? ", " : "", i,
+	       c->batches, c->samples, c->bytes, c->failed, c->wall,
+	       (double)c->samples / w, (double)c->bytes / w / 1e6, 100 * c->waited / w,
+	       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6);
+}
+
+static void report_json(const pl_opts *o, const pl_client *cl, const pl_total *t, bool own)
+{
+	double wall = t->wall;
+
+	fputs("{\"mode\": \"pipeline\", \"dataset\": ", stdout);
+	bench_json_string(stdout, o->dataset);
+	if (o->so.device != BC_HOST)
+		printf(", \"device\": %d, \"touch\": %s", o->so.device, o->touch ? "true" : "false");
+	printf(", \"clients\": %u, \"batch_size\": %u, \"shuffle\": \"%s\", \"step_ms\": %" PRIu64
+	       ", \"seconds\": %.3f, \"epochs\": %" PRIu64 ", \"own_daemon\": %s, \"total\": "
+	       "{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
+	       ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, \"samples_per_s\": %.1f, "
+	       "\"bytes_per_s\": %.0f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
+	       "\"first_batch_ms\": %.3f, \"wait_ns\": ",
+	       o->clients, o->so.batch_size, bp_shuffle_name(o->so.shuffle), o->step_ms, o->seconds,
+	       o->epochs, own ? "true" : "false", t->batches, t->samples, t->bytes, t->failed, wall,
+	       (double)t->samples / wall, (double)t->bytes / wall, (double)t->bytes / wall / 1e6,
+	       t->stall, t->first * 1e3);
+	bench_hist_json(&t->all, stdout);
+	if (o->so.device != BC_HOST)
+		printf(", \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
+		       (double)t->bytes / wall / 1e9, t->mismatches);
+	fputs("}, \"per_client\": [", stdout);
+	for (unsigned i = 0; i < o->clients; i++)
+		report_json_client(i, &cl[i]);
+	puts("]}");
+}
+
+static void report_text_header(const pl_opts *o, bool own)
+{
+	printf("pipeline: %s, %u client%s, batch %u, %s shuffle, step %" PRIu64 " ms, ",
+	       o->dataset, o->clients, o->clients == 1 ? "" : "s", o->so.batch_size,
+	       bp_shuffle_name(o->so.shuffle), o->step_ms);
+	if (o->epochs)
+		printf("%" PRIu64 " epoch%s", o->epochs, o->epochs == 1 ? "" : "s");
+	else
+		printf("%.3g s", o->seconds);
+	if (o->so.device != BC_HOST)
+		printf(", to CUDA device %d%s", o->so.device, o->touch ? " (touched)" : "");
+	printf("%s\n", own ? " (own batchd)" : "");
+}
+
+static void report_text(const pl_opts *o, const pl_client *cl, const pl_total *t, bool own)
+{
+	double wall = t->wall;
+
+	report_text_header(o, own);
+	printf("%6s %10s %12s %10s %8s %14s %12s\n", "client", "batches", "samples/s", "MB/s",
+	       "stall%", "first batch ms", "p99 wait ms");
+	for (unsigned i = 0; i < o->clients; i++) {
+		const pl_client *c = &cl[i];
+		double w = c->wall > 0 ? c->wall : 1e-9;
+
+		printf("%6u %10" PRIu64 " %12.1f %10.1f %8.1f %14.1f %12.3f\n", i, c->batches,
+		       (double)c->samples / w, (double)c->bytes / w / 1e6, 100 * c->waited / w,
+		       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6);
+	}
+	printf("%6s %10" PRIu64 " %12.1f %10.1f %8.1f %14.1f %12.3f\n", "total", t->batches,
+	       (double)t->samples / wall, (double)t->bytes / wall / 1e6, t->stall, t->first * 1e3,
+	       (double)bench_hist_percentile(&t->all, 99) / 1e6);
+	if (t->failed)
+		printf("%" PRIu64 " batches FAILED\n", t->failed);
+	if (o->so.device != BC_HOST)
+		printf("delivered to device %d: %.2f GB/s%s\n", o->so.device,
+		       (double)t->bytes / wall / 1e9,
+		       !o->touch ? " (not copied back)"
+		       : t->mismatches ? ", copied back: some batches MISMATCHED"
+		       : ", copied back: every byte matched");
+}
+
 static void report(const pl_opts *o, pl_client *cl, bool own)
 {
-	uint64_t samples = 0, bytes = 0, batches = 0, failed = 0, mismatches = 0;
-	double wall = 0, stall = 0, first = 0;
-	bench_hist *all = malloc(sizeof(*all));
+	pl_total *t = malloc(sizeof(*t));   /* the merged histogram is large */
 
-	if (!all)
+	if (!t)
 		return;
-	bench_hist_init(all);
-	for (unsigned i = 0; i < o->clients; i++) {
-		samples += cl[i].samples;
-		bytes += cl[i].bytes;
-		batches += cl[i].batches;
-		failed += cl[i].failed;
-		mismatches += cl[i].mismatches;
-		if (cl[i].wall > wall)
-			wall = cl[i].wall;
-		if (cl[i].first_batch > first)
-			first = cl[i].first_batch;
-		stall += cl[i].wall > 0 ? 100 * cl[i].waited / cl[i].wall : 0;
-		bench_hist_merge(all, &cl[i].wait);
-	}
-	stall /= o->clients;
-	if (wall <= 0)
-		wall = 1e-9;
-	if (o->json) {
-		fputs("{\"mode\": \"pipeline\", \"dataset\": ", stdout);
-		bench_json_string(stdout, o->dataset);
-		if (o->so.device != BC_HOST)
-			printf(", \"device\": %d, \"touch\": %s", o->so.device,
-			       o->touch ? "true" : "false");
-		printf(", \"clients\": %u, \"batch_size\": %u, \"shuffle\": \"%s\", \"step_ms\": %" PRIu64
-		       ", \"seconds\": %.3f, \"epochs\": %" PRIu64 ", \"own_daemon\": %s, \"total\": "
-		       "{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
-		       ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, \"samples_per_s\": %.1f, "
-		       "\"bytes_per_s\": %.0f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
-		       "\"first_batch_ms\": %.3f, \"wait_ns\": ",
-		       o->clients, o->so.batch_size, bp_shuffle_name(o->so.shuffle), o->step_ms, o->seconds,
-		       o->epochs, own ? "true" : "false", batches, samples, bytes, failed, wall,
-		       (double)samples / wall, (double)bytes / wall, (double)bytes / wall / 1e6, stall,
-		       first * 1e3);
-		bench_hist_json(all, stdout);
-		if (o->so.device != BC_HOST)
-			printf(", \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
-			       (double)bytes / wall / 1e9, mismatches);
-		fputs("}, \"per_client\": [", stdout);
-		for (unsigned i = 0; i < o->clients; i++) {
-			const pl_client *c = &cl[i];
-			double w = c->wall > 0 ? c->wall : 1e-9;
-
-			printf("%s{\"rank\": %u, \"batches\": %" PRIu64 ", \"samples\": %" PRIu64
-			       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, "
-			       "\"samples_per_s\": %.1f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
-			       "\"first_batch_ms\": %.3f, \"wait_p99_ms\": %.3f}", i ? ", " : "", i,
-			       c->batches, c->samples, c->bytes, c->failed, c->wall,
-			       (double)c->samples / w, (double)c->bytes / w / 1e6, 100 * c->waited / w,
-			       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6);
-		}
-		puts("]}");
-	} else {
-		printf("pipeline: %s, %u client%s, batch %u, %s shuffle, step %" PRIu64 " ms, ",
-		       o->dataset, o->clients, o->clients == 1 ? "" : "s", o->so.batch_size,
-		       bp_shuffle_name(o->so.shuffle), o->step_ms);
-		if (o->epochs)
-			printf("%" PRIu64 " epoch%s", o->epochs, o->epochs == 1 ? "" : "s");
-		else
-			printf("%.3g s", o->seconds);
-		if (o->so.device != BC_HOST)
-			printf(", to CUDA device %d%s", o->so.device, o->touch ? " (touched)" : "");
-		printf("%s\n", own ? " (own batchd)" : "");
-		printf("%6s %10s %12s %10s %8s %14s %12s\n", "client", "batches", "samples/s", "MB/s",
-		       "stall%", "first batch ms", "p99 wait ms");
-		for (unsigned i = 0; i < o->clients; i++) {
-			const pl_client *c = &cl[i];
-			double w = c->wall > 0 ? c->wall : 1e-9;
-
-			printf("%6u %10" PRIu64 " %12.1f %10.1f %8.1f %14.1f %12.3f\n", i, c->batches,
-			       (double)c->samples / w, (double)c->bytes / w / 1e6, 100 * c->waited / w,
-			       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6);
-		}
-		printf("%6s %10" PRIu64 " %12.1f %10.1f %8.1f %14.1f %12.3f\n", "total", batches,
-		       (double)samples / wall, (double)bytes / wall / 1e6, stall, first * 1e3,
-		       (double)bench_hist_percentile(all, 99) / 1e6);
-		if (failed)
-			printf("%" PRIu64 " batches FAILED\n", failed);
-		if (o->so.device != BC_HOST)
-			printf("delivered to device %d: %.2f GB/s%s\n", o->so.device,
-			       (double)bytes / wall / 1e9,
-			       !o->touch ? " (not copied back)"
-			       : mismatches ? ", copied back: some batches MISMATCHED"
-			       : ", copied back: every byte matched");
-	}
-	free(all);
+	total_sum(o, cl, t);
+	if (o->json)
+		report_json(o, cl, t, own);
+	else
+		report_text(o, cl, t, own);
+	free(t);
 }
 
 /* ---- the command ---------------------------------------------------------------------- */
@@ -560,155 +636,183 @@ static int run_clients(const pl_opts *o, const char *sock, bool own)
 	return rc;
 }
 
-int bench_cmd_pipeline(int argc, char **argv)
-{
-	enum { O_CLIENTS = 256, O_BATCH, O_STEP, O_SHUFFLE, O_SECONDS, O_EPOCHS, O_PREFETCH,
-	       O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON, O_DEVICE, O_TOUCH };
-	static const struct option opts[] = {
-		{ "clients", required_argument, NULL, O_CLIENTS },
-		{ "batch-size", required_argument, NULL, O_BATCH },
-		{ "step-ms", required_argument, NULL, O_STEP },
-		{ "shuffle", required_argument, NULL, O_SHUFFLE },
-		{ "seconds", required_argument, NULL, O_SECONDS },
-		{ "epochs", required_argument, NULL, O_EPOCHS },
-		{ "prefetch", required_argument, NULL, O_PREFETCH },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "socket", required_argument, NULL, O_SOCKET },
-		{ "batchd", required_argument, NULL, O_BATCHD },
-		{ "memory", required_argument, NULL, O_MEMORY },
-		{ "json", no_argument, NULL, O_JSON },
-		{ "device", required_argument, NULL, O_DEVICE },
-		{ "touch", no_argument, NULL, O_TOUCH },
-		{ NULL, 0, NULL, 0 },
-	};
-	char abs[PATH_MAX], root[PATH_MAX];
-	bool seconds_given = false;
-	pl_daemon d = { .pid = 0 };
-	pl_opts o;
-	uint64_t v;
-	int ch, rc;
+enum { O_CLIENTS = 256, O_BATCH, O_STEP, O_SHUFFLE, O_SECONDS, O_EPOCHS, O_PREFETCH,
+       O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON, O_DEVICE, O_TOUCH };
 
-	memset(&o, 0, sizeof(o));
-	bc_stream_opts_init(&o.so);
-	o.clients = 1;
-	o.so.batch_size = 32;
-	o.so.shuffle = BC_SHUFFLE_GLOBAL;
-	o.seconds = 10;
+static const struct option pl_options[] = {
+	{ "clients", required_argument, NULL, O_CLIENTS },
+	{ "batch-size", required_argument, NULL, O_BATCH },
+	{ "step-ms", required_argument, NULL, O_STEP },
+	{ "shuffle", required_argument, NULL, O_SHUFFLE },
+	{ "seconds", required_argument, NULL, O_SECONDS },
+	{ "epochs", required_argument, NULL, O_EPOCHS },
+	{ "prefetch", required_argument, NULL, O_PREFETCH },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "socket", required_argument, NULL, O_SOCKET },
+	{ "batchd", required_argument, NULL, O_BATCHD },
+	{ "memory", required_argument, NULL, O_MEMORY },
+	{ "json", no_argument, NULL, O_JSON },
+	{ "device", required_argument, NULL, O_DEVICE },
+	{ "touch", no_argument, NULL, O_TOUCH },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* A numeric option (named by pl_options[ch - O_CLIENTS]). @return 0, or the usage exit status. */
+static int parse_number(pl_opts *o, int ch, const char *arg)
+{
+	uint64_t v;
+
+	if (cli_parse_u64(arg, &v) < 0)
+		return cli_usage("--%s: '%s' is not a number", pl_options[ch - O_CLIENTS].name, arg);
+	switch (ch) {
+	case O_CLIENTS:
+		if (v == 0 || v > MAX_CLIENTS)
+			return cli_usage("--clients: '%s' is not a number from 1 to %u", arg,
+					 MAX_CLIENTS);
+		o->clients = (unsigned)v;
+		break;
+	case O_BATCH:
+		if (v == 0 || v > UINT32_MAX)
+			return cli_usage("--batch-size: '%s' is not a number from 1", arg);
+		o->so.batch_size = (uint32_t)v;
+		break;
+	case O_STEP:
+		if (v > 3600000)
+			return cli_usage("--step-ms: '%s' is over an hour", arg);
+		o->step_ms = v;
+		break;
+	case O_EPOCHS:
+		if (v == 0)
+			return cli_usage("--epochs: '%s' is not a number from 1", arg);
+		o->epochs = v;
+		break;
+	case O_PREFETCH:
+		o->so.prefetch = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+		break;
+	case O_SEED:
+		o->so.seed = v;
+		break;
+	case O_DEVICE:
+		return trainer_opt_device(arg, v, &o->so);
+	}
+	return 0;
+}
+
+/*
+ * An option that is not a plain number, or the dataset (ch 1).
+ * @return 0, or the usage exit status.
+ */
+static int parse_other(pl_opts *o, int ch, const char *arg, char **argv, bool *seconds_given)
+{
+	uint64_t v;
+
+	switch (ch) {
+	case 1:
+		if (o->dataset)
+			return cli_usage("pipeline: unexpected argument '%s'", arg);
+		o->dataset = arg;
+		return 0;
+	case O_SHUFFLE:
+		return trainer_opt_shuffle(arg, &o->so);
+	case O_SECONDS:
+		if (bench_parse_seconds(arg, &o->seconds) < 0 || o->seconds <= 0)
+			return cli_usage("--seconds: '%s' is not a duration above 0", arg);
+		*seconds_given = true;
+		return 0;
+	case O_SOCKET:
+		o->socket = arg;
+		return 0;
+	case O_BATCHD:
+		o->batchd = arg;
+		return 0;
+	case O_MEMORY:
+		if (bp_parse_size(arg, &v) < 0)
+			return cli_usage("--memory: '%s' is not a size", arg);
+		o->memory = arg;
+		return 0;
+	case O_JSON:
+		o->json = true;
+		return 0;
+	case O_TOUCH:
+		o->touch = true;
+		return 0;
+	case ':':
+		return cli_usage("pipeline: '%s' needs a value", argv[optind - 1]);
+	case '?':
+		return cli_usage("pipeline: unknown option '%s'", argv[optind - 1]);
+	}
+	return parse_number(o, ch, arg);
+}
+
+/* argv into o, defaults first. @return 0, or the exit status after saying why. */
+static int parse_args(int argc, char **argv, pl_opts *o)
+{
+	bool seconds_given = false;
+	int ch, r;
+
+	memset(o, 0, sizeof(*o));
+	bc_stream_opts_init(&o->so);
+	o->clients = 1;
+	o->so.batch_size = 32;
+	o->so.shuffle = BC_SHUFFLE_GLOBAL;
+	o->seconds = 10;
 	optind = 1;
 	opterr = 0;
-	while ((ch = getopt_long(argc, argv, "-:", opts, NULL)) != -1) {
-		switch (ch) {
-		case 1:
-			if (o.dataset)
-				return cli_usage("pipeline: unexpected argument '%s'", optarg);
-			o.dataset = optarg;
-			continue;
-		case O_SHUFFLE:
-			{
-				enum bp_shuffle m;
-
-				if (bp_shuffle_parse(optarg, &m) < 0)
-					return cli_usage("--shuffle: '%s' is not none, global or block", optarg);
-				o.so.shuffle = (enum bc_shuffle)m;
-			}
-			continue;
-		case O_SECONDS:
-			if (bench_parse_seconds(optarg, &o.seconds) < 0 || o.seconds <= 0)
-				return cli_usage("--seconds: '%s' is not a duration above 0", optarg);
-			seconds_given = true;
-			continue;
-		case O_SOCKET:
-			o.socket = optarg;
-			continue;
-		case O_BATCHD:
-			o.batchd = optarg;
-			continue;
-		case O_MEMORY:
-			if (bp_parse_size(optarg, &v) < 0)
-				return cli_usage("--memory: '%s' is not a size", optarg);
-			o.memory = optarg;
-			continue;
-		case O_JSON:
-			o.json = true;
-			continue;
-		case O_TOUCH:
-			o.touch = true;
-			continue;
-		case ':':
-			return cli_usage("pipeline: '%s' needs a value", argv[optind - 1]);
-		case '?':
-			return cli_usage("pipeline: unknown option '%s'", argv[optind - 1]);
-		}
-		if (cli_parse_u64(optarg, &v) < 0)
-			return cli_usage("--%s: '%s' is not a number", opts[ch - O_CLIENTS].name, optarg);
-		switch (ch) {
-		case O_CLIENTS:
-			if (v == 0 || v > MAX_CLIENTS)
-				return cli_usage("--clients: '%s' is not a number from 1 to %u", optarg,
-						 MAX_CLIENTS);
-			o.clients = (unsigned)v;
-			break;
-		case O_BATCH:
-			if (v == 0 || v > UINT32_MAX)
-				return cli_usage("--batch-size: '%s' is not a number from 1", optarg);
-			o.so.batch_size = (uint32_t)v;
-			break;
-		case O_STEP:
-			if (v > 3600000)
-				return cli_usage("--step-ms: '%s' is over an hour", optarg);
-			o.step_ms = v;
-			break;
-		case O_EPOCHS:
-			if (v == 0)
-				return cli_usage("--epochs: '%s' is not a number from 1", optarg);
-			o.epochs = v;
-			break;
-		case O_PREFETCH:
-			o.so.prefetch = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
-			break;
-		case O_SEED:
-			o.so.seed = v;
-			break;
-		case O_DEVICE:
-			if (v > 255)
-				return cli_usage("--device: '%s' is not a CUDA device number", optarg);
-			o.so.device = (int)v;
-			break;
-		}
-	}
-	if (!o.dataset)
+	while ((ch = getopt_long(argc, argv, "-:", pl_options, NULL)) != -1)
+		if ((r = parse_other(o, ch, optarg, argv, &seconds_given)))
+			return r;
+	if (!o->dataset)
 		return cli_usage("pipeline: missing DATASET");
-	if (o.epochs && seconds_given)
+	if (o->epochs && seconds_given)
 		return cli_usage("pipeline: --seconds and --epochs exclude each other");
-	if (o.epochs)
-		o.seconds = 0;
-	if (o.touch && o.so.device == BC_HOST)
+	if (o->epochs)
+		o->seconds = 0;
+	if (o->touch && o->so.device == BC_HOST)
 		return cli_usage("pipeline: --touch needs --device");
-	if (o.so.device != BC_HOST && !BATCHD_HAVE_CUDA) {
+	if (o->so.device != BC_HOST && !BATCHD_HAVE_CUDA) {
 		fprintf(stderr, "batchd-bench: pipeline --device: this batchd-bench was built "
 			"without CUDA\n");
 		return PL_SKIP;
 	}
+	return 0;
+}
 
-	if (o.socket) {
-		o.so.dataset = o.dataset;
-		return run_clients(&o, o.socket, false);
-	}
-	/* Our own batchd serves the dataset's directory; the clients name it absolutely. */
-	if (!realpath(o.dataset, abs)) {
-		fprintf(stderr, "batchd-bench: %s: %s\n", o.dataset, strerror(errno));
+/* Start our own batchd on the dataset's directory, run the clients, stop it. */
+static int run_own_daemon(pl_opts *o)
+{
+	char abs[PATH_MAX], root[PATH_MAX];
+	pl_daemon d = { .pid = 0 };
+	int rc;
+
+	/* The clients name the dataset absolutely. */
+	if (!realpath(o->dataset, abs)) {
+		fprintf(stderr, "batchd-bench: %s: %s\n", o->dataset, strerror(errno));
 		return 1;
 	}
 	memcpy(root, abs, sizeof(root));
-	o.so.dataset = abs;
-	if (daemon_start(&d, &o, dirname(root)) < 0) {
+	o->so.dataset = abs;
+	if (daemon_start(&d, o, dirname(root)) < 0) {
 		daemon_stop(&d, false);
 		return 1;
 	}
-	rc = run_clients(&o, d.sock, true);
+	rc = run_clients(o, d.sock, true);
 	if (daemon_stop(&d, rc != 0 && rc != PL_SKIP) != 0 && rc == 0) {
 		fprintf(stderr, "batchd-bench: batchd did not stop cleanly\n");
 		rc = 1;
 	}
 	return rc;
+}
+
+int bench_cmd_pipeline(int argc, char **argv)
+{
+	pl_opts o;
+	int rc = parse_args(argc, argv, &o);
+
+	if (rc)
+		return rc;
+	if (o.socket) {
+		o.so.dataset = o.dataset;
+		return run_clients(&o, o.socket, false);
+	}
+	return run_own_daemon(&o);
 }

@@ -100,28 +100,31 @@ static double y_of(double mbs, double ymax)
 	return PB - mbs / ymax * (PB - PT);
 }
 
-/* Bandwidth (MB/s) against queue depth (log2 axis), one line per block size. */
-static int write_svg(const sweep *s, const char *out)
-{
+/* The chart's scale: queue depths sorted, their log2 range, the bandwidth axis. */
+typedef struct svg_scale {
 	uint64_t qds[MAX_LIST];
-	double lo, hi, ymax = 0, step;
-	char buf[64];
-	FILE *f = fopen(out, "w");
+	double lo, hi, ymax, step;
+} svg_scale;
 
-	if (!f)
-		return -errno;
-	memcpy(qds, s->qd, s->nqd * sizeof(qds[0]));
-	qsort(qds, s->nqd, sizeof(qds[0]), cmp_u64);
-	lo = log2((double)qds[0]);
-	hi = log2((double)qds[s->nqd - 1]);
+static void svg_scale_of(const sweep *s, svg_scale *sc)
+{
+	memcpy(sc->qds, s->qd, s->nqd * sizeof(sc->qds[0]));
+	qsort(sc->qds, s->nqd, sizeof(sc->qds[0]), cmp_u64);
+	sc->lo = log2((double)sc->qds[0]);
+	sc->hi = log2((double)sc->qds[s->nqd - 1]);
+	sc->ymax = 0;
 	for (size_t i = 0; i < s->nbs * s->nqd; i++)
-		if (s->pt[i].bw / 1e6 > ymax)
-			ymax = s->pt[i].bw / 1e6;
-	step = nice_step(ymax);
-	ymax = step * ceil(ymax / step);
-	if (!(ymax > 0))
-		ymax = step;
+		if (s->pt[i].bw / 1e6 > sc->ymax)
+			sc->ymax = s->pt[i].bw / 1e6;
+	sc->step = nice_step(sc->ymax);
+	sc->ymax = sc->step * ceil(sc->ymax / sc->step);
+	if (!(sc->ymax > 0))
+		sc->ymax = sc->step;
+}
 
+/* The frame: title, grid, ticks at every queue depth swept, axes and their labels. */
+static void svg_frame(FILE *f, const sweep *s, const svg_scale *sc)
+{
 	fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
 		"<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
 		"viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"13\">\n"
@@ -133,58 +136,71 @@ static int write_svg(const sweep *s, const char *out)
 	xml_text(f, s->o.path);
 	fputs("</text>\n", f);
 
-	/* grid, y ticks and labels */
-	for (double v = 0; v <= ymax + step / 2; v += step) {
-		double y = y_of(v, ymax);
+	for (double v = 0; v <= sc->ymax + sc->step / 2; v += sc->step) {
+		double y = y_of(v, sc->ymax);
 
 		fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#dddddd\"/>\n",
 			PL, y, PR, y);
 		fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", PL - 8, y + 4, v);
 	}
-	/* x ticks at every queue depth swept */
 	for (size_t i = 0; i < s->nqd; i++) {
-		double x = x_of(lo, hi, qds[i]);
+		double x = x_of(sc->lo, sc->hi, sc->qds[i]);
 
 		fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"black\"/>\n",
 			x, PB, x, PB + 6);
 		fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%" PRIu64 "</text>\n",
-			x, PB + 21, qds[i]);
+			x, PB + 21, sc->qds[i]);
 	}
-	/* axes and their labels */
 	fprintf(f, "<polyline points=\"%d,%d %d,%d %d,%d\" fill=\"none\" stroke=\"black\"/>\n",
 		PL, PT, PL, PB, PR, PB);
 	fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">queue depth (requests in flight, "
 		"log scale)</text>\n", (PL + PR) / 2, H - 20);
 	fprintf(f, "<text x=\"24\" y=\"%d\" text-anchor=\"middle\" transform=\"rotate(-90 24 %d)\">"
 		"bandwidth (MB/s)</text>\n", (PT + PB) / 2, (PT + PB) / 2);
+}
 
-	/* one line per block size, points in queue-depth order, and its legend entry */
-	for (size_t b = 0; b < s->nbs; b++) {
-		const char *color = palette[b % (sizeof(palette) / sizeof(palette[0]))];
-		double ly = PT + 10 + 22.0 * (double)b;
+/* Block size b's line, points in queue-depth order, and its legend entry. */
+static void svg_line(FILE *f, const sweep *s, const svg_scale *sc, size_t b)
+{
+	const char *color = palette[b % (sizeof(palette) / sizeof(palette[0]))];
+	double ly = PT + 10 + 22.0 * (double)b;
+	char buf[64];
 
-		fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
-		for (size_t q = 0; q < s->nqd; q++)
-			for (size_t k = 0; k < s->nqd; k++)
-				if (s->qd[k] == qds[q]) {
-					const sweep_point *p = &s->pt[b * s->nqd + k];
+	fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color);
+	for (size_t q = 0; q < s->nqd; q++)
+		for (size_t k = 0; k < s->nqd; k++)
+			if (s->qd[k] == sc->qds[q]) {
+				const sweep_point *p = &s->pt[b * s->nqd + k];
 
-					fprintf(f, "%s%.1f,%.1f", q ? " " : "", x_of(lo, hi, p->qd),
-						y_of(p->bw / 1e6, ymax));
-					break;
-				}
-		fputs("\"/>\n", f);
-		for (size_t k = 0; k < s->nqd; k++) {
-			const sweep_point *p = &s->pt[b * s->nqd + k];
+				fprintf(f, "%s%.1f,%.1f", q ? " " : "", x_of(sc->lo, sc->hi, p->qd),
+					y_of(p->bw / 1e6, sc->ymax));
+				break;
+			}
+	fputs("\"/>\n", f);
+	for (size_t k = 0; k < s->nqd; k++) {
+		const sweep_point *p = &s->pt[b * s->nqd + k];
 
-			fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
-				x_of(lo, hi, p->qd), y_of(p->bw / 1e6, ymax), color);
-		}
-		fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
-			"stroke-width=\"3\"/>\n", PR + 20, ly, PR + 48, ly, color);
-		fprintf(f, "<text x=\"%d\" y=\"%.1f\">bs %s</text>\n", PR + 56, ly + 4,
-			bp_format_size(s->bs[b], buf, sizeof(buf)));
+		fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n",
+			x_of(sc->lo, sc->hi, p->qd), y_of(p->bw / 1e6, sc->ymax), color);
 	}
+	fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\" "
+		"stroke-width=\"3\"/>\n", PR + 20, ly, PR + 48, ly, color);
+	fprintf(f, "<text x=\"%d\" y=\"%.1f\">bs %s</text>\n", PR + 56, ly + 4,
+		bp_format_size(s->bs[b], buf, sizeof(buf)));
+}
+
+/* Bandwidth (MB/s) against queue depth (log2 axis), one line per block size. */
+static int write_svg(const sweep *s, const char *out)
+{
+	svg_scale sc;
+	FILE *f = fopen(out, "w");
+
+	if (!f)
+		return -errno;
+	svg_scale_of(s, &sc);
+	svg_frame(f, s, &sc);
+	for (size_t b = 0; b < s->nbs; b++)
+		svg_line(f, s, &sc, b);
 	fputs("</svg>\n", f);
 	if (fclose(f) != 0)
 		return -errno;
@@ -316,9 +332,38 @@ static int run_sweep(sweep *s)
 	return r;
 }
 
-int bench_cmd_sweep(int argc, char **argv)
+enum { O_SVG = 400, O_CSV };
+
+/* Where the results go besides the table. */
+typedef struct sweep_out {
+	const char *svg, *csv;
+	bool json;
+} sweep_out;
+
+/* --bs or --qd: a list, each value at most max. @return 0, or the usage exit status. */
+static int parse_grid(int ch, const char *arg, sweep *s)
 {
-	enum { O_SVG = 400, O_CSV };
+	if (ch == BENCH_O_BS) {
+		if (bench_parse_list(arg, true, s->bs, MAX_LIST, &s->nbs) < 0)
+			return cli_usage("--bs: '%s' is not a list of up to %d sizes (\"4K,64K,1M\")",
+					 arg, MAX_LIST);
+		for (size_t i = 0; i < s->nbs; i++)
+			if (s->bs[i] > BENCH_DISK_MAX_BS)
+				return cli_usage("--bs: %" PRIu64 " is over 1 GiB", s->bs[i]);
+		return 0;
+	}
+	if (bench_parse_list(arg, false, s->qd, MAX_LIST, &s->nqd) < 0)
+		return cli_usage("--qd: '%s' is not a list of up to %d numbers (\"1,4,16\")",
+				 arg, MAX_LIST);
+	for (size_t i = 0; i < s->nqd; i++)
+		if (s->qd[i] > BD_IO_MAX_DEPTH)
+			return cli_usage("--qd: %" PRIu64 " is over %u", s->qd[i], BD_IO_MAX_DEPTH);
+	return 0;
+}
+
+/* argv into s (defaults first) and out. @return 0, or the usage exit status. */
+static int parse_args(int argc, char **argv, sweep *s, sweep_out *out)
+{
 	static const struct option opts[] = {
 		BENCH_DISK_LONGOPTS,
 		{ "bs", required_argument, NULL, BENCH_O_BS },
@@ -329,72 +374,85 @@ int bench_cmd_sweep(int argc, char **argv)
 		{ "json", no_argument, NULL, BENCH_O_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *svg = NULL, *csv = NULL;
-	bool json = false;
-	uint64_t file_size;
-	char err[512];
-	sweep s;
-	int ch, r, rc = 1;
+	int ch, r;
 
-	memset(&s, 0, sizeof(s));
-	bench_disk_opts_init(&s.o);
-	s.o.random = true;
-	s.o.runtime = 2;
-	bench_parse_list("4K,64K,1M", true, s.bs, MAX_LIST, &s.nbs);
-	bench_parse_list("1,2,4,8,16,32,64", false, s.qd, MAX_LIST, &s.nqd);
+	memset(s, 0, sizeof(*s));
+	memset(out, 0, sizeof(*out));
+	bench_disk_opts_init(&s->o);
+	s->o.random = true;
+	s->o.runtime = 2;
+	bench_parse_list("4K,64K,1M", true, s->bs, MAX_LIST, &s->nbs);
+	bench_parse_list("1,2,4,8,16,32,64", false, s->qd, MAX_LIST, &s->nqd);
 	optind = 1;
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "-:", opts, NULL)) != -1) {
 		switch (ch) {
 		case 1:
-			if (s.o.path)
+			if (s->o.path)
 				return cli_usage("sweep: unexpected argument '%s'", optarg);
-			s.o.path = optarg;
+			s->o.path = optarg;
 			continue;
 		case BENCH_O_BS:
-			if (bench_parse_list(optarg, true, s.bs, MAX_LIST, &s.nbs) < 0)
-				return cli_usage("--bs: '%s' is not a list of up to %d sizes (\"4K,64K,1M\")",
-						 optarg, MAX_LIST);
-			for (size_t i = 0; i < s.nbs; i++)
-				if (s.bs[i] > BENCH_DISK_MAX_BS)
-					return cli_usage("--bs: %" PRIu64 " is over 1 GiB", s.bs[i]);
-			continue;
 		case BENCH_O_QD:
-			if (bench_parse_list(optarg, false, s.qd, MAX_LIST, &s.nqd) < 0)
-				return cli_usage("--qd: '%s' is not a list of up to %d numbers (\"1,4,16\")",
-						 optarg, MAX_LIST);
-			for (size_t i = 0; i < s.nqd; i++)
-				if (s.qd[i] > BD_IO_MAX_DEPTH)
-					return cli_usage("--qd: %" PRIu64 " is over %u", s.qd[i], BD_IO_MAX_DEPTH);
+			if ((r = parse_grid(ch, optarg, s)))
+				return r;
 			continue;
-		case O_SVG:
-			svg = optarg;
-			continue;
-		case O_CSV:
-			csv = optarg;
-			continue;
-		case BENCH_O_JSON:
-			json = true;
-			continue;
+		case O_SVG: out->svg = optarg; continue;
+		case O_CSV: out->csv = optarg; continue;
+		case BENCH_O_JSON: out->json = true; continue;
 		case ':':
 			return cli_usage("sweep: '%s' needs a value", argv[optind - 1]);
 		case '?':
 			return cli_usage("sweep: unknown option '%s'", argv[optind - 1]);
 		}
-		if (bench_disk_option(&s.o, ch, optarg))
+		if (bench_disk_option(&s->o, ch, optarg))
 			return 2;
 	}
-	if (!s.o.path)
+	if (!s->o.path)
 		return cli_usage("sweep: missing FILE");
-	for (size_t b = 0; b < s.nbs; b++)
-		for (size_t q = 0; q < s.nqd; q++)
-			if (s.bs[b] * s.qd[q] > BENCH_DISK_MAX_BUFFERS)
+	for (size_t b = 0; b < s->nbs; b++)
+		for (size_t q = 0; q < s->nqd; q++)
+			if (s->bs[b] * s->qd[q] > BENCH_DISK_MAX_BUFFERS)
 				return cli_usage("--qd x --bs: %" PRIu64 " x %" PRIu64 " bytes of buffers is "
-						 "over 4 GiB", s.qd[q], s.bs[b]);
+						 "over 4 GiB", s->qd[q], s->bs[b]);
+	return 0;
+}
+
+/* The table or JSON, then the SVG and CSV asked for. @return the exit status. */
+static int report(const sweep *s, const sweep_out *out)
+{
+	int r, rc = 0;
+
+	if (out->json)
+		print_json(s);
+	else
+		print_table(s);
+	if (out->svg && (r = write_svg(s, out->svg)) < 0) {
+		fprintf(stderr, "batchd-bench: %s: %s\n", out->svg, strerror(-r));
+		rc = 1;
+	}
+	if (out->csv && (r = write_csv(s, out->csv)) < 0) {
+		fprintf(stderr, "batchd-bench: %s: %s\n", out->csv, strerror(-r));
+		rc = 1;
+	}
+	return rc;
+}
+
+int bench_cmd_sweep(int argc, char **argv)
+{
+	uint64_t file_size;
+	sweep_out out;
+	char err[512];
+	sweep s;
+	int rc = parse_args(argc, argv, &s, &out);
+
+	if (rc)
+		return rc;
 	if (bench_disk_prepare(&s.o, &file_size, err, sizeof(err)) < 0) {
 		fprintf(stderr, "batchd-bench: %s\n", err);
 		return 1;
 	}
+	rc = 1;
 	s.pt = calloc(s.nbs * s.nqd, sizeof(*s.pt));
 	if (!s.pt)
 		goto oom;
@@ -403,21 +461,8 @@ int bench_cmd_sweep(int argc, char **argv)
 		if (!s.pt[i].clat)
 			goto oom;
 	}
-	if (run_sweep(&s) < 0)
-		goto out;
-	if (json)
-		print_json(&s);
-	else
-		print_table(&s);
-	rc = 0;
-	if (svg && (r = write_svg(&s, svg)) < 0) {
-		fprintf(stderr, "batchd-bench: %s: %s\n", svg, strerror(-r));
-		rc = 1;
-	}
-	if (csv && (r = write_csv(&s, csv)) < 0) {
-		fprintf(stderr, "batchd-bench: %s: %s\n", csv, strerror(-r));
-		rc = 1;
-	}
+	if (run_sweep(&s) == 0)
+		rc = report(&s, &out);
 	goto out;
 oom:
 	fprintf(stderr, "batchd-bench: out of memory\n");

@@ -188,3 +188,12 @@ int gpucheck_sync(gpucheck *g, char *err, size_t errlen)
 }
 
 #endif
+
+int gpucheck_take(gpucheck *g, bc_batch *b, bool compare, char *err, size_t errlen)
+{
+	int r = gpucheck_wait(g, b, err, errlen);
+
+	if (r == 0 && compare)
+		r = gpucheck_compare(g, b, err, errlen);
+	return r;
+}

@@ -18,6 +18,7 @@
 #ifndef BATCHD_TOOLS_GPUCHECK_H
 #define BATCHD_TOOLS_GPUCHECK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "batchclient.h"
@@ -51,6 +52,13 @@ int gpucheck_wait(gpucheck *g, bc_batch *b, char *err, size_t errlen);
  * -ENOMEM, -EIO for a CUDA error, with err saying why.
  */
 int gpucheck_compare(gpucheck *g, const bc_batch *b, char *err, size_t errlen);
+
+/*
+ * gpucheck_wait, then (when compare) gpucheck_compare: what a trainer does
+ * with each batch it takes. @return as gpucheck_compare (0, 1 for a
+ * mismatch, -errno), or gpucheck_wait's error.
+ */
+int gpucheck_take(gpucheck *g, bc_batch *b, bool compare, char *err, size_t errlen);
 
 /* Wait until all work queued on the stream has run. @return 0 or -EIO with err. */
 int gpucheck_sync(gpucheck *g, char *err, size_t errlen);
