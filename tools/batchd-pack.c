@@ -50,9 +50,39 @@ static const char usage_text[] =
 
 /* ---- create ---------------------------------------------------------------- */
 
-static int cmd_create(int argc, char **argv)
+enum { O_LEVEL = 256, O_BLOCK, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS };
+
+/* A sized option: --block-size, --shard-size. @return 0, or the usage exit status. */
+static int create_size(pack_create_opts *o, int c, const char *arg)
 {
-	enum { O_LEVEL = 256, O_BLOCK, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS };
+	if (c == O_BLOCK) {
+		if (bp_parse_size(arg, &o->block_size) < 0 || o->block_size > BP_PACK_MAX_BLOCK)
+			return cli_usage("--block-size: '%s' is not a size up to 256M", arg);
+		return 0;
+	}
+	if (bp_parse_size(arg, &o->shard_size) < 0 || o->shard_size == 0)
+		return cli_usage("--shard-size: '%s' is not a size above 0", arg);
+	return 0;
+}
+
+/* --records SIZE FILE: FILE is the next argument. @return 0, 1 (said why) or the usage exit status. */
+static int create_records(pack_inputs *in, const char *out, const char *arg, int argc, char **argv)
+{
+	uint64_t v;
+
+	if (bp_parse_size(arg, &v) < 0 || v == 0)
+		return cli_usage("--records: '%s' is not a record size above 0", arg);
+	if (optind >= argc)
+		return cli_usage("--records %s: missing FILE", arg);
+	if (!out)
+		return cli_usage("--records: name OUT before the inputs");
+	return pack_inputs_add(in, argv[optind++], v, true) < 0 ? 1 : 0;
+}
+
+/* argv into o, in and *out. @return 0, 1 (an input that cannot be used, said) or the usage exit status. */
+static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs *in,
+			const char **out)
+{
 	static const struct option opts[] = {
 		{ "level", required_argument, NULL, O_LEVEL },
 		{ "block-size", required_argument, NULL, O_BLOCK },
@@ -63,91 +93,62 @@ static int cmd_create(int argc, char **argv)
 		{ "records", required_argument, NULL, O_RECORDS },
 		{ NULL, 0, NULL, 0 },
 	};
+	uint64_t v;
+	int c, r = 0;
+
+	optind = 1;
+	/* "-" first: keep operands in place so inputs stay in command-line order. */
+	while (r == 0 && (c = getopt_long(argc, argv, "-", opts, NULL)) != -1) {
+		switch (c) {
+		case 1:
+			if (!*out)
+				*out = optarg;
+			else if (pack_inputs_add(in, optarg, 0, false) < 0)
+				r = 1;
+			break;
+		case O_LEVEL:
+			if (cli_parse_u64(optarg, &v) < 0 || v < 1 || v > (uint64_t)ZSTD_maxCLevel())
+				return cli_usage("--level: '%s' is not a zstd level (1..22)", optarg);
+			o->level = (int)v;
+			break;
+		case O_BLOCK:
+		case O_SHARD:
+			r = create_size(o, c, optarg);
+			break;
+		case O_DICT: o->dict = DICT_ON; break;
+		case O_NODICT: o->dict = DICT_OFF; break;
+		case O_THREADS:
+			if (cli_parse_u64(optarg, &v) < 0 || v < 1 || v > 1024)
+				return cli_usage("--threads: '%s' is not a thread count (1..1024)", optarg);
+			o->threads = (unsigned)v;
+			break;
+		case O_RECORDS:
+			r = create_records(in, *out, optarg, argc, argv);
+			break;
+		default:
+			return cli_usage(NULL);
+		}
+	}
+	if (r)
+		return r;
+	if (!*out)
+		return cli_usage("create: missing OUT");
+	if (in->n == 0)
+		return cli_usage("create: missing INPUT");
+	return 0;
+}
+
+static int cmd_create(int argc, char **argv)
+{
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	pack_create_opts o = { .level = 3, .dict = DICT_AUTO,
 			       .threads = cores > 0 ? (unsigned)cores : 1 };
 	pack_inputs in = { 0 };
 	const char *out = NULL;
-	uint64_t v;
-	int c, r = 2;
+	int r = create_parse(argc, argv, &o, &in, &out);
 
-	optind = 1;
-	/* "-" first: keep operands in place so inputs stay in command-line order. */
-	while ((c = getopt_long(argc, argv, "-", opts, NULL)) != -1) {
-		switch (c) {
-		case 1:
-			if (!out)
-				out = optarg;
-			else if (pack_inputs_add(&in, optarg, 0, false) < 0)
-				goto fail;
-			break;
-		case O_LEVEL:
-			if (cli_parse_u64(optarg, &v) < 0 || v < 1 || v > (uint64_t)ZSTD_maxCLevel()) {
-				r = cli_usage("--level: '%s' is not a zstd level (1..22)", optarg);
-				goto out;
-			}
-			o.level = (int)v;
-			break;
-		case O_BLOCK:
-			if (bp_parse_size(optarg, &o.block_size) < 0 ||
-			    o.block_size > BP_PACK_MAX_BLOCK) {
-				r = cli_usage("--block-size: '%s' is not a size up to 256M", optarg);
-				goto out;
-			}
-			break;
-		case O_DICT:
-			o.dict = DICT_ON;
-			break;
-		case O_NODICT:
-			o.dict = DICT_OFF;
-			break;
-		case O_THREADS:
-			if (cli_parse_u64(optarg, &v) < 0 || v < 1 || v > 1024) {
-				r = cli_usage("--threads: '%s' is not a thread count (1..1024)", optarg);
-				goto out;
-			}
-			o.threads = (unsigned)v;
-			break;
-		case O_SHARD:
-			if (bp_parse_size(optarg, &o.shard_size) < 0 || o.shard_size == 0) {
-				r = cli_usage("--shard-size: '%s' is not a size above 0", optarg);
-				goto out;
-			}
-			break;
-		case O_RECORDS:
-			if (bp_parse_size(optarg, &v) < 0 || v == 0) {
-				r = cli_usage("--records: '%s' is not a record size above 0", optarg);
-				goto out;
-			}
-			if (optind >= argc) {
-				r = cli_usage("--records %s: missing FILE", optarg);
-				goto out;
-			}
-			if (!out) {
-				r = cli_usage("--records: name OUT before the inputs");
-				goto out;
-			}
-			if (pack_inputs_add(&in, argv[optind++], v, true) < 0)
-				goto fail;
-			break;
-		default:
-			r = cli_usage(NULL);
-			goto out;
-		}
-	}
-	if (!out) {
-		r = cli_usage("create: missing OUT");
-		goto out;
-	}
-	if (in.n == 0) {
-		r = cli_usage("create: missing INPUT");
-		goto out;
-	}
-	r = pack_create(out, &in, &o) < 0 ? 1 : 0;
-	goto out;
-fail:
-	r = 1;
-out:
+	if (r == 0)
+		r = pack_create(out, &in, &o) < 0 ? 1 : 0;
 	pack_inputs_free(&in);
 	return r;
 }
@@ -176,19 +177,93 @@ static int open_dataset(const char *path, bp_dataset **ret)
 	return r;
 }
 
+/* Blocks by codec, the largest dictionary, and the codecs used ("zstd,zstd+dict"). */
+typedef struct info_codecs {
+	uint64_t blocks[3];
+	uint64_t dict_bytes;
+	char names[64];
+} info_codecs;
+
+static void count_codecs(const bp_dataset *ds, info_codecs *ic)
+{
+	memset(ic, 0, sizeof(*ic));
+	for (size_t i = 0; i < bp_dataset_shard_count(ds); i++) {
+		const bp_shard *sh = bp_dataset_shard(ds, i);
+
+		if (sh->header.dict_size > ic->dict_bytes)
+			ic->dict_bytes = sh->header.dict_size;
+		for (uint64_t k = 0; k < sh->footer.block_count; k++) {
+			bp_pack_block blk;
+
+			bp_pack_index_block(&sh->index, k, &blk);
+			ic->blocks[blk.codec]++;
+		}
+	}
+	for (uint32_t k = 0; k < 3; k++) {
+		if (!ic->blocks[k])
+			continue;
+		if (ic->names[0])
+			strcat(ic->names, ",");
+		strcat(ic->names, bp_pack_codec_name(k));
+	}
+}
+
+static double raw_ratio(const bp_dataset *ds)
+{
+	return bp_dataset_stored_bytes(ds)
+		? (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_stored_bytes(ds)
+		: 1.0;
+}
+
+static void info_json(const bp_dataset *ds, const info_codecs *ic)
+{
+	printf("{\"samples\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"shards\": %zu, "
+	       "\"raw_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", \"ratio\": %.4f, "
+	       "\"codec\": \"%s\", \"codec_blocks\": {\"raw\": %" PRIu64 ", \"zstd\": %" PRIu64
+	       ", \"zstd+dict\": %" PRIu64 "}, \"dict_bytes\": %" PRIu64 ", "
+	       "\"max_sample\": %" PRIu64 ", \"mean_sample\": %.1f, "
+	       "\"max_block\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\"}\n",
+	       bp_dataset_samples(ds), bp_dataset_blocks(ds), bp_dataset_shard_count(ds),
+	       bp_dataset_raw_bytes(ds), bp_dataset_stored_bytes(ds), raw_ratio(ds), ic->names,
+	       ic->blocks[0], ic->blocks[1], ic->blocks[2], ic->dict_bytes,
+	       bp_dataset_max_sample(ds),
+	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds),
+	       bp_dataset_max_block(ds), bp_dataset_fingerprint(ds));
+}
+
+static void info_text(const char *path, const bp_dataset *ds, const info_codecs *ic)
+{
+	char a[32], b[32];
+
+	printf("dataset       %s\n", path);
+	printf("samples       %" PRIu64 "\n", bp_dataset_samples(ds));
+	printf("blocks        %" PRIu64 "\n", bp_dataset_blocks(ds));
+	printf("shards        %zu\n", bp_dataset_shard_count(ds));
+	printf("raw bytes     %" PRIu64 " (%s)\n", bp_dataset_raw_bytes(ds),
+	       bp_format_size(bp_dataset_raw_bytes(ds), a, sizeof(a)));
+	printf("stored bytes  %" PRIu64 " (%s)\n", bp_dataset_stored_bytes(ds),
+	       bp_format_size(bp_dataset_stored_bytes(ds), b, sizeof(b)));
+	printf("ratio         %.2f\n", raw_ratio(ds));
+	printf("codec         %s (raw %" PRIu64 ", zstd %" PRIu64 ", zstd+dict %" PRIu64
+	       " blocks)\n", ic->names, ic->blocks[0], ic->blocks[1], ic->blocks[2]);
+	printf("dictionary    %" PRIu64 " bytes\n", ic->dict_bytes);
+	printf("max sample    %" PRIu64 " bytes\n", bp_dataset_max_sample(ds));
+	printf("mean sample   %.1f bytes\n",
+	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds));
+	printf("max block     %" PRIu64 " bytes\n", bp_dataset_max_block(ds));
+	printf("fingerprint   %016" PRIx64 "\n", bp_dataset_fingerprint(ds));
+}
+
 static int cmd_info(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ NULL, 0, NULL, 0 },
 	};
-	uint64_t by_codec[3] = { 0 }, dict_bytes = 0;
 	const char *path = NULL;
-	char codecs[64] = "", a[32], b[32];
 	bool json = false;
+	info_codecs ic;
 	bp_dataset *ds;
-	uint64_t n;
-	double ratio;
 	int c;
 
 	optind = 1;
@@ -206,61 +281,11 @@ static int cmd_info(int argc, char **argv)
 		return cli_usage("info: missing PATH");
 	if (open_dataset(path, &ds) < 0)
 		return 1;
-
-	for (size_t i = 0; i < bp_dataset_shard_count(ds); i++) {
-		const bp_shard *sh = bp_dataset_shard(ds, i);
-
-		if (sh->header.dict_size > dict_bytes)
-			dict_bytes = sh->header.dict_size;
-		for (uint64_t k = 0; k < sh->footer.block_count; k++) {
-			bp_pack_block blk;
-
-			bp_pack_index_block(&sh->index, k, &blk);
-			by_codec[blk.codec]++;
-		}
-	}
-	for (uint32_t k = 0; k < 3; k++) {
-		if (!by_codec[k])
-			continue;
-		if (codecs[0])
-			strcat(codecs, ",");
-		strcat(codecs, bp_pack_codec_name(k));
-	}
-	n = bp_dataset_samples(ds);
-	ratio = bp_dataset_stored_bytes(ds)
-			? (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_stored_bytes(ds)
-			: 1.0;
-
-	if (json) {
-		printf("{\"samples\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"shards\": %zu, "
-		       "\"raw_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", \"ratio\": %.4f, "
-		       "\"codec\": \"%s\", \"codec_blocks\": {\"raw\": %" PRIu64 ", \"zstd\": %" PRIu64
-		       ", \"zstd+dict\": %" PRIu64 "}, \"dict_bytes\": %" PRIu64 ", "
-		       "\"max_sample\": %" PRIu64 ", \"mean_sample\": %.1f, "
-		       "\"max_block\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\"}\n",
-		       n, bp_dataset_blocks(ds), bp_dataset_shard_count(ds), bp_dataset_raw_bytes(ds),
-		       bp_dataset_stored_bytes(ds), ratio, codecs, by_codec[0], by_codec[1],
-		       by_codec[2], dict_bytes, bp_dataset_max_sample(ds),
-		       (double)bp_dataset_raw_bytes(ds) / (double)n, bp_dataset_max_block(ds),
-		       bp_dataset_fingerprint(ds));
-	} else {
-		printf("dataset       %s\n", path);
-		printf("samples       %" PRIu64 "\n", n);
-		printf("blocks        %" PRIu64 "\n", bp_dataset_blocks(ds));
-		printf("shards        %zu\n", bp_dataset_shard_count(ds));
-		printf("raw bytes     %" PRIu64 " (%s)\n", bp_dataset_raw_bytes(ds),
-		       bp_format_size(bp_dataset_raw_bytes(ds), a, sizeof(a)));
-		printf("stored bytes  %" PRIu64 " (%s)\n", bp_dataset_stored_bytes(ds),
-		       bp_format_size(bp_dataset_stored_bytes(ds), b, sizeof(b)));
-		printf("ratio         %.2f\n", ratio);
-		printf("codec         %s (raw %" PRIu64 ", zstd %" PRIu64 ", zstd+dict %" PRIu64
-		       " blocks)\n", codecs, by_codec[0], by_codec[1], by_codec[2]);
-		printf("dictionary    %" PRIu64 " bytes\n", dict_bytes);
-		printf("max sample    %" PRIu64 " bytes\n", bp_dataset_max_sample(ds));
-		printf("mean sample   %.1f bytes\n", (double)bp_dataset_raw_bytes(ds) / (double)n);
-		printf("max block     %" PRIu64 " bytes\n", bp_dataset_max_block(ds));
-		printf("fingerprint   %016" PRIx64 "\n", bp_dataset_fingerprint(ds));
-	}
+	count_codecs(ds, &ic);
+	if (json)
+		info_json(ds, &ic);
+	else
+		info_text(path, ds, &ic);
 	bp_dataset_close(ds);
 	return 0;
 }

@@ -499,52 +499,49 @@ static void watch_progress(disk_worker *w, unsigned n, const bench_disk_opts *o,
 	progress_end(&p);
 }
 
-int bench_disk_run(const bench_disk_opts *o, bench_disk_result *res, char *err, size_t errlen)
+/* One descriptor per thread; the first open settles O_DIRECT or not (and says so once) for all. */
+static int open_files(const bench_disk_opts *o, disk_worker *w, bool *ret_direct, char *err,
+		      size_t errlen)
 {
-	disk_gate gate = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
-	disk_worker *w;
-	uint64_t region, first = UINT64_MAX, last = 0;
-	unsigned started = 0;
 	bool direct = false;
-	int r = 0;
-
-	if (o->engine == BD_IO_PREAD && o->qd != 1)
-		return fail(err, errlen, "the psync engine reads one block at a time: use --qd 1"),
-		       -EINVAL;
-	w = calloc(o->threads, sizeof(*w));
-	if (!w)
-		return fail(err, errlen, "out of memory"), -ENOMEM;
-	for (unsigned i = 0; i < o->threads; i++)
-		w[i].fd = -1;
 
 	for (unsigned i = 0; i < o->threads; i++) {
 		bench_disk_opts first_choice = *o;
 
-		/* The first open settles O_DIRECT or not (and says so once) for all. */
 		if (i > 0)
 			first_choice.direct = direct ? 1 : 0;
 		w[i].fd = open_for_job(&first_choice, &direct, err, errlen);
-		if (w[i].fd < 0) {
-			r = w[i].fd;
-			goto out;
-		}
+		if (w[i].fd < 0)
+			return w[i].fd;
 	}
-	region = file_bytes(w[0].fd);
+	*ret_direct = direct;
+	return 0;
+}
+
+/* The bytes read: --size or the file, whole blocks, at least one per thread. */
+static int region_of(const bench_disk_opts *o, int fd, uint64_t *ret, char *err, size_t errlen)
+{
+	uint64_t region = file_bytes(fd);
+
 	if (o->size && o->size < region)
 		region = o->size;
 	region -= region % o->bs;
-	if (region / o->bs < o->threads) {
-		r = -EINVAL;
-		fail(err, errlen, "%s has %" PRIu64 " whole blocks of %u bytes, fewer than the %u "
-		     "threads", o->path, region / o->bs, o->bs, o->threads);
-		goto out;
-	}
+	if (region / o->bs < o->threads)
+		return fail(err, errlen, "%s has %" PRIu64 " whole blocks of %u bytes, fewer than the "
+			    "%u threads", o->path, region / o->bs, o->bs, o->threads), -EINVAL;
+	*ret = region;
+	return 0;
+}
 
+/* Give each worker its share of the region and start it. @return how many started. */
+static unsigned start_workers(const bench_disk_opts *o, disk_worker *w, disk_gate *gate,
+			      uint64_t region, char *err, size_t errlen)
+{
 	for (unsigned i = 0; i < o->threads; i++) {
 		disk_worker *x = &w[i];
 
 		x->o = o;
-		x->gate = &gate;
+		x->gate = gate;
 		x->nblocks = region / o->bs;
 		x->lo = x->nblocks * i / o->threads;
 		x->hi = x->nblocks * (i + 1) / o->threads;
@@ -554,24 +551,20 @@ int bench_disk_run(const bench_disk_opts *o, bench_disk_result *res, char *err, 
 		atomic_init(&x->done_bytes, 0);
 		atomic_init(&x->finished, false);
 		if (pthread_create(&x->tid, NULL, disk_worker_main, x) != 0) {
-			r = -EAGAIN;
 			fail(err, errlen, "cannot start thread %u", i);
-			break;
+			return i;
 		}
-		started++;
 	}
-	gate_open(&gate, started, started == o->threads ? 1 : -1);
-	if (started == o->threads)
-		watch_progress(w, o->threads, o, region);
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(w[i].tid, NULL);
-	if (started < o->threads)
-		goto out;
+	return o->threads;
+}
 
-	memset(res, 0, sizeof(*res));
-	bench_hist_init(&res->clat);
-	res->region = region;
-	res->direct = direct;
+/* The workers' results into res. @return 0, or the first worker's error (err says it). */
+static int collect(const bench_disk_opts *o, const disk_worker *w, bench_disk_result *res,
+		   char *err, size_t errlen)
+{
+	uint64_t first = UINT64_MAX, last = 0;
+	int r = 0;
+
 	res->fixedbufs = res->registerfiles = res->hugepages = true;
 	for (unsigned i = 0; i < o->threads; i++) {
 		if (w[i].err && r == 0) {
@@ -594,6 +587,47 @@ int bench_disk_run(const bench_disk_opts *o, bench_disk_result *res, char *err, 
 			last = w[i].t_last;
 	}
 	res->runtime_s = last > first ? (double)(last - first) / 1e9 : 0;
+	return r;
+}
+
+int bench_disk_run(const bench_disk_opts *o, bench_disk_result *res, char *err, size_t errlen)
+{
+	disk_gate gate = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	disk_worker *w;
+	uint64_t region;
+	unsigned started;
+	bool direct;
+	int r;
+
+	if (o->engine == BD_IO_PREAD && o->qd != 1)
+		return fail(err, errlen, "the psync engine reads one block at a time: use --qd 1"),
+		       -EINVAL;
+	w = calloc(o->threads, sizeof(*w));
+	if (!w)
+		return fail(err, errlen, "out of memory"), -ENOMEM;
+	for (unsigned i = 0; i < o->threads; i++)
+		w[i].fd = -1;
+	r = open_files(o, w, &direct, err, errlen);
+	if (r == 0)
+		r = region_of(o, w[0].fd, &region, err, errlen);
+	if (r < 0)
+		goto out;
+
+	started = start_workers(o, w, &gate, region, err, errlen);
+	gate_open(&gate, started, started == o->threads ? 1 : -1);
+	if (started == o->threads)
+		watch_progress(w, o->threads, o, region);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(w[i].tid, NULL);
+	if (started < o->threads) {
+		r = -EAGAIN;
+		goto out;
+	}
+	memset(res, 0, sizeof(*res));
+	bench_hist_init(&res->clat);
+	res->region = region;
+	res->direct = direct;
+	r = collect(o, w, res, err, errlen);
 out:
 	for (unsigned i = 0; i < o->threads; i++)
 		if (w[i].fd >= 0)

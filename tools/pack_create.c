@@ -345,9 +345,22 @@ static void output_discard(output *o)
 
 /* ---- dictionary ------------------------------------------------------------ */
 
-/* Read an evenly spread set of small samples for training. */
-static int training_set(pack_inputs *in, uint8_t **ret_buf, size_t **ret_sizes,
-			size_t *ret_n, uint64_t *ret_bytes)
+/* The samples a dictionary is trained on, end to end in buf. */
+typedef struct training {
+	uint8_t *buf;
+	size_t *sizes;
+	size_t n;
+	uint64_t bytes;
+} training;
+
+static void training_free(training *t)
+{
+	free(t->buf);
+	free(t->sizes);
+}
+
+/* Read an evenly spread set of small samples for training. @return 0, -ENODATA (too few), -errno. */
+static int training_set(pack_inputs *in, training *ret)
 {
 	uint64_t small = 0, small_bytes = 0, step, want, total = 0;
 	size_t n = 0, *sizes = NULL;
@@ -388,10 +401,7 @@ static int training_set(pack_inputs *in, uint8_t **ret_buf, size_t **ret_sizes,
 	if (r < 0)
 		goto fail;
 	pack_iter_free(it);
-	*ret_buf = buf;
-	*ret_sizes = sizes;
-	*ret_n = n;
-	*ret_bytes = total;
+	*ret = (training){ .buf = buf, .sizes = sizes, .n = n, .bytes = total };
 	return 0;
 fail:
 	pack_iter_free(it);
@@ -401,19 +411,60 @@ fail:
 }
 
 /* Compressed bytes of the training samples, with cdict or without. */
-static uint64_t trial_size(const uint8_t *buf, const size_t *sizes, size_t n,
-			   const ZSTD_CDict *cdict, int level, ZSTD_CCtx *cctx, uint8_t *scratch)
+static uint64_t trial_size(const training *t, const ZSTD_CDict *cdict, int level, ZSTD_CCtx *cctx,
+			   uint8_t *scratch)
 {
+	const uint8_t *buf = t->buf;
 	uint64_t total = 0;
 
-	for (size_t i = 0; i < n; buf += sizes[i], i++) {
+	for (size_t i = 0; i < t->n; buf += t->sizes[i], i++) {
 		bp_pack_encoded e;
 
-		if (bp_pack_block_encode(cctx, cdict, level, buf, sizes[i], scratch,
+		if (bp_pack_block_encode(cctx, cdict, level, buf, t->sizes[i], scratch,
 					 ZSTD_compressBound(DICT_TRAIN_MAX_ONE), &e) == 0)
 			total += e.stored_size;
 	}
 	return total;
+}
+
+/*
+ * Whether dict (size bytes) pays: the trial on the training set, scaled to
+ * the whole input, must save 3% with the dictionary's own bytes charged
+ * once. @return 1 it pays, 0 not, -ENOMEM.
+ */
+static int dict_pays(const pack_inputs *in, const pack_create_opts *o, const training *t,
+		     const void *dict, size_t size)
+{
+	uint8_t *scratch = malloc(ZSTD_compressBound(DICT_TRAIN_MAX_ONE));
+	ZSTD_CCtx *cctx = ZSTD_createCCtx();
+	ZSTD_CDict *cdict = NULL;
+	double scale = (double)in->raw_bytes / (double)t->bytes;
+	uint64_t plain, with;
+	int r = -ENOMEM;
+
+	if (!scratch || !cctx)
+		goto out;
+	cdict = ZSTD_createCDict(dict, size, o->level);
+	if (!cdict)
+		goto out;
+	plain = trial_size(t, NULL, o->level, cctx, scratch);
+	with = trial_size(t, cdict, o->level, cctx, scratch);
+	r = (double)with * scale + (double)size < 0.97 * (double)plain * scale;
+out:
+	ZSTD_freeCDict(cdict);
+	ZSTD_freeCCtx(cctx);
+	free(scratch);
+	return r;
+}
+
+/* @return whether o and the input's sizes allow a dictionary to be tried at all. */
+static bool dict_wanted(const pack_inputs *in, const pack_create_opts *o)
+{
+	uint64_t mean = in->raw_bytes / in->samples, block = o->block_size;
+
+	if (o->dict == DICT_OFF)
+		return false;
+	return o->dict == DICT_ON || (block > mean ? block : mean) <= DICT_MAX_BLOCK;
 }
 
 /*
@@ -425,22 +476,23 @@ static uint64_t trial_size(const uint8_t *buf, const size_t *sizes, size_t n,
 static int train_dict(pack_inputs *in, const pack_create_opts *o, void **ret_dict,
 		      size_t *ret_size)
 {
-	uint64_t mean = in->raw_bytes / in->samples, block = o->block_size;
-	uint64_t train_bytes, plain, with;
-	size_t n, *sizes, cap, got;
-	uint8_t *buf, *scratch = NULL, *dict = NULL;
-	ZSTD_CCtx *cctx = NULL;
-	ZSTD_CDict *cdict = NULL;
+	/* ZDICT_trainFromBuffer's own choice (fastCover, d=8, 4 steps), on our threads. */
+	ZDICT_fastCover_params_t fp = {
+		.d = 8,
+		.steps = 4,
+		.nbThreads = o->threads,
+		.zParams = { .compressionLevel = o->level },
+	};
+	training t;
+	uint8_t *dict = NULL;
+	size_t cap, got;
 	int r;
 
 	*ret_dict = NULL;
 	*ret_size = 0;
-	if (o->dict == DICT_OFF)
+	if (!dict_wanted(in, o))
 		return 0;
-	if (o->dict == DICT_AUTO && (block > mean ? block : mean) > DICT_MAX_BLOCK)
-		return 0;
-
-	r = training_set(in, &buf, &sizes, &n, &train_bytes);
+	r = training_set(in, &t);
 	if (r < 0) {
 		if (o->dict == DICT_AUTO)
 			return r == -ENODATA ? 0 : r;
@@ -449,28 +501,14 @@ static int train_dict(pack_inputs *in, const pack_create_opts *o, void **ret_dic
 			DICT_TRAIN_MAX_ONE >> 10, DICT_MIN_SAMPLES);
 		return r == -ENODATA ? -EINVAL : r;
 	}
-
-	cap = train_bytes / 20 < DICT_CAPACITY ? (size_t)(train_bytes / 20) : DICT_CAPACITY;
+	cap = t.bytes / 20 < DICT_CAPACITY ? (size_t)(t.bytes / 20) : DICT_CAPACITY;
 	if (cap < 1024)
 		cap = 1024;
 	dict = malloc(cap);
-	scratch = malloc(ZSTD_compressBound(DICT_TRAIN_MAX_ONE));
-	cctx = ZSTD_createCCtx();
 	r = -ENOMEM;
-	if (!dict || !scratch || !cctx)
+	if (!dict)
 		goto out;
-
-	{
-		/* ZDICT_trainFromBuffer's own choice (fastCover, d=8, 4 steps), on our threads. */
-		ZDICT_fastCover_params_t fp = {
-			.d = 8,
-			.steps = 4,
-			.nbThreads = o->threads,
-			.zParams = { .compressionLevel = o->level },
-		};
-
-		got = ZDICT_optimizeTrainFromBuffer_fastCover(dict, cap, buf, sizes, (unsigned)n, &fp);
-	}
+	got = ZDICT_optimizeTrainFromBuffer_fastCover(dict, cap, t.buf, t.sizes, (unsigned)t.n, &fp);
 	if (ZDICT_isError(got)) {
 		r = 0;
 		if (o->dict == DICT_ON) {
@@ -480,28 +518,17 @@ static int train_dict(pack_inputs *in, const pack_create_opts *o, void **ret_dic
 		}
 		goto out;
 	}
-	cdict = ZSTD_createCDict(dict, got, o->level);
-	if (!cdict)
-		goto out;
-	plain = trial_size(buf, sizes, n, NULL, o->level, cctx, scratch);
-	with = trial_size(buf, sizes, n, cdict, o->level, cctx, scratch);
-
-	/* Scale the trial to the whole input and charge the dictionary once. */
-	r = 0;
-	if (o->dict == DICT_ON ||
-	    (double)with * ((double)in->raw_bytes / (double)train_bytes) + (double)got <
-		    0.97 * (double)plain * ((double)in->raw_bytes / (double)train_bytes)) {
+	r = dict_pays(in, o, &t, dict, got);
+	if (r > 0 || (r == 0 && o->dict == DICT_ON)) {
 		*ret_dict = dict;
 		*ret_size = got;
 		dict = NULL;
 	}
+	if (r > 0)
+		r = 0;
 out:
-	ZSTD_freeCDict(cdict);
-	ZSTD_freeCCtx(cctx);
-	free(scratch);
 	free(dict);
-	free(buf);
-	free(sizes);
+	training_free(&t);
 	return r;
 }
 

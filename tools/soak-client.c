@@ -396,60 +396,79 @@ static void random_opts(const ref *rf, bc_stream_opts *o)
 	o->start_epoch = rnd_below(4) == 0 ? rnd_below(5) : 0;
 }
 
-/*
- * Open one stream, consume up to a random number of batches (holding one or
- * two now and then, as -H allows), close it, with or without batches still
- * held. The daemon gives a stream prefetch + 2 slots so that a trainer may
- * hold a couple of batches (daemon/session.c); holding is never more.
- */
-static void run_session(bc_client *c, ref *rf, double deadline)
+/* A session's options, plan and holding, chosen at random (within -H). */
+typedef struct session_hold {
+	size_t hold;             /* batches kept while asking for the next: 0..HOLD_MAX */
+	bool newest_first;       /* give back the newest held batch first */
+} session_hold;
+
+enum { HOLD_MAX = 2 };
+
+static void session_choose(session *ss, ref *rf, session_hold *h)
 {
-	enum { HOLD_MAX = 2 };
-	bc_batch *held[HOLD_MAX + 1];
-	size_t nheld = 0, hold = 0;
-	bool newest_first = false;
-	uint64_t limit = session_limit();
-	session ss = { .rf = rf, .mut = rf };
-	bc_stream *s;
-	int r;
-
-	random_opts(rf, &ss.o);
-	if (!plan_make(rf, &ss.o, &ss.p)) {
+	random_opts(rf, &ss->o);
+	if (!plan_make(rf, &ss->o, &ss->p)) {
 		/* drop_last would leave no batch (the daemon refuses that): keep the tail. */
-		ss.o.drop_last = false;
-		plan_make(rf, &ss.o, &ss.p);
+		ss->o.drop_last = false;
+		plan_make(rf, &ss->o, &ss->p);
 	}
+	*h = (session_hold){ 0 };
 	if (g.hold != HOLD_NONE && rnd_below(4) == 0) {
-		hold = 1 + rnd_below(HOLD_MAX);
-		newest_first = g.hold == HOLD_ANY && rnd_below(2);
+		h->hold = 1 + rnd_below(HOLD_MAX);
+		h->newest_first = g.hold == HOLD_ANY && rnd_below(2);
 	}
-	opts_format(&ss.o, hold, newest_first, ss.desc, sizeof(ss.desc));
+	opts_format(&ss->o, h->hold, h->newest_first, ss->desc, sizeof(ss->desc));
+}
 
-	r = bc_open(c, &ss.o, &s);
-	if (r < 0) {
-		g.t.refused++;
-		soak_error("%s: open: %s (%s)", ss.desc, bc_strerror(r), bc_client_error(c));
-		return;
-	}
-	g.t.sessions++;
+/* What the stream says of itself must be what the pack and the plan say. */
+static void check_stream(const session *ss, bc_stream *s)
+{
+	const ref *rf = ss->rf;
+
 	if (bc_stream_samples(s) != rf->samples || bc_stream_fingerprint(s) != rf->fingerprint)
 		soak_error("%s: stream reports %" PRIu64 " samples, fingerprint %016" PRIx64
-		      "; the pack: %" PRIu64 ", %016" PRIx64, ss.desc, bc_stream_samples(s),
+		      "; the pack: %" PRIu64 ", %016" PRIx64, ss->desc, bc_stream_samples(s),
 		      bc_stream_fingerprint(s), rf->samples, rf->fingerprint);
-	if (bc_stream_batches_per_epoch(s) != ss.p.batches)
-		soak_error("%s: %" PRIu64 " batches per epoch, expected %" PRIu64, ss.desc,
-		      bc_stream_batches_per_epoch(s), ss.p.batches);
+	if (bc_stream_batches_per_epoch(s) != ss->p.batches)
+		soak_error("%s: %" PRIu64 " batches per epoch, expected %" PRIu64, ss->desc,
+		      bc_stream_batches_per_epoch(s), ss->p.batches);
+}
+
+/*
+ * Keep b among the held batches when holding; @return the batch to give
+ * back now (the oldest, or the newest), or NULL while fewer than hold are held.
+ */
+static bc_batch *hold_batch(const session_hold *h, bc_batch **held, size_t *nheld, bc_batch *b)
+{
+	if (!h->hold)
+		return b;
+	held[(*nheld)++] = b;
+	if (*nheld <= h->hold)
+		return NULL;
+	if (h->newest_first)
+		return held[--*nheld];
+	b = held[0];
+	memmove(held, held + 1, --*nheld * sizeof(held[0]));
+	return b;
+}
+
+/* Take up to limit batches before the deadline, checking each. @return how many are held at the end. */
+static size_t consume(session *ss, bc_stream *s, const session_hold *h, bc_batch **held,
+		      uint64_t limit, double deadline)
+{
+	size_t nheld = 0;
+	int r;
 
 	for (uint64_t n = 0; n < limit && now_s() < deadline;) {
 		bc_batch *b;
 
 		r = bc_next(s, &b, STALL_MS);
 		if (r == BC_EPOCH_END) {
-			epoch_end(&ss);
+			epoch_end(ss);
 			continue;
 		}
 		if (r < 0 && g.faults && !stream_ending(r)) {
-			batch_failed(&ss);
+			batch_failed(ss);
 			n++;
 			continue;
 		}
@@ -458,31 +477,48 @@ static void run_session(bc_client *c, ref *rf, double deadline)
 		 * ring up (memory is reused in order): bc_next says so with
 		 * -ENOBUFS, which is the documented outcome, not an error.
 		 */
-		if (r == -ENOBUFS && newest_first)
+		if (r == -ENOBUFS && h->newest_first)
 			break;
 		if (r < 0) {
-			soak_error("%s: next after %" PRIu64 " batches: %s (%s)", ss.desc, n, bc_strerror(r),
-			      bc_stream_error(s));
+			soak_error("%s: next after %" PRIu64 " batches: %s (%s)", ss->desc, n,
+				   bc_strerror(r), bc_stream_error(s));
 			break;
 		}
-		check_batch(&ss, b);
+		check_batch(ss, b);
 		n++;
-		if (hold) {
-			/* Keep up to `hold` batches; give back the oldest (or the newest). */
-			held[nheld++] = b;
-			if (nheld <= hold)
-				continue;
-			if (newest_first) {
-				b = held[--nheld];
-			} else {
-				b = held[0];
-				memmove(held, held + 1, --nheld * sizeof(held[0]));
-			}
-		}
-		r = bc_release(b);
-		if (r < 0)
-			soak_error("%s: release: %s", ss.desc, bc_strerror(r));
+		b = hold_batch(h, held, &nheld, b);
+		if (b && (r = bc_release(b)) < 0)
+			soak_error("%s: release: %s", ss->desc, bc_strerror(r));
 	}
+	return nheld;
+}
+
+/*
+ * Open one stream, consume up to a random number of batches (holding one or
+ * two now and then, as -H allows), close it, with or without batches still
+ * held. The daemon gives a stream prefetch + 2 slots so that a trainer may
+ * hold a couple of batches (daemon/session.c); holding is never more.
+ */
+static void run_session(bc_client *c, ref *rf, double deadline)
+{
+	bc_batch *held[HOLD_MAX + 1];
+	uint64_t limit = session_limit();
+	session ss = { .rf = rf, .mut = rf };
+	session_hold h;
+	size_t nheld;
+	bc_stream *s;
+	int r;
+
+	session_choose(&ss, rf, &h);
+	r = bc_open(c, &ss.o, &s);
+	if (r < 0) {
+		g.t.refused++;
+		soak_error("%s: open: %s (%s)", ss.desc, bc_strerror(r), bc_client_error(c));
+		return;
+	}
+	g.t.sessions++;
+	check_stream(&ss, s);
+	nheld = consume(&ss, s, &h, held, limit, deadline);
 	/* Half the time release what is held; else close with it held. */
 	if (rnd_below(2))
 		for (size_t i = 0; i < nheld; i++)
@@ -495,41 +531,45 @@ static void run_session(bc_client *c, ref *rf, double deadline)
 
 /* ---- main ---------------------------------------------------------------- */
 
-int main(int argc, char **argv)
-{
-	const char *sock = NULL, *root = NULL;
-	uint64_t seconds = 0, id = 0, seed = 1;
-	bc_client *c = NULL;
-	ref *refs;
-	size_t nrefs;
-	double deadline;
-	int opt, rootfd, r;
+/* What the command line asked for. */
+typedef struct soak_args {
+	const char *sock, *root;
+	uint64_t seconds;
+	int first_dataset;       /* argv index */
+} soak_args;
 
-	cli_init("soak-client", usage_text);
+static int parse_hold(const char *arg)
+{
+	if (!strcmp(arg, "none"))
+		g.hold = HOLD_NONE;
+	else if (!strcmp(arg, "order"))
+		g.hold = HOLD_ORDER;
+	else if (!strcmp(arg, "any"))
+		g.hold = HOLD_ANY;
+	else
+		return cli_usage("bad -H: %s (none, order or any)", arg);
+	return 0;
+}
+
+/* argv into a and g. @return 0, or the usage exit status. */
+static int parse_args(int argc, char **argv, soak_args *a)
+{
+	uint64_t id = 0, seed = 1;
+	int opt;
+
+	*a = (soak_args){ 0 };
 	g.hold = HOLD_ANY;
 	while ((opt = getopt(argc, argv, "s:r:t:i:S:fH:")) != -1) {
 		switch (opt) {
 		case 'H':
-			if (!strcmp(optarg, "none"))
-				g.hold = HOLD_NONE;
-			else if (!strcmp(optarg, "order"))
-				g.hold = HOLD_ORDER;
-			else if (!strcmp(optarg, "any"))
-				g.hold = HOLD_ANY;
-			else
-				return cli_usage("bad -H: %s (none, order or any)", optarg);
+			if (parse_hold(optarg))
+				return 2;
 			break;
-		case 'f':
-			g.faults = true;
-			break;
-		case 's':
-			sock = optarg;
-			break;
-		case 'r':
-			root = optarg;
-			break;
+		case 'f': g.faults = true; break;
+		case 's': a->sock = optarg; break;
+		case 'r': a->root = optarg; break;
 		case 't':
-			if (cli_parse_u64(optarg, &seconds) < 0)
+			if (cli_parse_u64(optarg, &a->seconds) < 0)
 				return cli_usage("bad -t: %s", optarg);
 			break;
 		case 'i':
@@ -544,26 +584,41 @@ int main(int argc, char **argv)
 			return cli_usage(NULL);
 		}
 	}
-	if (!sock || !root || optind >= argc)
+	if (!a->sock || !a->root || optind >= argc)
 		return cli_usage("-s, -r and at least one DATASET are required");
+	a->first_dataset = optind;
 	g.id = (unsigned)id;
 	g.rng = seed * UINT64_C(0x100000001b3) + id;
+	return 0;
+}
 
-	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+/* Load the reference of every dataset named. @return 0, or -1 after saying why. */
+static int load_refs(const char *root, char **names, size_t n, ref **ret)
+{
+	int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	ref *refs;
+
 	if (rootfd < 0) {
 		fprintf(stderr, "soak-client: %s: %s\n", root, strerror(errno));
-		return 1;
+		return -1;
 	}
-	nrefs = (size_t)(argc - optind);
-	refs = calloc(nrefs, sizeof(*refs));
+	refs = calloc(n, sizeof(*refs));
 	if (!refs)
-		return 1;
-	for (size_t i = 0; i < nrefs; i++)
-		if (ref_load(&refs[i], rootfd, argv[optind + (int)i]) < 0)
-			return 1;
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (ref_load(&refs[i], rootfd, names[i]) < 0)
+			return -1;
 	close(rootfd);
+	*ret = refs;
+	return 0;
+}
 
-	deadline = now_s() + (double)seconds;
+/* Sessions on random datasets until the deadline, reconnecting now and then. */
+static void soak(const char *sock, ref *refs, size_t nrefs, double deadline)
+{
+	bc_client *c = NULL;
+	int r;
+
 	while (now_s() < deadline) {
 		if (!c) {
 			r = bc_connect(sock, &c);
@@ -581,7 +636,22 @@ int main(int argc, char **argv)
 		}
 	}
 	bc_disconnect(c);
+}
 
+int main(int argc, char **argv)
+{
+	soak_args a;
+	size_t nrefs;
+	ref *refs;
+	int r;
+
+	cli_init("soak-client", usage_text);
+	if ((r = parse_args(argc, argv, &a)))
+		return r;
+	nrefs = (size_t)(argc - a.first_dataset);
+	if (load_refs(a.root, argv + a.first_dataset, nrefs, &refs) < 0)
+		return 1;
+	soak(a.sock, refs, nrefs, now_s() + (double)a.seconds);
 	printf("client=%u sessions=%" PRIu64 " refused=%" PRIu64 " batches=%" PRIu64
 	       " samples=%" PRIu64 " bytes=%" PRIu64 " epochs=%" PRIu64 " full_epochs=%" PRIu64
 	       " reconnects=%" PRIu64 " failed=%" PRIu64 " errors=%" PRIu64 "\n",
