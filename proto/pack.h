@@ -233,7 +233,7 @@ void bp_pack_block_entry_encode(const bp_pack_block *b, uint8_t out[BP_PACK_BLOC
 void bp_pack_sample_entry_encode(uint64_t offset, uint64_t size,
 				 uint8_t out[BP_PACK_SAMPLE_ENTRY]);
 
-/* Dataset fingerprint from the shards' fingerprints in order (PACK.md §Datasets). */
+/* Dataset fingerprint from the shards' fingerprints in order (PACK.md §Fingerprints). */
 uint64_t bp_pack_dataset_fingerprint(const uint64_t *shard_fps, size_t n);
 
 /* Human name of a codec ("raw", "zstd", "zstd+dict") or "unknown". */

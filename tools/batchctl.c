@@ -48,14 +48,6 @@ static const char usage_text[] =
 	"                [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]\n"
 	"                [--step-ms T] [--print-samples] [--device N] [--json]\n";
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int connect_or_say(const char *sock, bc_client **c)
 {
 	int r = bc_connect(sock, c);
@@ -436,7 +428,7 @@ static int cmd_top(const char *sock, int argc, char **argv)
 	signal(SIGTERM, on_top_signal);
 	for (uint64_t n = 0; !top_stop && (!count || n < count); n++) {
 		json_object *o = fetch_status(c), *sessions = NULL, *prev_sessions = NULL;
-		double t = now();
+		double t = cli_now();
 		char a[32], b[32];
 
 		if (!o)
@@ -614,7 +606,7 @@ static int consume_open(const char *sock, const consume_opts *co, consume_run *r
 
 	if (connect_or_say(sock, &c) < 0)
 		return -1;
-	run->t0 = now();
+	run->t0 = cli_now();
 	r = bc_open(c, o, &s);
 	if (r < 0) {
 		fprintf(stderr, "batchctl: open %s%s: %s\n", o->dataset,
@@ -679,10 +671,10 @@ static int consume_batch(consume_run *run, const consume_opts *co, gpucheck *gpu
 	size_t len;
 	int r;
 
-	if (record_wait(run, now() - tw) < 0)
+	if (record_wait(run, cli_now() - tw) < 0)
 		return -ENOMEM;
 	if (run->t_first < 0)
-		run->t_first = now() - run->t0;
+		run->t_first = cli_now() - run->t0;
 	run->have_batch = true;
 	run->batches++;
 	run->samples += bc_batch_count(b);
@@ -713,10 +705,10 @@ static int consume_loop(consume_run *run, const consume_opts *co, bc_stream *s, 
 {
 	for (uint64_t ep = 0; ep < co->epochs;) {
 		bc_batch *b;
-		double tw = now();
+		double tw = cli_now();
 		int r = bc_next(s, &b, -1);
 
-		run->waited += now() - tw;
+		run->waited += cli_now() - tw;
 		if (r == BC_EPOCH_END) {
 			ep++;
 			continue;
@@ -803,7 +795,7 @@ static int cmd_consume(const char *sock, int argc, char **argv)
 		fprintf(stderr, "batchctl: CUDA: %s\n", why);
 		run.rc = 1;
 	}
-	run.secs = now() - run.t0;
+	run.secs = cli_now() - run.t0;
 	bc_close(s);
 	bc_disconnect(c);
 	gpucheck_free(gpu);

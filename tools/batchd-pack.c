@@ -310,13 +310,13 @@ static int cmd_verify(int argc, char **argv)
 	if (argc != 2)
 		return cli_usage("verify: expected exactly one PATH");
 	path = argv[1];
-	t0 = progress_now();
+	t0 = cli_now();
 	if (open_dataset(path, &ds) < 0)
 		return 1;
 	progress_start(&prog, "verifying", bp_dataset_stored_bytes(ds));
 	r = bp_dataset_verify(ds, verify_progress, &prog, &fault);
 	progress_end(&prog);
-	secs = progress_now() - t0;
+	secs = cli_now() - t0;
 	if (r < 0) {
 		if (fault.pack.what) {
 			bp_dataset_fault_format(&fault, msg, sizeof(msg));

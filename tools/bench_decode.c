@@ -68,7 +68,7 @@ typedef struct dec_worker {
 	size_t out_cap;
 } dec_worker;
 
-static void *dec_worker_main(void *arg)
+static void *worker_main(void *arg)
 {
 	dec_worker *w = arg;
 	dec_job *j = w->job;
@@ -353,7 +353,7 @@ static int workers_init(dec_job *j, dec_worker *w, unsigned threads)
 static unsigned workers_start(dec_worker *w, unsigned threads)
 {
 	for (unsigned started = 0; started < threads; started++)
-		if (pthread_create(&w[started].tid, NULL, dec_worker_main, &w[started]) != 0) {
+		if (pthread_create(&w[started].tid, NULL, worker_main, &w[started]) != 0) {
 			fprintf(stderr, "batchd-bench: cannot start thread %u\n", started);
 			return started;
 		}

@@ -271,7 +271,7 @@ static double tv_s(struct timeval tv)
  * the next read, and the whole batch of new reads goes to the kernel in the
  * one system call that also waits for the next completion.
  */
-static void disk_loop(disk_worker *w, bd_io *io, disk_slot *slots, bd_io_req **done)
+static void worker_loop(disk_worker *w, bd_io *io, disk_slot *slots, bd_io_req **done)
 {
 	const bench_disk_opts *o = w->o;
 	uint64_t deadline = 0, now, off;
@@ -360,7 +360,7 @@ static void buffers_free(uint8_t *p, size_t len)
 		munmap(p, len);
 }
 
-static void *disk_worker_main(void *arg)
+static void *worker_main(void *arg)
 {
 	disk_worker *w = arg;
 	const bench_disk_opts *o = w->o;
@@ -411,7 +411,7 @@ static void *disk_worker_main(void *arg)
 		w->registerfiles = true;
 
 	if (gate_pass(w->gate))
-		disk_loop(w, io, slots, done);
+		worker_loop(w, io, slots, done);
 	goto out;
 
 setup_failed:
@@ -550,7 +550,7 @@ static unsigned start_workers(const bench_disk_opts *o, disk_worker *w, disk_gat
 		bench_hist_init(&x->clat);
 		atomic_init(&x->done_bytes, 0);
 		atomic_init(&x->finished, false);
-		if (pthread_create(&x->tid, NULL, disk_worker_main, x) != 0) {
+		if (pthread_create(&x->tid, NULL, worker_main, x) != 0) {
 			fail(err, errlen, "cannot start thread %u", i);
 			return i;
 		}

@@ -131,14 +131,6 @@ typedef struct pl_daemon {
 	pid_t pid;
 } pl_daemon;
 
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 static void dump_log(const pl_daemon *d)
 {
 	char line[1024];
@@ -218,7 +210,7 @@ static int daemon_start(pl_daemon *d, const pl_opts *o, const char *root)
 			bc_disconnect(c);
 			return 0;
 		}
-		sleep_ms(10);
+		trainer_sleep_ms(10);
 	}
 	fprintf(stderr, "batchd-bench: %s never answered on %s\n", bin, d->sock);
 	dump_log(d);
@@ -238,7 +230,7 @@ static int daemon_stop(pl_daemon *d, bool show_log)
 				rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 				break;
 			}
-			sleep_ms(10);
+			trainer_sleep_ms(10);
 		}
 		if (rc < 0) {
 			kill(d->pid, SIGKILL);
@@ -571,7 +563,7 @@ static void watch(const pl_opts *o, pl_client *cl, pid_t *pids, unsigned *runnin
 		}
 		progress_update(&p, bytes, false);
 		if (*running)
-			sleep_ms(20);
+			trainer_sleep_ms(20);
 	}
 	progress_end(&p);
 }

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cli.h - what every batchd command-line tool does the same way: strict
- * number parsing and usage errors (exit status 2, naming the argument).
+ * number parsing, usage errors (exit status 2, naming the argument) and
+ * the clock runs are timed with.
  *
- * Thread rules: single-threaded tools only (cli_init keeps globals).
+ * Thread rules: single-threaded tools only (cli_init keeps globals);
+ * cli_parse_u64 and cli_now may be called from any thread.
  */
 #ifndef BATCHD_TOOLS_CLI_H
 #define BATCHD_TOOLS_CLI_H
@@ -22,5 +24,8 @@ int cli_usage(const char *fmt, ...);
 
 /* A whole decimal number, nothing before or after. @return 0 or -EINVAL. */
 int cli_parse_u64(const char *s, uint64_t *ret);
+
+/* CLOCK_MONOTONIC in seconds, for timing runs. Any thread. */
+double cli_now(void);
 
 #endif

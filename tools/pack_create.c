@@ -29,6 +29,7 @@
 #include <zdict.h>
 #include <zstd.h>
 
+#include "cli.h"
 #include "pack.h"
 #include "pack_create.h"
 #include "pack_file.h"
@@ -550,7 +551,7 @@ static int emit(output *out, job *j)
 	return r;
 }
 
-static int pack_all(pack_inputs *in, const pack_create_opts *o, pool *p, output *out)
+static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, output *out)
 {
 	uint64_t seq = 0, size, oldest;
 	pack_iter *it;
@@ -647,7 +648,7 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 		       .shard_size = o->shard_size };
 	ZSTD_CDict *cdict = NULL;
 	void *dict = NULL;
-	double t0 = progress_now();
+	double t0 = cli_now();
 	struct stat st;
 	pool p;
 	int r;
@@ -682,7 +683,7 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 		goto out;
 	}
 	progress_start(&out.prog, "packing", in->raw_bytes);
-	r = pack_all(in, o, &p, &out);
+	r = pack_samples(in, o, &p, &out);
 	progress_end(&out.prog);
 	if (r == -EINTR) {
 		fprintf(stderr, "batchd-pack: interrupted; %s not created\n", path);
@@ -695,7 +696,7 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 		fprintf(stderr, "batchd-pack: %s: cannot finish: %s\n", path, strerror(-r));
 		goto out;
 	}
-	print_summary(path, in, &out, out.dict_size, progress_now() - t0);
+	print_summary(path, in, &out, out.dict_size, cli_now() - t0);
 out:
 	pool_free(&p);
 	output_discard(&out);

@@ -3,26 +3,18 @@
  * progress.c - terminal progress line (see progress.h).
  */
 #include <stdio.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "progress.h"
 #include "units.h"
-
-double progress_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 void progress_start(progress *p, const char *label, uint64_t total)
 {
 	p->enabled = isatty(STDERR_FILENO);
 	p->label = label;
 	p->total = total;
-	p->start = p->last = progress_now();
+	p->start = p->last = cli_now();
 }
 
 void progress_update(progress *p, uint64_t done, bool force)
@@ -32,7 +24,7 @@ void progress_update(progress *p, uint64_t done, bool force)
 
 	if (!p->enabled)
 		return;
-	now = progress_now();
+	now = cli_now();
 	if (!force && now - p->last < 0.2)
 		return;
 	p->last = now;

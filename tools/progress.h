@@ -16,11 +16,8 @@ typedef struct progress {
 	bool enabled;
 	const char *label;
 	uint64_t total;          /* 0 when unknown */
-	double start, last;      /* monotonic seconds */
+	double start, last;      /* monotonic seconds (cli_now) */
 } progress;
-
-/* Monotonic clock in seconds. */
-double progress_now(void);
 
 void progress_start(progress *p, const char *label, uint64_t total);
 /* Redraw if enough time has passed (or force). */

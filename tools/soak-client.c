@@ -37,7 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -106,16 +105,8 @@ static uint64_t rnd_below(uint64_t n)
 	return rnd() % n;
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 __attribute__((format(printf, 1, 2)))
-static void soak_error(const char *fmt, ...)
+static void count_error(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -257,21 +248,21 @@ static void check_batch(session *ss, const bc_batch *b)
 	if (!ss->have_position) {
 		/* The first batch: where the stream was asked to start. */
 		if (epoch != ss->o.start_epoch || index != 0)
-			soak_error("%s: first batch is (%" PRIu64 ", %" PRIu64 "), expected (%" PRIu64 ", 0)",
+			count_error("%s: first batch is (%" PRIu64 ", %" PRIu64 "), expected (%" PRIu64 ", 0)",
 			      ss->desc, epoch, index, ss->o.start_epoch);
 		epoch_begin(ss, epoch, index == 0);
 		ss->have_position = true;
 	}
 	if (epoch != ss->epoch || index != ss->next_index)
-		soak_error("%s: batch (%" PRIu64 ", %" PRIu64 ") out of order, expected (%" PRIu64
+		count_error("%s: batch (%" PRIu64 ", %" PRIu64 ") out of order, expected (%" PRIu64
 		      ", %" PRIu64 ")", ss->desc, epoch, index, ss->epoch, ss->next_index);
 	ss->epoch = epoch;
 	ss->next_index = index + 1;
 	if (index >= ss->p.batches)
-		soak_error("%s: batch index %" PRIu64 " beyond %" PRIu64 " per epoch", ss->desc, index,
+		count_error("%s: batch index %" PRIu64 " beyond %" PRIu64 " per epoch", ss->desc, index,
 		      ss->p.batches);
 	if (count != want)
-		soak_error("%s: batch (%" PRIu64 ", %" PRIu64 ") holds %u samples, expected %u", ss->desc,
+		count_error("%s: batch (%" PRIu64 ", %" PRIu64 ") holds %u samples, expected %u", ss->desc,
 		      epoch, index, count, want);
 
 	base = bc_batch_data(b, &total);
@@ -281,12 +272,12 @@ static void check_batch(session *ss, const bc_batch *b)
 		size_t len;
 
 		if (bc_batch_sample(b, i, &data, &len) < 0) {
-			soak_error("%s: sample %u of batch (%" PRIu64 ", %" PRIu64 ") unreadable", ss->desc,
+			count_error("%s: sample %u of batch (%" PRIu64 ", %" PRIu64 ") unreadable", ss->desc,
 			      i, epoch, index);
 			continue;
 		}
 		if (id >= rf->samples) {
-			soak_error("%s: sample id %" PRIu64 " out of range (%" PRIu64 " samples)", ss->desc,
+			count_error("%s: sample id %" PRIu64 " out of range (%" PRIu64 " samples)", ss->desc,
 			      id, rf->samples);
 			continue;
 		}
@@ -294,17 +285,17 @@ static void check_batch(session *ss, const bc_batch *b)
 			uint64_t pos = ss->o.rank * ss->p.per_rank + index * ss->o.batch_size + i;
 
 			if (id != pos % rf->samples)
-				soak_error("%s: unshuffled batch (%" PRIu64 ", %" PRIu64 ") sample %u is id %"
+				count_error("%s: unshuffled batch (%" PRIu64 ", %" PRIu64 ") sample %u is id %"
 				      PRIu64 ", expected %" PRIu64, ss->desc, epoch, index, i, id,
 				      pos % rf->samples);
 		}
 		expect = base + off;
 		if ((const uint8_t *)data != expect || off + len > total)
-			soak_error("%s: sample %u of batch (%" PRIu64 ", %" PRIu64 ") not laid end to end",
+			count_error("%s: sample %u of batch (%" PRIu64 ", %" PRIu64 ") not laid end to end",
 			      ss->desc, i, epoch, index);
 		off += len;
 		if (len != rf->size[id] || XXH3_64bits(data, len) != rf->hash[id]) {
-			soak_error("%s: sample %" PRIu64 " (batch (%" PRIu64 ", %" PRIu64 ") #%u): %zu bytes, "
+			count_error("%s: sample %" PRIu64 " (batch (%" PRIu64 ", %" PRIu64 ") #%u): %zu bytes, "
 			      "hash %016" PRIx64 "; the pack has %" PRIu64 " bytes, hash %016" PRIx64,
 			      ss->desc, id, epoch, index, i, len, XXH3_64bits(data, len), rf->size[id],
 			      rf->hash[id]);
@@ -312,7 +303,7 @@ static void check_batch(session *ss, const bc_batch *b)
 		}
 		/* Within one rank's epoch no sample repeats (padding comes from other ranks' share). */
 		if (ss->mut->seen[id] == ss->mut->stamp)
-			soak_error("%s: sample %" PRIu64 " delivered twice in epoch %" PRIu64, ss->desc, id,
+			count_error("%s: sample %" PRIu64 " delivered twice in epoch %" PRIu64, ss->desc, id,
 			      epoch);
 		else
 			ss->epoch_samples++;
@@ -321,7 +312,7 @@ static void check_batch(session *ss, const bc_batch *b)
 		g.t.bytes += len;
 	}
 	if (off != total)
-		soak_error("%s: batch (%" PRIu64 ", %" PRIu64 ") is %zu bytes, its samples %zu", ss->desc,
+		count_error("%s: batch (%" PRIu64 ", %" PRIu64 ") is %zu bytes, its samples %zu", ss->desc,
 		      epoch, index, total, off);
 	g.t.batches++;
 }
@@ -331,12 +322,12 @@ static void epoch_end(session *ss)
 	if (!ss->have_position)
 		return;
 	if (ss->next_index != ss->p.batches)
-		soak_error("%s: epoch %" PRIu64 " ended after %" PRIu64 " batches, expected %" PRIu64,
+		count_error("%s: epoch %" PRIu64 " ended after %" PRIu64 " batches, expected %" PRIu64,
 		      ss->desc, ss->epoch, ss->next_index, ss->p.batches);
 	/* A whole epoch of a single rank without drop_last is every sample, exactly once. */
 	if (ss->o.world == 1 && !ss->o.drop_last && ss->epoch_from_start &&
 	    ss->epoch_samples != ss->rf->samples)
-		soak_error("%s: epoch %" PRIu64 " delivered %" PRIu64 " distinct samples of %" PRIu64,
+		count_error("%s: epoch %" PRIu64 " delivered %" PRIu64 " distinct samples of %" PRIu64,
 		      ss->desc, ss->epoch, ss->epoch_samples, ss->rf->samples);
 	g.t.epochs++;
 	if (ss->epoch_from_start)
@@ -426,11 +417,11 @@ static void check_stream(const session *ss, bc_stream *s)
 	const ref *rf = ss->rf;
 
 	if (bc_stream_samples(s) != rf->samples || bc_stream_fingerprint(s) != rf->fingerprint)
-		soak_error("%s: stream reports %" PRIu64 " samples, fingerprint %016" PRIx64
+		count_error("%s: stream reports %" PRIu64 " samples, fingerprint %016" PRIx64
 		      "; the pack: %" PRIu64 ", %016" PRIx64, ss->desc, bc_stream_samples(s),
 		      bc_stream_fingerprint(s), rf->samples, rf->fingerprint);
 	if (bc_stream_batches_per_epoch(s) != ss->p.batches)
-		soak_error("%s: %" PRIu64 " batches per epoch, expected %" PRIu64, ss->desc,
+		count_error("%s: %" PRIu64 " batches per epoch, expected %" PRIu64, ss->desc,
 		      bc_stream_batches_per_epoch(s), ss->p.batches);
 }
 
@@ -459,7 +450,7 @@ static size_t consume(session *ss, bc_stream *s, const session_hold *h, bc_batch
 	size_t nheld = 0;
 	int r;
 
-	for (uint64_t n = 0; n < limit && now_s() < deadline;) {
+	for (uint64_t n = 0; n < limit && cli_now() < deadline;) {
 		bc_batch *b;
 
 		r = bc_next(s, &b, STALL_MS);
@@ -480,7 +471,7 @@ static size_t consume(session *ss, bc_stream *s, const session_hold *h, bc_batch
 		if (r == -ENOBUFS && h->newest_first)
 			break;
 		if (r < 0) {
-			soak_error("%s: next after %" PRIu64 " batches: %s (%s)", ss->desc, n,
+			count_error("%s: next after %" PRIu64 " batches: %s (%s)", ss->desc, n,
 				   bc_strerror(r), bc_stream_error(s));
 			break;
 		}
@@ -488,7 +479,7 @@ static size_t consume(session *ss, bc_stream *s, const session_hold *h, bc_batch
 		n++;
 		b = hold_batch(h, held, &nheld, b);
 		if (b && (r = bc_release(b)) < 0)
-			soak_error("%s: release: %s", ss->desc, bc_strerror(r));
+			count_error("%s: release: %s", ss->desc, bc_strerror(r));
 	}
 	return nheld;
 }
@@ -513,7 +504,7 @@ static void run_session(bc_client *c, ref *rf, double deadline)
 	r = bc_open(c, &ss.o, &s);
 	if (r < 0) {
 		g.t.refused++;
-		soak_error("%s: open: %s (%s)", ss.desc, bc_strerror(r), bc_client_error(c));
+		count_error("%s: open: %s (%s)", ss.desc, bc_strerror(r), bc_client_error(c));
 		return;
 	}
 	g.t.sessions++;
@@ -523,10 +514,10 @@ static void run_session(bc_client *c, ref *rf, double deadline)
 	if (rnd_below(2))
 		for (size_t i = 0; i < nheld; i++)
 			if ((r = bc_release(held[i])) < 0)
-				soak_error("%s: release at close: %s", ss.desc, bc_strerror(r));
+				count_error("%s: release at close: %s", ss.desc, bc_strerror(r));
 	r = bc_close(s);
 	if (r < 0)
-		soak_error("%s: close: %s", ss.desc, bc_strerror(r));
+		count_error("%s: close: %s", ss.desc, bc_strerror(r));
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -619,11 +610,11 @@ static void soak(const char *sock, ref *refs, size_t nrefs, double deadline)
 	bc_client *c = NULL;
 	int r;
 
-	while (now_s() < deadline) {
+	while (cli_now() < deadline) {
 		if (!c) {
 			r = bc_connect(sock, &c);
 			if (r < 0) {
-				soak_error("connect %s: %s", sock, bc_strerror(r));
+				count_error("connect %s: %s", sock, bc_strerror(r));
 				break;
 			}
 		}
@@ -651,7 +642,7 @@ int main(int argc, char **argv)
 	nrefs = (size_t)(argc - a.first_dataset);
 	if (load_refs(a.root, argv + a.first_dataset, nrefs, &refs) < 0)
 		return 1;
-	soak(a.sock, refs, nrefs, now_s() + (double)a.seconds);
+	soak(a.sock, refs, nrefs, cli_now() + (double)a.seconds);
 	printf("client=%u sessions=%" PRIu64 " refused=%" PRIu64 " batches=%" PRIu64
 	       " samples=%" PRIu64 " bytes=%" PRIu64 " epochs=%" PRIu64 " full_epochs=%" PRIu64
 	       " reconnects=%" PRIu64 " failed=%" PRIu64 " errors=%" PRIu64 "\n",
