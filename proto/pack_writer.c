@@ -22,7 +22,7 @@
 
 struct bp_pack_writer {
 	int fd;
-	int error;              /* sticky: first failure */
+	int error;              /* sticky: the first failed write, or -EALREADY once finished */
 	bool has_dict;
 	uint8_t header[BP_PACK_HEADER_SIZE];
 	uint64_t offset;        /* bytes written */

@@ -24,8 +24,9 @@ typedef struct bp_pack_writer bp_pack_writer;
 /*
  * Start a shard on fd (positioned at offset 0 of an empty file), with an
  * optional dictionary (dict_size <= BP_PACK_MAX_DICT).
- * @return 0, -E2BIG, -ENOMEM, or -errno from write(2). On success *ret is the
- * writer; free it with bp_pack_writer_free().
+ * @return 0; -E2BIG; -EINVAL (fd < 0, or dict NULL with a dict_size);
+ * -ENOMEM; -errno from write(2), -EIO when it writes nothing. On success
+ * *ret is the writer; free it with bp_pack_writer_free().
  */
 int bp_pack_writer_new(int fd, const void *dict, size_t dict_size, bp_pack_writer **ret);
 
@@ -34,7 +35,10 @@ int bp_pack_writer_new(int fd, const void *dict, size_t dict_size, bp_pack_write
  * raw bytes are exactly the sizes laid end to end (sum == raw_size).
  * @return 0; -EINVAL for inconsistent sizes or codec; -E2BIG when a limit
  * would be exceeded (sample, block, index); -ENOMEM; -errno from write(2).
- * After an error the writer only accepts bp_pack_writer_free().
+ * A refused block (-EINVAL, -E2BIG, -ENOMEM) leaves the writer as it was.
+ * A failed write sticks: every later add or finish returns its error, and
+ * only bp_pack_writer_free() is left to do; after a successful finish they
+ * return -EALREADY.
  */
 int bp_pack_writer_add(bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t raw_size,
 		       const uint64_t *sample_sizes, size_t n);
@@ -45,7 +49,7 @@ uint64_t bp_pack_writer_samples(const bp_pack_writer *w);
 
 /*
  * Write the index and footer. @return 0, -ENODATA when no block was added,
- * -errno from write(2). ret_footer (may be NULL) receives the footer.
+ * -errno from write(2) (sticky, as for bp_pack_writer_add). ret_footer (may be NULL) receives the footer.
  */
 int bp_pack_writer_finish(bp_pack_writer *w, bp_pack_footer *ret_footer);
 

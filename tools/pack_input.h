@@ -67,10 +67,15 @@ void pack_iter_free(pack_iter *it);
  */
 int pack_iter_next(pack_iter *it, uint64_t *ret_size);
 
-/* Read the current sample's bytes (exactly the size next reported). */
+/*
+ * Read the current sample's bytes (exactly the size next reported).
+ * @return 0, or a negative errno with a message naming the sample: -EINVAL
+ * for a file that changed size since the scan, -EIO for a record file or
+ * archive that ends early, another -errno from open or read.
+ */
 int pack_iter_read(pack_iter *it, uint8_t *dst);
 
-/* A printable name for the current sample ("dir/a/b.txt", "x.tar:member"). */
+/* A printable name for the current sample ("dir/a/b.txt", "x.tar:member", "f: record 7"). */
 const char *pack_iter_name(pack_iter *it);
 
 #endif

@@ -45,6 +45,7 @@
 #include "cli.h"
 #include "pack_file.h"
 #include "protocol.h"
+#include "trainer.h"
 
 static const char usage_text[] =
 	"usage: soak-client -s SOCKET -r ROOT -t SECONDS [-i ID] [-S SEED] [-f] [-H none|order|any]\n"
@@ -347,11 +348,14 @@ static void batch_failed(session *ss)
 	g.t.failed++;
 }
 
-/* Errors that end a stream rather than fail one batch of it. */
+/*
+ * Errors that end a stream rather than fail one batch of it: a trainer's
+ * (trainer.h), and a stall past STALL_MS or a refused call, which a soak
+ * counts against the stream too.
+ */
 static bool stream_ending(int r)
 {
-	return r == -EPIPE || r == -ESHUTDOWN || r == -ETIME || r == -EPROTO || r == -ENOBUFS ||
-	       r == -ETIMEDOUT || r == -EINVAL;
+	return trainer_stream_over(r) || r == -ETIME || r == -ETIMEDOUT || r == -EINVAL;
 }
 
 /*
