@@ -47,6 +47,7 @@
 
 #include "batchclient.h"
 #include "bench.h"
+#include "bench_daemon.h"
 #include "batchd-build.h"
 #include "bench_stats.h"
 #include "cli.h"
@@ -84,169 +85,6 @@ typedef struct pl_client {
 	double wall, waited, first_batch;
 	bench_hist wait;               /* ns blocked in bc_next, per batch taken */
 } pl_client;
-
-/* ---- finding and running batchd ------------------------------------------------ */
-
-static bool executable(const char *p)
-{
-	struct stat st;
-
-	return p && stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, X_OK) == 0;
-}
-
-/*
- * --batchd, $BATCHD, next to this binary (installed side by side, the build
- * tree's ../daemon/batchd, or ../sbin/batchd), the path of the build that
- * made this binary, then $PATH.
- */
-static const char *find_batchd(const char *given, char *buf, size_t len)
-{
-	static const char *const rel[] = { "batchd", "../daemon/batchd", "../sbin/batchd" };
-	char self[PATH_MAX];
-	ssize_t n;
-
-	if (given)
-		return given;
-	if (executable(getenv("BATCHD")))
-		return getenv("BATCHD");
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (n > 0) {
-		self[n] = '\0';
-		for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-			snprintf(buf, len, "%s/%s", dirname(self), rel[i]);
-			if (executable(buf))
-				return buf;
-			self[n] = '\0';   /* dirname may have written into it */
-		}
-	}
-#ifdef BATCHD_BENCH_BATCHD
-	if (executable(BATCHD_BENCH_BATCHD))
-		return BATCHD_BENCH_BATCHD;
-#endif
-	return "batchd";          /* execvp searches $PATH */
-}
-
-typedef struct pl_daemon {
-	char dir[96], sock[128], log[128];   /* dir is at most 60 + 21 bytes */
-	pid_t pid;
-} pl_daemon;
-
-static void dump_log(const pl_daemon *d)
-{
-	char line[1024];
-	FILE *f = fopen(d->log, "r");
-
-	if (!f)
-		return;
-	fprintf(stderr, "---- batchd log ----\n");
-	while (fgets(line, sizeof(line), f))
-		fputs(line, stderr);
-	fprintf(stderr, "--------------------\n");
-	fclose(f);
-}
-
-static int daemon_start(pl_daemon *d, const pl_opts *o, const char *root)
-{
-	const char *tmp = getenv("TMPDIR");
-	char bin_buf[PATH_MAX];
-	const char *bin = find_batchd(o->batchd, bin_buf, sizeof(bin_buf));
-	char *argv[16];
-	int n = 0, logfd;
-
-	/* A socket path must fit in sun_path (108 bytes): a long TMPDIR will not do. */
-	if (!tmp || !*tmp || strlen(tmp) > 60)
-		tmp = "/tmp";
-	snprintf(d->dir, sizeof(d->dir), "%s/batchd-bench.XXXXXX", tmp);
-	if (!mkdtemp(d->dir)) {
-		fprintf(stderr, "batchd-bench: mkdtemp %s: %s\n", d->dir, strerror(errno));
-		d->dir[0] = '\0';
-		return -1;
-	}
-	snprintf(d->sock, sizeof(d->sock), "%s/batchd.sock", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/batchd.log", d->dir);
-	argv[n++] = (char *)bin;
-	argv[n++] = "--socket";
-	argv[n++] = d->sock;
-	argv[n++] = "--root";
-	argv[n++] = (char *)root;
-	if (o->memory) {
-		argv[n++] = "--memory";
-		argv[n++] = (char *)o->memory;
-	}
-	argv[n] = NULL;
-
-	logfd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (logfd < 0)
-		return -1;
-	fflush(NULL);
-	d->pid = fork();
-	if (d->pid < 0) {
-		close(logfd);
-		return -1;
-	}
-	if (d->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGTERM);     /* never outlive the benchmark */
-		dup2(logfd, 1);
-		dup2(logfd, 2);
-		execvp(argv[0], argv);
-		fprintf(stderr, "batchd-bench: cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	close(logfd);
-
-	/* Up to a minute: sanitizer builds and a cold CUDA probe start slowly. */
-	for (int i = 0; i < 6000; i++) {
-		bc_client *c;
-		int st;
-
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			fprintf(stderr, "batchd-bench: %s exited (status %d) before answering\n", bin,
-				WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
-			dump_log(d);
-			return -1;
-		}
-		if (bc_connect(d->sock, &c) == 0) {
-			bc_disconnect(c);
-			return 0;
-		}
-		trainer_sleep_ms(10);
-	}
-	fprintf(stderr, "batchd-bench: %s never answered on %s\n", bin, d->sock);
-	dump_log(d);
-	return -1;
-}
-
-/* Stops our batchd (if running) and removes its directory. @return its exit status or -1. */
-static int daemon_stop(pl_daemon *d, bool show_log)
-{
-	int st = 0, rc = -1;
-	bool had = d->pid > 0;
-
-	if (had) {
-		kill(d->pid, SIGTERM);
-		for (int i = 0; i < 3000; i++) {
-			if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-				rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-				break;
-			}
-			trainer_sleep_ms(10);
-		}
-		if (rc < 0) {
-			kill(d->pid, SIGKILL);
-			waitpid(d->pid, &st, 0);
-		}
-		d->pid = 0;
-	}
-	if (show_log || (had && rc != 0))
-		dump_log(d);
-	if (d->dir[0]) {
-		unlink(d->sock);
-		unlink(d->log);
-		rmdir(d->dir);
-	}
-	return rc;
-}
 
 /* ---- one client ---------------------------------------------------------------------- */
 
@@ -343,7 +181,7 @@ static int client_batch(const pl_opts *o, unsigned rank, pl_client *out, gpuchec
 			fprintf(stderr, "batchd-bench: client %u: MISMATCH: %s\n", rank, why);
 	}
 	if (o->step_ms)
-		trainer_sleep_ms(o->step_ms);
+		cli_sleep_ms(o->step_ms);
 	bc_release(b);
 	return 0;
 }
@@ -563,7 +401,7 @@ static void watch(const pl_opts *o, pl_client *cl, pid_t *pids, unsigned *runnin
 		}
 		progress_update(&p, bytes, false);
 		if (*running)
-			trainer_sleep_ms(20);
+			cli_sleep_ms(20);
 	}
 	progress_end(&p);
 }
@@ -773,7 +611,7 @@ static int parse_args(int argc, char **argv, pl_opts *o)
 static int run_own_daemon(pl_opts *o)
 {
 	char abs[PATH_MAX], root[PATH_MAX];
-	pl_daemon d = { .pid = 0 };
+	bench_daemon d = { .pid = 0 };
 	int rc;
 
 	/* The clients name the dataset absolutely. */
@@ -783,12 +621,12 @@ static int run_own_daemon(pl_opts *o)
 	}
 	memcpy(root, abs, sizeof(root));
 	o->so.dataset = abs;
-	if (daemon_start(&d, o, dirname(root)) < 0) {
-		daemon_stop(&d, false);
+	if (bench_daemon_start(&d, o->batchd, o->memory, dirname(root)) < 0) {
+		bench_daemon_stop(&d, false);
 		return 1;
 	}
 	rc = run_clients(o, d.sock, true);
-	if (daemon_stop(&d, rc != 0 && rc != PL_SKIP) != 0 && rc == 0) {
+	if (bench_daemon_stop(&d, rc != 0 && rc != PL_SKIP) != 0 && rc == 0) {
 		fprintf(stderr, "batchd-bench: batchd did not stop cleanly\n");
 		rc = 1;
 	}

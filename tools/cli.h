@@ -5,7 +5,7 @@
  * the clock runs are timed with.
  *
  * Thread rules: single-threaded tools only (cli_init keeps globals);
- * cli_parse_u64 and cli_now may be called from any thread.
+ * cli_parse_u64, cli_now and cli_sleep_ms may be called from any thread.
  */
 #ifndef BATCHD_TOOLS_CLI_H
 #define BATCHD_TOOLS_CLI_H
@@ -27,5 +27,8 @@ int cli_parse_u64(const char *s, uint64_t *ret);
 
 /* CLOCK_MONOTONIC in seconds, for timing runs. Any thread. */
 double cli_now(void);
+
+/* Sleep ms milliseconds, resuming after signals. Any thread. */
+void cli_sleep_ms(uint64_t ms);
 
 #endif

@@ -4,7 +4,6 @@
  * pipeline share (see trainer.h).
  */
 #include <errno.h>
-#include <time.h>
 
 #include "cli.h"
 #include "protocol.h"
@@ -39,13 +38,4 @@ bool trainer_last_epoch_done(bc_stream *s, const bc_stream_opts *so, uint64_t ep
 
 	bc_stream_position(s, &e, &bi);
 	return bi == 0 && e > so->start_epoch + ep;
-}
-
-void trainer_sleep_ms(uint64_t ms)
-{
-	struct timespec ts = { .tv_sec = (time_t)(ms / 1000),
-			       .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
 }

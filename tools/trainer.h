@@ -44,7 +44,4 @@ bool trainer_stream_over(int r);
  */
 bool trainer_last_epoch_done(bc_stream *s, const bc_stream_opts *so, uint64_t ep);
 
-/* Sleep ms milliseconds ("training" on a batch), resuming after signals. */
-void trainer_sleep_ms(uint64_t ms);
-
 #endif

@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batchctl_consume.c - `batchctl consume`: take batches from batchd
+ * through libbatchclient as a trainer would, and say how long it waited.
+ *
+ * It "trains" --step-ms on each batch and measures every wait in bc_next
+ * (mean, p99, stall share) and the first batch's latency. With --device N
+ * the stream is a GPU stream: this process's own CUDA stream waits for
+ * each batch's copy (gpucheck.h), the batch is copied back and compared
+ * with the host staging copy, and any mismatch fails the run.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "batchclient.h"
+#include "batchctl.h"
+#include "batchd-build.h"
+#include "cli.h"
+#include "gpucheck.h"
+#include "trainer.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* What `consume` was asked for. */
+typedef struct consume_opts {
+	bc_stream_opts so;
+	uint64_t epochs, step_ms;
+	bool print, json;
+} consume_opts;
+
+/* What a `consume` run measured. */
+typedef struct consume_run {
+	uint64_t batches, samples, bytes, failed, mismatches;
+	double *waits;           /* seconds blocked in bc_next, per batch taken */
+	size_t nwaits, capwaits;
+	double t0, t_first, waited, secs;
+	bool have_batch;
+	int rc;                  /* the exit status so far */
+} consume_run;
+
+enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
+       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE };
+
+static const struct option consume_options[] = {
+	{ "batch-size", required_argument, NULL, O_BATCH },
+	{ "epochs", required_argument, NULL, O_EPOCHS },
+	{ "shuffle", required_argument, NULL, O_SHUFFLE },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "rank", required_argument, NULL, O_RANK },
+	{ "world", required_argument, NULL, O_WORLD },
+	{ "drop-last", no_argument, NULL, O_DROP },
+	{ "start-epoch", required_argument, NULL, O_SEPOCH },
+	{ "start-batch", required_argument, NULL, O_SBATCH },
+	{ "prefetch", required_argument, NULL, O_PREFETCH },
+	{ "step-ms", required_argument, NULL, O_STEP },
+	{ "print-samples", no_argument, NULL, O_PRINT },
+	{ "json", no_argument, NULL, O_JSON },
+	/* In enum order: a bad number is named by consume_options[ch - O_BATCH]. */
+	{ "window", required_argument, NULL, O_WINDOW },
+	{ "device", required_argument, NULL, O_DEVICE },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* A numeric option. @return 0, or the usage exit status. */
+static int consume_number(consume_opts *co, int ch, const char *arg)
+{
+	bc_stream_opts *o = &co->so;
+	uint64_t v;
+
+	if (cli_parse_u64(arg, &v) < 0)
+		return cli_usage("--%s: '%s' is not a number", consume_options[ch - O_BATCH].name, arg);
+	switch (ch) {
+	case O_BATCH: o->batch_size = v > UINT32_MAX ? 0 : (uint32_t)v; break;
+	case O_EPOCHS: co->epochs = v; break;
+	case O_SEED: o->seed = v; break;
+	case O_RANK: o->rank = (uint32_t)v; break;
+	case O_WORLD: o->world = (uint32_t)v; break;
+	case O_SEPOCH: o->start_epoch = v; break;
+	case O_SBATCH: o->start_batch = v; break;
+	case O_PREFETCH: o->prefetch = (uint32_t)v; break;
+	case O_WINDOW: o->window = (uint32_t)v; break;
+	case O_STEP: co->step_ms = v; break;
+	case O_DEVICE: return trainer_opt_device(arg, v, o);
+	}
+	return 0;
+}
+
+/* Read argv into co. @return 0, or the usage exit status. */
+static int consume_parse(int argc, char **argv, consume_opts *co)
+{
+	int ch, r;
+
+	memset(co, 0, sizeof(*co));
+	bc_stream_opts_init(&co->so);
+	co->so.batch_size = 0;
+	co->epochs = 1;
+	optind = 1;
+	while ((ch = getopt_long(argc, argv, "-", consume_options, NULL)) != -1) {
+		switch (ch) {
+		case 1:
+			if (co->so.dataset)
+				return cli_usage("consume: unexpected argument '%s'", optarg);
+			co->so.dataset = optarg;
+			continue;
+		case O_DROP: co->so.drop_last = true; continue;
+		case O_PRINT: co->print = true; continue;
+		case O_JSON: co->json = true; continue;
+		case O_SHUFFLE: r = trainer_opt_shuffle(optarg, &co->so); break;
+		default:
+			if (ch == '?' || ch < 256)
+				return cli_usage(NULL);
+			r = consume_number(co, ch, optarg);
+			break;
+		}
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
+/* @return 0, or the exit status after saying what is missing or wrong. */
+static int consume_validate(const consume_opts *co)
+{
+	const bc_stream_opts *o = &co->so;
+
+	if (!o->dataset)
+		return cli_usage("consume: missing DATASET");
+	if (o->batch_size == 0)
+		return cli_usage("consume: --batch-size N (N >= 1) is required");
+	if (o->world == 0 || o->rank >= o->world)
+		return cli_usage("consume: --rank must be below --world");
+	if (o->device != BC_HOST && !BATCHD_HAVE_CUDA) {
+		fprintf(stderr, "batchctl: consume --device: this batchctl was built without CUDA\n");
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Connect, open the stream and, for --device, the CUDA side; the run's clock
+ * starts before the open. @return 0, or -1 after saying why.
+ */
+static int consume_open(const char *sock, const consume_opts *co, consume_run *run,
+			bc_client **ret_c, bc_stream **ret_s, gpucheck **ret_gpu)
+{
+	const bc_stream_opts *o = &co->so;
+	gpucheck *gpu = NULL;
+	char why[512];
+	bc_client *c;
+	bc_stream *s;
+	int r;
+
+	if (batchctl_connect(sock, &c) < 0)
+		return -1;
+	run->t0 = cli_now();
+	r = bc_open(c, o, &s);
+	if (r < 0) {
+		fprintf(stderr, "batchctl: open %s%s: %s\n", o->dataset,
+			o->device == BC_HOST ? "" : " on a GPU",
+			bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r));
+		bc_disconnect(c);
+		return -1;
+	}
+	/* After the open, so that a daemon without CUDA is what the user hears about. */
+	if (o->device != BC_HOST && gpucheck_new(o->device, &gpu, why, sizeof(why)) < 0) {
+		fprintf(stderr, "batchctl: CUDA device %d: %s\n", o->device, why);
+		bc_close(s);
+		bc_disconnect(c);
+		return -1;
+	}
+	*ret_c = c;
+	*ret_s = s;
+	*ret_gpu = gpu;
+	return 0;
+}
+
+static void print_samples(const bc_batch *b)
+{
+	for (uint32_t i = 0; i < bc_batch_count(b); i++) {
+		const void *p;
+		size_t len;
+
+		bc_batch_sample(b, i, &p, &len);
+		printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %016llx\n", bc_batch_epoch(b),
+		       bc_batch_index(b), bc_batch_sample_id(b, i),
+		       (unsigned long long)XXH3_64bits(p, len));
+	}
+}
+
+/* Note how long the batch was waited for. @return 0, or -ENOMEM after saying so. */
+static int record_wait(consume_run *run, double wait)
+{
+	if (run->nwaits == run->capwaits) {
+		double *w;
+
+		run->capwaits = run->capwaits ? 2 * run->capwaits : 1024;
+		w = realloc(run->waits, run->capwaits * sizeof(*w));
+		if (!w) {
+			fprintf(stderr, "batchctl: out of memory\n");
+			return -ENOMEM;
+		}
+		run->waits = w;
+	}
+	run->waits[run->nwaits++] = wait;
+	return 0;
+}
+
+/*
+ * Count, print, check on the GPU and "train" on one batch taken at time tw,
+ * then release it. @return 0; 1 when the run must stop (a CUDA error, said);
+ * -ENOMEM.
+ */
+static int consume_batch(consume_run *run, const consume_opts *co, gpucheck *gpu, bc_batch *b,
+			 double tw)
+{
+	char why[512];
+	size_t len;
+	int r;
+
+	if (record_wait(run, cli_now() - tw) < 0)
+		return -ENOMEM;
+	if (run->t_first < 0)
+		run->t_first = cli_now() - run->t0;
+	run->have_batch = true;
+	run->batches++;
+	run->samples += bc_batch_count(b);
+	if (co->print)
+		print_samples(b);
+	bc_batch_data(b, &len);
+	run->bytes += len;
+	r = gpu ? gpucheck_take(gpu, b, true, why, sizeof(why)) : 0;
+	if (r < 0) {
+		fprintf(stderr, "batchctl: CUDA: %s\n", why);
+		bc_release(b);
+		run->rc = 1;
+		return 1;
+	}
+	if (r > 0) {
+		fprintf(stderr, "batchctl: MISMATCH: %s\n", why);
+		run->mismatches++;
+		run->rc = 1;
+	}
+	if (co->step_ms)
+		cli_sleep_ms(co->step_ms);
+	bc_release(b);
+	return 0;
+}
+
+/* Run `epochs` whole epochs from the start position. @return 0, or -ENOMEM. */
+static int consume_loop(consume_run *run, const consume_opts *co, bc_stream *s, gpucheck *gpu)
+{
+	for (uint64_t ep = 0; ep < co->epochs;) {
+		bc_batch *b;
+		double tw = cli_now();
+		int r = bc_next(s, &b, -1);
+
+		run->waited += cli_now() - tw;
+		if (r == BC_EPOCH_END) {
+			ep++;
+			continue;
+		}
+		if (r < 0 && !trainer_stream_over(r)) {
+			fprintf(stderr, "batchctl: batch failed: %s: %s\n", bc_strerror(r),
+				bc_stream_error(s));
+			run->failed++;
+			run->rc = 1;
+			continue;
+		}
+		if (r < 0) {
+			fprintf(stderr, "batchctl: %s: %s\n", bc_strerror(r), bc_stream_error(s));
+			run->rc = 1;
+			break;
+		}
+		r = consume_batch(run, co, gpu, b, tw);
+		if (r < 0)
+			return r;
+		if (r > 0)
+			break;
+		/* The last epoch ends when its last batch is taken: do not wait for the next. */
+		if (ep + 1 == co->epochs && trainer_last_epoch_done(s, &co->so, ep))
+			break;
+	}
+	return 0;
+}
+
+static void consume_report(const consume_run *run, const consume_opts *co)
+{
+	double secs = run->secs, waited = run->waited;
+	double mean = run->nwaits ? waited / (double)run->nwaits : 0;
+	double p99 = run->nwaits ? run->waits[(size_t)((double)(run->nwaits - 1) * 0.99)] : 0;
+	double first = run->have_batch ? run->t_first * 1e3 : 0;
+	uint64_t bytes = run->bytes, mismatches = run->mismatches;
+	int device = co->so.device;
+	FILE *out = co->print ? stderr : stdout;
+
+	if (co->json) {
+		printf("{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
+		       ", \"failed\": %" PRIu64 ", \"seconds\": %.6f, \"mb_per_s\": %.3f, "
+		       "\"wait_us_mean\": %.1f, \"wait_us_p99\": %.1f, \"stall_pct\": %.3f, "
+		       "\"first_batch_ms\": %.3f",
+		       run->batches, run->samples, bytes, run->failed, secs,
+		       secs > 0 ? (double)bytes / secs / 1e6 : 0, mean * 1e6, p99 * 1e6,
+		       secs > 0 ? 100.0 * waited / secs : 0, first);
+		if (device != BC_HOST)
+			printf(", \"device\": %d, \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
+			       device, secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches);
+		printf("}\n");
+		return;
+	}
+	fprintf(out, "%" PRIu64 " batches, %" PRIu64 " samples, %.1f MB in %.2f s: %.1f MB/s, "
+		"%.0f samples/s; wait mean %.1f us, p99 %.1f us, stall %.1f%%; first batch "
+		"after %.1f ms%s\n",
+		run->batches, run->samples, (double)bytes / 1e6, secs,
+		secs > 0 ? (double)bytes / secs / 1e6 : 0,
+		secs > 0 ? (double)run->samples / secs : 0, mean * 1e6, p99 * 1e6,
+		secs > 0 ? 100.0 * waited / secs : 0, first,
+		run->failed ? "; some batches FAILED" : "");
+	if (device != BC_HOST)
+		fprintf(out, "device %d: %.2f GB/s delivered, copied back and compared: %" PRIu64
+			" mismatching batch%s%s\n", device, secs > 0 ? (double)bytes / secs / 1e9 : 0,
+			mismatches, mismatches == 1 ? "" : "es", mismatches ? " (FAILED)" : "");
+}
+
+int batchctl_consume(const char *sock, int argc, char **argv)
+{
+	consume_run run = { .t_first = -1 };
+	consume_opts co;
+	gpucheck *gpu;
+	char why[512];
+	bc_client *c;
+	bc_stream *s;
+	int r;
+
+	if ((r = consume_parse(argc, argv, &co)) || (r = consume_validate(&co)))
+		return r;
+	if (consume_open(sock, &co, &run, &c, &s, &gpu) < 0)
+		return 1;
+	r = consume_loop(&run, &co, s, gpu);
+	/* Every copy this run queued has landed before the clock stops. */
+	if (r == 0 && gpu && gpucheck_sync(gpu, why, sizeof(why)) < 0) {
+		fprintf(stderr, "batchctl: CUDA: %s\n", why);
+		run.rc = 1;
+	}
+	run.secs = cli_now() - run.t0;
+	bc_close(s);
+	bc_disconnect(c);
+	gpucheck_free(gpu);
+	if (r == 0) {
+		if (run.nwaits)
+			qsort(run.waits, run.nwaits, sizeof(*run.waits), cmp_double);
+		consume_report(&run, &co);
+	}
+	free(run.waits);
+	return r < 0 ? 1 : run.rc;
+}
