@@ -212,6 +212,19 @@ static char *tmp_name_beside(const char *path)
 	return out;
 }
 
+/*
+ * mode as open(2) and mkdir(2) would create it: less the umask. mkdtemp and
+ * mkostemp make 0700 and 0600 whatever the umask, which would lock out a
+ * batchd running as its own user.
+ */
+static mode_t less_umask(mode_t mode)
+{
+	mode_t mask = umask(0);
+
+	umask(mask);
+	return mode & ~mask;
+}
+
 static int output_open(output *o)
 {
 	o->tmp = tmp_name_beside(o->final);
@@ -222,12 +235,14 @@ static int output_open(output *o)
 		if (!mkdtemp(o->tmp))
 			return -errno;
 		o->dirfd = open(o->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		return o->dirfd < 0 ? -errno : 0;
+		if (o->dirfd < 0 || fchmod(o->dirfd, less_umask(0755)) < 0)
+			return -errno;
+		return 0;
 	}
 	o->fd = mkostemp(o->tmp, O_CLOEXEC);
 	if (o->fd < 0)
 		return -errno;
-	if (fchmod(o->fd, 0644) < 0)
+	if (fchmod(o->fd, less_umask(0644)) < 0)
 		return -errno;
 	return bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
 }

@@ -517,6 +517,23 @@ else
 	bad "create --shard-size 384K: exit $RC: $(err)"
 fi
 
+# Modes follow the umask, as open(2) and mkdir(2) would make them: a batchd
+# running as its own user must be able to open what a user packed.
+mkdir -p "$T/mask-in"
+printf 'one' >"$T/mask-in/a"
+printf 'two' >"$T/mask-in/b"
+for mask in 022 027 077; do
+	(umask "$mask" && "$BIN" create "$T/mask$mask.d" "$T/mask-in" --shard-size 64K >/dev/null 2>&1 &&
+		"$BIN" create "$T/mask$mask.bpk" "$T/mask-in" >/dev/null 2>&1) || true
+	want_dir=$(printf '%o' $((0755 & ~0$mask)))
+	want_file=$(printf '%o' $((0644 & ~0$mask)))
+	got_dir=$(stat -c %a "$T/mask$mask.d" 2>/dev/null || echo missing)
+	got_part=$(stat -c %a "$T/mask$mask.d/part-000000.bpk" 2>/dev/null || echo missing)
+	got_file=$(stat -c %a "$T/mask$mask.bpk" 2>/dev/null || echo missing)
+	expect "umask $mask: shard directory $got_dir == $want_dir, shard $got_part and file $got_file == $want_file" \
+		test "$got_dir" = "$want_dir" -a "$got_part" = "$want_file" -a "$got_file" = "$want_file"
+done
+
 # ---- 6. corruption and truncation ---------------------------------------------------------
 
 echo "# 6. verify catches corruption (at ${SECONDS}s)"
