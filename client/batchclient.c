@@ -1,24 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * batchclient.c - the client side of batchd (see batchclient.h,
- * proto/PROTOCOL.md and proto/ring.h).
+ * proto/PROTOCOL.md and proto/ring.h): the connection, streams and the
+ * ring they read.
  *
  * Requests go over the socket under the client's lock, one at a time, and
  * are answered in order. Batches never touch the socket: the stream maps
  * the session's data memfd read-only (after checking it is sealed, so the
  * daemon cannot truncate it under us either) and walks the ring.
  *
- * GPU streams also map the daemon's device allocation (a CUDA VMM handle
- * that READY carries as a fifth descriptor) once, when they open, and
- * order the GPU work around each batch with the daemon's IPC events (see
- * ring.h). The CUDA driver is loaded at run time (proto/cudrv/cudrv.h), so the
- * library loads and serves host streams on machines without one. Nothing
- * the daemon writes is trusted here either: the device table and every
- * descriptor's device offset are checked against the layout before use.
+ * GPU streams also map the daemon's device allocation when they open and
+ * order the GPU work around each batch with its events; that side lives in
+ * gpu_stream.c, behind the bc__gpu_ calls of client_priv.h, so that
+ * nothing here needs CUDA.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -33,12 +30,9 @@
 #include <unistd.h>
 
 #include "batchclient.h"
-#include "batchd-build.h"
+#include "client_priv.h"
 #include "protocol.h"
 #include "ring.h"
-#if BATCHD_HAVE_CUDA
-#include "cudrv.h"
-#endif
 
 /* The public orders are the protocol's (proto/protocol.h), value for value. */
 _Static_assert(BC_SHUFFLE_NONE == (int)BP_SHUFFLE_NONE && BC_SHUFFLE_GLOBAL == (int)BP_SHUFFLE_GLOBAL &&
@@ -47,70 +41,6 @@ _Static_assert(BC_SHUFFLE_NONE == (int)BP_SHUFFLE_NONE && BC_SHUFFLE_GLOBAL == (
 
 #define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
 #define HOLD_GRACE_MS 200     /* how long a stall caused by held batches must last */
-
-struct bc_client {
-	int fd;
-	pthread_mutex_t mu;
-	bool dead;
-	int last_len;            /* bytes of the last datagram received */
-	char err[BP_ERRMSG_MAX + 1];
-	uint8_t buf[BP_MSG_MAX];
-};
-
-struct bc_batch {
-	bc_stream *s;
-	uint64_t seq;
-	bp_ring_desc d;          /* copy of the descriptor */
-	const bp_ring_sample *table;
-	const uint8_t *payload;
-	void *dev;               /* GPU streams: the payload in device memory, else NULL */
-	void *stream;            /* CUstream last given to bc_batch_wait_stream; NULL: legacy default */
-	bool held;
-};
-
-#if BATCHD_HAVE_CUDA
-/*
- * A GPU stream's hold on the daemon's device allocation: mapped once at
- * open, undone at close. Every field is ours (copied out of the device
- * table after checking it), so nothing here changes under us.
- */
-typedef struct bc_gpu {
-	const bp_cudrv *d;
-	CUdevice dev;
-	CUcontext ctx;           /* dev's primary context, retained while `retained` */
-	bool retained;
-	CUmemGenericAllocationHandle h;
-	bool imported;           /* h still to be released */
-	CUdeviceptr base;        /* `size` bytes of address space, reserved while `reserved` */
-	bool reserved, mapped;
-	uint64_t size, slot_bytes;
-	uint32_t slots;
-	CUevent *ready;          /* per slot: the daemon records after its copy */
-	CUevent *released;       /* per slot: we record at release */
-	pid_t pid;               /* the process that mapped: CUDA does not survive fork() */
-} bc_gpu;
-#endif
-
-struct bc_stream {
-	bc_client *c;
-	bp_msg_ready r;
-	int device;              /* BC_HOST, or the caller's CUDA ordinal */
-	int data_fd, ctrl_fd, released_fd, published_fd;
-	int gpu_fd;              /* GPU streams: the VMM handle, until it is mapped */
-#if BATCHD_HAVE_CUDA
-	bc_gpu *gpu;
-#endif
-	const uint8_t *data;
-	const bp_ring_header *hdr;
-	bp_ring_ctrl *ctrl;
-	uint64_t start_epoch, start_batch;
-	uint64_t consumed;       /* batches taken */
-	uint64_t epoch;          /* epoch of the last batch taken */
-	bool epoch_end_said;
-	uint32_t held;
-	bc_batch *batches;       /* one per slot */
-	char err[BP_RING_REASON_MAX + 1];
-};
 
 /* ---- socket ---------------------------------------------------------------------- */
 
@@ -386,8 +316,7 @@ int bc_metrics(bc_client *c, char **ret_text)
 
 /* ---- streams ------------------------------------------------------------------------ */
 
-/* Say why the session's memory was refused (for bc_client_error). @return -EBADMSG. */
-static int __attribute__((format(printf, 2, 3))) bad_ring(bc_stream *s, const char *fmt, ...)
+int bc__bad_ring(bc_stream *s, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -406,14 +335,14 @@ static int stream_map(bc_stream *s)
 
 	if (fstat(s->data_fd, &st) < 0 || (uint64_t)st.st_size != s->r.data_size ||
 	    fstat(s->ctrl_fd, &st) < 0 || (uint64_t)st.st_size != s->r.ctrl_size)
-		return bad_ring(s, "the session's memfds are not the sizes READY announced");
+		return bc__bad_ring(s, "the session's memfds are not the sizes READY announced");
 	if ((fcntl(s->data_fd, F_GET_SEALS) & want) != want ||
 	    (fcntl(s->ctrl_fd, F_GET_SEALS) & want) != want)
-		return bad_ring(s, "the session's memfds are not sealed against resizing");
+		return bc__bad_ring(s, "the session's memfds are not sealed against resizing");
 	if (s->r.slots == 0 || s->r.slots > BP_RING_MAX_SLOTS ||
 	    s->r.data_size < bp_ring_arena_offset(s->r.slots) ||
 	    s->r.ctrl_size < bp_ring_ctrl_size(s->r.slots))
-		return bad_ring(s, "READY's sizes do not fit %u slots", s->r.slots);
+		return bc__bad_ring(s, "READY's sizes do not fit %u slots", s->r.slots);
 	m = mmap(NULL, s->r.data_size, PROT_READ, MAP_SHARED, s->data_fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
@@ -425,301 +354,13 @@ static int stream_map(bc_stream *s)
 	s->ctrl = m;
 	if (s->hdr->magic != BP_RING_MAGIC || s->hdr->version != BP_RING_VERSION ||
 	    s->hdr->slots != s->r.slots || s->hdr->data_size != s->r.data_size)
-		return bad_ring(s, "the ring header does not match READY");
+		return bc__bad_ring(s, "the ring header does not match READY");
 	return 0;
 }
-
-#if BATCHD_HAVE_CUDA
-_Static_assert(sizeof(CUipcEventHandle) == BP_RING_IPC_HANDLE, "IPC event handle size");
-
-/*
- * Check the device table of a GPU session and copy it into t; *ret_slots
- * points at its per-slot handles. The daemon can still write its own
- * mapping of the table, so every later decision is made on the copy.
- */
-static int gpu_table(bc_stream *s, bp_ring_gpu *t, const bp_ring_gpu_slot **ret_slots)
-{
-	uint64_t off = __atomic_load_n(&s->hdr->gpu_offset, __ATOMIC_RELAXED);
-	uint64_t len = __atomic_load_n(&s->hdr->gpu_size, __ATOMIC_RELAXED);
-	uint32_t slots = s->r.slots;
-
-	if (len != bp_ring_gpu_size(slots) || off % _Alignof(bp_ring_gpu) ||
-	    off > s->r.data_size || len > s->r.data_size - off)
-		return bad_ring(s, "the device table [%" PRIu64 ", +%" PRIu64 ") is not a %u-slot "
-				"table inside the %" PRIu64 "-byte data memfd", off, len, slots,
-				s->r.data_size);
-	memcpy(t, s->data + off, sizeof(*t));
-	if (t->magic != BP_RING_GPU_MAGIC || t->slots != slots)
-		return bad_ring(s, "the device table's magic or slot count (%u, not %u) is wrong",
-				t->slots, slots);
-	/* Slot i is [i * slot_bytes, +slot_bytes): all of them inside the allocation. */
-	if (t->size == 0 || t->slot_bytes % BP_RING_DEVICE_ALIGN || t->slot_bytes > t->size / slots)
-		return bad_ring(s, "the device table's %u slots of %" PRIu64 " bytes do not fit its "
-				"%" PRIu64 "-byte allocation at %u-byte alignment", slots,
-				t->slot_bytes, t->size, BP_RING_DEVICE_ALIGN);
-	*ret_slots = (const bp_ring_gpu_slot *)(s->data + off + sizeof(*t));
-	return 0;
-}
-
-/* Name a failed driver call in s->err. @return the errno it maps to. */
-static int gpu_fail(bc_stream *s, const bp_cudrv *d, const char *call, CUresult e)
-{
-	char why[192];
-
-	snprintf(s->err, sizeof(s->err), "CUDA device %d: %s: %s", s->device, call,
-		 bp_cudrv_strerror(d, e, why, sizeof(why)));
-	return bp_cudrv_errno(e);
-}
-
-/*
- * Make the stream's context current for the driver calls that follow, and
- * put the caller's back after them (gpu_leave): the events and the mapping
- * belong to the device's primary context, and a NULL stream means that
- * context's legacy default stream, whatever the calling thread had current.
- */
-static int gpu_enter(bc_stream *s)
-{
-	CUresult e = s->gpu->d->CtxPushCurrent(s->gpu->ctx);
-
-	return e == CUDA_SUCCESS ? 0 : gpu_fail(s, s->gpu->d, "cuCtxPushCurrent", e);
-}
-
-static void gpu_leave(bc_gpu *g)
-{
-	CUcontext mine;
-
-	g->d->CtxPopCurrent(&mine);
-}
-
-/*
- * The UUID of this process's CUDA device `ordinal`, for OPEN: ordinals
- * differ between processes (CUDA_VISIBLE_DEVICES), UUIDs do not.
- * @return 1 with uuid set; 0 when this process has no usable CUDA driver
- * (why says why); a negative errno with c->err set when the driver has no
- * such device.
- */
-static int device_uuid(bc_client *c, int ordinal, uint8_t uuid[16], char *why, size_t whylen)
-{
-	const bp_cudrv *d = bp_cudrv_load(why, whylen);
-	const char *call = "cuDeviceGet";
-	char msg[192];
-	CUdevice dev;
-	CUuuid u;
-	CUresult e;
-
-	if (!d)
-		return 0;
-	e = d->DeviceGet(&dev, ordinal);
-	if (e == CUDA_SUCCESS) {
-		call = "cuDeviceGetUuid";
-		e = d->DeviceGetUuid(&u, dev);
-	}
-	if (e != CUDA_SUCCESS) {
-		pthread_mutex_lock(&c->mu);
-		snprintf(c->err, sizeof(c->err), "CUDA device %d: %s: %s", ordinal, call,
-			 bp_cudrv_strerror(d, e, msg, sizeof(msg)));
-		pthread_mutex_unlock(&c->mu);
-		return bp_cudrv_errno(e);
-	}
-	memcpy(uuid, u.bytes, 16);
-	return 1;
-}
-
-/* This process's device with that UUID. @return 0, or -ENODEV with s->err set. */
-static int gpu_find(bc_stream *s, const bp_cudrv *d, const bp_ring_gpu *t, CUdevice *ret)
-{
-	char name[48];
-	int n = 0;
-
-	if (d->DeviceGetCount(&n) != CUDA_SUCCESS)
-		n = 0;
-	for (int i = 0; i < n; i++) {
-		CUdevice dev;
-		CUuuid u;
-
-		if (d->DeviceGet(&dev, i) == CUDA_SUCCESS &&
-		    d->DeviceGetUuid(&u, dev) == CUDA_SUCCESS &&
-		    memcmp(u.bytes, t->uuid, sizeof(t->uuid)) == 0) {
-			*ret = dev;
-			return 0;
-		}
-	}
-	snprintf(s->err, sizeof(s->err), "the session's device %s (the daemon's device %d) is "
-		 "not visible in this process (CUDA_VISIBLE_DEVICES?)",
-		 bp_cuda_uuid_str(t->uuid, name, sizeof(name)), t->ordinal);
-	return -ENODEV;
-}
-
-/*
- * Map the allocation and open the slots' events, with the context current.
- * Each step is noted in g as it succeeds, so gpu_free undoes exactly what
- * was done.
- */
-static int gpu_map(bc_stream *s, const bp_ring_gpu_slot *slots)
-{
-	bc_gpu *g = s->gpu;
-	const bp_cudrv *d = g->d;
-	const CUmemAccessDesc acc = {
-		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = g->dev },
-		.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-	};
-	CUresult e;
-
-	e = d->MemImportFromShareableHandle(&g->h, (void *)(uintptr_t)s->gpu_fd,
-					    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-	if (e != CUDA_SUCCESS)
-		return gpu_fail(s, d, "cuMemImportFromShareableHandle", e);
-	g->imported = true;
-	e = d->MemAddressReserve(&g->base, (size_t)g->size, 0, 0, 0);
-	if (e != CUDA_SUCCESS)
-		return gpu_fail(s, d, "cuMemAddressReserve", e);
-	g->reserved = true;
-	e = d->MemMap(g->base, (size_t)g->size, 0, g->h, 0);
-	if (e != CUDA_SUCCESS)
-		return gpu_fail(s, d, "cuMemMap", e);
-	g->mapped = true;
-	e = d->MemSetAccess(g->base, (size_t)g->size, &acc, 1);
-	if (e != CUDA_SUCCESS)
-		return gpu_fail(s, d, "cuMemSetAccess", e);
-	/* The mapping keeps the memory now; neither the handle nor the descriptor is needed. */
-	e = d->MemRelease(g->h);
-	if (e != CUDA_SUCCESS)
-		return gpu_fail(s, d, "cuMemRelease", e);
-	g->imported = false;
-	close(s->gpu_fd);
-	s->gpu_fd = -1;
-	for (uint32_t i = 0; i < g->slots; i++) {
-		CUipcEventHandle h;
-
-		memcpy(h.reserved, slots[i].ready, sizeof(h.reserved));
-		e = d->IpcOpenEventHandle(&g->ready[i], h);
-		if (e != CUDA_SUCCESS)
-			return gpu_fail(s, d, "cuIpcOpenEventHandle (ready)", e);
-		memcpy(h.reserved, slots[i].released, sizeof(h.reserved));
-		e = d->IpcOpenEventHandle(&g->released[i], h);
-		if (e != CUDA_SUCCESS)
-			return gpu_fail(s, d, "cuIpcOpenEventHandle (released)", e);
-	}
-	return 0;
-}
-
-/*
- * Take hold of a GPU session's device memory: find the device the table
- * names (it must be the one we asked for), retain its primary context,
- * map the allocation and open the events. On failure s->err names the
- * failing call and gpu_free undoes what was done.
- */
-static int gpu_open(bc_stream *s, const bp_cudrv *d, const uint8_t want[16])
-{
-	const bp_ring_gpu_slot *slots = NULL;
-	char got_s[48], want_s[48];
-	bp_ring_gpu t;
-	bc_gpu *g;
-	CUresult e;
-	int r;
-
-	if ((r = gpu_table(s, &t, &slots)) < 0)
-		return r;
-	g = calloc(1, sizeof(*g));
-	if (!g)
-		return -ENOMEM;
-	s->gpu = g;
-	g->d = d;
-	g->pid = getpid();
-	g->size = t.size;
-	g->slot_bytes = t.slot_bytes;
-	g->slots = t.slots;
-	g->ready = calloc(t.slots, sizeof(*g->ready));
-	g->released = calloc(t.slots, sizeof(*g->released));
-	if (!g->ready || !g->released)
-		return -ENOMEM;
-	if ((r = gpu_find(s, d, &t, &g->dev)) < 0)
-		return r;
-	if (memcmp(t.uuid, want, sizeof(t.uuid)) != 0)
-		return bad_ring(s, "the daemon placed the session on %s, not on CUDA device %d (%s)",
-				bp_cuda_uuid_str(t.uuid, got_s, sizeof(got_s)), s->device,
-				bp_cuda_uuid_str(want, want_s, sizeof(want_s)));
-	e = d->DevicePrimaryCtxRetain(&g->ctx, g->dev);
-	if (e != CUDA_SUCCESS)
-		return gpu_fail(s, d, "cuDevicePrimaryCtxRetain", e);
-	g->retained = true;
-	if ((r = gpu_enter(s)) < 0)
-		return r;
-	r = gpu_map(s, slots);
-	gpu_leave(g);
-	return r;
-}
-
-/*
- * Undo gpu_open, whatever part of it was done. Only for a stream that ends
- * in this process: one that is killed needs nothing from us, the driver
- * drops its mappings, events and context references when the process goes.
- */
-static void gpu_free(bc_stream *s)
-{
-	bc_gpu *g = s->gpu;
-	const bp_cudrv *d;
-	bool pushed;
-
-	if (!g)
-		return;
-	s->gpu = NULL;
-	d = g->d;
-	/* A forked child closing an inherited stream: no CUDA calls, the parent's mappings stay. */
-	if (g->pid != getpid())
-		goto out;
-	pushed = g->retained && d->CtxPushCurrent(g->ctx) == CUDA_SUCCESS;
-	/*
-	 * Work the trainer queued on its batches may still read the slots:
-	 * mark the end of it for batches still held, and let all of it finish
-	 * before the memory goes from under it (unmapping does not wait).
-	 */
-	if (pushed && g->mapped && g->released) {
-		for (uint32_t i = 0; s->batches && i < s->r.slots; i++) {
-			const bc_batch *b = &s->batches[i];
-
-			if (b->held && b->dev)
-				d->EventRecord(g->released[b->seq % g->slots], (CUstream)b->stream);
-		}
-		for (uint32_t i = 0; i < g->slots; i++)
-			if (g->released[i])
-				d->EventSynchronize(g->released[i]);
-	}
-	for (uint32_t i = 0; i < g->slots; i++) {
-		/* A record still pending is fine: the driver frees the event once it completes. */
-		if (g->ready && g->ready[i])
-			d->EventDestroy(g->ready[i]);
-		if (g->released && g->released[i])
-			d->EventDestroy(g->released[i]);
-	}
-	if (g->mapped)
-		d->MemUnmap(g->base, (size_t)g->size);
-	if (g->reserved)
-		d->MemAddressFree(g->base, (size_t)g->size);
-	if (g->imported)
-		d->MemRelease(g->h);
-	if (pushed)
-		gpu_leave(g);
-	if (g->retained)
-		d->DevicePrimaryCtxRelease(g->dev);
-out:
-	free(g->ready);
-	free(g->released);
-	free(g);
-}
-#else
-static int device_uuid(bc_client *c, int ordinal, uint8_t uuid[16], char *why, size_t whylen)
-{
-	snprintf(why, whylen, "libbatchclient was built without CUDA");
-	return 0;
-}
-#endif
 
 static void stream_free(bc_stream *s)
 {
-#if BATCHD_HAVE_CUDA
-	gpu_free(s);
-#endif
+	bc__gpu_free(s);
 	if (s->data)
 		munmap((void *)s->data, s->r.data_size);
 	if (s->ctrl)
@@ -787,7 +428,7 @@ int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
 	 */
 	if (o->device != BC_HOST) {
 		want_fds = BP_READY_FDS_GPU;
-		r = device_uuid(c, o->device, m.device_uuid, nocuda, sizeof(nocuda));
+		r = bc__gpu_uuid(c, o->device, m.device_uuid, nocuda, sizeof(nocuda));
 		if (r < 0)
 			return r;
 		have_cuda = r > 0;
@@ -867,12 +508,8 @@ unlock:
 	s->start_batch = o->start_batch;
 	s->batches = calloc(s->r.slots ? s->r.slots : 1, sizeof(*s->batches));
 	r = s->batches ? stream_map(s) : -ENOMEM;
-#if BATCHD_HAVE_CUDA
 	if (r == 0 && o->device != BC_HOST)
-		r = gpu_open(s, bp_cudrv_load(NULL, 0), m.device_uuid);
-	if (r < 0)
-		gpu_free(s);
-#endif
+		r = bc__gpu_open(s, m.device_uuid);
 	if (r < 0) {
 		/* The daemon made the session: end it rather than leave it to the connection. */
 		pthread_mutex_lock(&c->mu);
@@ -899,26 +536,14 @@ static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t
 {
 	uint64_t table = (uint64_t)d->count * sizeof(bp_ring_sample);
 	void *dev = NULL;
+	int r;
 
 	if (d->count > s->r.batch_size || d->record >= s->r.data_size ||
 	    table > s->r.data_size - d->record || d->payload > s->r.data_size ||
 	    d->payload_size > s->r.data_size - d->payload)
 		return -EBADMSG;
-#if BATCHD_HAVE_CUDA
-	if (s->gpu) {
-		const bc_gpu *g = s->gpu;
-
-		/* Device slot seq % slots, and nowhere else: the allocation is mapped read-write. */
-		if (d->device != (seq % g->slots) * g->slot_bytes || d->payload_size > g->slot_bytes ||
-		    d->device > g->size || d->payload_size > g->size - d->device) {
-			snprintf(s->err, sizeof(s->err), "batch %" PRIu64 ": %" PRIu64 " bytes at device "
-				 "offset %" PRIu64 " are not in its device slot", seq, d->payload_size,
-				 d->device);
-			return -EBADMSG;
-		}
-		dev = (void *)(uintptr_t)(g->base + d->device);
-	}
-#endif
+	if ((r = bc__gpu_bind(s, d, seq, &dev)) < 0)
+		return r;
 	b->s = s;
 	b->seq = seq;
 	b->d = *d;
@@ -1104,29 +729,6 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 	}
 }
 
-#if BATCHD_HAVE_CUDA
-/*
- * Record the slot's `released` event on the batch's stream: the daemon
- * copies into the slot again only once the work queued there before now
- * is done. @return 0, or -EIO with the reason in s->err.
- */
-static int gpu_record_release(bc_stream *s, bc_batch *b)
-{
-	bc_gpu *g = s->gpu;
-	CUresult e;
-
-	if (gpu_enter(s) < 0)
-		return -EIO;
-	e = g->d->EventRecord(g->released[b->seq % g->slots], (CUstream)b->stream);
-	gpu_leave(g);
-	if (e != CUDA_SUCCESS) {
-		gpu_fail(s, g->d, "cuEventRecord (release)", e);
-		return -EIO;
-	}
-	return 0;
-}
-#endif
-
 int bc_release(bc_batch *b)
 {
 	bc_stream *s;
@@ -1135,15 +737,13 @@ int bc_release(bc_batch *b)
 	if (!b || !b->held)
 		return -EINVAL;
 	s = b->s;
-#if BATCHD_HAVE_CUDA
 	/*
 	 * The event before the mark: once the daemon sees the mark it waits
 	 * for the event, which must then stand for our last use. A failed
 	 * record still releases (the caller cannot undo bc_release).
 	 */
 	if (b->dev)
-		r = gpu_record_release(s, b);
-#endif
+		r = bc__gpu_record_release(b);
 	b->held = false;
 	s->held--;
 	ring_release(s, b->seq);
@@ -1160,34 +760,6 @@ void *bc_batch_device_data(const bc_batch *b, size_t *ret_len)
 	if (ret_len)
 		*ret_len = b->dev ? (size_t)b->d.payload_size : 0;
 	return b->dev;
-}
-
-int bc_batch_wait_stream(bc_batch *b, void *stream)
-{
-#if BATCHD_HAVE_CUDA
-	bc_stream *s;
-	bc_gpu *g;
-	CUresult e;
-
-	if (!b || !b->held || !b->dev)
-		return -EINVAL;
-	s = b->s;
-	g = s->gpu;
-	if (gpu_enter(s) < 0)
-		return -EIO;
-	/* A GPU-side wait: the CPU goes on, the stream's later work starts after the copy. */
-	e = g->d->StreamWaitEvent((CUstream)stream, g->ready[b->seq % g->slots], 0);
-	gpu_leave(g);
-	if (e != CUDA_SUCCESS) {
-		gpu_fail(s, g->d, "cuStreamWaitEvent", e);
-		return -EIO;
-	}
-	b->stream = stream;
-	return 0;
-#else
-	/* Built without CUDA: no stream is a GPU stream, every batch is a host batch. */
-	return -EINVAL;
-#endif
 }
 
 uint64_t bc_batch_epoch(const bc_batch *b) { return b->d.epoch; }
@@ -1243,10 +815,8 @@ int bc_close(bc_stream *s)
 	if (!s)
 		return 0;
 	c = s->c;
-#if BATCHD_HAVE_CUDA
 	/* Our hold on the device memory first; the daemon frees its own after CLOSE. */
-	gpu_free(s);
-#endif
+	bc__gpu_free(s);
 	pthread_mutex_lock(&c->mu);
 	r = session_close(c, s->r.session);
 	pthread_mutex_unlock(&c->mu);

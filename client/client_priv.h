@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client_priv.h - what the files of libbatchclient share and trainers do
+ * not see: the objects behind batchclient.h's opaque types, and the bc__
+ * calls batchclient.c (connection, streams, the ring) makes into
+ * gpu_stream.c (the device side of GPU streams). It is not installed, and
+ * nothing declared here is exported: the library builds with
+ * -fvisibility=hidden and batchclient.map, so only BC_API symbols leave it.
+ *
+ * Threads: as batchclient.h says for the object a call takes. A bc_stream,
+ * its batches and its bc_gpu belong to the one thread using the stream; a
+ * bc_client's err and buf only under its mu.
+ */
+#ifndef BATCHCLIENT_CLIENT_PRIV_H
+#define BATCHCLIENT_CLIENT_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batchclient.h"
+#include "protocol.h"
+#include "ring.h"
+
+struct bc_client {
+	int fd;
+	pthread_mutex_t mu;
+	bool dead;
+	int last_len;            /* bytes of the last datagram received */
+	char err[BP_ERRMSG_MAX + 1];
+	uint8_t buf[BP_MSG_MAX];
+};
+
+struct bc_batch {
+	bc_stream *s;
+	uint64_t seq;
+	bp_ring_desc d;          /* copy of the descriptor */
+	const bp_ring_sample *table;
+	const uint8_t *payload;
+	void *dev;               /* GPU streams: the payload in device memory, else NULL */
+	void *stream;            /* CUstream last given to bc_batch_wait_stream; NULL: legacy default */
+	bool held;
+};
+
+/* A GPU stream's hold on the device allocation; defined in gpu_stream.c. */
+typedef struct bc_gpu bc_gpu;
+
+struct bc_stream {
+	bc_client *c;
+	bp_msg_ready r;
+	int device;              /* BC_HOST, or the caller's CUDA ordinal */
+	int data_fd, ctrl_fd, released_fd, published_fd;
+	int gpu_fd;              /* GPU streams: the VMM handle, until it is mapped */
+	bc_gpu *gpu;             /* GPU streams once mapped; always NULL without CUDA */
+	const uint8_t *data;
+	const bp_ring_header *hdr;
+	bp_ring_ctrl *ctrl;
+	uint64_t start_epoch, start_batch;
+	uint64_t consumed;       /* batches taken */
+	uint64_t epoch;          /* epoch of the last batch taken */
+	bool epoch_end_said;
+	uint32_t held;
+	bc_batch *batches;       /* one per slot */
+	char err[BP_RING_REASON_MAX + 1];
+};
+
+/* batchclient.c */
+
+/* Say why the session's memory was refused (for bc_client_error). @return -EBADMSG. */
+int bc__bad_ring(bc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* gpu_stream.c. Without CUDA these are stubs: no stream is a GPU stream. */
+
+/*
+ * The UUID of this process's CUDA device `ordinal`, for OPEN: ordinals
+ * differ between processes (CUDA_VISIBLE_DEVICES), UUIDs do not.
+ * @return 1 with uuid set; 0 when this process has no usable CUDA driver
+ * (why says why); a negative errno with c->err set (under c->mu, which the
+ * caller must not hold) when the driver has no such device.
+ */
+int bc__gpu_uuid(bc_client *c, int ordinal, uint8_t uuid[16], char *why, size_t whylen);
+
+/*
+ * Map the device memory of the GPU session READY announced on s (s is
+ * mapped, s->gpu_fd the allocation's handle), checking it is on the device
+ * with UUID want. @return 0; a negative errno with s->err naming the
+ * failing step, everything it did undone.
+ */
+int bc__gpu_open(bc_stream *s, const uint8_t want[16]);
+
+/*
+ * Let the work queued on held batches finish, then unmap and drop what
+ * bc__gpu_open holds. No CUDA calls in a forked child. A stream that is
+ * not (or no longer) mapped is fine.
+ */
+void bc__gpu_free(bc_stream *s);
+
+/*
+ * The device address of batch seq's payload (descriptor d), checked to lie
+ * in its device slot: *ret_dev is NULL on host streams. @return 0, or
+ * -EBADMSG with s->err set.
+ */
+int bc__gpu_bind(bc_stream *s, const bp_ring_desc *d, uint64_t seq, void **ret_dev);
+
+/*
+ * Record the slot's `released` event on the batch's stream: the daemon
+ * copies into the slot again only once the work queued there before now
+ * is done. Only for a batch with device memory. @return 0, or -EIO with
+ * the reason in the stream's err.
+ */
+int bc__gpu_record_release(bc_batch *b);
+
+#endif
