@@ -394,19 +394,17 @@ static int session_close(bc_client *c, uint64_t id)
 	return n < 0 ? n : reply_error(c, c->buf, n);
 }
 
-int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
+/* What bc_open refuses with -EINVAL before anything goes to the daemon. */
+static bool opts_valid(const bc_stream_opts *o)
 {
-	bp_msg_open m;
-	bc_stream *s;
-	int fds[BP_READY_FDS_GPU], nfds = 0, want_fds = BP_READY_FDS, n, r;
-	bool have_cuda = false;
-	char nocuda[256] = "";
+	return o && o->dataset && o->struct_size >= sizeof(*o) && o->batch_size != 0 &&
+	       o->world != 0 && o->rank < o->world && (unsigned)o->shuffle <= BC_SHUFFLE_BLOCK &&
+	       o->device >= BC_HOST && o->device <= 255;
+}
 
-	if (!c || !o || !ret || !o->dataset || o->struct_size < sizeof(*o) || o->batch_size == 0 ||
-	    o->world == 0 || o->rank >= o->world || (unsigned)o->shuffle > BC_SHUFFLE_BLOCK ||
-	    o->device < BC_HOST || o->device > 255)
-		return -EINVAL;
-	m = (bp_msg_open){
+static bp_msg_open open_msg(const bc_stream_opts *o)
+{
+	return (bp_msg_open){
 		.seed = o->seed,
 		.start_epoch = o->start_epoch,
 		.start_batch = o->start_batch,
@@ -421,37 +419,41 @@ int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
 		.path = o->dataset,
 		.path_len = (uint32_t)strnlen(o->dataset, BP_PATH_MAX + 1),
 	};
-	/*
-	 * Without a driver the OPEN still goes out, with a zero UUID: a daemon
-	 * that cannot serve GPUs either answers with its own reason, which
-	 * says more than ours would.
-	 */
-	if (o->device != BC_HOST) {
-		want_fds = BP_READY_FDS_GPU;
-		r = bc__gpu_uuid(c, o->device, m.device_uuid, nocuda, sizeof(nocuda));
-		if (r < 0)
-			return r;
-		have_cuda = r > 0;
-	}
-	s = calloc(1, sizeof(*s));
+}
+
+/* A stream for o that holds nothing yet: stream_free takes it as it is. */
+static bc_stream *stream_new(bc_client *c, const bc_stream_opts *o)
+{
+	bc_stream *s = calloc(1, sizeof(*s));
+
 	if (!s)
-		return -ENOMEM;
+		return NULL;
 	s->c = c;
 	s->device = o->device;
 	s->data_fd = s->ctrl_fd = s->released_fd = s->published_fd = s->gpu_fd = -1;
+	s->epoch = o->start_epoch;
+	s->start_epoch = o->start_epoch;
+	s->start_batch = o->start_batch;
+	return s;
+}
 
-	pthread_mutex_lock(&c->mu);
-	if (c->dead) {
-		r = -EPIPE;
-		goto unlock;
-	}
-	n = bp_msg_open_encode(&m, c->buf, sizeof(c->buf));
-	if (n < 0) {
-		r = n;
-		goto unlock;
-	}
-	if ((r = send_all(c, c->buf, n)) < 0)
-		goto unlock;
+/* c->mu held. */
+static int open_send(bc_client *c, const bp_msg_open *m)
+{
+	int n = bp_msg_open_encode(m, c->buf, sizeof(c->buf));
+
+	return n < 0 ? n : send_all(c, c->buf, n);
+}
+
+/*
+ * Receive OPEN's answer, c->mu held. @return 0 with READY decoded into
+ * s->r and its *ret_nfds descriptors in fds, now the caller's; or the
+ * daemon's error, or negative errno, with the descriptors closed.
+ */
+static int ready_recv(bc_client *c, bc_stream *s, int *fds, int *ret_nfds)
+{
+	int nfds = 0, n, r;
+
 	n = recv_reply(c, fds, BP_READY_FDS_GPU, &nfds);
 	if (n == -EMFILE && bp_msg_ready_decode(c->buf, (size_t)c->last_len, &s->r) == 0) {
 		/* We are out of descriptors, but the daemon made the session: end it. */
@@ -459,64 +461,150 @@ int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
 		snprintf(c->err, sizeof(c->err), "out of file descriptors (RLIMIT_NOFILE) receiving "
 			 "the session's shared memory");
 	}
-	if (n < 0) {
-		r = n;
-		goto unlock;
-	}
+	if (n < 0)
+		return n;
 	if ((r = reply_error(c, c->buf, n)) < 0) {
 		close_fds(fds, nfds);
-		goto unlock;
+		return r;
 	}
 	if (bp_msg_ready_decode(c->buf, (size_t)n, &s->r) < 0) {
 		close_fds(fds, nfds);
-		r = -EBADMSG;
-		goto unlock;
+		return -EBADMSG;
 	}
-	if (nfds != want_fds || s->r.placement != m.placement) {
-		close_fds(fds, nfds);
-		session_close(c, s->r.session);
+	*ret_nfds = nfds;
+	return 0;
+}
+
+/* A READY we cannot use: its descriptors closed, its session ended. c->mu held. */
+static void ready_refuse(bc_client *c, const bc_stream *s, int *fds, int nfds)
+{
+	close_fds(fds, nfds);
+	session_close(c, s->r.session);
+}
+
+/*
+ * Check that READY (s->r, with nfds descriptors in fds) answers OPEN m,
+ * and that this process can reach the GPU of a GPU session (no_gpu: why
+ * it cannot, NULL when it can or the stream is a host stream). c->mu held. @return 0, or -EBADMSG / -ENODEV with
+ * the READY refused and c->err set.
+ */
+static int ready_check(bc_client *c, const bp_msg_open *m, const bc_stream *s, int *fds,
+		       int nfds, const char *no_gpu)
+{
+	int want_fds = s->device != BC_HOST ? BP_READY_FDS_GPU : BP_READY_FDS;
+
+	if (nfds != want_fds || s->r.placement != m->placement) {
+		ready_refuse(c, s, fds, nfds);
 		snprintf(c->err, sizeof(c->err), "READY (placement %d, %d descriptors) does not "
 			 "answer OPEN (placement %d, %d descriptors expected)", s->r.placement, nfds,
-			 m.placement, want_fds);
-		r = -EBADMSG;
-		goto unlock;
+			 m->placement, want_fds);
+		return -EBADMSG;
 	}
-	if (o->device != BC_HOST && !have_cuda) {
+	if (no_gpu) {
 		/* The daemon has a GPU for us, but we cannot reach it. */
-		close_fds(fds, nfds);
-		session_close(c, s->r.session);
-		snprintf(c->err, sizeof(c->err), "no CUDA device in this process: %s", nocuda);
-		r = -ENODEV;
+		ready_refuse(c, s, fds, nfds);
+		snprintf(c->err, sizeof(c->err), "no CUDA device in this process: %s", no_gpu);
+		return -ENODEV;
+	}
+	return 0;
+}
+
+/*
+ * OPEN m and take the READY that answers it into s: its sizes in s->r,
+ * its descriptors in s's fds. no_gpu as for ready_check.
+ * @return 0, or negative errno with c->err set where the daemon or we had
+ * more to say; s holds nothing then.
+ */
+static int open_session(bc_client *c, const bp_msg_open *m, bc_stream *s, const char *no_gpu)
+{
+	int fds[BP_READY_FDS_GPU], nfds = 0, r;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->dead) {
+		r = -EPIPE;
 		goto unlock;
 	}
+	if ((r = open_send(c, m)) < 0 || (r = ready_recv(c, s, fds, &nfds)) < 0 ||
+	    (r = ready_check(c, m, s, fds, nfds, no_gpu)) < 0)
+		goto unlock;
 	c->err[0] = '\0';
-	r = 0;
-unlock:
-	pthread_mutex_unlock(&c->mu);
-	if (r < 0) {
-		free(s);
-		return r;
-	}
 	s->data_fd = fds[0];
 	s->ctrl_fd = fds[1];
 	s->released_fd = fds[2];
 	s->published_fd = fds[3];
-	if (o->device != BC_HOST)
+	if (s->device != BC_HOST)
 		s->gpu_fd = fds[4];
-	s->epoch = o->start_epoch;
-	s->start_epoch = o->start_epoch;
-	s->start_batch = o->start_batch;
+unlock:
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}
+
+/*
+ * Map what READY handed over: the memfds, then on GPU streams the device
+ * memory, which must be on the device with UUID uuid. @return 0, or
+ * negative errno with s->err set where there is more to say.
+ */
+static int stream_attach(bc_stream *s, const uint8_t uuid[16])
+{
+	int r;
+
 	s->batches = calloc(s->r.slots ? s->r.slots : 1, sizeof(*s->batches));
 	r = s->batches ? stream_map(s) : -ENOMEM;
-	if (r == 0 && o->device != BC_HOST)
-		r = bc__gpu_open(s, m.device_uuid);
+	if (r == 0 && s->device != BC_HOST)
+		r = bc__gpu_open(s, uuid);
+	return r;
+}
+
+/*
+ * Free a stream that failed after the daemon made its session: end the
+ * session rather than leave it to the connection, and say why (err) in
+ * c->err.
+ */
+static void stream_abandon(bc_stream *s, int err)
+{
+	bc_client *c = s->c;
+
+	pthread_mutex_lock(&c->mu);
+	session_close(c, s->r.session);
+	snprintf(c->err, sizeof(c->err), "%s", s->err[0] ? s->err : strerror(-err));
+	pthread_mutex_unlock(&c->mu);
+	stream_free(s);
+}
+
+int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
+{
+	char nocuda[256] = "";
+	const char *no_gpu = NULL;
+	bp_msg_open m;
+	bc_stream *s;
+	int r;
+
+	if (!c || !ret || !opts_valid(o))
+		return -EINVAL;
+	m = open_msg(o);
+	/*
+	 * Without a driver the OPEN still goes out, with a zero UUID: a daemon
+	 * that cannot serve GPUs either answers with its own reason, which
+	 * says more than ours would.
+	 */
+	if (o->device != BC_HOST) {
+		r = bc__gpu_uuid(c, o->device, m.device_uuid, nocuda, sizeof(nocuda));
+		if (r < 0)
+			return r;
+		if (r == 0)
+			no_gpu = nocuda;
+	}
+	s = stream_new(c, o);
+	if (!s)
+		return -ENOMEM;
+	r = open_session(c, &m, s, no_gpu);
 	if (r < 0) {
-		/* The daemon made the session: end it rather than leave it to the connection. */
-		pthread_mutex_lock(&c->mu);
-		session_close(c, s->r.session);
-		snprintf(c->err, sizeof(c->err), "%s", s->err[0] ? s->err : strerror(-r));
-		pthread_mutex_unlock(&c->mu);
-		stream_free(s);
+		free(s);
+		return r;
+	}
+	r = stream_attach(s, m.device_uuid);
+	if (r < 0) {
+		stream_abandon(s, r);
 		return r;
 	}
 	*ret = s;
