@@ -693,7 +693,178 @@ static void account_wait(bc_stream *s, uint64_t ns)
 	__atomic_store_n(&s->ctrl->wait_hist[b], s->ctrl->wait_hist[b] + 1, __ATOMIC_RELAXED);
 }
 
-static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms);
+/* Step past batch s->consumed, taken or skipped; the daemon shows the count (informational). */
+static void consume(bc_stream *s)
+{
+	s->consumed++;
+	__atomic_store_n(&s->ctrl->consumed, s->consumed, __ATOMIC_RELAXED);
+}
+
+/*
+ * A batch the daemon could not build (d, status < 0): keep its reason,
+ * give its slot back and step past it. @return its status.
+ */
+static int skip_failed(bc_stream *s, const bp_ring_desc *d)
+{
+	snprintf(s->err, sizeof(s->err), "%.*s", (int)BP_RING_REASON_MAX - 1,
+		 (const char *)(s->data + (d->record < s->r.data_size - BP_RING_REASON_MAX ?
+					   d->record : 0)));
+	ring_release(s, s->consumed);
+	consume(s);
+	return d->status > -4096 ? d->status : -EIO;
+}
+
+/*
+ * Take batch s->consumed, which the daemon has published. @return 0 with
+ * *ret set; BC_EPOCH_END, once, before the first batch of a new epoch
+ * (nothing taken); a failed batch's status (stepped past); -ENOBUFS when
+ * every slot is held; -EBADMSG for a descriptor that is not that batch's.
+ */
+static int take_published(bc_stream *s, bc_batch **ret)
+{
+	const bp_ring_desc *shared = (const bp_ring_desc *)(s->data +
+		bp_ring_desc_offset(s->r.slots, s->consumed));
+	/* A copy: the daemon can still write its own mapping, so every check is made on ours. */
+	bp_ring_desc d = *shared;
+	bc_batch *b;
+	int r;
+
+	if (d.seq != s->consumed)
+		return -EBADMSG;
+	if (d.epoch != s->epoch && !s->epoch_end_said) {
+		s->epoch_end_said = true;
+		return BC_EPOCH_END;
+	}
+	s->epoch = d.epoch;
+	s->epoch_end_said = false;
+	if (d.status < 0)
+		return skip_failed(s, &d);
+	if (s->held >= s->r.slots)
+		return -ENOBUFS;
+	b = &s->batches[s->consumed % s->r.slots];
+	r = batch_bind(s, b, &d, s->consumed);
+	if (r < 0)
+		return r;
+	s->held++;
+	consume(s);
+	*ret = b;
+	return 0;
+}
+
+/*
+ * Whether the batches we hold keep the daemon from publishing the next
+ * one, so that waiting for it would never end. *stuck_since: when the
+ * daemon was first seen waiting for room while we held batches (0: not).
+ * @return 0 to wait, or -ENOBUFS.
+ */
+static int held_stall(bc_stream *s, int64_t *stuck_since)
+{
+	/* The daemon cannot publish into slots we hold. */
+	if (s->held >= s->r.slots)
+		return -ENOBUFS;
+	/*
+	 * Nor when it waits for room that only our held batches would free
+	 * (records are reclaimed in order). It may be about to see a release
+	 * of ours, so give it a moment before saying so.
+	 */
+	if (!s->held || !__atomic_load_n(&s->ctrl->daemon_hungry, __ATOMIC_SEQ_CST)) {
+		*stuck_since = 0;
+		return 0;
+	}
+	if (*stuck_since == 0) {
+		*stuck_since = now_ms();
+	} else if (now_ms() - *stuck_since >= HOLD_GRACE_MS) {
+		snprintf(s->err, sizeof(s->err), "the stream waits for room that the %u batch%s "
+			 "held would free: release batches (in order) first",
+			 s->held, s->held == 1 ? "" : "es");
+		return -ENOBUFS;
+	}
+	return 0;
+}
+
+/*
+ * How long the next sleep may last: *ret_wait ms, -1 for no limit.
+ * deadline: now_ms() at which timeout_ms (> 0) runs out. @return 0, or
+ * -ETIMEDOUT when there is no time left to wait.
+ */
+static int wait_budget(const bc_stream *s, int timeout_ms, int64_t deadline, int *ret_wait)
+{
+	int wait = -1;
+
+	if (timeout_ms == 0)
+		return -ETIMEDOUT;
+	if (timeout_ms > 0) {
+		int64_t left = deadline - now_ms();
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		wait = (int)left;
+	}
+	/* While holding batches, look again now and then: they may be the hold-up. */
+	if (s->held && (wait < 0 || wait > HOLD_GRACE_MS / 4))
+		wait = HOLD_GRACE_MS / 4;
+	*ret_wait = wait;
+	return 0;
+}
+
+/*
+ * Sleep up to wait ms (-1: no limit) on the published pipe, and on the
+ * socket for the daemon's hang-up. @return 0 to look at the ring again;
+ * the stop's error, -EPIPE (the daemon is gone) or poll's errno.
+ */
+static int sleep_published(bc_stream *s, int wait)
+{
+	struct pollfd pf[2];
+	char drain[64];
+
+	/* Announce the sleep, then look again before sleeping (see ring.h). */
+	__atomic_store_n(&s->ctrl->client_sleeping, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&s->hdr->produced, __ATOMIC_SEQ_CST) > s->consumed ||
+	    __atomic_load_n(&s->hdr->state, __ATOMIC_SEQ_CST) != BP_RING_RUNNING) {
+		__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
+		return 0;
+	}
+	pf[0] = (struct pollfd){ .fd = s->published_fd, .events = POLLIN };
+	pf[1] = (struct pollfd){ .fd = s->c->fd, .events = 0 }; /* hang-up only */
+	if (poll(pf, 2, wait) < 0 && errno != EINTR) {
+		__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
+		return -errno;
+	}
+	__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
+	if (pf[0].revents & POLLIN) {
+		if (read(s->published_fd, drain, sizeof(drain)) < 0) {
+			/* Drained by an earlier wake-up: harmless. */
+		}
+	}
+	if ((pf[1].revents & (POLLHUP | POLLERR)) &&
+	    __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) <= s->consumed) {
+		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
+			return stopped_error(s);
+		snprintf(s->err, sizeof(s->err), "the daemon is gone");
+		return -EPIPE;
+	}
+	return 0;
+}
+
+/* bc_next, less the accounting: look at the ring, and sleep while nothing is there. */
+static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
+{
+	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0, stuck_since = 0;
+
+	for (;;) {
+		int wait, r;
+
+		/* Acquire: pairs with the daemon's release store, the batch is whole (ring.h). */
+		if (__atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) > s->consumed)
+			return take_published(s, ret);
+		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
+			return stopped_error(s);
+		if ((r = held_stall(s, &stuck_since)) < 0 ||
+		    (r = wait_budget(s, timeout_ms, deadline, &wait)) < 0 ||
+		    (r = sleep_published(s, wait)) < 0)
+			return r;
+	}
+}
 
 int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
 {
@@ -703,118 +874,6 @@ int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
 	if (r == 0)
 		account_wait(s, now_ns() - t0);
 	return r;
-}
-
-static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
-{
-	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0, stuck_since = 0;
-	int wait_cap;
-
-	for (;;) {
-		uint64_t produced = __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE);
-		struct pollfd pf[2];
-		char drain[64];
-		int wait;
-
-		if (produced > s->consumed) {
-			const bp_ring_desc *d = (const bp_ring_desc *)(s->data +
-				bp_ring_desc_offset(s->r.slots, s->consumed));
-			bp_ring_desc copy = *d;
-			bc_batch *b;
-			int r;
-
-			if (copy.seq != s->consumed)
-				return -EBADMSG;
-			if (copy.epoch != s->epoch && !s->epoch_end_said) {
-				s->epoch_end_said = true;
-				return BC_EPOCH_END;
-			}
-			s->epoch = copy.epoch;
-			s->epoch_end_said = false;
-			if (copy.status < 0) {
-				snprintf(s->err, sizeof(s->err), "%.*s", (int)BP_RING_REASON_MAX - 1,
-					 (const char *)(s->data + (copy.record < s->r.data_size -
-						BP_RING_REASON_MAX ? copy.record : 0)));
-				ring_release(s, s->consumed);
-				s->consumed++;
-				__atomic_store_n(&s->ctrl->consumed, s->consumed, __ATOMIC_RELAXED);
-				return copy.status > -4096 ? copy.status : -EIO;
-			}
-			if (s->held >= s->r.slots)
-				return -ENOBUFS;
-			b = &s->batches[s->consumed % s->r.slots];
-			r = batch_bind(s, b, &copy, s->consumed);
-			if (r < 0)
-				return r;
-			s->held++;
-			s->consumed++;
-			__atomic_store_n(&s->ctrl->consumed, s->consumed, __ATOMIC_RELAXED);
-			*ret = b;
-			return 0;
-		}
-		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
-			return stopped_error(s);
-		/* The daemon cannot publish into slots we hold: waiting would never end. */
-		if (s->held >= s->r.slots)
-			return -ENOBUFS;
-		/*
-		 * Nor when it waits for room that only our held batches would free
-		 * (records are reclaimed in order). It may be about to see a release
-		 * of ours, so give it a moment before saying so.
-		 */
-		/* While holding batches, look again now and then: they may be the hold-up. */
-		wait_cap = s->held ? HOLD_GRACE_MS / 4 : -1;
-		if (s->held && __atomic_load_n(&s->ctrl->daemon_hungry, __ATOMIC_SEQ_CST)) {
-			if (stuck_since == 0) {
-				stuck_since = now_ms();
-			} else if (now_ms() - stuck_since >= HOLD_GRACE_MS) {
-				snprintf(s->err, sizeof(s->err), "the stream waits for room that the %u "
-					 "batch%s held would free: release batches (in order) first",
-					 s->held, s->held == 1 ? "" : "es");
-				return -ENOBUFS;
-			}
-		} else {
-			stuck_since = 0;
-		}
-		if (timeout_ms == 0)
-			return -ETIMEDOUT;
-		wait = -1;
-		if (timeout_ms > 0) {
-			int64_t left = deadline - now_ms();
-
-			if (left <= 0)
-				return -ETIMEDOUT;
-			wait = (int)left;
-		}
-		if (wait_cap >= 0 && (wait < 0 || wait > wait_cap))
-			wait = wait_cap;
-		/* Announce the sleep, then look again before sleeping (see ring.h). */
-		__atomic_store_n(&s->ctrl->client_sleeping, 1, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&s->hdr->produced, __ATOMIC_SEQ_CST) > s->consumed ||
-		    __atomic_load_n(&s->hdr->state, __ATOMIC_SEQ_CST) != BP_RING_RUNNING) {
-			__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
-			continue;
-		}
-		pf[0] = (struct pollfd){ .fd = s->published_fd, .events = POLLIN };
-		pf[1] = (struct pollfd){ .fd = s->c->fd, .events = 0 }; /* hang-up only */
-		if (poll(pf, 2, wait) < 0 && errno != EINTR) {
-			__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
-			return -errno;
-		}
-		__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
-		if (pf[0].revents & POLLIN) {
-			if (read(s->published_fd, drain, sizeof(drain)) < 0) {
-				/* Drained by an earlier wake-up: harmless. */
-			}
-		}
-		if ((pf[1].revents & (POLLHUP | POLLERR)) &&
-		    __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) <= s->consumed) {
-			if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
-				return stopped_error(s);
-			snprintf(s->err, sizeof(s->err), "the daemon is gone");
-			return -EPIPE;
-		}
-	}
 }
 
 int bc_release(bc_batch *b)
