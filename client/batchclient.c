@@ -58,74 +58,89 @@ static int send_all(bc_client *c, const uint8_t *msg, int len)
 	return 0;
 }
 
+static void close_fds(int *fds, int n)
+{
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+/* Keep up to nfds of the descriptors mh carries in fds and close the rest. @return how many kept. */
+static int take_fds(struct msghdr *mh, int *fds, int nfds)
+{
+	int got = 0;
+
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		int *p = (int *)CMSG_DATA(cm);
+		int k;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		for (int i = 0; i < k; i++) {
+			if (got < nfds)
+				fds[got++] = p[i];
+			else
+				close(p[i]);
+		}
+	}
+	return got;
+}
+
 /*
- * Receive one reply, skipping GOODBYE (which marks the client dead). fds
- * (up to nfds) are returned when the reply carries them.
- * @return the message length, or negative errno.
+ * Receive one reply into c->buf, with up to nfds of the descriptors it
+ * carries in fds (*ret_nfds of them, the caller's; the rest are closed).
+ * A GOODBYE in its place marks the client dead and fails the call, its
+ * text kept in c->err.
+ * @return the message length; -ETIMEDOUT when nothing came within
+ * REPLY_TIMEOUT_S; -EMFILE when the kernel dropped descriptors at our
+ * limit (c->last_len holds the length of what came); -EPIPE, -EBADMSG or
+ * -ESHUTDOWN (GOODBYE) with the client dead.
  */
 static int recv_reply(bc_client *c, int *fds, int nfds, int *ret_nfds)
 {
-	for (;;) {
-		union {
-			struct cmsghdr h;
-			char buf[CMSG_SPACE(sizeof(int) * BP_READY_FDS_GPU)];
-		} ctl;
-		struct iovec iov = { .iov_base = c->buf, .iov_len = sizeof(c->buf) };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-				     .msg_controllen = sizeof(ctl.buf) };
-		bp_msg_header h;
-		int got = 0;
-		ssize_t n;
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int) * BP_READY_FDS_GPU)];
+	} ctl;
+	struct iovec iov = { .iov_base = c->buf, .iov_len = sizeof(c->buf) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			     .msg_controllen = sizeof(ctl.buf) };
+	bp_msg_header h;
+	int got;
+	ssize_t n;
 
-		do
-			n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
-		while (n < 0 && errno == EINTR);
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return -ETIMEDOUT;
-		if (n <= 0) {
-			c->dead = true;
-			return -EPIPE;
-		}
-		c->last_len = (int)n;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-			int *p = (int *)CMSG_DATA(cm);
-			int k;
-
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-				continue;
-			k = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			for (int i = 0; i < k; i++) {
-				if (got < nfds)
-					fds[got++] = p[i];
-				else
-					close(p[i]);
-			}
-		}
-		/* At our fd limit the kernel drops descriptors and says so. */
-		if (mh.msg_flags & MSG_CTRUNC) {
-			for (int i = 0; i < got; i++)
-				close(fds[i]);
-			return -EMFILE;
-		}
-		if (bp_msg_header_decode(c->buf, (size_t)n, &h) < 0) {
-			for (int i = 0; i < got; i++)
-				close(fds[i]);
-			c->dead = true;
-			return -EBADMSG;
-		}
-		if (h.type == BP_MSG_GOODBYE) {
-			bp_msg_text t;
-
-			if (bp_msg_text_decode(BP_MSG_GOODBYE, c->buf, (size_t)n, &t) == 0)
-				snprintf(c->err, sizeof(c->err), "%.*s", (int)t.text_len, t.text);
-			for (int i = 0; i < got; i++)
-				close(fds[i]);
-			c->dead = true;
-			return -ESHUTDOWN;
-		}
-		*ret_nfds = got;
-		return (int)n;
+	do
+		n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return -ETIMEDOUT;
+	if (n <= 0) {
+		c->dead = true;
+		return -EPIPE;
 	}
+	c->last_len = (int)n;
+	got = take_fds(&mh, fds, nfds);
+	/* At our fd limit the kernel drops descriptors and says so. */
+	if (mh.msg_flags & MSG_CTRUNC) {
+		close_fds(fds, got);
+		return -EMFILE;
+	}
+	if (bp_msg_header_decode(c->buf, (size_t)n, &h) < 0) {
+		close_fds(fds, got);
+		c->dead = true;
+		return -EBADMSG;
+	}
+	if (h.type == BP_MSG_GOODBYE) {
+		bp_msg_text t;
+
+		if (bp_msg_text_decode(BP_MSG_GOODBYE, c->buf, (size_t)n, &t) == 0)
+			snprintf(c->err, sizeof(c->err), "%.*s", (int)t.text_len, t.text);
+		close_fds(fds, got);
+		c->dead = true;
+		return -ESHUTDOWN;
+	}
+	*ret_nfds = got;
+	return (int)n;
 }
 
 /* If buf holds an ERROR, keep its message and return its code; else 0. */
@@ -137,12 +152,6 @@ static int reply_error(bc_client *c, const uint8_t *buf, int len)
 		return 0;
 	snprintf(c->err, sizeof(c->err), "%.*s", (int)e.message_len, e.message);
 	return e.code;
-}
-
-static void close_fds(int *fds, int n)
-{
-	for (int i = 0; i < n; i++)
-		close(fds[i]);
 }
 
 /* ---- connection ------------------------------------------------------------------- */
@@ -656,6 +665,11 @@ static void ring_release(bc_stream *s, uint64_t seq)
 	}
 }
 
+/*
+ * Why the daemon stopped the ring, in s->err unless a reason is there
+ * already. @return the errno it gave, or -ESHUTDOWN when it gave none
+ * that is one.
+ */
 static int stopped_error(bc_stream *s)
 {
 	int e = __atomic_load_n(&s->hdr->error, __ATOMIC_RELAXED);

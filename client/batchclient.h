@@ -128,10 +128,10 @@ BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
  * batches the caller holds keep the daemon from staging the next one
  * (every slot held, or more than two held, or an old one held while newer
  * ones were released: memory is reused in order) — release them first;
- * -ESHUTDOWN when the daemon stopped
- * the stream, -ETIME when it ended it because the caller held batches past
- * the lease ([session] lease_timeout), -EPROTO when the caller broke the
- * ring protocol; -EPIPE when the daemon is gone.
+ * -ESHUTDOWN when the daemon stopped the stream, -ETIME when it ended it
+ * because the caller held batches past the lease ([session]
+ * lease_timeout), -EPROTO when the caller broke the ring protocol; -EPIPE
+ * when the daemon is gone.
  */
 BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
 
@@ -185,8 +185,8 @@ BC_API void *bc_batch_device_data(const bc_batch *b, size_t *ret_len);
 /*
  * Make `stream` (NULL: the legacy default stream) wait, on the GPU, until
  * the batch's bytes have landed in device memory, and remember the stream
- * for bc_release(). @return 0; -EINVAL for a host batch; -EIO for a CUDA
- * error (named in bc_stream_error()).
+ * for bc_release(). @return 0; -EINVAL for a host batch or one already
+ * released; -EIO for a CUDA error (named in bc_stream_error()).
  */
 BC_API int bc_batch_wait_stream(bc_batch *b, void *stream);
 
@@ -199,7 +199,12 @@ BC_API uint64_t bc_stream_max_sample(const bc_stream *s);
 /* Why the last batch failed, or why the stream stopped ("" if it did not). */
 BC_API const char *bc_stream_error(const bc_stream *s);
 
-/* Close a stream; unreleased batches become invalid. NULL is fine. @return 0 or negative errno. */
+/*
+ * Close a stream; unreleased batches become invalid. A GPU stream first
+ * waits for the GPU work queued on its batches' streams (held ones
+ * included) before it unmaps the device memory. NULL is fine. @return 0 or
+ * negative errno.
+ */
 BC_API int bc_close(bc_stream *s);
 
 /* A static description of a bc_* return value. */

@@ -67,7 +67,7 @@ struct bc_stream {
 
 /* batchclient.c */
 
-/* Say why the session's memory was refused (for bc_client_error). @return -EBADMSG. */
+/* Say in s->err why the session's memory was refused (bc_open passes it on). @return -EBADMSG. */
 int bc__bad_ring(bc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* gpu_stream.c. Without CUDA these are stubs: no stream is a GPU stream. */
