@@ -1,22 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * batchclient.c - the client side of batchd (see batchclient.h,
- * proto/PROTOCOL.md and proto/ring.h): the connection, streams and the
- * ring they read.
+ * proto/PROTOCOL.md and proto/ring.h): the connection, and streams from
+ * OPEN to CLOSE.
  *
  * Requests go over the socket under the client's lock, one at a time, and
  * are answered in order. Batches never touch the socket: the stream maps
  * the session's data memfd read-only (after checking it is sealed, so the
- * daemon cannot truncate it under us either) and walks the ring.
- *
- * GPU streams also map the daemon's device allocation when they open and
- * order the GPU work around each batch with its events; that side lives in
- * gpu_stream.c, behind the bc__gpu_ calls of client_priv.h, so that
- * nothing here needs CUDA.
+ * daemon cannot truncate it under us either), and ring_reader.c walks the
+ * ring. GPU streams also map the daemon's device allocation when they open;
+ * that side lives in gpu_stream.c, behind the bc__gpu_ calls of
+ * client_priv.h, so that nothing here needs CUDA.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,7 +23,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "batchclient.h"
@@ -40,7 +36,6 @@ _Static_assert(BC_SHUFFLE_NONE == (int)BP_SHUFFLE_NONE && BC_SHUFFLE_GLOBAL == (
 	       "enum bc_shuffle must equal enum bp_shuffle");
 
 #define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
-#define HOLD_GRACE_MS 200     /* how long a stall caused by held batches must last */
 
 /* ---- socket ---------------------------------------------------------------------- */
 
@@ -620,346 +615,9 @@ int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
 	return 0;
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Fill b from descriptor d of batch seq, checking every offset against the mappings. */
-static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t seq)
-{
-	uint64_t table = (uint64_t)d->count * sizeof(bp_ring_sample);
-	void *dev = NULL;
-	int r;
-
-	if (d->count > s->r.batch_size || d->record >= s->r.data_size ||
-	    table > s->r.data_size - d->record || d->payload > s->r.data_size ||
-	    d->payload_size > s->r.data_size - d->payload)
-		return -EBADMSG;
-	if ((r = bc__gpu_bind(s, d, seq, &dev)) < 0)
-		return r;
-	b->s = s;
-	b->seq = seq;
-	b->d = *d;
-	b->table = (const bp_ring_sample *)(s->data + d->record);
-	b->payload = s->data + d->payload;
-	b->dev = dev;
-	b->stream = NULL;
-	b->held = true;
-	return 0;
-}
-
-/* Hand slot seq back to the daemon, poking it if it waits for room. */
-static void ring_release(bc_stream *s, uint64_t seq)
-{
-	/* seq_cst store, then seq_cst load: the Dekker pair of ring.h. */
-	__atomic_store_n(&s->ctrl->release[seq % s->r.slots], seq + 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&s->ctrl->daemon_hungry, __ATOMIC_SEQ_CST)) {
-		__atomic_store_n(&s->ctrl->daemon_hungry, 0, __ATOMIC_RELAXED);
-		if (write(s->released_fd, "", 1) < 0) {
-			/* The pipe is full: the daemon has a wake-up pending anyway. */
-		}
-	}
-}
-
-/*
- * Why the daemon stopped the ring, in s->err unless a reason is there
- * already. @return the errno it gave, or -ESHUTDOWN when it gave none
- * that is one.
- */
-static int stopped_error(bc_stream *s)
-{
-	int e = __atomic_load_n(&s->hdr->error, __ATOMIC_RELAXED);
-
-	if (e >= 0 || e <= -4096)
-		e = -ESHUTDOWN;
-	if (!s->err[0])
-		snprintf(s->err, sizeof(s->err), "the daemon ended the stream: %s",
-			 e == -EPROTO ? "ring protocol violation"
-			 : e == -ETIME ? "lease expired: no batch released for [session] lease_timeout"
-			 : e == -ESHUTDOWN ? "it is stopping" : strerror(-e));
-	return e;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-/*
- * Report how long a bc_next that delivered a batch took, for the daemon's
- * metrics (stall time). Only this thread writes these fields.
- */
-static void account_wait(bc_stream *s, uint64_t ns)
-{
-	unsigned b = 0;
-
-	while (b < BP_RING_WAIT_BUCKETS - 1 && ns > BP_RING_WAIT_BOUND_NS(b))
-		b++;
-	__atomic_store_n(&s->ctrl->wait_ns, s->ctrl->wait_ns + ns, __ATOMIC_RELAXED);
-	__atomic_store_n(&s->ctrl->waits, s->ctrl->waits + 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&s->ctrl->wait_hist[b], s->ctrl->wait_hist[b] + 1, __ATOMIC_RELAXED);
-}
-
-/* Step past batch s->consumed, taken or skipped; the daemon shows the count (informational). */
-static void consume(bc_stream *s)
-{
-	s->consumed++;
-	__atomic_store_n(&s->ctrl->consumed, s->consumed, __ATOMIC_RELAXED);
-}
-
-/*
- * A batch the daemon could not build (d, status < 0): keep its reason,
- * give its slot back and step past it. @return its status.
- */
-static int skip_failed(bc_stream *s, const bp_ring_desc *d)
-{
-	snprintf(s->err, sizeof(s->err), "%.*s", (int)BP_RING_REASON_MAX - 1,
-		 (const char *)(s->data + (d->record < s->r.data_size - BP_RING_REASON_MAX ?
-					   d->record : 0)));
-	ring_release(s, s->consumed);
-	consume(s);
-	return d->status > -4096 ? d->status : -EIO;
-}
-
-/*
- * Take batch s->consumed, which the daemon has published. @return 0 with
- * *ret set; BC_EPOCH_END, once, before the first batch of a new epoch
- * (nothing taken); a failed batch's status (stepped past); -ENOBUFS when
- * every slot is held; -EBADMSG for a descriptor that is not that batch's.
- */
-static int take_published(bc_stream *s, bc_batch **ret)
-{
-	const bp_ring_desc *shared = (const bp_ring_desc *)(s->data +
-		bp_ring_desc_offset(s->r.slots, s->consumed));
-	/* A copy: the daemon can still write its own mapping, so every check is made on ours. */
-	bp_ring_desc d = *shared;
-	bc_batch *b;
-	int r;
-
-	if (d.seq != s->consumed)
-		return -EBADMSG;
-	if (d.epoch != s->epoch && !s->epoch_end_said) {
-		s->epoch_end_said = true;
-		return BC_EPOCH_END;
-	}
-	s->epoch = d.epoch;
-	s->epoch_end_said = false;
-	if (d.status < 0)
-		return skip_failed(s, &d);
-	if (s->held >= s->r.slots)
-		return -ENOBUFS;
-	b = &s->batches[s->consumed % s->r.slots];
-	r = batch_bind(s, b, &d, s->consumed);
-	if (r < 0)
-		return r;
-	s->held++;
-	consume(s);
-	*ret = b;
-	return 0;
-}
-
-/*
- * Whether the batches we hold keep the daemon from publishing the next
- * one, so that waiting for it would never end. *stuck_since: when the
- * daemon was first seen waiting for room while we held batches (0: not).
- * @return 0 to wait, or -ENOBUFS.
- */
-static int held_stall(bc_stream *s, int64_t *stuck_since)
-{
-	/* The daemon cannot publish into slots we hold. */
-	if (s->held >= s->r.slots)
-		return -ENOBUFS;
-	/*
-	 * Nor when it waits for room that only our held batches would free
-	 * (records are reclaimed in order). It may be about to see a release
-	 * of ours, so give it a moment before saying so.
-	 */
-	if (!s->held || !__atomic_load_n(&s->ctrl->daemon_hungry, __ATOMIC_SEQ_CST)) {
-		*stuck_since = 0;
-		return 0;
-	}
-	if (*stuck_since == 0) {
-		*stuck_since = now_ms();
-	} else if (now_ms() - *stuck_since >= HOLD_GRACE_MS) {
-		snprintf(s->err, sizeof(s->err), "the stream waits for room that the %u batch%s "
-			 "held would free: release batches (in order) first",
-			 s->held, s->held == 1 ? "" : "es");
-		return -ENOBUFS;
-	}
-	return 0;
-}
-
-/*
- * How long the next sleep may last: *ret_wait ms, -1 for no limit.
- * deadline: now_ms() at which timeout_ms (> 0) runs out. @return 0, or
- * -ETIMEDOUT when there is no time left to wait.
- */
-static int wait_budget(const bc_stream *s, int timeout_ms, int64_t deadline, int *ret_wait)
-{
-	int wait = -1;
-
-	if (timeout_ms == 0)
-		return -ETIMEDOUT;
-	if (timeout_ms > 0) {
-		int64_t left = deadline - now_ms();
-
-		if (left <= 0)
-			return -ETIMEDOUT;
-		wait = (int)left;
-	}
-	/* While holding batches, look again now and then: they may be the hold-up. */
-	if (s->held && (wait < 0 || wait > HOLD_GRACE_MS / 4))
-		wait = HOLD_GRACE_MS / 4;
-	*ret_wait = wait;
-	return 0;
-}
-
-/*
- * Sleep up to wait ms (-1: no limit) on the published pipe, and on the
- * socket for the daemon's hang-up. @return 0 to look at the ring again;
- * the stop's error, -EPIPE (the daemon is gone) or poll's errno.
- */
-static int sleep_published(bc_stream *s, int wait)
-{
-	struct pollfd pf[2];
-	char drain[64];
-
-	/* Announce the sleep, then look again before sleeping (see ring.h). */
-	__atomic_store_n(&s->ctrl->client_sleeping, 1, __ATOMIC_SEQ_CST);
-	if (__atomic_load_n(&s->hdr->produced, __ATOMIC_SEQ_CST) > s->consumed ||
-	    __atomic_load_n(&s->hdr->state, __ATOMIC_SEQ_CST) != BP_RING_RUNNING) {
-		__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
-		return 0;
-	}
-	pf[0] = (struct pollfd){ .fd = s->published_fd, .events = POLLIN };
-	pf[1] = (struct pollfd){ .fd = s->c->fd, .events = 0 }; /* hang-up only */
-	if (poll(pf, 2, wait) < 0 && errno != EINTR) {
-		__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
-		return -errno;
-	}
-	__atomic_store_n(&s->ctrl->client_sleeping, 0, __ATOMIC_RELAXED);
-	if (pf[0].revents & POLLIN) {
-		if (read(s->published_fd, drain, sizeof(drain)) < 0) {
-			/* Drained by an earlier wake-up: harmless. */
-		}
-	}
-	if ((pf[1].revents & (POLLHUP | POLLERR)) &&
-	    __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) <= s->consumed) {
-		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
-			return stopped_error(s);
-		snprintf(s->err, sizeof(s->err), "the daemon is gone");
-		return -EPIPE;
-	}
-	return 0;
-}
-
-/* bc_next, less the accounting: look at the ring, and sleep while nothing is there. */
-static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
-{
-	int64_t deadline = timeout_ms > 0 ? now_ms() + timeout_ms : 0, stuck_since = 0;
-
-	for (;;) {
-		int wait, r;
-
-		/* Acquire: pairs with the daemon's release store, the batch is whole (ring.h). */
-		if (__atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) > s->consumed)
-			return take_published(s, ret);
-		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
-			return stopped_error(s);
-		if ((r = held_stall(s, &stuck_since)) < 0 ||
-		    (r = wait_budget(s, timeout_ms, deadline, &wait)) < 0 ||
-		    (r = sleep_published(s, wait)) < 0)
-			return r;
-	}
-}
-
-int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
-{
-	uint64_t t0 = now_ns();
-	int r = next_batch(s, ret, timeout_ms);
-
-	if (r == 0)
-		account_wait(s, now_ns() - t0);
-	return r;
-}
-
-int bc_release(bc_batch *b)
-{
-	bc_stream *s;
-	int r = 0;
-
-	if (!b || !b->held)
-		return -EINVAL;
-	s = b->s;
-	/*
-	 * The event before the mark: once the daemon sees the mark it waits
-	 * for the event, which must then stand for our last use. A failed
-	 * record still releases (the caller cannot undo bc_release).
-	 */
-	if (b->dev)
-		r = bc__gpu_record_release(b);
-	b->held = false;
-	s->held--;
-	ring_release(s, b->seq);
-	return r;
-}
-
 int bc_stream_device(const bc_stream *s)
 {
 	return s->device;
-}
-
-void *bc_batch_device_data(const bc_batch *b, size_t *ret_len)
-{
-	if (ret_len)
-		*ret_len = b->dev ? (size_t)b->d.payload_size : 0;
-	return b->dev;
-}
-
-uint64_t bc_batch_epoch(const bc_batch *b) { return b->d.epoch; }
-uint64_t bc_batch_index(const bc_batch *b) { return b->d.batch; }
-uint32_t bc_batch_count(const bc_batch *b) { return b->d.count; }
-
-uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i)
-{
-	return i < b->d.count ? b->table[i].id : UINT64_MAX;
-}
-
-int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t *ret_len)
-{
-	const bp_ring_sample *t;
-
-	if (i >= b->d.count)
-		return -ERANGE;
-	t = &b->table[i];
-	if (t->offset > b->d.payload_size || t->size > b->d.payload_size - t->offset)
-		return -EBADMSG;
-	*ret_data = b->payload + t->offset;
-	*ret_len = (size_t)t->size;
-	return 0;
-}
-
-const void *bc_batch_data(const bc_batch *b, size_t *ret_len)
-{
-	if (ret_len)
-		*ret_len = (size_t)b->d.payload_size;
-	return b->payload;
-}
-
-void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch)
-{
-	/* The next batch is seq `consumed` of a stream that began at (start_epoch, start_batch). */
-	uint64_t g = s->start_batch + s->consumed;
-
-	*ret_epoch = s->start_epoch + g / s->r.batches_per_epoch;
-	*ret_batch = g % s->r.batches_per_epoch;
 }
 
 uint64_t bc_stream_batches_per_epoch(const bc_stream *s) { return s->r.batches_per_epoch; }

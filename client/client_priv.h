@@ -2,8 +2,9 @@
 /*
  * client_priv.h - what the files of libbatchclient share and trainers do
  * not see: the objects behind batchclient.h's opaque types, and the bc__
- * calls batchclient.c (connection, streams, the ring) makes into
- * gpu_stream.c (the device side of GPU streams). It is not installed, and
+ * calls between batchclient.c (the connection, opening and closing
+ * streams), ring_reader.c (taking and releasing batches) and gpu_stream.c
+ * (the device side of GPU streams). It is not installed, and
  * nothing declared here is exported: the library builds with
  * -fvisibility=hidden and batchclient.map, so only BC_API symbols leave it.
  *
