@@ -2,8 +2,7 @@
 /*
  * cache.c - the shared decoded-block cache (see cache.h).
  *
- * An open-addressing-free design: a chained hash table sized to the number
- * of blocks the budget can hold at the smallest size we bother to cache,
+ * A chained hash table with one bucket per 16 KiB of budget (at least 64),
  * plus an LRU list of unreferenced loaded entries. Everything under one
  * mutex; the critical sections are a handful of pointer updates.
  */
@@ -151,6 +150,7 @@ int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *wait
 	size_t b;
 	int r;
 
+	/* A block over a quarter of the budget would evict too much to be worth it. */
 	if (!c->budget || size > c->budget / 4) {
 		pthread_mutex_lock(&c->mu);
 		c->st.bypasses++;

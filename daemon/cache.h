@@ -12,11 +12,14 @@
  * decoded once per stay in the cache, whoever asks.
  *
  * Entries are reference-counted; only unreferenced, loaded entries are
- * evicted, least recently used first. When even that cannot make room the
- * caller decodes into private scratch memory instead (BD_CACHE_BYPASS).
+ * evicted, least recently used first. When even that cannot make room, or
+ * the block is larger than a quarter of the budget, the caller decodes
+ * into private scratch memory instead (BD_CACHE_BYPASS).
  *
- * Thread rules: every function may be called from any thread; one mutex
- * guards the table (held only for table updates, never for I/O or decode).
+ * Thread rules: every function may be called from any thread (the
+ * pipeline's I/O threads look blocks up, its decode workers fill and put
+ * them); one mutex guards the table (held only for table updates, never
+ * for I/O or decode).
  */
 #ifndef BATCHD_DAEMON_CACHE_H
 #define BATCHD_DAEMON_CACHE_H

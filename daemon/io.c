@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * io.c - the block-read engine of one I/O worker: one io_uring, or pread(2)
+ * io.c - the block-read engine of one I/O thread: one io_uring, or pread(2)
  * when io_uring is unavailable (see io.h for the contract).
  *
- * Why it is shaped this way: a worker queues a whole batch of block reads,
+ * Why it is shaped this way: a thread queues a whole batch of block reads,
  * hands them to the kernel in one io_uring_enter, then takes completions
- * one at a time so it can decode each block while the rest are in flight.
+ * one at a time so each block goes on to decode while the rest are in
+ * flight.
  * Everything that makes a read incomplete (short reads from io-wq or at a
  * buffer boundary, -EAGAIN, -EINTR) is absorbed here by resubmitting the
  * remainder, so the caller only ever sees a whole block, an EOF-short
- * block, or an errno. The same bookkeeping (bd__settle) serves both
+ * block, or an errno. The same bookkeeping (settle) serves both
  * engines, so the pread fallback behaves exactly like the ring.
  *
  * Ring setup follows fio: ask for CQSIZE (CQ twice the SQ, so the CQ can
@@ -53,7 +54,7 @@
 #endif
 
 /* -EAGAIN/-EINTR in a row, without a byte of progress, before giving up. */
-#define BD__MAX_RETRIES 64u
+#define MAX_RETRIES 64u
 
 struct bd_io {
 	bd_io_engine engine;       /* BD_IO_URING or BD_IO_PREAD */
@@ -86,15 +87,15 @@ struct bd_io {
 
 /* ---- shared bookkeeping ------------------------------------------------- */
 
-static uint32_t bd__remaining(const bd_io_req *req)
+static uint32_t remaining(const bd_io_req *req)
 {
 	return req->len - req->priv_done;
 }
 
 /* Size of the next read of @req: the remainder, capped by the test hook. */
-static uint32_t bd__chunk(const bd_io *io, const bd_io_req *req)
+static uint32_t chunk(const bd_io *io, const bd_io_req *req)
 {
-	uint32_t n = bd__remaining(req);
+	uint32_t n = remaining(req);
 
 	if (io->max_read && n > io->max_read)
 		n = io->max_read;
@@ -102,13 +103,13 @@ static uint32_t bd__chunk(const bd_io *io, const bd_io_req *req)
 }
 
 /* Where the next read of @req lands; never does arithmetic on a NULL buf. */
-static uint8_t *bd__cursor(const bd_io_req *req)
+static uint8_t *cursor(const bd_io_req *req)
 {
 	return req->priv_done ? req->buf + req->priv_done : req->buf;
 }
 
 /* Whether @req lies wholly inside registered buffer buf_index. */
-static bool bd__fixed(const bd_io *io, const bd_io_req *req)
+static bool fixed_buf(const bd_io *io, const bd_io_req *req)
 {
 	const struct iovec *v;
 	uintptr_t base, p;
@@ -123,7 +124,7 @@ static bool bd__fixed(const bd_io *io, const bd_io_req *req)
 }
 
 /* The fixed-file slot of @fd, or -1 when it is not registered. */
-static int bd__file(const bd_io *io, int fd)
+static int fixed_file(const bd_io *io, int fd)
 {
 	if (fd < 0 || (unsigned)fd >= io->nfile_slot)
 		return -1;
@@ -135,13 +136,13 @@ static int bd__file(const bd_io *io, int fd)
  * @req. Returns true when @req is finished and req->result is set; false
  * when the remainder must be read again.
  */
-static bool bd__settle(bd_io *io, bd_io_req *req, int32_t res)
+static bool settle(bd_io *io, bd_io_req *req, int32_t res)
 {
 	if (io->fault_every && ++io->completions % io->fault_every == 0)
 		res = -io->fault_errno;
 
 	if (res == -EAGAIN || res == -EINTR) {
-		if (++req->priv_retries <= BD__MAX_RETRIES)
+		if (++req->priv_retries <= MAX_RETRIES)
 			return false;
 		req->result = res;
 		return true;
@@ -156,8 +157,8 @@ static bool bd__settle(bd_io *io, bd_io_req *req, int32_t res)
 		return true;
 	}
 	/* A kernel never returns more than asked; clamp rather than overrun. */
-	if ((uint32_t)res > bd__remaining(req))
-		res = (int32_t)bd__remaining(req);
+	if ((uint32_t)res > remaining(req))
+		res = (int32_t)remaining(req);
 	req->priv_retries = 0;
 	req->priv_done += (uint32_t)res;
 	if (req->priv_done < req->len)
@@ -172,7 +173,7 @@ static bool bd__settle(bd_io *io, bd_io_req *req, int32_t res)
  * Creates the ring, dropping one setup flag at a time (in this order) for
  * as long as the kernel answers -EINVAL. Any other error ends the attempt.
  */
-static int bd__uring_setup(bd_io *io)
+static int uring_setup(bd_io *io)
 {
 	static const unsigned drop[] = {
 		IORING_SETUP_DEFER_TASKRUN,
@@ -212,10 +213,10 @@ static int bd__uring_setup(bd_io *io)
 }
 
 /* Prepares the next read of @req in the SQ; the kernel sees it at submit. */
-static int bd__uring_queue(bd_io *io, bd_io_req *req)
+static int uring_queue(bd_io *io, bd_io_req *req)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);
-	int slot = bd__file(io, req->fd), r;
+	int slot = fixed_file(io, req->fd), r;
 
 	if (!sqe) {
 		/*
@@ -229,14 +230,14 @@ static int bd__uring_queue(bd_io *io, bd_io_req *req)
 		if (!sqe)
 			return -EBUSY;
 	}
-	if (bd__fixed(io, req))
+	if (fixed_buf(io, req))
 		io_uring_prep_read_fixed(sqe, slot >= 0 ? slot : req->fd,
-					 bd__cursor(req), bd__chunk(io, req),
+					 cursor(req), chunk(io, req),
 					 req->offset + req->priv_done,
 					 req->buf_index);
 	else
 		io_uring_prep_read(sqe, slot >= 0 ? slot : req->fd,
-				   bd__cursor(req), bd__chunk(io, req),
+				   cursor(req), chunk(io, req),
 				   req->offset + req->priv_done);
 	if (slot >= 0)
 		sqe->flags |= IOSQE_FIXED_FILE;
@@ -249,7 +250,7 @@ static int bd__uring_queue(bd_io *io, bd_io_req *req)
  * With DEFER_TASKRUN the CQ stays empty until we enter with GETEVENTS,
  * which submit_and_wait(1) does.
  */
-static int bd__uring_enter(bd_io *io)
+static int uring_enter(bd_io *io)
 {
 	unsigned want = io_uring_cq_ready(&io->ring) ? 0 : 1;
 	int r;
@@ -275,7 +276,7 @@ static int bd__uring_enter(bd_io *io)
 }
 
 /* Keep a one-shot poll on the watched fd in the ring while we wait. */
-static void bd__uring_arm_watch(bd_io *io)
+static void uring_arm_watch(bd_io *io)
 {
 	struct io_uring_sqe *sqe;
 
@@ -296,7 +297,7 @@ static void bd__uring_arm_watch(bd_io *io)
  * caller works). @return 1 and *ret_req; 0 when no finished request is
  * ready; -EAGAIN when the watched fd's poll completed.
  */
-static int bd__uring_take(bd_io *io, bd_io_req **ret_req)
+static int uring_take(bd_io *io, bd_io_req **ret_req)
 {
 	struct io_uring_cqe *cqe;
 
@@ -310,8 +311,8 @@ static int bd__uring_take(bd_io *io, bd_io_req **ret_req)
 			io->watch_armed = false;
 			return -EAGAIN;
 		}
-		if (!bd__settle(io, req, res)) {
-			r = bd__uring_queue(io, req);
+		if (!settle(io, req, res)) {
+			r = uring_queue(io, req);
 			if (r == 0) {
 				/*
 				 * Queued: the request is the kernel's again, whatever
@@ -330,17 +331,17 @@ static int bd__uring_take(bd_io *io, bd_io_req **ret_req)
 	return 0;
 }
 
-/* Enter the kernel until a request is finished (see bd__uring_take). */
-static int bd__uring_wait(bd_io *io, bd_io_req **ret_req)
+/* Enter the kernel until a request is finished (see uring_take). */
+static int uring_wait(bd_io *io, bd_io_req **ret_req)
 {
 	for (;;) {
 		int r;
 
-		bd__uring_arm_watch(io);
-		r = bd__uring_enter(io);
+		uring_arm_watch(io);
+		r = uring_enter(io);
 		if (r < 0)
 			return r;
-		r = bd__uring_take(io, ret_req);
+		r = uring_take(io, ret_req);
 		if (r)
 			return r < 0 ? r : 0;
 	}
@@ -348,17 +349,17 @@ static int bd__uring_wait(bd_io *io, bd_io_req **ret_req)
 
 /* ---- pread -------------------------------------------------------------- */
 
-static int bd__pread_wait(bd_io *io, bd_io_req **ret_req)
+static int pread_wait(bd_io *io, bd_io_req **ret_req)
 {
 	bd_io_req *req = io->fifo[io->head];
 
 	io->head = (io->head + 1) % io->depth;
 	io->count--;
 	for (;;) {
-		ssize_t n = pread(req->fd, bd__cursor(req), bd__chunk(io, req),
+		ssize_t n = pread(req->fd, cursor(req), chunk(io, req),
 				  (off_t)(req->offset + req->priv_done));
 
-		if (bd__settle(io, req, n < 0 ? -errno : (int32_t)n))
+		if (settle(io, req, n < 0 ? -errno : (int32_t)n))
 			break;
 	}
 	io->inflight--;
@@ -392,7 +393,7 @@ int bd_io_new(const bd_io_opts *o, bd_io **ret_io)
 
 	if (o->engine != BD_IO_PREAD) {
 		r = o->force_setup_error ? -o->force_setup_error
-					 : bd__uring_setup(io);
+					 : uring_setup(io);
 		if (r == 0)
 			io->engine = BD_IO_URING;
 		else if (o->engine == BD_IO_URING)
@@ -545,7 +546,7 @@ int bd_io_submit(bd_io *io, bd_io_req *req)
 	req->priv_done = 0;
 	req->priv_retries = 0;
 	if (io->engine == BD_IO_URING) {
-		r = bd__uring_queue(io, req);
+		r = uring_queue(io, req);
 		if (r < 0)
 			return r;
 	} else {
@@ -569,8 +570,8 @@ int bd_io_wait(bd_io *io, bd_io_req **ret_req)
 	if (!io->inflight)
 		return -ENOENT;
 	if (io->engine == BD_IO_URING)
-		return bd__uring_wait(io, ret_req);
-	return bd__pread_wait(io, ret_req);
+		return uring_wait(io, ret_req);
+	return pread_wait(io, ret_req);
 }
 
 int bd_io_wait_many(bd_io *io, bd_io_req **reqs, unsigned max)
@@ -584,7 +585,7 @@ int bd_io_wait_many(bd_io *io, bd_io_req **reqs, unsigned max)
 	if (r < 0)
 		return r;
 	while (io->engine == BD_IO_URING && n < max && io->inflight) {
-		r = bd__uring_take(io, &reqs[n]);
+		r = uring_take(io, &reqs[n]);
 		if (r <= 0)
 			break;  /* none ready, or the watch: reported next call */
 		n++;
@@ -604,7 +605,7 @@ unsigned bd_io_inflight(const bd_io *io)
  * DIO fields are there whatever glibc's or the kernel headers' vintage:
  * the layout is ABI and only ever grows into __spare3.
  */
-struct bd__statx {
+struct dio_statx {
 	uint32_t mask;
 	uint32_t blksize;
 	uint64_t attributes;
@@ -618,22 +619,22 @@ struct bd__statx {
 	uint32_t dio_offset_align;
 	uint64_t spare3[12];
 };
-_Static_assert(offsetof(struct bd__statx, mnt_id) == 144, "statx layout");
-_Static_assert(offsetof(struct bd__statx, dio_mem_align) == 152, "statx layout");
-_Static_assert(offsetof(struct bd__statx, dio_offset_align) == 156, "statx layout");
-_Static_assert(sizeof(struct bd__statx) == 256, "statx layout");
+_Static_assert(offsetof(struct dio_statx, mnt_id) == 144, "statx layout");
+_Static_assert(offsetof(struct dio_statx, dio_mem_align) == 152, "statx layout");
+_Static_assert(offsetof(struct dio_statx, dio_offset_align) == 156, "statx layout");
+_Static_assert(sizeof(struct dio_statx) == 256, "statx layout");
 
-#define BD__STATX_DIOALIGN 0x2000u
-#define BD__DIO_FALLBACK 4096u
+#define DIOALIGN_MASK 0x2000u
+#define DIO_FALLBACK 4096u
 
-static bool bd__pow2(uint32_t v)
+static bool pow2(uint32_t v)
 {
 	return v && !(v & (v - 1));
 }
 
 int bd_io_dio_align(int fd, uint32_t *ret_mem_align, uint32_t *ret_offset_align)
 {
-	uint32_t mem = BD__DIO_FALLBACK, off = BD__DIO_FALLBACK;
+	uint32_t mem = DIO_FALLBACK, off = DIO_FALLBACK;
 	struct stat st;
 
 	/* fstat first: it gives -EBADF for a bad fd even without statx. */
@@ -641,17 +642,17 @@ int bd_io_dio_align(int fd, uint32_t *ret_mem_align, uint32_t *ret_offset_align)
 		return -errno;
 #ifdef SYS_statx
 	{
-		struct bd__statx stx;
+		struct dio_statx stx;
 
 		memset(&stx, 0, sizeof(stx));
 		if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH,
-			    BD__STATX_DIOALIGN, &stx) == 0 &&
-		    (stx.mask & BD__STATX_DIOALIGN)) {
+			    DIOALIGN_MASK, &stx) == 0 &&
+		    (stx.mask & DIOALIGN_MASK)) {
 			/* Reported, and zero: no O_DIRECT for this file. */
 			if (!stx.dio_offset_align || !stx.dio_mem_align)
 				return -EOPNOTSUPP;
-			if (bd__pow2(stx.dio_mem_align) &&
-			    bd__pow2(stx.dio_offset_align)) {
+			if (pow2(stx.dio_mem_align) &&
+			    pow2(stx.dio_offset_align)) {
 				mem = stx.dio_mem_align;
 				off = stx.dio_offset_align;
 			}

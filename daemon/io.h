@@ -1,17 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * io.h - the block-read engine of one I/O worker (DESIGN.md §2 step 2, §3).
+ * io.h - the block-read engine of one I/O thread (README.md, "Read and
+ * decode"; the threads are in io_thread.c).
  *
- * Why it exists: a worker carries one batch at a time. It queues every
- * block read of the batch, then takes completions one by one and verifies
- * or decompresses each block while the others are still in flight. The
- * engine hides how the reads happen: an io_uring per worker when the kernel
- * allows it, else plain pread(2) done on the worker's own thread
- * (DESIGN.md §7: io_uring refused by seccomp or kernel.io_uring_disabled
- * gives the same results, only slower). Either way the caller sees the same
- * contract: a request completes once, with all `len` bytes, or fewer only
- * at end of file, or a negative errno. Short reads, -EAGAIN and -EINTR are
- * handled inside and never reach the caller.
+ * Why it exists: an I/O thread queues every block read it has room for,
+ * then takes completions one by one and passes each block on to the decode
+ * workers while the others are still in flight. The engine hides how the
+ * reads happen: an io_uring per thread when the kernel allows it, else
+ * plain pread(2) done on the thread itself (io_uring refused by seccomp or
+ * kernel.io_uring_disabled gives the same results, only slower). Either
+ * way the caller sees the same contract: a request completes once, with
+ * all `len` bytes, or fewer only at end of file, or a negative errno.
+ * Short reads, -EAGAIN and -EINTR are handled inside and never reach the
+ * caller.
  *
  * Thread rules: a bd_io belongs to one thread, the one that called
  * bd_io_new(); every other function taking a bd_io is called on that

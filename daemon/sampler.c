@@ -22,27 +22,27 @@
 #include <errno.h>
 #include <stddef.h>
 
-#define BD__GOLDEN  UINT64_C(0x9e3779b97f4a7c15)
-#define BD__TAG     UINT64_C(0x626473616d706c31)   /* "bdsampl1" */
-#define BD__ROUNDS  8
+#define GOLDEN  UINT64_C(0x9e3779b97f4a7c15)
+#define TAG     UINT64_C(0x626473616d706c31)   /* "bdsampl1" */
+#define ROUNDS  8
 
 enum {
-	BD__PURPOSE_GLOBAL = 1,
-	BD__PURPOSE_CHUNKS = 2,
-	BD__PURPOSE_WINDOW = 3,
+	PURPOSE_GLOBAL = 1,
+	PURPOSE_CHUNKS = 2,
+	PURPOSE_WINDOW = 3,
 };
 
 /* splitmix64's finalizer: a bijection on 64 bits with full avalanche. */
-static uint64_t bd__mix(uint64_t z)
+static uint64_t mix(uint64_t z)
 {
 	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
 	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
 	return z ^ (z >> 31);
 }
 
-static uint64_t bd__absorb(uint64_t h, uint64_t v)
+static uint64_t absorb(uint64_t h, uint64_t v)
 {
-	return bd__mix(h + bd__mix(v + BD__GOLDEN));
+	return mix(h + mix(v + GOLDEN));
 }
 
 /*
@@ -50,7 +50,7 @@ static uint64_t bd__absorb(uint64_t h, uint64_t v)
  * half >= 1) holding [0, n). The domain is < 4n, which bounds the expected
  * cycle-walking steps by 4.
  */
-static uint32_t bd__half_bits(uint64_t n)
+static uint32_t half_bits(uint64_t n)
 {
 	uint64_t m = n - 1;
 	uint32_t bits = 0;
@@ -66,42 +66,42 @@ static uint32_t bd__half_bits(uint64_t n)
 
 /* ---- keyed bijection on [0, n) ---------------------------------------- */
 
-typedef struct bd__perm {
+typedef struct perm {
 	uint64_t n;
 	uint64_t mask;     /* half-width mask */
 	uint32_t half;
-	uint64_t k[BD__ROUNDS];
-} bd__perm;
+	uint64_t k[ROUNDS];
+} perm;
 
-static void bd__perm_init(bd__perm *p, uint64_t n, uint32_t half, uint64_t key)
+static void perm_init(perm *p, uint64_t n, uint32_t half, uint64_t key)
 {
 	p->n = n;
 	p->half = half;
 	p->mask = (UINT64_C(1) << half) - 1;
-	for (int i = 0; i < BD__ROUNDS; i++) {
-		key += BD__GOLDEN;
-		p->k[i] = bd__mix(key);
+	for (int i = 0; i < ROUNDS; i++) {
+		key += GOLDEN;
+		p->k[i] = mix(key);
 	}
 }
 
-static uint64_t bd__feistel(const bd__perm *p, uint64_t x)
+static uint64_t feistel(const perm *p, uint64_t x)
 {
 	uint64_t l = x >> p->half, r = x & p->mask;
 
-	for (int i = 0; i < BD__ROUNDS; i++) {
-		uint64_t t = l ^ (bd__mix(r ^ p->k[i]) & p->mask);
+	for (int i = 0; i < ROUNDS; i++) {
+		uint64_t t = l ^ (mix(r ^ p->k[i]) & p->mask);
 		l = r;
 		r = t;
 	}
 	return (l << p->half) | r;
 }
 
-static uint64_t bd__feistel_inv(const bd__perm *p, uint64_t x)
+static uint64_t feistel_inv(const perm *p, uint64_t x)
 {
 	uint64_t l = x >> p->half, r = x & p->mask;
 
-	for (int i = BD__ROUNDS - 1; i >= 0; i--) {
-		uint64_t t = r ^ (bd__mix(l ^ p->k[i]) & p->mask);
+	for (int i = ROUNDS - 1; i >= 0; i--) {
+		uint64_t t = r ^ (mix(l ^ p->k[i]) & p->mask);
 		r = l;
 		l = t;
 	}
@@ -114,22 +114,22 @@ static uint64_t bd__feistel_inv(const bd__perm *p, uint64_t x)
  * it comes back round. The result is a bijection on [0, n) whose inverse is
  * the same walk with the inverse network.
  */
-static uint64_t bd__perm_fwd(const bd__perm *p, uint64_t x)
+static uint64_t perm_fwd(const perm *p, uint64_t x)
 {
 	if (p->n <= 1)
 		return 0;
 	do
-		x = bd__feistel(p, x);
+		x = feistel(p, x);
 	while (x >= p->n);
 	return x;
 }
 
-static uint64_t bd__perm_inv(const bd__perm *p, uint64_t x)
+static uint64_t perm_inv(const perm *p, uint64_t x)
 {
 	if (p->n <= 1)
 		return 0;
 	do
-		x = bd__feistel_inv(p, x);
+		x = feistel_inv(p, x);
 	while (x >= p->n);
 	return x;
 }
@@ -141,62 +141,62 @@ static uint64_t bd__perm_inv(const bd__perm *p, uint64_t x)
  * order/position) so a batch pays the key schedule once, plus one window
  * permutation cached by window index.
  */
-typedef struct bd__epoch {
+typedef struct epoch_state {
 	const bd_sampler *s;
-	bd__perm main;       /* global: the permutation; block: the chunk permutation */
+	perm main;       /* global: the permutation; block: the chunk permutation */
 	uint64_t wkey;       /* block: absorb(ek, WINDOW) */
 	uint64_t win;        /* the window wperm is keyed for; UINT64_MAX: none yet */
-	bd__perm wperm;
-} bd__epoch;
+	perm wperm;
+} epoch_state;
 
-static void bd__epoch_init(bd__epoch *e, const bd_sampler *s, uint64_t epoch)
+static void epoch_init(epoch_state *e, const bd_sampler *s, uint64_t epoch)
 {
-	uint64_t ek = bd__absorb(s->key, epoch);
+	uint64_t ek = absorb(s->key, epoch);
 
 	e->s = s;
 	e->win = UINT64_MAX;
 	if (s->mode == BP_SHUFFLE_GLOBAL) {
-		bd__perm_init(&e->main, s->n, s->global_half,
-			      bd__absorb(ek, BD__PURPOSE_GLOBAL));
+		perm_init(&e->main, s->n, s->global_half,
+			      absorb(ek, PURPOSE_GLOBAL));
 	} else if (s->mode == BP_SHUFFLE_BLOCK && s->full_chunks > 0) {
-		bd__perm_init(&e->main, s->full_chunks, s->chunk_half,
-			      bd__absorb(ek, BD__PURPOSE_CHUNKS));
-		e->wkey = bd__absorb(ek, BD__PURPOSE_WINDOW);
+		perm_init(&e->main, s->full_chunks, s->chunk_half,
+			      absorb(ek, PURPOSE_CHUNKS));
+		e->wkey = absorb(ek, PURPOSE_WINDOW);
 	}
 }
 
-static const bd__perm *bd__epoch_window(bd__epoch *e, uint64_t w)
+static const perm *epoch_window(epoch_state *e, uint64_t w)
 {
 	const bd_sampler *s = e->s;
 
 	if (e->win != w) {
 		bool last = w == s->windows - 1;
 
-		bd__perm_init(&e->wperm, last ? s->last_win_span : s->win_span,
+		perm_init(&e->wperm, last ? s->last_win_span : s->win_span,
 			      last ? s->last_win_half : s->win_half,
-			      bd__absorb(e->wkey, w));
+			      absorb(e->wkey, w));
 		e->win = w;
 	}
 	return &e->wperm;
 }
 
 /* pos < n */
-static uint64_t bd__epoch_order(bd__epoch *e, uint64_t pos)
+static uint64_t epoch_order(epoch_state *e, uint64_t pos)
 {
 	const bd_sampler *s = e->s;
 	uint64_t w, q, slot;
 
 	switch (s->mode) {
 	case BP_SHUFFLE_GLOBAL:
-		return bd__perm_fwd(&e->main, pos);
+		return perm_fwd(&e->main, pos);
 	case BP_SHUFFLE_BLOCK:
 		/* The partial chunk, if any, ends the epoch in id order. */
 		if (pos >= s->full_chunks * s->chunk)
 			return pos;
 		w = pos / s->win_span;
-		q = bd__perm_fwd(bd__epoch_window(e, w), pos - w * s->win_span);
+		q = perm_fwd(epoch_window(e, w), pos - w * s->win_span);
 		slot = w * s->win_chunks + q / s->chunk;
-		return bd__perm_fwd(&e->main, slot) * s->chunk + q % s->chunk;
+		return perm_fwd(&e->main, slot) * s->chunk + q % s->chunk;
 	case BP_SHUFFLE_NONE:
 	default:
 		return pos;
@@ -204,21 +204,21 @@ static uint64_t bd__epoch_order(bd__epoch *e, uint64_t pos)
 }
 
 /* id < n */
-static uint64_t bd__epoch_position(bd__epoch *e, uint64_t id)
+static uint64_t epoch_position(epoch_state *e, uint64_t id)
 {
 	const bd_sampler *s = e->s;
 	uint64_t w, q, slot;
 
 	switch (s->mode) {
 	case BP_SHUFFLE_GLOBAL:
-		return bd__perm_inv(&e->main, id);
+		return perm_inv(&e->main, id);
 	case BP_SHUFFLE_BLOCK:
 		if (id >= s->full_chunks * s->chunk)
 			return id;
-		slot = bd__perm_inv(&e->main, id / s->chunk);
+		slot = perm_inv(&e->main, id / s->chunk);
 		w = slot / s->win_chunks;
 		q = (slot - w * s->win_chunks) * s->chunk + id % s->chunk;
-		return w * s->win_span + bd__perm_inv(bd__epoch_window(e, w), q);
+		return w * s->win_span + perm_inv(epoch_window(e, w), q);
 	case BP_SHUFFLE_NONE:
 	default:
 		return id;
@@ -250,7 +250,7 @@ int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 	t.n = n;
 	t.mode = cfg->mode;
 	t.batch_size = cfg->batch_size;
-	t.key = bd__absorb(bd__absorb(BD__TAG, cfg->fingerprint), cfg->seed);
+	t.key = absorb(absorb(TAG, cfg->fingerprint), cfg->seed);
 
 	/*
 	 * world * per_rank < n + world <= 2^63 + 2^32: no overflow below, and
@@ -270,7 +270,7 @@ int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 		return -ERANGE;
 
 	if (t.mode == BP_SHUFFLE_GLOBAL)
-		t.global_half = bd__half_bits(n);
+		t.global_half = half_bits(n);
 	if (t.mode == BP_SHUFFLE_BLOCK) {
 		window = cfg->window ? cfg->window : BD_SAMPLER_DEFAULT_WINDOW;
 		t.chunk = cfg->chunk;
@@ -281,9 +281,9 @@ int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 			t.win_span = t.win_chunks * t.chunk;
 			t.windows = (t.full_chunks + t.win_chunks - 1) / t.win_chunks;
 			t.last_win_span = (t.full_chunks - (t.windows - 1) * t.win_chunks) * t.chunk;
-			t.chunk_half = bd__half_bits(t.full_chunks);
-			t.win_half = bd__half_bits(t.win_span);
-			t.last_win_half = bd__half_bits(t.last_win_span);
+			t.chunk_half = half_bits(t.full_chunks);
+			t.win_half = half_bits(t.win_span);
+			t.last_win_half = half_bits(t.last_win_span);
 		}
 	}
 	*s = t;
@@ -311,29 +311,29 @@ void bd_sampler_batch(const bd_sampler *s, uint64_t epoch, uint64_t batch, uint6
 {
 	uint32_t len = bd_sampler_batch_len(s, batch);
 	uint64_t pos;
-	bd__epoch e;
+	epoch_state e;
 
 	if (len == 0)
 		return;
-	bd__epoch_init(&e, s, epoch);
+	epoch_init(&e, s, epoch);
 	/* batch * batch_size < per_rank, so pos < world * per_rank: no overflow. */
 	pos = s->first + batch * s->batch_size;
 	for (uint32_t i = 0; i < len; i++, pos++)
-		ids[i] = bd__epoch_order(&e, pos < s->n ? pos : pos % s->n);
+		ids[i] = epoch_order(&e, pos < s->n ? pos : pos % s->n);
 }
 
 uint64_t bd_sampler_order(const bd_sampler *s, uint64_t epoch, uint64_t pos)
 {
-	bd__epoch e;
+	epoch_state e;
 
-	bd__epoch_init(&e, s, epoch);
-	return bd__epoch_order(&e, pos < s->n ? pos : pos % s->n);
+	epoch_init(&e, s, epoch);
+	return epoch_order(&e, pos < s->n ? pos : pos % s->n);
 }
 
 uint64_t bd_sampler_position(const bd_sampler *s, uint64_t epoch, uint64_t id)
 {
-	bd__epoch e;
+	epoch_state e;
 
-	bd__epoch_init(&e, s, epoch);
-	return bd__epoch_position(&e, id < s->n ? id : id % s->n);
+	epoch_init(&e, s, epoch);
+	return epoch_position(&e, id < s->n ? id : id % s->n);
 }
