@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "arena.h"
 #include "log.h"
 #include "session.h"
 #include "units.h"
@@ -55,7 +56,8 @@ struct bd_session {
 	uint64_t data_size, ctrl_size, memory;
 	bp_ring_header *hdr;
 	bp_ring_ctrl *ctrl;
-	uint64_t arena_off, arena_size;
+	uint64_t arena_off;     /* where the arena of records starts in data */
+	bd_arena arena;
 
 	/* GPU sessions: the device side, and copies whose last event is still to come. */
 	bd_gpu_session *gpu;
@@ -68,7 +70,6 @@ struct bd_session {
 	uint64_t next_seq;      /* next batch to plan */
 	uint64_t published;     /* batches published */
 	uint64_t reclaimed;     /* batches whose records were reclaimed */
-	uint64_t head;          /* arena offset of the next record */
 	uint32_t inflight;
 	uint64_t failed, bytes;
 	uint64_t delivered, delivered_bytes; /* released by the client after publication */
@@ -94,45 +95,6 @@ static uint64_t record_bytes(uint32_t n, uint64_t payload)
 	uint64_t r = table_bytes(n) + payload;
 
 	return ALIGN_UP(r > BP_RING_REASON_MAX ? r : BP_RING_REASON_MAX, BP_RING_RECORD_ALIGN);
-}
-
-/* ---- arena: a byte ring of records, freed in allocation order -------------------- */
-
-/* The live records are [oldest, head) possibly wrapped; NULL when none are live. */
-static bool arena_alloc(bd_session *s, uint64_t size, uint64_t *ret_off)
-{
-	uint64_t live = s->next_seq - s->reclaimed, tail;
-
-	if (live == 0) {
-		s->head = 0;
-		if (size > s->arena_size)
-			return false;
-		*ret_off = 0;
-		s->head = size;
-		return true;
-	}
-	tail = s->slot[s->reclaimed % s->slots].rec_off;
-	if (s->head > tail) {
-		/* Live region [tail, head): room at the end, else wrap to the start. */
-		if (s->arena_size - s->head >= size) {
-			*ret_off = s->head;
-			s->head += size;
-			return true;
-		}
-		if (tail >= size) {
-			*ret_off = 0;
-			s->head = size;
-			return true;
-		}
-		return false;
-	}
-	/* Wrapped: live region [tail, end) + [0, head); room is [head, tail). */
-	if (tail - s->head >= size) {
-		*ret_off = s->head;
-		s->head += size;
-		return true;
-	}
-	return false;
 }
 
 /* ---- shared memory ------------------------------------------------------------------ */
@@ -268,8 +230,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	 * planner stages prefetch more; a second largest record covers what
 	 * the byte ring's wrap-around can waste.
 	 */
-	s->arena_size = 2 * max_rec + (uint64_t)(prefetch + 2) * mean_rec;
-	s->data_size = s->arena_off + s->arena_size;
+	bd_arena_init(&s->arena, 2 * max_rec + (uint64_t)(prefetch + 2) * mean_rec);
+	s->data_size = s->arena_off + s->arena.size;
 	if (device >= 0) {
 		if (!env->gpu || !env->cuda || device >= env->cuda->devices) {
 			snprintf(err, errlen, "no CUDA device: the GPU thread is not running");
@@ -349,7 +311,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		.session = id,
 		.data_size = s->data_size,
 		.arena_offset = s->arena_off,
-		.arena_size = s->arena_size,
+		.arena_size = s->arena.size,
 		.batches_per_epoch = s->batches_per_epoch,
 		.slots = s->slots,
 		.batch_size = m->batch_size,
@@ -360,7 +322,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 			.slots = s->slots,
 			.slot_bytes = s->slot_bytes,
 			.host = s->data + s->arena_off,
-			.host_len = s->arena_size,
+			.host_len = s->arena.size,
 			.owner = s,
 		};
 
@@ -463,7 +425,7 @@ static int plan_one(bd_session *s)
 		s->order[i] = i;
 	}
 	rec = record_bytes(n, payload);
-	if (!arena_alloc(s, rec, &off))
+	if (!bd_arena_alloc(&s->arena, rec, &off))
 		return 0;
 
 	qsort_r(s->order, n, sizeof(*s->order), loc_cmp, s->locs);
@@ -666,6 +628,7 @@ static void reclaim(bd_session *s)
 				s->delivered++;
 				s->delivered_bytes += s->slot[i].payload;
 			}
+			bd_arena_free(&s->arena, s->slot[i].rec_size);
 			s->reclaimed++;
 			continue;
 		}
