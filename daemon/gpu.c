@@ -35,7 +35,7 @@ struct op;
 typedef struct gpu_event {
 	struct gpu_event *next;
 	struct op *op;
-	enum bd_gpu_event kind;
+	enum bd_job_event kind;
 	int status;
 	bool last;              /* the op is the loop's to free after this one */
 	char reason[192];
@@ -57,7 +57,6 @@ typedef struct op {
 struct bd_gpu {
 	uv_loop_t *loop;
 	uv_async_t async;
-	bd_gpu_event_fn fn;
 	pthread_t thread;
 	bool started;
 
@@ -78,6 +77,7 @@ struct bd_gpu {
 
 struct bd_gpu_session {
 	bd_gpu *g;
+	bd_job_event_fn event;
 	void *owner;
 	int device;
 	uint32_t slots;
@@ -103,7 +103,7 @@ struct bd_gpu_session {
 
 /* ---- GPU thread ------------------------------------------------------------------------ */
 
-static void emit(bd_gpu *g, op *o, enum bd_gpu_event kind, int status, bool last,
+static void emit(bd_gpu *g, op *o, enum bd_job_event kind, int status, bool last,
 		 const char *reason)
 {
 	gpu_event *ev = &o->ev[kind - 1];
@@ -194,7 +194,7 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 	for (op *o = *list; o; o = next) {
 		bd_gpu_session *gs = o->gs;
 		uint32_t slot = (uint32_t)(o->seq % gs->slots);
-		enum bd_gpu_event kind = BD_GPU_ENQUEUED;
+		enum bd_job_event kind = BD_JOB_ENQUEUED;
 		int status = 0;
 		char reason[160] = "";
 		cudaError_t e;
@@ -229,7 +229,7 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 			}
 			o->state = OP_ISSUED;
 			o->issued_ns = bd_now_ns();
-			emit(g, o, BD_GPU_ENQUEUED, 0, false, "");
+			emit(g, o, BD_JOB_ENQUEUED, 0, false, "");
 			moved = true;
 		}
 		/* OP_ISSUED: completions come in stream order, so ask for the oldest only. */
@@ -241,7 +241,7 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 			gs->issued_pass = g->pass;
 			goto keep;
 		}
-		kind = BD_GPU_COPIED;
+		kind = BD_JOB_COPIED;
 		if (e == cudaSuccess) {
 			STAT_ADD(&gs->copies, 1);
 			STAT_ADD(&gs->copy_bytes, o->bytes);
@@ -329,7 +329,7 @@ static void on_async(uv_async_t *a)
 
 		list = ev->next;
 		/* The session, and so gs, lives until the op's last event is in. */
-		g->fn(o->gs->owner, o->seq, ev->kind, ev->status, ev->reason);
+		o->gs->event(o->gs->owner, o->seq, ev->kind, ev->status, ev->reason);
 		if (ev->last)
 			free(o);
 	}
@@ -343,8 +343,8 @@ int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret)
 
 	if (!g)
 		return -ENOMEM;
+	(void)fn;
 	g->loop = loop;
-	g->fn = fn;
 	g->device = -1;
 	g->submit_tail = &g->submit;
 	g->events_tail = &g->events;
@@ -603,6 +603,7 @@ int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *ta
 
 	if (!gs)
 		return -ENOMEM;
+	gs->event = cfg->event;
 	gs->owner = cfg->owner;
 	gs->device = cfg->device;
 	gs->slots = cfg->slots;

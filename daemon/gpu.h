@@ -24,8 +24,12 @@
  * the daemon or the client still maps it, and a killed client's mappings
  * go with its process.
  *
+ * Events: ENQUEUED and COPIED (job_event.h) reach the session through the
+ * event function in its bd_gpu_session_cfg, the same way the pipeline's
+ * DECODED does.
+ *
  * Thread rules: everything here is called on the loop thread; events are
- * delivered on the loop thread through the callback given to bd_gpu_new.
+ * delivered on the loop thread.
  */
 #ifndef BATCHD_DAEMON_GPU_H
 #define BATCHD_DAEMON_GPU_H
@@ -36,21 +40,20 @@
 
 #include <uv.h>
 
+#include "job_event.h"
 #include "ring.h"
 
 typedef struct bd_gpu bd_gpu;
 typedef struct bd_gpu_session bd_gpu_session;
 
-enum bd_gpu_event {
-	BD_GPU_ENQUEUED = 1,   /* status 0: copy issued, publish; < 0: the last event for this batch */
-	BD_GPU_COPIED = 2,     /* the copy finished (status 0) or failed (< 0); the last event */
-};
+/* The old name of bd_job_event_fn, for bd_gpu_new's unused argument. */
+typedef bd_job_event_fn bd_gpu_event_fn;
 
-/* Called on the loop thread; reason is "" when status is 0. */
-typedef void (*bd_gpu_event_fn)(void *owner, uint64_t seq, enum bd_gpu_event ev, int status,
-				const char *reason);
-
-/* Start the GPU thread. @return 0 or negative errno. */
+/*
+ * Start the GPU thread. fn is not called: each session names its own
+ * event function (bd_gpu_session_cfg); pass NULL. @return 0 or negative
+ * errno.
+ */
 int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret);
 
 /* Stop the thread; every session must have been freed. NULL is fine. */
@@ -63,7 +66,8 @@ typedef struct bd_gpu_session_cfg {
 	uint64_t slot_bytes;    /* a multiple of BP_RING_DEVICE_ALIGN */
 	void *host;             /* staging to pin (page-aligned) ... */
 	uint64_t host_len;      /* ... and its bytes */
-	void *owner;            /* passed to the event callback */
+	bd_job_event_fn event;  /* where ENQUEUED and COPIED go ... */
+	void *owner;            /* ... with this */
 } bd_gpu_session_cfg;
 
 /*

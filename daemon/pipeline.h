@@ -3,18 +3,29 @@
  * pipeline.h - the data plane: I/O threads read blocks, decode workers
  * check and decompress them into staged batches.
  *
- * The loop thread hands over a bd_job (one batch: a list of block tasks,
- * each with the pieces of its raw bytes the batch needs and where they go).
- * An I/O thread reads each block's stored bytes (rounded out to the O_DIRECT
- * alignment) into a buffer from a pool registered with its io_uring, and
- * passes the block to a decode worker, which verifies the stored hash,
- * decompresses (straight into the batch when the block is exactly what the
- * batch needs, else into scratch and then copies), and checks the raw
- * hash. The last task of a job posts it back to the loop thread, which
- * publishes it. Failures fail the job (first reason wins), never a thread.
+ * The loop thread builds a bd_job (one batch: the blocks it needs, and for
+ * each block the byte ranges of its raw bytes the batch takes and where
+ * they go) and submits it. An I/O thread reads each block's stored bytes
+ * (rounded out to the O_DIRECT alignment) into a buffer from a pool
+ * registered with its io_uring, and passes the block to a decode worker,
+ * which verifies the stored hash, decompresses (straight into the batch
+ * when the block is exactly what the batch needs, else into scratch and
+ * then copies), and checks the raw hash. The last block of a job posts it
+ * back to the loop thread, which reports BD_JOB_DECODED to the job's owner
+ * (job_event.h) and frees the job. Failures fail the job (first reason
+ * wins), never a thread.
  *
- * Thread rules: bd_pipeline_new/submit/free on the loop thread; the done
- * callback runs on the loop thread. Everything else is internal.
+ * The decoded-block cache (cache.h) is consulted by the I/O thread, when it
+ * takes a block that does not tile the batch: a hit or a wait skips the
+ * read. The decode worker that loads an entry publishes it (or its
+ * failure) and wakes the blocks that waited on it.
+ *
+ * Files: pipeline.c (jobs, queues, buffers, submission, completion,
+ * stats), io_thread.c (the I/O threads), decode.c (the decode workers),
+ * pipeline_priv.h (what they share).
+ *
+ * Thread rules: bd_job_*, bd_pipeline_new/submit/free and the getters on
+ * the loop thread; events are delivered on the loop thread.
  */
 #ifndef BATCHD_DAEMON_PIPELINE_H
 #define BATCHD_DAEMON_PIPELINE_H
@@ -24,54 +35,32 @@
 
 #include <uv.h>
 
-#include "cache.h"
 #include "dataset.h"
 #include "io.h"
+#include "job_event.h"
 #include "metrics.h"
-#include "ring.h"
 
+/* One batch on its way through the pipeline (opaque). */
 typedef struct bd_job bd_job;
 
-/* A byte range of a block's raw bytes and where the batch wants it. */
-typedef struct bd_piece {
-	uint64_t src;
-	uint64_t size;
-	uint8_t *dst;
-} bd_piece;
+/*
+ * A job for batch seq of owner, reading nblocks blocks into npieces byte
+ * ranges: add exactly that many of each, blocks and their pieces in order
+ * (bd_job_add_block, then that block's bd_job_add_piece calls). Once the
+ * job is back, event(owner, seq, BD_JOB_DECODED, status, reason) is called
+ * and the job freed. @return 0, or -ENOMEM.
+ */
+int bd_job_new(void *owner, bd_job_event_fn event, uint64_t seq, uint32_t nblocks,
+	       uint32_t npieces, bd_job **ret);
 
-/* One block read and decode. */
-typedef struct bd_task {
-	bd_job *job;
-	const bd_dataset *dset;
-	uint32_t shard;
-	uint64_t block;
-	bp_pack_block blk;
-	uint32_t first_piece, npieces;
-	bool direct_dst;            /* pieces tile the block: decode into pieces[first].dst */
-	struct bd_cache_entry *centry; /* the cached block this task loads or copies from */
-	bool cache_load;            /* this task decodes into centry for everyone */
-	/* I/O state, owned by the I/O then the decode thread. */
-	bd_io_req req;
-	uint8_t *buf;
-	int32_t pool_slot;          /* -1: buf was malloc'd */
-	uint64_t t_submit;          /* ns, CLOCK_MONOTONIC: for the read latency histogram */
-	uint32_t skip;              /* stored bytes start at buf + skip */
-	struct bd_task *next;
-} bd_task;
+/* The next block of the job: block `block` of shard `shard` of d (a valid index). */
+void bd_job_add_block(bd_job *job, const bd_dataset *d, uint32_t shard, uint64_t block);
 
-struct bd_job {
-	void *owner;                /* the session */
-	uint64_t seq;
-	uint64_t epoch, batch;      /* its place in the schedule */
-	uint32_t count;             /* samples */
-	bd_task *tasks;
-	uint32_t ntasks;
-	bd_piece *pieces;
-	uint32_t pending;           /* tasks not yet finished (atomic) */
-	int32_t status;             /* 0, or the first failure's negative errno (atomic) */
-	char reason[BP_RING_REASON_MAX];
-	struct bd_job *next;
-};
+/* Raw bytes [src, src + size) of the last block added go to dst. */
+void bd_job_add_piece(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst);
+
+/* Free a job that was never submitted. NULL is fine. */
+void bd_job_free(bd_job *job);
 
 typedef struct bd_pipeline_opts {
 	bd_io_engine engine;
@@ -87,10 +76,14 @@ typedef struct bd_pipeline bd_pipeline;
 
 typedef void (*bd_job_done_fn)(bd_job *job, void *ctx);
 
-/* Start the threads. @return 0, -ENOMEM, or the io engine's setup error. */
+/*
+ * Start the threads. done and ctx are not called: a job reports to the
+ * event function it was built with (pass NULL). @return 0, -ENOMEM, or the
+ * io engine's setup error.
+ */
 int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn done, void *ctx,
 		    bd_pipeline **ret);
-/* Queue a job (loop thread). job->pending must equal job->ntasks (>= 1). */
+/* Queue a job with every block and piece added; the pipeline owns it from here. */
 void bd_pipeline_submit(bd_pipeline *p, bd_job *job);
 /* Stop and join every thread; jobs still queued are not run. */
 void bd_pipeline_free(bd_pipeline *p);

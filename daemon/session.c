@@ -22,11 +22,13 @@
 #define ALIGN_UP(x, a) (((x) + ((uint64_t)(a) - 1)) & ~((uint64_t)(a) - 1))
 
 typedef struct slot {
-	bd_job *job;            /* in flight, or NULL */
-	bool done;              /* job came back, not yet published */
+	bool done;              /* the record is final, not yet published */
 	bool failed;            /* published as a failed batch */
 	bool copied;            /* no copy reads the record any more (GPU: COPIED came) */
-	bool decoded;           /* GPU: the job came back, its copy not yet queued */
+	bool decoded;           /* GPU: the pipeline is done, the copy not yet queued */
+	int32_t status;         /* 0, or why the batch failed (the reason is in the record) */
+	uint64_t epoch, batch;  /* its place in the schedule */
+	uint32_t count;         /* samples */
 	uint64_t rec_off, rec_size;
 	uint64_t payload;       /* payload bytes, as planned; 0 once published as failed */
 } slot;
@@ -63,6 +65,7 @@ struct bd_session {
 	bd_gpu_session *gpu;
 	int gpu_fd;
 	uint64_t slot_bytes;
+	uint64_t gpu_off;       /* the device table in data */
 	uint32_t gpu_pending;
 	uint64_t copy_next;     /* next batch whose copy to queue: copies go in seq order */
 
@@ -95,6 +98,19 @@ static uint64_t record_bytes(uint32_t n, uint64_t payload)
 	uint64_t r = table_bytes(n) + payload;
 
 	return ALIGN_UP(r > BP_RING_REASON_MAX ? r : BP_RING_REASON_MAX, BP_RING_RECORD_ALIGN);
+}
+
+/* The bytes of a slot's record. */
+static uint8_t *record(const bd_session *s, const slot *sl)
+{
+	return s->data + s->arena_off + sl->rec_off;
+}
+
+/* The batch failed: its reason replaces the sample table in the record. */
+static void fail_slot(bd_session *s, slot *sl, int status, const char *reason)
+{
+	sl->status = status;
+	snprintf((char *)record(s, sl), BP_RING_REASON_MAX, "%s", reason);
 }
 
 /* ---- shared memory ------------------------------------------------------------------ */
@@ -142,9 +158,6 @@ static void session_free(bd_session *s)
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	/* Jobs that came back out of order and were never published. */
-	for (uint32_t i = 0; s->slot && i < s->slots; i++)
-		free(s->slot[i].job);
 	if (s->memory)
 		*s->env.budget_used -= s->memory;
 	bd_dataset_put(s->dset);
@@ -156,10 +169,37 @@ static void session_free(bd_session *s)
 	free(s);
 }
 
-int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, int device, const bd_session_quota *q, bd_session **ret,
-		   char *err, size_t errlen)
+/* ---- creation: schedule, size, charge, map --------------------------------------------- */
+
+/* The session record, owning d (put on failure too). @return NULL when out of memory. */
+static bd_session *session_alloc(const bd_session_env *env, uint64_t id, bd_dataset *d,
+				 const bp_msg_open *m)
 {
+	bd_session *s = bd_calloc(1, sizeof(*s));
+
+	if (!s) {
+		bd_dataset_put(d);
+		return NULL;
+	}
+	s->env = *env;
+	s->id = id;
+	s->dset = d;
+	s->req = *m;
+	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
+	s->gpu_fd = -1;
+	s->req.path = strndup(m->path, m->path_len);
+	if (!s->req.path) {
+		session_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+/* The sampler and the slots: what the request asks of the dataset. @return 0 or -EINVAL. */
+static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
+{
+	const bp_msg_open *m = &s->req;
+	const bd_dataset *d = s->dset;
 	bd_sampler_cfg sc = {
 		.samples = bp_dataset_samples(d->ds),
 		.fingerprint = bp_dataset_fingerprint(d->ds),
@@ -172,58 +212,42 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		.chunk = d->samples_per_block ? d->samples_per_block : 1,
 		.window = m->window,
 	};
-	uint64_t mean, max_rec, mean_rec, need, gpu_off = 0;
-	unsigned prefetch = m->prefetch ? m->prefetch : env->default_prefetch;
-	char a[32], b[32], c[32];
-	bd_session *s;
-	int r;
+	unsigned max = s->env.max_prefetch;
+	int r = bd_sampler_init(&s->sampler, &sc);
 
-	s = bd_calloc(1, sizeof(*s));
-	if (!s) {
-		bd_dataset_put(d);
-		return -ENOMEM;
-	}
-	s->env = *env;
-	s->id = id;
-	s->dset = d;
-	s->req = *m;
-	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
-	s->gpu_fd = -1;
-	s->req.path = strndup(m->path, m->path_len);
-	if (!s->req.path) {
-		r = -ENOMEM;
-		goto fail;
-	}
-
-	r = bd_sampler_init(&s->sampler, &sc);
 	if (r < 0) {
 		snprintf(err, errlen, r == -ERANGE
 			 ? "dataset %s: %" PRIu64 " samples leave no full batch of %u for rank %u of %u with drop_last"
 			 : "dataset %s: invalid schedule (%" PRIu64 " samples, batch %u, rank %u of %u)",
 			 d->name, sc.samples, m->batch_size, m->rank, m->world);
-		r = -EINVAL;
-		goto fail;
+		return -EINVAL;
 	}
-	if (prefetch < 1 || prefetch > env->max_prefetch || prefetch + 2 > BP_RING_MAX_SLOTS) {
+	if (prefetch < 1 || prefetch > max || prefetch + 2 > BP_RING_MAX_SLOTS) {
 		snprintf(err, errlen, "prefetch %u is over the limit of %u", prefetch,
-			 env->max_prefetch < BP_RING_MAX_SLOTS - 2 ? env->max_prefetch
-								   : BP_RING_MAX_SLOTS - 2);
-		r = -EINVAL;
-		goto fail;
+			 max < BP_RING_MAX_SLOTS - 2 ? max : BP_RING_MAX_SLOTS - 2);
+		return -EINVAL;
 	}
 	s->batches_per_epoch = bd_sampler_batches_per_epoch(&s->sampler);
 	if (m->start_batch >= s->batches_per_epoch) {
 		snprintf(err, errlen, "start batch %" PRIu64 " is past the end of an epoch (%" PRIu64
 			 " batches)", m->start_batch, s->batches_per_epoch);
-		r = -EINVAL;
-		goto fail;
+		return -EINVAL;
 	}
 	s->slots = prefetch + 2; /* the trainer may hold a couple of batches */
+	return 0;
+}
+
+/* Lay out the data memfd: descriptors, arena, and a GPU session's device table. @return 0 or -ENODEV. */
+static int measure(bd_session *s, unsigned prefetch, int device, char *err, size_t errlen)
+{
+	const bd_dataset *d = s->dset;
+	uint32_t batch_size = s->req.batch_size;
+	uint64_t mean, max_rec, mean_rec;
 
 	/* Arena: room for the largest possible batch plus `prefetch` average ones. */
 	mean = bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds);
-	max_rec = record_bytes(m->batch_size, bd_dataset_batch_bound(d, m->batch_size));
-	mean_rec = record_bytes(m->batch_size, mean * m->batch_size) + BP_RING_RECORD_ALIGN;
+	max_rec = record_bytes(batch_size, bd_dataset_batch_bound(d, batch_size));
+	mean_rec = record_bytes(batch_size, mean * batch_size) + BP_RING_RECORD_ALIGN;
 	s->arena_off = bp_ring_arena_offset(s->slots);
 	/*
 	 * The trainer may hold two batches (slots = prefetch + 2) while the
@@ -233,48 +257,68 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	bd_arena_init(&s->arena, 2 * max_rec + (uint64_t)(prefetch + 2) * mean_rec);
 	s->data_size = s->arena_off + s->arena.size;
 	if (device >= 0) {
-		if (!env->gpu || !env->cuda || device >= env->cuda->devices) {
+		if (!s->env.gpu || !s->env.cuda || device >= s->env.cuda->devices) {
 			snprintf(err, errlen, "no CUDA device: the GPU thread is not running");
-			r = -ENODEV;
-			goto fail;
+			return -ENODEV;
 		}
 		/* One device slot per descriptor, each as large as the largest batch. */
-		s->slot_bytes = ALIGN_UP(bd_dataset_batch_bound(d, m->batch_size) + 1,
+		s->slot_bytes = ALIGN_UP(bd_dataset_batch_bound(d, batch_size) + 1,
 					 BP_RING_DEVICE_ALIGN);
-		gpu_off = s->data_size;
+		s->gpu_off = s->data_size;
 		s->data_size += bp_ring_gpu_size(s->slots);
 	}
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
-	need = s->data_size + s->ctrl_size;
+	return 0;
+}
+
+/* Does the shared memory fit the daemon's budget and the uid's limit? @return 0 or -ENOMEM. */
+static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefetch, char *err,
+		  size_t errlen)
+{
+	const bd_session_env *env = &s->env;
+	uint64_t need = s->data_size + s->ctrl_size;
+	const char *name = s->dset->name;
+	uint32_t batch_size = s->req.batch_size;
+	char a[32], b[32], c[32];
+
 	/* After a reload that lowered the budget, used may exceed total. */
 	if (*env->budget_used > env->budget_total || need > env->budget_total - *env->budget_used) {
 		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
-			 "%s of %s in use", d->name, m->batch_size, prefetch,
+			 "%s of %s in use", name, batch_size, prefetch,
 			 bp_format_size(need, a, sizeof(a)),
 			 bp_format_size(*env->budget_used, b, sizeof(b)),
 			 bp_format_size(env->budget_total, c, sizeof(c)));
-		r = -ENOMEM;
-		goto fail;
+		return -ENOMEM;
 	}
-
 	if (q && q->uid_limit && need > (q->uid_limit > q->uid_used ? q->uid_limit - q->uid_used : 0)) {
 		snprintf(err, errlen, "memory limit per user: dataset %s with batch %u and prefetch %u "
-			 "needs %s; uid %u holds %s of %s ([limits] memory_per_uid)", d->name,
-			 m->batch_size, prefetch, bp_format_size(need, a, sizeof(a)), (unsigned)q->uid,
+			 "needs %s; uid %u holds %s of %s ([limits] memory_per_uid)", name,
+			 batch_size, prefetch, bp_format_size(need, a, sizeof(a)), (unsigned)q->uid,
 			 bp_format_size(q->uid_used, b, sizeof(b)),
 			 bp_format_size(q->uid_limit, c, sizeof(c)));
-		r = -ENOMEM;
-		goto fail;
+		return -ENOMEM;
 	}
+	return 0;
+}
+
+/* The slots and the planner's scratch. @return 0 or -ENOMEM. */
+static int alloc_tables(bd_session *s)
+{
+	uint32_t n = s->req.batch_size;
 
 	s->slot = bd_calloc(s->slots, sizeof(*s->slot));
-	s->ids = bd_calloc(m->batch_size, sizeof(*s->ids));
-	s->locs = bd_calloc(m->batch_size, sizeof(*s->locs));
-	s->order = bd_calloc(m->batch_size, sizeof(*s->order));
-	if (!s->slot || !s->ids || !s->locs || !s->order) {
-		r = -ENOMEM;
-		goto fail;
-	}
+	s->ids = bd_calloc(n, sizeof(*s->ids));
+	s->locs = bd_calloc(n, sizeof(*s->locs));
+	s->order = bd_calloc(n, sizeof(*s->order));
+	return s->slot && s->ids && s->locs && s->order ? 0 : -ENOMEM;
+}
+
+/* The data and control memfds, mapped, and the two wake-up pipes. @return 0 or -errno. */
+static int map(bd_session *s, char *err, size_t errlen)
+{
+	int *ends[2][2] = { { &s->rel_r, &s->rel_w }, { &s->pub_r, &s->pub_w } };
+	int r;
+
 	r = make_memfd("batchd-data", s->data_size,
 		       F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL,
 		       &s->data_fd, &s->data);
@@ -283,55 +327,89 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 			       &s->ctrl_fd, (uint8_t **)&s->ctrl);
 	if (r < 0) {
 		snprintf(err, errlen, "cannot create shared memory: %s", strerror(-r));
-		goto fail;
+		return r;
 	}
-	{
-		int *ends[2][2] = { { &s->rel_r, &s->rel_w }, { &s->pub_r, &s->pub_w } };
+	for (int i = 0; i < 2; i++) {
+		int p[2];
 
-		for (int i = 0; i < 2; i++) {
-			int p[2];
-
-			if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
-				r = -errno;
-				snprintf(err, errlen, "cannot create wake-up pipes: %s", strerror(-r));
-				goto fail;
-			}
-			*ends[i][0] = p[0];
-			*ends[i][1] = p[1];
+		if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
+			r = -errno;
+			snprintf(err, errlen, "cannot create wake-up pipes: %s", strerror(-r));
+			return r;
 		}
+		*ends[i][0] = p[0];
+		*ends[i][1] = p[1];
 	}
-	s->memory = need;
-	*env->budget_used += need;
+	return 0;
+}
 
+static void write_header(bd_session *s)
+{
 	s->hdr = (bp_ring_header *)s->data;
 	*s->hdr = (bp_ring_header){
 		.magic = BP_RING_MAGIC,
 		.version = BP_RING_VERSION,
 		.header_size = BP_RING_HEADER_SIZE,
-		.session = id,
+		.session = s->id,
 		.data_size = s->data_size,
 		.arena_offset = s->arena_off,
 		.arena_size = s->arena.size,
 		.batches_per_epoch = s->batches_per_epoch,
 		.slots = s->slots,
-		.batch_size = m->batch_size,
+		.batch_size = s->req.batch_size,
 	};
-	if (device >= 0) {
-		bd_gpu_session_cfg gc = {
-			.device = device,
-			.slots = s->slots,
-			.slot_bytes = s->slot_bytes,
-			.host = s->data + s->arena_off,
-			.host_len = s->arena.size,
-			.owner = s,
-		};
+}
 
-		memcpy(gc.uuid, env->cuda->dev[device].uuid, sizeof(gc.uuid));
-		s->hdr->gpu_offset = gpu_off;
-		s->hdr->gpu_size = bp_ring_gpu_size(s->slots);
-		r = bd_gpu_session_new(env->gpu, &gc, (bp_ring_gpu *)(s->data + gpu_off),
-				       (bp_ring_gpu_slot *)(s->data + gpu_off + sizeof(bp_ring_gpu)),
-				       &s->gpu_fd, &s->gpu, err, errlen);
+static void on_job_event(void *owner, uint64_t seq, enum bd_job_event ev, int status,
+			 const char *reason);
+
+/* A GPU session's device side, its table in the data memfd. @return 0 or <0 with err. */
+static int attach_gpu(bd_session *s, int device, char *err, size_t errlen)
+{
+	bd_gpu_session_cfg gc = {
+		.device = device,
+		.slots = s->slots,
+		.slot_bytes = s->slot_bytes,
+		.host = s->data + s->arena_off,
+		.host_len = s->arena.size,
+		.owner = s,
+		.event = on_job_event,
+	};
+
+	memcpy(gc.uuid, s->env.cuda->dev[device].uuid, sizeof(gc.uuid));
+	s->hdr->gpu_offset = s->gpu_off;
+	s->hdr->gpu_size = bp_ring_gpu_size(s->slots);
+	return bd_gpu_session_new(s->env.gpu, &gc, (bp_ring_gpu *)(s->data + s->gpu_off),
+				  (bp_ring_gpu_slot *)(s->data + s->gpu_off + sizeof(bp_ring_gpu)),
+				  &s->gpu_fd, &s->gpu, err, errlen);
+}
+
+int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
+		   const bp_msg_open *m, int device, const bd_session_quota *q, bd_session **ret,
+		   char *err, size_t errlen)
+{
+	unsigned prefetch = m->prefetch ? m->prefetch : env->default_prefetch;
+	bd_session *s = session_alloc(env, id, d, m);
+	int r;
+
+	if (!s)
+		return -ENOMEM;
+	r = schedule(s, prefetch, err, errlen);
+	if (r == 0)
+		r = measure(s, prefetch, device, err, errlen);
+	if (r == 0)
+		r = charge(s, q, prefetch, err, errlen);
+	if (r == 0)
+		r = alloc_tables(s);
+	if (r == 0)
+		r = map(s, err, errlen);
+	if (r < 0)
+		goto fail;
+	s->memory = s->data_size + s->ctrl_size;
+	*env->budget_used += s->memory;
+	write_header(s);
+	if (device >= 0) {
+		r = attach_gpu(s, device, err, errlen);
 		if (r < 0)
 			goto fail;
 	}
@@ -388,29 +466,11 @@ static int loc_cmp(const void *a, const void *b, void *arg)
 }
 
 /* Does the task's piece list cover its block exactly, in order, into contiguous bytes? */
-static bool pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size)
+/* Where batch (epoch, batch)'s n samples are, and where each goes in the payload. @return the payload bytes. */
+static uint64_t locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 {
-	uint64_t at = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		if (pc[i].src != at || (i && pc[i].dst != pc[i - 1].dst + pc[i - 1].size))
-			return false;
-		at += pc[i].size;
-	}
-	return at == raw_size;
-}
-
-/* Build and submit the job for batch seq. @return 1 planned, 0 no room, <0 error. */
-static int plan_one(bd_session *s)
-{
-	uint64_t g = s->req.start_batch + s->next_seq;
-	uint64_t epoch = s->req.start_epoch + g / s->batches_per_epoch;
-	uint64_t batch = g % s->batches_per_epoch, payload = 0, rec, off;
-	uint32_t n = bd_sampler_batch_len(&s->sampler, batch), ntasks = 0;
 	const bp_dataset *ds = s->dset->ds;
-	bp_ring_sample *table;
-	uint8_t *base;
-	bd_job *job;
+	uint64_t payload = 0;
 
 	bd_sampler_batch(&s->sampler, epoch, batch, s->ids);
 	for (uint32_t i = 0; i < n; i++) {
@@ -424,65 +484,79 @@ static int plan_one(bd_session *s)
 		payload += ps.size;
 		s->order[i] = i;
 	}
-	rec = record_bytes(n, payload);
-	if (!bd_arena_alloc(&s->arena, rec, &off))
-		return 0;
+	return payload;
+}
+
+static bool same_block(const loc *a, const loc *b)
+{
+	return a->shard == b->shard && a->block == b->block;
+}
+
+/* Order the samples by where they are read from. @return how many blocks they touch. */
+static uint32_t group_by_block(bd_session *s, uint32_t n)
+{
+	uint32_t nblocks = 0;
 
 	qsort_r(s->order, n, sizeof(*s->order), loc_cmp, s->locs);
+	for (uint32_t i = 0; i < n; i++)
+		if (!i || !same_block(&s->locs[s->order[i]], &s->locs[s->order[i - 1]]))
+			nblocks++;
+	return nblocks;
+}
+
+/* The job reading the n samples into the record at rec, block by block. @return 0 or -ENOMEM. */
+static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *rec, bd_job **ret)
+{
+	uint8_t *payload = rec + table_bytes(n);
+	bd_job *job;
+	int r = bd_job_new(s, on_job_event, s->next_seq, nblocks, n, &job);
+
+	if (r < 0)
+		return r;
 	for (uint32_t i = 0; i < n; i++) {
-		const loc *l = &s->locs[s->order[i]], *prev = i ? &s->locs[s->order[i - 1]] : NULL;
+		const loc *l = &s->locs[s->order[i]];
 
-		if (!prev || l->shard != prev->shard || l->block != prev->block)
-			ntasks++;
+		if (!i || !same_block(l, &s->locs[s->order[i - 1]]))
+			bd_job_add_block(job, s->dset, l->shard, l->block);
+		bd_job_add_piece(job, l->src, l->size, payload + l->dst_off);
 	}
+	*ret = job;
+	return 0;
+}
 
-	job = bd_calloc(1, sizeof(*job) + ntasks * sizeof(bd_task) + n * sizeof(bd_piece));
-	if (!job)
-		return -ENOMEM;
-	job->owner = s;
-	job->seq = s->next_seq;
-	job->epoch = epoch;
-	job->batch = batch;
-	job->count = n;
-	job->tasks = (bd_task *)(job + 1);
-	job->pieces = (bd_piece *)(job->tasks + ntasks);
-	job->ntasks = ntasks;
-	job->pending = ntasks;
+/* The sample table at the head of the record: ids and places, in batch order. */
+static void write_table(const bd_session *s, uint32_t n, uint8_t *rec)
+{
+	bp_ring_sample *table = (bp_ring_sample *)rec;
 
-	base = s->data + s->arena_off + off;
-	table = (bp_ring_sample *)base;
 	for (uint32_t i = 0; i < n; i++)
 		table[i] = (bp_ring_sample){ .id = s->ids[i], .offset = s->locs[i].dst_off,
 					     .size = s->locs[i].size };
+}
 
-	ntasks = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		const loc *l = &s->locs[s->order[i]];
-		bd_task *t = ntasks ? &job->tasks[ntasks - 1] : NULL;
+/* Build and submit the job for the next batch. @return 1 planned, 0 no room, <0 error. */
+static int plan_one(bd_session *s)
+{
+	uint64_t g = s->req.start_batch + s->next_seq;
+	uint64_t epoch = s->req.start_epoch + g / s->batches_per_epoch;
+	uint64_t batch = g % s->batches_per_epoch, payload, rec, off;
+	uint32_t n = bd_sampler_batch_len(&s->sampler, batch);
+	uint8_t *base;
+	bd_job *job;
+	int r;
 
-		if (!t || t->shard != l->shard || t->block != l->block) {
-			const bp_shard *sh = bp_dataset_shard(ds, l->shard);
-
-			t = &job->tasks[ntasks++];
-			t->job = job;
-			t->dset = s->dset;
-			t->shard = l->shard;
-			t->block = l->block;
-			t->first_piece = i;
-			t->pool_slot = -1;
-			bp_pack_index_block(&sh->index, l->block, &t->blk);
-		}
-		job->pieces[i] = (bd_piece){ .src = l->src, .size = l->size,
-					     .dst = base + table_bytes(n) + l->dst_off };
-		t->npieces++;
-	}
-	for (uint32_t k = 0; k < ntasks; k++) {
-		bd_task *t = &job->tasks[k];
-
-		t->direct_dst = pieces_tile(&job->pieces[t->first_piece], t->npieces, t->blk.raw_size);
-	}
-
-	s->slot[s->next_seq % s->slots] = (slot){ .job = job, .rec_off = off, .rec_size = rec,
+	payload = locate(s, epoch, batch, n);
+	rec = record_bytes(n, payload);
+	if (!bd_arena_alloc(&s->arena, rec, &off))
+		return 0;
+	base = s->data + s->arena_off + off;
+	/* Out of memory closes the session: the record is never used. */
+	r = build_job(s, n, group_by_block(s, n), base, &job);
+	if (r < 0)
+		return r;
+	write_table(s, n, base);
+	s->slot[s->next_seq % s->slots] = (slot){ .epoch = epoch, .batch = batch, .count = n,
+						    .rec_off = off, .rec_size = rec,
 						    .payload = payload };
 	s->next_seq++;
 	s->inflight++;
@@ -520,9 +594,10 @@ static void plan(bd_session *s)
 			return;
 		}
 		/*
-		 * Batches still in the pipeline will call us again when they are
-		 * published (and reclaim() reads the client's marks then), so only
-		 * when nothing is in flight are we waiting for the client.
+		 * Batches in the pipeline or on the GPU call us again when their
+		 * events come back (and reclaim() reads the client's marks then),
+		 * and with every published batch released the client holds
+		 * nothing to free; only otherwise are we waiting for the client.
 		 */
 		if (s->reclaimed == s->published || s->inflight || s->gpu_pending)
 			return;
@@ -558,41 +633,37 @@ static void publish(bd_session *s)
 	uint64_t before = s->published;
 
 	while (s->published < s->next_seq) {
-		slot *sl = &s->slot[s->published % s->slots];
-		bd_job *job = sl->job;
+		uint64_t seq = s->published;
+		slot *sl = &s->slot[seq % s->slots];
 		bp_ring_desc *d;
-		uint8_t *rec = s->data + s->arena_off + sl->rec_off;
 
 		if (!sl->done)
 			break;
-		d = (bp_ring_desc *)(s->data + bp_ring_desc_offset(s->slots, job->seq));
+		d = (bp_ring_desc *)(s->data + bp_ring_desc_offset(s->slots, seq));
 		*d = (bp_ring_desc){
-			.seq = job->seq,
-			.epoch = job->epoch,
-			.batch = job->batch,
+			.seq = seq,
+			.epoch = sl->epoch,
+			.batch = sl->batch,
 			.record = s->arena_off + sl->rec_off,
-			.payload = s->arena_off + sl->rec_off + table_bytes(job->count),
-			.count = job->count,
-			.status = job->status,
-			.device = s->gpu ? (job->seq % s->slots) * s->slot_bytes : 0,
+			.payload = s->arena_off + sl->rec_off + table_bytes(sl->count),
+			.count = sl->count,
+			.status = sl->status,
+			.device = s->gpu ? (seq % s->slots) * s->slot_bytes : 0,
 		};
-		if (job->status < 0) {
-			/* The reason replaces the sample table in the record. */
+		if (sl->status < 0) {
+			/* The reason is in the record already, in place of the sample table. */
 			d->count = 0;
 			d->payload = d->record;
-			snprintf((char *)rec, BP_RING_REASON_MAX, "%s", job->reason);
 			s->failed++;
 			sl->failed = true;
 			sl->payload = 0;
 			bd_log(LOG_WARNING, "session %" PRIu64 ": batch %" PRIu64 " of epoch %" PRIu64
-			       " failed: %s", s->id, d->batch, d->epoch, job->reason);
+			       " failed: %s", s->id, d->batch, d->epoch, (const char *)record(s, sl));
 		} else {
 			d->payload_size = sl->payload;
 			s->bytes += sl->payload;
 			sl->failed = false;
 		}
-		free(job);
-		sl->job = NULL;
 		sl->done = false;
 		s->published++;
 		/*
@@ -725,27 +796,25 @@ void bd_session_close(bd_session *s, int reason)
 static void queue_copies(bd_session *s)
 {
 	while (s->copy_next < s->next_seq) {
-		slot *sl = &s->slot[s->copy_next % s->slots];
-		bd_job *job = sl->job;
+		uint64_t seq = s->copy_next;
+		slot *sl = &s->slot[seq % s->slots];
 
 		if (!sl->decoded)
 			break;
 		sl->decoded = false;
 		s->copy_next++;
-		if (job->status == 0) {
-			const uint8_t *payload = s->data + s->arena_off + sl->rec_off +
-						 table_bytes(job->count);
+		if (sl->status == 0) {
+			char why[128];
 			int r;
 
 			/* Published once issued (ENQUEUED), reclaimable once done (COPIED). */
-			r = bd_gpu_copy(s->gpu, job->seq, payload, sl->payload);
+			r = bd_gpu_copy(s->gpu, seq, record(s, sl) + table_bytes(sl->count), sl->payload);
 			if (r == 0) {
 				s->gpu_pending++;
 				continue;
 			}
-			job->status = r;
-			snprintf(job->reason, sizeof(job->reason), "cannot queue the copy to the GPU: %s",
-				 strerror(-r));
+			snprintf(why, sizeof(why), "cannot queue the copy to the GPU: %s", strerror(-r));
+			fail_slot(s, sl, r, why);
 		}
 		/* A failed batch is published as it is: nothing to copy. */
 		sl->done = true;
@@ -759,18 +828,25 @@ void bd_session_detach(bd_session *s)
 	maybe_end(s);
 }
 
-void bd_session_job_done(bd_job *job)
-{
-	bd_session *s = job->owner;
-	slot *sl = &s->slot[job->seq % s->slots];
+/* ---- events: the pipeline's and the GPU thread's word on a batch ----------------------- */
 
+/* A batch moved on: publish what is ready, take the client's releases, plan more. */
+static void progress(bd_session *s)
+{
+	publish(s);
+	reclaim(s);
+	plan(s);
+}
+
+static void decoded(bd_session *s, slot *sl, int status, const char *reason)
+{
 	s->inflight--;
 	if (s->closing) {
-		free(job);
-		sl->job = NULL;
 		maybe_end(s);
 		return;
 	}
+	if (status < 0)
+		fail_slot(s, sl, status, reason);
 	if (s->gpu) {
 		sl->decoded = true;
 		queue_copies(s);
@@ -778,34 +854,31 @@ void bd_session_job_done(bd_job *job)
 		sl->done = true;
 		sl->copied = true;
 	}
-	publish(s);
-	reclaim(s);
-	plan(s);
+	progress(s);
 }
 
-void bd_session_gpu_event(void *owner, uint64_t seq, enum bd_gpu_event ev, int status,
-			  const char *reason)
+static void enqueued(bd_session *s, slot *sl, int status, const char *reason)
 {
-	bd_session *s = owner;
-	slot *sl = &s->slot[seq % s->slots];
-
-	if (ev == BD_GPU_COPIED || status < 0)
-		s->gpu_pending--;
+	if (status < 0)
+		s->gpu_pending--; /* the last event of this copy */
 	if (s->closing) {
 		maybe_end(s);
 		return;
 	}
-	if (ev == BD_GPU_ENQUEUED) {
-		if (status < 0) {
-			/* Nothing was copied: publish the batch as failed, with the reason. */
-			sl->job->status = status;
-			snprintf(sl->job->reason, sizeof(sl->job->reason), "%s", reason);
-			sl->copied = true;
-		}
-		sl->done = true;
-		publish(s);
-		reclaim(s);
-		plan(s);
+	if (status < 0) {
+		/* Nothing was copied: publish the batch as failed, with the reason. */
+		fail_slot(s, sl, status, reason);
+		sl->copied = true;
+	}
+	sl->done = true;
+	progress(s);
+}
+
+static void copied(bd_session *s, slot *sl, int status, const char *reason)
+{
+	s->gpu_pending--;
+	if (s->closing) {
+		maybe_end(s);
 		return;
 	}
 	if (status < 0) {
@@ -817,6 +890,38 @@ void bd_session_gpu_event(void *owner, uint64_t seq, enum bd_gpu_event ev, int s
 	sl->copied = true;
 	reclaim(s);
 	plan(s);
+}
+
+/* The one way a batch's progress comes back (a bd_job_event_fn). */
+static void on_job_event(void *owner, uint64_t seq, enum bd_job_event ev, int status,
+			 const char *reason)
+{
+	bd_session *s = owner;
+	slot *sl = &s->slot[seq % s->slots];
+
+	switch (ev) {
+	case BD_JOB_DECODED:
+		decoded(s, sl, status, reason);
+		break;
+	case BD_JOB_ENQUEUED:
+		enqueued(s, sl, status, reason);
+		break;
+	case BD_JOB_COPIED:
+		copied(s, sl, status, reason);
+		break;
+	}
+}
+
+void bd_session_job_done(bd_job *job)
+{
+	/* Jobs report through on_job_event, the function they were built with. */
+	(void)job;
+}
+
+void bd_session_gpu_event(void *owner, uint64_t seq, enum bd_job_event ev, int status,
+			  const char *reason)
+{
+	on_job_event(owner, seq, ev, status, reason);
 }
 
 uint64_t bd_session_id(const bd_session *s)

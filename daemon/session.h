@@ -13,7 +13,10 @@
  *
  * Thread rules: everything here runs on the loop thread. The pipeline
  * threads touch only the bd_job they were handed (and the record bytes it
- * points into) until the job comes back through bd_session_job_done().
+ * points into) until the job reports BD_JOB_DECODED; the GPU thread reads
+ * a record from bd_gpu_copy() until BD_JOB_COPIED (job_event.h). Both
+ * events come back to the session through the event function it gave
+ * with the batch.
  */
 #ifndef BATCHD_DAEMON_SESSION_H
 #define BATCHD_DAEMON_SESSION_H
@@ -75,8 +78,12 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
  */
 int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS_GPU]);
 
-/* The GPU thread's word on one of a session's copies (a bd_gpu_event_fn). */
-void bd_session_gpu_event(void *session, uint64_t seq, enum bd_gpu_event ev, int status,
+/*
+ * A batch's progress (a bd_job_event_fn). Sessions give their own event
+ * function with each batch, so nothing needs to call this; it is kept for
+ * callers that still pass it to bd_gpu_new, which no longer uses it.
+ */
+void bd_session_gpu_event(void *session, uint64_t seq, enum bd_job_event ev, int status,
 			  const char *reason);
 
 /* Start planning (after READY was sent). */
@@ -102,7 +109,11 @@ void bd_session_detach(bd_session *s);
  */
 bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns);
 
-/* A job of this session came back from the pipeline (loop thread). */
+/*
+ * Does nothing: a job reports to its session itself (bd_job_new's event
+ * function). Kept for callers that still forward the pipeline's done
+ * callback here, which the pipeline no longer calls.
+ */
 void bd_session_job_done(bd_job *job);
 
 uint64_t bd_session_id(const bd_session *s);

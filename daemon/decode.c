@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * decode.c - the decode workers (see pipeline.h): check a block's stored
+ * hash, decompress it and check its raw hash, then hand its pieces to the
+ * batch.
+ *
+ * A block that tiles the batch is decompressed straight into the record;
+ * one the cache asked us to load goes into the cache entry, then everyone
+ * copies from there; anything else goes through per-worker scratch. Each
+ * worker has its own zstd context and scratch, so decoding takes no lock.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zstd.h>
+
+#include "pipeline_priv.h"
+#include "util.h"
+
+void bd__decode_push(bd_pipeline *p, bd_task *t)
+{
+	pthread_mutex_lock(&p->dmu);
+	bd__fifo_push(&p->decode, t);
+	pthread_cond_signal(&p->dcv);
+	pthread_mutex_unlock(&p->dmu);
+}
+
+/* Copy the task's pieces out of a decoded block. */
+static void copy_pieces(const bd_task *t, const uint8_t *raw)
+{
+	const bd_piece *pc = &t->job->pieces[t->first_piece];
+
+	for (uint32_t i = 0; i < t->npieces; i++)
+		memcpy(pc[i].dst, raw + pc[i].src, pc[i].size);
+}
+
+/* The loader of a cached block is done: wake (or fail) those waiting on it. */
+static void cache_settle(bd_pipeline *p, bd_task *t, bool ok)
+{
+	bd_task *w = ok ? bd_cache_loaded(p->cache, t->centry) : bd_cache_failed(p->cache, t->centry);
+
+	while (w) {
+		bd_task *next = w->next;
+
+		if (ok) {
+			w->centry = t->centry; /* loaded() took a reference for it */
+			bd__decode_push(p, w);
+		} else {
+			bd__job_fail(w->job, t->job->status ? t->job->status : -EIO, "%s", t->job->reason);
+			w->req.result = -EIO;
+			bd__task_finish(p, w);
+		}
+		w = next;
+	}
+	if (ok)
+		return;
+	t->centry = NULL; /* freed by bd_cache_failed */
+}
+
+/* Per-worker state: the zstd context and the scratch for blocks that go nowhere whole. */
+typedef struct worker {
+	bd_pipeline *p;
+	ZSTD_DCtx *dctx;
+	uint8_t *scratch;
+	size_t scratch_cap;
+} worker;
+
+/* Where t's block decompresses to, and its room. @return 0, or -ENOMEM with the job failed. */
+static int target(worker *w, bd_task *t, uint8_t **ret_out, size_t *ret_cap)
+{
+	if (t->direct_dst) {
+		*ret_out = t->job->pieces[t->first_piece].dst;
+		*ret_cap = t->blk.raw_size;
+		return 0;
+	}
+	if (t->cache_load) {
+		*ret_out = bd_cache_data(t->centry);
+		*ret_cap = t->blk.raw_size;
+		return 0;
+	}
+	if (w->scratch_cap < t->blk.raw_size) {
+		uint8_t *s = bd_realloc(w->scratch, t->blk.raw_size);
+
+		if (!s) {
+			bd__job_fail(t->job, -ENOMEM, "dataset %s: out of memory decoding a block",
+				     t->dset->name);
+			return -ENOMEM;
+		}
+		w->scratch = s;
+		w->scratch_cap = t->blk.raw_size;
+	}
+	*ret_out = w->scratch;
+	*ret_cap = w->scratch_cap;
+	return 0;
+}
+
+static void decode_failed(bd_pipeline *p, bd_task *t, const bp_shard *sh, int r,
+			  const bp_pack_fault *pf)
+{
+	bd__stat_add(r == -EBADMSG && pf->what && strstr(pf->what, "checksum")
+		     ? &p->stats.checksum_errors : &p->stats.decode_errors, 1);
+	bd__job_fail(t->job, r, "dataset %s: shard %s: block %llu at byte %llu: %s",
+		     t->dset->name, sh->name, (unsigned long long)t->block,
+		     (unsigned long long)t->blk.offset, pf->what ? pf->what : strerror(-r));
+	if (t->cache_load)
+		cache_settle(p, t, false);
+}
+
+static void decode_one(worker *w, bd_task *t)
+{
+	bd_pipeline *p = w->p;
+	const bp_shard *sh = bp_dataset_shard(t->dset->ds, t->shard);
+	bp_pack_fault pf = { 0 };
+	uint64_t t0;
+	uint8_t *out;
+	size_t cap;
+	int r;
+
+	if (t->centry && !t->cache_load) {
+		/* Someone decoded this block already: only the copy is left. */
+		copy_pieces(t, bd_cache_data(t->centry));
+		return;
+	}
+	if (target(w, t, &out, &cap) < 0)
+		return;
+	t0 = bd_now_ns();
+	r = bp_pack_block_decode(&t->blk, t->buf ? t->buf + t->skip : out, w->dctx, sh->ddict, out,
+				 cap, &pf);
+	bd_hist_add(&p->decode_lat, bd_now_ns() - t0);
+	if (r < 0) {
+		decode_failed(p, t, sh, r, &pf);
+		return;
+	}
+	if (t->direct_dst)
+		bd__stat_add(&p->stats.direct_decodes, 1);
+	else
+		copy_pieces(t, out);
+	if (t->cache_load)
+		cache_settle(p, t, true);
+	bd__stat_add(&p->stats.blocks_decoded, 1);
+	bd__stat_add(&p->stats.raw_bytes, t->blk.raw_size);
+}
+
+/* @return the next task, or NULL once the pipeline stops. */
+static bd_task *take(bd_pipeline *p)
+{
+	bd_task *t;
+
+	pthread_mutex_lock(&p->dmu);
+	while (!p->decode.head && !p->dstop)
+		pthread_cond_wait(&p->dcv, &p->dmu);
+	t = bd__fifo_pop(&p->decode);
+	pthread_mutex_unlock(&p->dmu);
+	return t;
+}
+
+static void run(worker *w, bd_task *t)
+{
+	bd_pipeline *p = w->p;
+
+	/* A task that failed its read carries the job's failure already. */
+	if (__atomic_load_n(&t->req.result, __ATOMIC_RELAXED) >= 0) {
+		if (w->dctx)
+			decode_one(w, t);
+		else
+			bd__job_fail(t->job, -ENOMEM, "dataset %s: no zstd context", t->dset->name);
+	} else if (t->cache_load && t->centry) {
+		cache_settle(p, t, false);
+	}
+	if (t->centry) {
+		bd_cache_put(p->cache, t->centry);
+		t->centry = NULL;
+	}
+	bd__task_finish(p, t);
+}
+
+void *bd__decode_main(void *arg)
+{
+	worker w = { .p = arg, .dctx = ZSTD_createDCtx() };
+	bd_task *t;
+
+	if (w.dctx && bp_pack_dctx_init(w.dctx) < 0) {
+		ZSTD_freeDCtx(w.dctx);
+		w.dctx = NULL;
+	}
+	while ((t = take(w.p)))
+		run(&w, t);
+	free(w.scratch);
+	ZSTD_freeDCtx(w.dctx);
+	return NULL;
+}

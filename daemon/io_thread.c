@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * io_thread.c - the I/O threads (see pipeline.h): each owns one read
+ * engine (io.c) and runs claim / read / reap until the pipeline stops.
+ *
+ * Claim takes the tasks the loop thread handed over; read consults the
+ * block cache and starts every read the ring has room for; reap waits for
+ * one completion and passes the block to the decode workers. The thread
+ * sleeps on its condition variable when it has nothing in flight, and in
+ * the ring otherwise, where an eventfd the ring watches lets the loop
+ * thread wake it for new work.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fault.h"
+#include "log.h"
+#include "pipeline_priv.h"
+#include "util.h"
+
+/* One I/O thread's own state, on its stack. */
+typedef struct io_worker {
+	bd_io_thread *it;
+	bd_pipeline *p;
+	bd_io *io;
+	bd_fifo local;              /* claimed, not yet reading */
+	bool registered;            /* the pool is registered with the ring: fixed-buffer reads */
+} io_worker;
+
+/* ---- setup ---------------------------------------------------------------------------- */
+
+static bd_io_opts engine_opts(const bd_pipeline *p)
+{
+	const bd_fault_read *fr = bd_fault_reads();
+
+	return (bd_io_opts){
+		.engine = p->o.engine,
+		.queue_depth = p->o.queue_depth,
+		/* Test builds only: BATCHD_FAULTS drives the engine's own fault hooks. */
+		.force_setup_error = bd_fault_uring_setup(),
+		/* Rounded up to 4 KiB so that O_DIRECT reads stay aligned. */
+		.fault_max_read = fr && fr->short_max ? (fr->short_max + 4095u) & ~4095u : 0,
+		.fault_every = fr && fr->err ? fr->every : 0,
+		.fault_errno = fr ? fr->err : 0,
+	};
+}
+
+/* Tell bd_pipeline_new how setup went (r), and what the engine is. */
+static void report_ready(bd_io_thread *it, const bd_io *io, int r)
+{
+	pthread_mutex_lock(&it->mu);
+	it->setup_err = r;
+	if (r == 0) {
+		it->engine = bd_io_engine_of(io);
+		it->flags = bd_io_setup_flags(io);
+	}
+	it->ready = true;
+	pthread_cond_broadcast(&it->cv);
+	pthread_mutex_unlock(&it->mu);
+}
+
+/* Open the engine on this thread, register the pool, watch the wake-up fd. @return 0 or <0. */
+static int setup(io_worker *w)
+{
+	bd_io_thread *it = w->it;
+	bd_pipeline *p = w->p;
+	bd_io_opts opts = engine_opts(p);
+	int r;
+
+	/* The ring is created here: SINGLE_ISSUER ties it to this thread. */
+	r = bd_io_new(&opts, &w->io);
+	if (r == 0 && p->pool.bytes) {
+		w->registered = bd_io_register(w->io, p->pool.iov, p->pool.nbufs) == 0;
+		if (!w->registered)
+			bd_log(LOG_NOTICE, "I/O thread: cannot register read buffers (RLIMIT_MEMLOCK?); "
+			       "plain reads instead of fixed-buffer reads");
+	}
+	if (r == 0 && bd_io_watch(w->io, it->wake_fd) < 0) {
+		close(it->wake_fd);
+		it->wake_fd = -1;
+	}
+	report_ready(it, w->io, r);
+	return r;
+}
+
+/* ---- claim ---------------------------------------------------------------------------- */
+
+/* Wait for work, then take what the loop thread handed over. @return false once stopped. */
+static bool claim(io_worker *w)
+{
+	bd_io_thread *it = w->it;
+	bd_task *t;
+
+	pthread_mutex_lock(&it->mu);
+	while (!it->stop && !it->in.head && !w->local.head && !bd_io_inflight(w->io)) {
+		it->idle = true;
+		pthread_cond_wait(&it->cv, &it->mu);
+		it->idle = false;
+	}
+	if (it->stop) {
+		pthread_mutex_unlock(&it->mu);
+		return false;
+	}
+	while ((t = bd__fifo_pop(&it->in)))
+		bd__fifo_push(&w->local, t);
+	pthread_mutex_unlock(&it->mu);
+	return true;
+}
+
+/* ---- read ----------------------------------------------------------------------------- */
+
+/* Choose the read range and buffer for t. @return 0, or <0 with the job failed. */
+static int prepare(bd_pipeline *p, bd_task *t, bool registered)
+{
+	uint32_t align = t->dset->align[t->shard];
+	uint64_t off = t->blk.offset, end = off + t->blk.stored_size, len;
+	void *mem;
+
+	if (align) {
+		off &= ~(uint64_t)(align - 1);
+		end = (end + align - 1) & ~(uint64_t)(align - 1);
+	}
+	len = end - off;
+	t->skip = (uint32_t)(t->blk.offset - off);
+	t->pool_slot = len <= p->o.pool_buffer_size ? bd__pool_get(&p->pool) : -1;
+	if (t->pool_slot >= 0) {
+		t->buf = bd__pool_buf(&p->pool, t->pool_slot);
+	} else {
+		if (posix_memalign(&mem, align > 4096 ? align : 4096, len ? len : 1)) {
+			bd__job_fail(t->job, -ENOMEM, "dataset %s: out of memory reading a block",
+				     t->dset->name);
+			return -ENOMEM;
+		}
+		t->buf = mem;
+	}
+	t->req = (bd_io_req){
+		.fd = t->dset->read_fd[t->shard],
+		.offset = off,
+		.len = (uint32_t)len,
+		.buf = t->buf,
+		/* Pool buffers are fixed buffers only where registration worked. */
+		.buf_index = registered ? t->pool_slot : -1,
+		.user = t,
+	};
+	return 0;
+}
+
+/*
+ * Consult the block cache for t, the head of the claimed list. @return
+ * true when t went elsewhere (a hit to decode; a wait is the loader's to
+ * hand back), false when it is still at the head and must be read.
+ */
+static bool lookup(io_worker *w, bd_task *t)
+{
+	bd_cache_key key = { .dataset = t->dset->uid, .shard = t->shard, .block = t->block };
+	bd_cache_entry *e;
+	int r;
+
+	/* Off the local list first: a waiter is chained through t->next. */
+	bd__fifo_pop(&w->local);
+	r = bd_cache_get(w->p->cache, &key, t->blk.raw_size, t, &e);
+	if (r == BD_CACHE_HIT) {
+		t->centry = e;
+		t->req.result = 0;
+		bd__decode_push(w->p, t);
+		return true;
+	}
+	if (r == BD_CACHE_WAIT)
+		return true;
+	if (r == BD_CACHE_LOAD) {
+		t->centry = e;
+		t->cache_load = true;
+	}
+	/* Back at the head: it reads now. */
+	bd__fifo_unpop(&w->local, t);
+	return false;
+}
+
+/* Hand a task with nothing (more) to read to the decode workers, with result. */
+static void skip_read(io_worker *w, bd_task *t, int32_t result)
+{
+	bd__fifo_pop(&w->local);
+	t->req.result = result;
+	bd__decode_push(w->p, t);
+}
+
+static void reaped(bd_pipeline *p, bd_task *t);
+
+/* Start t's read (t is the head). @return 0 (t left the list), or -EBUSY (ring full, t stays). */
+static int start_read(io_worker *w, bd_task *t)
+{
+	int r;
+
+	if (t->blk.stored_size == 0) {
+		/* Nothing to read: an empty raw block. */
+		t->buf = NULL;
+		skip_read(w, t, 0);
+		return 0;
+	}
+	if (!t->buf && prepare(w->p, t, w->registered) < 0) {
+		skip_read(w, t, -ENOMEM);
+		return 0;
+	}
+	t->t_submit = bd_now_ns();
+	r = bd_io_submit(w->io, &t->req);
+	if (r == -EBUSY)
+		return r;
+	bd__fifo_pop(&w->local);
+	__atomic_fetch_add(&w->p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
+	if (r < 0) {
+		t->req.result = r;
+		reaped(w->p, t);
+	}
+	return 0;
+}
+
+/* Start the claimed reads in order, as many as the ring takes. */
+static void read_claimed(io_worker *w)
+{
+	bd_task *t;
+
+	while ((t = w->local.head)) {
+		/* Only a block that does not tile the batch is worth caching. */
+		if (!t->direct_dst && !t->buf && !t->centry && t->blk.raw_size && lookup(w, t))
+			continue;
+		if (start_read(w, t) == -EBUSY)
+			break;
+	}
+}
+
+/* ---- reap ----------------------------------------------------------------------------- */
+
+/* Test builds: persistent faults at a shard offset, and late completions. */
+static void inject_faults(bd_task *t, const bp_shard *sh)
+{
+	const bd_fault_read *fr = bd_fault_reads();
+	static unsigned completions; /* atomic: every I/O thread counts here */
+
+	if (!fr)
+		return;
+	if (fr->shard[0] && fr->offset >= t->req.offset && fr->offset < t->req.offset + t->req.len) {
+		const char *base = strrchr(sh->name, '/');
+
+		if (!strcmp(base ? base + 1 : sh->name, fr->shard))
+			t->req.result = -fr->shard_err;
+	}
+	if (fr->delay_ms && fr->every &&
+	    __atomic_add_fetch(&completions, 1, __ATOMIC_RELAXED) % fr->every == 0) {
+		struct timespec ts = { .tv_sec = fr->delay_ms / 1000,
+				       .tv_nsec = (long)(fr->delay_ms % 1000) * 1000000L };
+
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* t's read is over: account for it and pass it on to decode. */
+static void reaped(bd_pipeline *p, bd_task *t)
+{
+	const bp_shard *sh = bp_dataset_shard(t->dset->ds, t->shard);
+	int32_t res;
+
+	inject_faults(t, sh);
+	res = t->req.result;
+
+	__atomic_fetch_sub(&p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
+	bd_hist_add(&p->read_lat, bd_now_ns() - t->t_submit);
+	if (res < 0) {
+		bd__stat_add(&p->stats.read_errors, 1);
+		bd__job_fail(t->job, res, "dataset %s: shard %s: block %llu: read failed: %s",
+			     t->dset->name, sh->name, (unsigned long long)t->block, strerror(-res));
+	} else if ((uint64_t)res < t->skip + t->blk.stored_size) {
+		bd__stat_add(&p->stats.read_errors, 1);
+		bd__job_fail(t->job, -EIO, "dataset %s: shard %s: block %llu: file ends early (truncated?)",
+			     t->dset->name, sh->name, (unsigned long long)t->block);
+		t->req.result = -EIO;
+	} else {
+		bd__stat_add(&p->stats.blocks_read, 1);
+		bd__stat_add(&p->stats.bytes_read, (uint64_t)res);
+	}
+	bd__decode_push(p, t);
+}
+
+/* Wait in the engine for one read to finish, or for the loop thread's wake-up. */
+static void reap(io_worker *w)
+{
+	bd_io_req *req;
+	int r;
+
+	if (!bd_io_inflight(w->io))
+		return;
+	r = bd_io_wait(w->io, &req);
+	if (r == 0) {
+		reaped(w->p, req->user);
+	} else if (r == -EAGAIN) {
+		uint64_t v;
+
+		/* New work was handed over while we waited in the ring. */
+		if (read(w->it->wake_fd, &v, sizeof(v)) < 0) {
+			/* Already drained. */
+		}
+	}
+}
+
+void *bd__io_main(void *arg)
+{
+	bd_io_thread *it = arg;
+	io_worker w = { .it = it, .p = it->p };
+
+	if (setup(&w) < 0) {
+		bd_io_free(w.io);
+		return NULL;
+	}
+	while (claim(&w)) {
+		read_claimed(&w);
+		reap(&w);
+	}
+	bd_io_free(w.io);
+	return NULL;
+}

@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pipeline_priv.h - what the pipeline's files share: the block tasks of a
+ * job, the queues between the threads, the read buffers, the pipeline.
+ *
+ * A task crosses each queue once: the loop thread pushes a job's tasks to
+ * one I/O thread (bd_pipeline_submit), the I/O thread hands each task to
+ * the decode queue when its read is done (or when it needs none), and the
+ * decode worker finishes it; the last task of a job posts the job to the
+ * completed list, which the loop thread drains.
+ *
+ * Thread rules: the pipeline struct is written on the loop thread only
+ * before the threads start and after they stop; the queues and the pool
+ * are guarded by their mutexes; a task belongs to whichever queue or
+ * thread holds it; stats are relaxed atomics.
+ */
+#ifndef BATCHD_DAEMON_PIPELINE_PRIV_H
+#define BATCHD_DAEMON_PIPELINE_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "cache.h"
+#include "pipeline.h"
+#include "ring.h"
+
+/* A byte range of a block's raw bytes and where the batch wants it. */
+typedef struct bd_piece {
+	uint64_t src;
+	uint64_t size;
+	uint8_t *dst;
+} bd_piece;
+
+/* One block read and decode. */
+typedef struct bd_task {
+	struct bd_job *job;
+	const bd_dataset *dset;
+	uint32_t shard;
+	uint64_t block;
+	bp_pack_block blk;          /* the block's index entry: where it is, sizes, hashes */
+	uint32_t first_piece, npieces;
+	bool direct_dst;            /* pieces tile the block: decode into pieces[first].dst */
+	struct bd_cache_entry *centry; /* the cached block this task loads or copies from */
+	bool cache_load;            /* this task decodes into centry for everyone */
+	/* I/O state, owned by the I/O then the decode thread. */
+	bd_io_req req;
+	uint8_t *buf;
+	int32_t pool_slot;          /* -1: buf was malloc'd */
+	uint64_t t_submit;          /* ns, CLOCK_MONOTONIC: for the read latency histogram */
+	uint32_t skip;              /* stored bytes start at buf + skip */
+	struct bd_task *next;
+} bd_task;
+
+struct bd_job {
+	void *owner;
+	bd_job_event_fn event;
+	uint64_t seq;
+	bd_task *tasks;
+	uint32_t ntasks, max_tasks;
+	bd_piece *pieces;
+	uint32_t npieces, max_pieces;
+	uint32_t pending;           /* tasks not yet finished (atomic) */
+	int32_t status;             /* 0, or the first failure's negative errno (atomic) */
+	char reason[BP_RING_REASON_MAX];
+	struct bd_job *next;
+};
+
+/* A FIFO of tasks, chained through bd_task.next; the caller holds its lock. */
+typedef struct bd_fifo {
+	bd_task *head, *tail;
+} bd_fifo;
+
+void bd__fifo_push(bd_fifo *q, bd_task *t);
+/* @return the oldest task, or NULL when empty. */
+bd_task *bd__fifo_pop(bd_fifo *q);
+/* Put t back at the head: it is the next to pop. */
+void bd__fifo_unpop(bd_fifo *q, bd_task *t);
+
+/*
+ * The read buffers: n buffers of size bytes in one 2 MiB-aligned mapping
+ * (huge pages where the kernel allows), handed out by slot. Any thread.
+ */
+typedef struct bd_pool {
+	uint8_t *base;              /* 2 MiB-aligned inside map */
+	size_t bytes;
+	void *map;
+	size_t map_bytes;
+	uint32_t nbufs, buf_size;
+	pthread_mutex_t mu;
+	int32_t *free_slots;        /* stack, guarded by mu */
+	uint32_t nfree;
+	struct iovec *iov;          /* one per buffer, for bd_io_register */
+} bd_pool;
+
+/* n may be 0 (no pool: every read gets its own buffer). @return 0 or -ENOMEM. */
+int bd__pool_init(bd_pool *pl, uint32_t n, uint32_t size);
+/* After bd__pool_init, failed or not. */
+void bd__pool_fini(bd_pool *pl);
+/* @return a free slot, or -1 when every buffer is out. */
+int32_t bd__pool_get(bd_pool *pl);
+void bd__pool_put(bd_pool *pl, int32_t slot);
+uint8_t *bd__pool_buf(const bd_pool *pl, int32_t slot);
+
+typedef struct bd_io_thread {
+	struct bd_pipeline *p;
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bd_fifo in;                 /* guarded by mu */
+	bool stop;                  /* guarded by mu */
+	bool idle;                  /* guarded by mu: waiting on cv, not in the ring */
+	int wake_fd;                /* eventfd that interrupts a wait in the ring, or -1 */
+	/* Set by the thread before it reports ready. */
+	int setup_err;
+	bd_io_engine engine;
+	unsigned flags;
+	bool ready;
+} bd_io_thread;
+
+struct bd_pipeline {
+	bd_pipeline_opts o;
+	uv_loop_t *loop;
+	uv_async_t async;
+
+	bd_io_thread *io;
+	unsigned nio, next_io, io_started;
+
+	pthread_t *dec;
+	unsigned ndec, dec_started;
+	pthread_mutex_t dmu;
+	pthread_cond_t dcv;
+	bd_fifo decode;             /* guarded by dmu */
+	bool dstop;
+
+	pthread_mutex_t cmu;
+	bd_job *completed;          /* guarded by cmu */
+
+	bd_pool pool;
+	bd_cache *cache;
+
+	bd_pipeline_stats stats;    /* relaxed atomics */
+	bd_hist read_lat, decode_lat;
+};
+
+static inline void bd__stat_add(uint64_t *c, uint64_t v)
+{
+	__atomic_fetch_add(c, v, __ATOMIC_RELAXED);
+}
+
+/* Record the job's failure; the first one names the batch's reason. Any thread. */
+void bd__job_fail(bd_job *job, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Does the piece list cover a block of raw_size bytes exactly, in order, into contiguous bytes? */
+bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);
+
+/* The task is done (decode thread): its buffer goes back; the job's last posts the job. */
+void bd__task_finish(bd_pipeline *p, bd_task *t);
+
+/* Queue t for a decode worker (I/O and decode threads). */
+void bd__decode_push(bd_pipeline *p, bd_task *t);
+
+/* Thread bodies: arg is the bd_io_thread (io_thread.c), the pipeline (decode.c). */
+void *bd__io_main(void *arg);
+void *bd__decode_main(void *arg);
+
+#endif
