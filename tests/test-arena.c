@@ -41,6 +41,15 @@ static void expect_full(bd_arena *a, uint64_t size)
 	ck_assert(a->wrapped == before.wrapped);
 }
 
+/* 1000 bytes holding three records of 300: 100 left at the end. */
+static void three_records(bd_arena *a)
+{
+	bd_arena_init(a, 1000);
+	expect_at(a, 300, 0);
+	expect_at(a, 300, 300);
+	expect_at(a, 300, 600);
+}
+
 START_TEST(test_end_to_end)
 {
 	bd_arena a;
@@ -76,10 +85,7 @@ START_TEST(test_wrap_around)
 {
 	bd_arena a;
 
-	bd_arena_init(&a, 1000);
-	expect_at(&a, 300, 0);
-	expect_at(&a, 300, 300);
-	expect_at(&a, 300, 600);
+	three_records(&a);
 	/* 100 left at the end; the first record gone makes room at the start. */
 	expect_full(&a, 200);
 	bd_arena_free(&a, 300);
@@ -96,10 +102,7 @@ START_TEST(test_free_in_order)
 {
 	bd_arena a;
 
-	bd_arena_init(&a, 1000);
-	expect_at(&a, 300, 0);
-	expect_at(&a, 300, 300);
-	expect_at(&a, 300, 600);
+	three_records(&a);
 	bd_arena_free(&a, 300);
 	expect_at(&a, 200, 0);        /* wraps: the gap is [900, 1000) */
 	bd_arena_free(&a, 300);       /* [300, 600) */
