@@ -18,14 +18,15 @@
 #include <stdint.h>
 
 enum bd_job_event {
-	BD_JOB_DECODED = 0,    /* pipeline: every block is in the record (0), or the batch failed (< 0) */
+	BD_JOB_DECODED = 0,    /* pipeline: the record is filled (0), or the batch failed (< 0) */
 	BD_JOB_ENQUEUED = 1,   /* GPU: copy issued (0), publish; < 0: not copied, the last event */
 	BD_JOB_COPIED = 2,     /* GPU: the copy finished (0) or failed (< 0); the last event */
 };
 
 /*
  * owner: as given with the batch; seq: the batch's sequence number;
- * status: 0 or a negative errno; reason: what failed, "" when status is 0.
+ * status: 0 or a negative errno; reason: what failed, "" when status is 0
+ * (valid during the call only: copy it to keep it).
  */
 typedef void (*bd_job_event_fn)(void *owner, uint64_t seq, enum bd_job_event ev, int status,
 				const char *reason);

@@ -140,7 +140,8 @@ static void buf_put(bd_pipeline *p, bd_task *t)
 int bd_job_new(void *owner, bd_job_event_fn event, uint64_t seq, uint32_t nblocks,
 	       uint32_t npieces, bd_job **ret)
 {
-	bd_job *job = bd_calloc(1, sizeof(*job) + nblocks * sizeof(bd_task) + npieces * sizeof(bd_piece));
+	size_t size = sizeof(bd_job) + nblocks * sizeof(bd_task) + npieces * sizeof(bd_piece);
+	bd_job *job = bd_calloc(1, size);
 
 	if (!job)
 		return -ENOMEM;
@@ -347,8 +348,9 @@ void bd_pipeline_submit(bd_pipeline *p, bd_job *job)
 
 	for (uint32_t k = 0; k < job->ntasks; k++) {
 		bd_task *t = &job->tasks[k];
+		const bd_piece *pc = &job->pieces[t->first_piece];
 
-		t->direct_dst = bd__pieces_tile(&job->pieces[t->first_piece], t->npieces, t->blk.raw_size);
+		t->direct_dst = bd__pieces_tile(pc, t->npieces, t->blk.raw_size);
 	}
 	job->pending = job->ntasks;
 	pthread_mutex_lock(&it->mu);

@@ -83,7 +83,7 @@ typedef void (*bd_job_done_fn)(bd_job *job, void *ctx);
  */
 int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn done, void *ctx,
 		    bd_pipeline **ret);
-/* Queue a job with every block and piece added; the pipeline owns it from here. */
+/* Queue a job with every block (at least one) and piece added; the pipeline owns it from here. */
 void bd_pipeline_submit(bd_pipeline *p, bd_job *job);
 /* Stop and join every thread; jobs still queued are not run. */
 void bd_pipeline_free(bd_pipeline *p);

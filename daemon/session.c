@@ -237,7 +237,10 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 	return 0;
 }
 
-/* Lay out the data memfd: descriptors, arena, and a GPU session's device table. @return 0 or -ENODEV. */
+/*
+ * Lay out the data memfd: descriptors, arena, and a GPU session's device
+ * table. @return 0 or -ENODEV.
+ */
 static int measure(bd_session *s, unsigned prefetch, int device, char *err, size_t errlen)
 {
 	const bd_dataset *d = s->dset;
@@ -466,7 +469,10 @@ static int loc_cmp(const void *a, const void *b, void *arg)
 }
 
 /* Does the task's piece list cover its block exactly, in order, into contiguous bytes? */
-/* Where batch (epoch, batch)'s n samples are, and where each goes in the payload. @return the payload bytes. */
+/*
+ * Where batch (epoch, batch)'s n samples are, and where each goes in the
+ * payload. @return the payload bytes.
+ */
 static uint64_t locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 {
 	const bp_dataset *ds = s->dset->ds;
@@ -808,7 +814,8 @@ static void queue_copies(bd_session *s)
 			int r;
 
 			/* Published once issued (ENQUEUED), reclaimable once done (COPIED). */
-			r = bd_gpu_copy(s->gpu, seq, record(s, sl) + table_bytes(sl->count), sl->payload);
+			r = bd_gpu_copy(s->gpu, seq, record(s, sl) + table_bytes(sl->count),
+					sl->payload);
 			if (r == 0) {
 				s->gpu_pending++;
 				continue;
