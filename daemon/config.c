@@ -45,32 +45,32 @@
 #error "define BATCHD_VERSION (-DBATCHD_VERSION=\"x.y.z\")"
 #endif
 
-#define BD__QUOTE_MAX 80   /* bytes of a value shown in a message */
+#define QUOTE_MAX 80   /* bytes of a value shown in a message */
 
 /* ---- names ------------------------------------------------------------- */
 
-static const char *const bd__engine_names[] = {
+static const char *const engine_names[] = {
 	[BD_CFG_IO_AUTO] = "auto",
 	[BD_CFG_IO_URING] = "io_uring",
 	[BD_CFG_IO_PREAD] = "pread",
 };
 
-static const char *const bd__direct_names[] = {
+static const char *const direct_names[] = {
 	[BD_CFG_DIRECT_AUTO] = "auto",
 	[BD_CFG_DIRECT_ON] = "on",
 	[BD_CFG_DIRECT_OFF] = "off",
 };
 
-#define BD__N(a) (sizeof(a) / sizeof((a)[0]))
+#define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
 
 const char *bd_config_io_engine_name(bd_config_io_engine e)
 {
-	return (unsigned)e < BD__N(bd__engine_names) ? bd__engine_names[e] : "?";
+	return (unsigned)e < ELEMENTSOF(engine_names) ? engine_names[e] : "?";
 }
 
 const char *bd_config_direct_name(bd_config_direct d)
 {
-	return (unsigned)d < BD__N(bd__direct_names) ? bd__direct_names[d] : "?";
+	return (unsigned)d < ELEMENTSOF(direct_names) ? direct_names[d] : "?";
 }
 
 const char *bd_config_log_level_name(int level)
@@ -81,7 +81,7 @@ const char *bd_config_log_level_name(int level)
 /* ---- messages ---------------------------------------------------------- */
 
 __attribute__((format(printf, 3, 4)))
-static void bd__msg(char *buf, size_t len, const char *fmt, ...)
+static void msg(char *buf, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -94,15 +94,15 @@ static void bd__msg(char *buf, size_t len, const char *fmt, ...)
 
 /*
  * s in single quotes, control bytes and quotes escaped, cut after
- * BD__QUOTE_MAX bytes: values come from files and flags and are echoed to
+ * QUOTE_MAX bytes: values come from files and flags and are echoed to
  * a terminal or the journal.
  */
-static const char *bd__quote(char *buf, size_t len, const char *s)
+static const char *quote(char *buf, size_t len, const char *s)
 {
 	size_t o = 0, i;
 
 	buf[o++] = '\'';
-	for (i = 0; s[i] && i < BD__QUOTE_MAX && o + 8 < len; i++) {
+	for (i = 0; s[i] && i < QUOTE_MAX && o + 8 < len; i++) {
 		unsigned char ch = (unsigned char)s[i];
 
 		if (ch < 0x20 || ch == 0x7f || ch == '\'' || ch == '\\')
@@ -117,7 +117,7 @@ static const char *bd__quote(char *buf, size_t len, const char *s)
 	return buf;
 }
 
-#define BD__QBUF (BD__QUOTE_MAX * 4 + 8)
+#define QBUF (QUOTE_MAX * 4 + 8)
 
 /* ---- values ------------------------------------------------------------ */
 
@@ -127,10 +127,10 @@ static const char *bd__quote(char *buf, size_t len, const char *s)
  * into what. @return 0, -EINVAL, -ENOMEM (roots).
  */
 
-static int bd__parse_uint(const char *v, unsigned min, unsigned max, unsigned *ret,
-			  char *what, size_t wlen)
+static int parse_uint(const char *v, unsigned min, unsigned max, unsigned *ret,
+		      char *what, size_t wlen)
 {
-	char q[BD__QBUF];
+	char q[QBUF];
 	uint64_t n = 0;
 	const char *p = v;
 
@@ -146,47 +146,47 @@ static int bd__parse_uint(const char *v, unsigned min, unsigned max, unsigned *r
 	if (*p)
 		goto not_number;
 	if (n < min || n > max) {
-		bd__msg(what, wlen, "%s is out of range (allowed %u..%u)",
-			bd__quote(q, sizeof(q), v), min, max);
+		msg(what, wlen, "%s is out of range (allowed %u..%u)",
+		    quote(q, sizeof(q), v), min, max);
 		return -EINVAL;
 	}
 	*ret = (unsigned)n;
 	return 0;
 
 not_number:
-	bd__msg(what, wlen, "%s is not a whole number (allowed %u..%u)",
-		bd__quote(q, sizeof(q), v), min, max);
+	msg(what, wlen, "%s is not a whole number (allowed %u..%u)",
+	    quote(q, sizeof(q), v), min, max);
 	return -EINVAL;
 }
 
-static int bd__parse_budget(const char *v, uint64_t *ret, char *what, size_t wlen)
+static int parse_budget(const char *v, uint64_t *ret, char *what, size_t wlen)
 {
-	char q[BD__QBUF];
+	char q[QBUF];
 	uint64_t n;
 	int r;
 
 	r = bp_parse_size(v, &n);
 	if (r == -ERANGE) {
-		bd__msg(what, wlen, "%s is too large", bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is too large", quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	if (r < 0) {
-		bd__msg(what, wlen, "%s is not a size (a number with an optional K, M, G or T suffix, e.g. 512M, 4G)",
-			bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is not a size (a number with an optional K, M, G or T suffix, e.g. 512M, 4G)",
+		    quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	if (n < BD_CONFIG_MIN_BUDGET) {
-		bd__msg(what, wlen, "%s is below the minimum of 16M", bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is below the minimum of 16M", quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	*ret = n;
 	return 0;
 }
 
-static int bd__parse_name(const char *v, const char *const *names, size_t n, int *ret,
-			  const char *allowed, char *what, size_t wlen)
+static int parse_name(const char *v, const char *const *names, size_t n, int *ret,
+		      const char *allowed, char *what, size_t wlen)
 {
-	char q[BD__QBUF];
+	char q[QBUF];
 
 	for (size_t i = 0; i < n; i++) {
 		if (!strcmp(v, names[i])) {
@@ -194,63 +194,63 @@ static int bd__parse_name(const char *v, const char *const *names, size_t n, int
 			return 0;
 		}
 	}
-	bd__msg(what, wlen, "%s is not one of %s", bd__quote(q, sizeof(q), v), allowed);
+	msg(what, wlen, "%s is not one of %s", quote(q, sizeof(q), v), allowed);
 	return -EINVAL;
 }
 
-static int bd__parse_engine(const char *v, bd_config_io_engine *ret, char *what, size_t wlen)
+static int parse_engine(const char *v, bd_config_io_engine *ret, char *what, size_t wlen)
 {
 	int i = 0, r;
 
-	r = bd__parse_name(v, bd__engine_names, BD__N(bd__engine_names), &i,
-			   "auto, io_uring, pread", what, wlen);
+	r = parse_name(v, engine_names, ELEMENTSOF(engine_names), &i,
+		       "auto, io_uring, pread", what, wlen);
 	if (r == 0)
 		*ret = (bd_config_io_engine)i;
 	return r;
 }
 
-static int bd__parse_direct(const char *v, bd_config_direct *ret, char *what, size_t wlen)
+static int parse_direct(const char *v, bd_config_direct *ret, char *what, size_t wlen)
 {
 	int i = 0, r;
 
-	r = bd__parse_name(v, bd__direct_names, BD__N(bd__direct_names), &i,
-			   "auto, on, off", what, wlen);
+	r = parse_name(v, direct_names, ELEMENTSOF(direct_names), &i,
+		       "auto, on, off", what, wlen);
 	if (r == 0)
 		*ret = (bd_config_direct)i;
 	return r;
 }
 
-static int bd__parse_log_level(const char *v, int *ret, char *what, size_t wlen)
+static int parse_log_level(const char *v, int *ret, char *what, size_t wlen)
 {
-	char q[BD__QBUF];
+	char q[QBUF];
 	int level = bd_log_parse_level(v);
 
 	if (level >= 0) {
 		*ret = level;
 		return 0;
 	}
-	bd__msg(what, wlen, "%s is not one of err, warning, notice, info, debug",
-		bd__quote(q, sizeof(q), v));
+	msg(what, wlen, "%s is not one of err, warning, notice, info, debug",
+	    quote(q, sizeof(q), v));
 	return -EINVAL;
 }
 
 /* The socket path as given; it must fit sockaddr_un's sun_path with its NUL. */
-static int bd__check_socket(const char *v, char *what, size_t wlen)
+static int check_socket(const char *v, char *what, size_t wlen)
 {
-	char q[BD__QBUF];
+	char q[QBUF];
 	size_t n = strlen(v);
 
 	if (v[0] != '/') {
-		bd__msg(what, wlen, "%s is not an absolute path", bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is not an absolute path", quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	if (v[n - 1] == '/') {
-		bd__msg(what, wlen, "%s names a directory, not a socket", bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s names a directory, not a socket", quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	if (n > BD_CONFIG_SOCKET_MAX) {
-		bd__msg(what, wlen, "%s is %zu bytes long; a Unix socket path holds at most %u",
-			bd__quote(q, sizeof(q), v), n, BD_CONFIG_SOCKET_MAX);
+		msg(what, wlen, "%s is %zu bytes long; a Unix socket path holds at most %u",
+		    quote(q, sizeof(q), v), n, BD_CONFIG_SOCKET_MAX);
 		return -EINVAL;
 	}
 	return 0;
@@ -261,24 +261,24 @@ static int bd__check_socket(const char *v, char *what, size_t wlen)
  * "/"). "." and ".." are refused rather than resolved: lexical ".." is
  * wrong across symlinks, and roots are compared as prefixes.
  */
-static int bd__normalize_root(const char *v, char **ret, char *what, size_t wlen)
+static int normalize_root(const char *v, char **ret, char *what, size_t wlen)
 {
-	char q[BD__QBUF];
+	char q[QBUF];
 	size_t n = strlen(v), o = 0;
 	char *out;
 
 	if (v[0] != '/') {
-		bd__msg(what, wlen, "%s is not an absolute path", bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is not an absolute path", quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	if (n >= PATH_MAX) {
-		bd__msg(what, wlen, "%s is longer than %d bytes", bd__quote(q, sizeof(q), v),
-			PATH_MAX - 1);
+		msg(what, wlen, "%s is longer than %d bytes", quote(q, sizeof(q), v),
+		    PATH_MAX - 1);
 		return -EINVAL;
 	}
 	out = malloc(n + 1);
 	if (!out) {
-		bd__msg(what, wlen, "out of memory");
+		msg(what, wlen, "out of memory");
 		return -ENOMEM;
 	}
 	for (const char *p = v; *p;) {
@@ -290,8 +290,8 @@ static int bd__normalize_root(const char *v, char **ret, char *what, size_t wlen
 		if (!seg)
 			break;
 		if ((seg == 1 && p[0] == '.') || (seg == 2 && p[0] == '.' && p[1] == '.')) {
-			bd__msg(what, wlen, "%s has a '.' or '..' component (write the path without them)",
-				bd__quote(q, sizeof(q), v));
+			msg(what, wlen, "%s has a '.' or '..' component (write the path without them)",
+			    quote(q, sizeof(q), v));
 			free(out);
 			return -EINVAL;
 		}
@@ -308,7 +308,7 @@ static int bd__normalize_root(const char *v, char **ret, char *what, size_t wlen
 }
 
 /* Append an owned root, dropping duplicates. Takes ownership either way. */
-static int bd__roots_add(char ***roots, size_t *n, char *root, char *what, size_t wlen)
+static int roots_add(char ***roots, size_t *n, char *root, char *what, size_t wlen)
 {
 	char **grown;
 
@@ -319,13 +319,13 @@ static int bd__roots_add(char ***roots, size_t *n, char *root, char *what, size_
 		}
 	}
 	if (*n >= BD_CONFIG_MAX_ROOTS) {
-		bd__msg(what, wlen, "more than %u roots", BD_CONFIG_MAX_ROOTS);
+		msg(what, wlen, "more than %u roots", BD_CONFIG_MAX_ROOTS);
 		free(root);
 		return -EINVAL;
 	}
 	grown = realloc(*roots, (*n + 1) * sizeof(**roots));
 	if (!grown) {
-		bd__msg(what, wlen, "out of memory");
+		msg(what, wlen, "out of memory");
 		free(root);
 		return -ENOMEM;
 	}
@@ -334,14 +334,14 @@ static int bd__roots_add(char ***roots, size_t *n, char *root, char *what, size_
 	return 0;
 }
 
-static void bd__roots_free(char **roots, size_t n)
+static void roots_free(char **roots, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		free(roots[i]);
 	free(roots);
 }
 
-static unsigned bd__usable_cpus(void)
+static unsigned usable_cpus(void)
 {
 	cpu_set_t set;
 	long n = -1;
@@ -386,16 +386,12 @@ void bd_config_free(bd_config *c)
 	free(c->metrics_listen);
 	free(c->allow_uids);
 	free(c->allow_gids);
-	bd__roots_free(c->roots, c->nroots);
+	roots_free(c->roots, c->nroots);
 	*c = (bd_config){ 0 };
 }
 
-/*
- * Make next (built from c's scalars plus new allocations) the
- * configuration: next's socket and roots win when set, else c's are kept.
- * Cannot fail.
- */
-static void bd__keep_str(char **mine, char **theirs)
+/* The new value when one was set, else the old one; the loser is freed. */
+static void keep_str(char **mine, char **theirs)
 {
 	if (*mine)
 		free(*theirs);
@@ -403,7 +399,7 @@ static void bd__keep_str(char **mine, char **theirs)
 		*mine = *theirs;
 }
 
-static void bd__keep_ids(uint32_t **mine, size_t *n, uint32_t **theirs, size_t *tn)
+static void keep_ids(uint32_t **mine, size_t *n, uint32_t **theirs, size_t *tn)
 {
 	if (*n) {
 		free(*theirs);
@@ -414,30 +410,32 @@ static void bd__keep_ids(uint32_t **mine, size_t *n, uint32_t **theirs, size_t *
 	}
 }
 
-static void bd__commit(bd_config *c, bd_config *next)
+/*
+ * Make next (built from c's scalars plus new allocations) the
+ * configuration: each string, id list and the roots of next win when set,
+ * else c's are kept. Cannot fail.
+ */
+static void commit(bd_config *c, bd_config *next)
 {
-	bd__keep_str(&next->socket_group, &c->socket_group);
-	bd__keep_str(&next->metrics_listen, &c->metrics_listen);
-	bd__keep_ids(&next->allow_uids, &next->nallow_uids, &c->allow_uids, &c->nallow_uids);
-	bd__keep_ids(&next->allow_gids, &next->nallow_gids, &c->allow_gids, &c->nallow_gids);
-	if (next->socket)
-		free(c->socket);
-	else
-		next->socket = c->socket;
+	keep_str(&next->socket, &c->socket);
+	keep_str(&next->socket_group, &c->socket_group);
+	keep_str(&next->metrics_listen, &c->metrics_listen);
+	keep_ids(&next->allow_uids, &next->nallow_uids, &c->allow_uids, &c->nallow_uids);
+	keep_ids(&next->allow_gids, &next->nallow_gids, &c->allow_gids, &c->nallow_gids);
 	if (next->nroots) {
-		bd__roots_free(c->roots, c->nroots);
+		roots_free(c->roots, c->nroots);
 	} else {
 		free(next->roots);
 		next->roots = c->roots;
 		next->nroots = c->nroots;
 	}
 	if (!next->decode_threads)
-		next->decode_threads = bd__usable_cpus();
+		next->decode_threads = usable_cpus();
 	*c = *next;
 }
 
 /* c's scalars, none of its allocations. */
-static bd_config bd__scalars(const bd_config *c)
+static bd_config scalars(const bd_config *c)
 {
 	bd_config s = *c;
 
@@ -453,84 +451,84 @@ static bd_config bd__scalars(const bd_config *c)
 
 /* ---- the file ---------------------------------------------------------- */
 
-enum bd__key_id {
-	BD__KEY_SOCKET,
-	BD__KEY_LOG_LEVEL,
-	BD__KEY_ROOT,
-	BD__KEY_BUDGET,
-	BD__KEY_ENGINE,
-	BD__KEY_DIRECT,
-	BD__KEY_QUEUE_DEPTH,
-	BD__KEY_IO_THREADS,
-	BD__KEY_DECODE_THREADS,
-	BD__KEY_PREFETCH,
-	BD__KEY_MAX_PREFETCH,
-	BD__KEY_SOCKET_MODE,
-	BD__KEY_SOCKET_GROUP,
-	BD__KEY_SESSIONS_PER_UID,
-	BD__KEY_MEMORY_PER_UID,
-	BD__KEY_ALLOW_UID,
-	BD__KEY_ALLOW_GID,
-	BD__KEY_METRICS_LISTEN,
-	BD__KEY_LEASE_TIMEOUT,
+enum key_id {
+	KEY_SOCKET,
+	KEY_LOG_LEVEL,
+	KEY_ROOT,
+	KEY_BUDGET,
+	KEY_ENGINE,
+	KEY_DIRECT,
+	KEY_QUEUE_DEPTH,
+	KEY_IO_THREADS,
+	KEY_DECODE_THREADS,
+	KEY_PREFETCH,
+	KEY_MAX_PREFETCH,
+	KEY_SOCKET_MODE,
+	KEY_SOCKET_GROUP,
+	KEY_SESSIONS_PER_UID,
+	KEY_MEMORY_PER_UID,
+	KEY_ALLOW_UID,
+	KEY_ALLOW_GID,
+	KEY_METRICS_LISTEN,
+	KEY_LEASE_TIMEOUT,
 };
 
-static const struct bd__key {
+static const struct key {
 	const char *section;
 	const char *name;
-	enum bd__key_id id;
+	enum key_id id;
 	unsigned min, max;   /* whole-number keys */
-} bd__keys[] = {
-	{ "daemon", "socket", BD__KEY_SOCKET, 0, 0 },
-	{ "daemon", "log_level", BD__KEY_LOG_LEVEL, 0, 0 },
-	{ "daemon", "socket_mode", BD__KEY_SOCKET_MODE, 0, 0777 },
-	{ "daemon", "socket_group", BD__KEY_SOCKET_GROUP, 0, 0 },
-	{ "datasets", "root", BD__KEY_ROOT, 0, 0 },
-	{ "memory", "budget", BD__KEY_BUDGET, 0, 0 },
-	{ "io", "engine", BD__KEY_ENGINE, 0, 0 },
-	{ "io", "direct", BD__KEY_DIRECT, 0, 0 },
-	{ "io", "queue_depth", BD__KEY_QUEUE_DEPTH, 1, BD_CONFIG_MAX_QD },
-	{ "io", "threads", BD__KEY_IO_THREADS, 1, BD_CONFIG_MAX_IO_THR },
-	{ "decode", "threads", BD__KEY_DECODE_THREADS, 0, BD_CONFIG_MAX_DECODE_THR },
-	{ "session", "prefetch", BD__KEY_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
-	{ "session", "max_prefetch", BD__KEY_MAX_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
-	{ "session", "lease_timeout", BD__KEY_LEASE_TIMEOUT, 0, 604800 },
-	{ "limits", "sessions_per_uid", BD__KEY_SESSIONS_PER_UID, 0, 4096 },
-	{ "limits", "memory_per_uid", BD__KEY_MEMORY_PER_UID, 0, 0 },
-	{ "access", "allow_uid", BD__KEY_ALLOW_UID, 0, 0 },
-	{ "access", "allow_gid", BD__KEY_ALLOW_GID, 0, 0 },
-	{ "metrics", "listen", BD__KEY_METRICS_LISTEN, 0, 0 },
+} keys[] = {
+	{ "daemon", "socket", KEY_SOCKET, 0, 0 },
+	{ "daemon", "log_level", KEY_LOG_LEVEL, 0, 0 },
+	{ "daemon", "socket_mode", KEY_SOCKET_MODE, 0, 0777 },
+	{ "daemon", "socket_group", KEY_SOCKET_GROUP, 0, 0 },
+	{ "datasets", "root", KEY_ROOT, 0, 0 },
+	{ "memory", "budget", KEY_BUDGET, 0, 0 },
+	{ "io", "engine", KEY_ENGINE, 0, 0 },
+	{ "io", "direct", KEY_DIRECT, 0, 0 },
+	{ "io", "queue_depth", KEY_QUEUE_DEPTH, 1, BD_CONFIG_MAX_QD },
+	{ "io", "threads", KEY_IO_THREADS, 1, BD_CONFIG_MAX_IO_THR },
+	{ "decode", "threads", KEY_DECODE_THREADS, 0, BD_CONFIG_MAX_DECODE_THR },
+	{ "session", "prefetch", KEY_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
+	{ "session", "max_prefetch", KEY_MAX_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
+	{ "session", "lease_timeout", KEY_LEASE_TIMEOUT, 0, 604800 },
+	{ "limits", "sessions_per_uid", KEY_SESSIONS_PER_UID, 0, 4096 },
+	{ "limits", "memory_per_uid", KEY_MEMORY_PER_UID, 0, 0 },
+	{ "access", "allow_uid", KEY_ALLOW_UID, 0, 0 },
+	{ "access", "allow_gid", KEY_ALLOW_GID, 0, 0 },
+	{ "metrics", "listen", KEY_METRICS_LISTEN, 0, 0 },
 };
 
-static bool bd__section_known(const char *section)
+static bool section_known(const char *section)
 {
-	for (size_t i = 0; i < BD__N(bd__keys); i++)
-		if (!strcmp(bd__keys[i].section, section))
+	for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+		if (!strcmp(keys[i].section, section))
 			return true;
 	return false;
 }
 
-static const struct bd__key *bd__key_find(const char *section, const char *name)
+static const struct key *key_find(const char *section, const char *name)
 {
-	for (size_t i = 0; i < BD__N(bd__keys); i++)
-		if (!strcmp(bd__keys[i].section, section) && !strcmp(bd__keys[i].name, name))
-			return &bd__keys[i];
+	for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+		if (!strcmp(keys[i].section, section) && !strcmp(keys[i].name, name))
+			return &keys[i];
 	return NULL;
 }
 
 /* "[daemon] [datasets] ..." or "engine, direct, ..." for section. */
-static void bd__known_list(char *buf, size_t len, const char *section)
+static void known_list(char *buf, size_t len, const char *section)
 {
 	size_t o = 0;
 
 	buf[0] = '\0';
-	for (size_t i = 0; i < BD__N(bd__keys) && o < len; i++) {
-		const struct bd__key *k = &bd__keys[i];
+	for (size_t i = 0; i < ELEMENTSOF(keys) && o < len; i++) {
+		const struct key *k = &keys[i];
 		int n;
 
 		if (section && strcmp(k->section, section))
 			continue;
-		if (!section && i && !strcmp(k->section, bd__keys[i - 1].section))
+		if (!section && i && !strcmp(k->section, keys[i - 1].section))
 			continue;
 		if (section)
 			n = snprintf(buf + o, len - o, "%s%s", o ? ", " : "", k->name);
@@ -542,34 +540,34 @@ static void bd__known_list(char *buf, size_t len, const char *section)
 	}
 }
 
-static unsigned *bd__uint_field(bd_config *c, enum bd__key_id id)
+static unsigned *uint_field(bd_config *c, enum key_id id)
 {
 	switch (id) {
-	case BD__KEY_QUEUE_DEPTH:
+	case KEY_QUEUE_DEPTH:
 		return &c->queue_depth;
-	case BD__KEY_IO_THREADS:
+	case KEY_IO_THREADS:
 		return &c->io_threads;
-	case BD__KEY_DECODE_THREADS:
+	case KEY_DECODE_THREADS:
 		return &c->decode_threads;
-	case BD__KEY_PREFETCH:
+	case KEY_PREFETCH:
 		return &c->prefetch;
-	case BD__KEY_MAX_PREFETCH:
+	case KEY_MAX_PREFETCH:
 		return &c->max_prefetch;
-	case BD__KEY_SESSIONS_PER_UID:
+	case KEY_SESSIONS_PER_UID:
 		return &c->sessions_per_uid;
-	case BD__KEY_LEASE_TIMEOUT:
+	case KEY_LEASE_TIMEOUT:
 		return &c->lease_timeout;
 	default:
 		return NULL;
 	}
 }
 
-static int bd__set_str(char **field, const char *v, char *what, size_t wlen)
+static int set_str(char **field, const char *v, char *what, size_t wlen)
 {
 	char *s = strdup(v);
 
 	if (!s) {
-		bd__msg(what, wlen, "out of memory");
+		msg(what, wlen, "out of memory");
 		return -ENOMEM;
 	}
 	free(*field);
@@ -577,16 +575,16 @@ static int bd__set_str(char **field, const char *v, char *what, size_t wlen)
 	return 0;
 }
 
-static int bd__parse_mode(const char *v, unsigned *ret, char *what, size_t wlen)
+static int parse_mode(const char *v, unsigned *ret, char *what, size_t wlen)
 {
-	char q[BD__QBUF], *end;
+	char q[QBUF], *end;
 	unsigned long m;
 
 	errno = 0;
 	m = strtoul(v, &end, 8);
 	if (!*v || *v == '-' || *v == '+' || errno || *end || m > 0777) {
-		bd__msg(what, wlen, "%s is not an octal file mode (e.g. 0660)",
-			bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is not an octal file mode (e.g. 0660)",
+		    quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	*ret = (unsigned)m;
@@ -594,10 +592,10 @@ static int bd__parse_mode(const char *v, unsigned *ret, char *what, size_t wlen)
 }
 
 /* A user or group: a number, or a name the system knows. */
-static int bd__parse_id(const char *v, bool group, uint32_t **ids, size_t *n, char *what,
-			size_t wlen)
+static int parse_id(const char *v, bool group, uint32_t **ids, size_t *n, char *what,
+		    size_t wlen)
 {
-	char q[BD__QBUF], *end;
+	char q[QBUF], *end;
 	unsigned long id;
 	uint32_t *grown;
 
@@ -608,23 +606,23 @@ static int bd__parse_id(const char *v, bool group, uint32_t **ids, size_t *n, ch
 		struct group *gr = group ? getgrnam(v) : NULL;
 
 		if (!pw && !gr) {
-			bd__msg(what, wlen, "%s is not a known %s name or number",
-				bd__quote(q, sizeof(q), v), group ? "group" : "user");
+			msg(what, wlen, "%s is not a known %s name or number",
+			    quote(q, sizeof(q), v), group ? "group" : "user");
 			return -EINVAL;
 		}
 		id = group ? gr->gr_gid : pw->pw_uid;
 	}
 	if (id >= UINT32_MAX) {
-		bd__msg(what, wlen, "%s is out of range", bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is out of range", quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	if (*n >= BD_CONFIG_MAX_IDS) {
-		bd__msg(what, wlen, "more than %u entries", BD_CONFIG_MAX_IDS);
+		msg(what, wlen, "more than %u entries", BD_CONFIG_MAX_IDS);
 		return -EINVAL;
 	}
 	grown = realloc(*ids, (*n + 1) * sizeof(**ids));
 	if (!grown) {
-		bd__msg(what, wlen, "out of memory");
+		msg(what, wlen, "out of memory");
 		return -ENOMEM;
 	}
 	grown[(*n)++] = (uint32_t)id;
@@ -633,16 +631,16 @@ static int bd__parse_id(const char *v, bool group, uint32_t **ids, size_t *n, ch
 }
 
 /* HOST:PORT for the metrics listener: an IPv4 address and a port 1..65535. */
-static int bd__parse_listen(const char *v, char **ret, char *what, size_t wlen)
+static int parse_listen(const char *v, char **ret, char *what, size_t wlen)
 {
-	char q[BD__QBUF], host[64], *end;
+	char q[QBUF], host[64], *end;
 	const char *colon = strrchr(v, ':');
 	unsigned long port;
 	struct in_addr a;
 
 	if (!colon || (size_t)(colon - v) >= sizeof(host)) {
-		bd__msg(what, wlen, "%s is not HOST:PORT (e.g. 127.0.0.1:9477)",
-			bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is not HOST:PORT (e.g. 127.0.0.1:9477)",
+		    quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
 	memcpy(host, v, (size_t)(colon - v));
@@ -651,72 +649,65 @@ static int bd__parse_listen(const char *v, char **ret, char *what, size_t wlen)
 	port = strtoul(colon + 1, &end, 10);
 	if (inet_pton(AF_INET, host, &a) != 1 || !colon[1] || *end || errno || port < 1 ||
 	    port > 65535) {
-		bd__msg(what, wlen, "%s is not HOST:PORT with an IPv4 address (e.g. 127.0.0.1:9477)",
-			bd__quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is not HOST:PORT with an IPv4 address (e.g. 127.0.0.1:9477)",
+		    quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
-	return bd__set_str(ret, v, what, wlen);
+	return set_str(ret, v, what, wlen);
 }
 
 /* Set one key of next from its value. @return 0, -EINVAL, -ENOMEM. */
-static int bd__apply(bd_config *next, const struct bd__key *k, const char *v,
-		     char *what, size_t wlen)
+static int apply(bd_config *next, const struct key *k, const char *v,
+		 char *what, size_t wlen)
 {
 	char *s;
 	int r;
 
 	switch (k->id) {
-	case BD__KEY_SOCKET:
-		r = bd__check_socket(v, what, wlen);
+	case KEY_SOCKET:
+		r = check_socket(v, what, wlen);
 		if (r < 0)
 			return r;
-		s = strdup(v);
-		if (!s) {
-			bd__msg(what, wlen, "out of memory");
-			return -ENOMEM;
-		}
-		free(next->socket);
-		next->socket = s;
-		return 0;
-	case BD__KEY_LOG_LEVEL:
-		return bd__parse_log_level(v, &next->log_level, what, wlen);
-	case BD__KEY_ROOT:
-		r = bd__normalize_root(v, &s, what, wlen);
+		return set_str(&next->socket, v, what, wlen);
+	case KEY_LOG_LEVEL:
+		return parse_log_level(v, &next->log_level, what, wlen);
+	case KEY_ROOT:
+		r = normalize_root(v, &s, what, wlen);
 		if (r < 0)
 			return r;
-		return bd__roots_add(&next->roots, &next->nroots, s, what, wlen);
-	case BD__KEY_BUDGET:
-		return bd__parse_budget(v, &next->memory_budget, what, wlen);
-	case BD__KEY_ENGINE:
-		return bd__parse_engine(v, &next->io_engine, what, wlen);
-	case BD__KEY_DIRECT:
-		return bd__parse_direct(v, &next->direct, what, wlen);
-	case BD__KEY_SOCKET_MODE:
-		return bd__parse_mode(v, &next->socket_mode, what, wlen);
-	case BD__KEY_SOCKET_GROUP:
+		return roots_add(&next->roots, &next->nroots, s, what, wlen);
+	case KEY_BUDGET:
+		return parse_budget(v, &next->memory_budget, what, wlen);
+	case KEY_ENGINE:
+		return parse_engine(v, &next->io_engine, what, wlen);
+	case KEY_DIRECT:
+		return parse_direct(v, &next->direct, what, wlen);
+	case KEY_SOCKET_MODE:
+		return parse_mode(v, &next->socket_mode, what, wlen);
+	case KEY_SOCKET_GROUP:
 		if (!*v) {
-			bd__msg(what, wlen, "empty group");
+			msg(what, wlen, "empty group");
 			return -EINVAL;
 		}
-		return bd__set_str(&next->socket_group, v, what, wlen);
-	case BD__KEY_MEMORY_PER_UID:
+		return set_str(&next->socket_group, v, what, wlen);
+	case KEY_MEMORY_PER_UID:
 		if (!strcmp(v, "0")) {
 			next->memory_per_uid = 0;
 			return 0;
 		}
-		return bd__parse_budget(v, &next->memory_per_uid, what, wlen);
-	case BD__KEY_ALLOW_UID:
-		return bd__parse_id(v, false, &next->allow_uids, &next->nallow_uids, what, wlen);
-	case BD__KEY_ALLOW_GID:
-		return bd__parse_id(v, true, &next->allow_gids, &next->nallow_gids, what, wlen);
-	case BD__KEY_METRICS_LISTEN:
-		return bd__parse_listen(v, &next->metrics_listen, what, wlen);
+		return parse_budget(v, &next->memory_per_uid, what, wlen);
+	case KEY_ALLOW_UID:
+		return parse_id(v, false, &next->allow_uids, &next->nallow_uids, what, wlen);
+	case KEY_ALLOW_GID:
+		return parse_id(v, true, &next->allow_gids, &next->nallow_gids, what, wlen);
+	case KEY_METRICS_LISTEN:
+		return parse_listen(v, &next->metrics_listen, what, wlen);
 	default:
-		return bd__parse_uint(v, k->min, k->max, bd__uint_field(next, k->id), what, wlen);
+		return parse_uint(v, k->min, k->max, uint_field(next, k->id), what, wlen);
 	}
 }
 
-struct bd__load {
+struct load {
 	const char *name;       /* for messages */
 	const char *text;
 	size_t len, pos;
@@ -730,7 +721,7 @@ struct bd__load {
 };
 
 __attribute__((format(printf, 3, 4)))
-static void bd__load_fail(struct bd__load *l, int r, const char *fmt, ...)
+static void load_fail(struct load *l, int r, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -742,7 +733,7 @@ static void bd__load_fail(struct bd__load *l, int r, const char *fmt, ...)
 	if (!l->err || !l->errlen)
 		return;
 	if (r == -ENOMEM) {
-		bd__msg(l->err, l->errlen, "%s: out of memory", l->name);
+		msg(l->err, l->errlen, "%s: out of memory", l->name);
 		return;
 	}
 	n = snprintf(l->err, l->errlen, "%s:%d: ", l->name, l->lineno);
@@ -753,31 +744,31 @@ static void bd__load_fail(struct bd__load *l, int r, const char *fmt, ...)
 	va_end(ap);
 }
 
-static bool bd__blank(char ch)
+static bool blank(char ch)
 {
 	return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
 }
 
 /* End of the line's content: before a comment (';' or '#' at the start or after a blank). */
-static const char *bd__content_end(const char *p, const char *end)
+static const char *content_end(const char *p, const char *end)
 {
 	for (const char *s = p; s < end; s++)
-		if ((*s == ';' || *s == '#') && (s == p || bd__blank(s[-1])))
+		if ((*s == ';' || *s == '#') && (s == p || blank(s[-1])))
 			return s;
 	return end;
 }
 
 /* p..end is a "[...]" line without comments or outer blanks. */
-static int bd__check_header(struct bd__load *l, const char *p, const char *end)
+static int check_header(struct load *l, const char *p, const char *end)
 {
 	const char *rb = memchr(p, ']', (size_t)(end - p));
-	char name[64], q[BD__QBUF], known[128];
+	char name[64], q[QBUF], known[128];
 	size_t n;
 
 	if (!rb)
 		return 0;   /* no ']': inih reports the syntax error */
 	if (rb + 1 != end) {
-		bd__load_fail(l, -EINVAL, "text after ']' in a section header");
+		load_fail(l, -EINVAL, "text after ']' in a section header");
 		return -EINVAL;
 	}
 	n = (size_t)(rb - p - 1);
@@ -785,10 +776,10 @@ static int bd__check_header(struct bd__load *l, const char *p, const char *end)
 		n = sizeof(name) - 1;
 	memcpy(name, p + 1, n);
 	name[n] = '\0';
-	if (!bd__section_known(name)) {
-		bd__known_list(known, sizeof(known), NULL);
-		bd__load_fail(l, -EINVAL, "unknown section %s (known: %s)",
-			      bd__quote(q, sizeof(q), name), known);
+	if (!section_known(name)) {
+		known_list(known, sizeof(known), NULL);
+		load_fail(l, -EINVAL, "unknown section %s (known: %s)",
+			  quote(q, sizeof(q), name), known);
 		return -EINVAL;
 	}
 	return 0;
@@ -799,9 +790,9 @@ static int bd__check_header(struct bd__load *l, const char *p, const char *end)
  * of this file), or NULL at the end or once an error is recorded, which
  * stops the parse there.
  */
-static char *bd__ini_reader(char *str, int num, void *stream)
+static char *line_reader(char *str, int num, void *stream)
 {
-	struct bd__load *l = stream;
+	struct load *l = stream;
 	const char *p, *end, *nl;
 	size_t n;
 
@@ -814,23 +805,23 @@ static char *bd__ini_reader(char *str, int num, void *stream)
 	l->lineno++;
 
 	if (memchr(p, '\0', (size_t)(end - p))) {
-		bd__load_fail(l, -EINVAL, "NUL byte in line");
+		load_fail(l, -EINVAL, "NUL byte in line");
 		return NULL;
 	}
 	if (l->lineno == 1 && end - p >= 3 && !memcmp(p, "\xef\xbb\xbf", 3))
 		p += 3;   /* UTF-8 byte order mark */
-	while (p < end && bd__blank(*p))
+	while (p < end && blank(*p))
 		p++;
-	end = bd__content_end(p, end);
-	while (end > p && bd__blank(end[-1]))
+	end = content_end(p, end);
+	while (end > p && blank(end[-1]))
 		end--;
-	if (p < end && *p == '[' && bd__check_header(l, p, end) < 0)
+	if (p < end && *p == '[' && check_header(l, p, end) < 0)
 		return NULL;
 
 	n = (size_t)(end - p);
 	if (num < 2 || n > (size_t)num - 2) {
-		bd__load_fail(l, -EINVAL, "line is %zu characters long (at most %d, not counting blanks and comments)",
-			      n, num < 2 ? 0 : num - 2);
+		load_fail(l, -EINVAL, "line is %zu characters long (at most %d, not counting blanks and comments)",
+			  n, num < 2 ? 0 : num - 2);
 		return NULL;
 	}
 	memcpy(str, p, n);
@@ -839,63 +830,63 @@ static char *bd__ini_reader(char *str, int num, void *stream)
 	return str;
 }
 
-static int bd__ini_handle(struct bd__load *l, const char *section, const char *name,
-			  const char *value)
+static int handle_key(struct load *l, const char *section, const char *name,
+		      const char *value)
 {
-	char what[512], q[BD__QBUF], known[128];
-	const struct bd__key *k;
+	char what[512], q[QBUF], known[128];
+	const struct key *k;
 	int r;
 
 	if (l->err_line)
 		return 0;
 	if (!*section) {
-		bd__load_fail(l, -EINVAL, "%s is outside any section",
-			      bd__quote(q, sizeof(q), name));
+		load_fail(l, -EINVAL, "%s is outside any section",
+			  quote(q, sizeof(q), name));
 		return 0;
 	}
-	k = bd__key_find(section, name);
+	k = key_find(section, name);
 	if (!k) {
-		if (!bd__section_known(section)) {
+		if (!section_known(section)) {
 			/* Headers are checked by the reader; this is a fallback. */
-			bd__known_list(known, sizeof(known), NULL);
-			bd__load_fail(l, -EINVAL, "unknown section %s (known: %s)",
-				      bd__quote(q, sizeof(q), section), known);
+			known_list(known, sizeof(known), NULL);
+			load_fail(l, -EINVAL, "unknown section %s (known: %s)",
+				  quote(q, sizeof(q), section), known);
 		} else {
-			bd__known_list(known, sizeof(known), section);
-			bd__load_fail(l, -EINVAL, "unknown key %s in [%s] (known: %s)",
-				      bd__quote(q, sizeof(q), name), section, known);
+			known_list(known, sizeof(known), section);
+			load_fail(l, -EINVAL, "unknown key %s in [%s] (known: %s)",
+				  quote(q, sizeof(q), name), section, known);
 		}
 		return 0;
 	}
-	r = bd__apply(&l->next, k, value, what, sizeof(what));
+	r = apply(&l->next, k, value, what, sizeof(what));
 	if (r < 0) {
-		bd__load_fail(l, r, "[%s] %s: %s", k->section, k->name, what);
+		load_fail(l, r, "[%s] %s: %s", k->section, k->name, what);
 		return 0;
 	}
-	if (k->id == BD__KEY_PREFETCH)
+	if (k->id == KEY_PREFETCH)
 		l->prefetch_line = l->lineno;
-	else if (k->id == BD__KEY_MAX_PREFETCH)
+	else if (k->id == KEY_MAX_PREFETCH)
 		l->max_prefetch_line = l->lineno;
 	return 1;
 }
 
 #if INI_HANDLER_LINENO
-static int bd__ini_handler(void *user, const char *section, const char *name,
-			   const char *value, int lineno)
+static int key_handler(void *user, const char *section, const char *name,
+		       const char *value, int lineno)
 {
 	(void)lineno;   /* ours counts the lines inih was actually given */
-	return bd__ini_handle(user, section, name, value);
+	return handle_key(user, section, name, value);
 }
 #else
-static int bd__ini_handler(void *user, const char *section, const char *name,
-			   const char *value)
+static int key_handler(void *user, const char *section, const char *name,
+		       const char *value)
 {
-	return bd__ini_handle(user, section, name, value);
+	return handle_key(user, section, name, value);
 }
 #endif
 
 /* Checks across keys, once the whole file is read. */
-static void bd__load_check(struct bd__load *l)
+static void load_check(struct load *l)
 {
 	const bd_config *n = &l->next;
 
@@ -905,14 +896,14 @@ static void bd__load_check(struct bd__load *l)
 	if (l->prefetch_line || l->max_prefetch_line)
 		l->lineno = l->prefetch_line > l->max_prefetch_line ? l->prefetch_line
 								    : l->max_prefetch_line;
-	bd__load_fail(l, -EINVAL, "[session] prefetch = %u is above max_prefetch = %u",
-		      n->prefetch, n->max_prefetch);
+	load_fail(l, -EINVAL, "[session] prefetch = %u is above max_prefetch = %u",
+		  n->prefetch, n->max_prefetch);
 }
 
 int bd_config_load_string(bd_config *c, const char *name, const char *text, size_t len,
 			  char *err, size_t errlen)
 {
-	struct bd__load l = {
+	struct load l = {
 		.name = name,
 		.text = text,
 		.len = len,
@@ -922,15 +913,15 @@ int bd_config_load_string(bd_config *c, const char *name, const char *text, size
 	int r;
 
 	if (len > BD_CONFIG_MAX_FILE) {
-		bd__msg(err, errlen, "%s: larger than %llu bytes", name,
-			(unsigned long long)BD_CONFIG_MAX_FILE);
+		msg(err, errlen, "%s: larger than %llu bytes", name,
+		    (unsigned long long)BD_CONFIG_MAX_FILE);
 		return -EFBIG;
 	}
-	l.next = bd__scalars(c);
-	r = ini_parse_stream(bd__ini_reader, &l, bd__ini_handler, &l);
+	l.next = scalars(c);
+	r = ini_parse_stream(line_reader, &l, key_handler, &l);
 	if (r == -2) {
 		bd_config_free(&l.next);
-		bd__msg(err, errlen, "%s: out of memory", name);
+		msg(err, errlen, "%s: out of memory", name);
 		return -ENOMEM;
 	}
 	/*
@@ -940,20 +931,20 @@ int bd_config_load_string(bd_config *c, const char *name, const char *text, size
 	if (r > 0 && (!l.err_line || r < l.err_line)) {
 		l.err_line = 0;
 		l.lineno = r;
-		bd__load_fail(&l, -EINVAL, "expected '[section]' or 'key = value'");
+		load_fail(&l, -EINVAL, "expected '[section]' or 'key = value'");
 	}
 	if (!l.err_line)
-		bd__load_check(&l);
+		load_check(&l);
 	if (l.err_line) {
 		bd_config_free(&l.next);
 		return l.err_errno;
 	}
-	bd__commit(c, &l.next);
+	commit(c, &l.next);
 	return 0;
 }
 
 /* The whole file, up to BD_CONFIG_MAX_FILE + 1 bytes. Caller frees *ret. */
-static int bd__read_file(const char *path, char **ret, size_t *ret_len)
+static int read_file(const char *path, char **ret, size_t *ret_len)
 {
 	size_t cap = 4096, len = 0;
 	char *buf = NULL, *grown;
@@ -1004,9 +995,9 @@ int bd_config_load_file(bd_config *c, const char *path, char *err, size_t errlen
 	char *text = NULL;
 	int r;
 
-	r = bd__read_file(path, &text, &len);
+	r = read_file(path, &text, &len);
 	if (r < 0) {
-		bd__msg(err, errlen, "%s: %s", path, strerror(-r));
+		msg(err, errlen, "%s: %s", path, strerror(-r));
 		return r;
 	}
 	r = bd_config_load_string(c, path, text, len, err, errlen);
@@ -1017,28 +1008,28 @@ int bd_config_load_file(bd_config *c, const char *path, char *err, size_t errlen
 /* ---- the command line -------------------------------------------------- */
 
 enum {
-	BD__OPT_SOCKET = 0x100,
-	BD__OPT_ROOT,
-	BD__OPT_MEMORY,
-	BD__OPT_IO_ENGINE,
-	BD__OPT_DIRECT,
-	BD__OPT_LOG_LEVEL,
+	OPT_SOCKET = 0x100,
+	OPT_ROOT,
+	OPT_MEMORY,
+	OPT_IO_ENGINE,
+	OPT_DIRECT,
+	OPT_LOG_LEVEL,
 };
 
-static const struct option bd__options[] = {
+static const struct option options[] = {
 	{ "config", required_argument, NULL, 'c' },
-	{ "socket", required_argument, NULL, BD__OPT_SOCKET },
-	{ "root", required_argument, NULL, BD__OPT_ROOT },
-	{ "memory", required_argument, NULL, BD__OPT_MEMORY },
-	{ "io-engine", required_argument, NULL, BD__OPT_IO_ENGINE },
-	{ "direct", required_argument, NULL, BD__OPT_DIRECT },
-	{ "log-level", required_argument, NULL, BD__OPT_LOG_LEVEL },
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "root", required_argument, NULL, OPT_ROOT },
+	{ "memory", required_argument, NULL, OPT_MEMORY },
+	{ "io-engine", required_argument, NULL, OPT_IO_ENGINE },
+	{ "direct", required_argument, NULL, OPT_DIRECT },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
 	{ "help", no_argument, NULL, 'h' },
 	{ "version", no_argument, NULL, 'V' },
 	{ NULL, 0, NULL, 0 },
 };
 
-static const char bd__usage[] =
+static const char usage[] =
 	"Usage: batchd [OPTION]...\n"
 	"Plan, read, decompress and stage training batches for local trainers.\n"
 	"\n"
@@ -1056,7 +1047,7 @@ static const char bd__usage[] =
 	"  -V, --version           show the version and exit\n";
 
 /* Flags seen, validated, not yet applied. */
-struct bd__flags {
+struct flags {
 	const char *config;
 	char *socket;
 	char **roots;
@@ -1068,13 +1059,13 @@ struct bd__flags {
 	int level;
 };
 
-static void bd__flags_free(struct bd__flags *f)
+static void flags_free(struct flags *f)
 {
 	free(f->socket);
-	bd__roots_free(f->roots, f->nroots);
+	roots_free(f->roots, f->nroots);
 }
 
-static const char *bd__opt_name(int val)
+static const char *opt_name(int val)
 {
 	switch (val) {
 	case 'c':
@@ -1083,17 +1074,17 @@ static const char *bd__opt_name(int val)
 		return "--help";
 	case 'V':
 		return "--version";
-	case BD__OPT_SOCKET:
+	case OPT_SOCKET:
 		return "--socket";
-	case BD__OPT_ROOT:
+	case OPT_ROOT:
 		return "--root";
-	case BD__OPT_MEMORY:
+	case OPT_MEMORY:
 		return "--memory";
-	case BD__OPT_IO_ENGINE:
+	case OPT_IO_ENGINE:
 		return "--io-engine";
-	case BD__OPT_DIRECT:
+	case OPT_DIRECT:
 		return "--direct";
-	case BD__OPT_LOG_LEVEL:
+	case OPT_LOG_LEVEL:
 		return "--log-level";
 	default:
 		return NULL;
@@ -1101,7 +1092,7 @@ static const char *bd__opt_name(int val)
 }
 
 /* Validate one flag's argument into f. @return 0, -EINVAL, -ENOMEM. */
-static int bd__flag(struct bd__flags *f, int opt, const char *arg, char *what, size_t wlen)
+static int parse_flag(struct flags *f, int opt, const char *arg, char *what, size_t wlen)
 {
 	char *s;
 	int r;
@@ -1110,44 +1101,37 @@ static int bd__flag(struct bd__flags *f, int opt, const char *arg, char *what, s
 	case 'c':
 		f->config = arg;
 		return 0;
-	case BD__OPT_SOCKET:
-		r = bd__check_socket(arg, what, wlen);
+	case OPT_SOCKET:
+		r = check_socket(arg, what, wlen);
 		if (r < 0)
 			return r;
-		s = strdup(arg);
-		if (!s) {
-			bd__msg(what, wlen, "out of memory");
-			return -ENOMEM;
-		}
-		free(f->socket);
-		f->socket = s;
-		return 0;
-	case BD__OPT_ROOT:
-		r = bd__normalize_root(arg, &s, what, wlen);
+		return set_str(&f->socket, arg, what, wlen);
+	case OPT_ROOT:
+		r = normalize_root(arg, &s, what, wlen);
 		if (r < 0)
 			return r;
-		return bd__roots_add(&f->roots, &f->nroots, s, what, wlen);
-	case BD__OPT_MEMORY:
+		return roots_add(&f->roots, &f->nroots, s, what, wlen);
+	case OPT_MEMORY:
 		f->budget_set = true;
-		return bd__parse_budget(arg, &f->budget, what, wlen);
-	case BD__OPT_IO_ENGINE:
+		return parse_budget(arg, &f->budget, what, wlen);
+	case OPT_IO_ENGINE:
 		f->engine_set = true;
-		return bd__parse_engine(arg, &f->engine, what, wlen);
-	case BD__OPT_DIRECT:
+		return parse_engine(arg, &f->engine, what, wlen);
+	case OPT_DIRECT:
 		f->direct_set = true;
-		return bd__parse_direct(arg, &f->direct, what, wlen);
-	case BD__OPT_LOG_LEVEL:
+		return parse_direct(arg, &f->direct, what, wlen);
+	case OPT_LOG_LEVEL:
 		f->level_set = true;
-		return bd__parse_log_level(arg, &f->level, what, wlen);
+		return parse_log_level(arg, &f->level, what, wlen);
 	default:
 		return -EINVAL;
 	}
 }
 
 /* Fold validated flags into c; moves f's allocations. Cannot fail. */
-static void bd__flags_apply(struct bd__flags *f, bd_config *c)
+static void flags_apply(struct flags *f, bd_config *c)
 {
-	bd_config next = bd__scalars(c);
+	bd_config next = scalars(c);
 
 	next.socket = f->socket;
 	next.roots = f->roots;
@@ -1163,12 +1147,12 @@ static void bd__flags_apply(struct bd__flags *f, bd_config *c)
 		next.direct = f->direct;
 	if (f->level_set)
 		next.log_level = f->level;
-	bd__commit(c, &next);
+	commit(c, &next);
 }
 
 int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t errlen)
 {
-	struct bd__flags f = { 0 };
+	struct flags f = { 0 };
 	char what[512];
 	const char *flag;
 	int opt, r = 0;
@@ -1176,10 +1160,10 @@ int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t e
 	/* Fresh getopt state (GNU: optind 0 reinitializes); our own messages. */
 	optind = 0;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "+:c:hV", bd__options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "+:c:hV", options, NULL)) != -1) {
 		switch (opt) {
 		case 'h':
-			fputs(bd__usage, stdout);
+			fputs(usage, stdout);
 			r = 1;
 			goto out;
 		case 'V':
@@ -1187,34 +1171,34 @@ int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t e
 			r = 1;
 			goto out;
 		case ':':
-			flag = bd__opt_name(optopt);
-			bd__msg(err, errlen, "%s: needs an argument", flag ? flag : argv[optind - 1]);
+			flag = opt_name(optopt);
+			msg(err, errlen, "%s: needs an argument", flag ? flag : argv[optind - 1]);
 			r = -EINVAL;
 			goto out;
 		case '?':
-			flag = optopt ? bd__opt_name(optopt) : NULL;
+			flag = optopt ? opt_name(optopt) : NULL;
 			if (flag)
-				bd__msg(err, errlen, "%s: takes no argument", flag);
+				msg(err, errlen, "%s: takes no argument", flag);
 			else if (optopt)
-				bd__msg(err, errlen, "unknown option '-%c' (see --help)", optopt);
+				msg(err, errlen, "unknown option '-%c' (see --help)", optopt);
 			else
-				bd__msg(err, errlen, "unknown option '%s' (see --help)",
-					argv[optind - 1]);
+				msg(err, errlen, "unknown option '%s' (see --help)",
+				    argv[optind - 1]);
 			r = -EINVAL;
 			goto out;
 		default:
-			r = bd__flag(&f, opt, optarg, what, sizeof(what));
+			r = parse_flag(&f, opt, optarg, what, sizeof(what));
 			if (r < 0) {
-				bd__msg(err, errlen, "%s: %s", bd__opt_name(opt), what);
+				msg(err, errlen, "%s: %s", opt_name(opt), what);
 				goto out;
 			}
 		}
 	}
 	if (optind < argc) {
-		char q[BD__QBUF];
+		char q[QBUF];
 
-		bd__msg(err, errlen, "unexpected argument %s (see --help)",
-			bd__quote(q, sizeof(q), argv[optind]));
+		msg(err, errlen, "unexpected argument %s (see --help)",
+		    quote(q, sizeof(q), argv[optind]));
 		r = -EINVAL;
 		goto out;
 	}
@@ -1223,16 +1207,16 @@ int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t e
 		if (r < 0)
 			goto out;
 	}
-	bd__flags_apply(&f, c);
+	flags_apply(&f, c);
 out:
-	bd__flags_free(&f);
+	flags_free(&f);
 	return r;
 }
 
 /* ---- default socket ---------------------------------------------------- */
 
 /* dir (n bytes, trailing slashes dropped) + "/batchd.sock" into buf. */
-static int bd__socket_in(char *buf, size_t len, const char *dir, size_t n)
+static int socket_in(char *buf, size_t len, const char *dir, size_t n)
 {
 	static const char leaf[] = "/batchd.sock";
 	size_t total;
@@ -1258,11 +1242,11 @@ int bd_config_default_socket(char *buf, size_t len)
 	/* secure_getenv: a setuid or file-capability batchd ignores these. */
 	dir = secure_getenv("RUNTIME_DIRECTORY");
 	if (dir && dir[0] == '/')
-		return bd__socket_in(buf, len, dir, strcspn(dir, ":"));
+		return socket_in(buf, len, dir, strcspn(dir, ":"));
 	if (geteuid() == 0)
-		return bd__socket_in(buf, len, "/run/batchd", strlen("/run/batchd"));
+		return socket_in(buf, len, "/run/batchd", strlen("/run/batchd"));
 	dir = secure_getenv("XDG_RUNTIME_DIR");
 	if (dir && dir[0] == '/')
-		return bd__socket_in(buf, len, dir, strlen(dir));
+		return socket_in(buf, len, dir, strlen(dir));
 	return -ENOENT;
 }
