@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server_state.h - the control plane's state, shared by server.c (requests,
- * sessions, lifecycle) and status.c (status and metrics built from it).
+ * server_state.h - the control plane's state and the calls between its
+ * files: server.c (start, reload, stop), connection.c (clients, the wire,
+ * requests), open.c (OPEN and new sessions) and status.c (the status
+ * document and the metrics, built from this state). The state is one
+ * struct owned by the loop thread, so the files share it directly rather
+ * than through accessors.
  *
  * Thread rules: loop thread only.
  */
@@ -45,6 +49,12 @@ typedef struct outmsg {
 } outmsg;
 
 #define MAX_OUTQ (UINT64_C(16) << 20)  /* queued reply bytes per client */
+
+/* Limits every client meets; HELLO_OK tells it the first two. */
+#define MAX_SESSIONS_PER_CLIENT 64u
+#define MAX_BATCH_SIZE          65536u
+#define MAX_SESSIONS            4096u
+#define MAX_CLIENTS             1024u
 
 struct client {
 	bd_server *srv;
@@ -113,9 +123,42 @@ struct bd_server {
 	uint8_t buf[BP_MSG_MAX];
 };
 
+/* ---- server.c ---- */
+
+/* The systemd STATUS= line, after anything it shows changed. */
+void bd__server_notify_status(bd_server *srv);
+/* Finish a stop once the last session has ended and no open is in flight. */
+void bd__server_stop_if_drained(bd_server *srv);
+
+/* ---- connection.c ---- */
+
+/* The listening socket's poll callback: accept every pending connection. */
+void bd__server_accept(uv_poll_t *h, int status, int events);
+/*
+ * Send a reply (with descriptors for READY), queued when the socket is
+ * full. @return 0, or -EPIPE when the client is gone or was cut off for it.
+ */
+int bd__client_send(client *c, const uint8_t *msg, int len, const int *fds, int nfds);
+/* Send an ERROR with a printf-style message (cut at BP_ERRMSG_MAX). */
+__attribute__((format(printf, 3, 4)))
+void bd__client_error(client *c, int code, const char *fmt, ...);
+/* Stop reading the client's requests while its OPEN runs; resume after. */
+void bd__client_pause(client *c);
+void bd__client_resume(client *c);
+/* Send every client GOODBYE and cut it off (the daemon is stopping). */
+void bd__clients_goodbye(bd_server *srv);
+
+/* ---- open.c ---- */
+
+/* Answer a decoded OPEN: check it, look the dataset up, start the session. */
+void bd__client_open(client *c, const bp_msg_open *m);
+
+/* ---- status.c ---- */
+
 /* The status document (JSON) and the metrics (Prometheus text). */
 void bd__server_status(bd_server *srv, bd_text *out);
 void bd__server_metrics(bd_server *srv, bd_text *out);
-
+/* Fold a session's delivery counters (batches, bytes, failures, waits) into t. */
+void bd__totals_add(bd_totals *t, const bd_session_info *si);
 
 #endif

@@ -48,12 +48,9 @@ static void json_str(bd_text *t, const char *s)
 	bd_text_printf(t, "\"");
 }
 
-void bd__server_status(bd_server *srv, bd_text *t)
+/* The daemon itself: version, uptime, socket, I/O engine. */
+static void status_daemon(bd_text *t, bd_server *srv)
 {
-	bd_pipeline_stats ps;
-	bool first = true;
-
-	bd_pipeline_get_stats(srv->pipeline, &ps);
 	bd_text_printf(t, "{\"version\": \"%s\", \"uptime_s\": %.3f, \"pid\": %d, ",
 		       BATCHD_VERSION, (double)(bd_now_ns() - srv->started_ns) / 1e9, (int)getpid());
 	bd_text_printf(t, "\"socket\": ");
@@ -61,19 +58,22 @@ void bd__server_status(bd_server *srv, bd_text *t)
 	bd_text_printf(t, ", \"io_engine\": \"%s\", \"io_setup_flags\": %u, \"direct\": \"%s\", ",
 		       bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
 		       bd_pipeline_setup_flags(srv->pipeline), bd_config_direct_name(srv->cfg.direct));
+}
+
+/* The "cuda" object: what the probe found, the GPU sessions, each device. */
+static void status_cuda(bd_text *t, bd_server *srv)
+{
+	uint64_t dev_bytes;
+	uint32_t gpu_sessions, unpinned;
+
 	bd_text_printf(t, "\"cuda\": {\"available\": %s, \"devices\": %d, \"driver_version\": %d, "
 		       "\"runtime_version\": %d, \"reason\": ", srv->cuda.devices ? "true" : "false",
 		       srv->cuda.devices, srv->cuda.driver_version, srv->cuda.runtime_version);
 	json_str(t, srv->cuda.devices ? "" : srv->cuda.reason);
-	{
-		uint64_t dev_bytes;
-		uint32_t gpu_sessions, unpinned;
-
-		bd_gpu_totals(srv->gpu, &dev_bytes, &gpu_sessions, &unpinned);
-		bd_text_printf(t, ", \"gpu_sessions\": %u, \"device_memory\": %" PRIu64
-			       ", \"unpinned_sessions\": %u, \"device_list\": [", gpu_sessions,
-			       dev_bytes, unpinned);
-	}
+	bd_gpu_totals(srv->gpu, &dev_bytes, &gpu_sessions, &unpinned);
+	bd_text_printf(t, ", \"gpu_sessions\": %u, \"device_memory\": %" PRIu64
+		       ", \"unpinned_sessions\": %u, \"device_list\": [", gpu_sessions,
+		       dev_bytes, unpinned);
 	for (int i = 0; i < srv->cuda.devices; i++) {
 		const bd_cuda_device *d = &srv->cuda.dev[i];
 		char uuid[48];
@@ -84,23 +84,34 @@ void bd__server_status(bd_server *srv, bd_text *t)
 			       "\"shareable\": %s}", bp_cuda_uuid_str(d->uuid, uuid, sizeof(uuid)),
 			       d->memory, d->pci_bus, d->shareable ? "true" : "false");
 	}
-	bd_text_printf(t, "]}, \"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
+	bd_text_printf(t, "]}, ");
+}
+
+/* Memory, clients, threads, the pipeline and the cache. */
+static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
+{
+	bd_text_printf(t, "\"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
 		       ", \"sessions\": %" PRIu64 ", \"cache\": %" PRIu64 "}, ",
-		       srv->cfg.memory_budget, srv->budget_used + ps.cache_bytes, srv->budget_used,
-		       ps.cache_bytes);
+		       srv->cfg.memory_budget, srv->budget_used + ps->cache_bytes, srv->budget_used,
+		       ps->cache_bytes);
 	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, ",
 		       srv->nclients, srv->cfg.io_threads, srv->cfg.decode_threads);
 	bd_text_printf(t, "\"pipeline\": {\"blocks_read\": %" PRIu64 ", \"bytes_read\": %" PRIu64
 		       ", \"blocks_decoded\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
 		       ", \"direct_decodes\": %" PRIu64 ", \"failures\": %" PRIu64
 		       ", \"reads_inflight\": %" PRIu64 "}, ",
-		       ps.blocks_read, ps.bytes_read, ps.blocks_decoded, ps.raw_bytes,
-		       ps.direct_decodes, ps.failures, ps.reads_inflight);
+		       ps->blocks_read, ps->bytes_read, ps->blocks_decoded, ps->raw_bytes,
+		       ps->direct_decodes, ps->failures, ps->reads_inflight);
 	bd_text_printf(t, "\"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"hits\": %"
 		       PRIu64 ", \"misses\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"bypasses\": %" PRIu64
 		       ", \"evictions\": %" PRIu64 "}, ",
-		       ps.cache_budget, ps.cache_bytes, ps.cache_hits, ps.cache_misses, ps.cache_waits,
-		       ps.cache_bypasses, ps.cache_evictions);
+		       ps->cache_budget, ps->cache_bytes, ps->cache_hits, ps->cache_misses,
+		       ps->cache_waits, ps->cache_bypasses, ps->cache_evictions);
+}
+
+/* Ended sessions, refusals by kind, violations and reloads. */
+static void status_totals(bd_text *t, bd_server *srv)
+{
 	bd_text_printf(t, "\"ended\": {\"sessions\": %" PRIu64 ", \"batches\": %" PRIu64
 		       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 "}, \"refused\": {",
 		       srv->totals.sessions, srv->totals.batches, srv->totals.bytes,
@@ -109,37 +120,56 @@ void bd__server_status(bd_server *srv, bd_text *t)
 		bd_text_printf(t, "%s\"%s\": %" PRIu64, k ? ", " : "", refusal_names[k],
 			       srv->totals.refused[k]);
 	bd_text_printf(t, "}, \"protocol_violations\": %" PRIu64 ", \"ring_violations\": %" PRIu64
-		       ", \"denied\": %" PRIu64 ", \"reloads\": %" PRIu64 ", \"sessions\": [",
+		       ", \"denied\": %" PRIu64 ", \"reloads\": %" PRIu64 ", ",
 		       srv->totals.protocol_violations, srv->totals.ring_violations,
 		       srv->totals.denied, srv->totals.reloads);
-	for (entry *e = srv->entries; e; e = e->next) {
-		bd_session_info si;
+}
 
-		bd_session_get_info(e->s, &si);
-		bd_text_printf(t, "%s{\"id\": %" PRIu64 ", \"dataset\": ", first ? "" : ", ", si.id);
-		json_str(t, bd_session_dataset(e->s));
-		bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
-			       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
-			       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
-			       PRIu64 ", \"delivered\": %" PRIu64 ", \"delivered_bytes\": %" PRIu64
-			       ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"memory\": %" PRIu64
-			       ", \"slots\": %u, \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
-			       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 ", \"placement\": %d",
-			       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
-			       bp_shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
-			       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
-			       si.failed, si.bytes, si.memory, si.slots, si.inflight,
-			       (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9, si.waits,
-			       si.device);
-		if (si.device >= 0)
-			bd_text_printf(t, ", \"gpu\": {\"device\": %d, \"device_bytes\": %" PRIu64
-				       ", \"pinned\": %s, \"copies\": %" PRIu64 ", \"copy_bytes\": %"
-				       PRIu64 ", \"copy_s\": %.6f, \"slot_waits\": %" PRIu64 "}",
-				       si.gpu.device, si.gpu.device_bytes, si.gpu.pinned ? "true" : "false",
-				       si.gpu.copies, si.gpu.copy_bytes, (double)si.gpu.copy_ns / 1e9,
-				       si.gpu.slot_waits);
-		bd_text_printf(t, "}");
-		first = false;
+/* One element of "sessions". */
+static void status_session(bd_text *t, const entry *e)
+{
+	bd_session_info si;
+
+	bd_session_get_info(e->s, &si);
+	bd_text_printf(t, "{\"id\": %" PRIu64 ", \"dataset\": ", si.id);
+	json_str(t, bd_session_dataset(e->s));
+	bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
+		       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
+		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
+		       PRIu64 ", \"delivered\": %" PRIu64 ", \"delivered_bytes\": %" PRIu64
+		       ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"memory\": %" PRIu64
+		       ", \"slots\": %u, \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
+		       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 ", \"placement\": %d",
+		       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
+		       bp_shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
+		       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
+		       si.failed, si.bytes, si.memory, si.slots, si.inflight,
+		       (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9, si.waits,
+		       si.device);
+	if (si.device >= 0)
+		bd_text_printf(t, ", \"gpu\": {\"device\": %d, \"device_bytes\": %" PRIu64
+			       ", \"pinned\": %s, \"copies\": %" PRIu64 ", \"copy_bytes\": %"
+			       PRIu64 ", \"copy_s\": %.6f, \"slot_waits\": %" PRIu64 "}",
+			       si.gpu.device, si.gpu.device_bytes, si.gpu.pinned ? "true" : "false",
+			       si.gpu.copies, si.gpu.copy_bytes, (double)si.gpu.copy_ns / 1e9,
+			       si.gpu.slot_waits);
+	bd_text_printf(t, "}");
+}
+
+void bd__server_status(bd_server *srv, bd_text *t)
+{
+	bd_pipeline_stats ps;
+
+	bd_pipeline_get_stats(srv->pipeline, &ps);
+	status_daemon(t, srv);
+	status_cuda(t, srv);
+	status_resources(t, srv, &ps);
+	status_totals(t, srv);
+	bd_text_printf(t, "\"sessions\": [");
+	for (entry *e = srv->entries; e; e = e->next) {
+		if (e != srv->entries)
+			bd_text_printf(t, ", ");
+		status_session(t, e);
 	}
 	bd_text_printf(t, "]}");
 }
@@ -185,29 +215,23 @@ static void session_family(bd_text *t, bd_server *srv, const char *name, const c
 	}
 }
 
-void bd__server_metrics(bd_server *srv, bd_text *t)
+void bd__totals_add(bd_totals *t, const bd_session_info *si)
 {
-	bd_pipeline_stats ps;
-	bd_hist wait = srv->totals.wait, rd, dec;
-	uint64_t batches = srv->totals.batches, bytes = srv->totals.bytes;
-	uint64_t failed = srv->totals.failed;
+	bd_hist h;
+
+	t->batches += si->delivered;
+	t->bytes += si->delivered_bytes;
+	t->failed += si->failed;
+	h.count = si->waits;
+	h.sum_ns = si->wait_ns;
+	memcpy(h.bucket, si->wait_hist, sizeof(h.bucket));
+	bd_hist_merge(&t->wait, &h);
+}
+
+/* The daemon, its clients and sessions; sum holds ended and open sessions together. */
+static void metrics_server(bd_text *t, bd_server *srv, const bd_totals *sum)
+{
 	char labels[64];
-
-	bd_pipeline_get_stats(srv->pipeline, &ps);
-	bd_pipeline_get_hists(srv->pipeline, &rd, &dec);
-	for (entry *e = srv->entries; e; e = e->next) {
-		bd_session_info si;
-		bd_hist h;
-
-		bd_session_get_info(e->s, &si);
-		h.count = si.waits;
-		h.sum_ns = si.wait_ns;
-		memcpy(h.bucket, si.wait_hist, sizeof(h.bucket));
-		bd_hist_merge(&wait, &h);
-		batches += si.delivered;
-		bytes += si.delivered_bytes;
-		failed += si.failed;
-	}
 
 	bd_prom_head(t, "batchd_build_info", "gauge", "Version of the running batchd.");
 	snprintf(labels, sizeof(labels), "version=\"%s\"", BATCHD_VERSION);
@@ -219,11 +243,15 @@ void bd__server_metrics(bd_server *srv, bd_text *t)
 	gauge(t, "batchd_sessions", "Open sessions.", srv->nsessions);
 	counter(t, "batchd_sessions_ended_total", "Sessions that have ended.", srv->totals.sessions);
 	counter(t, "batchd_batches_delivered_total",
-		"Batches clients took and released, all sessions.", batches);
+		"Batches clients took and released, all sessions.", sum->batches);
 	counter(t, "batchd_bytes_delivered_total",
-		"Payload bytes of the batches clients took and released.", bytes);
+		"Payload bytes of the batches clients took and released.", sum->bytes);
 	counter(t, "batchd_batches_failed_total", "Batches that could not be built (corrupt or unreadable blocks).",
-		failed);
+		sum->failed);
+}
+
+static void metrics_sessions(bd_text *t, bd_server *srv)
+{
 	session_family(t, srv, "batchd_session_batches_delivered_total", "counter",
 		       "Batches this session's client took and released.", v_delivered);
 	session_family(t, srv, "batchd_session_bytes_delivered_total", "counter",
@@ -236,10 +264,18 @@ void bd__server_metrics(bd_server *srv, bd_text *t)
 		       "Shared memory this session holds.", v_memory);
 	session_family(t, srv, "batchd_session_epoch", "gauge",
 		       "Epoch of the next batch this session will publish.", v_epoch);
+}
 
+/* Client waits, block reads and decodes: the three histograms, then the pipeline's counters. */
+static void metrics_pipeline(bd_text *t, bd_server *srv, const bd_totals *sum,
+			     const bd_pipeline_stats *ps)
+{
+	bd_hist rd, dec;
+
+	bd_pipeline_get_hists(srv->pipeline, &rd, &dec);
 	bd_prom_head(t, "batchd_client_wait_seconds", "histogram",
 		     "Time clients spent in bc_next per batch, as they report it (stall).");
-	bd_prom_hist(t, "batchd_client_wait_seconds", NULL, &wait);
+	bd_prom_hist(t, "batchd_client_wait_seconds", NULL, &sum->wait);
 	bd_prom_head(t, "batchd_read_latency_seconds", "histogram",
 		     "Block reads, submission to completion.");
 	bd_prom_hist(t, "batchd_read_latency_seconds", NULL, &rd);
@@ -248,30 +284,40 @@ void bd__server_metrics(bd_server *srv, bd_text *t)
 	bd_prom_hist(t, "batchd_decode_seconds", NULL, &dec);
 
 	gauge(t, "batchd_io_reads_inflight", "Block reads in the I/O engines now (queue depth).",
-	      ps.reads_inflight);
-	counter(t, "batchd_io_blocks_read_total", "Blocks read.", ps.blocks_read);
+	      ps->reads_inflight);
+	counter(t, "batchd_io_blocks_read_total", "Blocks read.", ps->blocks_read);
 	counter(t, "batchd_io_bytes_read_total", "Bytes read from storage (alignment included).",
-		ps.bytes_read);
-	counter(t, "batchd_decode_blocks_total", "Blocks checked and decompressed.", ps.blocks_decoded);
-	counter(t, "batchd_decode_raw_bytes_total", "Raw bytes decompressed.", ps.raw_bytes);
+		ps->bytes_read);
+	counter(t, "batchd_decode_blocks_total", "Blocks checked and decompressed.", ps->blocks_decoded);
+	counter(t, "batchd_decode_raw_bytes_total", "Raw bytes decompressed.", ps->raw_bytes);
 	counter(t, "batchd_decode_direct_total", "Blocks decompressed straight into a batch.",
-		ps.direct_decodes);
-	counter(t, "batchd_cache_hits_total", "Decoded-block cache hits.", ps.cache_hits);
-	counter(t, "batchd_cache_misses_total", "Decoded-block cache misses (loads).", ps.cache_misses);
+		ps->direct_decodes);
+}
+
+/* The block cache and the memory budget it shares with staging. */
+static void metrics_cache(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
+{
+	counter(t, "batchd_cache_hits_total", "Decoded-block cache hits.", ps->cache_hits);
+	counter(t, "batchd_cache_misses_total", "Decoded-block cache misses (loads).", ps->cache_misses);
 	counter(t, "batchd_cache_waits_total", "Requests that waited for a block another was loading.",
-		ps.cache_waits);
-	counter(t, "batchd_cache_evictions_total", "Decoded blocks evicted.", ps.cache_evictions);
-	gauge(t, "batchd_cache_bytes", "Bytes of decoded blocks cached.", ps.cache_bytes);
-	gauge(t, "batchd_cache_budget_bytes", "Most bytes the block cache may hold.", ps.cache_budget);
+		ps->cache_waits);
+	counter(t, "batchd_cache_evictions_total", "Decoded blocks evicted.", ps->cache_evictions);
+	gauge(t, "batchd_cache_bytes", "Bytes of decoded blocks cached.", ps->cache_bytes);
+	gauge(t, "batchd_cache_budget_bytes", "Most bytes the block cache may hold.", ps->cache_budget);
 	gauge(t, "batchd_memory_budget_bytes", "The memory budget (staging and cache).",
 	      srv->cfg.memory_budget);
 	gauge(t, "batchd_memory_used_bytes", "Memory of the budget in use (staging and cache).",
-	      srv->budget_used + ps.cache_bytes);
+	      srv->budget_used + ps->cache_bytes);
+}
+
+static void metrics_errors(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
+{
+	char labels[64];
 
 	bd_prom_head(t, "batchd_errors_total", "counter", "Errors by kind.");
-	bd_prom_u64(t, "batchd_errors_total", "kind=\"read\"", ps.read_errors);
-	bd_prom_u64(t, "batchd_errors_total", "kind=\"checksum\"", ps.checksum_errors);
-	bd_prom_u64(t, "batchd_errors_total", "kind=\"decode\"", ps.decode_errors);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"read\"", ps->read_errors);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"checksum\"", ps->checksum_errors);
+	bd_prom_u64(t, "batchd_errors_total", "kind=\"decode\"", ps->decode_errors);
 	bd_prom_u64(t, "batchd_errors_total", "kind=\"protocol\"", srv->totals.protocol_violations);
 	bd_prom_u64(t, "batchd_errors_total", "kind=\"ring\"", srv->totals.ring_violations);
 	bd_prom_u64(t, "batchd_errors_total", "kind=\"denied\"", srv->totals.denied);
@@ -279,22 +325,44 @@ void bd__server_metrics(bd_server *srv, bd_text *t)
 		snprintf(labels, sizeof(labels), "kind=\"refused_%s\"", refusal_names[k]);
 		bd_prom_u64(t, "batchd_errors_total", labels, srv->totals.refused[k]);
 	}
+}
+
+static void metrics_cuda(bd_text *t, bd_server *srv)
+{
+	uint64_t dev_bytes;
+	uint32_t gpu_sessions, unpinned;
+
 	gauge(t, "batchd_cuda_devices", "CUDA devices batchd can use (0: host sessions only).",
 	      (uint64_t)srv->cuda.devices);
-	{
-		uint64_t dev_bytes;
-		uint32_t gpu_sessions, unpinned;
+	bd_gpu_totals(srv->gpu, &dev_bytes, &gpu_sessions, &unpinned);
+	gauge(t, "batchd_gpu_sessions", "Sessions delivering to GPU memory.", gpu_sessions);
+	gauge(t, "batchd_gpu_device_memory_bytes",
+	      "Device memory batchd holds for GPU sessions' slots.", dev_bytes);
+	gauge(t, "batchd_gpu_unpinned_sessions",
+	      "GPU sessions staging from pageable memory (pinning failed).", unpinned);
+	session_family(t, srv, "batchd_session_gpu_copy_bytes_total", "counter",
+		       "Bytes copied host-to-device for the session (0 for host sessions).",
+		       v_gpu_copy_bytes);
+}
 
-		bd_gpu_totals(srv->gpu, &dev_bytes, &gpu_sessions, &unpinned);
-		gauge(t, "batchd_gpu_sessions", "Sessions delivering to GPU memory.", gpu_sessions);
-		gauge(t, "batchd_gpu_device_memory_bytes",
-		      "Device memory batchd holds for GPU sessions' slots.", dev_bytes);
-		gauge(t, "batchd_gpu_unpinned_sessions",
-		      "GPU sessions staging from pageable memory (pinning failed).", unpinned);
-		session_family(t, srv, "batchd_session_gpu_copy_bytes_total", "counter",
-			       "Bytes copied host-to-device for the session (0 for host sessions).",
-			       v_gpu_copy_bytes);
+void bd__server_metrics(bd_server *srv, bd_text *t)
+{
+	bd_totals sum = srv->totals;
+	bd_pipeline_stats ps;
+
+	bd_pipeline_get_stats(srv->pipeline, &ps);
+	for (entry *e = srv->entries; e; e = e->next) {
+		bd_session_info si;
+
+		bd_session_get_info(e->s, &si);
+		bd__totals_add(&sum, &si);
 	}
+	metrics_server(t, srv, &sum);
+	metrics_sessions(t, srv);
+	metrics_pipeline(t, srv, &sum, &ps);
+	metrics_cache(t, srv, &ps);
+	metrics_errors(t, srv, &ps);
+	metrics_cuda(t, srv);
 	counter(t, "batchd_reloads_total", "Configuration reloads applied (SIGHUP).",
 		srv->totals.reloads);
 	counter(t, "batchd_reload_failures_total", "Reloads rejected for a bad configuration.",

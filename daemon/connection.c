@@ -1,0 +1,570 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * connection.c - the control plane's clients and the wire to them:
+ * accepting connections and checking them against the [access]
+ * allow-lists, reading one request at a time and dispatching it, and
+ * sending replies, queued in order when the socket is full
+ * (proto/PROTOCOL.md). OPEN is handed to open.c once decoded; a client
+ * that breaks the protocol is answered with an ERROR naming what it did
+ * and cut off here.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "batchd-build.h"
+#include "log.h"
+#include "server_state.h"
+
+/* ---- sending ----------------------------------------------------------------------- */
+
+static void client_drop(client *c, const char *why);
+
+static void client_poll_update(client *c);
+
+/* One sendmsg of a whole datagram. @return 0, -EAGAIN (socket full), or -errno. */
+static int send_now(int fd, const uint8_t *msg, size_t len, const int *fds, int nfds)
+{
+	union {
+		struct cmsghdr h;
+		char buf[CMSG_SPACE(sizeof(int) * BP_READY_FDS_GPU)];
+	} ctl;
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+	}
+	do
+		n = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+	/* SOCK_SEQPACKET sends a datagram whole or not at all. */
+	return (size_t)n == len ? 0 : -EIO;
+}
+
+static void outq_free(outmsg *m)
+{
+	for (int i = 0; i < m->nfds; i++)
+		close(m->fds[i]);
+	free(m);
+}
+
+/* Write queued replies while the socket takes them. */
+static void outq_flush(client *c)
+{
+	while (c->outq) {
+		outmsg *m = c->outq;
+		int r = send_now(c->fd, m->data, m->len, m->fds, m->nfds);
+
+		if (r == -EAGAIN)
+			return;
+		if (r < 0) {
+			client_drop(c, strerror(-r));
+			return;
+		}
+		c->outq = m->next;
+		if (!c->outq)
+			c->outq_tail = NULL;
+		c->outq_bytes -= m->len;
+		outq_free(m);
+	}
+}
+
+/*
+ * Send a reply (with descriptors for READY). Replies that do not fit in
+ * the socket now are queued, in order, and written when it drains; a
+ * client that lets more than MAX_OUTQ bytes pile up is not reading and is
+ * cut off, so its queue stays bounded.
+ */
+int bd__client_send(client *c, const uint8_t *msg, int len, const int *fds, int nfds)
+{
+	outmsg *m;
+	int r = -EAGAIN;
+
+	if (c->gone)
+		return -EPIPE;
+	if (!c->outq) {
+		r = send_now(c->fd, msg, (size_t)len, fds, nfds);
+		if (r == 0)
+			return 0;
+		if (r != -EAGAIN) {
+			client_drop(c, strerror(-r));
+			return -EPIPE;
+		}
+	}
+	if (c->outq_bytes + (size_t)len > MAX_OUTQ) {
+		client_drop(c, "not reading its replies");
+		return -EPIPE;
+	}
+	m = malloc(sizeof(*m) + (size_t)len);
+	if (!m) {
+		client_drop(c, "out of memory queueing a reply");
+		return -EPIPE;
+	}
+	m->next = NULL;
+	m->len = (size_t)len;
+	memcpy(m->data, msg, (size_t)len);
+	/* Our own copies: the session's descriptors may be gone when this is sent. */
+	for (m->nfds = 0; m->nfds < nfds; m->nfds++) {
+		m->fds[m->nfds] = fcntl(fds[m->nfds], F_DUPFD_CLOEXEC, 0);
+		if (m->fds[m->nfds] < 0) {
+			outq_free(m);
+			client_drop(c, "cannot duplicate descriptors for a queued reply");
+			return -EPIPE;
+		}
+	}
+	if (c->outq_tail)
+		c->outq_tail->next = m;
+	else
+		c->outq = m;
+	c->outq_tail = m;
+	c->outq_bytes += m->len;
+	client_poll_update(c);
+	return 0;
+}
+
+__attribute__((format(printf, 3, 4)))
+void bd__client_error(client *c, int code, const char *fmt, ...)
+{
+	char text[BP_ERRMSG_MAX + 1];
+	uint8_t out[BP_ERRMSG_MAX + 64];
+	bp_msg_error m = { .code = code, .message = text };
+	va_list ap;
+	int n;
+
+	/* Codes outside the errno range would not encode: report them as EIO. */
+	if (code >= 0 || code <= -4096)
+		m.code = -EIO;
+	va_start(ap, fmt);
+	n = vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	m.message_len = n < 0 ? 0 : (uint32_t)n > BP_ERRMSG_MAX ? BP_ERRMSG_MAX : (uint32_t)n;
+	n = bp_msg_error_encode(&m, out, sizeof(out));
+	if (n > 0)
+		bd__client_send(c, out, n, NULL, 0);
+}
+
+/* ---- clients -------------------------------------------------------------------------- */
+
+static void on_client_readable(uv_poll_t *h, int status, int events);
+static void on_client_event(uv_poll_t *h, int status, int events);
+
+/* Read while no request is in flight; write while replies are queued. */
+static void client_poll_update(client *c)
+{
+	int events = (c->busy ? 0 : UV_READABLE) | (c->outq ? UV_WRITABLE : 0);
+
+	if (c->gone)
+		return;
+	if (events)
+		uv_poll_start(&c->poll, events, on_client_event);
+	else
+		uv_poll_stop(&c->poll);
+}
+
+static void client_free_if_done(client *c)
+{
+	if (!c->gone || c->busy || !c->closed_handle)
+		return;
+	while (c->outq) {
+		outmsg *m = c->outq;
+
+		c->outq = m->next;
+		outq_free(m);
+	}
+	free(c);
+}
+
+static void on_client_closed(uv_handle_t *h)
+{
+	client *c = h->data;
+
+	close(c->fd);
+	c->closed_handle = true;
+	client_free_if_done(c);
+}
+
+/* Cut the connection: its sessions end, its memory goes back to the budget. */
+static void client_drop(client *c, const char *why)
+{
+	bd_server *srv = c->srv;
+	client **p;
+
+	if (c->gone)
+		return;
+	c->gone = true;
+	if (why)
+		bd_log(LOG_NOTICE, "client pid %d uid %u: disconnected: %s", (int)c->pid,
+		       (unsigned)c->uid, why);
+	for (entry *e = srv->entries; e; e = e->next) {
+		if (e->c != c)
+			continue;
+		e->c = NULL;
+		bd_session_close(e->s, 0);
+		bd_session_detach(e->s);
+	}
+	for (p = &srv->clients; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	srv->nclients--;
+	uv_close((uv_handle_t *)&c->poll, on_client_closed);
+}
+
+/* The client broke the protocol: count it and cut it off. */
+static void violation(client *c, const char *why)
+{
+	c->srv->totals.protocol_violations++;
+	client_drop(c, why);
+}
+
+static client *client_find_session(bd_server *srv, client *c, uint64_t id, entry **ret)
+{
+	for (entry *e = srv->entries; e; e = e->next)
+		if (e->c == c && bd_session_id(e->s) == id) {
+			*ret = e;
+			return c;
+		}
+	return NULL;
+}
+
+void bd__client_resume(client *c)
+{
+	c->busy = false;
+	if (c->gone) {
+		client_free_if_done(c);
+		return;
+	}
+	client_poll_update(c);
+}
+
+void bd__client_pause(client *c)
+{
+	c->busy = true;
+	client_poll_update(c);
+}
+
+/* Tell every client the daemon is stopping, and cut it off. */
+void bd__clients_goodbye(bd_server *srv)
+{
+	uint8_t out[128];
+	bp_msg_text bye = { .code = -ESHUTDOWN, .text = "batchd is stopping", .text_len = 18 };
+	int n = bp_msg_text_encode(BP_MSG_GOODBYE, &bye, out, sizeof(out));
+
+	while (srv->clients) {
+		client *c = srv->clients;
+
+		if (n > 0)
+			bd__client_send(c, out, n, NULL, 0);
+		client_drop(c, NULL);
+	}
+}
+
+/* ---- status and metrics replies --------------------------------------------------- */
+
+/* Send a text reply, split into parts of at most BP_STATUS_MAX bytes. */
+static void send_text(client *c, uint16_t type, const bd_text *t)
+{
+	bd_server *srv = c->srv;
+	size_t at = 0;
+
+	if (t->oom) {
+		bd__client_error(c, -ENOMEM, "out of memory building the reply");
+		return;
+	}
+	do {
+		size_t n = t->len - at > BP_STATUS_MAX ? BP_STATUS_MAX : t->len - at;
+		bp_msg_text m = {
+			.code = at + n < t->len ? BP_TEXT_MORE : 0,
+			.text = t->p ? t->p + at : "",
+			.text_len = (uint32_t)n,
+		};
+		int k = bp_msg_text_encode(type, &m, srv->buf, sizeof(srv->buf));
+
+		if (k < 0 || bd__client_send(c, srv->buf, k, NULL, 0) < 0)
+			return;
+		at += n;
+	} while (at < t->len);
+}
+
+static void handle_report(client *c, uint16_t type)
+{
+	bd_text t = { 0 };
+
+	if (type == BP_MSG_STATUS)
+		bd__server_status(c->srv, &t);
+	else
+		bd__server_metrics(c->srv, &t);
+	send_text(c, type == BP_MSG_STATUS ? BP_MSG_STATUS_REPLY : BP_MSG_METRICS_REPLY, &t);
+	bd_text_free(&t);
+}
+
+/* ---- requests --------------------------------------------------------------------------- */
+
+static void handle_hello(client *c, const uint8_t *buf, size_t len)
+{
+	bp_msg_hello h;
+	bp_msg_hello_ok ok = {
+		.version = BP_PROTO_VERSION,
+		.max_sessions = MAX_SESSIONS_PER_CLIENT,
+		.max_batch_size = MAX_BATCH_SIZE,
+		.server = BATCHD_VERSION,
+		.server_len = (uint32_t)strlen(BATCHD_VERSION),
+	};
+	uint8_t out[256];
+	int n;
+
+	if (bp_msg_hello_decode(buf, len, &h) < 0) {
+		bd__client_error(c, -EBADMSG, "malformed HELLO message");
+		violation(c, "malformed HELLO");
+		return;
+	}
+	if (h.min_version > BP_PROTO_VERSION || h.max_version < BP_PROTO_MIN_VERSION) {
+		bd__client_error(c, -EPROTONOSUPPORT, "protocol versions %u..%u not supported (daemon speaks "
+				 "%u..%u)", h.min_version, h.max_version, BP_PROTO_MIN_VERSION,
+				 BP_PROTO_VERSION);
+		client_drop(c, "no common protocol version");
+		return;
+	}
+	ok.version = h.max_version < BP_PROTO_VERSION ? h.max_version : BP_PROTO_VERSION;
+	n = bp_msg_hello_ok_encode(&ok, out, sizeof(out));
+	if (n > 0 && bd__client_send(c, out, n, NULL, 0) == 0)
+		c->hello = true;
+}
+
+static void handle_open(client *c, const uint8_t *buf, size_t len)
+{
+	bp_msg_open m;
+
+	if (bp_msg_open_decode(buf, len, &m) < 0) {
+		bd__client_error(c, -EBADMSG, "malformed OPEN message");
+		violation(c, "malformed OPEN");
+		return;
+	}
+	bd__client_open(c, &m);
+}
+
+static void handle_close(client *c, const uint8_t *buf, size_t len)
+{
+	bp_msg_session m;
+	uint8_t out[64];
+	entry *e;
+	int n;
+
+	if (bp_msg_session_decode(BP_MSG_CLOSE, buf, len, &m) < 0) {
+		bd__client_error(c, -EBADMSG, "malformed CLOSE message");
+		violation(c, "malformed CLOSE");
+		return;
+	}
+	if (!client_find_session(c->srv, c, m.session, &e)) {
+		bd__client_error(c, -ENOENT, "no session %" PRIu64 " on this connection", m.session);
+		return;
+	}
+	e->c = NULL;
+	c->sessions--;
+	bd_session_close(e->s, 0);
+	bd_session_detach(e->s);
+	n = bp_msg_session_encode(BP_MSG_CLOSED, &m, out, sizeof(out));
+	if (n > 0)
+		bd__client_send(c, out, n, NULL, 0);
+}
+
+static void handle_message(client *c, const uint8_t *buf, size_t len)
+{
+	bp_msg_header h;
+	int r = bp_msg_header_decode(buf, len, &h);
+
+	if (r < 0) {
+		bd__client_error(c, r, r == -EPROTONOSUPPORT ? "unsupported protocol version"
+						       : "malformed message header");
+		violation(c, "malformed message");
+		return;
+	}
+	if (!c->hello && h.type != BP_MSG_HELLO) {
+		bd__client_error(c, -EPROTO, "%s before HELLO", bp_msg_type_name(h.type));
+		violation(c, "request before HELLO");
+		return;
+	}
+	switch (h.type) {
+	case BP_MSG_HELLO:
+		if (c->hello) {
+			bd__client_error(c, -EPROTO, "second HELLO");
+			violation(c, "second HELLO");
+			return;
+		}
+		handle_hello(c, buf, len);
+		return;
+	case BP_MSG_OPEN:
+		handle_open(c, buf, len);
+		return;
+	case BP_MSG_CLOSE:
+		handle_close(c, buf, len);
+		return;
+	case BP_MSG_STATUS:
+	case BP_MSG_METRICS:
+		if ((h.type == BP_MSG_STATUS ? bp_msg_status_decode(buf, len)
+					     : bp_msg_metrics_decode(buf, len)) < 0) {
+			bd__client_error(c, -EBADMSG, "malformed %s message", bp_msg_type_name(h.type));
+			violation(c, "malformed request");
+			return;
+		}
+		handle_report(c, h.type);
+		return;
+	default:
+		bd__client_error(c, -EPROTO, "%s is not a request", bp_msg_type_name(h.type));
+		violation(c, "not a request");
+	}
+}
+
+static void on_client_event(uv_poll_t *h, int status, int events)
+{
+	client *c = h->data;
+
+	if (status < 0) {
+		client_drop(c, uv_strerror(status));
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		outq_flush(c);
+		if (!c->gone && !c->outq)
+			client_poll_update(c);
+	}
+	if ((events & UV_READABLE) && !c->gone)
+		on_client_readable(h, status, events);
+}
+
+static void on_client_readable(uv_poll_t *h, int status, int events)
+{
+	client *c = h->data;
+	bd_server *srv = c->srv;
+
+	/* One request at a time: an OPEN pauses the connection until answered. */
+	while (!c->gone && !c->busy) {
+		union {
+			struct cmsghdr h;
+			char buf[CMSG_SPACE(sizeof(int) * 16)];
+		} ctl;
+		struct iovec iov = { .iov_base = srv->buf, .iov_len = sizeof(srv->buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+				     .msg_controllen = sizeof(ctl.buf) };
+		bool had_fds = false;
+		ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			client_drop(c, n == 0 ? NULL : strerror(errno));
+			return;
+		}
+		/* Clients never send descriptors: close any, and cut the sender off. */
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+				int *fds = (int *)CMSG_DATA(cm);
+				size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+				for (size_t i = 0; i < k; i++)
+					close(fds[i]);
+				had_fds = true;
+			}
+		}
+		if (had_fds || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+			bd__client_error(c, -EBADMSG, had_fds ? "clients may not send file descriptors"
+							: "message too large");
+			violation(c, had_fds ? "sent file descriptors" : "oversized message");
+			return;
+		}
+		handle_message(c, srv->buf, (size_t)n);
+	}
+}
+
+/* The [access] allow-lists: a peer passes by uid, by gid, or by a supplementary group. */
+static bool peer_allowed(bd_server *srv, int fd, const client *c)
+{
+	gid_t groups[256];
+	socklen_t gl = sizeof(groups);
+
+	if (!srv->cfg.nallow_uids && !srv->cfg.nallow_gids)
+		return true;
+	for (size_t i = 0; i < srv->cfg.nallow_uids; i++)
+		if (srv->cfg.allow_uids[i] == c->uid)
+			return true;
+	for (size_t i = 0; i < srv->cfg.nallow_gids; i++)
+		if (srv->cfg.allow_gids[i] == c->gid)
+			return true;
+	if (srv->cfg.nallow_gids && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0) {
+		for (size_t g = 0; g < gl / sizeof(gid_t); g++)
+			for (size_t i = 0; i < srv->cfg.nallow_gids; i++)
+				if (srv->cfg.allow_gids[i] == groups[g])
+					return true;
+	}
+	return false;
+}
+
+void bd__server_accept(uv_poll_t *h, int status, int events)
+{
+	bd_server *srv = h->data;
+
+	for (;;) {
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		client *c;
+		int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				bd_log(LOG_WARNING, "accept: %s", strerror(errno));
+			return;
+		}
+		if (srv->nclients >= MAX_CLIENTS || srv->stopping) {
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c || uv_poll_init(srv->loop, &c->poll, fd) < 0) {
+			free(c);
+			close(fd);
+			continue;
+		}
+		c->srv = srv;
+		c->fd = fd;
+		c->poll.data = c;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+			c->uid = cred.uid;
+			c->gid = cred.gid;
+			c->pid = cred.pid;
+		}
+		c->next = srv->clients;
+		srv->clients = c;
+		srv->nclients++;
+		if (!peer_allowed(srv, fd, c)) {
+			srv->totals.denied++;
+			bd__client_error(c, -EACCES, "uid %u is not allowed to use this batchd ([access])",
+					 (unsigned)c->uid);
+			client_drop(c, "not in the [access] allow-lists");
+			continue;
+		}
+		client_poll_update(c);
+	}
+}
+

@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * open.c - OPEN requests: the limits a new session must fit, the dataset
+ * lookup (which can block on disk, so it runs on libuv's thread pool
+ * while the requesting connection is paused), then the session itself,
+ * its entry in the server's table and the READY that hands it over.
+ * Refusals are counted by kind for the errors metric.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset.h"
+#include "log.h"
+#include "server_state.h"
+
+/* ---- refusals ----------------------------------------------------------------------- */
+
+static enum bd_refusal refusal_kind(int r)
+{
+	switch (r) {
+	case -ENOENT:
+	case -ENODATA:
+		return BD_REFUSED_NOT_FOUND;
+	case -EACCES:
+	case -EPERM:
+		return BD_REFUSED_ACCESS;
+	case -EINVAL:
+	case -ERANGE:
+		return BD_REFUSED_INVALID;
+	case -ENOMEM:
+		return BD_REFUSED_MEMORY;
+	case -EMFILE:
+	case -EUSERS:
+		return BD_REFUSED_LIMIT;
+	case -EBADMSG:
+	case -ENOTSUP:
+	case -E2BIG:
+		return BD_REFUSED_CORRUPT;
+	case -ENODEV:
+		return BD_REFUSED_DEVICE;
+	default:
+		return BD_REFUSED_OTHER;
+	}
+}
+
+static void vrefuse(client *c, enum bd_refusal kind, int code, const char *fmt, va_list ap)
+{
+	char text[BP_ERRMSG_MAX + 1];
+
+	c->srv->totals.refused[kind]++;
+	vsnprintf(text, sizeof(text), fmt, ap);
+	bd_log(LOG_NOTICE, "client pid %d uid %u: open refused: %s", (int)c->pid, (unsigned)c->uid,
+	       text);
+	bd__client_error(c, code, "%s", text);
+}
+
+/* Answer an OPEN with an error, counted by kind. */
+__attribute__((format(printf, 3, 4)))
+static void refuse(client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vrefuse(c, refusal_kind(code), code, fmt, ap);
+	va_end(ap);
+}
+
+/* The same for a GPU placement the daemon cannot serve (whatever the errno). */
+__attribute__((format(printf, 3, 4)))
+static void refuse_device(client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vrefuse(c, BD_REFUSED_DEVICE, code, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- the lookup, on the thread pool --------------------------------------------------- */
+
+typedef struct open_work {
+	uv_work_t w;
+	client *c;
+	bp_msg_open m;
+	int device;             /* the daemon's CUDA ordinal, or -1: host */
+	char *path;
+	char **roots;
+	size_t nroots;
+	enum bd_direct_mode direct;
+	bd_dataset *d;
+	int r;
+	char err[BP_ERRMSG_MAX];
+} open_work;
+
+static void open_work_run(uv_work_t *w)
+{
+	open_work *ow = w->data;
+
+	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->path, ow->direct,
+			       &ow->d, ow->err, sizeof(ow->err));
+}
+
+static void open_work_free(open_work *ow)
+{
+	for (size_t i = 0; i < ow->nroots; i++)
+		free(ow->roots[i]);
+	free(ow->roots);
+	free(ow->path);
+	free(ow);
+}
+
+
+/* ---- the session ------------------------------------------------------------------------ */
+
+/* What the client's uid holds already, against [limits] memory_per_uid. */
+static bd_session_quota uid_quota(bd_server *srv, uid_t uid)
+{
+	bd_session_quota quota = { .uid = uid, .uid_limit = srv->cfg.memory_per_uid };
+
+	for (entry *x = srv->entries; x; x = x->next) {
+		bd_session_info si;
+
+		if (x->uid != uid)
+			continue;
+		bd_session_get_info(x->s, &si);
+		quota.uid_used += si.memory;
+	}
+	return quota;
+}
+
+/* The server's entry for a new session. @return it, or NULL when out of memory. */
+static entry *track(bd_server *srv, client *c, bd_session *s)
+{
+	entry *e = calloc(1, sizeof(*e));
+
+	if (!e)
+		return NULL;
+	e->s = s;
+	e->c = c;
+	e->uid = c->uid;
+	e->pid = c->pid;
+	e->next = srv->entries;
+	srv->entries = e;
+	srv->nsessions++;
+	c->sessions++;
+	srv->next_session++;
+	return e;
+}
+
+/*
+ * Hand the session to its client. @return 0, or negative errno when the
+ * client did not get READY; the session is then closed and detached.
+ */
+static int send_ready(client *c, entry *e, bd_session *s, bp_msg_ready *ready)
+{
+	uint8_t out[256];
+	int fds[BP_READY_FDS_GPU], nfds;
+	int n;
+
+	nfds = bd_session_ready(s, ready, fds);
+	n = bp_msg_ready_encode(ready, out, sizeof(out));
+	if (n < 0) {
+		bd_log(LOG_ERR, "session %" PRIu64 ": cannot encode READY: %s", ready->session,
+		       strerror(-n));
+		bd__client_error(c, n, "internal error: cannot describe the session");
+		e->c = NULL;
+		c->sessions--;
+		bd_session_close(s, n);
+		bd_session_detach(s);
+		return n;
+	}
+	if (bd__client_send(c, out, n, fds, nfds) < 0) {
+		/* The client never got READY: nothing of the session is in its hands. */
+		bd_session_close(s, -EPIPE);
+		bd_session_detach(s);
+		return -EPIPE;
+	}
+	return 0;
+}
+
+static void log_opened(const open_work *ow, const bp_msg_ready *ready)
+{
+	const client *c = ow->c;
+	char to[32];
+
+	if (ow->device >= 0)
+		snprintf(to, sizeof(to), "CUDA device %d", ow->device);
+	else
+		snprintf(to, sizeof(to), "host memory");
+	bd_log(LOG_INFO, "session %" PRIu64 ": client pid %d uid %u opened %s (batch %u, %s, rank %u/%u, "
+	       "%" PRIu64 " batches/epoch, to %s)", ready->session, (int)c->pid, (unsigned)c->uid,
+	       ow->path, ow->m.batch_size, bp_shuffle_name(ow->m.shuffle), ow->m.rank, ow->m.world,
+	       ready->batches_per_epoch, to);
+}
+
+/* The dataset is loaded: make the session, track it, send READY, start it. */
+static void open_session(open_work *ow)
+{
+	client *c = ow->c;
+	bd_server *srv = c->srv;
+	bd_session_quota quota = uid_quota(srv, c->uid);
+	bp_msg_ready ready;
+	char err[BP_ERRMSG_MAX] = "";
+	bd_session *s;
+	entry *e;
+	int r;
+
+	ow->m.path = ow->path;
+	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, ow->device, &quota, &s,
+			   err, sizeof(err));
+	if (r < 0) {
+		if (ow->device >= 0 && r != -ENOMEM)
+			refuse_device(c, r, "%s", err[0] ? err : strerror(-r));
+		else
+			refuse(c, r, "%s", err[0] ? err : strerror(-r));
+		return;
+	}
+	e = track(srv, c, s);
+	if (!e) {
+		bd_session_close(s, -ENOMEM);
+		bd_session_detach(s);
+		bd__client_error(c, -ENOMEM, "out of memory");
+		return;
+	}
+	if (send_ready(c, e, s, &ready) < 0)
+		return;
+	log_opened(ow, &ready);
+	bd_session_start(s);
+	bd__server_notify_status(srv);
+}
+
+static void open_work_done(uv_work_t *w, int status)
+{
+	open_work *ow = w->data;
+	client *c = ow->c;
+	bd_server *srv = c->srv;
+
+	srv->opening--;
+	if (c->gone || srv->stopping)
+		bd_dataset_put(ow->d);
+	else if (ow->r < 0)
+		refuse(c, ow->r, "%s", ow->err);
+	else
+		open_session(ow);
+	open_work_free(ow);
+	bd__client_resume(c);
+	bd__server_stop_if_drained(srv);
+}
+
+/* ---- the request ------------------------------------------------------------------------ */
+
+/* Sessions the uid holds, opens still in flight included. */
+static unsigned uid_sessions(bd_server *srv, uid_t uid)
+{
+	unsigned mine = 0;
+
+	for (entry *x = srv->entries; x; x = x->next)
+		mine += x->uid == uid;
+	/* Each busy connection has one open in flight. */
+	for (client *o = srv->clients; o; o = o->next)
+		mine += o->busy && o->uid == uid;
+	return mine;
+}
+
+/* The limits a new session must fit. @return 0, or negative errno (refused). */
+static int check_limits(client *c, const bp_msg_open *m)
+{
+	bd_server *srv = c->srv;
+	unsigned mine;
+
+	if (m->batch_size > MAX_BATCH_SIZE) {
+		refuse(c, -EINVAL, "batch size %u is over the limit of %u", m->batch_size,
+		       MAX_BATCH_SIZE);
+		return -EINVAL;
+	}
+	if (c->sessions >= MAX_SESSIONS_PER_CLIENT || srv->nsessions + srv->opening >= MAX_SESSIONS) {
+		refuse(c, -EMFILE, "too many sessions (%u per connection, %u in all)",
+		       MAX_SESSIONS_PER_CLIENT, MAX_SESSIONS);
+		return -EMFILE;
+	}
+	if (!srv->cfg.sessions_per_uid)
+		return 0;
+	mine = uid_sessions(srv, c->uid);
+	if (mine >= srv->cfg.sessions_per_uid) {
+		refuse(c, -EUSERS, "uid %u already holds %u sessions, the limit per user "
+		       "([limits] sessions_per_uid)", (unsigned)c->uid, mine);
+		return -EUSERS;
+	}
+	return 0;
+}
+
+/*
+ * The lookup's inputs, copied: the roots are a snapshot, so a reload does
+ * not change them under a running lookup. @return it, or NULL when out of
+ * memory.
+ */
+static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
+{
+	const bd_config *cfg = &c->srv->cfg;
+	open_work *ow = calloc(1, sizeof(*ow));
+
+	if (!ow)
+		return NULL;
+	ow->w.data = ow;
+	ow->c = c;
+	ow->m = *m;
+	ow->m.path = NULL;
+	ow->device = device;
+	ow->direct = cfg->direct == BD_CFG_DIRECT_ON ? BD_DIRECT_ON
+		     : cfg->direct == BD_CFG_DIRECT_OFF ? BD_DIRECT_OFF : BD_DIRECT_AUTO;
+	ow->path = strndup(m->path, m->path_len);
+	ow->roots = calloc(cfg->nroots + 1, sizeof(*ow->roots));
+	if (!ow->path || !ow->roots)
+		goto nomem;
+	for (; ow->nroots < cfg->nroots; ow->nroots++)
+		if (!(ow->roots[ow->nroots] = strdup(cfg->roots[ow->nroots])))
+			goto nomem;
+	return ow;
+nomem:
+	open_work_free(ow);
+	return NULL;
+}
+
+void bd__client_open(client *c, const bp_msg_open *m)
+{
+	bd_server *srv = c->srv;
+	open_work *ow;
+	int device = -1;
+
+	if (m->placement != BP_PLACEMENT_HOST) {
+		char err[BP_ERRMSG_MAX];
+
+		/* No GPU thread means no devices (bd_server_new): pick says so. */
+		device = bd_cuda_pick(&srv->cuda, m->device_uuid, m->placement, err, sizeof(err));
+		if (device < 0) {
+			refuse_device(c, device, "%s", err);
+			return;
+		}
+	}
+	if (check_limits(c, m) < 0)
+		return;
+	ow = open_work_new(c, m, device);
+	if (!ow) {
+		bd__client_error(c, -ENOMEM, "out of memory");
+		return;
+	}
+	bd__client_pause(c);
+	srv->opening++;
+	if (uv_queue_work(srv->loop, &ow->w, open_work_run, open_work_done) < 0) {
+		srv->opening--;
+		bd__client_resume(c);
+		open_work_free(ow);
+		bd__client_error(c, -ENOMEM, "out of memory");
+	}
+}
