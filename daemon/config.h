@@ -78,8 +78,8 @@ typedef struct bd_config {
 	unsigned queue_depth;    /* [io] queue_depth, 1..4096, default 64 */
 	unsigned io_threads;     /* [io] threads, 1..64, default 1 */
 	unsigned decode_threads; /* [decode] threads, 0..256; 0 = CPUs this process may use, resolved by the loaders */
-	unsigned prefetch;       /* [session] prefetch: batches staged ahead by default, 1..1024, default 8 */
-	unsigned max_prefetch;   /* [session] max_prefetch: most a client may ask for, prefetch..1024, default 64 */
+	unsigned prefetch;       /* [session] prefetch: batches staged ahead by default, 1..1022, default 8 */
+	unsigned max_prefetch;   /* [session] max_prefetch: most a client may ask for, prefetch..1022, default 64 */
 	unsigned lease_timeout;  /* [session] lease_timeout: seconds a client may hold batches without releasing any before its session is ended; 0 = never (default) */
 	unsigned socket_mode;    /* [daemon] socket_mode: octal permission bits, default 0660 */
 	char *socket_group;      /* [daemon] socket_group: group name or number owning the socket; NULL = ours */

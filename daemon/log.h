@@ -21,7 +21,7 @@ int bd_log_level(void);
 __attribute__((format(printf, 2, 3)))
 void bd_log(int prio, const char *fmt, ...);
 
-/* Log at `prio` and evaluate to `err`: `return bd_log_errno(LOG_ERR, r, "...")`. */
+/* Log at `prio` and evaluate to `err`: `return bd_log_ret(LOG_ERR, r, "...")`. */
 #define bd_log_ret(prio, err, ...) (bd_log((prio), __VA_ARGS__), (err))
 
 /* Parse "err", "warning", "notice", "info", "debug". @return level or -EINVAL. */

@@ -6,7 +6,8 @@
  *          [--io-engine auto|io_uring|pread] [--direct auto|on|off]
  *          [--log-level LEVEL]
  *
- * Runs in the foreground, logs to stderr, stops cleanly on SIGTERM/SIGINT.
+ * Runs in the foreground, logs to stderr, reloads its configuration on
+ * SIGHUP and stops cleanly on SIGTERM/SIGINT (server.h).
  */
 #include <errno.h>
 #include <stdio.h>

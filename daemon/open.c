@@ -334,7 +334,7 @@ void bd__client_open(client *c, const bp_msg_open *m)
 	if (m->placement != BP_PLACEMENT_HOST) {
 		char err[BP_ERRMSG_MAX];
 
-		/* No GPU thread means no devices (bd_server_new): pick says so. */
+		/* No GPU thread means no devices (server.c, start_gpu): pick says so. */
 		device = bd_cuda_pick(&srv->cuda, m->device_uuid, m->placement, err, sizeof(err));
 		if (device < 0) {
 			refuse_device(c, device, "%s", err);

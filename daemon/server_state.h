@@ -73,12 +73,12 @@ struct client {
 /* Why OPEN requests were refused, for the errors metric. */
 enum bd_refusal {
 	BD_REFUSED_NOT_FOUND,    /* -ENOENT, -ENODATA */
-	BD_REFUSED_ACCESS,       /* -EACCES: outside roots, allow-lists */
-	BD_REFUSED_INVALID,      /* -EINVAL and friends */
+	BD_REFUSED_ACCESS,       /* -EACCES, -EPERM: outside the roots (allow-lists: denied) */
+	BD_REFUSED_INVALID,      /* -EINVAL, -ERANGE */
 	BD_REFUSED_MEMORY,       /* -ENOMEM: budget or per-uid memory */
 	BD_REFUSED_LIMIT,        /* -EMFILE, -EUSERS: session limits */
 	BD_REFUSED_CORRUPT,      /* -EBADMSG, -ENOTSUP, -E2BIG: the pack */
-	BD_REFUSED_DEVICE,       /* -ENODEV, -EOPNOTSUPP: placement */
+	BD_REFUSED_DEVICE,       /* -ENODEV; any refusal of a GPU placement but -ENOMEM */
 	BD_REFUSED_OTHER,
 	BD_REFUSED_KINDS
 };

@@ -4,8 +4,12 @@
  * for `batchctl status|stats|sessions|top`) and the metrics (Prometheus
  * text exposition, for `batchctl metrics` and the HTTP /metrics endpoint).
  *
- * Both are built from the same snapshot of server, pipeline, cache and
- * session counters, on the loop thread, into a growable buffer.
+ * It only reads the control plane's state (server_state.h): the server's
+ * totals, the pipeline's and the cache's counters and each open session's
+ * info, read on the loop thread at each request and written into a
+ * growable text buffer (util.h). Keeping the formats here leaves the
+ * request handling in connection.c free of them; the field names are
+ * what batchctl and Prometheus scrapers read.
  */
 #include <inttypes.h>
 #include <stdio.h>

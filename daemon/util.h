@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * util.h - the small things every daemon module uses: the clock, a
- * growable text buffer and the allocators.
+ * util.h - small pieces shared across the daemon's modules, kept apart so
+ * none of them has to include another module for them: the one clock for
+ * durations, the growable text buffer the status, metrics and HTTP code
+ * write into, and the allocators.
  *
- * The allocators are malloc, calloc and realloc, except in builds with
- * -Dfault_injection=true, where they are where an "alloc:" rule of
- * BATCHD_FAULTS (fault.h) makes an allocation fail. Daemon code allocates
- * through them wherever a failure must be survivable, so the tests can
- * prove it is.
+ * The allocators are plain malloc, calloc and realloc, except in builds
+ * with -Dfault_injection=true, where an "alloc:" rule of BATCHD_FAULTS
+ * (fault.h) can make them fail. The data path (cache, datasets, GPU,
+ * pipeline, sessions) allocates through them where a failure must be
+ * survivable, so the fault tests can prove it is.
  *
  * Thread rules: all of it from any thread; one bd_text belongs to one
  * thread at a time.
