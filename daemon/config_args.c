@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config_args.c - batchd's command line and the default socket path (see
+ * config.h). Every flag is validated before anything is applied, with the
+ * value parsers the file uses (config_value.c), so a bad flag leaves the
+ * configuration as it was, as a bad file does.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config_parse.h"
+
+/* From the build as a flag (daemon/meson.build, tests/meson.build). */
+#ifndef BATCHD_VERSION
+#error "define BATCHD_VERSION (-DBATCHD_VERSION=\"x.y.z\")"
+#endif
+
+/* ---- the command line -------------------------------------------------- */
+
+enum {
+	OPT_SOCKET = 0x100,
+	OPT_ROOT,
+	OPT_MEMORY,
+	OPT_IO_ENGINE,
+	OPT_DIRECT,
+	OPT_LOG_LEVEL,
+};
+
+static const struct option options[] = {
+	{ "config", required_argument, NULL, 'c' },
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "root", required_argument, NULL, OPT_ROOT },
+	{ "memory", required_argument, NULL, OPT_MEMORY },
+	{ "io-engine", required_argument, NULL, OPT_IO_ENGINE },
+	{ "direct", required_argument, NULL, OPT_DIRECT },
+	{ "log-level", required_argument, NULL, OPT_LOG_LEVEL },
+	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const char usage[] =
+	"Usage: batchd [OPTION]...\n"
+	"Plan, read, decompress and stage training batches for local trainers.\n"
+	"\n"
+	"  -c, --config FILE       read FILE first; the options below override it\n"
+	"      --socket PATH       control socket (default: $RUNTIME_DIRECTORY/batchd.sock,\n"
+	"                          else /run/batchd/batchd.sock as root,\n"
+	"                          else $XDG_RUNTIME_DIR/batchd.sock)\n"
+	"      --root DIR          serve datasets below DIR (absolute); repeat for more;\n"
+	"                          replaces the roots of the file\n"
+	"      --memory SIZE       memory budget, e.g. 512M, 4G (at least 16M)\n"
+	"      --io-engine ENGINE  auto, io_uring or pread\n"
+	"      --direct MODE       O_DIRECT reads: auto, on or off\n"
+	"      --log-level LEVEL   err, warning, notice, info or debug\n"
+	"  -h, --help              show this help and exit\n"
+	"  -V, --version           show the version and exit\n";
+
+/* Flags seen, validated, not yet applied. */
+struct flags {
+	const char *config;
+	char *socket;
+	char **roots;
+	size_t nroots;
+	bool budget_set, engine_set, direct_set, level_set;
+	uint64_t budget;
+	bd_config_io_engine engine;
+	bd_config_direct direct;
+	int level;
+};
+
+static void flags_free(struct flags *f)
+{
+	free(f->socket);
+	bd__config_roots_free(f->roots, f->nroots);
+}
+
+static const char *opt_name(int val)
+{
+	switch (val) {
+	case 'c':
+		return "-c";
+	case 'h':
+		return "--help";
+	case 'V':
+		return "--version";
+	case OPT_SOCKET:
+		return "--socket";
+	case OPT_ROOT:
+		return "--root";
+	case OPT_MEMORY:
+		return "--memory";
+	case OPT_IO_ENGINE:
+		return "--io-engine";
+	case OPT_DIRECT:
+		return "--direct";
+	case OPT_LOG_LEVEL:
+		return "--log-level";
+	default:
+		return NULL;
+	}
+}
+
+/* Validate one flag's argument into f. @return 0, -EINVAL, -ENOMEM. */
+static int parse_flag(struct flags *f, int opt, const char *arg, char *what, size_t wlen)
+{
+	char *s;
+	int r;
+
+	switch (opt) {
+	case 'c':
+		f->config = arg;
+		return 0;
+	case OPT_SOCKET:
+		r = bd__config_check_socket(arg, what, wlen);
+		if (r < 0)
+			return r;
+		return bd__config_set_str(&f->socket, arg, what, wlen);
+	case OPT_ROOT:
+		r = bd__config_normalize_root(arg, &s, what, wlen);
+		if (r < 0)
+			return r;
+		return bd__config_roots_add(&f->roots, &f->nroots, s, what, wlen);
+	case OPT_MEMORY:
+		f->budget_set = true;
+		return bd__config_parse_budget(arg, &f->budget, what, wlen);
+	case OPT_IO_ENGINE:
+		f->engine_set = true;
+		return bd__config_parse_engine(arg, &f->engine, what, wlen);
+	case OPT_DIRECT:
+		f->direct_set = true;
+		return bd__config_parse_direct(arg, &f->direct, what, wlen);
+	case OPT_LOG_LEVEL:
+		f->level_set = true;
+		return bd__config_parse_log_level(arg, &f->level, what, wlen);
+	default:
+		return -EINVAL;
+	}
+}
+
+/* Fold validated flags into c; moves f's allocations. Cannot fail. */
+static void flags_apply(struct flags *f, bd_config *c)
+{
+	bd_config next = bd__config_scalars(c);
+
+	next.socket = f->socket;
+	next.roots = f->roots;
+	next.nroots = f->nroots;
+	f->socket = NULL;
+	f->roots = NULL;
+	f->nroots = 0;
+	if (f->budget_set)
+		next.memory_budget = f->budget;
+	if (f->engine_set)
+		next.io_engine = f->engine;
+	if (f->direct_set)
+		next.direct = f->direct;
+	if (f->level_set)
+		next.log_level = f->level;
+	bd__config_commit(c, &next);
+}
+
+int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t errlen)
+{
+	struct flags f = { 0 };
+	char what[512];
+	const char *flag;
+	int opt, r = 0;
+
+	/* Fresh getopt state (GNU: optind 0 reinitializes); our own messages. */
+	optind = 0;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "+:c:hV", options, NULL)) != -1) {
+		switch (opt) {
+		case 'h':
+			fputs(usage, stdout);
+			r = 1;
+			goto out;
+		case 'V':
+			printf("batchd %s\n", BATCHD_VERSION);
+			r = 1;
+			goto out;
+		case ':':
+			flag = opt_name(optopt);
+			bd__config_msg(err, errlen, "%s: needs an argument",
+				       flag ? flag : argv[optind - 1]);
+			r = -EINVAL;
+			goto out;
+		case '?':
+			flag = optopt ? opt_name(optopt) : NULL;
+			if (flag)
+				bd__config_msg(err, errlen, "%s: takes no argument", flag);
+			else if (optopt)
+				bd__config_msg(err, errlen, "unknown option '-%c' (see --help)",
+					       optopt);
+			else
+				bd__config_msg(err, errlen, "unknown option '%s' (see --help)",
+					       argv[optind - 1]);
+			r = -EINVAL;
+			goto out;
+		default:
+			r = parse_flag(&f, opt, optarg, what, sizeof(what));
+			if (r < 0) {
+				bd__config_msg(err, errlen, "%s: %s", opt_name(opt), what);
+				goto out;
+			}
+		}
+	}
+	if (optind < argc) {
+		char q[BD__CONFIG_QBUF];
+
+		bd__config_msg(err, errlen, "unexpected argument %s (see --help)",
+			       bd__config_quote(q, sizeof(q), argv[optind]));
+		r = -EINVAL;
+		goto out;
+	}
+	if (f.config) {
+		r = bd_config_load_file(c, f.config, err, errlen);
+		if (r < 0)
+			goto out;
+	}
+	flags_apply(&f, c);
+out:
+	flags_free(&f);
+	return r;
+}
+
+/* ---- default socket ---------------------------------------------------- */
+
+/* dir (n bytes, trailing slashes dropped) + "/batchd.sock" into buf. */
+static int socket_in(char *buf, size_t len, const char *dir, size_t n)
+{
+	static const char leaf[] = "/batchd.sock";
+	size_t total;
+
+	while (n > 1 && dir[n - 1] == '/')
+		n--;
+	if (n == 1)
+		n = 0;   /* "/" */
+	total = n + sizeof(leaf) - 1;
+	if (total > BD_CONFIG_SOCKET_MAX)
+		return -ENAMETOOLONG;
+	if (total >= len)
+		return -ENOBUFS;
+	memcpy(buf, dir, n);
+	memcpy(buf + n, leaf, sizeof(leaf));
+	return 0;
+}
+
+int bd_config_default_socket(char *buf, size_t len)
+{
+	const char *dir;
+
+	/* secure_getenv: a setuid or file-capability batchd ignores these. */
+	dir = secure_getenv("RUNTIME_DIRECTORY");
+	if (dir && dir[0] == '/')
+		return socket_in(buf, len, dir, strcspn(dir, ":"));
+	if (geteuid() == 0)
+		return socket_in(buf, len, "/run/batchd", strlen("/run/batchd"));
+	dir = secure_getenv("XDG_RUNTIME_DIR");
+	if (dir && dir[0] == '/')
+		return socket_in(buf, len, dir, strlen(dir));
+	return -ENOENT;
+}
