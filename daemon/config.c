@@ -261,22 +261,13 @@ static unsigned *uint_field(bd_config *c, enum key_id id)
 static int apply(bd_config *next, const struct key *k, const char *v,
 		 char *what, size_t wlen)
 {
-	char *s;
-	int r;
-
 	switch (k->id) {
 	case KEY_SOCKET:
-		r = bd__config_check_socket(v, what, wlen);
-		if (r < 0)
-			return r;
-		return bd__config_set_str(&next->socket, v, what, wlen);
+		return bd__config_set_socket(&next->socket, v, what, wlen);
 	case KEY_LOG_LEVEL:
 		return bd__config_parse_log_level(v, &next->log_level, what, wlen);
 	case KEY_ROOT:
-		r = bd__config_normalize_root(v, &s, what, wlen);
-		if (r < 0)
-			return r;
-		return bd__config_roots_add(&next->roots, &next->nroots, s, what, wlen);
+		return bd__config_add_root(&next->roots, &next->nroots, v, what, wlen);
 	case KEY_BUDGET:
 		return bd__config_parse_budget(v, &next->memory_budget, what, wlen);
 	case KEY_ENGINE:

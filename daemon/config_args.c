@@ -109,23 +109,14 @@ static const char *opt_name(int val)
 /* Validate one flag's argument into f. @return 0, -EINVAL, -ENOMEM. */
 static int parse_flag(struct flags *f, int opt, const char *arg, char *what, size_t wlen)
 {
-	char *s;
-	int r;
-
 	switch (opt) {
 	case 'c':
 		f->config = arg;
 		return 0;
 	case OPT_SOCKET:
-		r = bd__config_check_socket(arg, what, wlen);
-		if (r < 0)
-			return r;
-		return bd__config_set_str(&f->socket, arg, what, wlen);
+		return bd__config_set_socket(&f->socket, arg, what, wlen);
 	case OPT_ROOT:
-		r = bd__config_normalize_root(arg, &s, what, wlen);
-		if (r < 0)
-			return r;
-		return bd__config_roots_add(&f->roots, &f->nroots, s, what, wlen);
+		return bd__config_add_root(&f->roots, &f->nroots, arg, what, wlen);
 	case OPT_MEMORY:
 		f->budget_set = true;
 		return bd__config_parse_budget(arg, &f->budget, what, wlen);

@@ -45,15 +45,13 @@ int bd__config_parse_id(const char *v, bool group, uint32_t **ids, size_t *n, ch
 			size_t wlen);
 /* HOST:PORT with an IPv4 address, stored as written into *ret. */
 int bd__config_parse_listen(const char *v, char **ret, char *what, size_t wlen);
-/* An absolute socket path that fits sun_path (checked, not stored). */
-int bd__config_check_socket(const char *v, char *what, size_t wlen);
-/* An absolute root, normalized into a new string *ret. */
-int bd__config_normalize_root(const char *v, char **ret, char *what, size_t wlen);
-/* Append an owned root, dropping duplicates; takes ownership either way. */
-int bd__config_roots_add(char ***roots, size_t *n, char *root, char *what, size_t wlen);
-void bd__config_roots_free(char **roots, size_t n);
 /* Replace *field with a copy of v. */
 int bd__config_set_str(char **field, const char *v, char *what, size_t wlen);
+/* The same for a socket path: absolute, and it must fit sun_path. */
+int bd__config_set_socket(char **field, const char *v, char *what, size_t wlen);
+/* Append the absolute root v, normalized, unless *roots holds it already. */
+int bd__config_add_root(char ***roots, size_t *n, const char *v, char *what, size_t wlen);
+void bd__config_roots_free(char **roots, size_t n);
 
 /* c's scalars, none of its allocations: where a new configuration starts. */
 bd_config bd__config_scalars(const bd_config *c);

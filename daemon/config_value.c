@@ -216,7 +216,7 @@ int bd__config_parse_log_level(const char *v, int *ret, char *what, size_t wlen)
 }
 
 /* The socket path as given; it must fit sockaddr_un's sun_path with its NUL. */
-int bd__config_check_socket(const char *v, char *what, size_t wlen)
+static int check_socket(const char *v, char *what, size_t wlen)
 {
 	char q[BD__CONFIG_QBUF];
 	size_t n = strlen(v);
@@ -242,7 +242,7 @@ int bd__config_check_socket(const char *v, char *what, size_t wlen)
  * "/"). "." and ".." are refused rather than resolved: lexical ".." is
  * wrong across symlinks, and roots are compared as prefixes.
  */
-int bd__config_normalize_root(const char *v, char **ret, char *what, size_t wlen)
+static int normalize_root(const char *v, char **ret, char *what, size_t wlen)
 {
 	char q[BD__CONFIG_QBUF];
 	size_t n = strlen(v), o = 0;
@@ -289,7 +289,7 @@ int bd__config_normalize_root(const char *v, char **ret, char *what, size_t wlen
 }
 
 /* Append an owned root, dropping duplicates. Takes ownership either way. */
-int bd__config_roots_add(char ***roots, size_t *n, char *root, char *what, size_t wlen)
+static int roots_add(char ***roots, size_t *n, char *root, char *what, size_t wlen)
 {
 	char **grown;
 
@@ -333,6 +333,21 @@ int bd__config_set_str(char **field, const char *v, char *what, size_t wlen)
 	free(*field);
 	*field = s;
 	return 0;
+}
+
+int bd__config_set_socket(char **field, const char *v, char *what, size_t wlen)
+{
+	int r = check_socket(v, what, wlen);
+
+	return r < 0 ? r : bd__config_set_str(field, v, what, wlen);
+}
+
+int bd__config_add_root(char ***roots, size_t *n, const char *v, char *what, size_t wlen)
+{
+	char *root;
+	int r = normalize_root(v, &root, what, wlen);
+
+	return r < 0 ? r : roots_add(roots, n, root, what, wlen);
 }
 
 int bd__config_parse_mode(const char *v, unsigned *ret, char *what, size_t wlen)
