@@ -142,7 +142,10 @@ int bd__client_send(client *c, const uint8_t *msg, int len, const int *fds, int 
 /* Send an ERROR with a printf-style message (cut at BP_ERRMSG_MAX). */
 __attribute__((format(printf, 3, 4)))
 void bd__client_error(client *c, int code, const char *fmt, ...);
-/* Stop reading the client's requests while its OPEN runs; resume after. */
+/*
+ * Stop reading the client's requests while its OPEN runs; resume after.
+ * A client dropped in between stays allocated until resumed, then is freed.
+ */
 void bd__client_pause(client *c);
 void bd__client_resume(client *c);
 /* Send every client GOODBYE and cut it off (the daemon is stopping). */
