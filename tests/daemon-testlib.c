@@ -28,6 +28,7 @@
 #include <xxhash.h>
 
 #include "daemon-testlib.h"
+#include "json_path.h"
 #include "pack-testlib.h"
 #include "sampler.h"
 
@@ -94,6 +95,39 @@ bool dt_wait_status(const char *sock, bool (*pred)(const char *json, void *ctx),
 	struct status_pred sp = { .sock = sock, .pred = pred, .ctx = ctx };
 
 	return dt_wait_for(status_holds, &sp, tries);
+}
+
+struct ring_pred {
+	const volatile bp_ring_header *hdr;
+	uint64_t produced;
+};
+
+static bool ring_produced(void *arg)
+{
+	struct ring_pred *rp = arg;
+
+	return __atomic_load_n(&rp->hdr->produced, __ATOMIC_ACQUIRE) >= rp->produced;
+}
+
+static bool ring_stopped(void *arg)
+{
+	struct ring_pred *rp = arg;
+
+	return __atomic_load_n(&rp->hdr->state, __ATOMIC_ACQUIRE) == BP_RING_STOPPED;
+}
+
+bool dt_ring_wait_produced(const volatile bp_ring_header *hdr, uint64_t n, int tries)
+{
+	struct ring_pred rp = { .hdr = hdr, .produced = n };
+
+	return dt_wait_for(ring_produced, &rp, tries);
+}
+
+bool dt_ring_wait_stopped(const volatile bp_ring_header *hdr, int tries)
+{
+	struct ring_pred rp = { .hdr = hdr };
+
+	return dt_wait_for(ring_stopped, &rp, tries);
 }
 
 bool dt_io_uring_usable(char *why, size_t len)
@@ -971,6 +1005,35 @@ char *dt_status_ok(void)
 
 	dt_expect(r == 0, "bc_status: %s (%d)", bc_strerror(r), r);
 	return json;
+}
+
+json_object *dt_status_json_ok(void)
+{
+	char *text = dt_status_ok();
+	json_object *o = json_tokener_parse(text);
+
+	dt_expect(o && json_object_is_type(o, json_type_object),
+		  "status is not a JSON object: %.300s", text);
+	free(text);
+	return o;
+}
+
+uint64_t dt_ju64(json_object *o, const char *path)
+{
+	json_object *v = json_path_get(o, path);
+
+	dt_expect(v && json_object_is_type(v, json_type_int), "status JSON: no integer \"%s\" in %s",
+		  path, json_object_to_json_string(o));
+	return (uint64_t)json_object_get_int64(v);
+}
+
+uint64_t dt_status_u64(const char *path)
+{
+	json_object *st = dt_status_json_ok();
+	uint64_t v = dt_ju64(st, path);
+
+	json_object_put(st);
+	return v;
 }
 
 void dt_opts(bc_stream_opts *o, const char *dataset, uint32_t batch, enum bc_shuffle mode,

@@ -19,6 +19,10 @@
  * a socket, a log file and root/ (hard links to the packs, so tests may add
  * symlinks, FIFOs and corrupt copies without disturbing each other).
  *
+ * Two ways to read the status document: dt_json_u64 finds a number in its
+ * text (cheap, for predicates polled many times), dt_status_u64 and dt_ju64
+ * walk it parsed by json-c (exact paths, for what a test asserts).
+ *
  * Thread rules: everything here is called from the test's main thread,
  * except dt_consume() and the dt_ref_* functions, which may run in several
  * threads at once on different dt_ref / dt_run objects.
@@ -33,6 +37,7 @@
 #include <sys/types.h>
 
 #include <check.h>
+#include <json-c/json.h>
 
 #include "batchclient.h"
 #include "pack_file.h"
@@ -209,6 +214,12 @@ bool dt_wait_status(const char *sock, bool (*pred)(const char *json, void *ctx),
 		    int tries);
 /* dt_wait_status until the status lists exactly n sessions. */
 bool dt_wait_sessions(const char *sock, size_t n, int tries);
+/*
+ * Wait as dt_wait_for until the ring whose header is mapped at hdr has
+ * published at least n batches / has stopped.
+ */
+bool dt_ring_wait_produced(const volatile bp_ring_header *hdr, uint64_t n, int tries);
+bool dt_ring_wait_stopped(const volatile bp_ring_header *hdr, int tries);
 /* Sleep ms milliseconds (through EINTR). */
 void dt_sleep_ms(int ms);
 /* Can this process set up an io_uring? If not, why into why. */
@@ -225,8 +236,6 @@ bool dt_io_uring_usable(char *why, size_t len);
  * fixture inits and starts it; dt_teardown stops it). Set by dt_check_main.
  */
 extern dt_daemon *dt_suite_daemon;
-
-/* The names of enum bc_shuffle's modes, by value. */
 
 /* Fail the test with the daemon's recent log: most failures are explained there. */
 #define dt_expect(cond, ...) do { \
@@ -259,6 +268,12 @@ void dt_consume_ok(bc_stream *s, dt_ref *ref, size_t batches, unsigned flags, dt
 		   const char *what);
 /* The status JSON; caller frees. */
 char *dt_status_ok(void);
+/* The status JSON parsed (json-c); caller puts it. */
+json_object *dt_status_json_ok(void);
+/* The integer at dotted path (json_path.h) in o; fails the test when there is none. */
+uint64_t dt_ju64(json_object *o, const char *path);
+/* The integer at path in a fresh status ("memory.used"). */
+uint64_t dt_status_u64(const char *path);
 
 /* Stream options with these set, the rest bc_stream_opts_init's. */
 void dt_opts(bc_stream_opts *o, const char *dataset, uint32_t batch, enum bc_shuffle mode,

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pack-testlib.c - sample generators and shard builders for the pack tests.
+ * pack-testlib.c - sample generators, shard builders and pack forgery for
+ * the pack tests.
  * See pack-testlib.h for why this exists.
  */
 #include "pack-testlib.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <check.h>
+#include <xxhash.h>
 #include <zdict.h>
 #include <zstd.h>
 
@@ -294,4 +298,162 @@ void pt_put_le64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
 		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* ---- packs taken apart and forged ---------------------------------------------- */
+
+int pt_forge_from(pt_forge *g, const uint8_t *buf, size_t len)
+{
+	bp_pack_view v;
+	int r = bp_pack_parse(buf, len, &v, NULL);
+
+	if (r < 0)
+		return r;
+	if (v.index.block_count > PT_FORGE_MAX_BLOCKS || v.index.sample_count > PT_FORGE_MAX_SAMPLES)
+		return -E2BIG;
+	memset(g, 0, sizeof(*g));
+	memcpy(g->header, buf, BP_PACK_HEADER_SIZE);
+	g->dict_size = v.header.dict_size;
+	if (g->dict_size) {
+		g->dict = pt_xmalloc(g->dict_size);
+		memcpy(g->dict, v.dict, g->dict_size);
+	}
+	g->nb = v.index.block_count;
+	g->ns = v.index.sample_count;
+	for (size_t i = 0; i < g->nb; i++) {
+		bp_pack_index_block(&v.index, i, &g->blocks[i]);
+		g->stored_len[i] = g->blocks[i].stored_size;
+		g->stored[i] = pt_xmalloc(g->stored_len[i] ? g->stored_len[i] : 1);
+		memcpy(g->stored[i], buf + g->blocks[i].offset, g->stored_len[i]);
+	}
+	for (size_t i = 0; i < g->ns; i++)
+		bp_pack_index_sample_span(&v.index, i, &g->soff[i], &g->ssize[i]);
+	pt_forge_layout(g);
+	return 0;
+}
+
+void pt_forge_free(pt_forge *g)
+{
+	for (size_t i = 0; i < g->nb; i++)
+		free(g->stored[i]);
+	free(g->dict);
+}
+
+void pt_forge_layout(pt_forge *g)
+{
+	uint64_t at = BP_PACK_HEADER_SIZE + g->dict_size;
+
+	g->f = (bp_pack_footer){ .block_count = g->nb, .sample_count = g->ns };
+	for (size_t i = 0; i < g->nb; i++) {
+		bp_pack_block *b = &g->blocks[i];
+
+		at += g->gap[i];
+		b->offset = at;
+		b->stored_size = g->stored_len[i];
+		b->stored_hash = XXH3_64bits(g->stored[i], g->stored_len[i]);
+		if (b->codec == BP_CODEC_RAW)
+			b->raw_hash = b->stored_hash;
+		at += b->stored_size;
+		g->f.raw_bytes += b->raw_size;
+	}
+	g->f.index_offset = at + g->gap[g->nb];
+	g->f.index_size = g->nb * BP_PACK_BLOCK_ENTRY + g->ns * BP_PACK_SAMPLE_ENTRY;
+	for (size_t i = 0; i < g->ns; i++)
+		if (g->ssize[i] > g->f.max_sample)
+			g->f.max_sample = g->ssize[i];
+}
+
+void pt_forge_set_stored(pt_forge *g, size_t i, const uint8_t *bytes, size_t n, uint32_t codec)
+{
+	free(g->stored[i]);
+	g->stored[i] = pt_xmalloc(n ? n : 1);
+	memcpy(g->stored[i], bytes, n);
+	g->stored_len[i] = n;
+	g->blocks[i].codec = codec;
+	pt_forge_layout(g);
+}
+
+void pt_forge_seal(const pt_forge *g, uint8_t **ret, size_t *ret_len)
+{
+	size_t index_size = g->nb * BP_PACK_BLOCK_ENTRY + g->ns * BP_PACK_SAMPLE_ENTRY;
+	size_t len = BP_PACK_HEADER_SIZE + g->dict_size + index_size + BP_PACK_FOOTER_SIZE;
+	bp_pack_footer f = g->f;
+	uint8_t *buf, *p, *index;
+
+	for (size_t i = 0; i < g->nb; i++)
+		len += g->gap[i] + g->stored_len[i];
+	len += g->gap[g->nb];
+	buf = pt_xmalloc(len);
+	p = buf;
+	memcpy(p, g->header, BP_PACK_HEADER_SIZE);
+	p += BP_PACK_HEADER_SIZE;
+	if (g->dict_size)
+		memcpy(p, g->dict, g->dict_size);
+	p += g->dict_size;
+	for (size_t i = 0; i <= g->nb; i++) {
+		memset(p, 0, g->gap[i]);
+		p += g->gap[i];
+		if (i == g->nb)
+			break;
+		memcpy(p, g->stored[i], g->stored_len[i]);
+		p += g->stored_len[i];
+	}
+	index = p;
+	for (size_t i = 0; i < g->nb; i++, p += BP_PACK_BLOCK_ENTRY)
+		bp_pack_block_entry_encode(&g->blocks[i], p);
+	for (size_t i = 0; i < g->ns; i++, p += BP_PACK_SAMPLE_ENTRY)
+		bp_pack_sample_entry_encode(g->soff[i], g->ssize[i], p);
+	if (g->patch_index)
+		g->patch_index(index);
+	f.fingerprint = XXH3_64bits(index, index_size);
+	bp_pack_footer_encode(&f, g->header, p);
+	*ret = buf;
+	*ret_len = len;
+}
+
+uint64_t pt_forge_hash(const pt_forge *g, uint64_t offset, uint64_t size)
+{
+	uint8_t *buf;
+	size_t len;
+	uint64_t h;
+
+	pt_forge_seal(g, &buf, &len);
+	if (offset > len || size > len - offset)
+		abort();
+	h = XXH3_64bits(buf + offset, size);
+	free(buf);
+	return h;
+}
+
+int pt_forge_parse(const pt_forge *g, bp_pack_fault *ret_fault)
+{
+	bp_pack_fault f = { .what = NULL, .offset = UINT64_MAX, .block = INT64_MIN };
+	bp_pack_view v, sentinel;
+	uint8_t *buf;
+	size_t len;
+	int r;
+
+	pt_forge_seal(g, &buf, &len);
+	memset(&v, 0x5a, sizeof(v));
+	memcpy(&sentinel, &v, sizeof(v));
+	r = bp_pack_parse(buf, len, &v, &f);
+	if (r < 0) {
+		ck_assert_ptr_nonnull(f.what);
+		ck_assert_uint_le(f.offset, len);
+		ck_assert_int_ge(f.block, -1);
+		ck_assert_mem_eq(&v, &sentinel, sizeof(v));
+	}
+	free(buf);
+	if (ret_fault)
+		*ret_fault = f;
+	return r;
+}
+
+void pt_forge_expect_in_entry(const pt_forge *g, const bp_pack_fault *f, size_t k)
+{
+	uint64_t at = g->f.index_offset + k * BP_PACK_BLOCK_ENTRY;
+
+	ck_assert_msg(f->offset >= at && f->offset < at + BP_PACK_BLOCK_ENTRY,
+		      "fault offset %" PRIu64 " not in block entry %zu [%" PRIu64 ", +56)",
+		      f->offset, k, at);
 }

@@ -10,6 +10,11 @@
  * them here means every test builds packs the way batchd-pack does: encode
  * each block with bp_pack_block_encode, hand it to the writer, finish.
  *
+ * The pack tests also take packs apart and put them back with one lie in
+ * them (pt_forge): each block's stored bytes, the entries, the sample table
+ * and the footer, laid out again with the fingerprint and checksum sealed
+ * over the lie, so that only the semantic check under test can object.
+ *
  * Everything is deterministic for a given seed so failures reproduce and the
  * generated corpus is stable. Not thread-safe; tests are single-threaded.
  */
@@ -90,5 +95,69 @@ uint64_t pt_le64(const uint8_t *p);
 uint32_t pt_le32(const uint8_t *p);
 void pt_put_le64(uint8_t *p, uint64_t v);
 void pt_put_le32(uint8_t *p, uint32_t v);
+
+/* ---- packs taken apart and forged ---- */
+
+#define PT_FORGE_MAX_BLOCKS 16
+#define PT_FORGE_MAX_SAMPLES 32
+
+/*
+ * A pack taken apart: the header, the dictionary, each block's stored bytes
+ * and entry, the sample table and the footer. pt_forge_layout() sets what a
+ * correct writer would (offsets, stored sizes and hashes, footer totals);
+ * a test then lies about one thing, and pt_forge_seal() lays the pack out
+ * again with the fingerprint and checksum computed over the lie.
+ */
+typedef struct pt_forge {
+	uint8_t header[BP_PACK_HEADER_SIZE];
+	uint8_t *dict;
+	size_t dict_size;
+	uint8_t *stored[PT_FORGE_MAX_BLOCKS];   /* each block's bytes as written to the file */
+	size_t stored_len[PT_FORGE_MAX_BLOCKS];
+	/* Zero bytes laid before block i (gap[nb]: after the last block, before the index). */
+	size_t gap[PT_FORGE_MAX_BLOCKS + 1];
+	bp_pack_block blocks[PT_FORGE_MAX_BLOCKS];
+	size_t nb;
+	uint64_t soff[PT_FORGE_MAX_SAMPLES], ssize[PT_FORGE_MAX_SAMPLES];
+	size_t ns;
+	bp_pack_footer f;
+	void (*patch_index)(uint8_t *index);    /* called on the encoded index before sealing */
+} pt_forge;
+
+/*
+ * Take apart the pack in buf (which must parse) into g, laid out again as
+ * pt_forge_layout does. @return 0; the parse's negative errno; -E2BIG when
+ * it has more blocks or samples than a pt_forge holds. Free with pt_forge_free.
+ */
+int pt_forge_from(pt_forge *g, const uint8_t *buf, size_t len);
+void pt_forge_free(pt_forge *g);
+/*
+ * Lay out the blocks end to end after the dictionary (and the gaps): each
+ * entry's offset, stored size and stored hash (and a raw block's raw hash)
+ * from its bytes; the footer's index place, counts, raw total and largest
+ * sample from the tables.
+ */
+void pt_forge_layout(pt_forge *g);
+/* Give block i new stored bytes and codec, and lay out again; its raw side is the caller's. */
+void pt_forge_set_stored(pt_forge *g, size_t i, const uint8_t *bytes, size_t n, uint32_t codec);
+/*
+ * The pack: header, dictionary, gaps and block bytes, the index encoded from
+ * the entries as they stand (whatever they claim), and the footer sealed
+ * over that index. Malloc'd to its exact size so sanitizers see any read
+ * past the end; caller frees *ret.
+ */
+void pt_forge_seal(const pt_forge *g, uint8_t **ret, size_t *ret_len);
+/* XXH3-64 of size bytes at offset of the sealed pack (within its data region). */
+uint64_t pt_forge_hash(const pt_forge *g, uint64_t offset, uint64_t size);
+
+/*
+ * Check suites only: seal and parse g. On rejection the fault must name a
+ * reason, a place inside the file and a block >= -1, and the view must be
+ * untouched (else the test fails). ret_fault (may be NULL) gets the fault.
+ * @return the parse's result.
+ */
+int pt_forge_parse(const pt_forge *g, bp_pack_fault *ret_fault);
+/* Check suites only: the fault offset lies in block entry k of g's sealed table. */
+void pt_forge_expect_in_entry(const pt_forge *g, const bp_pack_fault *f, size_t k);
 
 #endif

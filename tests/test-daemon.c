@@ -1200,26 +1200,6 @@ END_TEST
 
 /* ---- 12. hostile control memory ends that session only ------------------------------------ */
 
-struct ring_ctx {
-	const volatile bp_ring_header *hdr;
-	uint64_t produced;
-};
-
-static bool ring_produced(void *arg)
-{
-	struct ring_ctx *rc = arg;
-
-	return __atomic_load_n(&rc->hdr->produced, __ATOMIC_ACQUIRE) >= rc->produced;
-}
-
-static bool ring_stopped(void *arg)
-{
-	struct ring_ctx *rc = arg;
-
-	return __atomic_load_n(&rc->hdr->state, __ATOMIC_ACQUIRE) == BP_RING_STOPPED;
-}
-
-
 START_TEST(test_hostile_control)
 {
 	bp_msg_open m = { .seed = 1, .batch_size = 8, .world = 1, .prefetch = 4,
@@ -1232,7 +1212,7 @@ START_TEST(test_hostile_control)
 	dt_run run = { 0 };
 	dt_ref ref, ref1;
 	bp_msg_ready ready;
-	struct ring_ctx rc;
+	const volatile bp_ring_header *hdr;
 	const bp_ring_desc *d;
 	const bp_ring_sample *t;
 	bp_ring_ctrl *ctrl;
@@ -1277,13 +1257,12 @@ START_TEST(test_hostile_control)
 	ck_assert_ptr_ne(data, MAP_FAILED);
 	ctrl = mmap(NULL, ready.ctrl_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
 	ck_assert_ptr_ne(ctrl, MAP_FAILED);
-	rc.hdr = (const bp_ring_header *)data;
-	ck_assert_uint_eq(rc.hdr->magic, BP_RING_MAGIC);
-	ck_assert_uint_eq(rc.hdr->slots, ready.slots);
+	hdr = (const bp_ring_header *)data;
+	ck_assert_uint_eq(hdr->magic, BP_RING_MAGIC);
+	ck_assert_uint_eq(hdr->slots, ready.slots);
 
 	/* Read batch 0 straight off the ring: the layout of ring.h, byte exact. */
-	rc.produced = 1;
-	expect(dt_wait_for(ring_produced, &rc, TRIES), "nothing published on the raw session");
+	expect(dt_ring_wait_produced(hdr, 1, TRIES), "nothing published on the raw session");
 	d = (const bp_ring_desc *)(data + BP_RING_HEADER_SIZE);
 	expect(d->seq == 0 && d->epoch == 0 && d->batch == 0 && d->count == 8 && d->status == 0,
 	       "descriptor 0: seq %" PRIu64 " epoch %" PRIu64 " batch %" PRIu64 " count %u status %d",
@@ -1300,10 +1279,9 @@ START_TEST(test_hostile_control)
 	ctrl->reserved = 0xdeadbeef;
 	__atomic_store_n(&ctrl->release[0], (uint64_t)ready.slots * 1000 + 1, __ATOMIC_RELEASE);
 	ck_assert_int_eq(write(fds[2], &one, sizeof(one)), (ssize_t)sizeof(one));
-	expect(dt_wait_for(ring_stopped, &rc, TRIES), "the daemon did not end the session "
+	expect(dt_ring_wait_stopped(hdr, TRIES), "the daemon did not end the session "
 	       "after a release mark for a batch never published");
-	expect(rc.hdr->error == -EPROTO, "stopped with error %d, expected -EPROTO",
-	       rc.hdr->error);
+	expect(hdr->error == -EPROTO, "stopped with error %d, expected -EPROTO", hdr->error);
 	/* ... and poked the published pipe (nothing else wrote it: we never slept). */
 	pfd = (struct pollfd){ .fd = fds[3], .events = POLLIN };
 	expect(poll(&pfd, 1, WAIT_MS) == 1 && (pfd.revents & POLLIN),

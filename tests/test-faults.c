@@ -215,16 +215,6 @@ static void expect_same_run(const dt_run *a, const dt_run *b, const char *what)
 
 /* ---- status, metrics, /proc ---------------------------------------------------------- */
 
-static uint64_t status_u64(const char *after, const char *key)
-{
-	char *json = dt_status_ok();
-	uint64_t v = 0;
-
-	expect(dt_json_u64(json, after, key, &v), "no %s in the status: %s", key, json);
-	free(json);
-	return v;
-}
-
 /* What "the daemon is back to idle" means: a number of sessions and clients, memory used. */
 struct idle_ctx {
 	size_t sessions, clients;    /* wanted; clients counts the status request itself */
@@ -256,7 +246,7 @@ static void expect_idle(struct idle_ctx *ic, int tries, const char *what)
 
 static uint64_t used_now(void)
 {
-	return status_u64("\"memory\": {", "used");
+	return dt_status_u64("memory.used");
 }
 
 /* The value of the first sample line that starts with `series ` in a Prometheus text. */
@@ -1249,22 +1239,7 @@ struct raw_session {
 	const uint8_t *data;
 	bp_ring_ctrl *ctrl;
 	const volatile bp_ring_header *hdr;
-	uint64_t want;
 };
-
-static bool raw_produced(void *arg)
-{
-	struct raw_session *rs = arg;
-
-	return __atomic_load_n(&rs->hdr->produced, __ATOMIC_ACQUIRE) >= rs->want;
-}
-
-static bool raw_stopped(void *arg)
-{
-	struct raw_session *rs = arg;
-
-	return __atomic_load_n(&rs->hdr->state, __ATOMIC_ACQUIRE) == BP_RING_STOPPED;
-}
 
 /* Batch seq off the ring: descriptor and bytes as ring.h lays them out (shuffle none). */
 static void raw_check(struct raw_session *rs, dt_ref *ref, uint64_t seq)
@@ -1273,8 +1248,7 @@ static void raw_check(struct raw_session *rs, dt_ref *ref, uint64_t seq)
 	const bp_ring_sample *t;
 	uint64_t nb = rs->ready.batches_per_epoch;
 
-	rs->want = seq + 1;
-	expect(dt_wait_for(raw_produced, rs, TRIES), "raw session: batch %" PRIu64 " never "
+	expect(dt_ring_wait_produced(rs->hdr, seq + 1, TRIES), "raw session: batch %" PRIu64 " never "
 	       "published (state %u, error %d)", seq, rs->hdr->state, rs->hdr->error);
 	d = (const bp_ring_desc *)(rs->data + BP_RING_HEADER_SIZE +
 				   (seq % rs->ready.slots) * BP_RING_DESC_SIZE);
@@ -1396,7 +1370,7 @@ START_TEST(test_release_marks)
 	/* From the future: the right slot, a thousand laps ahead. */
 	raw_check(&rs, &ref1, seq);
 	raw_mark(&rs, (uint32_t)(seq % slots), seq + 1 + 1000 * slots);
-	expect(dt_wait_for(raw_stopped, &rs, TRIES), "a release mark %" PRIu64 " laps ahead did "
+	expect(dt_ring_wait_stopped(rs.hdr, TRIES), "a release mark %" PRIu64 " laps ahead did "
 	       "not end the session", (uint64_t)1000);
 	expect(rs.hdr->error == -EPROTO, "stopped with error %d, expected -EPROTO", rs.hdr->error);
 	pfd = (struct pollfd){ .fd = rs.fds[3], .events = POLLIN };
@@ -1404,7 +1378,7 @@ START_TEST(test_release_marks)
 	       "the published pipe was not poked when the session stopped");
 	/* The raw session goes, counted as a ring violation; the good one stays. */
 	expect(dt_wait_sessions(D.sock, 1, TRIES), "the hostile session was not let go");
-	expect(status_u64(NULL, "ring_violations") == 1, "ring_violations is not 1");
+	expect(dt_status_u64("ring_violations") == 1, "ring_violations is not 1");
 	dt_consume_ok(good, &ref, bc_stream_batches_per_epoch(good), 0, &run, "good stream after");
 	expect(run.failures == 0, "the good stream had %zu failures", run.failures);
 	munmap((void *)rs.data, rs.ready.data_size);
@@ -1461,7 +1435,7 @@ START_TEST(test_open_flood)
 	fds0 = proc_fds_settled(D.pid);
 	ck_assert(rss0 > 0 && fds0 > 0);
 	ic.used = used_now();
-	budget_kib = status_u64("\"memory\": {", "budget") / 1024;
+	budget_kib = dt_status_u64("memory.budget") / 1024;
 	for (size_t p = 0; p < ARRAY_SIZE(phases); p++) {
 		static int held[128][BP_READY_FDS];
 		bp_msg_open m = raw_open_one;
@@ -1718,7 +1692,7 @@ START_TEST(test_path_escapes)
 	start_asan_options(NULL, traced ? "detect_leaks=0" : "");
 	dt_g.batchd = batchd;
 	if (traced) {
-		traced_pid = (pid_t)status_u64(NULL, "pid");
+		traced_pid = (pid_t)dt_status_u64("pid");
 		atexit(kill_traced);
 	}
 

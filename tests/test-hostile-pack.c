@@ -161,51 +161,6 @@ static int window_log(unsigned log)
 
 /* ---- forging packs ---------------------------------------------------------- */
 
-#define FORGE_MAX 16
-
-/*
- * A pack taken apart: each block's stored bytes and entry, the sample table,
- * the dictionary and the footer. forge_layout() sets what a correct writer
- * would (offsets, stored sizes and hashes, footer totals); a test then lies
- * about one thing, and forge_seal() lays the pack out again with the
- * fingerprint and checksum computed over the lie.
- */
-typedef struct forge {
-	uint8_t header[BP_PACK_HEADER_SIZE];
-	uint8_t *dict;
-	size_t dict_size;
-	uint8_t *stored[FORGE_MAX];   /* each block's bytes as written to the file */
-	size_t stored_len[FORGE_MAX];
-	bp_pack_block blocks[FORGE_MAX];
-	size_t nb;
-	uint64_t soff[FORGE_MAX], ssize[FORGE_MAX];
-	size_t ns;
-	bp_pack_footer f;
-} forge;
-
-static void forge_layout(forge *g)
-{
-	uint64_t at = BP_PACK_HEADER_SIZE + g->dict_size;
-
-	g->f = (bp_pack_footer){ .block_count = g->nb, .sample_count = g->ns };
-	for (size_t i = 0; i < g->nb; i++) {
-		bp_pack_block *b = &g->blocks[i];
-
-		b->offset = at;
-		b->stored_size = g->stored_len[i];
-		b->stored_hash = XXH3_64bits(g->stored[i], g->stored_len[i]);
-		if (b->codec == BP_CODEC_RAW)
-			b->raw_hash = b->stored_hash;
-		at += b->stored_size;
-		g->f.raw_bytes += b->raw_size;
-	}
-	g->f.index_offset = at;
-	g->f.index_size = g->nb * BP_PACK_BLOCK_ENTRY + g->ns * BP_PACK_SAMPLE_ENTRY;
-	for (size_t i = 0; i < g->ns; i++)
-		if (g->ssize[i] > g->f.max_sample)
-			g->f.max_sample = g->ssize[i];
-}
-
 static uint8_t g_dict[2048];
 static size_t g_dict_size;
 
@@ -219,37 +174,23 @@ static void base_samples(pt_samples *s, size_t n)
  * The base pack: `n` samples of 4096 bytes of text, one per zstd block, with
  * or without a dictionary, written by pack-testlib's writer.
  */
-static void forge_base(forge *g, size_t n, bool dict)
+static void forge_base(pt_forge *g, size_t n, bool dict)
 {
 	pt_samples s;
 	bp_pack_view v;
 	uint8_t *buf;
 	size_t len;
 
-	ck_assert_uint_le(n, FORGE_MAX);
-	memset(g, 0, sizeof(*g));
+	ck_assert_uint_le(n, PT_FORGE_MAX_BLOCKS);
 	base_samples(&s, n);
 	ck_assert_int_eq(pt_pack_build(&s, 1, dict ? g_dict : NULL, dict ? g_dict_size : 0, 3,
 				       &buf, &len), 0);
 	ck_assert_int_eq(bp_pack_parse(buf, len, &v, NULL), 0);
 	ck_assert_uint_eq(v.index.block_count, n);
-
-	memcpy(g->header, buf, BP_PACK_HEADER_SIZE);
-	g->dict_size = v.header.dict_size;
-	if (g->dict_size) {
-		g->dict = malloc(g->dict_size);
-		memcpy(g->dict, v.dict, g->dict_size);
-	}
-	g->nb = g->ns = n;
-	for (size_t i = 0; i < n; i++) {
-		bp_pack_index_block(&v.index, i, &g->blocks[i]);
+	ck_assert_int_eq(pt_forge_from(g, buf, len), 0);
+	ck_assert_uint_eq(g->ns, n);
+	for (size_t i = 0; i < n; i++)
 		ck_assert_uint_eq(g->blocks[i].codec, dict ? BP_CODEC_ZSTD_DICT : BP_CODEC_ZSTD);
-		g->stored_len[i] = g->blocks[i].stored_size;
-		g->stored[i] = malloc(g->stored_len[i]);
-		memcpy(g->stored[i], buf + g->blocks[i].offset, g->stored_len[i]);
-		bp_pack_index_sample_span(&v.index, i, &g->soff[i], &g->ssize[i]);
-	}
-	forge_layout(g);
 	/* Taking it apart and laying it out again changes nothing. */
 	ck_assert_uint_eq(g->f.index_offset, v.footer.index_offset);
 	ck_assert_uint_eq(g->f.raw_bytes, v.footer.raw_bytes);
@@ -258,109 +199,16 @@ static void forge_base(forge *g, size_t n, bool dict)
 	pt_samples_free(&s);
 }
 
-static void forge_free(forge *g)
-{
-	for (size_t i = 0; i < g->nb; i++)
-		free(g->stored[i]);
-	free(g->dict);
-}
-
-/* Give block i new stored bytes and codec; its raw side is the caller's. */
-static void forge_set_stored(forge *g, size_t i, const uint8_t *bytes, size_t n, uint32_t codec)
-{
-	free(g->stored[i]);
-	g->stored[i] = malloc(n ? n : 1);
-	memcpy(g->stored[i], bytes, n);
-	g->stored_len[i] = n;
-	g->blocks[i].codec = codec;
-	forge_layout(g);
-}
-
-/*
- * Lay the pack out: header, dictionary, each block's bytes end to end, the
- * index encoded from the entries as they stand (whatever they claim), and
- * the footer with the fingerprint and checksum of that index. The result
- * is malloc'd to its exact size so sanitizers see any read past the end.
- */
-static void forge_seal(const forge *g, uint8_t **ret, size_t *ret_len)
-{
-	size_t index_size = g->nb * BP_PACK_BLOCK_ENTRY + g->ns * BP_PACK_SAMPLE_ENTRY;
-	size_t len = BP_PACK_HEADER_SIZE + g->dict_size + index_size + BP_PACK_FOOTER_SIZE;
-	bp_pack_footer f = g->f;
-	uint8_t *buf, *p, *index;
-
-	for (size_t i = 0; i < g->nb; i++)
-		len += g->stored_len[i];
-	buf = malloc(len);
-	ck_assert_ptr_nonnull(buf);
-	p = buf;
-	memcpy(p, g->header, BP_PACK_HEADER_SIZE);
-	p += BP_PACK_HEADER_SIZE;
-	if (g->dict_size)
-		memcpy(p, g->dict, g->dict_size);
-	p += g->dict_size;
-	for (size_t i = 0; i < g->nb; i++) {
-		memcpy(p, g->stored[i], g->stored_len[i]);
-		p += g->stored_len[i];
-	}
-	index = p;
-	for (size_t i = 0; i < g->nb; i++, p += BP_PACK_BLOCK_ENTRY)
-		bp_pack_block_entry_encode(&g->blocks[i], p);
-	for (size_t i = 0; i < g->ns; i++, p += BP_PACK_SAMPLE_ENTRY)
-		bp_pack_sample_entry_encode(g->soff[i], g->ssize[i], p);
-	f.fingerprint = XXH3_64bits(index, index_size);
-	bp_pack_footer_encode(&f, g->header, p);
-	*ret = buf;
-	*ret_len = len;
-}
-
-/*
- * Seal and parse g. On rejection the fault must name a reason and a place
- * inside the file, and the view must be untouched. ret_fault gets the fault.
- */
-static int forge_parse(const forge *g, bp_pack_fault *ret_fault)
-{
-	bp_pack_fault f = { .what = NULL, .offset = UINT64_MAX, .block = INT64_MIN };
-	bp_pack_view v, sentinel;
-	uint8_t *buf;
-	size_t len;
-	int r;
-
-	forge_seal(g, &buf, &len);
-	memset(&v, 0x5a, sizeof(v));
-	memcpy(&sentinel, &v, sizeof(v));
-	r = bp_pack_parse(buf, len, &v, &f);
-	if (r < 0) {
-		ck_assert_ptr_nonnull(f.what);
-		ck_assert_uint_le(f.offset, len);
-		ck_assert_int_ge(f.block, -1);
-		ck_assert_mem_eq(&v, &sentinel, sizeof(v));
-	}
-	free(buf);
-	*ret_fault = f;
-	return r;
-}
-
 /* Parse must fail with err and exactly this reason. */
-static void expect_reject(const forge *g, int err, const char *what, int64_t block)
+static void expect_reject(const pt_forge *g, int err, const char *what, int64_t block)
 {
 	bp_pack_fault f;
-	int r = forge_parse(g, &f);
+	int r = pt_forge_parse(g, &f);
 
 	ck_assert_msg(r == err, "expected %d (%s), got %d (%s)", err, what, r,
 		      f.what ? f.what : "no fault");
 	ck_assert_str_eq(f.what, what);
 	ck_assert_int_eq(f.block, block);
-}
-
-/* The fault offset lies in block entry k of the sealed pack's table. */
-static void expect_in_entry(const forge *g, const bp_pack_fault *f, size_t k)
-{
-	uint64_t at = g->f.index_offset + k * BP_PACK_BLOCK_ENTRY;
-
-	ck_assert_msg(f->offset >= at && f->offset < at + BP_PACK_BLOCK_ENTRY,
-		      "fault offset %" PRIu64 " not in block entry %zu [%" PRIu64 ", +56)",
-		      f->offset, k, at);
 }
 
 /*
@@ -369,7 +217,7 @@ static void expect_in_entry(const forge *g, const bp_pack_fault *f, size_t k)
  * the validated raw size. On success out (when not NULL, raw_size bytes)
  * gets the bytes. @return the decoder's result; ret_fault gets its fault.
  */
-static int forge_decode(const forge *g, size_t i, uint8_t *out, bp_pack_fault *ret_fault)
+static int forge_decode(const pt_forge *g, size_t i, uint8_t *out, bp_pack_fault *ret_fault)
 {
 	bp_pack_fault f = { .what = NULL, .offset = UINT64_MAX, .block = INT64_MIN };
 	ZSTD_DCtx *dctx = ZSTD_createDCtx();
@@ -380,7 +228,7 @@ static int forge_decode(const forge *g, size_t i, uint8_t *out, bp_pack_fault *r
 	size_t len;
 	int r;
 
-	forge_seal(g, &buf, &len);
+	pt_forge_seal(g, &buf, &len);
 	ck_assert_int_eq(bp_pack_parse(buf, len, &v, NULL), 0);
 	bp_pack_index_block(&v.index, i, &b);
 	ck_assert_ptr_nonnull(dctx);
@@ -406,7 +254,7 @@ static int forge_decode(const forge *g, size_t i, uint8_t *out, bp_pack_fault *r
 	return r;
 }
 
-static void expect_decode_reject(const forge *g, size_t i, const char *what)
+static void expect_decode_reject(const pt_forge *g, size_t i, const char *what)
 {
 	bp_pack_fault f;
 	int r = forge_decode(g, i, NULL, &f);
@@ -422,20 +270,20 @@ static void expect_decode_reject(const forge *g, size_t i, const char *what)
  * 'A' (the sample keeps its size, 4096), as an honest writer would describe
  * it: raw_size 4096, raw_hash of 4096 'A'.
  */
-static void forge_frame_block(forge *g, const uint8_t *frame, size_t n, uint32_t codec)
+static void forge_frame_block(pt_forge *g, const uint8_t *frame, size_t n, uint32_t codec)
 {
 	uint8_t a[4096];
 
 	memset(a, 'A', sizeof(a));
-	forge_set_stored(g, 0, frame, n, codec);
+	pt_forge_set_stored(g, 0, frame, n, codec);
 	ck_assert_uint_eq(g->ssize[0], sizeof(a));
 	g->blocks[0].raw_size = sizeof(a);
 	g->blocks[0].raw_hash = XXH3_64bits(a, sizeof(a));
-	forge_layout(g);
+	pt_forge_layout(g);
 }
 
 /* The control: this frame, as forged, decodes to 4096 'A' (so a lie is the only fault). */
-static void expect_frame_decodes(forge *g, const uint8_t *frame, size_t n, uint32_t codec)
+static void expect_frame_decodes(pt_forge *g, const uint8_t *frame, size_t n, uint32_t codec)
 {
 	uint8_t out[4096], a[4096];
 	bp_pack_fault f;
@@ -458,21 +306,21 @@ START_TEST(test_bomb_entry_claims_terabyte)
 	uint8_t frame[64];
 	size_t n = frame_rle(frame, sizeof(frame), ZSTD_MAGIC_V1, TB, window_log(17), 4096, 'A');
 	bp_pack_fault f;
-	forge g;
+	pt_forge g;
 
 	forge_base(&g, 4, false);
-	forge_set_stored(&g, 0, frame, n, BP_CODEC_ZSTD);
+	pt_forge_set_stored(&g, 0, frame, n, BP_CODEC_ZSTD);
 	g.blocks[0].raw_size = TB;
-	forge_layout(&g);
+	pt_forge_layout(&g);
 	/* The sample table still says 4096: only the entry lies. */
-	ck_assert_int_eq(forge_parse(&g, &f), -E2BIG);
+	ck_assert_int_eq(pt_forge_parse(&g, &f), -E2BIG);
 	ck_assert_str_eq(f.what, "block over the size limit");
 	ck_assert_int_eq(f.block, 0);
-	expect_in_entry(&g, &f, 0);
+	pt_forge_expect_in_entry(&g, &f, 0);
 
 	/* The sample says a terabyte too, and the footer's largest sample with it. */
 	g.ssize[0] = TB;
-	forge_layout(&g);
+	pt_forge_layout(&g);
 	ck_assert_uint_eq(g.f.max_sample, TB);
 	expect_reject(&g, -E2BIG, "largest sample over the size limit", -1);
 
@@ -483,12 +331,12 @@ START_TEST(test_bomb_entry_claims_terabyte)
 	/* Just over the block limit, frame and entry agreeing: the same refusal. */
 	n = frame_rle(frame, sizeof(frame), ZSTD_MAGIC_V1, BP_PACK_MAX_BLOCK + 1, window_log(17),
 		      4096, 'A');
-	forge_set_stored(&g, 0, frame, n, BP_CODEC_ZSTD);
+	pt_forge_set_stored(&g, 0, frame, n, BP_CODEC_ZSTD);
 	g.blocks[0].raw_size = BP_PACK_MAX_BLOCK + 1;
 	g.ssize[0] = 4096;
-	forge_layout(&g);
+	pt_forge_layout(&g);
 	expect_reject(&g, -E2BIG, "block over the size limit", 0);
-	forge_free(&g);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -501,7 +349,7 @@ START_TEST(test_bomb_frame_claims_terabyte)
 {
 	uint8_t frame[64];
 	size_t n;
-	forge g;
+	pt_forge g;
 
 	forge_base(&g, 4, false);
 	/* The honest frame decodes: the forgery is sound but for the lie. */
@@ -527,7 +375,7 @@ START_TEST(test_bomb_frame_claims_terabyte)
 	n = frame_rle(frame, sizeof(frame), ZSTD_MAGIC_V1, 4097, window_log(17), 4096, 'A');
 	forge_frame_block(&g, frame, n, BP_CODEC_ZSTD);
 	expect_decode_reject(&g, 0, "zstd frame declares a different size");
-	forge_free(&g);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -539,7 +387,7 @@ START_TEST(test_bomb_blocks_overrun)
 {
 	size_t cap = 14 + 4 * (64 * MiB / BLOCK_MAX + 1), n;
 	uint8_t *frame = malloc(cap);
-	forge g;
+	pt_forge g;
 
 	forge_base(&g, 4, false);
 	n = frame_rle(frame, cap, ZSTD_MAGIC_V1, 4096, window_log(17), 64 * MiB, 'A');
@@ -552,7 +400,7 @@ START_TEST(test_bomb_blocks_overrun)
 	forge_frame_block(&g, frame, n, BP_CODEC_ZSTD);
 	expect_decode_reject(&g, 0, NULL);
 	free(frame);
-	forge_free(&g);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -580,7 +428,7 @@ START_TEST(test_window_over_limit)
 	bool dict = _i == 1;
 	uint32_t codec = dict ? BP_CODEC_ZSTD_DICT : BP_CODEC_ZSTD;
 	uint8_t frame[64];
-	forge g;
+	pt_forge g;
 
 	forge_base(&g, 4, dict);
 	for (size_t w = 0; w < sizeof(windows) / sizeof(windows[0]); w++) {
@@ -594,7 +442,7 @@ START_TEST(test_window_over_limit)
 			expect_decode_reject(&g, 0, windows[w].what);
 		}
 	}
-	forge_free(&g);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -602,7 +450,7 @@ END_TEST
 
 START_TEST(test_index_outside_file)
 {
-	forge g;
+	pt_forge g;
 	bp_pack_fault f;
 
 	forge_base(&g, 4, false);
@@ -614,41 +462,41 @@ START_TEST(test_index_outside_file)
 	expect_reject(&g, -EBADMSG, "index offset outside the file", -1);
 	g.f.index_offset = 8;
 	expect_reject(&g, -EBADMSG, "index offset outside the file", -1);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* The index claims to run to 2^60, counts to match or not. */
 	g.f.index_size = UINT64_C(1) << 60;
 	expect_reject(&g, -EBADMSG, "index size does not reach the footer", -1);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* A block a terabyte past the end of the file. */
 	g.blocks[2].offset = UINT64_C(1) << 40;
 	expect_reject(&g, -EBADMSG, "block does not start where the previous one ends", 2);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* The last block runs past the file, by a little or wrapping around. */
 	g.blocks[3].stored_size = UINT64_C(1) << 62;
-	ck_assert_int_eq(forge_parse(&g, &f), -EBADMSG);
+	ck_assert_int_eq(pt_forge_parse(&g, &f), -EBADMSG);
 	ck_assert_str_eq(f.what, "block runs past the data region");
-	expect_in_entry(&g, &f, 3);
+	pt_forge_expect_in_entry(&g, &f, 3);
 	g.blocks[3].stored_size = UINT64_MAX - g.blocks[3].offset + 1; /* offset + size == 0 */
 	expect_reject(&g, -EBADMSG, "block runs past the data region", 3);
 	g.blocks[3].stored_size = g.stored_len[3] + BP_PACK_FOOTER_SIZE;
 	expect_reject(&g, -EBADMSG, "block runs past the data region", 3);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* The first block starts at 0, inside the header. */
 	g.blocks[0].offset = 0;
 	expect_reject(&g, -EBADMSG, "block does not start where the previous one ends", 0);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* A sample placed past its block's raw bytes. */
 	g.soff[1] = UINT64_C(1) << 40;
 	expect_reject(&g, -EBADMSG, "sample does not follow the previous one", 1);
 	g.soff[1] = 0;
 
-	ck_assert_int_eq(forge_parse(&g, &f), 0);
-	forge_free(&g);
+	ck_assert_int_eq(pt_forge_parse(&g, &f), 0);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -656,7 +504,7 @@ END_TEST
 
 START_TEST(test_overlapping_blocks)
 {
-	forge g;
+	pt_forge g;
 	bp_pack_fault f;
 
 	forge_base(&g, 4, false);
@@ -664,24 +512,24 @@ START_TEST(test_overlapping_blocks)
 	/* Block 1 starts one byte inside block 0, its hash re-sealed over those bytes. */
 	g.blocks[1].offset = g.blocks[0].offset + g.blocks[0].stored_size - 1;
 	expect_reject(&g, -EBADMSG, "block does not start where the previous one ends", 1);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* Block 1 lies wholly inside block 0. */
 	g.blocks[1].offset = g.blocks[0].offset;
 	g.blocks[1].stored_size = g.blocks[0].stored_size / 2;
 	expect_reject(&g, -EBADMSG, "block does not start where the previous one ends", 1);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* Block 0 swallows block 1; block 1 still claims its own bytes. */
 	g.blocks[0].stored_size += g.blocks[1].stored_size;
 	expect_reject(&g, -EBADMSG, "block does not start where the previous one ends", 1);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* Blocks 2 and 3 are the same bytes. */
 	g.blocks[3].offset = g.blocks[2].offset;
 	g.blocks[3].stored_size = g.blocks[2].stored_size;
 	expect_reject(&g, -EBADMSG, "block does not start where the previous one ends", 3);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* Blocks listed out of order: 1 before 0 (each entry true to its bytes). */
 	{
@@ -696,48 +544,38 @@ START_TEST(test_overlapping_blocks)
 		g.blocks[0] = b0;
 		g.blocks[1].first_sample = 1;
 	}
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* Two blocks claim the same sample. */
 	g.blocks[2].first_sample = 1;
-	ck_assert_int_eq(forge_parse(&g, &f), -EBADMSG);
+	ck_assert_int_eq(pt_forge_parse(&g, &f), -EBADMSG);
 	ck_assert_str_eq(f.what, "block sample ranges out of order");
-	expect_in_entry(&g, &f, 2);
+	pt_forge_expect_in_entry(&g, &f, 2);
 	g.blocks[2].first_sample = 2;
 
 	/* Two samples overlap within a block (sizes re-tiled to the block). */
 	{
-		forge h;
+		pt_forge h;
 		pt_samples s;
 		uint8_t *buf;
 		size_t len;
-		bp_pack_view v;
 
-		memset(&h, 0, sizeof(h));
 		base_samples(&s, 4);
 		ck_assert_int_eq(pt_pack_build(&s, 4, NULL, 0, 3, &buf, &len), 0);
-		ck_assert_int_eq(bp_pack_parse(buf, len, &v, NULL), 0);
-		memcpy(h.header, buf, BP_PACK_HEADER_SIZE);
-		h.nb = 1;
-		h.ns = 4;
-		bp_pack_index_block(&v.index, 0, &h.blocks[0]);
-		h.stored_len[0] = h.blocks[0].stored_size;
-		h.stored[0] = malloc(h.stored_len[0]);
-		memcpy(h.stored[0], buf + h.blocks[0].offset, h.stored_len[0]);
-		for (size_t i = 0; i < 4; i++)
-			bp_pack_index_sample_span(&v.index, i, &h.soff[i], &h.ssize[i]);
-		forge_layout(&h);
-		ck_assert_int_eq(forge_parse(&h, &f), 0);
+		ck_assert_int_eq(pt_forge_from(&h, buf, len), 0);
+		ck_assert_uint_eq(h.nb, 1);
+		ck_assert_uint_eq(h.ns, 4);
+		ck_assert_int_eq(pt_forge_parse(&h, &f), 0);
 		h.soff[2] -= 100;
 		h.ssize[2] += 100;
 		expect_reject(&h, -EBADMSG, "sample does not follow the previous one", 0);
 		free(buf);
 		pt_samples_free(&s);
-		forge_free(&h);
+		pt_forge_free(&h);
 	}
 
-	ck_assert_int_eq(forge_parse(&g, &f), 0);
-	forge_free(&g);
+	ck_assert_int_eq(pt_forge_parse(&g, &f), 0);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -745,7 +583,7 @@ END_TEST
 
 START_TEST(test_huge_counts)
 {
-	forge g;
+	pt_forge g;
 	bp_pack_fault f;
 	uint64_t real;
 
@@ -768,31 +606,31 @@ START_TEST(test_huge_counts)
 	/* Exactly 2^60 of each. */
 	g.f.block_count = g.f.sample_count = UINT64_C(1) << 60;
 	expect_reject(&g, -EBADMSG, "index size does not match the counts", -1);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* A block whose first sample is 2^60. */
 	g.blocks[3].first_sample = UINT64_C(1) << 60;
-	ck_assert_int_eq(forge_parse(&g, &f), -EBADMSG);
+	ck_assert_int_eq(pt_forge_parse(&g, &f), -EBADMSG);
 	ck_assert_str_eq(f.what, "block starts past the last sample");
-	expect_in_entry(&g, &f, 3);
+	pt_forge_expect_in_entry(&g, &f, 3);
 	g.blocks[3].first_sample = 3;
 
 	/* A sample of 2^60 bytes, the footer honest about it, then hiding it. */
 	g.ssize[2] = UINT64_C(1) << 60;
-	forge_layout(&g);
+	pt_forge_layout(&g);
 	expect_reject(&g, -E2BIG, "largest sample over the size limit", -1);
 	g.f.max_sample = 4096;
 	expect_reject(&g, -E2BIG, "sample over the size limit", 2);
 	g.ssize[2] = 4096;
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
 	/* raw_bytes of 2^60 in the footer. */
 	g.f.raw_bytes = UINT64_C(1) << 60;
 	expect_reject(&g, -EBADMSG, "raw byte total does not match the blocks", -1);
-	forge_layout(&g);
+	pt_forge_layout(&g);
 
-	ck_assert_int_eq(forge_parse(&g, &f), 0);
-	forge_free(&g);
+	ck_assert_int_eq(pt_forge_parse(&g, &f), 0);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -810,7 +648,7 @@ START_TEST(test_legacy_frames)
 	bool dict = _i == 1;
 	uint32_t codec = dict ? BP_CODEC_ZSTD_DICT : BP_CODEC_ZSTD;
 	uint8_t frame[64];
-	forge g;
+	pt_forge g;
 
 	forge_base(&g, 4, dict);
 	for (size_t m = 0; m < sizeof(magics) / sizeof(magics[0]); m++) {
@@ -846,7 +684,7 @@ START_TEST(test_legacy_frames)
 		forge_frame_block(&g, v07, sizeof(v07), codec);
 		expect_decode_reject(&g, 0, "block is not a zstd frame");
 	}
-	forge_free(&g);
+	pt_forge_free(&g);
 }
 END_TEST
 
@@ -969,13 +807,13 @@ START_TEST(test_dataset_frame_bombs)
 		uint64_t size;
 		uint8_t frame[64], *buf;
 		size_t n, len;
-		forge g;
+		pt_forge g;
 
 		forge_base(&g, 4, k == 1);
 		n = frame_rle(frame, sizeof(frame), ZSTD_MAGIC_V1, bombs[k].fcs,
 			      bombs[k].window_byte, 4096, 'A');
 		forge_frame_block(&g, frame, n, g.blocks[0].codec);
-		forge_seal(&g, &buf, &len);
+		pt_forge_seal(&g, &buf, &len);
 		write_file(t.path, buf, len);
 
 		ck_assert_int_eq(bp_dataset_openat(AT_FDCWD, t.path, &ds, &fault), 0);
@@ -997,7 +835,7 @@ START_TEST(test_dataset_frame_bombs)
 		bp_sample_reader_free(rd);
 		bp_dataset_close(ds);
 		free(buf);
-		forge_free(&g);
+		pt_forge_free(&g);
 	}
 	tmp_done(&t);
 	pt_samples_free(&s);

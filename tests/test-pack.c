@@ -1266,140 +1266,19 @@ END_TEST
 
 /* ---- index validation ---------------------------------------------------- */
 
-#define CRAFT_MAX_BLOCKS 8
-#define CRAFT_MAX_SAMPLES 32
-
 /*
- * A pack taken apart into its tables, to be put back together with one
- * field changed. Building re-seals the fingerprint and the checksum, so
- * only the semantic check under test can object.
+ * Rebuilt with one field changed (pt_forge, pack-testlib.h: fingerprint and
+ * checksum re-sealed), a pack must be refused by the semantic check alone.
+ * Build and parse c: rejected with err, the fault in block entry k. Frees c.
  */
-typedef struct crafted {
-	uint8_t header[BP_PACK_HEADER_SIZE];
-	uint8_t *data;          /* the data region (owned) */
-	size_t data_len;
-	bp_pack_block blocks[CRAFT_MAX_BLOCKS];
-	size_t nb;
-	uint64_t soff[CRAFT_MAX_SAMPLES], ssize[CRAFT_MAX_SAMPLES];
-	size_t ns;
-	bp_pack_footer f;       /* set by craft_refresh(); tests may override */
-	void (*patch_index)(uint8_t *index);
-} crafted;
-
-/* Footer fields as a correct writer would set them for the current tables. */
-static void craft_refresh(crafted *c)
-{
-	c->f = (bp_pack_footer){
-		.index_offset = BP_PACK_HEADER_SIZE + c->data_len,
-		.index_size = c->nb * BP_PACK_BLOCK_ENTRY + c->ns * BP_PACK_SAMPLE_ENTRY,
-		.block_count = c->nb,
-		.sample_count = c->ns,
-	};
-	for (size_t i = 0; i < c->nb; i++)
-		c->f.raw_bytes += c->blocks[i].raw_size;
-	for (size_t i = 0; i < c->ns; i++)
-		if (c->ssize[i] > c->f.max_sample)
-			c->f.max_sample = c->ssize[i];
-}
-
-static void craft_from(crafted *c, const uint8_t *buf, size_t len)
-{
-	bp_pack_view v;
-
-	memset(c, 0, sizeof(*c));
-	ck_assert_int_eq(bp_pack_parse(buf, len, &v, NULL), 0);
-	ck_assert_uint_eq(v.header.dict_size, 0);
-	ck_assert_uint_le(v.index.block_count, CRAFT_MAX_BLOCKS);
-	ck_assert_uint_le(v.index.sample_count, CRAFT_MAX_SAMPLES);
-	memcpy(c->header, buf, BP_PACK_HEADER_SIZE);
-	c->data_len = v.footer.index_offset - v.header.data_offset;
-	c->data = malloc(c->data_len + 1);
-	memcpy(c->data, buf + v.header.data_offset, c->data_len);
-	c->nb = v.index.block_count;
-	c->ns = v.index.sample_count;
-	for (size_t i = 0; i < c->nb; i++)
-		bp_pack_index_block(&v.index, i, &c->blocks[i]);
-	for (size_t i = 0; i < c->ns; i++)
-		bp_pack_index_sample_span(&v.index, i, &c->soff[i], &c->ssize[i]);
-	craft_refresh(c);
-}
-
-static void craft_free(crafted *c)
-{
-	free(c->data);
-}
-
-static void craft_build(const crafted *c, uint8_t **ret, size_t *ret_len)
-{
-	size_t index_size = c->nb * BP_PACK_BLOCK_ENTRY + c->ns * BP_PACK_SAMPLE_ENTRY;
-	size_t len = BP_PACK_HEADER_SIZE + c->data_len + index_size + BP_PACK_FOOTER_SIZE;
-	uint8_t *buf = malloc(len), *p = buf, *index;
-	bp_pack_footer f = c->f;
-
-	memcpy(p, c->header, BP_PACK_HEADER_SIZE);
-	p += BP_PACK_HEADER_SIZE;
-	memcpy(p, c->data, c->data_len);
-	p += c->data_len;
-	index = p;
-	for (size_t i = 0; i < c->nb; i++, p += BP_PACK_BLOCK_ENTRY)
-		bp_pack_block_entry_encode(&c->blocks[i], p);
-	for (size_t i = 0; i < c->ns; i++, p += BP_PACK_SAMPLE_ENTRY)
-		bp_pack_sample_entry_encode(c->soff[i], c->ssize[i], p);
-	if (c->patch_index)
-		c->patch_index(index);
-	f.fingerprint = XXH3_64bits(index, index_size);
-	bp_pack_footer_encode(&f, c->header, p);
-	*ret = buf;
-	*ret_len = len;
-}
-
-/*
- * Build and parse c. On rejection, check that a reason and a plausible
- * place are given and that the view was left alone; ret_fault gets the fault.
- */
-static int craft_parse(const crafted *c, bp_pack_fault *ret_fault)
-{
-	bp_pack_fault f = { .what = NULL, .offset = UINT64_MAX, .block = INT64_MIN };
-	bp_pack_view v, sentinel;
-	uint8_t *buf;
-	size_t len;
-	int r;
-
-	craft_build(c, &buf, &len);
-	memset(&v, 0x5a, sizeof(v));
-	memcpy(&sentinel, &v, sizeof(v));
-	r = bp_pack_parse(buf, len, &v, &f);
-	if (r < 0) {
-		ck_assert_ptr_nonnull(f.what);
-		ck_assert_uint_le(f.offset, len);
-		ck_assert_int_ge(f.block, -1);
-		ck_assert_mem_eq(&v, &sentinel, sizeof(v));
-	}
-	free(buf);
-	if (ret_fault)
-		*ret_fault = f;
-	return r;
-}
-
-/* The fault lies in block entry k of the table. */
-static void assert_fault_in_entry(const crafted *c, const bp_pack_fault *f, size_t k)
-{
-	uint64_t at = c->f.index_offset + k * BP_PACK_BLOCK_ENTRY;
-
-	ck_assert_int_eq(f->block, (int64_t)k);
-	ck_assert_msg(f->offset >= at && f->offset < at + BP_PACK_BLOCK_ENTRY,
-		      "fault offset %" PRIu64 " not in block entry %zu [%" PRIu64 ", +56)",
-		      f->offset, k, at);
-}
-
-/* Build and parse c: rejected with err, the fault in block entry k. Frees c. */
-static void expect_entry_fault(crafted *c, int err, size_t k)
+static void expect_entry_fault(pt_forge *c, int err, size_t k)
 {
 	bp_pack_fault f;
 
-	ck_assert_int_eq(craft_parse(c, &f), err);
-	assert_fault_in_entry(c, &f, k);
-	craft_free(c);
+	ck_assert_int_eq(pt_forge_parse(c, &f), err);
+	ck_assert_int_eq(f.block, (int64_t)k);
+	pt_forge_expect_in_entry(c, &f, k);
+	pt_forge_free(c);
 }
 
 /*
@@ -1431,7 +1310,7 @@ static void base_samples(pt_samples *s)
 	}
 }
 
-static void craft_base(crafted *c)
+static void craft_base(pt_forge *c)
 {
 	pt_samples s;
 	uint8_t *buf;
@@ -1439,7 +1318,8 @@ static void craft_base(crafted *c)
 
 	base_samples(&s);
 	ck_assert_int_eq(pt_pack_build(&s, 3, NULL, 0, 3, &buf, &len), 0);
-	craft_from(c, buf, len);
+	ck_assert_int_eq(pt_forge_from(c, buf, len), 0);
+	ck_assert_uint_eq(c->dict_size, 0);
 	ck_assert_uint_eq(c->nb, 3);
 	ck_assert_uint_eq(c->blocks[0].codec, BP_CODEC_ZSTD);
 	ck_assert_uint_eq(c->blocks[1].codec, BP_CODEC_RAW);
@@ -1448,37 +1328,26 @@ static void craft_base(crafted *c)
 	pt_samples_free(&s);
 }
 
-/* Insert one byte into the data region at pos and move what follows. */
-static void craft_insert_gap(crafted *c, size_t pos)
-{
-	uint64_t at = BP_PACK_HEADER_SIZE + pos;
-
-	memmove(c->data + pos + 1, c->data + pos, c->data_len - pos);
-	c->data[pos] = 0;
-	c->data_len++;
-	for (size_t i = 0; i < c->nb; i++)
-		if (c->blocks[i].offset >= at)
-			c->blocks[i].offset++;
-	craft_refresh(c);
-}
-
 /*
  * Insert, before block `at`, an empty raw block holding one empty sample:
  * valid by PACK.md (blocks hold at least one sample; samples may be empty).
  */
-static void craft_insert_empty_block(crafted *c, size_t at)
+static void craft_insert_empty_block(pt_forge *c, size_t at)
 {
 	uint64_t first = at < c->nb ? c->blocks[at].first_sample : c->ns;
-	uint64_t offset = at < c->nb ? c->blocks[at].offset : BP_PACK_HEADER_SIZE + c->data_len;
-	uint64_t empty = XXH3_64bits("", 0);
+	size_t moved = c->nb - at;
 
-	ck_assert_uint_lt(c->nb, CRAFT_MAX_BLOCKS);
-	ck_assert_uint_lt(c->ns, CRAFT_MAX_SAMPLES);
-	memmove(&c->blocks[at + 1], &c->blocks[at], (c->nb - at) * sizeof(c->blocks[0]));
+	ck_assert_uint_lt(c->nb, PT_FORGE_MAX_BLOCKS);
+	ck_assert_uint_lt(c->ns, PT_FORGE_MAX_SAMPLES);
+	memmove(&c->blocks[at + 1], &c->blocks[at], moved * sizeof(c->blocks[0]));
+	memmove(&c->stored[at + 1], &c->stored[at], moved * sizeof(c->stored[0]));
+	memmove(&c->stored_len[at + 1], &c->stored_len[at], moved * sizeof(c->stored_len[0]));
+	/* Laid out at the next block's offset, its stored and raw hash that of no bytes. */
 	c->blocks[at] = (bp_pack_block){
-		.offset = offset, .first_sample = first, .sample_count = 1,
-		.stored_hash = empty, .raw_hash = empty, .codec = BP_CODEC_RAW,
+		.first_sample = first, .sample_count = 1, .codec = BP_CODEC_RAW,
 	};
+	c->stored[at] = malloc(1);
+	c->stored_len[at] = 0;
 	c->nb++;
 	for (size_t i = at + 1; i < c->nb; i++)
 		c->blocks[i].first_sample++;
@@ -1487,7 +1356,8 @@ static void craft_insert_empty_block(crafted *c, size_t at)
 	c->soff[first] = 0;
 	c->ssize[first] = 0;
 	c->ns++;
-	craft_refresh(c);
+	pt_forge_layout(c);
+	ck_assert_uint_eq(c->blocks[at].stored_hash, XXH3_64bits("", 0));
 }
 
 /* Taking a writer's pack apart and putting it back gives the same bytes. */
@@ -1496,15 +1366,15 @@ START_TEST(test_index_identity)
 	pt_samples s;
 	uint8_t *orig, *again;
 	size_t len, len2;
-	crafted c;
+	pt_forge c;
 
 	base_samples(&s);
 	ck_assert_int_eq(pt_pack_build(&s, 3, NULL, 0, 3, &orig, &len), 0);
-	craft_from(&c, orig, len);
-	craft_build(&c, &again, &len2);
+	ck_assert_int_eq(pt_forge_from(&c, orig, len), 0);
+	pt_forge_seal(&c, &again, &len2);
 	ck_assert_uint_eq(len2, len);
 	ck_assert_mem_eq(again, orig, len);
-	ck_assert_int_eq(craft_parse(&c, NULL), 0);
+	ck_assert_int_eq(pt_forge_parse(&c, NULL), 0);
 
 	/* The block table as PACK.md lays it out. */
 	{
@@ -1531,30 +1401,29 @@ START_TEST(test_index_identity)
 	}
 	free(again);
 	free(orig);
-	craft_free(&c);
+	pt_forge_free(&c);
 	pt_samples_free(&s);
 }
 END_TEST
 
 START_TEST(test_index_overlapping_blocks)
 {
-	crafted c;
+	pt_forge c;
 	bp_pack_fault f;
 
 	/* Block 0 claims the first byte of block 1 (its hash re-sealed to match). */
 	craft_base(&c);
 	c.blocks[0].stored_size++;
-	c.blocks[0].stored_hash = XXH3_64bits(c.data, c.blocks[0].stored_size);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	c.blocks[0].stored_hash = pt_forge_hash(&c, c.blocks[0].offset, c.blocks[0].stored_size);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* Block 1 starts one byte early, inside block 0. */
 	craft_base(&c);
 	c.blocks[1].offset--;
-	c.blocks[1].stored_hash = XXH3_64bits(c.data + c.blocks[1].offset - BP_PACK_HEADER_SIZE,
-					      c.blocks[1].stored_size);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	c.blocks[1].stored_hash = pt_forge_hash(&c, c.blocks[1].offset, c.blocks[1].stored_size);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* The last block runs one byte into the index. */
 	craft_base(&c);
@@ -1565,54 +1434,57 @@ START_TEST(test_index_overlapping_blocks)
 	craft_base(&c);
 	c.blocks[2] = c.blocks[1];
 	c.blocks[2].first_sample = 6;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 }
 END_TEST
 
 START_TEST(test_index_gaps)
 {
-	crafted c;
+	pt_forge c;
 	bp_pack_fault f;
 
 	/* A byte between blocks 0 and 1. */
 	craft_base(&c);
-	craft_insert_gap(&c, c.blocks[0].stored_size);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	c.gap[1] = 1;
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* A byte between the header and block 0. */
 	craft_base(&c);
-	craft_insert_gap(&c, 0);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	c.gap[0] = 1;
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* A byte between the last block and the index. */
 	craft_base(&c);
-	craft_insert_gap(&c, c.data_len);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	c.gap[c.nb] = 1;
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 }
 END_TEST
 
 START_TEST(test_index_samples_tile)
 {
-	crafted c;
+	pt_forge c;
 	bp_pack_fault f;
 
 	/* A gap between samples 0 and 1 (block 0). */
 	craft_base(&c);
 	c.soff[1]++;
 	c.ssize[1]--;
-	craft_refresh(&c);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* Sample 1 moved 10 bytes on, same size: sizes still sum to the block. */
 	craft_base(&c);
 	c.soff[1] += 10;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* Samples 1 and 2 swapped in place: each starts where the other should. */
 	craft_base(&c);
@@ -1620,76 +1492,76 @@ START_TEST(test_index_samples_tile)
 	c.soff[2] = 300;
 	c.ssize[1] = 200;
 	c.ssize[2] = 250;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* Sample 3 (first of block 1) does not start at 0. */
 	craft_base(&c);
 	c.soff[3] = 1;
 	c.ssize[3]--;
-	craft_refresh(&c);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* Samples 4 and 5 overlap. */
 	craft_base(&c);
 	c.ssize[4]++;
-	craft_refresh(&c);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* The last sample of block 2 stops short of the block's end. */
 	craft_base(&c);
 	c.ssize[8]--;
-	craft_refresh(&c);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* ... or runs past it. */
 	craft_base(&c);
 	c.ssize[8]++;
-	craft_refresh(&c);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* Blocks split the samples differently from the sample table. */
 	craft_base(&c);
 	c.blocks[1].first_sample = 4;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 }
 END_TEST
 
 START_TEST(test_index_block_order)
 {
-	crafted c;
+	pt_forge c;
 	bp_pack_fault f;
 
 	craft_base(&c);
 	c.blocks[0].first_sample = 1;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	craft_base(&c);
 	c.blocks[2].first_sample = 3; /* same as block 1: block 1 would be empty */
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	craft_base(&c);
 	c.blocks[2].first_sample = 9; /* past the last sample */
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	craft_base(&c);
 	c.blocks[2].first_sample = UINT64_MAX;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 }
 END_TEST
 
 START_TEST(test_index_empty_blocks)
 {
-	crafted c;
+	pt_forge c;
 	bp_pack_fault f;
 
 	/* Valid at the start, in the middle and at the end. */
@@ -1703,13 +1575,13 @@ START_TEST(test_index_empty_blocks)
 		craft_base(&c);
 		craft_insert_empty_block(&c, at);
 		id = c.blocks[at].first_sample;
-		craft_build(&c, &buf, &len);
+		pt_forge_seal(&c, &buf, &len);
 		ck_assert_int_eq(bp_pack_parse(buf, len, &v, NULL), 0);
 		bp_pack_index_sample(&v.index, id, &smp);
 		ck_assert_uint_eq(smp.block, at);
 		ck_assert_uint_eq(smp.size, 0);
 		free(buf);
-		craft_free(&c);
+		pt_forge_free(&c);
 	}
 
 	/*
@@ -1719,8 +1591,8 @@ START_TEST(test_index_empty_blocks)
 	craft_base(&c);
 	craft_insert_empty_block(&c, 1);
 	c.blocks[2].first_sample = c.blocks[1].first_sample;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/*
 	 * A trailing empty block whose first sample is sample_count: the empty
@@ -1730,17 +1602,17 @@ START_TEST(test_index_empty_blocks)
 	craft_insert_empty_block(&c, 3);
 	c.soff[9] = c.blocks[2].raw_size;
 	c.blocks[3].first_sample = c.ns;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
 	c.blocks[3].first_sample = UINT64_MAX;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 }
 END_TEST
 
 START_TEST(test_index_unknown_codec)
 {
 	static const uint32_t codecs[] = { 3, 0x100, UINT32_MAX };
-	crafted c;
+	pt_forge c;
 
 	for (size_t i = 0; i < sizeof(codecs) / sizeof(codecs[0]); i++) {
 		craft_base(&c);
@@ -1752,7 +1624,7 @@ END_TEST
 
 START_TEST(test_index_raw_codec_sizes)
 {
-	crafted c;
+	pt_forge c;
 
 	/* A zstd block relabelled raw: stored < raw. */
 	craft_base(&c);
@@ -1768,14 +1640,14 @@ START_TEST(test_index_raw_codec_sizes)
 	craft_base(&c);
 	c.blocks[1].raw_size--;
 	c.ssize[5]--;
-	craft_refresh(&c);
+	pt_forge_layout(&c);
 	expect_entry_fault(&c, -EBADMSG, 1);
 }
 END_TEST
 
 START_TEST(test_index_zstd_codec_sizes)
 {
-	crafted c;
+	pt_forge c;
 
 	/* A raw block relabelled zstd: stored == raw, compression did not pay. */
 	craft_base(&c);
@@ -1789,7 +1661,7 @@ START_TEST(test_index_zstd_codec_sizes)
 	c.ssize[0] = c.blocks[0].raw_size;
 	c.soff[1] = c.soff[2] = c.blocks[0].raw_size;
 	c.ssize[1] = c.ssize[2] = 0;
-	craft_refresh(&c);
+	pt_forge_layout(&c);
 	expect_entry_fault(&c, -EBADMSG, 0);
 
 	/* A dictionary block in a pack without a dictionary. */
@@ -1801,14 +1673,14 @@ END_TEST
 
 START_TEST(test_index_count_overflow)
 {
-	crafted c;
+	pt_forge c;
 	bp_pack_fault f;
 
 	/* Footer counts whose table sizes wrap to the real index size. */
 	craft_base(&c);
 	c.f.sample_count += UINT64_C(1) << 60;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/* Both counts + 2^61 (72 x 2^61 = 9 x 2^64): still no more blocks than samples. */
 	craft_base(&c);
@@ -1817,8 +1689,8 @@ START_TEST(test_index_count_overflow)
 	ck_assert_uint_eq(c.f.block_count * BP_PACK_BLOCK_ENTRY +
 				  c.f.sample_count * BP_PACK_SAMPLE_ENTRY,
 			  c.nb * BP_PACK_BLOCK_ENTRY + c.ns * BP_PACK_SAMPLE_ENTRY);
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_free(&c);
 
 	/*
 	 * Block 0 holds samples of 300, 200 and 250 bytes. Replace the first two
@@ -1834,30 +1706,30 @@ START_TEST(test_index_count_overflow)
 		c.soff[1] = UINT64_MAX - 15;
 		c.ssize[1] = 516;
 		ck_assert_uint_eq(c.soff[1] + c.ssize[1], c.soff[2]);
-		craft_refresh(&c);
+		pt_forge_layout(&c);
 		if (!honest_max)
 			c.f.max_sample = 516; /* get past the footer's own limit check */
 		/* Refused as over the sample limit, by the footer or by the table. */
-		ck_assert_int_eq(craft_parse(&c, &f), -E2BIG);
+		ck_assert_int_eq(pt_forge_parse(&c, &f), -E2BIG);
 		ck_assert_int_eq(f.block, honest_max ? -1 : 0);
-		craft_free(&c);
+		pt_forge_free(&c);
 	}
 
 	/* The last sample of block 0 so large that offset + size wraps. */
 	craft_base(&c);
 	c.ssize[2] = UINT64_MAX;
-	craft_refresh(&c);
+	pt_forge_layout(&c);
 	c.f.max_sample = 300;
-	ck_assert_int_eq(craft_parse(&c, &f), -E2BIG);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -E2BIG);
 	ck_assert_int_eq(f.block, 0);
-	craft_free(&c);
+	pt_forge_free(&c);
 }
 END_TEST
 
 /* A block over BP_PACK_MAX_BLOCK, everything else consistent. */
 START_TEST(test_index_block_limit)
 {
-	crafted c;
+	pt_forge c;
 	uint64_t grow = BP_PACK_MAX_BLOCK + 1;
 
 	craft_base(&c);
@@ -1865,31 +1737,31 @@ START_TEST(test_index_block_limit)
 	c.blocks[0].raw_size += grow;
 	c.ssize[2] += grow;
 	ck_assert_uint_le(c.ssize[2], BP_PACK_MAX_SAMPLE);
-	craft_refresh(&c);
+	pt_forge_layout(&c);
 	expect_entry_fault(&c, -E2BIG, 0);
 }
 END_TEST
 
 START_TEST(test_index_totals)
 {
-	crafted c;
+	pt_forge c;
 	bp_pack_fault f;
 
 	craft_base(&c);
 	c.f.raw_bytes++;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
 	c.f.raw_bytes -= 2;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_refresh(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_layout(&c);
 	c.f.max_sample++;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
 	c.f.max_sample -= 2;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
 	c.f.max_sample = 0;
-	ck_assert_int_eq(craft_parse(&c, &f), -EBADMSG);
-	craft_refresh(&c);
-	ck_assert_int_eq(craft_parse(&c, &f), 0);
-	craft_free(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
+	pt_forge_layout(&c);
+	ck_assert_int_eq(pt_forge_parse(&c, &f), 0);
+	pt_forge_free(&c);
 }
 END_TEST
 
@@ -1900,7 +1772,7 @@ static void patch_block_reserved(uint8_t *index)
 
 START_TEST(test_index_reserved)
 {
-	crafted c;
+	pt_forge c;
 
 	craft_base(&c);
 	c.patch_index = patch_block_reserved;

@@ -138,27 +138,6 @@ static void consume_ok(bc_stream *s, dt_ref *ref, size_t n, const char *what)
 
 /* ---- status JSON (json-c) ------------------------------------------------------------ */
 
-/* A number at path; fails the test when it is missing or not an integer. */
-static uint64_t ju64(json_object *o, const char *path)
-{
-	json_object *v = json_path_get(o, path);
-
-	expect(v && json_object_is_type(v, json_type_int), "status JSON: no integer \"%s\" in %s",
-	       path, json_object_to_json_string(o));
-	return (uint64_t)json_object_get_int64(v);
-}
-
-static json_object *status_ok(void)
-{
-	char *text = dt_status_ok();
-	json_object *o = json_tokener_parse(text);
-
-	expect(o && json_object_is_type(o, json_type_object), "status is not a JSON object: %.300s",
-	       text);
-	free(text);
-	return o;
-}
-
 static json_object *sessions_of(json_object *status)
 {
 	json_object *a = json_path_get(status, "sessions");
@@ -179,15 +158,6 @@ static json_object *session_by_pid(json_object *sessions, pid_t pid, const char 
 			return se;
 	}
 	return NULL;
-}
-
-static uint64_t status_u64(const char *path)
-{
-	json_object *st = status_ok();
-	uint64_t v = ju64(st, path);
-
-	json_object_put(st);
-	return v;
 }
 
 /* ---- Prometheus text exposition, parsed back ---------------------------------------- */
@@ -725,7 +695,7 @@ START_TEST(test_reload)
 	snprintf(needle, sizeof(needle), "%s:7:", CONF);
 	expect(dt_log_contains(&D, needle), "the refused reload's message does not name %s", needle);
 	expect(dt_log_contains(&D, "no_such_key"), "the refused reload's message does not name the key");
-	expect(status_u64("reloads") == 0, "status counts a refused reload as applied");
+	expect(dt_status_u64("reloads") == 0, "status counts a refused reload as applied");
 	consume_ok(s1, &ref_one, 5, "after the refused reload");
 	/* The old configuration stays: root A, not B; level notice. */
 	opts(&o, "bonly.bpk", 7);
@@ -742,8 +712,8 @@ START_TEST(test_reload)
 		   "root = %s\n", D.sock, rootb);
 	hup_and_wait(1, 1);
 	expect(dt_log_contains(&D, "configuration reloaded"), "no \"configuration reloaded\" line");
-	st = status_ok();
-	expect(ju64(st, "reloads") == 1, "status: reloads %" PRIu64 ", expected 1", ju64(st, "reloads"));
+	st = dt_status_json_ok();
+	expect(dt_ju64(st, "reloads") == 1, "status: reloads %" PRIu64 ", expected 1", dt_ju64(st, "reloads"));
 	json_object_put(st);
 
 	opts(&o, "bonly.bpk", 9);
@@ -797,12 +767,12 @@ START_TEST(test_reload_budget)
 	o.prefetch = 8;
 	while (n < 4)
 		s[n++] = dt_open_ok(c, &o);
-	used = status_u64("memory.sessions");
+	used = dt_status_u64("memory.sessions");
 	expect(used > (UINT64_C(16) << 20), "4 sessions hold only %" PRIu64 " bytes", used);
 
 	conf_basic("info", "[memory]\nbudget = 16M\n");
 	hup_and_wait(1, 0);
-	expect(status_u64("memory.budget") == (UINT64_C(16) << 20), "the budget did not change");
+	expect(dt_status_u64("memory.budget") == (UINT64_C(16) << 20), "the budget did not change");
 	consume_ok(s[0], &ref, 3, "a session that holds memory over the new budget");
 	opts(&o, DSET_ONE, 10);
 	msg = open_fails(c, &o, -ENOMEM);
@@ -924,10 +894,10 @@ START_TEST(test_sigterm_drain)
 
 	/* Wait until the sleeper has taken everything published and nothing more comes. */
 	for (int i = 0; i < TRIES && stable < 20; i++) {
-		json_object *st = status_ok(), *se = session_by_pid(sessions_of(st), getpid(), DSET_ONE);
-		uint64_t pub = se ? ju64(se, "published") : 0, con = se ? ju64(se, "consumed") : 0;
+		json_object *st = dt_status_json_ok(), *se = session_by_pid(sessions_of(st), getpid(), DSET_ONE);
+		uint64_t pub = se ? dt_ju64(se, "published") : 0, con = se ? dt_ju64(se, "consumed") : 0;
 
-		stable = se && pub >= 2 && con == pub && ju64(se, "inflight") == 0 && pub == last_pub
+		stable = se && pub >= 2 && con == pub && dt_ju64(se, "inflight") == 0 && pub == last_pub
 			 ? stable + 1 : 0;
 		last_pub = pub;
 		json_object_put(st);
@@ -1010,7 +980,7 @@ START_TEST(test_sessions_per_uid)
 	       "name the limit and the user: \"%s\"", msg);
 	msg = open_fails(c2, &o, -EUSERS);
 	expect(strstr(msg, "sessions_per_uid"), "refusal on the second connection: \"%s\"", msg);
-	expect(status_u64("refused.limit") == 2, "status refused.limit is not 2");
+	expect(dt_status_u64("refused.limit") == 2, "status refused.limit is not 2");
 
 	/* Closing one makes room (once it has ended, which is asynchronous). */
 	ck_assert_int_eq(bc_close(s[1]), 0);
@@ -1081,7 +1051,7 @@ START_TEST(test_sessions_per_uid_concurrent)
 			ok++;
 		}
 	}
-	st = status_ok();
+	st = dt_status_json_ok();
 	expect(ok == 2 && refused == CONNS - 2 && json_object_array_length(sessions_of(st)) == 2,
 	       "%d simultaneous OPENs by one uid with sessions_per_uid = 2: %d opened, %d refused, "
 	       "%zu sessions in the status", CONNS, ok, refused,
@@ -1120,10 +1090,10 @@ START_TEST(test_memory_per_uid)
 	opts(&o, DSET_ONE, 256);
 	o.prefetch = 8;
 	s[n++] = dt_open_ok(c, &o);
-	st = status_ok();
+	st = dt_status_json_ok();
 	se = session_by_pid(sessions_of(st), getpid(), NULL);
 	expect(se, "our session is not in the status");
-	one = ju64(se, "memory");
+	one = dt_ju64(se, "memory");
 	json_object_put(st);
 	expect(one > 0 && one <= limit / 2, "one session holds %" PRIu64 " bytes", one);
 	fit = (size_t)(limit / one);
@@ -1133,8 +1103,8 @@ START_TEST(test_memory_per_uid)
 	msg = open_fails(c, &o, -ENOMEM);
 	expect(strstr(msg, "memory limit per user"), "session %zu (of %" PRIu64 " bytes, %zu held) "
 	       "refused with: \"%s\"", n + 1, one, n, msg);
-	expect(status_u64("refused.memory") == 2, "status refused.memory is not 2");
-	expect(status_u64("memory.sessions") == one * n, "status memory.sessions is not %zu x %" PRIu64,
+	expect(dt_status_u64("refused.memory") == 2, "status refused.memory is not 2");
+	expect(dt_status_u64("memory.sessions") == one * n, "status memory.sessions is not %zu x %" PRIu64,
 	       n, one);
 	consume_ok(s[0], &ref, 2, "a session at the limit");
 
@@ -1291,10 +1261,10 @@ START_TEST(test_metrics_traffic)
 
 	/* The status document agrees with the metrics. */
 	{
-		json_object *st = status_ok();
+		json_object *st = dt_status_json_ok();
 
-		expect(ju64(st, "ended.batches") == N + M && ju64(st, "ended.bytes") == bytes1 + bytes2 &&
-		       ju64(st, "ended.sessions") == 2, "status ended: %s",
+		expect(dt_ju64(st, "ended.batches") == N + M && dt_ju64(st, "ended.bytes") == bytes1 + bytes2 &&
+		       dt_ju64(st, "ended.sessions") == 2, "status ended: %s",
 		       json_object_to_json_string(json_path_get(st, "ended")));
 		json_object_put(st);
 	}
@@ -1364,16 +1334,16 @@ START_TEST(test_peer_credentials)
 	close(down[0]);
 	expect(read(up[0], &ch, 1) == 1, "the child did not open its stream");
 
-	status = status_ok();
+	status = dt_status_json_ok();
 	se = session_by_pid(sessions_of(status), getpid(), DSET_ONE);
 	expect(se, "no session with our pid %d in %s", (int)getpid(), json_object_to_json_string(status));
-	expect(ju64(se, "uid") == getuid(), "our session's uid %" PRIu64 ", we are %u",
-	       ju64(se, "uid"), (unsigned)getuid());
+	expect(dt_ju64(se, "uid") == getuid(), "our session's uid %" PRIu64 ", we are %u",
+	       dt_ju64(se, "uid"), (unsigned)getuid());
 	se = session_by_pid(sessions_of(status), child, DSET_BLK);
 	expect(se, "no session with the child's pid %d in %s", (int)child,
 	       json_object_to_json_string(status));
-	expect(ju64(se, "uid") == child_uid, "the child's session uid %" PRIu64 ", expected %u",
-	       ju64(se, "uid"), (unsigned)child_uid);
+	expect(dt_ju64(se, "uid") == child_uid, "the child's session uid %" PRIu64 ", expected %u",
+	       dt_ju64(se, "uid"), (unsigned)child_uid);
 	expect(json_object_array_length(sessions_of(status)) == 2, "%zu sessions, expected 2",
 	       json_object_array_length(sessions_of(status)));
 	json_object_put(status);
@@ -1391,7 +1361,7 @@ START_TEST(test_peer_credentials)
 	/* Its session goes with it; ours stays. */
 	v = metric_wait("batchd_sessions", NULL, 1);
 	expect(v == 1, "batchd_sessions %g after the child left", v);
-	status = status_ok();
+	status = dt_status_json_ok();
 	expect(!session_by_pid(sessions_of(status), child, NULL), "the child's session outlived it");
 	expect(session_by_pid(sessions_of(status), getpid(), DSET_ONE), "our session is gone");
 	json_object_put(status);
@@ -1469,7 +1439,7 @@ START_TEST(test_access_lists)
 		consume_ok(s, &ref, 3, "an allowed peer's stream");
 		ck_assert_int_eq(bc_close(s), 0);
 		bc_disconnect(c);
-		expect(status_u64("denied") == 0, "status counts denied connections for an allowed peer");
+		expect(dt_status_u64("denied") == 0, "status counts denied connections for an allowed peer");
 	} else {
 		uint8_t buf[BP_MSG_MAX];
 		bp_msg_error e;
@@ -1512,11 +1482,11 @@ START_TEST(test_access_lists)
 		expect(r == 0, "still denied after the reload allowed our uid: %s", bc_strerror(r));
 		bc_disconnect(c);
 		{
-			json_object *st = status_ok();
-			uint64_t denied = ju64(st, "denied");
+			json_object *st = dt_status_json_ok();
+			uint64_t denied = dt_ju64(st, "denied");
 
-			expect(denied >= 3 && ju64(st, "reloads") == 1, "status: denied %" PRIu64
-			       " (at least 3 expected), reloads %" PRIu64, denied, ju64(st, "reloads"));
+			expect(denied >= 3 && dt_ju64(st, "reloads") == 1, "status: denied %" PRIu64
+			       " (at least 3 expected), reloads %" PRIu64, denied, dt_ju64(st, "reloads"));
 			expect(metric("batchd_errors_total", "kind=\"denied\"") == (double)denied,
 			       "batchd_errors_total{kind=\"denied\"} disagrees with status (%" PRIu64 ")",
 			       denied);
@@ -1889,9 +1859,9 @@ START_TEST(test_batchctl)
 	       json_object_array_length(j), out);
 	se = session_by_pid(j, getpid(), DSET_ONE);
 	expect(se, "batchctl sessions --json does not list our stream (pid %d): %s", (int)getpid(), out);
-	expect(ju64(se, "uid") == getuid() && ju64(se, "batch_size") == 10 &&
+	expect(dt_ju64(se, "uid") == getuid() && dt_ju64(se, "batch_size") == 10 &&
 	       !strcmp(json_object_get_string(json_path_get(se, "shuffle")), "global") &&
-	       ju64(se, "delivered") == 4 && json_path_get(se, "mb_per_s") &&
+	       dt_ju64(se, "delivered") == 4 && json_path_get(se, "mb_per_s") &&
 	       json_path_get(se, "stall_pct"),
 	       "batchctl sessions --json, our session: %s", json_object_to_json_string(se));
 	json_object_put(j);
@@ -1906,8 +1876,8 @@ START_TEST(test_batchctl)
 	r = batchctl(&out, (const char *[]){ "stats", "--json", NULL });
 	expect(r == 0, "batchctl stats --json exited %d", r);
 	j = parse_json_ok(out, json_type_object, "stats --json");
-	expect(ju64(j, "sessions") == 1 && ju64(j, "batches_delivered") == 4 &&
-	       ju64(j, "clients") >= 1 && ju64(j, "memory_budget") > 0 &&
+	expect(dt_ju64(j, "sessions") == 1 && dt_ju64(j, "batches_delivered") == 4 &&
+	       dt_ju64(j, "clients") >= 1 && dt_ju64(j, "memory_budget") > 0 &&
 	       json_object_get_string(json_path_get(j, "version"))[0],
 	       "batchctl stats --json: %s", out);
 	json_object_put(j);
@@ -1921,8 +1891,8 @@ START_TEST(test_batchctl)
 	r = batchctl(&out, (const char *[]){ "status", "--json", NULL });
 	expect(r == 0, "batchctl status --json exited %d", r);
 	j = parse_json_ok(out, json_type_object, "status --json");
-	expect(ju64(j, "pid") == (uint64_t)D.pid, "batchctl status --json: pid %" PRIu64 ", batchd is %d",
-	       ju64(j, "pid"), (int)D.pid);
+	expect(dt_ju64(j, "pid") == (uint64_t)D.pid, "batchctl status --json: pid %" PRIu64 ", batchd is %d",
+	       dt_ju64(j, "pid"), (int)D.pid);
 	json_object_put(j);
 	free(out);
 
@@ -1991,7 +1961,7 @@ START_TEST(test_report_escaping)
 	s = dt_open_ok(c, &o);
 	consume_ok(s, &ref, 2, "a stream on an oddly named dataset");
 
-	st = status_ok();
+	st = dt_status_json_ok();
 	se = session_by_pid(sessions_of(st), getpid(), name);
 	expect(se, "status does not give the dataset name back intact: %s",
 	       json_object_to_json_string(st));
