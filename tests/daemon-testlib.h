@@ -90,14 +90,27 @@ typedef struct dt_daemon {
 	 * all, even with a refusal (an [access] allow-list that excludes us).
 	 */
 	bool any_answer;
+	/*
+	 * dt_daemon_start: more environment for the daemon alone, on top of the
+	 * test's own ("NAME=value" strings, NULL-terminated), NULL = none.
+	 */
+	const char *const *env;
+	/*
+	 * dt_daemon_start: an exit before the socket answers is an outcome the
+	 * test examines, not a failure: return 1 and do not dump the log.
+	 */
+	bool may_exit;
+	int exit_status;         /* wait status of a daemon that exited before answering */
 } dt_daemon;
 
 /* Make d's directory tree (root/ with links to the packs). @return 0 or -1. */
 int dt_daemon_init(dt_daemon *d);
 /*
  * Start batchd on d (killed with SIGKILL if the calling process dies),
- * then wait until its socket answers a HELLO. @return 0; -1 when it exited
- * or never answered (log dumped to stderr).
+ * then wait until its socket answers a HELLO. @return 0; 1 when it exited
+ * before answering and d->may_exit is set; -1 when it exited (without
+ * may_exit) or never answered (log dumped to stderr). d->exit_status gets
+ * the wait status of a daemon that exited before answering.
  */
 int dt_daemon_start(dt_daemon *d);
 /*

@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -79,19 +78,44 @@ static char E[2048];             /* why dt_* failed */
 
 /* ---- fixtures --------------------------------------------------------------- */
 
-/* Start D with BATCHD_FAULTS=faults (NULL or "": none) in its environment. */
-static void start_faults(const char *faults)
+/*
+ * Start D with BATCHD_FAULTS=faults (NULL or "": none) and, when asan_extra
+ * is set, ASAN_OPTIONS extended by it (it means nothing to other builds) in
+ * its environment alone, with a fresh log: what a test looks for there is
+ * about this daemon. @return as dt_daemon_start (1: it exited at startup
+ * and may_exit was asked for; the wait status in D.exit_status).
+ */
+static int start_env(const char *faults, const char *asan_extra, bool may_exit)
 {
+	const char *cur = getenv("ASAN_OPTIONS");
+	char fenv[512], aenv[1024];
+	const char *env[3] = { NULL };
+	size_t n = 0;
 	int r;
 
-	if (faults && *faults)
-		setenv("BATCHD_FAULTS", faults, 1);
-	else
-		unsetenv("BATCHD_FAULTS");
-	/* A fresh log per start: what a test looks for there is about this daemon. */
+	if (faults && *faults) {
+		snprintf(fenv, sizeof(fenv), "BATCHD_FAULTS=%s", faults);
+		env[n++] = fenv;
+	}
+	if (asan_extra) {
+		snprintf(aenv, sizeof(aenv), "ASAN_OPTIONS=%s%s%s", cur ? cur : "",
+			 cur && *cur ? ":" : "", asan_extra);
+		env[n++] = aenv;
+	}
 	ck_assert_int_eq(truncate(D.log, 0) == 0 || errno == ENOENT, 1);
+	D.env = env;
+	D.may_exit = may_exit;
 	r = dt_daemon_start(&D);
-	unsetenv("BATCHD_FAULTS");
+	D.env = NULL;
+	D.may_exit = false;
+	return r;
+}
+
+/* start_env that must come up, with the fault layer active when faults are asked for. */
+static void start_faults_asan(const char *faults, const char *asan_extra)
+{
+	int r = start_env(faults, asan_extra, false);
+
 	ck_assert_msg(r == 0, "batchd with BATCHD_FAULTS=\"%s\" did not start", faults ? faults : "");
 	/* A build without the fault layer would ignore the variable and prove nothing. */
 	if (faults && *faults)
@@ -100,23 +124,24 @@ static void start_faults(const char *faults)
 		       "-Dfault_injection=true?)", faults);
 }
 
-/*
- * Start D as start_faults does, with extra ASAN_OPTIONS for it alone (they
- * mean nothing to other builds); the test's own environment is left as it was.
- */
-static void start_asan_options(const char *faults, const char *extra)
+static void start_faults(const char *faults)
 {
-	const char *cur = getenv("ASAN_OPTIONS");
-	char *saved = cur ? strdup(cur) : NULL, env[1024];
+	start_faults_asan(faults, NULL);
+}
 
-	snprintf(env, sizeof(env), "%s%s%s", saved ? saved : "", saved && *saved ? ":" : "", extra);
-	setenv("ASAN_OPTIONS", env, 1);
-	start_faults(faults);
-	if (saved)
-		setenv("ASAN_OPTIONS", saved, 1);
-	else
-		unsetenv("ASAN_OPTIONS");
-	free(saved);
+/*
+ * Start D with BATCHD_FAULTS=faults, keeping the exit status of a daemon
+ * that does not come up. @return 0 up (D.pid set), 1 exited before
+ * answering (wait status in *ret_st); fails the test when it never answered.
+ */
+static int spawn_daemon(const char *faults, int *ret_st)
+{
+	int r = start_env(faults, NULL, true);
+
+	if (r == 1)
+		*ret_st = D.exit_status;
+	ck_assert_msg(r >= 0, "batchd with %s never answered", faults);
+	return r;
 }
 
 /*
@@ -129,56 +154,6 @@ static void start_asan_options(const char *faults, const char *extra)
 static void stop_ok(const char *what)
 {
 	ck_assert_msg(dt_daemon_stop(&D) == 0, "%s: batchd did not exit 0 at SIGTERM", what);
-}
-
-/*
- * Start batchd like dt_daemon_start (D.engine too), BATCHD_FAULTS set, with a
- * fresh log; unlike it, keep the exit status of a daemon that does not come
- * up. @return 0 up (D.pid set), 1 exited before answering (status in *ret_st).
- */
-static int spawn_daemon(const char *faults, int *ret_st)
-{
-	char *argv[] = { (char *)dt_g.batchd, "--socket", D.sock, "--root", D.root,
-			 "--log-level", "debug", D.engine ? "--io-engine" : NULL,
-			 (char *)D.engine, NULL };
-	pid_t parent = getpid(), pid;
-	int logfd = open(D.log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	int nullfd = open("/dev/null", O_RDWR | O_CLOEXEC);
-
-	ck_assert_int_ge(logfd, 0);
-	ck_assert_int_ge(nullfd, 0);
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		setenv("BATCHD_FAULTS", faults, 1);
-		dup2(nullfd, 0);
-		dup2(nullfd, 1);
-		dup2(logfd, 2);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(logfd);
-	close(nullfd);
-	for (int i = 0; i < 30000; i++) {
-		bc_client *c;
-
-		if (waitpid(pid, ret_st, WNOHANG) == pid)
-			return 1;
-		if (bc_connect(D.sock, &c) == 0) {
-			bc_disconnect(c);
-			D.pid = pid;
-			return 0;
-		}
-		usleep(2000);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, ret_st, 0);
-	ck_abort_msg("batchd with %s never answered", faults);
-	return -1;
 }
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -1166,7 +1141,7 @@ START_TEST(test_open_kill_cycles)
 	int fds50 = 0, fds;
 	double t0 = now_s();
 
-	start_asan_options(NULL, ASAN_NO_QUARANTINE);
+	start_faults_asan(NULL, ASAN_NO_QUARANTINE);
 	ic.used = used_now();
 	for (unsigned i = 0; i < cycles; i++) {
 		bool die = i % 2;    /* killed while streaming, or gone with _exit(0) */
@@ -1400,7 +1375,7 @@ static void setup_flood(void)
 {
 	dt_setup_dir();
 	D.memory = "64M";
-	start_asan_options(NULL, ASAN_NO_QUARANTINE);
+	start_faults_asan(NULL, ASAN_NO_QUARANTINE);
 }
 
 START_TEST(test_open_flood)
@@ -1689,7 +1664,7 @@ START_TEST(test_path_escapes)
 		dt_g.batchd = wrapper;   /* this test's process only */
 	}
 	/* LeakSanitizer cannot run under ptrace: the other cases check for leaks. */
-	start_asan_options(NULL, traced ? "detect_leaks=0" : "");
+	start_faults_asan(NULL, traced ? "detect_leaks=0" : "");
 	dt_g.batchd = batchd;
 	if (traced) {
 		traced_pid = (pid_t)dt_status_u64("pid");
