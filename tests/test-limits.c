@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-limits.c - batchd's per-user limits as a service: [limits]
+ * sessions_per_uid refuses the session over it with -EUSERS and a message
+ * naming the limit and the user (per user, not per connection; also when
+ * the opens arrive together, before any answer), and closing one makes
+ * room; memory_per_uid refuses with -ENOMEM a session that would take a
+ * user over it, whatever the global budget, and counts what it holds.
+ *
+ * One of the service suites (service-testlib.h): a real batchd started with
+ * `-c FILE` on a temporary socket, real clients through libbatchclient and
+ * raw protocol connections, the refusals read back from the status.
+ *
+ * BATCHD, BATCHD_PACK and BATCHCTL name the binaries (meson sets them).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <json-c/json.h>
+
+#include "daemon-testlib.h"
+#include "json_path.h"
+#include "service-testlib.h"
+
+static dt_daemon D;
+
+/* Fail with the daemon's recent log (daemon-testlib.h). */
+#define expect dt_expect
+
+/* ---- 3. per-uid limits --------------------------------------------------------------- */
+
+START_TEST(test_sessions_per_uid)
+{
+	bc_client *c1, *c2;
+	bc_stream *s[3];
+	bc_stream_opts o;
+	dt_ref ref;
+	const char *msg;
+	char uid[32];
+	int r = -1;
+
+	sv_conf_basic("info", "[limits]\nsessions_per_uid = 2\n");
+	sv_start_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c1 = dt_connect_ok();
+	c2 = dt_connect_ok();
+	dt_opts(&o, DSET_ONE, 10, BC_SHUFFLE_NONE, 0);
+	s[0] = dt_open_ok(c1, &o);
+	s[1] = dt_open_ok(c2, &o);   /* the limit is per user, not per connection */
+	sv_consume_ok(s[0], &ref, 2, "first session");
+
+	msg = sv_open_fails(c1, &o, -EUSERS);
+	snprintf(uid, sizeof(uid), "uid %u", (unsigned)getuid());
+	expect(strstr(msg, "sessions_per_uid") && strstr(msg, uid), "third session's refusal does not "
+	       "name the limit and the user: \"%s\"", msg);
+	msg = sv_open_fails(c2, &o, -EUSERS);
+	expect(strstr(msg, "sessions_per_uid"), "refusal on the second connection: \"%s\"", msg);
+	expect(dt_status_u64("refused.limit") == 2, "status refused.limit is not 2");
+
+	/* Closing one makes room (once it has ended, which is asynchronous). */
+	ck_assert_int_eq(bc_close(s[1]), 0);
+	for (int i = 0; i < TRIES; i++) {
+		r = bc_open(c2, &o, &s[2]);
+		if (r != -EUSERS)
+			break;
+		dt_sleep_ms(10);
+	}
+	expect(r == 0, "after closing a session, a new one: %s (%d): %s", bc_strerror(r), r,
+	       bc_client_error(c2));
+	sv_consume_ok(s[2], &ref, 3, "the session opened after one closed");
+	sv_consume_ok(s[0], &ref, 3, "the first session, still running");
+	msg = sv_open_fails(c1, &o, -EUSERS);
+	(void)msg;
+
+	ck_assert_int_eq(bc_close(s[0]), 0);
+	ck_assert_int_eq(bc_close(s[2]), 0);
+	bc_disconnect(c1);
+	bc_disconnect(c2);
+	dt_ref_close(&ref);
+}
+END_TEST
+
+/*
+ * The limit holds when the opens arrive together: OPENs on several
+ * connections sent before any answer (the daemon loads datasets off the
+ * loop, so a check that ignores opens in progress lets them all through).
+ */
+START_TEST(test_sessions_per_uid_concurrent)
+{
+	enum { CONNS = 6 };
+	int fd[CONNS], ok = 0, refused = 0;
+	bp_msg_open m = { .batch_size = 10, .world = 1, .placement = BP_PLACEMENT_HOST,
+			  .shuffle = BP_SHUFFLE_NONE, .path = DSET_SHARDS,
+			  .path_len = (uint32_t)strlen(DSET_SHARDS) };
+	uint8_t buf[BP_MSG_MAX];
+	json_object *st;
+	int n;
+
+	sv_conf_basic("info", "[limits]\nsessions_per_uid = 2\n");
+	sv_start_ok();
+	for (int i = 0; i < CONNS; i++) {
+		fd[i] = dt_raw_connect(D.sock);
+		expect(fd[i] >= 0, "connect %d: %s", i, strerror(-fd[i]));
+		expect(dt_raw_hello(fd[i], NULL) == 0, "HELLO on connection %d", i);
+	}
+	n = bp_msg_open_encode(&m, buf, sizeof(buf));
+	ck_assert_int_gt(n, 0);
+	for (int i = 0; i < CONNS; i++)
+		expect(send(fd[i], buf, (size_t)n, MSG_NOSIGNAL) == n, "send OPEN %d", i);
+	for (int i = 0; i < CONNS; i++) {
+		int fds[BP_READY_FDS], got = 0, k;
+		bp_msg_error e;
+		bp_msg_ready ready;
+
+		k = dt_raw_recv(fd[i], buf, sizeof(buf), fds, BP_READY_FDS, &got, WAIT_MS);
+		expect(k > 0, "no answer to OPEN %d (%d)", i, k);
+		for (int j = 0; j < got; j++)
+			close(fds[j]);
+		if (bp_msg_error_decode(buf, (size_t)k, &e) == 0) {
+			expect(e.code == -EUSERS, "OPEN %d refused with %d: %.*s", i, e.code,
+			       (int)e.message_len, e.message);
+			refused++;
+		} else {
+			expect(bp_msg_ready_decode(buf, (size_t)k, &ready) == 0, "OPEN %d: neither "
+			       "READY nor ERROR", i);
+			ok++;
+		}
+	}
+	st = dt_status_json_ok();
+	expect(ok == 2 && refused == CONNS - 2 && json_object_array_length(sv_sessions_of(st)) == 2,
+	       "%d simultaneous OPENs by one uid with sessions_per_uid = 2: %d opened, %d refused, "
+	       "%zu sessions in the status", CONNS, ok, refused,
+	       json_object_array_length(sv_sessions_of(st)));
+	json_object_put(st);
+	for (int i = 0; i < CONNS; i++)
+		close(fd[i]);
+}
+END_TEST
+
+START_TEST(test_memory_per_uid)
+{
+	bc_stream *s[64];
+	bc_stream_opts o, big;
+	bc_client *c;
+	json_object *st, *se;
+	const char *msg;
+	uint64_t one, limit = UINT64_C(32) << 20;
+	size_t n = 0, fit;
+	dt_ref ref;
+
+	/* A budget far above the per-user limit: only the per-user limit can refuse. */
+	sv_conf_basic("info", "[memory]\nbudget = 2G\n[limits]\nmemory_per_uid = 32M\n");
+	sv_start_ok();
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
+
+	/* One session too big for a user (about 70 MiB), well within the budget. */
+	dt_opts(&big, DSET_ONE, 4096, BC_SHUFFLE_NONE, 0);
+	big.prefetch = 8;
+	msg = sv_open_fails(c, &big, -ENOMEM);
+	expect(strstr(msg, "memory limit per user") && strstr(msg, "memory_per_uid") &&
+	       !strstr(msg, "memory budget"), "refusal of a 4096-sample session: \"%s\"", msg);
+
+	/* Same-sized small sessions up to the limit, then one more is refused. */
+	dt_opts(&o, DSET_ONE, 256, BC_SHUFFLE_NONE, 0);
+	o.prefetch = 8;
+	s[n++] = dt_open_ok(c, &o);
+	st = dt_status_json_ok();
+	se = sv_session_by_pid(sv_sessions_of(st), getpid(), NULL);
+	expect(se, "our session is not in the status");
+	one = dt_ju64(se, "memory");
+	json_object_put(st);
+	expect(one > 0 && one <= limit / 2, "one session holds %" PRIu64 " bytes", one);
+	fit = (size_t)(limit / one);
+	expect(fit < ARRAY_SIZE(s), "%zu sessions of %" PRIu64 " bytes fit", fit, one);
+	while (n < fit)
+		s[n++] = dt_open_ok(c, &o);
+	msg = sv_open_fails(c, &o, -ENOMEM);
+	expect(strstr(msg, "memory limit per user"), "session %zu (of %" PRIu64 " bytes, %zu held) "
+	       "refused with: \"%s\"", n + 1, one, n, msg);
+	expect(dt_status_u64("refused.memory") == 2, "status refused.memory is not 2");
+	expect(dt_status_u64("memory.sessions") == one * n, "status memory.sessions is not %zu x %" PRIu64,
+	       n, one);
+	sv_consume_ok(s[0], &ref, 2, "a session at the limit");
+
+	/* Closing one gives its share back. */
+	ck_assert_int_eq(bc_close(s[--n]), 0);
+	{
+		bc_stream *x = NULL;
+		int r = -ENOMEM;
+
+		for (int i = 0; i < TRIES && r == -ENOMEM; i++) {
+			r = bc_open(c, &o, &x);
+			if (r == -ENOMEM)
+				dt_sleep_ms(10);
+		}
+		expect(r == 0, "after closing one, a session of the same size: %s (%d): %s",
+		       bc_strerror(r), r, bc_client_error(c));
+		s[n++] = x;
+	}
+	while (n)
+		ck_assert_int_eq(bc_close(s[--n]), 0);
+	bc_disconnect(c);
+	dt_ref_close(&ref);
+}
+END_TEST
+
+/* ---- the suite ------------------------------------------------------------------------------------ */
+
+static Suite *limits_suite(void)
+{
+	Suite *s = suite_create("limits");
+
+	tcase_add_test(sv_tcase(s, "sessions_per_uid"), test_sessions_per_uid);
+	tcase_add_test(sv_tcase(s, "sessions_per_uid_concurrent"), test_sessions_per_uid_concurrent);
+	tcase_add_test(sv_tcase(s, "memory_per_uid"), test_memory_per_uid);
+	return s;
+}
+
+int main(void)
+{
+	return dt_check_main(&D, limits_suite);
+}
