@@ -497,6 +497,14 @@ int dt_daemon_start(dt_daemon *d)
 	return -1;
 }
 
+const char *dt_asan_options_env(char *buf, size_t len, const char *extra)
+{
+	const char *cur = getenv("ASAN_OPTIONS");
+
+	snprintf(buf, len, "ASAN_OPTIONS=%s%s%s", cur ? cur : "", cur && *cur ? ":" : "", extra);
+	return buf;
+}
+
 int dt_daemon_wait(dt_daemon *d, int timeout_ms)
 {
 	int st, r;

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * daemon-testlib.h - what the suites that run a real daemon (test-daemon.c,
- * test-faults.c, test-service.c and gpu/test-gpu.c) need around it: test
- * datasets, starting and stopping batchd, a reference reader to check
- * delivered bytes against, a consumer that records what a stream
- * delivered, status JSON peeking, a raw protocol client that speaks to the
+ * test-faults.c, test-paths.c, the service suites and gpu/test-gpu.c)
+ * need around it: test datasets, starting and stopping batchd, a reference
+ * reader to check delivered bytes against, a consumer that records what a
+ * stream delivered, status JSON peeking, a raw protocol client that speaks to the
  * socket without libbatchclient, and the Check helpers (connect, open,
  * consume or fail the test; fixtures; main) the Check suites share.
  *
@@ -113,6 +113,12 @@ int dt_daemon_init(dt_daemon *d);
  * the wait status of a daemon that exited before answering.
  */
 int dt_daemon_start(dt_daemon *d);
+/*
+ * "ASAN_OPTIONS=" the test's own ASAN_OPTIONS extended by extra, into buf,
+ * for d->env: AddressSanitizer options for one daemon alone (they mean
+ * nothing to other builds). @return buf.
+ */
+const char *dt_asan_options_env(char *buf, size_t len, const char *extra);
 /*
  * Wait up to timeout_ms for d to exit on its own (after a signal the test
  * sent). @return as dt_daemon_stop (the log is dumped when not 0);

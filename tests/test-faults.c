@@ -10,8 +10,7 @@
  * O_DIRECT missing, malloc failing at every point in turn) and what a
  * client does to it (SIGKILL at every protocol state, SIGSTOP past the
  * lease, a thousand open/kill cycles, a flood of opens, release marks
- * repeated, reordered or from the future, paths that try to leave the
- * roots) costs exactly what it should: the affected batch or session, with
+ * repeated, reordered or from the future) costs exactly what it should: the affected batch or session, with
  * a reason, and nothing else. Delivered samples are compared byte for byte
  * with the reference reader (and with a run without faults); memory and
  * descriptors are read back from the status document and /proc; every
@@ -20,8 +19,8 @@
  *
  * Needs batchd built with -Dfault_injection=true (meson only builds this
  * suite then). BATCHD, BATCHD_PACK name the binaries; BATCHD_TEST_CYCLES
- * (optional) the number of open/kill cycles. The strace part of the path
- * test is skipped, with a message, when strace is missing or cannot trace.
+ * (optional) the number of open/kill cycles. Paths that try to leave the
+ * roots have a suite of their own, test-paths.c.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -87,7 +86,6 @@ static char E[2048];             /* why dt_* failed */
  */
 static int start_env(const char *faults, const char *asan_extra, bool may_exit)
 {
-	const char *cur = getenv("ASAN_OPTIONS");
 	char fenv[512], aenv[1024];
 	const char *env[3] = { NULL };
 	size_t n = 0;
@@ -97,11 +95,8 @@ static int start_env(const char *faults, const char *asan_extra, bool may_exit)
 		snprintf(fenv, sizeof(fenv), "BATCHD_FAULTS=%s", faults);
 		env[n++] = fenv;
 	}
-	if (asan_extra) {
-		snprintf(aenv, sizeof(aenv), "ASAN_OPTIONS=%s%s%s", cur ? cur : "",
-			 cur && *cur ? ":" : "", asan_extra);
-		env[n++] = aenv;
-	}
+	if (asan_extra)
+		env[n++] = dt_asan_options_env(aenv, sizeof(aenv), asan_extra);
 	ck_assert_int_eq(truncate(D.log, 0) == 0 || errno == ENOENT, 1);
 	D.env = env;
 	D.may_exit = may_exit;
@@ -1456,273 +1451,6 @@ START_TEST(test_open_flood)
 }
 END_TEST
 
-/* ---- 12. paths that try to leave the roots: refused, nothing outside opened ------------------- */
-
-static pid_t traced_pid;         /* batchd under strace: strace does not take it along */
-
-static void kill_traced(void)
-{
-	if (traced_pid > 0)
-		kill(traced_pid, SIGKILL);
-}
-
-/* Find prog on $PATH into buf. */
-static bool which(const char *prog, char *buf, size_t len)
-{
-	const char *path = getenv("PATH");
-	char *copy = strdup(path && *path ? path : "/usr/bin:/bin"), *save = NULL, *dir;
-	bool found = false;
-
-	ck_assert_ptr_nonnull(copy);
-	for (dir = strtok_r(copy, ":", &save); dir && !found; dir = strtok_r(NULL, ":", &save)) {
-		snprintf(buf, len, "%s/%s", dir, prog);
-		found = access(buf, X_OK) == 0;
-	}
-	free(copy);
-	return found;
-}
-
-/* Can strace trace a child here (ptrace may be forbidden)? */
-static bool strace_works(const char *strace, char *why, size_t len)
-{
-	int st;
-	pid_t pid;
-
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR);
-
-		dup2(null, 1);
-		dup2(null, 2);
-		execl(strace, strace, "-f", "-qq", "-e", "trace=openat", "-o", "/dev/null", "/bin/true",
-		      (char *)NULL);
-		_exit(127);
-	}
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-		return true;
-	snprintf(why, len, "%s cannot trace a child here (status %#x; ptrace forbidden?)", strace,
-		 st);
-	return false;
-}
-
-/* Link the shards of DSET_SHARDS into root/name (a dataset directory to spoil). */
-static void shards_copy(const char *name)
-{
-	char dir[PATH_MAX], a[PATH_MAX * 2], b[PATH_MAX * 2];
-	dt_ref ref;
-
-	dt_ref_ok(&ref, DSET_SHARDS);
-	dt_root_path(&D, name, dir, sizeof(dir));
-	ck_assert_int_eq(mkdir(dir, 0755), 0);
-	for (size_t i = 0; i < bp_dataset_shard_count(ref.ds); i++) {
-		snprintf(a, sizeof(a), "%s/%s/%s", dt_g.packs, DSET_SHARDS,
-			 bp_dataset_shard(ref.ds, i)->name);
-		snprintf(b, sizeof(b), "%s/%s", dir, bp_dataset_shard(ref.ds, i)->name);
-		ck_assert_int_eq(link(a, b), 0);
-	}
-	dt_ref_close(&ref);
-}
-
-/*
- * Files the C runtime opens by itself while the requests are served (glibc
- * reads overcommit_memory when it trims a thread's heap): no request's doing,
- * and no way out of the root.
- */
-static const char *const runtime_files[] = {
-	"/proc/sys/vm/overcommit_memory",
-};
-
-static bool runtime_file(const char *path)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(runtime_files); i++)
-		if (!strcmp(path, runtime_files[i]))
-			return true;
-	return false;
-}
-
-/* Every openat/openat2 between the markers that returned a descriptor: under root? */
-static void check_trace(const char *trace, const char *root, char *bad, size_t badlen,
-			size_t *ret_inside, bool *ret_marked)
-{
-	FILE *f = fopen(trace, "r");
-	char *line = NULL;
-	size_t cap = 0, at = 0, rl = strlen(root);
-	int phase = 0;          /* 0 before the begin marker, 1 between, 2 after the end */
-
-	*ret_inside = 0;
-	bad[0] = '\0';
-	ck_assert_ptr_nonnull(f);
-	while (getline(&line, &cap, f) > 0) {
-		char *eq, *end, *path;
-		long fd;
-
-		if (strstr(line, "faults-mark-begin.bpk"))
-			phase = 1;
-		if (strstr(line, "faults-mark-end.bpk"))
-			phase = 2;
-		if (phase != 1 || !strstr(line, "openat") || !(eq = strstr(line, ") = ")))
-			continue;
-		while (strstr(eq + 1, ") = "))
-			eq = strstr(eq + 1, ") = ");
-		fd = strtol(eq + 4, &end, 10);
-		if (fd < 0)
-			continue;
-		path = *end == '<' ? end + 1 : NULL;
-		end = path ? strrchr(path, '>') : NULL;
-		if (end)
-			*end = '\0';
-		if (path && !strncmp(path, root, rl) && (path[rl] == '/' || path[rl] == '\0')) {
-			(*ret_inside)++;
-			continue;
-		}
-		if (path && runtime_file(path)) {
-			printf("NOTE: batchd (its C runtime) opened %s while serving the requests\n",
-			       path);
-			continue;
-		}
-		if (at < badlen - 1)
-			at += (size_t)snprintf(bad + at, badlen - at, "%s%s", at ? "; " : "",
-					       path ? path : line);
-	}
-	*ret_marked = phase == 2;
-	free(line);
-	fclose(f);
-}
-
-static void expect_refusal(bc_client *c, const char *path, int code)
-{
-	bc_stream_opts o;
-	bc_stream *s = NULL;
-	int r;
-
-	dt_opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
-	r = bc_open(c, &o, &s);
-	if (r == 0)
-		bc_close(s);
-	expect(r == code, "open %s: %s (%d), expected %s (%d); daemon says \"%s\"", path,
-	       bc_strerror(r), r, bc_strerror(code), code, bc_client_error(c));
-	expect(bc_client_error(c)[0], "open %s: refused without a message", path);
-}
-
-START_TEST(test_path_escapes)
-{
-	char strace[PATH_MAX], why[PATH_MAX + 128] = "", trace[PATH_MAX], wrapper[PATH_MAX];
-	char p[PATH_MAX], t[PATH_MAX * 2], root[PATH_MAX], bad[4096], proc_out[64];
-	const char *batchd = dt_g.batchd;
-	bool traced = which("strace", strace, sizeof(strace)) &&
-		      strace_works(strace, why, sizeof(why));
-	bool have_dev;
-	int outfd, r;
-	bc_client *c;
-	bc_stream_opts o;
-	bc_stream *s;
-	dt_run run = { 0 };
-	dt_ref ref;
-
-	if (!traced && !why[0])
-		snprintf(why, sizeof(why), "strace is not installed");
-	if (!traced)
-		printf("SKIP the strace check of path escapes: %s (refusals still checked)\n", why);
-	ck_assert_ptr_nonnull(realpath(D.root, root));
-
-	/* Ways out of the root, and things in it that are no dataset. */
-	snprintf(t, sizeof(t), "%s/" DSET_ONE, dt_g.packs);
-	ck_assert_int_eq(symlink(t, dt_root_path(&D, "esc.bpk", p, sizeof(p))), 0);
-	ck_assert_int_eq(symlink("../../packs/" DSET_ONE, dt_root_path(&D, "rel-esc.bpk", p,
-								       sizeof(p))), 0);
-	outfd = open(t, O_RDONLY | O_CLOEXEC);
-	ck_assert_int_ge(outfd, 0);
-	snprintf(proc_out, sizeof(proc_out), "/proc/%d/fd/%d", (int)getpid(), outfd);
-	ck_assert_int_eq(symlink(proc_out, dt_root_path(&D, "magic.bpk", p, sizeof(p))), 0);
-	snprintf(t, sizeof(t), "/proc/self/root%s/" DSET_ONE, dt_g.packs);
-	ck_assert_int_eq(symlink(t, dt_root_path(&D, "self-magic.bpk", p, sizeof(p))), 0);
-	ck_assert_int_eq(mkfifo(dt_root_path(&D, "fifo.bpk", p, sizeof(p)), 0644), 0);
-	have_dev = mknod(dt_root_path(&D, "dev.bpk", p, sizeof(p)), S_IFCHR | 0644,
-			 makedev(1, 3)) == 0;
-	if (!have_dev)
-		printf("SKIP the device node: mknod: %s\n", strerror(errno));
-	shards_copy("dirpack");
-	ck_assert_int_eq(mkdir(dt_root_path(&D, "dirpack/x.bpk", p, sizeof(p)), 0755), 0);
-	shards_copy("linkpack");
-	snprintf(t, sizeof(t), "%s/" DSET_ONE, dt_g.packs);
-	ck_assert_int_eq(symlink(t, dt_root_path(&D, "linkpack/zz.bpk", p, sizeof(p))), 0);
-
-	if (traced) {
-		FILE *f;
-
-		snprintf(trace, sizeof(trace), "%s/openat.trace", D.dir);
-		snprintf(wrapper, sizeof(wrapper), "%s/batchd-strace.sh", D.dir);
-		f = fopen(wrapper, "w");
-		ck_assert_ptr_nonnull(f);
-		fprintf(f, "#!/bin/sh\nexec '%s' -f -y -qq -e trace=openat,openat2 -o '%s' '%s' \"$@\"\n",
-			strace, trace, batchd);
-		fclose(f);
-		ck_assert_int_eq(chmod(wrapper, 0755), 0);
-		dt_g.batchd = wrapper;   /* this test's process only */
-	}
-	/* LeakSanitizer cannot run under ptrace: the other cases check for leaks. */
-	start_faults_asan(NULL, traced ? "detect_leaks=0" : "");
-	dt_g.batchd = batchd;
-	if (traced) {
-		traced_pid = (pid_t)dt_status_u64("pid");
-		atexit(kill_traced);
-	}
-
-	c = dt_connect_ok();
-	expect_refusal(c, "faults-mark-begin.bpk", -ENOENT);
-	expect_refusal(c, "..", -EACCES);
-	expect_refusal(c, "../../etc/passwd", -EACCES);
-	expect_refusal(c, "shards/../../" DSET_ONE, -EACCES);
-	expect_refusal(c, "/etc/passwd", -EACCES);
-	snprintf(t, sizeof(t), "%s/" DSET_ONE, dt_g.packs);
-	expect_refusal(c, t, -EACCES);
-	expect_refusal(c, "esc.bpk", -EACCES);
-	expect_refusal(c, "rel-esc.bpk", -EACCES);
-	expect_refusal(c, "magic.bpk", -EACCES);
-	expect_refusal(c, "self-magic.bpk", -EACCES);
-	expect_refusal(c, proc_out, -EACCES);
-	expect_refusal(c, "/proc/self/fd/0", -EACCES);
-	expect_refusal(c, "fifo.bpk", -EINVAL);
-	if (have_dev)
-		expect_refusal(c, "dev.bpk", -EINVAL);
-	expect_refusal(c, "dirpack", -EINVAL);
-	expect_refusal(c, "dirpack/x.bpk", -ENODATA);
-	expect_refusal(c, "linkpack", -ELOOP);
-	expect_refusal(c, "faults-mark-end.bpk", -ENOENT);
-	close(outfd);
-
-	/* The root still serves. */
-	dt_ref_ok(&ref, DSET_ONE);
-	dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
-	s = dt_open_ok(c, &o);
-	dt_consume_ok(s, &ref, 3, 0, &run, "after the refusals");
-	ck_assert_int_eq(bc_close(s), 0);
-	bc_disconnect(c);
-	dt_run_free(&run);
-	dt_ref_close(&ref);
-
-	if (traced) {
-		size_t inside;
-		bool marked;
-
-		/* SIGTERM to batchd itself; strace exits with its status. */
-		ck_assert_int_eq(kill(traced_pid, SIGTERM), 0);
-		r = dt_daemon_wait(&D, 60000);
-		traced_pid = 0;
-		ck_assert_msg(r == 0, "batchd under strace exited with %d", r);
-		check_trace(trace, root, bad, sizeof(bad), &inside, &marked);
-		expect(marked, "the trace %s lacks the begin/end markers", trace);
-		printf("strace: %zu descriptors opened under %s while refusing, none elsewhere%s\n",
-		       inside, root, bad[0] ? " (NOT: see the failure)" : "");
-		expect(!bad[0], "batchd opened outside its root while refusing paths: %s", bad);
-		expect(inside >= 1, "the trace shows no open at all under the root: is -y working?");
-	}
-}
-END_TEST
-
 /* ---- the suite ------------------------------------------------------------------------------ */
 
 static Suite *faults_suite(void)
@@ -1740,7 +1468,6 @@ static Suite *faults_suite(void)
 	tcase_add_test(dt_tcase(s, "open_kill_cycles", dt_setup_dir), test_open_kill_cycles);
 	tcase_add_test(dt_tcase(s, "release_marks", dt_setup_dir), test_release_marks);
 	tcase_add_test(dt_tcase(s, "open_flood", setup_flood), test_open_flood);
-	tcase_add_test(dt_tcase(s, "path_escapes", dt_setup_dir), test_path_escapes);
 	return s;
 }
 
