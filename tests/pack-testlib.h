@@ -26,6 +26,47 @@
 
 #include "pack.h"
 
+/*
+ * Field offsets as PACK.md lays them out, restated here so the tests check
+ * the specification rather than whatever the encoder happens to write.
+ */
+enum {
+	HDR_MAGIC = 0,
+	HDR_VERSION = 8,       /* u32 */
+	HDR_SIZE = 12,         /* u32, = 64 */
+	HDR_FLAGS = 16,        /* u64, no flags defined in version 1 */
+	HDR_DICT_OFFSET = 24,
+	HDR_DICT_SIZE = 32,
+	HDR_DICT_HASH = 40,
+	HDR_DATA_OFFSET = 48,
+	HDR_RESERVED = 56,     /* 8 bytes, zero */
+};
+
+enum {
+	FTR_INDEX_OFFSET = 0,
+	FTR_INDEX_SIZE = 8,
+	FTR_BLOCK_COUNT = 16,
+	FTR_SAMPLE_COUNT = 24,
+	FTR_RAW_BYTES = 32,
+	FTR_MAX_SAMPLE = 40,
+	FTR_FINGERPRINT = 48,
+	FTR_VERSION = 56,      /* u32 */
+	FTR_SIZE = 60,         /* u32, = 80 */
+	FTR_CHECKSUM = 64,
+	FTR_MAGIC = 72,
+};
+
+enum {
+	BLK_OFFSET = 0,
+	BLK_STORED_SIZE = 8,
+	BLK_RAW_SIZE = 16,
+	BLK_FIRST_SAMPLE = 24,
+	BLK_STORED_HASH = 32,
+	BLK_RAW_HASH = 40,
+	BLK_CODEC = 48,        /* u32 */
+	BLK_RESERVED = 52,     /* u32, zero */
+};
+
 /* splitmix64: the next value of *state. */
 uint64_t pt_rand(uint64_t *state);
 /* A value in [lo, hi]. */
