@@ -404,11 +404,10 @@ void dt_daemon_dump_log(const dt_daemon *d, int max_lines)
 	fclose(f);
 }
 
-int dt_daemon_start(dt_daemon *d)
+/* batchd's command line for d into argv (cap entries, NULL-terminated). */
+static void daemon_argv(const dt_daemon *d, char **argv, size_t cap)
 {
-	char *argv[40];
-	pid_t parent = getpid(), pid;
-	int n = 0, logfd, nullfd;
+	size_t n = 0;
 
 	argv[n++] = (char *)dt_g.batchd;
 	if (d->config) {
@@ -416,9 +415,9 @@ int dt_daemon_start(dt_daemon *d)
 		argv[n++] = (char *)d->config;
 	} else {
 		argv[n++] = "--socket";
-		argv[n++] = d->sock;
+		argv[n++] = (char *)d->sock;
 		argv[n++] = "--root";
-		argv[n++] = d->root;
+		argv[n++] = (char *)d->root;
 		argv[n++] = "--log-level";
 		argv[n++] = "debug";
 	}
@@ -434,18 +433,27 @@ int dt_daemon_start(dt_daemon *d)
 		argv[n++] = "--memory";
 		argv[n++] = (char *)d->memory;
 	}
-	for (size_t i = 0; d->args && d->args[i] && n < (int)(sizeof(argv) / sizeof(argv[0])) - 1; i++)
+	for (size_t i = 0; d->args && d->args[i] && n < cap - 1; i++)
 		argv[n++] = (char *)d->args[i];
 	argv[n] = NULL;
+}
 
-	logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-	nullfd = open("/dev/null", O_RDWR | O_CLOEXEC);
-	if (logfd < 0 || nullfd < 0)
+/* Fork and exec argv with d's environment, stderr to d's log. @return the pid, or -1. */
+static pid_t spawn(const dt_daemon *d, char *const argv[])
+{
+	pid_t parent = getpid(), pid;
+	int logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	int nullfd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (logfd < 0 || nullfd < 0) {
+		if (logfd >= 0)
+			close(logfd);
+		if (nullfd >= 0)
+			close(nullfd);
 		return -1;
+	}
 	fflush(NULL);
 	pid = fork();
-	if (pid < 0)
-		return -1;
 	if (pid == 0) {
 		/* A test that fails exits at once, without teardown: take the daemon with it. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -462,8 +470,12 @@ int dt_daemon_start(dt_daemon *d)
 	}
 	close(logfd);
 	close(nullfd);
-	d->pid = pid;
+	return pid;
+}
 
+/* Wait until d's socket answers (or d exits): @return as dt_daemon_start. */
+static int await_answer(dt_daemon *d)
+{
 	/*
 	 * Up to a minute: sanitizer builds and a cold CUDA probe are slow to
 	 * start. Polled often: the allocation countdown starts it many times.
@@ -472,7 +484,7 @@ int dt_daemon_start(dt_daemon *d)
 		bc_client *c;
 		int st, r;
 
-		if (waitpid(pid, &st, WNOHANG) == pid) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			d->pid = 0;
 			d->exit_status = st;
 			if (d->may_exit)
@@ -495,6 +507,19 @@ int dt_daemon_start(dt_daemon *d)
 	fprintf(stderr, "test-daemon: batchd never answered on %s\n", d->sock);
 	dt_daemon_dump_log(d, 40);
 	return -1;
+}
+
+int dt_daemon_start(dt_daemon *d)
+{
+	char *argv[40];
+	pid_t pid;
+
+	daemon_argv(d, argv, sizeof(argv) / sizeof(argv[0]));
+	pid = spawn(d, argv);
+	if (pid < 0)
+		return -1;
+	d->pid = pid;
+	return await_answer(d);
 }
 
 const char *dt_asan_options_env(char *buf, size_t len, const char *extra)
@@ -1022,6 +1047,31 @@ char *dt_status_ok(void)
 
 	dt_expect(r == 0, "bc_status: %s (%d)", bc_strerror(r), r);
 	return json;
+}
+
+const char *dt_open_fails(bc_client *c, const bc_stream_opts *o, int want)
+{
+	bc_stream *s = NULL;
+	int r = bc_open(c, o, &s);
+
+	if (r == 0)
+		bc_close(s);
+	dt_expect(r == want, "bc_open %s: %s (%d), expected %s (%d): \"%s\"", o->dataset,
+		  bc_strerror(r), r, bc_strerror(want), want, r ? bc_client_error(c) : "");
+	dt_expect(bc_client_error(c)[0], "bc_open %s refused (%d) without a message", o->dataset, r);
+	return bc_client_error(c);
+}
+
+const char *dt_open_refused(bc_client *c, const char *path, int code, const char *mention)
+{
+	bc_stream_opts o;
+	const char *msg;
+
+	dt_opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
+	msg = dt_open_fails(c, &o, code);
+	dt_expect(!mention || strstr(msg, mention), "open %s: the message \"%s\" does not mention "
+		  "\"%s\"", path, msg, mention);
+	return msg;
 }
 
 json_object *dt_status_json_ok(void)

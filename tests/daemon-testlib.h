@@ -280,6 +280,13 @@ void dt_teardown(void);
 /* These fail the test (with the daemon's log) when the call fails. */
 bc_client *dt_connect_ok(void);
 bc_stream *dt_open_ok(bc_client *c, const bc_stream_opts *o);
+/* bc_open o on c, which must fail with want and a message: @return the message (in c). */
+const char *dt_open_fails(bc_client *c, const bc_stream_opts *o, int want);
+/*
+ * dt_open_fails for path (batch 4, no shuffle), the message mentioning
+ * `mention` unless that is NULL. @return the message (in c).
+ */
+const char *dt_open_refused(bc_client *c, const char *path, int code, const char *mention);
 /* dt_ref_open on the pack name of the datasets. */
 void dt_ref_ok(dt_ref *ref, const char *name);
 /* dt_consume with WAIT_MS; what names the stream in the message. */

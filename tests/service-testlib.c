@@ -39,20 +39,6 @@ void sv_start_ok(void)
 	dt_expect(dt_daemon_start(dt_suite_daemon) == 0, "batchd -c %s did not start", sv_conf);
 }
 
-/* bc_open that must fail with want: @return the daemon's message (in c). */
-const char *sv_open_fails(bc_client *c, const bc_stream_opts *o, int want)
-{
-	bc_stream *s = NULL;
-	int r = bc_open(c, o, &s);
-
-	if (r == 0)
-		bc_close(s);
-	dt_expect(r == want, "bc_open %s: %s (%d), expected %s (%d): \"%s\"", o->dataset,
-	       bc_strerror(r), r, bc_strerror(want), want, r ? bc_client_error(c) : "");
-	dt_expect(bc_client_error(c)[0], "bc_open %s refused (%d) without a message", o->dataset, r);
-	return bc_client_error(c);
-}
-
 /* Take n batches, each checked byte for byte against ref and released. */
 void sv_consume_ok(bc_stream *s, dt_ref *ref, size_t n, const char *what)
 {

@@ -51,8 +51,6 @@ void sv_hup_and_wait(double applied, double failed);
 
 /* ---- sessions ---- */
 
-/* bc_open that must fail with want and a message: @return the message (in c). */
-const char *sv_open_fails(bc_client *c, const bc_stream_opts *o, int want);
 /* Take exactly n batches, each checked byte for byte against ref and released. */
 void sv_consume_ok(bc_stream *s, dt_ref *ref, size_t n, const char *what);
 /* The sessions array of a status document (borrowed). */

@@ -878,22 +878,6 @@ static void *fifo_watch_main(void *arg)
 	return NULL;
 }
 
-static void expect_refused(bc_client *c, const char *path, int code, const char *mention)
-{
-	bc_stream_opts o;
-	bc_stream *s = NULL;
-	int r;
-
-	dt_opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
-	r = bc_open(c, &o, &s);
-	if (r == 0)
-		bc_close(s);
-	expect(r == code, "open %s: %s (%d), expected %s (%d); daemon says \"%s\"", path,
-	       bc_strerror(r), r, bc_strerror(code), code, bc_client_error(c));
-	expect(strstr(bc_client_error(c), mention), "open %s: the message \"%s\" does not "
-	       "mention \"%s\"", path, bc_client_error(c), mention);
-}
-
 START_TEST(test_refused_paths)
 {
 	char abs_out[PATH_MAX], link[PATH_MAX], target[PATH_MAX], path[PATH_MAX];
@@ -913,24 +897,24 @@ START_TEST(test_refused_paths)
 
 	/* A real dataset, but outside the root; and something that is no dataset at all. */
 	snprintf(abs_out, sizeof(abs_out), "%s/" DSET_ONE, dt_g.packs);
-	expect_refused(c, abs_out, -EACCES, abs_out);
-	expect_refused(c, "/etc/passwd", -EACCES, "/etc/passwd");
-	expect_refused(c, "../x", -EACCES, "../x");
-	expect_refused(c, "shards/../../x", -EACCES, "shards/../../x");
+	dt_open_refused(c, abs_out, -EACCES, abs_out);
+	dt_open_refused(c, "/etc/passwd", -EACCES, "/etc/passwd");
+	dt_open_refused(c, "../x", -EACCES, "../x");
+	dt_open_refused(c, "shards/../../x", -EACCES, "shards/../../x");
 
 	/* Symlinks inside the root that lead out of it, absolute or relative. */
 	ck_assert_int_eq(symlink(abs_out, dt_root_path(&D, "abs-link.bpk", link, sizeof(link))), 0);
-	expect_refused(c, "abs-link.bpk", -EACCES, "abs-link.bpk");
+	dt_open_refused(c, "abs-link.bpk", -EACCES, "abs-link.bpk");
 	snprintf(target, sizeof(target), "../../packs/" DSET_ONE);
 	ck_assert_int_eq(symlink(target, dt_root_path(&D, "rel-link.bpk", link, sizeof(link))), 0);
-	expect_refused(c, "rel-link.bpk", -EACCES, "rel-link.bpk");
+	dt_open_refused(c, "rel-link.bpk", -EACCES, "rel-link.bpk");
 	ck_assert_int_eq(symlink("/dev/null", dt_root_path(&D, "null.bpk", link, sizeof(link))), 0);
-	expect_refused(c, "null.bpk", -EACCES, "null.bpk");
+	dt_open_refused(c, "null.bpk", -EACCES, "null.bpk");
 
-	expect_refused(c, "missing.bpk", -ENOENT, "missing.bpk");
-	expect_refused(c, dt_root_path(&D, "missing.bpk", path, sizeof(path)), -ENOENT, path);
+	dt_open_refused(c, "missing.bpk", -ENOENT, "missing.bpk");
+	dt_open_refused(c, dt_root_path(&D, "missing.bpk", path, sizeof(path)), -ENOENT, path);
 	ck_assert_int_eq(mkdir(dt_root_path(&D, "empty", path, sizeof(path)), 0755), 0);
-	expect_refused(c, "empty", -ENODATA, "empty");
+	dt_open_refused(c, "empty", -ENODATA, "empty");
 
 	/* A FIFO is no dataset; opening it must neither succeed nor hang the daemon. */
 	fw.path = dt_root_path(&D, "fifo.bpk", path, sizeof(path));

@@ -55,11 +55,11 @@ START_TEST(test_sessions_per_uid)
 	s[1] = dt_open_ok(c2, &o);   /* the limit is per user, not per connection */
 	sv_consume_ok(s[0], &ref, 2, "first session");
 
-	msg = sv_open_fails(c1, &o, -EUSERS);
+	msg = dt_open_fails(c1, &o, -EUSERS);
 	snprintf(uid, sizeof(uid), "uid %u", (unsigned)getuid());
 	expect(strstr(msg, "sessions_per_uid") && strstr(msg, uid), "third session's refusal does not "
 	       "name the limit and the user: \"%s\"", msg);
-	msg = sv_open_fails(c2, &o, -EUSERS);
+	msg = dt_open_fails(c2, &o, -EUSERS);
 	expect(strstr(msg, "sessions_per_uid"), "refusal on the second connection: \"%s\"", msg);
 	expect(dt_status_u64("refused.limit") == 2, "status refused.limit is not 2");
 
@@ -75,7 +75,7 @@ START_TEST(test_sessions_per_uid)
 	       bc_client_error(c2));
 	sv_consume_ok(s[2], &ref, 3, "the session opened after one closed");
 	sv_consume_ok(s[0], &ref, 3, "the first session, still running");
-	msg = sv_open_fails(c1, &o, -EUSERS);
+	msg = dt_open_fails(c1, &o, -EUSERS);
 	(void)msg;
 
 	ck_assert_int_eq(bc_close(s[0]), 0);
@@ -163,7 +163,7 @@ START_TEST(test_memory_per_uid)
 	/* One session too big for a user (about 70 MiB), well within the budget. */
 	dt_opts(&big, DSET_ONE, 4096, BC_SHUFFLE_NONE, 0);
 	big.prefetch = 8;
-	msg = sv_open_fails(c, &big, -ENOMEM);
+	msg = dt_open_fails(c, &big, -ENOMEM);
 	expect(strstr(msg, "memory limit per user") && strstr(msg, "memory_per_uid") &&
 	       !strstr(msg, "memory budget"), "refusal of a 4096-sample session: \"%s\"", msg);
 
@@ -181,7 +181,7 @@ START_TEST(test_memory_per_uid)
 	expect(fit < ARRAY_SIZE(s), "%zu sessions of %" PRIu64 " bytes fit", fit, one);
 	while (n < fit)
 		s[n++] = dt_open_ok(c, &o);
-	msg = sv_open_fails(c, &o, -ENOMEM);
+	msg = dt_open_fails(c, &o, -ENOMEM);
 	expect(strstr(msg, "memory limit per user"), "session %zu (of %" PRIu64 " bytes, %zu held) "
 	       "refused with: \"%s\"", n + 1, one, n, msg);
 	expect(dt_status_u64("refused.memory") == 2, "status refused.memory is not 2");

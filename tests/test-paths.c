@@ -173,21 +173,6 @@ static void check_trace(const char *trace, const char *root, char *bad, size_t b
 	fclose(f);
 }
 
-static void expect_refusal(bc_client *c, const char *path, int code)
-{
-	bc_stream_opts o;
-	bc_stream *s = NULL;
-	int r;
-
-	dt_opts(&o, path, 4, BC_SHUFFLE_NONE, 0);
-	r = bc_open(c, &o, &s);
-	if (r == 0)
-		bc_close(s);
-	expect(r == code, "open %s: %s (%d), expected %s (%d); daemon says \"%s\"", path,
-	       bc_strerror(r), r, bc_strerror(code), code, bc_client_error(c));
-	expect(bc_client_error(c)[0], "open %s: refused without a message", path);
-}
-
 START_TEST(test_path_escapes)
 {
 	char aenv[1024];
@@ -259,26 +244,26 @@ START_TEST(test_path_escapes)
 	}
 
 	c = dt_connect_ok();
-	expect_refusal(c, "faults-mark-begin.bpk", -ENOENT);
-	expect_refusal(c, "..", -EACCES);
-	expect_refusal(c, "../../etc/passwd", -EACCES);
-	expect_refusal(c, "shards/../../" DSET_ONE, -EACCES);
-	expect_refusal(c, "/etc/passwd", -EACCES);
+	dt_open_refused(c, "faults-mark-begin.bpk", -ENOENT, NULL);
+	dt_open_refused(c, "..", -EACCES, NULL);
+	dt_open_refused(c, "../../etc/passwd", -EACCES, NULL);
+	dt_open_refused(c, "shards/../../" DSET_ONE, -EACCES, NULL);
+	dt_open_refused(c, "/etc/passwd", -EACCES, NULL);
 	snprintf(t, sizeof(t), "%s/" DSET_ONE, dt_g.packs);
-	expect_refusal(c, t, -EACCES);
-	expect_refusal(c, "esc.bpk", -EACCES);
-	expect_refusal(c, "rel-esc.bpk", -EACCES);
-	expect_refusal(c, "magic.bpk", -EACCES);
-	expect_refusal(c, "self-magic.bpk", -EACCES);
-	expect_refusal(c, proc_out, -EACCES);
-	expect_refusal(c, "/proc/self/fd/0", -EACCES);
-	expect_refusal(c, "fifo.bpk", -EINVAL);
+	dt_open_refused(c, t, -EACCES, NULL);
+	dt_open_refused(c, "esc.bpk", -EACCES, NULL);
+	dt_open_refused(c, "rel-esc.bpk", -EACCES, NULL);
+	dt_open_refused(c, "magic.bpk", -EACCES, NULL);
+	dt_open_refused(c, "self-magic.bpk", -EACCES, NULL);
+	dt_open_refused(c, proc_out, -EACCES, NULL);
+	dt_open_refused(c, "/proc/self/fd/0", -EACCES, NULL);
+	dt_open_refused(c, "fifo.bpk", -EINVAL, NULL);
 	if (have_dev)
-		expect_refusal(c, "dev.bpk", -EINVAL);
-	expect_refusal(c, "dirpack", -EINVAL);
-	expect_refusal(c, "dirpack/x.bpk", -ENODATA);
-	expect_refusal(c, "linkpack", -ELOOP);
-	expect_refusal(c, "faults-mark-end.bpk", -ENOENT);
+		dt_open_refused(c, "dev.bpk", -EINVAL, NULL);
+	dt_open_refused(c, "dirpack", -EINVAL, NULL);
+	dt_open_refused(c, "dirpack/x.bpk", -ENODATA, NULL);
+	dt_open_refused(c, "linkpack", -ELOOP, NULL);
+	dt_open_refused(c, "faults-mark-end.bpk", -ENOENT, NULL);
 	close(outfd);
 
 	/* The root still serves. */

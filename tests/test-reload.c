@@ -80,7 +80,7 @@ START_TEST(test_reload)
 	sv_consume_ok(s1, &ref_one, 5, "after the refused reload");
 	/* The old configuration stays: root A, not B; level notice. */
 	dt_opts(&o, "bonly.bpk", 7, BC_SHUFFLE_NONE, 0);
-	sv_open_fails(c, &o, -ENOENT);
+	dt_open_fails(c, &o, -ENOENT);
 	dt_opts(&o, DSET_BLK, 9, BC_SHUFFLE_NONE, 0);
 	s2 = dt_open_ok(c, &o);
 	sv_consume_ok(s2, &ref_blk, 3, "a new session on root A after the refused reload");
@@ -103,9 +103,9 @@ START_TEST(test_reload)
 	expect(dt_log_contains(&D, "opened bonly.bpk"), "log level debug did not take effect: no "
 	       "INFO line for the new session");
 	dt_opts(&o, DSET_ONE, 7, BC_SHUFFLE_NONE, 0);
-	sv_open_fails(c, &o, -ENOENT);             /* relative: not under B */
+	dt_open_fails(c, &o, -ENOENT);             /* relative: not under B */
 	dt_opts(&o, abs_one, 7, BC_SHUFFLE_NONE, 0);
-	sv_open_fails(c, &o, -EACCES);             /* absolute under A: outside the roots now */
+	dt_open_fails(c, &o, -EACCES);             /* absolute under A: outside the roots now */
 	expect(strstr(bc_client_error(c), "outside"), "refusal of %s: \"%s\"", abs_one,
 	       bc_client_error(c));
 
@@ -156,7 +156,7 @@ START_TEST(test_reload_budget)
 	expect(dt_status_u64("memory.budget") == (UINT64_C(16) << 20), "the budget did not change");
 	sv_consume_ok(s[0], &ref, 3, "a session that holds memory over the new budget");
 	dt_opts(&o, DSET_ONE, 10, BC_SHUFFLE_NONE, 0);
-	msg = sv_open_fails(c, &o, -ENOMEM);
+	msg = dt_open_fails(c, &o, -ENOMEM);
 	expect(strstr(msg, "memory budget"), "refusal over the lowered budget: \"%s\"", msg);
 	while (n)
 		ck_assert_int_eq(bc_close(s[--n]), 0);
