@@ -22,6 +22,12 @@
 # and no session memory, memory.used equal to the cache. Then SIGTERM must
 # stop it with status 0 within 30 s.
 #
+# With SOAK_HOSTILE=N, N hostile clients of each kind (tools/hostile-client.c:
+# silent connections, requests never read, session memory kept mapped after
+# close, floods of huge batches, absurd wait counters) run through the main
+# wave beside the good ones; every good client must still verify every byte,
+# and after the attack the daemon must be back at its baseline as above.
+#
 # Fails (exit 1) on any client error, a refused open, a daemon-side failure,
 # protocol or ring violation, or the checks above; prints a summary either way.
 #
@@ -33,6 +39,8 @@
 #   SOAK_HOLD      none|order|any (default any): may trainers hold one or two
 #                  batches while asking for more, releasing oldest first or
 #                  (any) sometimes newest first (soak-client -H)
+#   SOAK_HOSTILE   hostile clients of each kind during the main wave (default 0)
+#   HOSTILE_CLIENT the hostile-client binary (default: BATCHD_BUILD's)
 #   SOAK_FAULTS    BATCHD_FAULTS rules for batchd (needs -Dfault_injection);
 #                  failed batches are then expected and counted, not errors
 #   SOAK_KEEP=1    keep the scratch directory (it is kept anyway on failure)
@@ -46,7 +54,7 @@ usage() {
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 seconds=$1
 clients=${2:-32}
-case "$seconds$clients" in *[!0-9]*) usage ;; esac
+case "$seconds$clients${SOAK_HOSTILE:-0}" in *[!0-9]*) usage ;; esac
 [ "$seconds" -ge 1 ] && [ "$clients" -ge 1 ] || usage
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -55,9 +63,13 @@ batchd=${BATCHD:-$build/daemon/batchd}
 pack=${BATCHD_PACK:-$build/tools/batchd-pack}
 ctl=${BATCHCTL:-$build/tools/batchctl}
 client=${SOAK_CLIENT:-$build/tools/soak-client}
+hostile_bin=${HOSTILE_CLIENT:-$build/tools/hostile-client}
+hostile=${SOAK_HOSTILE:-0}
 memory=${SOAK_MEMORY:-2G}
 seed=${SOAK_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
-for b in "$batchd" "$pack" "$ctl" "$client"; do
+bins=("$batchd" "$pack" "$ctl" "$client")
+[ "$hostile" -gt 0 ] && bins+=("$hostile_bin")
+for b in "${bins[@]}"; do
 	[ -x "$b" ] || { echo "soak.sh: $b is not built (ninja -C $build)" >&2; exit 2; }
 done
 py=$(command -v python3) || { echo "soak.sh: python3 is needed to make the inputs" >&2; exit 2; }
@@ -213,10 +225,35 @@ fd0=$(fd_count)
 cache0=$(status_json | field memory.cache)
 echo "soak.sh: baseline: VmRSS $((rss0 / 1024)) MiB, $fd0 fds, cache $((cache0 >> 20)) MiB"
 
-echo "soak.sh: main wave: $clients clients for ${seconds}s"
+# start_hostile SECONDS: SOAK_HOSTILE clients of each kind, in the background
+hostile_pids=()
+start_hostile() {
+	local secs=$1 i m args
+	for m in silent noread keepfd flood counters; do
+		case $m in
+		keepfd | counters) args=(mixed.bpk) ;;
+		flood) args=(-n 2048 json.bpk) ;;
+		*) args=() ;;
+		esac
+		for i in $(seq 0 $((hostile - 1))); do
+			"$hostile_bin" -s "$sock" -m "$m" -t "$secs" "${args[@]}" \
+				>"$dir/hostile.$m.$i.out" 2>"$dir/hostile.$m.$i.err" &
+			hostile_pids+=($!)
+		done
+	done
+}
+
+with=""
+[ "$hostile" -gt 0 ] && with=", with $hostile hostile clients of each kind"
+echo "soak.sh: main wave: $clients clients for ${seconds}s$with"
 t0=$(date +%s)
+[ "$hostile" -gt 0 ] && start_hostile "$seconds"
 run_wave main "$seconds" 0 || fail "main wave"
 t1=$(date +%s)
+for p in "${hostile_pids[@]}"; do
+	wait "$p" || fail "a hostile client failed (see $dir/hostile.*.err)"
+done
+[ "$hostile" -gt 0 ] && echo "soak.sh: during the attack: $(cat "$dir"/hostile.*.out | awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); s[kv[1]] += kv[2] } } END { for (k in s) printf "%s=%d ", k, s[k] }')"
 wait_idle || fail "sessions still open $(status_json | field memory.sessions) bytes after the main wave"
 rss1=$(rss_kb)
 fd1=$(fd_count)
@@ -274,7 +311,7 @@ elapsed=$((t1 - t0))
 rate=$(awk -v b="$bytes" -v t="$elapsed" 'BEGIN { printf "%.1f", b / t / 1048576 }')
 cat <<EOF
 soak.sh: summary ($( [ $failed -eq 0 ] && echo PASS || echo FAIL ))
-  clients            $clients, main wave ${seconds}s (seed $seed, hold ${SOAK_HOLD:-any}${SOAK_FAULTS:+, faults: $SOAK_FAULTS})
+  clients            $clients, main wave ${seconds}s$with (seed $seed, hold ${SOAK_HOLD:-any}${SOAK_FAULTS:+, faults: $SOAK_FAULTS})
   sessions opened    $(sum main sessions) (+ $(sum warm sessions) in the warm-up), refused $refused
   reconnects         $(sum main reconnects)
   batches            $(sum main batches)
