@@ -28,6 +28,10 @@
  * Errors are negative errno values; bc_strerror() names them, and messages
  * from the daemon are kept in bc_client_error() / bc_stream_error().
  *
+ * Signals: the library never raises SIGPIPE, whatever the trainer's
+ * SIGPIPE disposition. When batchd stops or dies, calls fail with the
+ * errors below instead (bc_next: -ESHUTDOWN or -EPIPE).
+ *
  * Thread rules: a bc_client may be shared by threads (its socket is
  * locked); a bc_stream and its batches belong to one thread at a time.
  * Different streams may be used from different threads concurrently.
@@ -131,7 +135,10 @@ BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
  * -ESHUTDOWN when the daemon stopped the stream, -ETIME when it ended it
  * because the caller held batches past the lease ([session]
  * lease_timeout), -EPROTO when the caller broke the ring protocol; -EPIPE
- * when the daemon is gone.
+ * when the daemon is gone (it died, or exited without stopping the
+ * stream). Batches the daemon published before it stopped or died are
+ * still delivered first: their memory is ours. Each of these says why in
+ * bc_stream_error().
  */
 BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
 
@@ -141,7 +148,8 @@ BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
  * hold at most two at a time. On GPU streams, also records the release
  * event on the batch's stream (see bc_batch_wait_stream). @return 0, or
  * -EINVAL if already released; -EIO if the release event could not be
- * recorded (the batch is released anyway).
+ * recorded (the batch is released anyway). A release once the daemon is
+ * gone still returns 0: the stream's next bc_next reports it.
  */
 BC_API int bc_release(bc_batch *b);
 

@@ -62,6 +62,7 @@ struct bc_stream {
 	uint64_t epoch;          /* epoch of the last batch taken */
 	bool epoch_end_said;
 	uint32_t held;
+	bool daemon_gone;        /* a release found nobody reading the released pipe */
 	bc_batch *batches;       /* one per slot */
 	char err[BP_RING_REASON_MAX + 1];
 };

@@ -11,10 +11,14 @@
  * ready sleeps, on the published pipe, after announcing it in the control
  * memfd; it also stops waiting, with -ENOBUFS, when the batches it holds
  * keep the daemon from publishing. Everything here runs on the thread
- * that uses the stream (batchclient.h).
+ * that uses the stream (batchclient.h), and raises no SIGPIPE there even
+ * when the daemon is gone (poke_daemon).
  */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -66,16 +70,57 @@ static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t
 	return 0;
 }
 
-/* Hand slot seq back to the daemon, poking it if it waits for room. */
+/*
+ * One byte into the released pipe, without SIGPIPE. The daemon made the
+ * pipe (PROTOCOL.md), so it cannot be a socket that takes MSG_NOSIGNAL;
+ * once the daemon has stopped or died, a plain write(2) would raise
+ * SIGPIPE and kill a trainer that keeps the default action. So SIGPIPE is
+ * blocked in this thread for the write, a SIGPIPE the write itself raised
+ * is taken back with sigtimedwait, and the mask is restored: a SIGPIPE
+ * that was pending before (for some other reason) is left alone, and other
+ * threads are not touched. Costs three system calls, only on the wake-up
+ * path (the daemon waits for room). @return 0, or negative errno: -EAGAIN
+ * when the pipe is full, -EPIPE when nobody reads it any more.
+ */
+static int poke_daemon(int fd)
+{
+	static const struct timespec no_wait;
+	sigset_t pipe_only, old, pending;
+	bool was_pending;
+	ssize_t n;
+	int r;
+
+	sigemptyset(&pipe_only);
+	sigaddset(&pipe_only, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_only, &old); /* cannot fail: SIG_BLOCK, a valid set */
+	was_pending = sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE);
+	do
+		n = write(fd, "", 1);
+	while (n < 0 && errno == EINTR);
+	r = n < 0 ? -errno : 0;
+	if (r == -EPIPE && !was_pending) {
+		/* The write raised it for this thread: take it before unblocking. */
+		while (sigtimedwait(&pipe_only, NULL, &no_wait) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return r;
+}
+
+/*
+ * Hand slot seq back to the daemon, poking it if it waits for room. A
+ * daemon that no longer reads the pipe is gone: s->daemon_gone, for
+ * bc_next to say so.
+ */
 static void ring_release(bc_stream *s, uint64_t seq)
 {
 	/* seq_cst store, then seq_cst load: the Dekker pair of ring.h. */
 	__atomic_store_n(&s->ctrl->release[seq % s->r.slots], seq + 1, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(&s->ctrl->daemon_hungry, __ATOMIC_SEQ_CST)) {
 		__atomic_store_n(&s->ctrl->daemon_hungry, 0, __ATOMIC_RELAXED);
-		if (write(s->released_fd, "", 1) < 0) {
-			/* The pipe is full: the daemon has a wake-up pending anyway. */
-		}
+		/* -EAGAIN: the pipe is full, the daemon has a wake-up pending anyway. */
+		if (poke_daemon(s->released_fd) == -EPIPE)
+			s->daemon_gone = true;
 	}
 }
 
@@ -96,6 +141,13 @@ static int stopped_error(bc_stream *s)
 			 : e == -ETIME ? "lease expired: no batch released for [session] lease_timeout"
 			 : e == -ESHUTDOWN ? "it is stopping" : strerror(-e));
 	return e;
+}
+
+/* The daemon died or exited while the ring still ran: say so (why: how we know) in s->err. */
+static int gone_error(bc_stream *s, const char *why)
+{
+	snprintf(s->err, sizeof(s->err), "the daemon is gone: %s", why);
+	return -EPIPE;
 }
 
 /*
@@ -260,8 +312,7 @@ static int sleep_published(bc_stream *s, int wait)
 	    __atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) <= s->consumed) {
 		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
 			return stopped_error(s);
-		snprintf(s->err, sizeof(s->err), "the daemon is gone");
-		return -EPIPE;
+		return gone_error(s, "it hung up the connection");
 	}
 	return 0;
 }
@@ -279,6 +330,9 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 			return take_published(s, ret);
 		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
 			return stopped_error(s);
+		/* Nothing more will come; do not wait for a hang-up we might not be told of in time. */
+		if (s->daemon_gone)
+			return gone_error(s, "it no longer reads the released pipe");
 		if ((r = held_stall(s, &stuck_since)) < 0 ||
 		    (r = wait_budget(s, timeout_ms, deadline, &wait)) < 0 ||
 		    (r = sleep_published(s, wait)) < 0)
