@@ -164,6 +164,8 @@ static int default_socket(char *buf, size_t len)
 
 void bc_stream_opts_init(bc_stream_opts *o)
 {
+	if (!o)
+		return;
 	memset(o, 0, sizeof(*o));
 	o->struct_size = sizeof(*o);
 	o->batch_size = 1;
@@ -250,7 +252,7 @@ void bc_disconnect(bc_client *c)
 
 const char *bc_client_error(const bc_client *c)
 {
-	return c->err;
+	return c ? c->err : "";
 }
 
 /*
@@ -265,6 +267,8 @@ static int request_text(bc_client *c, int (*encode)(uint8_t *, size_t), uint16_t
 	bp_msg_text t;
 	int n, nfds, r;
 
+	if (!c || !ret)
+		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
 	if (c->dead) {
 		r = -EPIPE;
@@ -615,16 +619,18 @@ int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
 	return 0;
 }
 
+/* The accessors take NULL (what a failed bc_open leaves in a NULL-initialised pointer). */
+
 int bc_stream_device(const bc_stream *s)
 {
-	return s->device;
+	return s ? s->device : BC_HOST;
 }
 
-uint64_t bc_stream_batches_per_epoch(const bc_stream *s) { return s->r.batches_per_epoch; }
-uint64_t bc_stream_samples(const bc_stream *s) { return s->r.samples; }
-uint64_t bc_stream_fingerprint(const bc_stream *s) { return s->r.fingerprint; }
-uint64_t bc_stream_max_sample(const bc_stream *s) { return s->r.max_sample; }
-const char *bc_stream_error(const bc_stream *s) { return s->err; }
+uint64_t bc_stream_batches_per_epoch(const bc_stream *s) { return s ? s->r.batches_per_epoch : 0; }
+uint64_t bc_stream_samples(const bc_stream *s) { return s ? s->r.samples : 0; }
+uint64_t bc_stream_fingerprint(const bc_stream *s) { return s ? s->r.fingerprint : 0; }
+uint64_t bc_stream_max_sample(const bc_stream *s) { return s ? s->r.max_sample : 0; }
+const char *bc_stream_error(const bc_stream *s) { return s ? s->err : ""; }
 
 int bc_close(bc_stream *s)
 {

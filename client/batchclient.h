@@ -27,6 +27,9 @@
  *
  * Errors are negative errno values; bc_strerror() names them, and messages
  * from the daemon are kept in bc_client_error() / bc_stream_error().
+ * A call that fails leaves its ret_ out-parameter as it was: initialise
+ * the pointers to NULL, and every call here takes that NULL (the value
+ * each returns for it is in its comment), so error paths need no checks.
  *
  * Signals: the library never raises SIGPIPE, whatever the trainer's
  * SIGPIPE disposition. When batchd stops or dies, calls fail with the
@@ -83,34 +86,38 @@ typedef struct bc_stream_opts {
 	int device;             /* BC_HOST, or a CUDA device ordinal */
 } bc_stream_opts;
 
-/* Defaults: batch_size 1, no shuffle, rank 0 of 1, host placement. */
+/* Defaults: batch_size 1, no shuffle, rank 0 of 1, host placement. NULL: does nothing. */
 BC_API void bc_stream_opts_init(bc_stream_opts *o);
 
 /*
  * Connect to batchd at socket_path, or, when NULL, at $BATCHD_SOCKET, else
  * /run/batchd/batchd.sock if it exists, else $XDG_RUNTIME_DIR/batchd.sock.
  * @return 0; -ENOENT / -ECONNREFUSED (no daemon there); -EPROTONOSUPPORT
- * (no common protocol version); -ETIMEDOUT; -ENOMEM. On success *ret is
- * the client; free it with bc_disconnect().
+ * (no common protocol version); -ETIMEDOUT; -ENOMEM; -EINVAL (ret NULL).
+ * On success *ret is the client; free it with bc_disconnect(). On failure
+ * *ret is untouched and there is no client to ask: the return value is
+ * the reason (bc_client_error(NULL) is "").
  */
 BC_API int bc_connect(const char *socket_path, bc_client **ret);
 
 /* Close the connection. Streams must be closed first. NULL is fine. */
 BC_API void bc_disconnect(bc_client *c);
 
-/* The daemon's message for the last failed request on c ("" if none). */
+/* The daemon's message for the last failed request on c ("" if none, and for NULL). */
 BC_API const char *bc_client_error(const bc_client *c);
 
 /*
  * The daemon's status as a JSON object. @return 0 with *ret_json a
- * NUL-terminated string the caller frees with free(), or negative errno.
+ * NUL-terminated string the caller frees with free(), or negative errno
+ * (-EINVAL for a NULL c or ret_json; -EPIPE / -ESHUTDOWN when the daemon
+ * is gone).
  */
 BC_API int bc_status(bc_client *c, char **ret_json);
 
 /*
  * The daemon's metrics in the Prometheus text exposition format. @return 0
  * with *ret_text a NUL-terminated string the caller frees with free(), or
- * negative errno.
+ * negative errno, as bc_status.
  */
 BC_API int bc_metrics(bc_client *c, char **ret_text);
 
@@ -118,8 +125,10 @@ BC_API int bc_metrics(bc_client *c, char **ret_text);
  * Open a stream. @return 0; the daemon's error (e.g. -ENOENT no such
  * dataset, -EACCES outside the roots, -EBADMSG corrupt pack, -ENOMEM
  * over the memory budget, -ENODEV no CUDA device, -EINVAL bad options)
- * with its message in bc_client_error(); -EPIPE when the daemon is gone.
- * On success *ret is the stream; close it with bc_close().
+ * with its message in bc_client_error(); -EPIPE when the daemon is gone;
+ * -EINVAL for a NULL c or ret, or options it refuses before asking. On
+ * success *ret is the stream; close it with bc_close(). On failure *ret
+ * is untouched.
  */
 BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
 
@@ -138,7 +147,8 @@ BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
  * when the daemon is gone (it died, or exited without stopping the
  * stream). Batches the daemon published before it stopped or died are
  * still delivered first: their memory is ours. Each of these says why in
- * bc_stream_error().
+ * bc_stream_error(). -EINVAL for a NULL s or ret. *ret is written only
+ * on success.
  */
 BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
 
@@ -147,19 +157,28 @@ BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
  * order, so a trainer should release batches in the order it took them and
  * hold at most two at a time. On GPU streams, also records the release
  * event on the batch's stream (see bc_batch_wait_stream). @return 0, or
- * -EINVAL if already released; -EIO if the release event could not be
- * recorded (the batch is released anyway). A release once the daemon is
- * gone still returns 0: the stream's next bc_next reports it.
+ * -EINVAL if already released (or NULL); -EIO if the release event could
+ * not be recorded (the batch is released anyway). A release once the
+ * daemon is gone still returns 0: the stream's next bc_next reports it.
  */
 BC_API int bc_release(bc_batch *b);
 
+/* A batch's numbers: 0 for a NULL b. */
 BC_API uint64_t bc_batch_epoch(const bc_batch *b);
 BC_API uint64_t bc_batch_index(const bc_batch *b);   /* within the epoch, for this rank */
 BC_API uint32_t bc_batch_count(const bc_batch *b);   /* samples */
+/* Sample i's id; UINT64_MAX when i >= count or b is NULL. */
 BC_API uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i);
-/* Sample i's bytes. @return 0, or -ERANGE when i >= count. */
+/*
+ * Sample i's bytes. @return 0, -ERANGE when i >= count, -EINVAL for a
+ * NULL b, ret_data or ret_len, -EBADMSG for a table entry outside the
+ * payload.
+ */
 BC_API int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t *ret_len);
-/* All samples' bytes, contiguous in sample order (a dense tensor for fixed-size samples). */
+/*
+ * All samples' bytes, contiguous in sample order (a dense tensor for
+ * fixed-size samples); *ret_len (may be NULL) their size. NULL b: NULL, 0.
+ */
 BC_API const void *bc_batch_data(const bc_batch *b, size_t *ret_len);
 
 /*
@@ -179,32 +198,40 @@ BC_API const void *bc_batch_data(const bc_batch *b, size_t *ret_len);
  * Streams are CUstream / cudaStream_t values passed as void *.
  */
 
-/* BC_HOST, or the CUDA device ordinal (as this process numbers them) the stream delivers to. */
+/*
+ * BC_HOST, or the CUDA device ordinal (as this process numbers them) the
+ * stream delivers to. BC_HOST for a NULL s.
+ */
 BC_API int bc_stream_device(const bc_stream *s);
 
 /*
  * The batch's payload in device memory: all samples' bytes, contiguous in
  * sample order, at the same offsets as bc_batch_data(). NULL (and *ret_len
- * 0) on host streams and for failed batches. Valid until bc_release(); read
- * it only on a stream that waited with bc_batch_wait_stream().
+ * 0) on host streams, for failed batches and for a NULL b. Valid until
+ * bc_release(); read it only on a stream that waited with
+ * bc_batch_wait_stream().
  */
 BC_API void *bc_batch_device_data(const bc_batch *b, size_t *ret_len);
 
 /*
  * Make `stream` (NULL: the legacy default stream) wait, on the GPU, until
  * the batch's bytes have landed in device memory, and remember the stream
- * for bc_release(). @return 0; -EINVAL for a host batch or one already
- * released; -EIO for a CUDA error (named in bc_stream_error()).
+ * for bc_release(). @return 0; -EINVAL for a host batch, one already
+ * released, or NULL; -EIO for a CUDA error (named in bc_stream_error()).
  */
 BC_API int bc_batch_wait_stream(bc_batch *b, void *stream);
 
-/* The next batch bc_next() will return, as (epoch, batch): reopen there to resume. */
+/*
+ * The next batch bc_next() will return, as (epoch, batch): reopen there to
+ * resume. Either pointer may be NULL; a NULL s gives (0, 0).
+ */
 BC_API void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch);
+/* What READY said of the stream: 0 for a NULL s. */
 BC_API uint64_t bc_stream_batches_per_epoch(const bc_stream *s);
 BC_API uint64_t bc_stream_samples(const bc_stream *s);       /* in the dataset */
 BC_API uint64_t bc_stream_fingerprint(const bc_stream *s);
 BC_API uint64_t bc_stream_max_sample(const bc_stream *s);
-/* Why the last batch failed, or why the stream stopped ("" if it did not). */
+/* Why the last batch failed, or why the stream stopped ("" if it did not, and for NULL). */
 BC_API const char *bc_stream_error(const bc_stream *s);
 
 /*

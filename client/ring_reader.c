@@ -330,7 +330,7 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 			return take_published(s, ret);
 		if (__atomic_load_n(&s->hdr->state, __ATOMIC_ACQUIRE) != BP_RING_RUNNING)
 			return stopped_error(s);
-		/* Nothing more will come; do not wait for a hang-up we might not be told of in time. */
+		/* Nothing more will come: do not wait for a hang-up (timeout 0 would never). */
 		if (s->daemon_gone)
 			return gone_error(s, "it no longer reads the released pipe");
 		if ((r = held_stall(s, &stuck_since)) < 0 ||
@@ -342,9 +342,13 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 
 int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms)
 {
-	uint64_t t0 = now_ns();
-	int r = next_batch(s, ret, timeout_ms);
+	uint64_t t0;
+	int r;
 
+	if (!s || !ret)
+		return -EINVAL;
+	t0 = now_ns();
+	r = next_batch(s, ret, timeout_ms);
 	if (r == 0)
 		account_wait(s, now_ns() - t0);
 	return r;
@@ -371,26 +375,32 @@ int bc_release(bc_batch *b)
 	return r;
 }
 
+/* The accessors take NULL (what a failed bc_next leaves in a NULL-initialised pointer). */
+
 void *bc_batch_device_data(const bc_batch *b, size_t *ret_len)
 {
+	void *dev = b ? b->dev : NULL;
+
 	if (ret_len)
-		*ret_len = b->dev ? (size_t)b->d.payload_size : 0;
-	return b->dev;
+		*ret_len = dev ? (size_t)b->d.payload_size : 0;
+	return dev;
 }
 
-uint64_t bc_batch_epoch(const bc_batch *b) { return b->d.epoch; }
-uint64_t bc_batch_index(const bc_batch *b) { return b->d.batch; }
-uint32_t bc_batch_count(const bc_batch *b) { return b->d.count; }
+uint64_t bc_batch_epoch(const bc_batch *b) { return b ? b->d.epoch : 0; }
+uint64_t bc_batch_index(const bc_batch *b) { return b ? b->d.batch : 0; }
+uint32_t bc_batch_count(const bc_batch *b) { return b ? b->d.count : 0; }
 
 uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i)
 {
-	return i < b->d.count ? b->table[i].id : UINT64_MAX;
+	return b && i < b->d.count ? b->table[i].id : UINT64_MAX;
 }
 
 int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t *ret_len)
 {
 	const bp_ring_sample *t;
 
+	if (!b || !ret_data || !ret_len)
+		return -EINVAL;
 	if (i >= b->d.count)
 		return -ERANGE;
 	t = &b->table[i];
@@ -404,15 +414,23 @@ int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t
 const void *bc_batch_data(const bc_batch *b, size_t *ret_len)
 {
 	if (ret_len)
-		*ret_len = (size_t)b->d.payload_size;
-	return b->payload;
+		*ret_len = b ? (size_t)b->d.payload_size : 0;
+	return b ? b->payload : NULL;
 }
 
 void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch)
 {
-	/* The next batch is seq `consumed` of a stream that began at (start_epoch, start_batch). */
-	uint64_t g = s->start_batch + s->consumed;
+	uint64_t g, epoch = 0, batch = 0;
 
-	*ret_epoch = s->start_epoch + g / s->r.batches_per_epoch;
-	*ret_batch = g % s->r.batches_per_epoch;
+	/* The next batch is seq `consumed` of a stream that began at (start_epoch, start_batch). */
+	if (s) {
+		g = s->start_batch + s->consumed;
+		/* The daemon opens no stream of 0 batches an epoch, but READY is not trusted. */
+		epoch = s->start_epoch + (s->r.batches_per_epoch ? g / s->r.batches_per_epoch : 0);
+		batch = s->r.batches_per_epoch ? g % s->r.batches_per_epoch : g;
+	}
+	if (ret_epoch)
+		*ret_epoch = epoch;
+	if (ret_batch)
+		*ret_batch = batch;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-client-signals.c - libbatchclient when batchd goes away under a
- * trainer.
+ * trainer, and on the values failed calls leave behind.
  *
  * Why a suite of its own: the other suites run with SIGPIPE ignored
  * (dt_check_main), as a careful server would, so they cannot see a
@@ -12,7 +12,10 @@
  * batch, and waits until the daemon waits for that batch's release (so
  * bc_release must poke the daemon's released pipe); then the test kills
  * or stops the daemon: the child must exit of its own accord, with
- * bc_next's documented errno and a reason in bc_stream_error().
+ * bc_next's documented errno and a reason in bc_stream_error(). The
+ * other case calls every accessor on the NULLs a failed bc_connect,
+ * bc_open or bc_next leaves in NULL-initialised pointers, and checks the
+ * values batchclient.h documents for them.
  *
  * The trainer looks at its stream's control page through client_priv.h
  * (the daemon_hungry flag of proto/ring.h): that is the one precondition
@@ -26,6 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,7 +56,7 @@ static void setup(void)
 /* The trainer's SIGPIPE mask while it releases: the library must leave it as it was. */
 enum mask {
 	UNBLOCKED,               /* the default: a SIGPIPE kills */
-	BLOCKED,                 /* blocked, none pending: the library's own must not be left pending */
+	BLOCKED,                 /* blocked, none pending: the library's own must not stay */
 	BLOCKED_PENDING,         /* blocked, one pending already: it must still be pending after */
 };
 
@@ -252,12 +257,142 @@ START_TEST(test_daemon_gone)
 }
 END_TEST
 
+/* ---- what failed calls leave --------------------------------------------------------- */
+
+/* A socket file nobody listens on: connect(2) says ECONNREFUSED. */
+static void dead_socket(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_uint_lt(strlen(path), sizeof(sa.sun_path));
+	strcpy(sa.sun_path, path);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+}
+
+/* Every bc_client call on what a failed bc_connect leaves: NULL. */
+static void expect_null_client(void)
+{
+	bc_stream_opts o;
+	bc_stream *s = NULL;
+	char *text = (char *)"untouched";
+
+	ck_assert_ptr_nonnull(bc_client_error(NULL));
+	ck_assert_str_eq(bc_client_error(NULL), "");
+	ck_assert_int_eq(bc_status(NULL, &text), -EINVAL);
+	ck_assert_int_eq(bc_metrics(NULL, &text), -EINVAL);
+	ck_assert_str_eq(text, "untouched");
+	bc_stream_opts_init(&o);
+	o.dataset = DSET_ONE;
+	ck_assert_int_eq(bc_open(NULL, &o, &s), -EINVAL);
+	ck_assert_ptr_null(s);
+	bc_stream_opts_init(NULL);
+	bc_disconnect(NULL);
+}
+
+/* Every bc_stream call on what a failed bc_open leaves: NULL. */
+static void expect_null_stream(void)
+{
+	uint64_t epoch = 7, batch = 7;
+	bc_batch *b = NULL;
+
+	ck_assert_ptr_nonnull(bc_stream_error(NULL));
+	ck_assert_str_eq(bc_stream_error(NULL), "");
+	ck_assert_int_eq(bc_stream_device(NULL), BC_HOST);
+	ck_assert_uint_eq(bc_stream_batches_per_epoch(NULL), 0);
+	ck_assert_uint_eq(bc_stream_samples(NULL), 0);
+	ck_assert_uint_eq(bc_stream_fingerprint(NULL), 0);
+	ck_assert_uint_eq(bc_stream_max_sample(NULL), 0);
+	bc_stream_position(NULL, &epoch, &batch);
+	ck_assert_uint_eq(epoch, 0);
+	ck_assert_uint_eq(batch, 0);
+	bc_stream_position(NULL, NULL, NULL);
+	ck_assert_int_eq(bc_next(NULL, &b, 0), -EINVAL);
+	ck_assert_ptr_null(b);
+	ck_assert_int_eq(bc_close(NULL), 0);
+}
+
+/* Every bc_batch call on what a failed bc_next leaves: NULL. */
+static void expect_null_batch(void)
+{
+	const void *data = "untouched";
+	size_t len = 7;
+
+	ck_assert_uint_eq(bc_batch_epoch(NULL), 0);
+	ck_assert_uint_eq(bc_batch_index(NULL), 0);
+	ck_assert_uint_eq(bc_batch_count(NULL), 0);
+	ck_assert_uint_eq(bc_batch_sample_id(NULL, 0), UINT64_MAX);
+	ck_assert_int_eq(bc_batch_sample(NULL, 0, &data, &len), -EINVAL);
+	ck_assert_str_eq(data, "untouched");
+	ck_assert_uint_eq(len, 7);
+	ck_assert_ptr_null(bc_batch_data(NULL, &len));
+	ck_assert_uint_eq(len, 0);
+	len = 7;
+	ck_assert_ptr_null(bc_batch_device_data(NULL, &len));
+	ck_assert_uint_eq(len, 0);
+	ck_assert_ptr_null(bc_batch_data(NULL, NULL));
+	ck_assert_int_eq(bc_batch_wait_stream(NULL, NULL), -EINVAL);
+	ck_assert_int_eq(bc_release(NULL), -EINVAL);
+}
+
+START_TEST(test_failed_calls)
+{
+	char path[sizeof(D.dir) + 32];
+	bc_stream_opts o;
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	bc_batch *b = NULL;
+	int r;
+
+	/* No socket there: -ENOENT, and *ret as it was. */
+	snprintf(path, sizeof(path), "%s/no-such.sock", D.dir);
+	r = bc_connect(path, &c);
+	ck_assert_msg(r == -ENOENT, "bc_connect %s: %s (%d)", path, bc_strerror(r), r);
+	ck_assert_ptr_null(c);
+	/* A socket nobody listens on: -ECONNREFUSED. */
+	snprintf(path, sizeof(path), "%s/dead.sock", D.dir);
+	dead_socket(path);
+	r = bc_connect(path, &c);
+	ck_assert_msg(r == -ECONNREFUSED, "bc_connect %s: %s (%d)", path, bc_strerror(r), r);
+	ck_assert_ptr_null(c);
+	ck_assert_int_eq(bc_connect(path, NULL), -EINVAL);
+	expect_null_client();
+
+	/* No such dataset: the daemon's -ENOENT and message, *ret as it was. */
+	c = dt_connect_ok();
+	dt_opts(&o, "no-such.bpk", 8, BC_SHUFFLE_NONE, 0);
+	r = bc_open(c, &o, &s);
+	expect(r == -ENOENT, "bc_open no-such.bpk: %s (%d): %s", bc_strerror(r), r,
+	       bc_client_error(c));
+	ck_assert_ptr_null(s);
+	expect(bc_client_error(c)[0], "bc_open's refusal came without a message");
+	ck_assert_int_eq(bc_open(c, &o, NULL), -EINVAL);
+	ck_assert_int_eq(bc_status(c, NULL), -EINVAL);
+	expect_null_stream();
+
+	/* A live stream: a NULL ret is refused, not written. */
+	dt_opts(&o, DSET_ONE, 8, BC_SHUFFLE_NONE, 0);
+	s = dt_open_ok(c, &o);
+	ck_assert_int_eq(bc_next(s, NULL, 0), -EINVAL);
+	bc_stream_position(s, NULL, NULL);
+	ck_assert_int_eq(bc_next(s, &b, WAIT_MS), 0);
+	ck_assert_int_eq(bc_batch_sample(b, 0, NULL, NULL), -EINVAL);
+	ck_assert_int_eq(bc_release(b), 0);
+	ck_assert_int_eq(bc_close(s), 0);
+	bc_disconnect(c);
+	expect_null_batch();
+}
+END_TEST
+
 static Suite *client_signals_suite(void)
 {
 	Suite *s = suite_create("client-signals");
 
 	tcase_add_loop_test(dt_tcase(s, "daemon_gone", setup), test_daemon_gone, 0,
 			    ARRAY_SIZE(endings));
+	tcase_add_test(dt_tcase(s, "failed_calls", setup), test_failed_calls);
 	return s;
 }
 
