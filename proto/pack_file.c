@@ -254,12 +254,80 @@ int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_
 	return r;
 }
 
-int bp_dataset_fdopen(int fd, const char *name, bp_dataset **ret, bp_dataset_fault *fault)
+int bp_shard_openat(int dirfd, const char *name, int *ret_fd)
 {
-	char **names = NULL;
-	size_t count = 0;
-	shard_priv *shards = NULL;
-	bp_dataset *ds = NULL;
+	struct stat st, now;
+	char proc[64];
+	int pathfd, fd, r = 0;
+
+	pathfd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (pathfd < 0)
+		return -errno;
+	if (fstat(pathfd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (S_ISLNK(st.st_mode) || !S_ISREG(st.st_mode)) {
+		r = S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL;
+		goto out;
+	}
+	/* The same inode, reopened for reading: nothing can be swapped in between. */
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pathfd);
+	fd = open(proc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0 && errno == ENOENT) {
+		/* No /proc: by name again, O_NONBLOCK in case a FIFO took its place. */
+		fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+		if (fd >= 0 && (fstat(fd, &now) < 0 || now.st_dev != st.st_dev ||
+				now.st_ino != st.st_ino)) {
+			close(fd);
+			fd = -1;
+			errno = EAGAIN;
+		}
+	}
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	*ret_fd = fd;
+out:
+	close(pathfd);
+	return r;
+}
+
+void bp_shard_set_close(bp_shard_set *set)
+{
+	if (!set)
+		return;
+	for (size_t i = 0; i < set->count; i++) {
+		if (set->fds && set->fds[i] >= 0)
+			close(set->fds[i]);
+		if (set->names)
+			free(set->names[i]);
+	}
+	free(set->fds);
+	free(set->names);
+	*set = (bp_shard_set){ 0 };
+}
+
+/* Open every listed entry of directory fd; a fault names the first that fails. */
+static int open_entries(int fd, bp_shard_set *set, bp_dataset_fault *fault)
+{
+	for (size_t i = 0; i < set->count; i++) {
+		int r = bp_shard_openat(fd, set->names[i], &set->fds[i]);
+
+		if (r == -EINVAL)
+			return fault_set(fault, set->names[i], r, "shard is not a regular file", 0, -1);
+		if (r == -ELOOP)
+			return fault_set(fault, set->names[i], r, "shard is a symbolic link", 0, -1);
+		if (r < 0)
+			return fault_set(fault, set->names[i], r, "cannot open shard", 0, -1);
+	}
+	return 0;
+}
+
+int bp_shard_set_open(int fd, const char *name, bp_shard_set *ret, bp_dataset_fault *fault)
+{
+	bp_shard_set set = { 0 };
 	struct stat st;
 	int r;
 
@@ -267,71 +335,96 @@ int bp_dataset_fdopen(int fd, const char *name, bp_dataset **ret, bp_dataset_fau
 		return -EINVAL;
 	if (fstat(fd, &st) < 0)
 		return fault_set(fault, name, -errno, "cannot stat dataset", 0, -1);
-
 	if (S_ISDIR(st.st_mode)) {
-		r = list_shards(fd, &names, &count);
+		set.dir = true;
+		r = list_shards(fd, &set.names, &set.count);
 		if (r < 0)
 			return fault_set(fault, name, r, "cannot list dataset directory", 0, -1);
-		if (count == 0) {
-			r = fault_set(fault, name, -ENODATA, "directory holds no .bpk shards", 0, -1);
-			goto out;
+		if (set.count == 0) {
+			free(set.names);
+			return fault_set(fault, name, -ENODATA, "directory holds no .bpk shards", 0, -1);
 		}
 	} else if (!S_ISREG(st.st_mode)) {
 		return fault_set(fault, name, -EINVAL, "dataset is neither a file nor a directory",
 				 0, -1);
 	} else {
-		count = 1;
+		set.count = 1;
+		set.names = calloc(1, sizeof(*set.names));
+		if (!set.names || !(set.names[0] = strdup(name))) {
+			free(set.names);
+			return -ENOMEM;
+		}
 	}
+	set.fds = malloc(set.count * sizeof(*set.fds));
+	if (!set.fds) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < set.count; i++)
+		set.fds[i] = -1;
+	if (set.dir) {
+		r = open_entries(fd, &set, fault);
+	} else {
+		set.fds[0] = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		r = set.fds[0] < 0 ? -errno : 0;
+	}
+	if (r < 0)
+		goto fail;
+	*ret = set;
+	return 0;
+fail:
+	bp_shard_set_close(&set);
+	return r;
+}
+
+int bp_dataset_from_set(bp_shard_set *set, bp_dataset **ret, bp_dataset_fault *fault)
+{
+	shard_priv *shards;
+	bp_dataset *ds;
+	int r;
 
 	ds = calloc(1, sizeof(*ds));
-	shards = calloc(count, sizeof(*shards));
+	shards = calloc(set->count, sizeof(*shards));
 	if (!ds || !shards) {
+		free(ds);
 		free(shards);
-		r = -ENOMEM;
-		goto out;
+		bp_shard_set_close(set);
+		return -ENOMEM;
 	}
-	for (size_t i = 0; i < count; i++)
-		shards[i].pub.fd = -1;
 	ds->shards = &shards[0].pub;
-	ds->shard_count = count;
-
-	for (size_t i = 0; i < count; i++) {
-		bp_shard *sh = &shards[i].pub;
-
-		if (names) {
-			sh->name = names[i];
-			names[i] = NULL;
-			sh->fd = openat(fd, sh->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-			if (sh->fd < 0) {
-				r = fault_set(fault, sh->name, -errno, "cannot open shard", 0, -1);
-				goto out;
-			}
-		} else {
-			sh->name = strdup(name);
-			sh->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-			if (!sh->name || sh->fd < 0) {
-				r = sh->name ? -errno : -ENOMEM;
-				goto out;
-			}
-		}
+	ds->shard_count = set->count;
+	/* The dataset owns the names and descriptors from here on, also on failure. */
+	for (size_t i = 0; i < set->count; i++) {
+		shards[i].pub.name = set->names[i];
+		shards[i].pub.fd = set->fds[i];
+		set->names[i] = NULL;
+		set->fds[i] = -1;
+	}
+	bp_shard_set_close(set);
+	for (size_t i = 0; i < ds->shard_count; i++) {
 		r = shard_load(&shards[i], fault);
 		if (r < 0)
-			goto out;
+			goto fail;
 	}
 	r = dataset_finish(ds, fault);
 	if (r < 0)
-		goto out;
-
+		goto fail;
 	*ret = ds;
-	ds = NULL;
-out:
+	return 0;
+fail:
 	bp_dataset_close(ds);
-	if (names) {
-		for (size_t i = 0; i < count; i++)
-			free(names[i]);
-		free(names);
-	}
 	return r;
+}
+
+int bp_dataset_fdopen(int fd, const char *name, bp_dataset **ret, bp_dataset_fault *fault)
+{
+	bp_shard_set set;
+	int r;
+
+	if (fd < 0 || !name || !ret)
+		return -EINVAL;
+	r = bp_shard_set_open(fd, name, &set, fault);
+	return r < 0 ? r : bp_dataset_from_set(&set, ret, fault);
 }
 
 void bp_dataset_close(bp_dataset *ds)

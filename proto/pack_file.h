@@ -25,6 +25,7 @@
 #ifndef BATCHD_PROTO_PACK_FILE_H
 #define BATCHD_PROTO_PACK_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,7 +58,8 @@ typedef struct bp_dataset_fault {
  * Open the dataset at path, relative to dirfd (AT_FDCWD for the working
  * directory). path itself may be a symlink (callers that must not follow
  * one resolve it first, as the daemon does); shards inside a directory are
- * opened with O_NOFOLLOW and must be regular files.
+ * looked at first (O_PATH|O_NOFOLLOW) and opened only when they are
+ * regular files (bp_shard_openat).
  * @return 0; -ENOENT, -EACCES, ... from the file system; -ENODATA for a
  * directory holding no *.bpk; -E2BIG for more than BP_DATASET_MAX_SHARDS
  * shards or over 2^63 samples; -EBADMSG/-ENOTSUP/-E2BIG for a bad shard
@@ -72,6 +74,47 @@ int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_
  * name is used in faults.
  */
 int bp_dataset_fdopen(int fd, const char *name, bp_dataset **ret, bp_dataset_fault *fault);
+
+/*
+ * The first half of bp_dataset_fdopen on its own: the shards of the
+ * dataset open as fd, each open for reading but nothing read yet, so a
+ * caller (the daemon) can look at them (fstat, the footer) before deciding
+ * to load them. For a directory: its shard entries in order, each opened
+ * with bp_shard_openat; for a file: fd itself (duplicated), named name.
+ * @return 0; errors as bp_dataset_fdopen (-ELOOP for a symlink shard,
+ * -EINVAL for one that is not a regular file; fault names it). On success
+ * *ret is the set; free it with bp_shard_set_close() or hand it to
+ * bp_dataset_from_set().
+ */
+typedef struct bp_shard_set {
+	char **names;            /* per shard: its file name, or name for a one-file dataset */
+	int *fds;                /* per shard: O_RDONLY|O_CLOEXEC, -1 once handed over */
+	size_t count;
+	bool dir;                /* a directory dataset */
+} bp_shard_set;
+
+int bp_shard_set_open(int fd, const char *name, bp_shard_set *ret, bp_dataset_fault *fault);
+
+/* Close the set's descriptors and free its names; leaves it empty. NULL is fine. */
+void bp_shard_set_close(bp_shard_set *set);
+
+/*
+ * The second half: load and validate the shards of set into a dataset.
+ * The set's descriptors and names become the dataset's, on failure too
+ * (they are closed then); set is left empty either way.
+ * @return as bp_dataset_fdopen.
+ */
+int bp_dataset_from_set(bp_shard_set *set, bp_dataset **ret, bp_dataset_fault *fault);
+
+/*
+ * Open entry name of directory dirfd for reading only if it is a regular
+ * file: it is looked at through O_PATH|O_NOFOLLOW first and that same
+ * inode reopened (through /proc/self/fd), so a FIFO, a device, a
+ * directory or a symlink named like a shard is never opened for real.
+ * @return 0 with *ret_fd (O_RDONLY|O_CLOEXEC); -ELOOP for a symlink;
+ * -EINVAL for anything else that is not a regular file; -errno.
+ */
+int bp_shard_openat(int dirfd, const char *name, int *ret_fd);
 
 /* Close a dataset; NULL is fine. */
 void bp_dataset_close(bp_dataset *ds);
