@@ -1,75 +1,246 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dataset.c - resolve, load, cache and share datasets (see dataset.h).
+ *
+ * A dataset is named by a path, but what a session must get is what that
+ * path holds when it opens: shards are replaced by rename (rsync, cp -a,
+ * tar x) or rewritten in place, and timestamps are put back by the tools
+ * that do it. So the cache does not trust the path or its mtime: every open
+ * looks at each shard (fstat and its 80-byte footer, no data) and reuses a
+ * loaded version only when all of them are the ones it was loaded from;
+ * anything else is a new version. Old versions live on only as long as
+ * the sessions reading them, so replaced files do not stay open (and their
+ * disk space allocated) until the daemon exits.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <linux/magic.h>
 #include <linux/openat2.h>
 
 #include "dataset.h"
+#include "dataset_priv.h"
 #include "io.h"
 #include "fault.h"
 #include "log.h"
 #include "util.h"
 
-static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
-static bd_dataset *cache;
-static uint64_t next_uid;
+/* ---- path resolution: the component walk, where openat2 is missing ------------------------ */
 
-/* ---- path resolution ------------------------------------------------------ */
+#define MAX_LINKS 40            /* the kernel's MAXSYMLINKS: openat2 gives ELOOP past it */
 
-static int open_beneath_walk(int rootfd, const char *rel, int flags)
+/*
+ * Where the walk stands: a stack of O_PATH descriptors from the root down,
+ * so that ".." goes back to the directory the walk came from (as the
+ * kernel's does) and can never go above dirs[0].
+ */
+typedef struct walk {
+	int *dirs;
+	size_t depth, cap;       /* dirs[depth] is the current directory */
+	char *path;              /* what is left to walk starts at p */
+	const char *p;
+	unsigned links;
+} walk;
+
+static void walk_free(walk *w)
 {
-	char *copy = strdup(rel), *save = NULL, *part;
-	int fd = fcntl(rootfd, F_DUPFD_CLOEXEC, 0), next;
+	for (size_t i = 0; w->dirs && i <= w->depth; i++)
+		if (w->dirs[i] >= 0)
+			close(w->dirs[i]);
+	free(w->dirs);
+	free(w->path);
+}
 
-	if (!copy || fd < 0) {
-		free(copy);
-		if (fd >= 0)
+/* Step into directory fd (taken, closed on failure). */
+static int walk_push(walk *w, int fd)
+{
+	if (w->depth + 1 == w->cap) {
+		int *grown = realloc(w->dirs, 2 * w->cap * sizeof(*grown));
+
+		if (!grown) {
 			close(fd);
+			return -ENOMEM;
+		}
+		w->dirs = grown;
+		w->cap *= 2;
+	}
+	w->dirs[++w->depth] = fd;
+	return 0;
+}
+
+/*
+ * Magic links (/proc/PID/fd/N, exe, cwd, root, ns/...) are procfs symlinks
+ * whose target is no relative path: an absolute one the kernel jumps to
+ * without resolving it, or TYPE:[N]. procfs's plain symlinks (self,
+ * thread-self, mounts -> self/mounts) are relative paths.
+ */
+static bool magic_link(int linkfd, const char *target)
+{
+	struct statfs sf;
+
+	return fstatfs(linkfd, &sf) == 0 && sf.f_type == PROC_SUPER_MAGIC &&
+	       (target[0] == '/' || strchr(target, ':'));
+}
+
+/* Replace the symlink linkfd by its target, resolved from where the walk stands. */
+static int walk_follow(walk *w, int linkfd, const char *after)
+{
+	char target[PATH_MAX], *path;
+	ssize_t n;
+
+	if (w->links++ >= MAX_LINKS)
+		return -ELOOP;
+	n = readlinkat(linkfd, "", target, sizeof(target));
+	if (n < 0)
+		return -errno;
+	if ((size_t)n == sizeof(target))
+		return -ENAMETOOLONG;
+	target[n] = '\0';
+	if (magic_link(linkfd, target))
+		return -ELOOP;
+	/* RESOLVE_BENEATH: an absolute target leaves the root, whatever it names. */
+	if (target[0] == '/')
+		return -EXDEV;
+	if (asprintf(&path, "%s%s", target, after) < 0)
 		return -ENOMEM;
-	}
-	for (part = strtok_r(copy, "/", &save); part; part = strtok_r(NULL, "/", &save)) {
-		if (!strcmp(part, "."))
-			continue;
-		if (!strcmp(part, "..")) {
-			close(fd);
-			free(copy);
+	free(w->path);
+	w->path = path;
+	w->p = path;
+	return 0;
+}
+
+/*
+ * Walk one component, name[0..len); w->p is already past it. @return 0 to
+ * go on; 1 with *ret_fd when it was the last; negative errno.
+ */
+static int walk_step(walk *w, const char *name, size_t len, int flags, int *ret_fd)
+{
+	bool last = w->p[0] == '\0';
+	char part[NAME_MAX + 1];
+	struct stat st;
+	int fd, r;
+
+	if (len == 1 && name[0] == '.')
+		return 0;
+	if (len == 2 && name[0] == '.' && name[1] == '.') {
+		if (w->depth == 0)
 			return -EXDEV;
-		}
-		next = openat(fd, part, flags | O_NOFOLLOW);
-		close(fd);
-		if (next < 0) {
-			free(copy);
-			return errno == ELOOP ? -EXDEV : -errno;
-		}
-		fd = next;
+		close(w->dirs[w->depth--]);
+		return 0;
 	}
-	free(copy);
+	if (len > NAME_MAX)
+		return -ENAMETOOLONG;
+	memcpy(part, name, len);
+	part[len] = '\0';
+	fd = openat(w->dirs[w->depth], part, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	/* A trailing '/' (not last) follows a symlink even under O_NOFOLLOW, as open(2) does. */
+	if (S_ISLNK(st.st_mode) && !(last && (flags & O_NOFOLLOW))) {
+		r = walk_follow(w, fd, w->p);
+		close(fd);
+		return r;
+	}
+	if (last) {
+		*ret_fd = fd;
+		return 1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		close(fd);
+		return -ENOTDIR;
+	}
+	return walk_push(w, fd);
+}
+
+/* The walk's start: the root as O_PATH at the bottom of the stack, all of rel to go. */
+static int walk_init(walk *w, int rootfd, const char *rel)
+{
+	*w = (walk){ .cap = 16 };
+	w->dirs = malloc(w->cap * sizeof(*w->dirs));
+	if (!w->dirs)
+		return -ENOMEM;
+	w->dirs[0] = -1;
+	w->path = strdup(rel);
+	if (!w->path)
+		return -ENOMEM;
+	w->p = w->path;
+	w->dirs[0] = openat(rootfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	return w->dirs[0] < 0 ? -errno : 0;
+}
+
+int bd__dataset_open_beneath_walk(int rootfd, const char *rel, int flags)
+{
+	struct stat st;
+	walk w;
+	int fd = -1, r;
+
+	if (!(flags & O_PATH))
+		return -EINVAL;
+	if (rel[0] == '/')
+		return -EXDEV;
+	if (strlen(rel) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	r = walk_init(&w, rootfd, rel);
+	while (r == 0) {
+		const char *name = w.p + strspn(w.p, "/");
+		size_t len = strcspn(name, "/");
+
+		if (!len) {
+			/* Ended on a directory: "", ".", "..", or after a '/'. */
+			fd = fcntl(w.dirs[w.depth], F_DUPFD_CLOEXEC, 0);
+			r = fd < 0 ? -errno : 1;
+			break;
+		}
+		w.p = name + len;
+		r = walk_step(&w, name, len, flags, &fd);
+	}
+	walk_free(&w);
+	if (r < 0)
+		return r;
+	if ((flags & O_DIRECTORY) && (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode))) {
+		close(fd);
+		return -ENOTDIR;
+	}
 	return fd;
 }
 
+/* ---- path resolution ---------------------------------------------------------------------- */
+
 /* Open rel beneath rootfd with flags; -EXDEV when it would escape. */
-static int open_beneath(int rootfd, const char *rel, int flags)
+static int open_beneath(int rootfd, const char *rel, int flags, enum bd__resolve how)
 {
-	struct open_how how = {
+	struct open_how oh = {
 		.flags = (uint64_t)flags,
 		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
 	};
-	long fd = syscall(SYS_openat2, rootfd, rel, &how, sizeof(how));
+	long fd = -1;
 
+	if (how == BD__RESOLVE_WALK)
+		return bd__dataset_open_beneath_walk(rootfd, rel, flags);
+	/* EAGAIN: a rename or mount raced a ".."; the kernel asks to try again. */
+	for (int tries = 0; tries < 3 && fd < 0; tries++) {
+		fd = syscall(SYS_openat2, rootfd, rel, &oh, sizeof(oh));
+		if (fd < 0 && errno != EAGAIN)
+			break;
+	}
 	if (fd >= 0)
 		return (int)fd;
 	if (errno == ENOSYS || errno == EPERM)
-		return open_beneath_walk(rootfd, rel, flags);
+		return bd__dataset_open_beneath_walk(rootfd, rel, flags);
 	return -errno;
 }
 
@@ -95,6 +266,27 @@ static int reopen(int pathfd, bool dir)
 	return fd < 0 ? -errno : fd;
 }
 
+/*
+ * path with each run of '/' made one and a trailing '/' dropped ("/"
+ * stays): "/root//a.bpk" lies under root /root as much as "/root/a.bpk".
+ * NULL when out of memory.
+ */
+static char *normalise(const char *path)
+{
+	size_t n = strlen(path), o = 0;
+	char *out = malloc(n + 1);
+
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		if (path[i] != '/' || !o || out[o - 1] != '/')
+			out[o++] = path[i];
+	if (o > 1 && out[o - 1] == '/')
+		o--;
+	out[o] = '\0';
+	return out;
+}
+
 /* If path lies under root (component-wise), the remainder; else NULL. */
 static const char *under_root(const char *root, const char *path)
 {
@@ -107,10 +299,64 @@ static const char *under_root(const char *root, const char *path)
 	return path[n] ? path + n + 1 : ".";
 }
 
-static int resolve(const char *const *roots, size_t nroots, const char *path, int *ret_fd,
-		   char *err, size_t errlen)
+/*
+ * Try norm (path normalised) under root. @return 0 with *ret_fd; 1 when
+ * the root does not apply (an absolute path elsewhere, a root that cannot
+ * be opened); -ENOENT when it holds no such path; another negative errno
+ * with err set.
+ */
+static int try_root(const char *root, const char *path, const char *norm, enum bd__resolve how,
+		    int *ret_fd, char *err, size_t errlen)
 {
-	int last = -ENOENT;
+	const char *rel = norm[0] == '/' ? under_root(root, norm) : norm;
+	int rootfd, fd;
+
+	if (!rel)
+		return 1;
+	rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0) {
+		bd_log(LOG_WARNING, "dataset root %s: %s", root, strerror(errno));
+		return 1;
+	}
+	/* O_PATH: look before opening anything for real. */
+	fd = open_beneath(rootfd, rel[0] ? rel : ".", O_PATH | O_CLOEXEC, how);
+	close(rootfd);
+	if (fd >= 0) {
+		*ret_fd = fd;
+		return 0;
+	}
+	if (fd == -EXDEV) {
+		snprintf(err, errlen, "%s: leaves the dataset root %s (\"..\" or a symlink)", path,
+			 root);
+		return -EACCES;
+	}
+	if (fd != -ENOENT)
+		snprintf(err, errlen, "%s: %s", path, strerror(-fd));
+	return fd;
+}
+
+/* Nothing found: say whether path was missing under a root or outside them all. */
+static int not_found(const char *const *roots, size_t nroots, const char *path,
+		     const char *norm, char *err, size_t errlen)
+{
+	if (norm[0] != '/') {
+		snprintf(err, errlen, "%s: no such dataset under the roots", path);
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < nroots; i++)
+		if (under_root(roots[i], norm)) {
+			snprintf(err, errlen, "%s: no such dataset", path);
+			return -ENOENT;
+		}
+	snprintf(err, errlen, "%s: outside the dataset roots", path);
+	return -EACCES;
+}
+
+int bd__dataset_resolve(const char *const *roots, size_t nroots, const char *path,
+			enum bd__resolve how, int *ret_fd, char *err, size_t errlen)
+{
+	char *norm;
+	int r = -ENOENT;
 
 	if (!path[0]) {
 		snprintf(err, errlen, "empty dataset path");
@@ -120,52 +366,222 @@ static int resolve(const char *const *roots, size_t nroots, const char *path, in
 		snprintf(err, errlen, "%s: no dataset roots are configured", path);
 		return -EACCES;
 	}
+	norm = normalise(path);
+	if (!norm) {
+		snprintf(err, errlen, "%s: out of memory", path);
+		return -ENOMEM;
+	}
 	for (size_t i = 0; i < nroots; i++) {
-		const char *rel = path[0] == '/' ? under_root(roots[i], path) : path;
-		int rootfd, fd;
-
-		if (!rel)
-			continue;
-		rootfd = open(roots[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (rootfd < 0) {
-			bd_log(LOG_WARNING, "dataset root %s: %s", roots[i], strerror(errno));
-			continue;
-		}
-		/* O_PATH: look before opening anything for real. */
-		fd = open_beneath(rootfd, rel[0] ? rel : ".", O_PATH | O_CLOEXEC);
-		close(rootfd);
-		if (fd >= 0) {
-			*ret_fd = fd;
-			return 0;
-		}
-		if (fd == -EXDEV) {
-			snprintf(err, errlen, "%s: leaves the dataset root %s (\"..\" or a symlink)",
-				 path, roots[i]);
-			return -EACCES;
-		}
-		if (fd != -ENOENT) {
-			snprintf(err, errlen, "%s: %s", path, strerror(-fd));
-			return fd;
-		}
-		if (path[0] == '/') {
-			last = -ENOENT;
+		r = try_root(roots[i], path, norm, how, ret_fd, err, errlen);
+		/* An absolute path is looked for under the first root that holds it only. */
+		if (r != 1 && (r != -ENOENT || norm[0] == '/'))
 			break;
-		}
+		r = -ENOENT;
 	}
-	if (path[0] == '/' && last == -ENOENT) {
-		for (size_t i = 0; i < nroots; i++)
-			if (under_root(roots[i], path)) {
-				snprintf(err, errlen, "%s: no such dataset", path);
-				return -ENOENT;
-			}
-		snprintf(err, errlen, "%s: outside the dataset roots", path);
-		return -EACCES;
-	}
-	snprintf(err, errlen, "%s: no such dataset under the roots", path);
-	return -ENOENT;
+	if (r == -ENOENT)
+		r = not_found(roots, nroots, path, norm, err, errlen);
+	free(norm);
+	return r;
 }
 
-/* ---- loading ---------------------------------------------------------------- */
+/* ---- what is on disk now ------------------------------------------------------------------ */
+
+/*
+ * One shard as it is on disk. ctime cannot be set back (utime sets it to
+ * now), so a rewrite in place shows there even when mtime and size are
+ * put back; the footer holds the index's hash and the header's checksum,
+ * so a change to what is indexed shows there even within one ctime tick.
+ */
+typedef struct shard_id {
+	const char *name;        /* the shard's name (owned by the set, then the dataset) */
+	dev_t dev;
+	ino_t ino;
+	uint64_t size;
+	int64_t ctime_ns;
+	bool have_footer;        /* the file is long enough and the read worked */
+	uint8_t footer[BP_PACK_FOOTER_SIZE];
+} shard_id;
+
+/* A dataset as it is on disk: what a cached version must match to be reused. */
+struct bd_dataset_disk {
+	dev_t dev;               /* the dataset's file or directory */
+	ino_t ino;
+	bool dir;
+	enum bd_direct_mode direct; /* the reads asked for */
+	size_t count;
+	shard_id shards[];
+};
+
+/* What one open found: the shards, open, and who they are. */
+typedef struct scan {
+	bp_shard_set set;
+	struct bd_dataset_disk *disk;
+	char *place;             /* the resolved path, or NULL */
+} scan;
+
+static void scan_free(scan *sc)
+{
+	bp_shard_set_close(&sc->set);
+	free(sc->disk);
+	free(sc->place);
+}
+
+static bool same_shard(const shard_id *a, const shard_id *b, bool dir)
+{
+	/* A one-file dataset's shard is named by whatever path the client gave. */
+	return (!dir || !strcmp(a->name, b->name)) && a->dev == b->dev && a->ino == b->ino &&
+	       a->size == b->size && a->ctime_ns == b->ctime_ns && a->have_footer &&
+	       b->have_footer && !memcmp(a->footer, b->footer, sizeof(a->footer));
+}
+
+static bool same_disk(const struct bd_dataset_disk *a, const struct bd_dataset_disk *b)
+{
+	if (a->dev != b->dev || a->ino != b->ino || a->dir != b->dir || a->direct != b->direct ||
+	    a->count != b->count)
+		return false;
+	for (size_t i = 0; i < a->count; i++)
+		if (!same_shard(&a->shards[i], &b->shards[i], a->dir))
+			return false;
+	return true;
+}
+
+/* Who each shard of the set is: fstat, then the footer (a failed read just never matches). */
+static int identify(scan *sc, const struct stat *top, enum bd_direct_mode direct)
+{
+	size_t n = sc->set.count;
+	struct bd_dataset_disk *disk = bd_calloc(1, sizeof(*disk) + n * sizeof(disk->shards[0]));
+
+	if (!disk)
+		return -ENOMEM;
+	*disk = (struct bd_dataset_disk){ .dev = top->st_dev, .ino = top->st_ino,
+					  .dir = sc->set.dir, .direct = direct, .count = n };
+	for (size_t i = 0; i < n; i++) {
+		shard_id *id = &disk->shards[i];
+		struct stat st;
+
+		if (fstat(sc->set.fds[i], &st) < 0) {
+			free(disk);
+			return -errno;
+		}
+		id->name = sc->set.names[i];
+		id->dev = st.st_dev;
+		id->ino = st.st_ino;
+		id->size = (uint64_t)st.st_size;
+		id->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+		/* After the fstat: a change from here on shows as another ctime next time. */
+		id->have_footer = id->size >= BP_PACK_FOOTER_SIZE &&
+				  bp_pread_full(sc->set.fds[i], id->footer, sizeof(id->footer),
+						id->size - BP_PACK_FOOTER_SIZE) == 0;
+	}
+	sc->disk = disk;
+	return 0;
+}
+
+/* The path the kernel resolved (versions of one dataset share it), or NULL. */
+static char *place_of(int pathfd)
+{
+	char proc[64], buf[PATH_MAX];
+	ssize_t n;
+
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", pathfd);
+	n = readlink(proc, buf, sizeof(buf) - 1);
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	return strdup(buf);
+}
+
+/*
+ * Resolve path and open it for reading, once it is known to be a regular
+ * file or a directory. @return the fd (*st its stat, *ret_place where it
+ * is); negative errno with err set.
+ */
+static int open_top(const char *const *roots, size_t nroots, const char *path, struct stat *st,
+		    char **ret_place, char *err, size_t errlen)
+{
+	int pathfd, fd, r;
+
+	r = bd__dataset_resolve(roots, nroots, path, BD__RESOLVE_AUTO, &pathfd, err, errlen);
+	if (r < 0)
+		return r;
+	if (fstat(pathfd, st) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s: %s", path, strerror(-r));
+		goto out;
+	}
+	if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file or directory", path);
+		r = -EINVAL;
+		goto out;
+	}
+	r = fd = reopen(pathfd, S_ISDIR(st->st_mode));
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(-fd));
+		goto out;
+	}
+	*ret_place = place_of(pathfd);
+out:
+	close(pathfd);
+	return r;
+}
+
+static const char *file_kind(mode_t mode)
+{
+	return S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device"
+	       : S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket"
+	       : S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link"
+	       : "not a regular file";
+}
+
+/* Why the shards of path (open as dirfd) could not be had, into err. */
+static void set_refusal(int dirfd, bool dir, const char *path, int r,
+			const bp_dataset_fault *fault, char *err, size_t errlen)
+{
+	struct stat st;
+	char msg[512];
+
+	if (dir && (r == -EINVAL || r == -ELOOP) && fault->shard[0] &&
+	    fstatat(dirfd, fault->shard, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "dataset %s: %s is %s, not a regular file: every *.bpk "
+			 "entry of a dataset directory must be a pack (remove or rename it)", path,
+			 fault->shard, file_kind(st.st_mode));
+	} else if (fault->pack.what) {
+		bp_dataset_fault_format(fault, msg, sizeof(msg));
+		snprintf(err, errlen, "dataset %s: %s", path, msg);
+	} else {
+		snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
+	}
+}
+
+/* Resolve path, open its shards and identify them: all an open costs when cached. */
+static int scan_open(const char *const *roots, size_t nroots, const char *path,
+		     enum bd_direct_mode direct, scan *sc, char *err, size_t errlen)
+{
+	bp_dataset_fault fault = { 0 };
+	struct stat st;
+	int fd, r;
+
+	*sc = (scan){ 0 };
+	fd = open_top(roots, nroots, path, &st, &sc->place, err, errlen);
+	if (fd < 0)
+		return fd;
+	r = bp_shard_set_open(fd, path, &sc->set, &fault);
+	if (r < 0)
+		set_refusal(fd, S_ISDIR(st.st_mode), path, r, &fault, err, errlen);
+	close(fd);
+	if (r == 0)
+		r = identify(sc, &st, direct);
+	if (r < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
+		scan_free(sc);
+	}
+	return r;
+}
+
+/* ---- loading ------------------------------------------------------------------------------ */
+
+static uint64_t next_uid;
 
 static int cmp_desc(const void *a, const void *b)
 {
@@ -291,16 +707,31 @@ static void dataset_free(bd_dataset *d)
 	free(d->read_fd);
 	free(d->align);
 	bp_dataset_close(d->ds);
+	free(d->disk);
+	free(d->place);
 	free(d->name);
 	free(d);
 }
 
-static int load(int fd, const char *path, const struct stat *st, enum bd_direct_mode direct,
-		bd_dataset **ret, char *err, size_t errlen)
+/* The index and dictionary bytes a version holds: what keeping it costs. */
+static uint64_t held_bytes(const bp_dataset *ds)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < bp_dataset_shard_count(ds); i++) {
+		const bp_shard *sh = bp_dataset_shard(ds, i);
+
+		n += sh->footer.index_size + sh->header.dict_size;
+	}
+	return n;
+}
+
+/* Load the scanned shards into a new version; the scan's set, disk and place become its. */
+static int load(scan *sc, const char *path, enum bd_direct_mode direct, bd_dataset **ret,
+		char *err, size_t errlen)
 {
 	bp_dataset_fault fault = { 0 };
 	bd_dataset *d = bd_calloc(1, sizeof(*d));
-	char msg[512];
 	int r;
 
 	if (!d || !(d->name = strdup(path))) {
@@ -308,16 +739,18 @@ static int load(int fd, const char *path, const struct stat *st, enum bd_direct_
 		snprintf(err, errlen, "dataset %s: out of memory", path);
 		return -ENOMEM;
 	}
-	r = bp_dataset_fdopen(fd, path, &d->ds, &fault);
+	r = bp_dataset_from_set(&sc->set, &d->ds, &fault);
 	if (r < 0) {
-		if (fault.pack.what) {
-			bp_dataset_fault_format(&fault, msg, sizeof(msg));
-			snprintf(err, errlen, "dataset %s: %s", path, msg);
-		} else {
-			snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
-		}
+		set_refusal(-1, false, path, r, &fault, err, errlen);
 		goto fail;
 	}
+	d->disk = sc->disk;
+	sc->disk = NULL;
+	/* The names moved from the set into the dataset's shards. */
+	for (size_t i = 0; i < d->disk->count; i++)
+		d->disk->shards[i].name = bp_dataset_shard(d->ds, i)->name;
+	d->place = sc->place;
+	sc->place = NULL;
 	r = setup_reads(d, direct, err, errlen);
 	if (r < 0) {
 		if (!err[0])
@@ -326,10 +759,7 @@ static int load(int fd, const char *path, const struct stat *st, enum bd_direct_
 	}
 	compute_topk(d);
 	d->samples_per_block = bp_dataset_samples(d->ds) / bp_dataset_blocks(d->ds);
-	d->dev = st->st_dev;
-	d->ino = st->st_ino;
-	d->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-	d->refs = 1;
+	d->bytes = held_bytes(d->ds);
 	d->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
 	bd_log(LOG_INFO, "dataset %s: %llu samples in %zu shards, %s reads", path,
 	       (unsigned long long)bp_dataset_samples(d->ds), bp_dataset_shard_count(d->ds),
@@ -341,88 +771,215 @@ fail:
 	return r;
 }
 
+/* ---- the cache ---------------------------------------------------------------------------- */
+
+static struct {
+	pthread_mutex_t mu;
+	bd_dataset *list;        /* every cached version, newest first */
+	uint64_t clock;          /* ticks at each last put: the LRU order */
+	uint64_t loaded, freed;
+} cache = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static void unlink_version(bd_dataset *d)
+{
+	for (bd_dataset **p = &cache.list; *p; p = &(*p)->next)
+		if (*p == d) {
+			*p = d->next;
+			break;
+		}
+	d->cached = false;
+}
+
+/* Take d out of the cache onto dead, to be freed once the lock is dropped. */
+static void retire(bd_dataset *d, bd_dataset **dead)
+{
+	if (d->cached)
+		unlink_version(d);
+	d->next = *dead;
+	*dead = d;
+	cache.freed++;
+}
+
+static void free_dead(bd_dataset *dead)
+{
+	while (dead) {
+		bd_dataset *next = dead->next;
+
+		dataset_free(dead);
+		dead = next;
+	}
+}
+
+/* Are a and b versions of one dataset: the same resolved path, or the same directory? */
+static bool same_place(const bd_dataset *a, const bd_dataset *b)
+{
+	return (a->place && b->place && !strcmp(a->place, b->place)) ||
+	       (a->disk->dir && b->disk->dir && a->disk->dev == b->disk->dev &&
+		a->disk->ino == b->disk->ino);
+}
+
+/* d is what its place holds now: older versions of it go when no session uses them. */
+static void make_current(bd_dataset *d, bd_dataset **dead)
+{
+	bd_dataset *w, *next;
+
+	d->current = true;
+	for (w = cache.list; w; w = next) {
+		next = w->next;
+		if (w == d || !w->current || !same_place(w, d))
+			continue;
+		w->current = false;
+		if (w->refs == 0)
+			retire(w, dead);
+	}
+}
+
+/* Keep at most BD_DATASET_KEEP_UNUSED unused versions and BD_DATASET_KEEP_BYTES of theirs. */
+static void trim(bd_dataset **dead)
+{
+	for (;;) {
+		bd_dataset *oldest = NULL;
+		uint64_t bytes = 0;
+		size_t n = 0;
+
+		for (bd_dataset *d = cache.list; d; d = d->next) {
+			if (d->refs)
+				continue;
+			n++;
+			bytes += d->bytes;
+			if (!oldest || d->last_used < oldest->last_used)
+				oldest = d;
+		}
+		if (n <= BD_DATASET_KEEP_UNUSED && bytes <= BD_DATASET_KEEP_BYTES)
+			return;
+		retire(oldest, dead);
+	}
+}
+
+/* A cached version the scan matches, referenced; NULL when there is none. */
+static bd_dataset *cache_find(const struct bd_dataset_disk *disk)
+{
+	bd_dataset *d, *dead = NULL;
+
+	pthread_mutex_lock(&cache.mu);
+	for (d = cache.list; d; d = d->next)
+		if (same_disk(d->disk, disk))
+			break;
+	if (d) {
+		d->refs++;
+		/* An older version found on disk again (its files linked back): current again. */
+		if (!d->current)
+			make_current(d, &dead);
+	}
+	pthread_mutex_unlock(&cache.mu);
+	free_dead(dead);
+	return d;
+}
+
+/*
+ * Cache d, just loaded, as the current version of its place. @return d,
+ * or the identical version another open loaded meanwhile (d is freed).
+ */
+static bd_dataset *cache_insert(bd_dataset *d)
+{
+	bd_dataset *had, *dead = NULL;
+
+	pthread_mutex_lock(&cache.mu);
+	for (had = cache.list; had; had = had->next)
+		if (same_disk(had->disk, d->disk))
+			break;
+	if (had) {
+		had->refs++;
+		d->next = dead;
+		dead = d;
+		d = had;
+	} else {
+		d->refs = 1;
+		d->cached = true;
+		d->next = cache.list;
+		cache.list = d;
+		cache.loaded++;
+		make_current(d, &dead);
+		trim(&dead);
+	}
+	pthread_mutex_unlock(&cache.mu);
+	free_dead(dead);
+	return d;
+}
+
 int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
 		   enum bd_direct_mode direct, bd_dataset **ret, char *err, size_t errlen)
 {
-	struct stat st;
 	bd_dataset *d;
-	int pathfd, fd, r;
+	scan sc;
+	int r;
 
 	err[0] = '\0';
-	r = resolve(roots, nroots, path, &pathfd, err, errlen);
+	r = scan_open(roots, nroots, path, direct, &sc, err, errlen);
 	if (r < 0)
 		return r;
-	if (fstat(pathfd, &st) < 0) {
-		r = -errno;
-		snprintf(err, errlen, "%s: %s", path, strerror(-r));
-		close(pathfd);
-		return r;
+	d = cache_find(sc.disk);
+	if (!d) {
+		/* Loading happens outside the lock; of two racing loads one is kept. */
+		r = load(&sc, path, direct, &d, err, errlen);
+		if (r == 0)
+			d = cache_insert(d);
 	}
-	if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file or directory", path);
-		close(pathfd);
-		return -EINVAL;
-	}
-	fd = reopen(pathfd, S_ISDIR(st.st_mode));
-	close(pathfd);
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: %s", path, strerror(-fd));
-		return fd;
-	}
-
-	pthread_mutex_lock(&cache_mu);
-	for (d = cache; d; d = d->next) {
-		if (d->dev == st.st_dev && d->ino == st.st_ino &&
-		    d->mtime_ns == (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec) {
-			d->refs++;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&cache_mu);
-	if (d) {
+	scan_free(&sc);
+	if (r == 0)
 		*ret = d;
-		r = 0;
-		goto out;
-	}
-
-	/* Loading happens outside the lock; two racing loads both succeed. */
-	r = load(fd, path, &st, direct, &d, err, errlen);
-	if (r == 0) {
-		pthread_mutex_lock(&cache_mu);
-		d->refs++; /* the cache's own reference */
-		d->next = cache;
-		cache = d;
-		pthread_mutex_unlock(&cache_mu);
-		*ret = d;
-	}
-out:
-	close(fd);
 	return r;
 }
 
 void bd_dataset_put(bd_dataset *d)
 {
-	bool last;
+	bd_dataset *dead = NULL;
 
 	if (!d)
 		return;
-	pthread_mutex_lock(&cache_mu);
-	last = --d->refs == 0;
-	pthread_mutex_unlock(&cache_mu);
-	if (last)
-		dataset_free(d);
+	pthread_mutex_lock(&cache.mu);
+	if (--d->refs == 0) {
+		d->last_used = ++cache.clock;
+		if (!d->cached || !d->current)
+			retire(d, &dead);
+		else
+			trim(&dead);
+	}
+	pthread_mutex_unlock(&cache.mu);
+	free_dead(dead);
 }
 
 void bd_dataset_cache_clear(void)
 {
-	bd_dataset **p, *d;
+	bd_dataset *d, *next, *dead = NULL;
 
-	pthread_mutex_lock(&cache_mu);
-	for (p = &cache; (d = *p);) {
-		/* Drop the cache's reference; free what no session holds. */
-		*p = d->next;
-		if (--d->refs == 0)
-			dataset_free(d);
+	pthread_mutex_lock(&cache.mu);
+	for (d = cache.list; d; d = next) {
+		next = d->next;
+		/* What sessions still use goes with the last of them (bd_dataset_put). */
+		if (d->refs == 0)
+			retire(d, &dead);
+		else
+			unlink_version(d);
 	}
-	pthread_mutex_unlock(&cache_mu);
+	pthread_mutex_unlock(&cache.mu);
+	free_dead(dead);
+}
+
+void bd_dataset_cache_stats(bd_dataset_stats *ret)
+{
+	bd_dataset_stats st = { 0 };
+
+	pthread_mutex_lock(&cache.mu);
+	st.loaded = cache.loaded;
+	st.freed = cache.freed;
+	for (bd_dataset *d = cache.list; d; d = d->next) {
+		st.held++;
+		if (!d->refs) {
+			st.unused++;
+			st.unused_bytes += d->bytes;
+		}
+	}
+	pthread_mutex_unlock(&cache.mu);
+	*ret = st;
 }

@@ -6,16 +6,32 @@
  * file system allows it).
  *
  * Path rules: a relative dataset path is tried against each root in order;
- * an absolute one must lie under a root. Resolution uses openat2() with
- * RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS from the root's descriptor, so
- * "..", absolute symlinks and symlinks that climb out of the root are
- * refused by the kernel; where openat2 is missing the path is walked one
- * component at a time with O_NOFOLLOW. Only regular files and directories
- * are datasets; shards inside a directory are opened with O_NOFOLLOW.
+ * an absolute one must lie under a root. Repeated and trailing slashes do
+ * not count. Resolution uses openat2() with RESOLVE_BENEATH |
+ * RESOLVE_NO_MAGICLINKS from the root's descriptor: ".." and relative
+ * symlinks are followed while they stay beneath the root; absolute
+ * symlinks, ones that climb out and magic links (/proc/PID/fd/N) are
+ * refused. Where openat2 is missing the path is walked one component at a
+ * time to the same effect. Only regular files and directories are
+ * datasets, and nothing is opened for reading before its type is known:
+ * a *.bpk entry of a directory that is not a regular file (a FIFO, a
+ * device, a symlink) makes the open fail, naming it.
+ *
+ * Versions: what a new session gets is what is on disk when it opens.
+ * Every open lists the shards and compares each one's dev, inode, size,
+ * ctime (which utime cannot set back) and footer (80 bytes read) with the
+ * cached version; one difference, or another list of shard names, loads
+ * the dataset anew. Sessions keep the version they opened, descriptors and
+ * all, until they end. A version is freed when no session uses it and it
+ * is no longer current (replaced), or when it is the least recently used
+ * of more than BD_DATASET_KEEP_UNUSED unused versions (or of more than
+ * BD_DATASET_KEEP_BYTES of their index bytes).
  *
  * Thread rules: bd_dataset_get() may block on disk and runs on a libuv
- * worker thread; the cache is guarded by a mutex. A loaded bd_dataset is
- * immutable and shared read-only by the I/O and decode threads.
+ * worker thread; the cache is guarded by a mutex, and bd_dataset_put(),
+ * bd_dataset_cache_clear() and bd_dataset_cache_stats() may be called from
+ * any thread. A loaded bd_dataset is immutable and shared read-only by the
+ * I/O and decode threads.
  */
 #ifndef BATCHD_DAEMON_DATASET_H
 #define BATCHD_DAEMON_DATASET_H
@@ -29,43 +45,72 @@
 
 #define BD_TOPK 1024u  /* largest sample sizes kept for batch bounds */
 
+/* Unused versions kept for the next open: at most this many ... */
+#define BD_DATASET_KEEP_UNUSED 16u
+/* ... holding at most this many index and dictionary bytes. */
+#define BD_DATASET_KEEP_BYTES (UINT64_C(256) << 20)
+
+struct bd_dataset_disk;
+
 typedef struct bd_dataset {
 	bp_dataset *ds;
 	uint64_t uid;            /* unique for the daemon's life (cache keys) */
-	char *name;              /* the path as the client gave it */
-	dev_t dev;
-	ino_t ino;
-	int64_t mtime_ns;
-	unsigned refs;           /* guarded by the cache mutex */
+	char *name;              /* the path as the client that loaded it gave it */
 	int *read_fd;            /* per shard: descriptor block reads use */
 	uint32_t *align;         /* per shard: O_DIRECT alignment, 0 = buffered */
 	bool direct;             /* every shard is read with O_DIRECT */
 	uint64_t top_prefix[BD_TOPK + 1]; /* sums of the k largest samples */
 	uint32_t topk;           /* min(samples, BD_TOPK) */
 	uint64_t samples_per_block;
+	/* What it was loaded from, and its place in the cache (dataset.c). */
+	struct bd_dataset_disk *disk; /* the shards' identities when loaded */
+	char *place;             /* the resolved path of the dataset, or NULL */
+	uint64_t bytes;          /* index and dictionary bytes held */
+	/* Guarded by the cache mutex. */
+	unsigned refs;           /* sessions (and lookups in flight) using it */
+	bool cached;             /* in the cache's list */
+	bool current;            /* the latest version loaded from its place */
+	uint64_t last_used;      /* when refs last fell to 0 (the cache's clock) */
 	struct bd_dataset *next;
 } bd_dataset;
+
+/* What the cache holds, for status and tests. */
+typedef struct bd_dataset_stats {
+	uint64_t loaded;         /* versions loaded since start */
+	uint64_t freed;          /* versions closed and freed since start */
+	size_t held;             /* versions open now, used or not */
+	size_t unused;           /* of those, kept for reopening with no session */
+	uint64_t unused_bytes;   /* index and dictionary bytes of the unused ones */
+} bd_dataset_stats;
 
 enum bd_direct_mode { BD_DIRECT_AUTO, BD_DIRECT_ON, BD_DIRECT_OFF };
 
 /*
- * Resolve path against roots and return the dataset, loading it unless an
- * identical one (same file, same mtime) is cached. On failure err holds a
- * message naming the dataset and what was wrong. @return 0; -EACCES
- * (outside the roots, or a symlink out of one); -ENOENT; -EINVAL (not a
- * file or directory, empty path); -EBADMSG and friends from the pack
- * reader; -ENOMEM.
+ * Resolve path against roots and return the dataset as it is on disk now:
+ * a cached version when every shard is still the one it was loaded from,
+ * else a version loaded now (which replaces the cached one for later
+ * opens). On failure err holds a message naming the dataset and what was
+ * wrong. @return 0; -EACCES (outside the roots, or leaving one); -ENOENT;
+ * -EINVAL (not a file or directory, an entry of a directory that is not a
+ * regular file, empty path); -ELOOP (a magic link, a symlink shard, too
+ * many symlinks); -EBADMSG and friends from the pack reader; -ENOMEM.
  */
 int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
 		   enum bd_direct_mode direct, bd_dataset **ret, char *err, size_t errlen);
 
-/* Drop a reference; the last one frees the dataset. NULL is fine. */
+/*
+ * Drop a reference. The last one frees the version unless it is current
+ * and cached (then it is kept, within the limits above). NULL is fine.
+ */
 void bd_dataset_put(bd_dataset *d);
 
 /* Upper bound on the payload bytes of any batch of n samples. */
 uint64_t bd_dataset_batch_bound(const bd_dataset *d, uint32_t n);
 
-/* Free every cached dataset no session references (shutdown). */
+/* Free every cached version no session uses; the rest go with their last session (shutdown). */
 void bd_dataset_cache_clear(void);
+
+/* The cache's numbers now. */
+void bd_dataset_cache_stats(bd_dataset_stats *ret);
 
 #endif
