@@ -460,8 +460,10 @@ static int identify(scan *sc, const struct stat *top, enum bd_direct_mode direct
 		struct stat st;
 
 		if (fstat(sc->set.fds[i], &st) < 0) {
+			int r = -errno;
+
 			free(disk);
-			return -errno;
+			return r;
 		}
 		id->name = sc->set.names[i];
 		id->dev = st.st_dev;
@@ -543,8 +545,8 @@ static void set_refusal(int dirfd, bool dir, const char *path, int r,
 	if (dir && (r == -EINVAL || r == -ELOOP) && fault->shard[0] &&
 	    fstatat(dirfd, fault->shard, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode)) {
 		snprintf(err, errlen, "dataset %s: %s is %s, not a regular file: every *.bpk "
-			 "entry of a dataset directory must be a pack (remove or rename it)", path,
-			 fault->shard, file_kind(st.st_mode));
+			 "entry of a dataset directory must be a pack (remove it, or rename it so "
+			 "that it does not end in .bpk)", path, fault->shard, file_kind(st.st_mode));
 	} else if (fault->pack.what) {
 		bp_dataset_fault_format(fault, msg, sizeof(msg));
 		snprintf(err, errlen, "dataset %s: %s", path, msg);
