@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-dataset.c - the Check suite for daemon/dataset.c on its own: how a
- * dataset path is resolved under the roots, and how the cache keeps,
- * replaces and frees versions.
+ * test-dataset.c - the Check suite for daemon/dataset.c and
+ * dataset_path.c on their own: how a dataset path is resolved under the
+ * roots, and how the cache keeps, replaces and frees versions.
  *
  * Resolution has two implementations (openat2, and the component walk for
  * hosts without it) and a host uses only one, so every path case runs
