@@ -593,6 +593,15 @@ void bd_gpu_session_free(bd_gpu_session *gs)
 	free(gs);
 }
 
+uint64_t bd_gpu_session_bytes(uint32_t slots)
+{
+	bd_gpu_session *gs = NULL;
+
+	/* 16: what malloc adds to each of the 4 + slots allocations. */
+	return sizeof(*gs) + (uint64_t)slots * (sizeof(*gs->ready) + sizeof(*gs->released) +
+						sizeof(*gs->done) + sizeof(op) + 16) + 4 * 16;
+}
+
 int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *table,
 		       bp_ring_gpu_slot *slots, int *ret_fd, bd_gpu_session **ret, char *err,
 		       size_t errlen)

@@ -76,6 +76,13 @@ typedef struct bd_gpu_session_cfg {
  * allocation (owned by the session until bd_gpu_session_free). @return 0
  * or negative errno (-ENOMEM: device memory) with err saying why.
  */
+/*
+ * Host heap a session of `slots` slots holds at most on the daemon's side
+ * of the GPU path (its record, per-slot events and flags, and a copy in
+ * flight per slot), for the session's memory charge.
+ */
+uint64_t bd_gpu_session_bytes(uint32_t slots);
+
 int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *table,
 		       bp_ring_gpu_slot *slots, int *ret_fd, bd_gpu_session **ret, char *err,
 		       size_t errlen);

@@ -3,12 +3,13 @@
  * io_thread.c - the I/O threads (see pipeline.h): each owns one read
  * engine (io.c) and runs claim / read / reap until the pipeline stops.
  *
- * Claim takes the tasks the loop thread handed over; read consults the
- * block cache and starts every read the ring has room for; reap waits for
- * one completion and passes the block to the decode workers. The thread
- * sleeps on its condition variable when it has nothing in flight, and in
- * the ring otherwise, where an eventfd the ring watches lets the loop
- * thread wake it for new work.
+ * Claim takes one task at a time from the owners' flows, round-robin
+ * (pipeline.c), only when the ring has room for it; read consults the
+ * block cache and starts the read; reap waits for one completion and
+ * passes the block to the decode workers. The thread sleeps on its
+ * condition variable when it has nothing in flight, and in the ring
+ * otherwise, where an eventfd the ring watches lets whoever makes a flow
+ * ready (a submission, a finished block) wake it for new work.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -89,26 +90,43 @@ static int setup(io_worker *w)
 
 /* ---- claim ---------------------------------------------------------------------------- */
 
-/* Wait for work, then take what the loop thread handed over. @return false once stopped. */
-static bool claim(io_worker *w)
+/*
+ * Sleep until there is something to do: a kick (a flow has a task for us),
+ * a claimed task still to start, or reads in flight. @return false once
+ * stopped.
+ */
+static bool wait_for_work(io_worker *w)
 {
 	bd_io_thread *it = w->it;
-	bd_task *t;
+	bool stop;
 
 	pthread_mutex_lock(&it->mu);
-	while (!it->stop && !it->in.head && !w->local.head && !bd_io_inflight(w->io)) {
+	while (!it->stop && !it->kicked && !w->local.head && !bd_io_inflight(w->io)) {
 		it->idle = true;
 		pthread_cond_wait(&it->cv, &it->mu);
 		it->idle = false;
 	}
-	if (it->stop) {
-		pthread_mutex_unlock(&it->mu);
-		return false;
-	}
-	while ((t = bd__fifo_pop(&it->in)))
-		bd__fifo_push(&w->local, t);
+	it->kicked = false;
+	stop = it->stop;
 	pthread_mutex_unlock(&it->mu);
-	return true;
+	return !stop;
+}
+
+/*
+ * The next task to start: the one the ring had no room for, else the
+ * next from the flows (which then stays on the local list until it
+ * starts). @return NULL when there is none.
+ */
+static bd_task *claim(io_worker *w)
+{
+	bd_task *t = w->local.head;
+
+	if (t)
+		return t;
+	t = bd__sched_pop(w->p, w->it);
+	if (t)
+		bd__fifo_push(&w->local, t);
+	return t;
 }
 
 /* ---- read ----------------------------------------------------------------------------- */
@@ -218,12 +236,16 @@ static int start_read(io_worker *w, bd_task *t)
 	return 0;
 }
 
-/* Start the claimed reads in order, as many as the ring takes. */
+/*
+ * Start reads, a block at a time from the flows, as many as the ring
+ * takes: claiming only what can start keeps the order across owners the
+ * flows' (pipeline.h, "Fairness").
+ */
 static void read_claimed(io_worker *w)
 {
 	bd_task *t;
 
-	while ((t = w->local.head)) {
+	while ((t = claim(w))) {
 		/* Only a block that does not tile the batch is worth caching. */
 		if (!t->direct_dst && !t->buf && !t->centry && t->blk.raw_size && lookup(w, t))
 			continue;
@@ -314,7 +336,7 @@ void *bd__io_main(void *arg)
 		bd_io_free(w.io);
 		return NULL;
 	}
-	while (claim(&w)) {
+	while (wait_for_work(&w)) {
 		read_claimed(&w);
 		reap(&w);
 	}

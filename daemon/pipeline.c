@@ -7,7 +7,10 @@
  * Queues are mutex + condition variable FIFOs: a task crosses each queue
  * once, and a batch of hundreds of tasks is pushed with one lock, so the
  * locks are cold next to the reads and the decompression they feed. The
- * only cross-thread call into libuv is uv_async_send().
+ * only cross-thread call into libuv is uv_async_send(). Submitted tasks
+ * wait in their owner's flow; the flows are served round-robin, a block
+ * at a time, with a cap on each owner's blocks in flight (pipeline.h,
+ * "Fairness").
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -19,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "linger.h"
 #include "pipeline_priv.h"
 #include "util.h"
 
@@ -54,6 +58,136 @@ void bd__fifo_unpop(bd_fifo *q, bd_task *t)
 	q->head = t;
 	if (!q->tail)
 		q->tail = t;
+}
+
+/* ---- flows: who is served next ------------------------------------------------------ */
+
+/* The owner's flow, made when it has none. Under smu. */
+static bd_flow *flow_of(bd_pipeline *p, void *owner)
+{
+	bd_flow *f;
+
+	for (f = p->flows; f; f = f->next)
+		if (f->owner == owner)
+			return f;
+	f = bd_calloc(1, sizeof(*f));
+	if (!f)
+		return &p->spare; /* shared by every owner without one: fair among the rest */
+	f->owner = owner;
+	f->next = p->flows;
+	p->flows = f;
+	return f;
+}
+
+/* Put f at the back of the ready list if it has a task it may start. Under smu. */
+static bool make_ready(bd_pipeline *p, bd_flow *f)
+{
+	if (f->ready || !f->queue.head || f->inflight >= p->flow_cap)
+		return false;
+	f->ready = true;
+	f->next_ready = NULL;
+	if (p->ready_tail)
+		p->ready_tail->next_ready = f;
+	else
+		p->ready_head = f;
+	p->ready_tail = f;
+	return true;
+}
+
+/* Free f once it has nothing queued or in flight. Under smu. */
+static void flow_retire(bd_pipeline *p, bd_flow *f)
+{
+	if (f->spare || f->queue.head || f->inflight || f->ready)
+		return;
+	for (bd_flow **pp = &p->flows; *pp; pp = &(*pp)->next)
+		if (*pp == f) {
+			*pp = f->next;
+			break;
+		}
+	free(f);
+}
+
+/* Wake it: its condition variable when it sleeps there, else its eventfd in the ring. */
+static void kick(bd_io_thread *it)
+{
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&it->mu);
+	it->kicked = true;
+	if (it->idle || it->wake_fd < 0) {
+		pthread_cond_signal(&it->cv);
+	} else if (write(it->wake_fd, &one, sizeof(one)) < 0) {
+		/* Counter full: a wake-up is pending anyway. */
+	}
+	pthread_mutex_unlock(&it->mu);
+}
+
+/* A flow became ready: kick the I/O threads that found nothing. Under smu. */
+static void kick_hungry(bd_pipeline *p)
+{
+	for (unsigned i = 0; i < p->io_started; i++)
+		if (p->io[i].hungry) {
+			p->io[i].hungry = false;
+			kick(&p->io[i]);
+		}
+}
+
+bd_task *bd__sched_pop(bd_pipeline *p, bd_io_thread *it)
+{
+	bd_flow *f;
+	bd_task *t = NULL;
+
+	pthread_mutex_lock(&p->smu);
+	while (!t && (f = p->ready_head)) {
+		p->ready_head = f->next_ready;
+		if (!p->ready_head)
+			p->ready_tail = NULL;
+		f->ready = false;
+		/* Empty only when bd_pipeline_cancel took its tasks. */
+		t = bd__fifo_pop(&f->queue);
+		if (t)
+			f->inflight++;
+		make_ready(p, f);
+		flow_retire(p, f);
+	}
+	if (!t)
+		it->hungry = true;
+	pthread_mutex_unlock(&p->smu);
+	return t;
+}
+
+/* t no longer counts against its flow's cap (any thread). */
+static void sched_done(bd_pipeline *p, bd_task *t)
+{
+	bd_flow *f = t->flow;
+
+	pthread_mutex_lock(&p->smu);
+	f->inflight--;
+	make_ready(p, f);
+	/*
+	 * A thread that found nothing sleeps until the flow is half below its
+	 * cap: one wake-up per refill of the rings, not one per block.
+	 */
+	if (f->ready && f->inflight <= p->flow_cap / 2)
+		kick_hungry(p);
+	flow_retire(p, f);
+	pthread_mutex_unlock(&p->smu);
+}
+
+/* Queue the job's tasks behind its owner's earlier ones (loop thread). */
+static void sched_push(bd_pipeline *p, bd_job *job)
+{
+	bd_flow *f;
+
+	pthread_mutex_lock(&p->smu);
+	f = flow_of(p, job->owner);
+	for (uint32_t i = 0; i < job->ntasks; i++) {
+		job->tasks[i].flow = f;
+		bd__fifo_push(&f->queue, &job->tasks[i]);
+	}
+	if (make_ready(p, f))
+		kick_hungry(p);
+	pthread_mutex_unlock(&p->smu);
 }
 
 /* ---- buffers ------------------------------------------------------------------------ */
@@ -137,11 +271,21 @@ static void buf_put(bd_pipeline *p, bd_task *t)
 
 /* ---- jobs --------------------------------------------------------------------------- */
 
+uint64_t bd_job_bytes(uint32_t nblocks, uint32_t npieces)
+{
+	return sizeof(bd_job) + (uint64_t)nblocks * sizeof(bd_task) +
+	       (uint64_t)npieces * sizeof(bd_piece);
+}
+
+uint64_t bd_pipeline_owner_bytes(void)
+{
+	return sizeof(bd_flow);
+}
+
 int bd_job_new(void *owner, bd_job_event_fn event, uint64_t seq, uint32_t nblocks,
 	       uint32_t npieces, bd_job **ret)
 {
-	size_t size = sizeof(bd_job) + nblocks * sizeof(bd_task) + npieces * sizeof(bd_piece);
-	bd_job *job = bd_calloc(1, size);
+	bd_job *job = bd_calloc(1, bd_job_bytes(nblocks, npieces));
 
 	if (!job)
 		return -ENOMEM;
@@ -213,6 +357,8 @@ void bd__task_finish(bd_pipeline *p, bd_task *t)
 	bd_job *job = t->job;
 
 	buf_put(p, t);
+	/* Before the job can go back (and its tasks with it). */
+	sched_done(p, t);
 	/* acq_rel: every task's writes happen before the job is handed back. */
 	if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
@@ -264,6 +410,7 @@ static int make_threads(bd_pipeline *p)
 		bd_io_thread *it = &p->io[i];
 
 		it->p = p;
+		it->hungry = true; /* nothing claimed yet: the first submission kicks it */
 		it->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		pthread_mutex_init(&it->mu, NULL);
 		pthread_cond_init(&it->cv, NULL);
@@ -316,6 +463,10 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 		return -ENOMEM;
 	p->o = *o;
 	p->loop = loop;
+	p->flow_cap = o->session_blocks ? o->session_blocks
+		      : 2 * (o->queue_depth ? o->queue_depth : 1) * (o->io_threads ? o->io_threads : 1);
+	p->spare.spare = true;
+	pthread_mutex_init(&p->smu, NULL);
 	pthread_mutex_init(&p->dmu, NULL);
 	pthread_cond_init(&p->dcv, NULL);
 	pthread_mutex_init(&p->cmu, NULL);
@@ -334,6 +485,9 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 		r = start_io_threads(p);
 	if (r == 0)
 		r = start_decoders(p);
+	/* Made now, not at the first session's end: the daemon's descriptors are steady from the start. */
+	if (r == 0)
+		r = bd_linger_new(loop, &p->linger);
 	if (r < 0) {
 		bd_pipeline_free(p); /* frees p when the async handle has closed */
 		return r;
@@ -344,8 +498,6 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 
 void bd_pipeline_submit(bd_pipeline *p, bd_job *job)
 {
-	bd_io_thread *it = &p->io[p->next_io++ % p->nio];
-
 	for (uint32_t k = 0; k < job->ntasks; k++) {
 		bd_task *t = &job->tasks[k];
 		const bd_piece *pc = &job->pieces[t->first_piece];
@@ -353,20 +505,36 @@ void bd_pipeline_submit(bd_pipeline *p, bd_job *job)
 		t->direct_dst = bd__pieces_tile(pc, t->npieces, t->blk.raw_size);
 	}
 	job->pending = job->ntasks;
-	pthread_mutex_lock(&it->mu);
-	for (uint32_t i = 0; i < job->ntasks; i++)
-		bd__fifo_push(&it->in, &job->tasks[i]);
-	if (it->idle || it->wake_fd < 0) {
-		pthread_cond_signal(&it->cv);
-	} else {
-		uint64_t one = 1;
+	sched_push(p, job);
+}
 
-		/* The thread may be asleep in the ring: poke its eventfd. */
-		if (write(it->wake_fd, &one, sizeof(one)) < 0) {
-			/* Counter full: a wake-up is pending anyway. */
+void bd_pipeline_cancel(bd_pipeline *p, void *owner)
+{
+	bd_task *list = NULL, *t;
+
+	pthread_mutex_lock(&p->smu);
+	for (bd_flow *f = p->flows; f; f = f->next) {
+		if (f->owner != owner)
+			continue;
+		/* Counted in flight until bd__task_finish, like a task an I/O thread took. */
+		while ((t = bd__fifo_pop(&f->queue))) {
+			f->inflight++;
+			t->next = list;
+			list = t;
 		}
 	}
-	pthread_mutex_unlock(&it->mu);
+	pthread_mutex_unlock(&p->smu);
+	while ((t = list)) {
+		list = t->next;
+		t->req.result = -ECANCELED;
+		bd__job_fail(t->job, -ECANCELED, "the session ended");
+		bd__task_finish(p, t);
+	}
+}
+
+struct bd_linger *bd_pipeline_linger(bd_pipeline *p)
+{
+	return p->linger;
 }
 
 static void on_async_closed(uv_handle_t *h)
@@ -412,6 +580,15 @@ void bd_pipeline_free(bd_pipeline *p)
 	free(p->io);
 	free(p->dec);
 	bd__pool_fini(&p->pool);
+	/* Jobs still queued are not run: their flows go with the pipeline. */
+	while (p->flows) {
+		bd_flow *next = p->flows->next;
+
+		free(p->flows);
+		p->flows = next;
+	}
+	bd_linger_free(p->linger);
+	pthread_mutex_destroy(&p->smu);
 	pthread_mutex_destroy(&p->dmu);
 	pthread_cond_destroy(&p->dcv);
 	pthread_mutex_destroy(&p->cmu);

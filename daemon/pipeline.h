@@ -15,6 +15,20 @@
  * (job_event.h) and frees the job. Failures fail the job (first reason
  * wins), never a thread.
  *
+ * Fairness: the pipeline serves owners (sessions), not jobs, in order.
+ * Each owner's tasks wait in its own flow, in submission order (so an
+ * owner's older jobs are read first); I/O threads take one block at a
+ * time from the flows in round-robin, and an owner may have at most
+ * `session_blocks` blocks in flight at once (claimed by an I/O thread and
+ * not yet decoded: in an engine, waiting on the cache or in the decode
+ * queue). The bound this gives, with S owners with work: a newly
+ * submitted job's first block is claimed after at most S - 1 blocks of
+ * other owners (one turn of the round-robin), and finds at most
+ * (S - 1) x session_blocks blocks of other owners ahead of it in the
+ * engines and the decode queue, however many blocks they have queued. An
+ * owner with huge batches of tiny blocks therefore delays another's next
+ * block by a bounded number of blocks, not by its whole backlog.
+ *
  * The decoded-block cache (cache.h) is consulted by the I/O thread, when it
  * takes a block that does not tile the batch: a hit or a wait skips the
  * read. The decode worker that loads an entry publishes it (or its
@@ -62,6 +76,14 @@ void bd_job_add_piece(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst);
 /* Free a job that was never submitted. NULL is fine. */
 void bd_job_free(bd_job *job);
 
+/*
+ * Heap bytes of a job of nblocks blocks and npieces pieces (what
+ * bd_job_new allocates), and the pipeline's own per-owner state while the
+ * owner has work (its flow): what a session charges for its jobs in flight.
+ */
+uint64_t bd_job_bytes(uint32_t nblocks, uint32_t npieces);
+uint64_t bd_pipeline_owner_bytes(void);
+
 typedef struct bd_pipeline_opts {
 	bd_io_engine engine;
 	unsigned queue_depth;
@@ -70,6 +92,12 @@ typedef struct bd_pipeline_opts {
 	uint32_t pool_buffers;      /* registered read buffers */
 	uint32_t pool_buffer_size;  /* bytes each; larger reads get their own buffer */
 	uint64_t cache_budget;      /* decoded-block cache bytes; 0 = none */
+	/*
+	 * Blocks of one owner in flight at once (see "Fairness" above);
+	 * 0 = 2 x queue_depth x io_threads, enough for one owner alone to
+	 * keep every engine full with as much again waiting for decode.
+	 */
+	uint32_t session_blocks;
 } bd_pipeline_opts;
 
 typedef struct bd_pipeline bd_pipeline;
@@ -85,8 +113,24 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 		    bd_pipeline **ret);
 /* Queue a job with every block (at least one) and piece added; the pipeline owns it from here. */
 void bd_pipeline_submit(bd_pipeline *p, bd_job *job);
+/*
+ * Drop owner's blocks that no I/O thread has taken yet: their jobs come
+ * back failed (-ECANCELED) once the blocks already in flight are done, so
+ * an ending session waits for at most session_blocks blocks, not for its
+ * whole backlog.
+ */
+void bd_pipeline_cancel(bd_pipeline *p, void *owner);
 /* Stop and join every thread; jobs still queued are not run. */
 void bd_pipeline_free(bd_pipeline *p);
+
+/*
+ * The tracker of shared memory that clients keep after their sessions
+ * ended (linger.h), made on first use and freed with the pipeline.
+ * Sessions use it unless bd_session_env names one: the pipeline is the one
+ * daemon-wide loop object every session reaches that outlives them all.
+ * @return the tracker, made with the pipeline.
+ */
+struct bd_linger *bd_pipeline_linger(bd_pipeline *p);
 
 /* The engine the I/O threads run, and the io_uring setup flags accepted. */
 bd_io_engine bd_pipeline_engine(const bd_pipeline *p);

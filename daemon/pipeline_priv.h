@@ -4,15 +4,18 @@
  * job, the queues between the threads, the read buffers, the pipeline.
  *
  * A task crosses each queue once: the loop thread pushes a job's tasks to
- * one I/O thread (bd_pipeline_submit), the I/O thread hands each task to
- * the decode queue when its read is done (or when it needs none), and the
- * decode worker finishes it; the last task of a job posts the job to the
- * completed list, which the loop thread drains.
+ * its owner's flow (bd_pipeline_submit), an I/O thread takes them from the
+ * flows round-robin (bd__sched_pop) and hands each to the decode queue when
+ * its read is done (or when it needs none), and the decode worker finishes
+ * it (bd__task_finish, which gives the flow its place back); the last task
+ * of a job posts the job to the completed list, which the loop thread
+ * drains.
  *
  * Thread rules: the pipeline struct is written on the loop thread only
- * before the threads start and after they stop; the queues and the pool
- * are guarded by their mutexes; a task belongs to whichever queue or
- * thread holds it; stats are relaxed atomics.
+ * before the threads start and after they stop; the flows, the queues and
+ * the pool are guarded by their mutexes; a task belongs to whichever queue
+ * or thread holds it; stats are relaxed atomics. Lock order: smu before an
+ * I/O thread's mu; no other lock is held while taking one.
  */
 #ifndef BATCHD_DAEMON_PIPELINE_PRIV_H
 #define BATCHD_DAEMON_PIPELINE_PRIV_H
@@ -50,6 +53,7 @@ typedef struct bd_task {
 	int32_t pool_slot;          /* -1: buf was malloc'd */
 	uint64_t t_submit;          /* ns, CLOCK_MONOTONIC: for the read latency histogram */
 	uint32_t skip;              /* stored bytes start at buf + skip */
+	struct bd_flow *flow;       /* its owner's, from submission to bd__task_finish */
 	struct bd_task *next;
 } bd_task;
 
@@ -77,6 +81,25 @@ void bd__fifo_push(bd_fifo *q, bd_task *t);
 bd_task *bd__fifo_pop(bd_fifo *q);
 /* Put t back at the head: it is the next to pop. */
 void bd__fifo_unpop(bd_fifo *q, bd_task *t);
+
+/*
+ * One owner's (a session's) tasks not yet claimed by an I/O thread, in
+ * submission order, and how many of its blocks are claimed and not yet
+ * finished (in an engine, waiting for the cache, or in the decode queue).
+ * A flow with tasks and fewer than cap blocks in flight is on the ready
+ * list, once; I/O threads take one task from its head and put it back at
+ * the tail. Flows come and go with their owner's work: freed once empty
+ * and idle. Guarded by the pipeline's smu.
+ */
+typedef struct bd_flow {
+	void *owner;
+	bd_fifo queue;
+	uint32_t inflight;
+	bool ready;                 /* on the ready list */
+	bool spare;                 /* the pipeline's own, for owners whose flow could not be allocated */
+	struct bd_flow *next;       /* all flows */
+	struct bd_flow *next_ready;
+} bd_flow;
 
 /*
  * The read buffers: n buffers of size bytes in one 2 MiB-aligned mapping
@@ -108,9 +131,10 @@ typedef struct bd_io_thread {
 	pthread_t th;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	bd_fifo in;                 /* guarded by mu */
+	bool kicked;                /* guarded by mu: a flow has work for a hungry thread */
 	bool stop;                  /* guarded by mu */
 	bool idle;                  /* guarded by mu: waiting on cv, not in the ring */
+	bool hungry;                /* guarded by the pipeline's smu: found no task, wants a kick */
 	int wake_fd;                /* eventfd that interrupts a wait in the ring, or -1 */
 	/* Set by the thread before it reports ready. */
 	int setup_err;
@@ -125,7 +149,13 @@ struct bd_pipeline {
 	uv_async_t async;
 
 	bd_io_thread *io;
-	unsigned nio, next_io, io_started;
+	unsigned nio, io_started;
+
+	pthread_mutex_t smu;
+	bd_flow *flows;             /* guarded by smu */
+	bd_flow *ready_head, *ready_tail; /* guarded by smu */
+	bd_flow spare;              /* guarded by smu */
+	uint32_t flow_cap;          /* blocks in flight per flow (bd_pipeline_opts.session_blocks) */
 
 	pthread_t *dec;
 	unsigned ndec, dec_started;
@@ -139,6 +169,7 @@ struct bd_pipeline {
 
 	bd_pool pool;
 	bd_cache *cache;
+	struct bd_linger *linger;   /* loop thread; see bd_pipeline_linger */
 
 	bd_pipeline_stats stats;    /* relaxed atomics */
 	bd_hist read_lat, decode_lat;
@@ -157,6 +188,14 @@ bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);
 
 /* The task is done (decode thread): its buffer goes back; the job's last posts the job. */
 void bd__task_finish(bd_pipeline *p, bd_task *t);
+
+/*
+ * The next task for I/O thread it: the head of the first ready flow, which
+ * goes to the back of the list. NULL when no flow has a task it may start
+ * (it->hungry is set then: the next submission or finished block that
+ * makes one ready kicks the thread). I/O threads.
+ */
+bd_task *bd__sched_pop(bd_pipeline *p, bd_io_thread *it);
 
 /* Queue t for a decode worker (I/O and decode threads). */
 void bd__decode_push(bd_pipeline *p, bd_task *t);

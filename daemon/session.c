@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "linger.h"
 #include "log.h"
 #include "session.h"
 #include "units.h"
@@ -33,6 +34,15 @@ typedef struct slot {
 	uint64_t payload;       /* payload bytes, as planned; 0 once published as failed */
 } slot;
 
+/*
+ * The client's own account of its waits (ring.h), as the daemon accepted
+ * it: see fold_client().
+ */
+typedef struct client_acct {
+	uint64_t consumed, wait_ns, waits;
+	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];
+} client_acct;
+
 /* Where one sample of the batch being planned comes from. */
 typedef struct loc {
 	uint32_t shard;
@@ -45,6 +55,7 @@ struct bd_session {
 	bd_dataset *dset;
 	bd_sampler sampler;
 	bp_msg_open req;
+	uid_t uid;              /* whose memory_per_uid the session counts against */
 	uint32_t slots;
 	uint64_t batches_per_epoch;
 
@@ -55,7 +66,9 @@ struct bd_session {
 	 */
 	int data_fd, ctrl_fd, rel_r, rel_w, pub_r, pub_w;
 	uint8_t *data;
-	uint64_t data_size, ctrl_size, memory;
+	uint64_t data_size, ctrl_size;
+	uint64_t heap;          /* bookkeeping bytes charged: see heap_bytes() */
+	uint64_t memory;        /* charged now: data_size + ctrl_size + heap, 0 once released */
 	bp_ring_header *hdr;
 	bp_ring_ctrl *ctrl;
 	uint64_t arena_off;     /* where the arena of records starts in data */
@@ -80,6 +93,8 @@ struct bd_session {
 	uint64_t *ids;          /* planning scratch, batch_size each */
 	loc *locs;
 	uint32_t *order;
+
+	client_acct acct;       /* the client's counters as accepted so far */
 
 	uv_poll_t released_poll;
 	bool poll_started, closing, ended, violation;
@@ -144,22 +159,59 @@ fail:
 	return r;
 }
 
-static void session_free(bd_session *s)
+static bd_linger *linger_of(const bd_session *s)
+{
+	if (s->env.linger)
+		return s->env.linger;
+	return s->env.pipeline ? bd_pipeline_linger(s->env.pipeline) : NULL;
+}
+
+/*
+ * Hand a memfd's bytes to the linger tracker while fd is still open.
+ * @return the bytes that stay charged until the client lets go.
+ */
+static uint64_t linger(bd_session *s, bd_linger *l, int fd, uint64_t bytes)
+{
+	if (!s->memory || fd < 0)
+		return 0;
+	return bd_linger_add(l, fd, bytes, s->uid, s->env.budget_used) ? bytes : 0;
+}
+
+/*
+ * Give the shared memory and the descriptors back. The memfds' bytes stay
+ * charged (budget and uid) while the client still holds a descriptor or a
+ * mapping of them (linger.h); the rest of the charge goes now.
+ */
+static void release_memory(bd_session *s)
 {
 	const int fds[] = { s->data_fd, s->ctrl_fd, s->rel_r, s->rel_w, s->pub_r, s->pub_w };
+	bd_linger *l = linger_of(s);
+	uint64_t kept;
 
 	/* Unpins the staging, so before the unmap. */
 	bd_gpu_session_free(s->gpu);
+	s->gpu = NULL;
+	kept = linger(s, l, s->data_fd, s->data_size) + linger(s, l, s->ctrl_fd, s->ctrl_size);
 	if (s->data)
 		munmap(s->data, s->data_size);
 	if (s->ctrl)
 		munmap(s->ctrl, s->ctrl_size);
-
+	s->data = NULL;
+	s->ctrl = NULL;
+	s->hdr = NULL;
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	if (s->memory)
-		*s->env.budget_used -= s->memory;
+	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
+	*s->env.budget_used -= s->memory - kept;
+	s->memory = 0;
+	/* A client that let go already is uncharged now, not on the next loop turn. */
+	bd_linger_drain(l);
+}
+
+static void session_free(bd_session *s)
+{
+	release_memory(s);
 	bd_dataset_put(s->dset);
 	free(s->slot);
 	free(s->ids);
@@ -237,9 +289,35 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 	return 0;
 }
 
+/* What malloc adds to each allocation (glibc: a size word, 16-byte rounding). */
+#define MALLOC_OVERHEAD 16u
+
+/*
+ * The daemon heap the session may hold at most, charged with its shared
+ * memory: the session and its slots, the planner's scratch (batch_size
+ * each), a job for every slot (the planner keeps at most `slots` batches
+ * out, and a job is freed when its batch is decoded; a batch touches at
+ * most min(batch_size, blocks) blocks), the pipeline's flow, and a GPU
+ * session's per-slot state and copies.
+ */
+static uint64_t heap_bytes(const bd_session *s, int device)
+{
+	uint64_t n = s->req.batch_size, blocks = bp_dataset_blocks(s->dset->ds);
+	uint64_t job = bd_job_bytes((uint32_t)(blocks < n ? blocks : n), (uint32_t)n);
+	uint64_t b;
+
+	b = sizeof(bd_session) + s->req.path_len + 1 + (uint64_t)s->slots * sizeof(slot) +
+	    n * (sizeof(*s->ids) + sizeof(*s->locs) + sizeof(*s->order)) + 6 * MALLOC_OVERHEAD;
+	b += (uint64_t)s->slots * (job + MALLOC_OVERHEAD);
+	b += bd_pipeline_owner_bytes() + MALLOC_OVERHEAD;
+	if (device >= 0)
+		b += bd_gpu_session_bytes(s->slots);
+	return b;
+}
+
 /*
  * Lay out the data memfd: descriptors, arena, and a GPU session's device
- * table. @return 0 or -ENODEV.
+ * table; and count the heap the session will hold. @return 0 or -ENODEV.
  */
 static int measure(bd_session *s, unsigned prefetch, int device, char *err, size_t errlen)
 {
@@ -271,6 +349,7 @@ static int measure(bd_session *s, unsigned prefetch, int device, char *err, size
 		s->data_size += bp_ring_gpu_size(s->slots);
 	}
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
+	s->heap = heap_bytes(s, device);
 	return 0;
 }
 
@@ -279,10 +358,14 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 		  size_t errlen)
 {
 	const bd_session_env *env = &s->env;
-	uint64_t need = s->data_size + s->ctrl_size;
+	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_used;
 	const char *name = s->dset->name;
 	uint32_t batch_size = s->req.batch_size;
+	bd_linger *l = linger_of(s);
 	char a[32], b[32], c[32];
+
+	/* Memory ended sessions' clients let go of since the loop last looked is free now. */
+	bd_linger_drain(l);
 
 	/* After a reload that lowered the budget, used may exceed total. */
 	if (*env->budget_used > env->budget_total || need > env->budget_total - *env->budget_used) {
@@ -293,11 +376,15 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 			 bp_format_size(env->budget_total, c, sizeof(c)));
 		return -ENOMEM;
 	}
-	if (q && q->uid_limit && need > (q->uid_limit > q->uid_used ? q->uid_limit - q->uid_used : 0)) {
+	if (!q || !q->uid_limit)
+		return 0;
+	/* The uid's live sessions (q), and what its clients keep of ended ones. */
+	uid_used = q->uid_used + bd_linger_uid_bytes(l, q->uid);
+	if (need > (q->uid_limit > uid_used ? q->uid_limit - uid_used : 0)) {
 		snprintf(err, errlen, "memory limit per user: dataset %s with batch %u and prefetch %u "
 			 "needs %s; uid %u holds %s of %s ([limits] memory_per_uid)", name,
 			 batch_size, prefetch, bp_format_size(need, a, sizeof(a)), (unsigned)q->uid,
-			 bp_format_size(q->uid_used, b, sizeof(b)),
+			 bp_format_size(uid_used, b, sizeof(b)),
 			 bp_format_size(q->uid_limit, c, sizeof(c)));
 		return -ENOMEM;
 	}
@@ -408,7 +495,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		r = map(s, err, errlen);
 	if (r < 0)
 		goto fail;
-	s->memory = s->data_size + s->ctrl_size;
+	s->uid = q ? q->uid : BD_LINGER_NO_UID;
+	s->memory = s->data_size + s->ctrl_size + s->heap;
 	*env->budget_used += s->memory;
 	write_header(s);
 	if (device >= 0) {
@@ -744,13 +832,20 @@ void bd_session_start(bd_session *s)
 
 /* ---- ending -------------------------------------------------------------------------------- */
 
+static void fold_client(bd_session *s);
+
 static void on_poll_closed(uv_handle_t *h)
 {
 	bd_session *s = h->data;
 
-	/* The device side first: the GPU thread may be stopped once `ended` has run. */
-	bd_gpu_session_free(s->gpu);
-	s->gpu = NULL;
+	/* The client's last word on its waits, while the control memfd is mapped. */
+	fold_client(s);
+	/*
+	 * The device side and the memory before `ended`: the GPU thread and
+	 * the linger tracker may be gone once it has run (the last session of
+	 * a stopping daemon).
+	 */
+	release_memory(s);
 	if (s->env.ended)
 		s->env.ended(s, s->env.ctx);
 	session_free(s);
@@ -790,6 +885,9 @@ void bd_session_close(bd_session *s, int reason)
 		uv_poll_stop(&s->released_poll);
 	if (s->gpu)
 		bd_gpu_session_cancel(s->gpu);
+	/* Blocks not yet read would be thrown away: let the session end sooner. */
+	if (s->inflight)
+		bd_pipeline_cancel(s->env.pipeline, s);
 	maybe_end(s);
 }
 
@@ -941,9 +1039,55 @@ const char *bd_session_dataset(const bd_session *s)
 	return s->dset->name;
 }
 
-void bd_session_get_info(const bd_session *s, bd_session_info *ret)
+/*
+ * ---- Client counters ----
+ *
+ * consumed, waits, wait_ns and wait_hist[] in the control memfd are the
+ * client's to write, and a hostile one may write anything there. The
+ * daemon keeps what it accepted so far and takes in only increases that
+ * could have happened: consumed and waits up to the batches published (a
+ * wait is counted only when bc_next delivers a batch), wait_ns up to the
+ * session's age (one thread waits on a stream), and each histogram bucket's
+ * increase only while the buckets sum to at most waits. A value that went
+ * down is ignored; an honest client's counters are taken as they are.
+ */
+static uint64_t accept_up_to(uint64_t client, uint64_t kept, uint64_t bound)
+{
+	if (client <= kept)
+		return kept;
+	return client < bound ? client : (bound > kept ? bound : kept);
+}
+
+static void fold_client(bd_session *s)
+{
+	client_acct *a = &s->acct;
+	uint64_t room, sum = 0;
+
+	if (!s->ctrl)
+		return;
+	a->consumed = accept_up_to(__atomic_load_n(&s->ctrl->consumed, __ATOMIC_RELAXED),
+				   a->consumed, s->published);
+	a->waits = accept_up_to(__atomic_load_n(&s->ctrl->waits, __ATOMIC_RELAXED), a->waits,
+				s->published);
+	a->wait_ns = accept_up_to(__atomic_load_n(&s->ctrl->wait_ns, __ATOMIC_RELAXED), a->wait_ns,
+				  bd_now_ns() - s->opened_ns);
+	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++)
+		sum += a->wait_hist[i];
+	room = a->waits - sum;
+	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++) {
+		uint64_t h = accept_up_to(__atomic_load_n(&s->ctrl->wait_hist[i], __ATOMIC_RELAXED),
+					  a->wait_hist[i], a->wait_hist[i] + room);
+
+		room -= h - a->wait_hist[i];
+		a->wait_hist[i] = h;
+	}
+}
+
+void bd_session_get_info(bd_session *s, bd_session_info *ret)
 {
 	uint64_t g = s->req.start_batch + s->published;
+
+	fold_client(s);
 
 	*ret = (bd_session_info){
 		.id = s->id,
@@ -965,13 +1109,12 @@ void bd_session_get_info(const bd_session *s, bd_session_info *ret)
 		.protocol_violation = s->violation,
 		.age_ns = bd_now_ns() - s->opened_ns,
 		.device = -1,
-		/* The client's own account: read once, trusted for nothing. */
-		.consumed = __atomic_load_n(&s->ctrl->consumed, __ATOMIC_RELAXED),
-		.wait_ns = __atomic_load_n(&s->ctrl->wait_ns, __ATOMIC_RELAXED),
-		.waits = __atomic_load_n(&s->ctrl->waits, __ATOMIC_RELAXED),
+		/* The client's own account, as far as it is possible (fold_client). */
+		.consumed = s->acct.consumed,
+		.wait_ns = s->acct.wait_ns,
+		.waits = s->acct.waits,
 	};
-	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++)
-		ret->wait_hist[i] = __atomic_load_n(&s->ctrl->wait_hist[i], __ATOMIC_RELAXED);
+	memcpy(ret->wait_hist, s->acct.wait_hist, sizeof(ret->wait_hist));
 	if (s->gpu) {
 		bd_gpu_session_get_info(s->gpu, &ret->gpu);
 		ret->device = ret->gpu.device;

@@ -46,6 +46,11 @@ typedef struct bd_session_env {
 	unsigned max_prefetch;
 	bd_gpu *gpu;                /* NULL when CUDA is unusable: host sessions only */
 	const bd_cuda_state *cuda;  /* the devices, when gpu is set */
+	/*
+	 * Where memory a client keeps after its session ended stays charged
+	 * (linger.h); NULL: the pipeline's (bd_pipeline_linger).
+	 */
+	struct bd_linger *linger;
 	/* Called when a session has fully ended (all jobs back, memory freed). */
 	void (*ended)(bd_session *s, void *ctx);
 	void *ctx;
@@ -130,10 +135,21 @@ typedef struct bd_session_info {
 	uint64_t age_ns;            /* since the session opened */
 	int device;                 /* the daemon's CUDA ordinal, or -1: host */
 	bd_gpu_session_info gpu;    /* when device >= 0 */
-	/* Client-reported (from the control memfd: informational only). */
+	/*
+	 * Client-reported (from the control memfd: informational only),
+	 * clamped to what is possible: consumed and waits at most the batches
+	 * published, wait_ns at most the session's age, the histogram at most
+	 * waits in all; each only ever grows.
+	 */
 	uint64_t consumed, wait_ns, waits;
 	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];
 } bd_session_info;
-void bd_session_get_info(const bd_session *s, bd_session_info *ret);
+/*
+ * s's figures. memory is every byte charged to the session: its shared
+ * memory and the daemon heap it may hold (sample tables, jobs in flight,
+ * GPU bookkeeping). The client-reported counters are folded in here, each
+ * clamped (so non-const): see "Client counters" in session.c.
+ */
+void bd_session_get_info(bd_session *s, bd_session_info *ret);
 
 #endif

@@ -973,9 +973,16 @@ START_TEST(test_lease)
 	ck_assert_int_eq(waitpid(pid, &st, WUNTRACED), pid);
 	ck_assert(WIFSTOPPED(st));
 	t0 = now_s();
-	/* Lease 1 s, checked once a second: gone within a few seconds, memory back. */
-	expect_idle(&ic, 600, "a stopped client past the lease");
+	/*
+	 * Lease 1 s, checked once a second: the session is gone within a few
+	 * seconds; its shared memory stays charged while the stopped client
+	 * still maps it, and is back once the client has exited.
+	 */
+	expect(dt_wait_sessions(D.sock, 0, 600), "a stopped client past the lease: its session "
+	       "is still listed");
 	gone_s = now_s() - t0;
+	expect(used_now() > ic.used, "a stopped client past the lease: the memory it still maps "
+	       "is no longer charged");
 	expect(dt_log_contains(&D, "the lease"), "the daemon did not log the lease expiry");
 	kill(pid, SIGCONT);
 	ck_assert_int_eq(write(down[1], "x", 1), 1);
@@ -983,6 +990,7 @@ START_TEST(test_lease)
 		      "the continued child did not report");
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x", st);
+	expect_idle(&ic, 600, "the stopped client exited after the lease");
 	expect(result == -ETIME, "after the lease, the stopped client's bc_next gave %s (%d), "
 	       "expected -ETIME", bc_strerror(result), result);
 	close(up[0]);
