@@ -338,6 +338,18 @@ static double metric(const char *name)
 	return v;
 }
 
+/* The metrics' client waits: at most one per batch ever published (slots), for at most the uptime. */
+static void expect_waits_within(uint32_t slots, const char *when)
+{
+	double count = metric("batchd_client_wait_seconds_count");
+	double sum = metric("batchd_client_wait_seconds_sum");
+	double uptime = metric("batchd_uptime_seconds");
+
+	expect(count <= (double)slots, "%s: wait count %g with %u batches ever published", when,
+	       count, slots);
+	expect(sum <= uptime, "%s: waited %g s in %g s of uptime", when, sum, uptime);
+}
+
 START_TEST(test_wait_clamped)
 {
 	bp_msg_open m = open_msg(DSET_ONE, 8, 4);
@@ -345,7 +357,6 @@ START_TEST(test_wait_clamped)
 	bp_ring_ctrl *ctrl;
 	int conn = raw_conn(), fds[BP_READY_FDS], r;
 	uint64_t published, consumed, waits;
-	double count, sum, uptime;
 	char *json, at[64];
 
 	r = dt_raw_open(conn, &m, &ready, fds);
@@ -367,12 +378,7 @@ START_TEST(test_wait_clamped)
 	free(json);
 	expect(consumed <= published && waits <= published, "consumed %" PRIu64 " and waits %"
 	       PRIu64 " of %" PRIu64 " published", consumed, waits, published);
-	count = metric("batchd_client_wait_seconds_count");
-	sum = metric("batchd_client_wait_seconds_sum");
-	uptime = metric("batchd_uptime_seconds");
-	expect(count <= (double)ready.slots, "wait count %g with %u batches ever published", count,
-	       ready.slots);
-	expect(sum <= uptime, "waited %g s in %g s of uptime", sum, uptime);
+	expect_waits_within(ready.slots, "session open");
 
 	/* The numbers folded into the totals when the session ends are the clamped ones. */
 	munmap(ctrl, ready.ctrl_size);
@@ -380,11 +386,7 @@ START_TEST(test_wait_clamped)
 		close(fds[i]);
 	close(conn);
 	expect(dt_wait_sessions(D.sock, 0, TRIES), "the session is still listed");
-	count = metric("batchd_client_wait_seconds_count");
-	sum = metric("batchd_client_wait_seconds_sum");
-	uptime = metric("batchd_uptime_seconds");
-	expect(count <= (double)ready.slots, "wait count %g after the session ended", count);
-	expect(sum <= uptime, "waited %g s in %g s of uptime, after the session ended", sum, uptime);
+	expect_waits_within(ready.slots, "session ended");
 }
 END_TEST
 
