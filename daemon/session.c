@@ -19,6 +19,7 @@
 #include "session.h"
 #include "units.h"
 #include "util.h"
+#include "wait_acct.h"
 
 #define ALIGN_UP(x, a) (((x) + ((uint64_t)(a) - 1)) & ~((uint64_t)(a) - 1))
 
@@ -33,15 +34,6 @@ typedef struct slot {
 	uint64_t rec_off, rec_size;
 	uint64_t payload;       /* payload bytes, as planned; 0 once published as failed */
 } slot;
-
-/*
- * The client's own account of its waits (ring.h), as the daemon accepted
- * it: see fold_client().
- */
-typedef struct client_acct {
-	uint64_t consumed, wait_ns, waits;
-	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];
-} client_acct;
 
 /* Where one sample of the batch being planned comes from. */
 typedef struct loc {
@@ -94,7 +86,7 @@ struct bd_session {
 	loc *locs;
 	uint32_t *order;
 
-	client_acct acct;       /* the client's counters as accepted so far */
+	bd_wait_acct acct;      /* the client's wait counters as accepted so far (wait_acct.h) */
 
 	uv_poll_t released_poll;
 	bool poll_started, closing, ended, violation;
@@ -1039,48 +1031,11 @@ const char *bd_session_dataset(const bd_session *s)
 	return s->dset->name;
 }
 
-/*
- * ---- Client counters ----
- *
- * consumed, waits, wait_ns and wait_hist[] in the control memfd are the
- * client's to write, and a hostile one may write anything there. The
- * daemon keeps what it accepted so far and takes in only increases that
- * could have happened: consumed and waits up to the batches published (a
- * wait is counted only when bc_next delivers a batch), wait_ns up to the
- * session's age (one thread waits on a stream), and each histogram bucket's
- * increase only while the buckets sum to at most waits. A value that went
- * down is ignored; an honest client's counters are taken as they are.
- */
-static uint64_t accept_up_to(uint64_t client, uint64_t kept, uint64_t bound)
-{
-	if (client <= kept)
-		return kept;
-	return client < bound ? client : (bound > kept ? bound : kept);
-}
-
+/* The client's last word on its waits, as far as it is possible. */
 static void fold_client(bd_session *s)
 {
-	client_acct *a = &s->acct;
-	uint64_t room, sum = 0;
-
-	if (!s->ctrl)
-		return;
-	a->consumed = accept_up_to(__atomic_load_n(&s->ctrl->consumed, __ATOMIC_RELAXED),
-				   a->consumed, s->published);
-	a->waits = accept_up_to(__atomic_load_n(&s->ctrl->waits, __ATOMIC_RELAXED), a->waits,
-				s->published);
-	a->wait_ns = accept_up_to(__atomic_load_n(&s->ctrl->wait_ns, __ATOMIC_RELAXED), a->wait_ns,
-				  bd_now_ns() - s->opened_ns);
-	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++)
-		sum += a->wait_hist[i];
-	room = a->waits - sum;
-	for (unsigned i = 0; i < BP_RING_WAIT_BUCKETS; i++) {
-		uint64_t h = accept_up_to(__atomic_load_n(&s->ctrl->wait_hist[i], __ATOMIC_RELAXED),
-					  a->wait_hist[i], a->wait_hist[i] + room);
-
-		room -= h - a->wait_hist[i];
-		a->wait_hist[i] = h;
-	}
+	if (s->ctrl)
+		bd_wait_acct_fold(&s->acct, s->ctrl, s->published, bd_now_ns() - s->opened_ns);
 }
 
 void bd_session_get_info(bd_session *s, bd_session_info *ret)
@@ -1109,7 +1064,7 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.protocol_violation = s->violation,
 		.age_ns = bd_now_ns() - s->opened_ns,
 		.device = -1,
-		/* The client's own account, as far as it is possible (fold_client). */
+		/* The client's own account, as far as it is possible (wait_acct.h). */
 		.consumed = s->acct.consumed,
 		.wait_ns = s->acct.wait_ns,
 		.waits = s->acct.waits,

@@ -148,7 +148,7 @@ typedef struct bd_session_info {
  * s's figures. memory is every byte charged to the session: its shared
  * memory and the daemon heap it may hold (sample tables, jobs in flight,
  * GPU bookkeeping). The client-reported counters are folded in here, each
- * clamped (so non-const): see "Client counters" in session.c.
+ * clamped (so non-const): see wait_acct.h.
  */
 void bd_session_get_info(bd_session *s, bd_session_info *ret);
 
