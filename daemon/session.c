@@ -78,7 +78,8 @@ struct bd_session {
 	uint64_t next_seq;      /* next batch to plan */
 	uint64_t published;     /* batches published */
 	uint64_t reclaimed;     /* batches whose records were reclaimed */
-	uint32_t inflight;
+	uint32_t inflight;      /* jobs in the pipeline */
+	uint32_t max_jobs;      /* ... at most: see jobs_in_flight() */
 	uint64_t failed, bytes;
 	uint64_t delivered, delivered_bytes; /* released by the client after publication */
 
@@ -285,12 +286,27 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 #define MALLOC_OVERHEAD 16u
 
 /*
+ * How many batches may be in the pipeline at once: enough for about
+ * BD_SESSION_JOB_PIECES samples, at least 2 (one decoding while the next
+ * is read) and at most slots. The pipeline serves a session a bounded
+ * number of blocks at a time anyway (pipeline.h), so more jobs queued
+ * behind them buy nothing, and big batches would hold `slots` jobs' worth
+ * of bookkeeping. Batches decoded are freed of theirs, so staging still
+ * runs `prefetch` batches ahead.
+ */
+static uint32_t jobs_in_flight(const bd_session *s)
+{
+	uint32_t n = s->req.batch_size, j = (BD_SESSION_JOB_PIECES + n - 1) / n;
+
+	return j < 2 ? 2 : j > s->slots ? s->slots : j;
+}
+
+/*
  * The daemon heap the session may hold at most, charged with its shared
  * memory: the session and its slots, the planner's scratch (batch_size
- * each), a job for every slot (the planner keeps at most `slots` batches
- * out, and a job is freed when its batch is decoded; a batch touches at
- * most min(batch_size, blocks) blocks), the pipeline's flow, and a GPU
- * session's per-slot state and copies.
+ * each), its jobs in flight (a batch touches at most min(batch_size,
+ * blocks) blocks; a job is freed when its batch is decoded), the
+ * pipeline's flow, and a GPU session's per-slot state and copies.
  */
 static uint64_t heap_bytes(const bd_session *s, int device)
 {
@@ -300,7 +316,7 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 
 	b = sizeof(bd_session) + s->req.path_len + 1 + (uint64_t)s->slots * sizeof(slot) +
 	    n * (sizeof(*s->ids) + sizeof(*s->locs) + sizeof(*s->order)) + 6 * MALLOC_OVERHEAD;
-	b += (uint64_t)s->slots * (job + MALLOC_OVERHEAD);
+	b += (uint64_t)s->max_jobs * (job + MALLOC_OVERHEAD);
 	b += bd_pipeline_owner_bytes() + MALLOC_OVERHEAD;
 	if (device >= 0)
 		b += bd_gpu_session_bytes(s->slots);
@@ -341,6 +357,7 @@ static int measure(bd_session *s, unsigned prefetch, int device, char *err, size
 		s->data_size += bp_ring_gpu_size(s->slots);
 	}
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
+	s->max_jobs = jobs_in_flight(s);
 	s->heap = heap_bytes(s, device);
 	return 0;
 }
@@ -669,7 +686,7 @@ static void plan(bd_session *s)
 		int r = 0;
 
 		while (!s->closing && s->next_seq - s->reclaimed < s->slots &&
-		       (r = plan_one(s)) == 1)
+		       s->inflight < s->max_jobs && (r = plan_one(s)) == 1)
 			;
 		if (s->closing)
 			return;

@@ -37,6 +37,14 @@
 
 typedef struct bd_session bd_session;
 
+/*
+ * Samples a session's batches in the pipeline add up to, about: a session
+ * has ceil(this / batch_size) batches being read and decoded at once, at
+ * least 2 and at most its slots; the bookkeeping of that many is charged
+ * to it (bd_session_info.memory).
+ */
+#define BD_SESSION_JOB_PIECES 4096u
+
 typedef struct bd_session_env {
 	uv_loop_t *loop;
 	bd_pipeline *pipeline;

@@ -29,6 +29,7 @@
 #include "pack-testlib.h"
 #include "pipeline_priv.h"
 #include "ring.h"
+#include "session.h"
 
 static dt_daemon D;
 static char CONF[256];
@@ -256,7 +257,7 @@ START_TEST(test_bookkeeping)
 	bp_msg_open m = open_msg(DSET_ONE, n, prefetch);
 	bp_msg_ready ready;
 	int conn = raw_conn(), fds[BP_READY_FDS], r;
-	uint64_t mem, heap, jobs, scratch;
+	uint64_t mem, heap, jobs, scratch, njobs;
 
 	r = dt_raw_open(conn, &m, &ready, fds);
 	expect(r == 0, "raw OPEN: %s (%d)", bc_strerror(r), r);
@@ -265,16 +266,25 @@ START_TEST(test_bookkeeping)
 	       "shared memory (%" PRIu64 ")", mem, ready.data_size + ready.ctrl_size);
 	heap = mem - ready.data_size - ready.ctrl_size;
 	/*
-	 * A job per slot, each a task per block (one sample per block: n) and
-	 * a piece per sample, and the planner's ids, locations and order.
+	 * The jobs in flight (session.h), each a task per block (one sample
+	 * per block: n) and a piece per sample, and the planner's ids,
+	 * locations and order.
 	 */
-	jobs = (uint64_t)ready.slots * (sizeof(bd_job) + n * (sizeof(bd_task) + sizeof(bd_piece)));
+	njobs = (BD_SESSION_JOB_PIECES + n - 1) / n;
+	njobs = njobs < 2 ? 2 : njobs > ready.slots ? ready.slots : njobs;
+	jobs = njobs * (sizeof(bd_job) + n * (sizeof(bd_task) + sizeof(bd_piece)));
 	scratch = (uint64_t)n * (sizeof(uint64_t) + sizeof(uint32_t) + 5 * sizeof(uint64_t));
 	expect(heap >= jobs + scratch && heap <= jobs + scratch + (64u << 10) + n * 64u,
 	       "bookkeeping charged: %" PRIu64 " bytes; jobs in flight take %" PRIu64
 	       " and the planner %" PRIu64, heap, jobs, scratch);
 	expect(charged() == mem, "%" PRIu64 " bytes charged for a session of %" PRIu64, charged(),
 	       mem);
+	/* ... and no more jobs than that are ever out at once. */
+	for (int i = 0; i < 20; i++) {
+		uint64_t out = session_u64(ready.session, "inflight");
+
+		expect(out <= njobs, "%" PRIu64 " jobs in flight, %" PRIu64 " charged", out, njobs);
+	}
 	for (int i = 0; i < BP_READY_FDS; i++)
 		close(fds[i]);
 	close(conn);
