@@ -94,10 +94,10 @@ static bool make_ready(bd_pipeline *p, bd_flow *f)
 	return true;
 }
 
-/* Free f once it has nothing queued or in flight. Under smu. */
+/* Free f once its owner is done with it and it has nothing queued or in flight. Under smu. */
 static void flow_retire(bd_pipeline *p, bd_flow *f)
 {
-	if (f->spare || f->queue.head || f->inflight || f->ready)
+	if (f->spare || !f->done || f->queue.head || f->inflight || f->ready)
 		return;
 	for (bd_flow **pp = &p->flows; *pp; pp = &(*pp)->next)
 		if (*pp == f) {
@@ -513,7 +513,8 @@ void bd_pipeline_cancel(bd_pipeline *p, void *owner)
 	bd_task *list = NULL, *t;
 
 	pthread_mutex_lock(&p->smu);
-	for (bd_flow *f = p->flows; f; f = f->next) {
+	for (bd_flow *f = p->flows, *next; f; f = next) {
+		next = f->next;
 		if (f->owner != owner)
 			continue;
 		/* Counted in flight until bd__task_finish, like a task an I/O thread took. */
@@ -522,6 +523,8 @@ void bd_pipeline_cancel(bd_pipeline *p, void *owner)
 			t->next = list;
 			list = t;
 		}
+		f->done = true;
+		flow_retire(p, f);
 	}
 	pthread_mutex_unlock(&p->smu);
 	while ((t = list)) {

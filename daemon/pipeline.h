@@ -114,10 +114,11 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn d
 /* Queue a job with every block (at least one) and piece added; the pipeline owns it from here. */
 void bd_pipeline_submit(bd_pipeline *p, bd_job *job);
 /*
- * Drop owner's blocks that no I/O thread has taken yet: their jobs come
- * back failed (-ECANCELED) once the blocks already in flight are done, so
- * an ending session waits for at most session_blocks blocks, not for its
- * whole backlog.
+ * owner submits no more (call once, when it ends; it must not submit
+ * after). Its blocks that no I/O thread has taken yet are dropped: their
+ * jobs come back failed (-ECANCELED) once the blocks already in flight are
+ * done, so an ending session waits for at most session_blocks blocks, not
+ * for its whole backlog. The pipeline then forgets the owner.
  */
 void bd_pipeline_cancel(bd_pipeline *p, void *owner);
 /* Stop and join every thread; jobs still queued are not run. */

@@ -88,8 +88,9 @@ void bd__fifo_unpop(bd_fifo *q, bd_task *t);
  * finished (in an engine, waiting for the cache, or in the decode queue).
  * A flow with tasks and fewer than cap blocks in flight is on the ready
  * list, once; I/O threads take one task from its head and put it back at
- * the tail. Flows come and go with their owner's work: freed once empty
- * and idle. Guarded by the pipeline's smu.
+ * the tail. A flow is made at its owner's first submission and freed once
+ * the owner is done (bd_pipeline_cancel) and nothing of it is queued or in
+ * flight, so a session allocates it once. Guarded by the pipeline's smu.
  */
 typedef struct bd_flow {
 	void *owner;
@@ -97,6 +98,7 @@ typedef struct bd_flow {
 	uint32_t inflight;
 	bool ready;                 /* on the ready list */
 	bool spare;                 /* the pipeline's own, for owners whose flow could not be allocated */
+	bool done;                  /* the owner submits no more (bd_pipeline_cancel) */
 	struct bd_flow *next;       /* all flows */
 	struct bd_flow *next_ready;
 } bd_flow;

@@ -895,8 +895,7 @@ void bd_session_close(bd_session *s, int reason)
 	if (s->gpu)
 		bd_gpu_session_cancel(s->gpu);
 	/* Blocks not yet read would be thrown away: let the session end sooner. */
-	if (s->inflight)
-		bd_pipeline_cancel(s->env.pipeline, s);
+	bd_pipeline_cancel(s->env.pipeline, s);
 	maybe_end(s);
 }
 
