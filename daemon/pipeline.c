@@ -591,6 +591,7 @@ void bd_pipeline_free(bd_pipeline *p)
 		p->flows = next;
 	}
 	bd_linger_free(p->linger);
+	p->linger = NULL;
 	pthread_mutex_destroy(&p->smu);
 	pthread_mutex_destroy(&p->dmu);
 	pthread_cond_destroy(&p->dcv);

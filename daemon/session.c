@@ -92,6 +92,7 @@ struct bd_session {
 	uv_poll_t released_poll;
 	bool poll_started, closing, ended, violation;
 	bool detached;          /* the client closed the session or went away */
+	bool released;          /* release_memory() has run */
 	uint64_t opened_ns;
 	uint64_t progress_ns;   /* last time the client released a batch (or opened) */
 };
@@ -178,9 +179,14 @@ static uint64_t linger(bd_session *s, bd_linger *l, int fd, uint64_t bytes)
 static void release_memory(bd_session *s)
 {
 	const int fds[] = { s->data_fd, s->ctrl_fd, s->rel_r, s->rel_w, s->pub_r, s->pub_w };
-	bd_linger *l = linger_of(s);
+	bd_linger *l;
 	uint64_t kept;
 
+	/* Once only: after `ended` the tracker may be gone with the pipeline. */
+	if (s->released)
+		return;
+	s->released = true;
+	l = linger_of(s);
 	/* Unpins the staging, so before the unmap. */
 	bd_gpu_session_free(s->gpu);
 	s->gpu = NULL;
