@@ -50,6 +50,10 @@ void bd_config_init(bd_config *c)
 		.prefetch = BD_CONFIG_DEFAULT_PREFETCH,
 		.max_prefetch = BD_CONFIG_DEFAULT_MAX_PF,
 		.socket_mode = 0660,
+		.client_queue = BD_CONFIG_DEFAULT_CLIENT_Q,
+		.handshake_timeout = BD_CONFIG_DEFAULT_HANDSHAKE,
+		.connections_per_uid = BD_CONFIG_DEFAULT_CONN_UID,
+		.max_connections = BD_CONFIG_DEFAULT_MAX_CONN,
 	};
 }
 
@@ -62,6 +66,8 @@ void bd_config_free(bd_config *c)
 	free(c->metrics_listen);
 	free(c->allow_uids);
 	free(c->allow_gids);
+	free(c->admin_uids);
+	free(c->admin_gids);
 	bd__config_roots_free(c->roots, c->nroots);
 	*c = (bd_config){ 0 };
 }
@@ -116,6 +122,8 @@ void bd__config_commit(bd_config *c, bd_config *next)
 	keep_str(&next->metrics_listen, &c->metrics_listen);
 	keep_ids(&next->allow_uids, &next->nallow_uids, &c->allow_uids, &c->nallow_uids);
 	keep_ids(&next->allow_gids, &next->nallow_gids, &c->allow_gids, &c->nallow_gids);
+	keep_ids(&next->admin_uids, &next->nadmin_uids, &c->admin_uids, &c->nadmin_uids);
+	keep_ids(&next->admin_gids, &next->nadmin_gids, &c->admin_gids, &c->nadmin_gids);
 	if (next->nroots) {
 		bd__config_roots_free(c->roots, c->nroots);
 	} else {
@@ -140,6 +148,8 @@ bd_config bd__config_scalars(const bd_config *c)
 	s.metrics_listen = NULL;
 	s.allow_uids = s.allow_gids = NULL;
 	s.nallow_uids = s.nallow_gids = 0;
+	s.admin_uids = s.admin_gids = NULL;
+	s.nadmin_uids = s.nadmin_gids = 0;
 	return s;
 }
 
@@ -165,6 +175,13 @@ enum key_id {
 	KEY_ALLOW_GID,
 	KEY_METRICS_LISTEN,
 	KEY_LEASE_TIMEOUT,
+	KEY_CLIENT_QUEUE,
+	KEY_HANDSHAKE_TIMEOUT,
+	KEY_CONNECTIONS_PER_UID,
+	KEY_MAX_CONNECTIONS,
+	KEY_ADMIN_UID,
+	KEY_ADMIN_GID,
+	KEY_METRICS_SESSIONS,
 };
 
 static const struct key {
@@ -189,9 +206,16 @@ static const struct key {
 	{ "session", "lease_timeout", KEY_LEASE_TIMEOUT, 0, 604800 },
 	{ "limits", "sessions_per_uid", KEY_SESSIONS_PER_UID, 0, 4096 },
 	{ "limits", "memory_per_uid", KEY_MEMORY_PER_UID, 0, 0 },
+	{ "limits", "client_queue", KEY_CLIENT_QUEUE, 0, 0 },
+	{ "limits", "handshake_timeout", KEY_HANDSHAKE_TIMEOUT, 0, BD_CONFIG_MAX_HANDSHAKE },
+	{ "limits", "connections_per_uid", KEY_CONNECTIONS_PER_UID, 0, BD_CONFIG_MAX_CONN },
+	{ "limits", "max_connections", KEY_MAX_CONNECTIONS, 1, BD_CONFIG_MAX_CONN },
 	{ "access", "allow_uid", KEY_ALLOW_UID, 0, 0 },
 	{ "access", "allow_gid", KEY_ALLOW_GID, 0, 0 },
+	{ "access", "admin_uid", KEY_ADMIN_UID, 0, 0 },
+	{ "access", "admin_gid", KEY_ADMIN_GID, 0, 0 },
 	{ "metrics", "listen", KEY_METRICS_LISTEN, 0, 0 },
+	{ "metrics", "sessions", KEY_METRICS_SESSIONS, 0, 0 },
 };
 
 static bool section_known(const char *section)
@@ -251,6 +275,12 @@ static unsigned *uint_field(bd_config *c, enum key_id id)
 		return &c->sessions_per_uid;
 	case KEY_LEASE_TIMEOUT:
 		return &c->lease_timeout;
+	case KEY_HANDSHAKE_TIMEOUT:
+		return &c->handshake_timeout;
+	case KEY_CONNECTIONS_PER_UID:
+		return &c->connections_per_uid;
+	case KEY_MAX_CONNECTIONS:
+		return &c->max_connections;
 	default:
 		return NULL;
 	}
@@ -294,8 +324,19 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 	case KEY_ALLOW_GID:
 		return bd__config_parse_id(v, true, &next->allow_gids, &next->nallow_gids, what,
 					   wlen);
+	case KEY_ADMIN_UID:
+		return bd__config_parse_id(v, false, &next->admin_uids, &next->nadmin_uids, what,
+					   wlen);
+	case KEY_ADMIN_GID:
+		return bd__config_parse_id(v, true, &next->admin_gids, &next->nadmin_gids, what,
+					   wlen);
+	case KEY_CLIENT_QUEUE:
+		return bd__config_parse_size(v, BD_CONFIG_MIN_CLIENT_Q, BD_CONFIG_MAX_CLIENT_Q,
+					     &next->client_queue, what, wlen);
 	case KEY_METRICS_LISTEN:
 		return bd__config_parse_listen(v, &next->metrics_listen, what, wlen);
+	case KEY_METRICS_SESSIONS:
+		return bd__config_parse_bool(v, &next->metrics_sessions, what, wlen);
 	default:
 		return bd__config_parse_uint(v, k->min, k->max, uint_field(next, k->id), what,
 					     wlen);

@@ -31,6 +31,7 @@
 #ifndef BATCHD_DAEMON_CONFIG_H
 #define BATCHD_DAEMON_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,7 +66,15 @@ typedef enum bd_config_direct {
 #define BD_CONFIG_DEFAULT_PREFETCH  8u
 #define BD_CONFIG_DEFAULT_MAX_PF    64u
 #define BD_CONFIG_MAX_PREFETCH      1022u  /* + 2 held = the ring's 1024 slots */
-#define BD_CONFIG_MAX_IDS           1024u  /* allow_uid / allow_gid entries */
+#define BD_CONFIG_MAX_IDS           1024u  /* allow_uid / allow_gid / admin_uid / admin_gid entries */
+#define BD_CONFIG_DEFAULT_CLIENT_Q  (UINT64_C(1) << 20)
+#define BD_CONFIG_MIN_CLIENT_Q      (UINT64_C(64) << 10)
+#define BD_CONFIG_MAX_CLIENT_Q      (UINT64_C(1) << 30)
+#define BD_CONFIG_DEFAULT_HANDSHAKE 5u     /* seconds */
+#define BD_CONFIG_MAX_HANDSHAKE     3600u
+#define BD_CONFIG_DEFAULT_CONN_UID  64u
+#define BD_CONFIG_DEFAULT_MAX_CONN  1024u
+#define BD_CONFIG_MAX_CONN          65536u
 
 typedef struct bd_config {
 	char *socket;            /* [daemon] socket; NULL = default (bd_config_default_socket) */
@@ -85,11 +94,20 @@ typedef struct bd_config {
 	char *socket_group;      /* [daemon] socket_group: group name or number owning the socket; NULL = ours */
 	unsigned sessions_per_uid; /* [limits] sessions_per_uid: 0 = no limit beyond the global ones; default 0 */
 	uint64_t memory_per_uid; /* [limits] memory_per_uid: shared memory one uid may hold; 0 = no limit */
+	uint64_t client_queue;   /* [limits] client_queue: reply bytes a client may leave unread and still send requests; 64K..1G, default 1M */
+	unsigned handshake_timeout; /* [limits] handshake_timeout: seconds a new connection has to complete HELLO; 0 = no limit; default 5 */
+	unsigned connections_per_uid; /* [limits] connections_per_uid: connections one uid may hold; 0 = only max_connections; default 64 */
+	unsigned max_connections; /* [limits] max_connections: connections in all, 1..65536, default 1024 */
 	uint32_t *allow_uids;    /* [access] allow_uid, repeatable (name or number); none = everyone */
 	size_t nallow_uids;
 	uint32_t *allow_gids;    /* [access] allow_gid, repeatable (name or number); a peer in any passes */
 	size_t nallow_gids;
+	uint32_t *admin_uids;    /* [access] admin_uid, repeatable: users who see every user's sessions (root always does) */
+	size_t nadmin_uids;
+	uint32_t *admin_gids;    /* [access] admin_gid, repeatable: groups whose members see every user's sessions */
+	size_t nadmin_gids;
 	char *metrics_listen;    /* [metrics] listen = HOST:PORT of a loopback HTTP /metrics; NULL = off */
+	bool metrics_sessions;   /* [metrics] sessions: per-session series over HTTP too; default no (totals only) */
 } bd_config;
 
 /*

@@ -35,6 +35,11 @@ const char *bd__config_quote(char *buf, size_t len, const char *s);
 int bd__config_parse_uint(const char *v, unsigned min, unsigned max, unsigned *ret,
 			  char *what, size_t wlen);
 int bd__config_parse_budget(const char *v, uint64_t *ret, char *what, size_t wlen);
+/* A size (K, M, G, T suffixes) in min..max. */
+int bd__config_parse_size(const char *v, uint64_t min, uint64_t max, uint64_t *ret,
+			  char *what, size_t wlen);
+/* yes/no, true/false, on/off, 1/0. */
+int bd__config_parse_bool(const char *v, bool *ret, char *what, size_t wlen);
 int bd__config_parse_engine(const char *v, bd_config_io_engine *ret, char *what, size_t wlen);
 int bd__config_parse_direct(const char *v, bd_config_direct *ret, char *what, size_t wlen);
 int bd__config_parse_log_level(const char *v, int *ret, char *what, size_t wlen);

@@ -140,15 +140,37 @@ not_number:
 	return -EINVAL;
 }
 
-int bd__config_parse_budget(const char *v, uint64_t *ret, char *what, size_t wlen)
+/* A limit as it is written in the file: "64K", "1M", or a plain number of bytes. */
+static const char *size_name(uint64_t n, char *buf, size_t len)
 {
-	char q[BD__CONFIG_QBUF];
+	static const char suffix[] = "KMGT";
+	int i = -1;
+
+	while (n && n % 1024 == 0 && i + 1 < 4) {
+		n /= 1024;
+		i++;
+	}
+	if (i < 0)
+		snprintf(buf, len, "%llu", (unsigned long long)n);
+	else
+		snprintf(buf, len, "%llu%c", (unsigned long long)n, suffix[i]);
+	return buf;
+}
+
+int bd__config_parse_size(const char *v, uint64_t min, uint64_t max, uint64_t *ret,
+			  char *what, size_t wlen)
+{
+	char q[BD__CONFIG_QBUF], lim[32];
 	uint64_t n;
 	int r;
 
 	r = bp_parse_size(v, &n);
-	if (r == -ERANGE) {
-		msg(what, wlen, "%s is too large", quote(q, sizeof(q), v));
+	if (r == -ERANGE || (r == 0 && n > max)) {
+		if (max == UINT64_MAX)
+			msg(what, wlen, "%s is too large", quote(q, sizeof(q), v));
+		else
+			msg(what, wlen, "%s is too large (at most %s)", quote(q, sizeof(q), v),
+			    size_name(max, lim, sizeof(lim)));
 		return -EINVAL;
 	}
 	if (r < 0) {
@@ -156,12 +178,35 @@ int bd__config_parse_budget(const char *v, uint64_t *ret, char *what, size_t wle
 		    quote(q, sizeof(q), v));
 		return -EINVAL;
 	}
-	if (n < BD_CONFIG_MIN_BUDGET) {
-		msg(what, wlen, "%s is below the minimum of 16M", quote(q, sizeof(q), v));
+	if (n < min) {
+		msg(what, wlen, "%s is below the minimum of %s", quote(q, sizeof(q), v),
+		    size_name(min, lim, sizeof(lim)));
 		return -EINVAL;
 	}
 	*ret = n;
 	return 0;
+}
+
+int bd__config_parse_budget(const char *v, uint64_t *ret, char *what, size_t wlen)
+{
+	return bd__config_parse_size(v, BD_CONFIG_MIN_BUDGET, UINT64_MAX, ret, what, wlen);
+}
+
+int bd__config_parse_bool(const char *v, bool *ret, char *what, size_t wlen)
+{
+	static const char *const yes[] = { "yes", "true", "on", "1" };
+	static const char *const no[] = { "no", "false", "off", "0" };
+	char q[BD__CONFIG_QBUF];
+
+	for (size_t i = 0; i < ELEMENTSOF(yes); i++) {
+		if (!strcmp(v, yes[i]) || !strcmp(v, no[i])) {
+			*ret = !strcmp(v, yes[i]);
+			return 0;
+		}
+	}
+	msg(what, wlen, "%s is not yes or no (also true/false, on/off, 1/0)",
+	    quote(q, sizeof(q), v));
+	return -EINVAL;
 }
 
 static int parse_name(const char *v, const char *const *names, size_t n, int *ret,

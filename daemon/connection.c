@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * connection.c - the control plane's clients and the wire to them:
- * accepting connections and checking them against the [access]
- * allow-lists, reading one request at a time and dispatching it, and
- * sending replies, queued in order when the socket is full
+ * admitting accepted connections (the [limits] on connections, the
+ * [access] allow-lists), the handshake deadline, reading one request at a
+ * time and dispatching it, and sending replies, queued in order when the
+ * socket is full and bounded by [limits] client_queue
  * (proto/PROTOCOL.md). OPEN is handed to open.c once decoded; a client
  * that breaks the protocol is answered with an ERROR naming what it did
- * and cut off here.
+ * and cut off here. Every limit is read from the configuration when it
+ * applies, so a reload changes it for the next connection or request.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -84,15 +86,16 @@ static void outq_flush(client *c)
 		if (!c->outq)
 			c->outq_tail = NULL;
 		c->outq_bytes -= m->len;
+		c->srv->queued_bytes -= m->len;
 		outq_free(m);
 	}
 }
 
 /*
  * Send a reply (with descriptors for READY). Replies that do not fit in
- * the socket now are queued, in order, and written when it drains; a
- * client that lets more than MAX_OUTQ bytes pile up is not reading and is
- * cut off, so its queue stays bounded.
+ * the socket now are queued, in order, and written when it drains. The
+ * queue is bounded where requests are read (over_queue), not here, so a
+ * reply is never cut in the middle.
  */
 int bd__client_send(client *c, const uint8_t *msg, int len, const int *fds, int nfds)
 {
@@ -109,10 +112,6 @@ int bd__client_send(client *c, const uint8_t *msg, int len, const int *fds, int 
 			client_drop(c, strerror(-r));
 			return -EPIPE;
 		}
-	}
-	if (c->outq_bytes + (size_t)len > MAX_OUTQ) {
-		client_drop(c, "not reading its replies");
-		return -EPIPE;
 	}
 	m = malloc(sizeof(*m) + (size_t)len);
 	if (!m) {
@@ -137,27 +136,41 @@ int bd__client_send(client *c, const uint8_t *msg, int len, const int *fds, int 
 		c->outq = m;
 	c->outq_tail = m;
 	c->outq_bytes += m->len;
+	c->srv->queued_bytes += m->len;
 	client_poll_update(c);
 	return 0;
+}
+
+/*
+ * An ERROR with a printf-style message (cut at BP_ERRMSG_MAX) into out
+ * (ERROR_MAX bytes), the message itself into text (BP_ERRMSG_MAX + 1
+ * bytes). @return the message's length, or negative errno.
+ */
+#define ERROR_MAX (BP_ERRMSG_MAX + 64)
+__attribute__((format(printf, 4, 0)))
+static int error_encode(uint8_t *out, char *text, int code, const char *fmt, va_list ap)
+{
+	bp_msg_error m = { .code = code, .message = text };
+	int n = vsnprintf(text, BP_ERRMSG_MAX + 1, fmt, ap);
+
+	/* Codes outside the errno range would not encode: report them as EIO. */
+	if (code >= 0 || code <= -4096)
+		m.code = -EIO;
+	m.message_len = n < 0 ? 0 : (uint32_t)n > BP_ERRMSG_MAX ? BP_ERRMSG_MAX : (uint32_t)n;
+	return bp_msg_error_encode(&m, out, ERROR_MAX);
 }
 
 __attribute__((format(printf, 3, 4)))
 void bd__client_error(client *c, int code, const char *fmt, ...)
 {
 	char text[BP_ERRMSG_MAX + 1];
-	uint8_t out[BP_ERRMSG_MAX + 64];
-	bp_msg_error m = { .code = code, .message = text };
+	uint8_t out[ERROR_MAX];
 	va_list ap;
 	int n;
 
-	/* Codes outside the errno range would not encode: report them as EIO. */
-	if (code >= 0 || code <= -4096)
-		m.code = -EIO;
 	va_start(ap, fmt);
-	n = vsnprintf(text, sizeof(text), fmt, ap);
+	n = error_encode(out, text, code, fmt, ap);
 	va_end(ap);
-	m.message_len = n < 0 ? 0 : (uint32_t)n > BP_ERRMSG_MAX ? BP_ERRMSG_MAX : (uint32_t)n;
-	n = bp_msg_error_encode(&m, out, sizeof(out));
 	if (n > 0)
 		bd__client_send(c, out, n, NULL, 0);
 }
@@ -188,6 +201,7 @@ static void client_free_if_done(client *c)
 		outmsg *m = c->outq;
 
 		c->outq = m->next;
+		c->srv->queued_bytes -= m->len;
 		outq_free(m);
 	}
 	free(c);
@@ -306,14 +320,18 @@ static void send_text(client *c, uint16_t type, const bd_text *t)
 	} while (at < t->len);
 }
 
+static bool peer_admin(const bd_server *srv, const client *c);
+
+/* A report shows the asker's own sessions, or everyone's to an admin; totals to all. */
 static void handle_report(client *c, uint16_t type)
 {
+	bd_view v = { .all = peer_admin(c->srv, c), .mine = true, .uid = c->uid };
 	bd_text t = { 0 };
 
 	if (type == BP_MSG_STATUS)
-		bd__server_status(c->srv, &t);
+		bd__server_status(c->srv, &v, &t);
 	else
-		bd__server_metrics(c->srv, &t);
+		bd__server_metrics(c->srv, &v, &t);
 	send_text(c, type == BP_MSG_STATUS ? BP_MSG_STATUS_REPLY : BP_MSG_METRICS_REPLY, &t);
 	bd_text_free(&t);
 }
@@ -452,6 +470,47 @@ static void on_client_event(uv_poll_t *h, int status, int events)
 		on_client_readable(h, status, events);
 }
 
+/* Close the descriptors a received datagram carried. @return whether it carried any. */
+static bool close_passed_fds(struct msghdr *mh)
+{
+	bool had = false;
+
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+			int *fds = (int *)CMSG_DATA(cm);
+			size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+			for (size_t i = 0; i < k; i++)
+				close(fds[i]);
+			had = true;
+		}
+	}
+	return had;
+}
+
+/*
+ * [limits] client_queue: a client that sends a request while more reply
+ * bytes than that wait unread is not reading them, so it is cut off
+ * instead of answered. The bound is checked when a request arrives, not
+ * when a reply is queued, so one reply of any size (the status of
+ * thousands of sessions) still goes out whole to a client that reads it;
+ * what a client can make the daemon hold is the limit plus one reply.
+ * @return true when c was cut off.
+ */
+static bool over_queue(client *c)
+{
+	bd_server *srv = c->srv;
+	char why[160];
+
+	if (c->outq_bytes <= srv->cfg.client_queue)
+		return false;
+	srv->totals.cut[BD_CUT_QUEUE]++;
+	snprintf(why, sizeof(why), "not reading its replies: %" PRIu64 " bytes queued, over "
+		 "[limits] client_queue = %" PRIu64, c->outq_bytes, srv->cfg.client_queue);
+	client_drop(c, why);
+	return true;
+}
+
 static void on_client_readable(uv_poll_t *h, int status, int events)
 {
 	client *c = h->data;
@@ -466,7 +525,7 @@ static void on_client_readable(uv_poll_t *h, int status, int events)
 		struct iovec iov = { .iov_base = srv->buf, .iov_len = sizeof(srv->buf) };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 				     .msg_controllen = sizeof(ctl.buf) };
-		bool had_fds = false;
+		bool had_fds;
 		ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
 		if (n < 0 && errno == EINTR)
@@ -478,93 +537,230 @@ static void on_client_readable(uv_poll_t *h, int status, int events)
 			return;
 		}
 		/* Clients never send descriptors: close any, and cut the sender off. */
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
-				int *fds = (int *)CMSG_DATA(cm);
-				size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-				for (size_t i = 0; i < k; i++)
-					close(fds[i]);
-				had_fds = true;
-			}
-		}
+		had_fds = close_passed_fds(&mh);
 		if (had_fds || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
 			bd__client_error(c, -EBADMSG, had_fds ? "clients may not send file descriptors"
 							: "message too large");
 			violation(c, had_fds ? "sent file descriptors" : "oversized message");
 			return;
 		}
+		if (over_queue(c))
+			return;
 		handle_message(c, srv->buf, (size_t)n);
 	}
 }
 
-/* The [access] allow-lists: a peer passes by uid, by gid, or by a supplementary group. */
-static bool peer_allowed(bd_server *srv, int fd, const client *c)
+/* ---- admission ---------------------------------------------------------------------- */
+
+/* The peer is in the uid list or the gid list (by its gid or a supplementary group). */
+static bool peer_listed(const client *c, const uint32_t *uids, size_t nuids, const uint32_t *gids,
+			size_t ngids)
 {
 	gid_t groups[256];
 	socklen_t gl = sizeof(groups);
 
-	if (!srv->cfg.nallow_uids && !srv->cfg.nallow_gids)
-		return true;
-	for (size_t i = 0; i < srv->cfg.nallow_uids; i++)
-		if (srv->cfg.allow_uids[i] == c->uid)
+	for (size_t i = 0; i < nuids; i++)
+		if (uids[i] == c->uid)
 			return true;
-	for (size_t i = 0; i < srv->cfg.nallow_gids; i++)
-		if (srv->cfg.allow_gids[i] == c->gid)
+	for (size_t i = 0; i < ngids; i++)
+		if (gids[i] == c->gid)
 			return true;
-	if (srv->cfg.nallow_gids && getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0) {
+	if (ngids && getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0) {
 		for (size_t g = 0; g < gl / sizeof(gid_t); g++)
-			for (size_t i = 0; i < srv->cfg.nallow_gids; i++)
-				if (srv->cfg.allow_gids[i] == groups[g])
+			for (size_t i = 0; i < ngids; i++)
+				if (gids[i] == groups[g])
 					return true;
 	}
 	return false;
 }
 
-void bd__server_accept(uv_poll_t *h, int status, int events)
+/* The [access] allow-lists: a peer passes by uid, by gid, or by a supplementary group. */
+static bool peer_allowed(const bd_server *srv, const client *c)
 {
-	bd_server *srv = h->data;
+	const bd_config *cfg = &srv->cfg;
 
-	for (;;) {
-		struct ucred cred;
-		socklen_t cl = sizeof(cred);
-		client *c;
-		int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-				bd_log(LOG_WARNING, "accept: %s", strerror(errno));
-			return;
-		}
-		if (srv->nclients >= MAX_CLIENTS || srv->stopping) {
-			close(fd);
-			continue;
-		}
-		c = calloc(1, sizeof(*c));
-		if (!c || uv_poll_init(srv->loop, &c->poll, fd) < 0) {
-			free(c);
-			close(fd);
-			continue;
-		}
-		c->srv = srv;
-		c->fd = fd;
-		c->poll.data = c;
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
-			c->uid = cred.uid;
-			c->gid = cred.gid;
-			c->pid = cred.pid;
-		}
-		c->next = srv->clients;
-		srv->clients = c;
-		srv->nclients++;
-		if (!peer_allowed(srv, fd, c)) {
-			srv->totals.denied++;
-			bd__client_error(c, -EACCES, "uid %u is not allowed to use this batchd ([access])",
-					 (unsigned)c->uid);
-			client_drop(c, "not in the [access] allow-lists");
-			continue;
-		}
-		client_poll_update(c);
-	}
+	if (!cfg->nallow_uids && !cfg->nallow_gids)
+		return true;
+	return peer_listed(c, cfg->allow_uids, cfg->nallow_uids, cfg->allow_gids, cfg->nallow_gids);
 }
 
+/* Root, and the [access] admin lists, see every user's sessions in the reports. */
+static bool peer_admin(const bd_server *srv, const client *c)
+{
+	const bd_config *cfg = &srv->cfg;
+
+	return c->uid == 0 ||
+	       peer_listed(c, cfg->admin_uids, cfg->nadmin_uids, cfg->admin_gids, cfg->nadmin_gids);
+}
+
+/*
+ * Close a connection right after its last message. Shutting it down first
+ * stops the peer sending more, and what it sent already (its HELLO) is
+ * read and dropped: a Unix socket closed with unread data resets the
+ * peer, which would then lose the ERROR before reading it.
+ */
+static void hang_up(int fd)
+{
+	shutdown(fd, SHUT_RDWR);
+	for (int i = 0; i < 64; i++) {
+		union {
+			struct cmsghdr h;
+			char buf[CMSG_SPACE(sizeof(int) * 16)];
+		} ctl;
+		char buf[64];
+		struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+				     .msg_controllen = sizeof(ctl.buf) };
+
+		if (recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC) <= 0)
+			break;
+		close_passed_fds(&mh);
+	}
+	close(fd);
+}
+
+/* Refuse a connection over a limit: an ERROR, a log line (at most one per 10 s), and close. */
+__attribute__((format(printf, 6, 7)))
+static void refuse_connection(bd_server *srv, int fd, const struct ucred *peer, enum bd_cut kind,
+			      int code, const char *fmt, ...)
+{
+	char text[BP_ERRMSG_MAX + 1];
+	uint8_t out[ERROR_MAX];
+	uint64_t count;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = error_encode(out, text, code, fmt, ap);
+	va_end(ap);
+	/* A fresh socket has room for it: no queue, no client needed. */
+	if (n > 0)
+		send_now(fd, out, (size_t)n, NULL, 0);
+	hang_up(fd);
+	srv->totals.cut[kind]++;
+	if (bd__ratelog(&srv->refused_log, 1, &count))
+		bd_log(LOG_NOTICE, "client pid %d uid %u: connection refused: %s (%" PRIu64
+		       " connection%s refused since the last such line)", (int)peer->pid,
+		       (unsigned)peer->uid, text, count, count == 1 ? "" : "s");
+}
+
+/* [limits] max_connections and connections_per_uid. @return true when fd was refused. */
+static bool over_limits(bd_server *srv, int fd, const struct ucred *peer)
+{
+	unsigned mine = 0;
+
+	if (srv->nclients >= srv->cfg.max_connections) {
+		refuse_connection(srv, fd, peer, BD_CUT_MAX, -EMFILE, "batchd serves %u connections, "
+				  "its limit ([limits] max_connections)", srv->nclients);
+		return true;
+	}
+	if (!srv->cfg.connections_per_uid)
+		return false;
+	for (client *o = srv->clients; o; o = o->next)
+		mine += o->uid == peer->uid;
+	if (mine < srv->cfg.connections_per_uid)
+		return false;
+	refuse_connection(srv, fd, peer, BD_CUT_PER_UID, -EUSERS, "uid %u already has %u "
+			  "connections, the limit per user ([limits] connections_per_uid)",
+			  (unsigned)peer->uid, mine);
+	return true;
+}
+
+void bd__client_accepted(bd_server *srv, int fd)
+{
+	/* No credentials (never on a Unix socket) make the peer nobody, not root. */
+	struct ucred peer = { .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+	socklen_t cl = sizeof(peer);
+	client *c;
+
+	if (srv->stopping) {
+		close(fd);
+		return;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &cl) < 0)
+		peer = (struct ucred){ .pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1 };
+	if (over_limits(srv, fd, &peer))
+		return;
+	c = calloc(1, sizeof(*c));
+	if (!c || uv_poll_init(srv->loop, &c->poll, fd) < 0) {
+		free(c);
+		close(fd);
+		return;
+	}
+	c->srv = srv;
+	c->fd = fd;
+	c->poll.data = c;
+	c->uid = peer.uid;
+	c->gid = peer.gid;
+	c->pid = peer.pid;
+	c->accepted_ns = bd_now_ns();
+	c->next = srv->clients;
+	srv->clients = c;
+	srv->nclients++;
+	if (!peer_allowed(srv, c)) {
+		srv->totals.denied++;
+		bd__client_error(c, -EACCES, "uid %u is not allowed to use this batchd ([access])",
+				 (unsigned)c->uid);
+		client_drop(c, "not in the [access] allow-lists");
+		return;
+	}
+	client_poll_update(c);
+	/* The timer runs for an older connection: this one's deadline comes later. */
+	if (!uv_is_active((uv_handle_t *)&srv->handshake))
+		bd__clients_handshake_arm(srv);
+}
+
+/* ---- the handshake deadline ----------------------------------------------------------- */
+
+/* A connection that sent no HELLO in time: tell it why, and close it. */
+static void handshake_expired(client *c)
+{
+	bd_server *srv = c->srv;
+	unsigned limit = srv->cfg.handshake_timeout;
+	uint64_t count;
+
+	srv->totals.cut[BD_CUT_HANDSHAKE]++;
+	bd__client_error(c, -ETIMEDOUT, "no HELLO within %u s of connecting ([limits] "
+			 "handshake_timeout)", limit);
+	/* One line per 10 s: a flood of silent connections must not flood the log. */
+	if (bd__ratelog(&srv->handshake_log, 1, &count))
+		bd_log(LOG_NOTICE, "client pid %d uid %u: disconnected: no HELLO within %u s "
+		       "([limits] handshake_timeout; %" PRIu64 " connection%s closed so since the "
+		       "last such line)", (int)c->pid, (unsigned)c->uid, limit, count,
+		       count == 1 ? "" : "s");
+	client_drop(c, NULL);
+}
+
+static void on_handshake_timer(uv_timer_t *t)
+{
+	bd_server *srv = t->data;
+	uint64_t limit = (uint64_t)srv->cfg.handshake_timeout * 1000000000u, now = bd_now_ns();
+	client *next;
+
+	/* client_drop unlinks only the client it drops, so next stays valid. */
+	for (client *c = srv->clients; c && limit; c = next) {
+		next = c->next;
+		if (!c->hello && !c->gone && now - c->accepted_ns >= limit)
+			handshake_expired(c);
+	}
+	bd__clients_handshake_arm(srv);
+}
+
+void bd__clients_handshake_arm(bd_server *srv)
+{
+	uint64_t limit = (uint64_t)srv->cfg.handshake_timeout * 1000000000u;
+	uint64_t oldest = UINT64_MAX, now, due;
+
+	uv_timer_stop(&srv->handshake);
+	if (!limit || srv->stopping)
+		return;
+	for (client *c = srv->clients; c; c = c->next)
+		if (!c->hello && c->accepted_ns < oldest)
+			oldest = c->accepted_ns;
+	if (oldest == UINT64_MAX)
+		return;
+	now = bd_now_ns();
+	due = oldest + limit > now ? (oldest + limit - now + 999999) / 1000000 : 0;
+	srv->handshake.data = srv;
+	uv_timer_start(&srv->handshake, on_handshake_timer, due, 0);
+}

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * server.c - the control plane's life: start (socket, pipeline, GPU
- * thread, metrics listener, signals and timers), reload on SIGHUP, the
+ * thread, metrics listener, signals and timers), accepting connections
+ * (and riding out a shortage of file descriptors), reload on SIGHUP, the
  * end of sessions, and an orderly stop (see server.h). The clients and
  * their requests are in connection.c and open.c; the protocol is
  * proto/PROTOCOL.md.
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -28,6 +30,10 @@
 #include "util.h"
 
 #define STOP_GRACE_MS 10000
+#define RATELOG_NS (UINT64_C(10) * 1000000000u)
+#define BACKOFF_MIN_MS 100u     /* accepting paused after running out of fds: doubling */
+#define BACKOFF_MAX_MS 1000u
+#define ACCEPT_BATCH 128        /* connections per wake-up, so the loop serves the others too */
 
 /* ---- sessions ---------------------------------------------------------------------------- */
 
@@ -129,7 +135,8 @@ static int listen_on(bd_server *srv, const char *path)
 			close(probe);
 		unlink(path);
 	}
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+	/* The kernel caps the backlog at net.core.somaxconn; bursts wait there, not in connect(). */
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, SOMAXCONN) < 0) {
 		r = -errno;
 		close(fd);
 		return bd_log_ret(LOG_ERR, r, "socket %s: %s", path, strerror(-r));
@@ -144,6 +151,120 @@ static int listen_on(bd_server *srv, const char *path)
 	snprintf(srv->socket_path, sizeof(srv->socket_path), "%s", path);
 	return 0;
 }
+
+/* ---- accepting --------------------------------------------------------------------------- */
+
+bool bd__ratelog(bd_ratelog *r, uint64_t n, uint64_t *ret_count)
+{
+	uint64_t now = bd_now_ns();
+
+	r->pending += n;
+	if (r->last_ns && now - r->last_ns < RATELOG_NS)
+		return false;
+	*ret_count = r->pending;
+	r->pending = 0;
+	r->last_ns = now;
+	return true;
+}
+
+static void on_accept(uv_poll_t *h, int status, int events);
+
+static void on_backoff_done(uv_timer_t *t)
+{
+	bd_server *srv = t->data;
+
+	if (srv->stopping)
+		return;
+	/* Another thread may have taken the descriptor shed_pending gave up. */
+	if (srv->reserve_fd < 0)
+		srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
+}
+
+/*
+ * Stop watching the socket for a while, 100 ms doubling to 1 s: while the
+ * cause lasts every accept would fail at once, and a readable socket that
+ * is never drained would wake the loop again and again.
+ */
+static void accept_pause(bd_server *srv)
+{
+	uv_poll_stop(&srv->listen_poll);
+	uv_timer_start(&srv->accept_backoff, on_backoff_done, srv->backoff_ms, 0);
+	srv->backoff_ms = srv->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : srv->backoff_ms * 2;
+}
+
+/*
+ * Out of file descriptors (EMFILE, ENFILE). The spare descriptor is given
+ * up to accept each pending connection and close it at once, so its peer
+ * sees a closed connection instead of waiting in the backlog, then
+ * accepting pauses. @return the connections closed so.
+ */
+static uint64_t shed_pending(bd_server *srv)
+{
+	uint64_t shed = 0;
+
+	while (srv->reserve_fd >= 0 && shed < ACCEPT_BATCH) {
+		int fd;
+
+		close(srv->reserve_fd);
+		fd = accept4(srv->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0) {
+			close(fd);
+			shed++;
+		}
+		srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			break;
+	}
+	return shed;
+}
+
+/* accept failed with err (not EAGAIN): shed what waits if out of fds, pause, log once per 10 s. */
+static void accept_failed(bd_server *srv, int err)
+{
+	bool no_fds = err == EMFILE || err == ENFILE;
+	uint64_t shed = no_fds ? shed_pending(srv) : 0, count;
+	struct rlimit rl = { 0 };
+
+	srv->totals.cut[BD_CUT_FDS] += shed;
+	accept_pause(srv);
+	if (!bd__ratelog(&srv->fds_log, shed, &count))
+		return;
+	if (!no_fds) {
+		bd_log(LOG_WARNING, "accept: %s; accepting pauses up to %u ms at a time", strerror(err),
+		       BACKOFF_MAX_MS);
+		return;
+	}
+	getrlimit(RLIMIT_NOFILE, &rl);
+	bd_log(LOG_WARNING, "accept: %s (RLIMIT_NOFILE %llu): %" PRIu64 " new connection%s closed "
+	       "unserved since the last such line; accepting pauses up to %u ms at a time",
+	       strerror(err), (unsigned long long)rl.rlim_cur, count, count == 1 ? "" : "s",
+	       BACKOFF_MAX_MS);
+}
+
+/* The listening socket is readable: take the pending connections. */
+static void on_accept(uv_poll_t *h, int status, int events)
+{
+	bd_server *srv = h->data;
+
+	for (int i = 0; i < ACCEPT_BATCH; i++) {
+		int fd = accept4(srv->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd >= 0) {
+			srv->backoff_ms = BACKOFF_MIN_MS;
+			bd__client_accepted(srv, fd);
+			continue;
+		}
+		/* What failed was that one connection: take the next. */
+		if (errno == EINTR || errno == ECONNABORTED || errno == EPERM || errno == EPROTO)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			accept_failed(srv, errno);
+		return;
+	}
+}
+
+/* ---- signals, timers, reload -------------------------------------------------------------- */
 
 static void on_signal(uv_signal_t *h, int sig)
 {
@@ -278,6 +399,7 @@ static void reload(bd_server *srv)
 	srv->env.budget_total = session_budget(srv);
 	srv->env.default_prefetch = srv->cfg.prefetch;
 	srv->env.max_prefetch = srv->cfg.max_prefetch;
+	bd__clients_handshake_arm(srv);
 	srv->totals.reloads++;
 	bd_log(LOG_NOTICE, "configuration reloaded: %zu dataset root%s, memory budget %" PRIu64
 	       " MiB, log level %s", srv->cfg.nroots, srv->cfg.nroots == 1 ? "" : "s",
@@ -308,6 +430,8 @@ static bd_server *server_alloc(uv_loop_t *loop, bd_config *cfg, int argc, char *
 	srv->argv = argv;
 	srv->cuda = *cuda;
 	srv->listen_fd = -1;
+	srv->reserve_fd = -1;
+	srv->backoff_ms = BACKOFF_MIN_MS;
 	srv->next_session = 1;
 	srv->started_ns = bd_now_ns();
 	return srv;
@@ -411,9 +535,13 @@ static int open_socket(bd_server *srv, const char *path)
 	return 0;
 }
 
+/* HTTP has no peer credentials: per-session series only with [metrics] sessions = yes. */
 static void render_metrics(void *ctx, bd_text *out)
 {
-	bd__server_metrics(ctx, out);
+	bd_server *srv = ctx;
+	bd_view v = { .all = srv->cfg.metrics_sessions };
+
+	bd__server_metrics(srv, &v, out);
 }
 
 /* The [metrics] listen HTTP endpoint, when configured. @return 0 or -errno (logged). */
@@ -438,9 +566,14 @@ static void start_handles(bd_server *srv)
 	uv_loop_t *loop = srv->loop;
 	uint64_t wd = bd_service_watchdog_usec();
 
+	/* Held back for the day accept() runs out of descriptors (accept_failed). */
+	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	uv_timer_init(loop, &srv->accept_backoff);
+	uv_timer_init(loop, &srv->handshake);
+	srv->accept_backoff.data = srv->handshake.data = srv;
 	uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
 	srv->listen_poll.data = srv;
-	uv_poll_start(&srv->listen_poll, UV_READABLE, bd__server_accept);
+	uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
 	uv_signal_init(loop, &srv->sigterm);
 	uv_signal_init(loop, &srv->sigint);
 	uv_signal_init(loop, &srv->sighup);
@@ -522,6 +655,11 @@ static void stop_begin(bd_server *srv)
 	uv_poll_stop(&srv->listen_poll);
 	uv_close((uv_handle_t *)&srv->listen_poll, NULL);
 	close(srv->listen_fd);
+	uv_timer_stop(&srv->accept_backoff);
+	uv_timer_stop(&srv->handshake);
+	if (srv->reserve_fd >= 0)
+		close(srv->reserve_fd);
+	srv->reserve_fd = -1;
 	/* A socket systemd made is systemd's to remove. */
 	if (!srv->socket_activated)
 		unlink(srv->socket_path);
@@ -544,6 +682,8 @@ void bd_server_stop(bd_server *srv)
 	uv_close((uv_handle_t *)&srv->stop_timer, NULL);
 	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->lease, NULL);
+	uv_close((uv_handle_t *)&srv->accept_backoff, NULL);
+	uv_close((uv_handle_t *)&srv->handshake, NULL);
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
 	uv_close((uv_handle_t *)&srv->sighup, NULL);

@@ -48,18 +48,16 @@ typedef struct outmsg {
 	uint8_t data[];
 } outmsg;
 
-#define MAX_OUTQ (UINT64_C(16) << 20)  /* queued reply bytes per client */
-
 /* Limits every client meets; HELLO_OK tells it the first two. */
 #define MAX_SESSIONS_PER_CLIENT 64u
 #define MAX_BATCH_SIZE          65536u
 #define MAX_SESSIONS            4096u
-#define MAX_CLIENTS             1024u
 
 struct client {
 	bd_server *srv;
 	outmsg *outq, *outq_tail;
 	uint64_t outq_bytes;
+	uint64_t accepted_ns;    /* for [limits] handshake_timeout */
 	int fd;
 	uv_poll_t poll;
 	uid_t uid;
@@ -83,6 +81,22 @@ enum bd_refusal {
 	BD_REFUSED_KINDS
 };
 
+/* Why connections were cut or refused by the daemon's own limits, for the metrics. */
+enum bd_cut {
+	BD_CUT_QUEUE,            /* dropped: more than [limits] client_queue left unread */
+	BD_CUT_HANDSHAKE,        /* dropped: no HELLO within [limits] handshake_timeout */
+	BD_CUT_PER_UID,          /* refused: [limits] connections_per_uid */
+	BD_CUT_MAX,              /* refused: [limits] max_connections */
+	BD_CUT_FDS,              /* refused: the daemon is out of file descriptors */
+	BD_CUT_KINDS
+};
+
+/* A log line that may repeat at most once per interval; what it skipped is counted. */
+typedef struct bd_ratelog {
+	uint64_t last_ns;        /* when it was last written; 0: never */
+	uint64_t pending;        /* events since then that were not logged */
+} bd_ratelog;
+
 typedef struct bd_totals {
 	/* Sessions that ended, so totals do not drop when they go. */
 	uint64_t sessions, batches, bytes, failed;
@@ -91,6 +105,7 @@ typedef struct bd_totals {
 	uint64_t protocol_violations;   /* connections cut for breaking the protocol */
 	uint64_t ring_violations;       /* sessions ended for bad release marks */
 	uint64_t denied;                /* connections refused by the allow-lists */
+	uint64_t cut[BD_CUT_KINDS];     /* connections dropped or refused by the limits */
 	uint64_t reloads, reload_failures;
 } bd_totals;
 
@@ -105,13 +120,19 @@ struct bd_server {
 	int listen_fd;
 	bool socket_activated;   /* systemd owns the socket file */
 	uv_poll_t listen_poll;
+	int reserve_fd;          /* /dev/null, given up to shed a connection when out of fds */
+	unsigned backoff_ms;     /* the next pause of accepting after running out of fds */
+	bd_ratelog fds_log, refused_log, handshake_log;
 	uv_signal_t sigterm, sigint, sighup;
 	uv_timer_t stop_timer, watchdog, lease;
+	uv_timer_t accept_backoff; /* accepting paused: out of fds, or accept failing */
+	uv_timer_t handshake;    /* the earliest [limits] handshake_timeout deadline */
 	bd_pipeline *pipeline;
 	bd_session_env env;
 	uint64_t cache_budget;
 	client *clients;
 	unsigned nclients;
+	uint64_t queued_bytes;   /* replies queued for all clients (outq_bytes summed) */
 	entry *entries;
 	unsigned nsessions, opening;
 	uint64_t next_session;
@@ -123,17 +144,40 @@ struct bd_server {
 	uint8_t buf[BP_MSG_MAX];
 };
 
+/*
+ * Whose sessions a report shows: every user's (an admin, or HTTP with
+ * [metrics] sessions = yes), only those of uid (mine), or none. Totals are
+ * always shown.
+ */
+typedef struct bd_view {
+	bool all;
+	bool mine;
+	uid_t uid;
+} bd_view;
+
 /* ---- server.c ---- */
 
 /* The systemd STATUS= line, after anything it shows changed. */
 void bd__server_notify_status(bd_server *srv);
 /* Finish a stop once the last session has ended and no open is in flight. */
 void bd__server_stop_if_drained(bd_server *srv);
+/*
+ * Count n events of a log line written at most once per 10 s. @return
+ * true when the line is due now, with the events it stands for (these
+ * and those not logged since the last line) in *ret_count.
+ */
+bool bd__ratelog(bd_ratelog *r, uint64_t n, uint64_t *ret_count);
 
 /* ---- connection.c ---- */
 
-/* The listening socket's poll callback: accept every pending connection. */
-void bd__server_accept(uv_poll_t *h, int status, int events);
+/*
+ * A connection accept() just returned: refuse it (an ERROR, then closed)
+ * when it is over [limits] max_connections or connections_per_uid or not
+ * in the [access] allow-lists, else start serving it. Takes fd over.
+ */
+void bd__client_accepted(bd_server *srv, int fd);
+/* Arm the handshake timer for the oldest connection still without HELLO (after accept, reload). */
+void bd__clients_handshake_arm(bd_server *srv);
 /*
  * Send a reply (with descriptors for READY), queued when the socket is
  * full. @return 0, or -EPIPE when the client is gone or was cut off for it.
@@ -158,9 +202,9 @@ void bd__client_open(client *c, const bp_msg_open *m);
 
 /* ---- status.c ---- */
 
-/* The status document (JSON) and the metrics (Prometheus text). */
-void bd__server_status(bd_server *srv, bd_text *out);
-void bd__server_metrics(bd_server *srv, bd_text *out);
+/* The status document (JSON) and the metrics (Prometheus text), showing v's sessions. */
+void bd__server_status(bd_server *srv, const bd_view *v, bd_text *out);
+void bd__server_metrics(bd_server *srv, const bd_view *v, bd_text *out);
 /* Fold a session's delivery counters (batches, bytes, failures, waits) into t. */
 void bd__totals_add(bd_totals *t, const bd_session_info *si);
 

@@ -7,7 +7,9 @@
  * It only reads the control plane's state (server_state.h): the server's
  * totals, the pipeline's and the cache's counters and each open session's
  * info, read on the loop thread at each request and written into a
- * growable text buffer (util.h). Keeping the formats here leaves the
+ * growable text buffer (util.h). Which sessions a report lists depends on
+ * who asks (bd_view): a session names its user, process and dataset, so
+ * only admins see other users' sessions; totals are everyone's. Keeping the formats here leaves the
  * request handling in connection.c free of them; the field names are
  * what batchctl and Prometheus scrapers read.
  */
@@ -22,6 +24,14 @@
 #include "server_state.h"
 #include "util.h"
 
+static const char *const cut_names[BD_CUT_KINDS] = {
+	[BD_CUT_QUEUE] = "queue",
+	[BD_CUT_HANDSHAKE] = "handshake",
+	[BD_CUT_PER_UID] = "per_uid",
+	[BD_CUT_MAX] = "max_connections",
+	[BD_CUT_FDS] = "fds",
+};
+
 static const char *const refusal_names[BD_REFUSED_KINDS] = {
 	[BD_REFUSED_NOT_FOUND] = "not_found",
 	[BD_REFUSED_ACCESS] = "access",
@@ -33,6 +43,25 @@ static const char *const refusal_names[BD_REFUSED_KINDS] = {
 	[BD_REFUSED_OTHER] = "other",
 };
 
+/* Does the report for v list session e? */
+static bool visible(const bd_view *v, const entry *e)
+{
+	return v->all || (v->mine && e->uid == v->uid);
+}
+
+/* The totals of ended sessions and open ones together, every user's. */
+static bd_totals totals_now(bd_server *srv)
+{
+	bd_totals sum = srv->totals;
+
+	for (entry *e = srv->entries; e; e = e->next) {
+		bd_session_info si;
+
+		bd_session_get_info(e->s, &si);
+		bd__totals_add(&sum, &si);
+	}
+	return sum;
+}
 
 /* ---- JSON --------------------------------------------------------------------- */
 
@@ -100,6 +129,12 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 		       ps->cache_bytes);
 	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, ",
 		       srv->nclients, srv->cfg.io_threads, srv->cfg.decode_threads);
+	bd_text_printf(t, "\"connections\": {\"queued_bytes\": %" PRIu64 ", \"client_queue\": %"
+		       PRIu64, srv->queued_bytes, srv->cfg.client_queue);
+	for (int k = 0; k < BD_CUT_KINDS; k++)
+		bd_text_printf(t, ", \"%s_%s\": %" PRIu64, k <= BD_CUT_HANDSHAKE ? "dropped" : "refused",
+			       cut_names[k], srv->totals.cut[k]);
+	bd_text_printf(t, "}, ");
 	bd_text_printf(t, "\"pipeline\": {\"blocks_read\": %" PRIu64 ", \"bytes_read\": %" PRIu64
 		       ", \"blocks_decoded\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
 		       ", \"direct_decodes\": %" PRIu64 ", \"failures\": %" PRIu64
@@ -113,9 +148,11 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 		       ps->cache_waits, ps->cache_bypasses, ps->cache_evictions);
 }
 
-/* Ended sessions, refusals by kind, violations and reloads. */
+/* Ended sessions, refusals by kind, violations and reloads, and all sessions' deliveries. */
 static void status_totals(bd_text *t, bd_server *srv)
 {
+	bd_totals sum = totals_now(srv);
+
 	bd_text_printf(t, "\"ended\": {\"sessions\": %" PRIu64 ", \"batches\": %" PRIu64
 		       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 "}, \"refused\": {",
 		       srv->totals.sessions, srv->totals.batches, srv->totals.bytes,
@@ -127,6 +164,9 @@ static void status_totals(bd_text *t, bd_server *srv)
 		       ", \"denied\": %" PRIu64 ", \"reloads\": %" PRIu64 ", ",
 		       srv->totals.protocol_violations, srv->totals.ring_violations,
 		       srv->totals.denied, srv->totals.reloads);
+	/* Everyone's, whatever "sessions" lists: what batchctl stats adds up. */
+	bd_text_printf(t, "\"all_sessions\": {\"open\": %u, \"batches\": %" PRIu64 ", \"bytes\": %"
+		       PRIu64 "}, ", srv->nsessions, sum.batches, sum.bytes);
 }
 
 /* One element of "sessions". */
@@ -160,19 +200,24 @@ static void status_session(bd_text *t, const entry *e)
 	bd_text_printf(t, "}");
 }
 
-void bd__server_status(bd_server *srv, bd_text *t)
+void bd__server_status(bd_server *srv, const bd_view *v, bd_text *t)
 {
 	bd_pipeline_stats ps;
+	bool first = true;
 
 	bd_pipeline_get_stats(srv->pipeline, &ps);
 	status_daemon(t, srv);
 	status_cuda(t, srv);
 	status_resources(t, srv, &ps);
 	status_totals(t, srv);
-	bd_text_printf(t, "\"sessions\": [");
+	bd_text_printf(t, "\"sessions_shown\": \"%s\", \"sessions\": [",
+		       v->all ? "all" : v->mine ? "own" : "none");
 	for (entry *e = srv->entries; e; e = e->next) {
-		if (e != srv->entries)
+		if (!visible(v, e))
+			continue;
+		if (!first)
 			bd_text_printf(t, ", ");
+		first = false;
 		status_session(t, e);
 	}
 	bd_text_printf(t, "]}");
@@ -203,14 +248,16 @@ static uint64_t v_memory(const bd_session_info *si) { return si->memory; }
 static uint64_t v_epoch(const bd_session_info *si) { return si->epoch; }
 static uint64_t v_gpu_copy_bytes(const bd_session_info *si) { return si->gpu.copy_bytes; }
 
-static void session_family(bd_text *t, bd_server *srv, const char *name, const char *type,
-			   const char *help, session_value f)
+static void session_family(bd_text *t, bd_server *srv, const bd_view *v, const char *name,
+			   const char *type, const char *help, session_value f)
 {
 	bd_prom_head(t, name, type, help);
 	for (entry *e = srv->entries; e; e = e->next) {
 		bd_session_info si;
 		char ds[2 * BP_PATH_MAX + 1], labels[2 * BP_PATH_MAX + 128];
 
+		if (!visible(v, e))
+			continue;
 		bd_session_get_info(e->s, &si);
 		snprintf(labels, sizeof(labels), "session=\"%" PRIu64 "\",dataset=\"%s\",uid=\"%u\",pid=\"%d\"",
 			 si.id, bd_prom_escape(bd_session_dataset(e->s), ds, sizeof(ds)),
@@ -244,6 +291,9 @@ static void metrics_server(bd_text *t, bd_server *srv, const bd_totals *sum)
 	bd_prom_f64(t, "batchd_uptime_seconds", NULL,
 		    (double)(bd_now_ns() - srv->started_ns) / 1e9);
 	gauge(t, "batchd_clients", "Connected clients.", srv->nclients);
+	gauge(t, "batchd_client_queue_bytes",
+	      "Reply bytes queued for clients that have not read them yet, all clients.",
+	      srv->queued_bytes);
 	gauge(t, "batchd_sessions", "Open sessions.", srv->nsessions);
 	counter(t, "batchd_sessions_ended_total", "Sessions that have ended.", srv->totals.sessions);
 	counter(t, "batchd_batches_delivered_total",
@@ -254,19 +304,19 @@ static void metrics_server(bd_text *t, bd_server *srv, const bd_totals *sum)
 		sum->failed);
 }
 
-static void metrics_sessions(bd_text *t, bd_server *srv)
+static void metrics_sessions(bd_text *t, bd_server *srv, const bd_view *v)
 {
-	session_family(t, srv, "batchd_session_batches_delivered_total", "counter",
+	session_family(t, srv, v, "batchd_session_batches_delivered_total", "counter",
 		       "Batches this session's client took and released.", v_delivered);
-	session_family(t, srv, "batchd_session_bytes_delivered_total", "counter",
+	session_family(t, srv, v, "batchd_session_bytes_delivered_total", "counter",
 		       "Payload bytes this session's client took and released.", v_delivered_bytes);
-	session_family(t, srv, "batchd_session_batches_published_total", "counter",
+	session_family(t, srv, v, "batchd_session_batches_published_total", "counter",
 		       "Batches staged and published to this session (prefetch included).", v_published);
-	session_family(t, srv, "batchd_session_batches_failed_total", "counter",
+	session_family(t, srv, v, "batchd_session_batches_failed_total", "counter",
 		       "Batches of this session that failed.", v_failed);
-	session_family(t, srv, "batchd_session_memory_bytes", "gauge",
+	session_family(t, srv, v, "batchd_session_memory_bytes", "gauge",
 		       "Shared memory this session holds.", v_memory);
-	session_family(t, srv, "batchd_session_epoch", "gauge",
+	session_family(t, srv, v, "batchd_session_epoch", "gauge",
 		       "Epoch of the next batch this session will publish.", v_epoch);
 }
 
@@ -331,7 +381,28 @@ static void metrics_errors(bd_text *t, bd_server *srv, const bd_pipeline_stats *
 	}
 }
 
-static void metrics_cuda(bd_text *t, bd_server *srv)
+/* Connections the daemon's [limits] cut (dropped) or turned away at once (refused). */
+static void metrics_connections(bd_text *t, bd_server *srv)
+{
+	char labels[64];
+
+	bd_prom_head(t, "batchd_clients_dropped_total", "counter",
+		     "Connections cut: replies left unread over [limits] client_queue (queue), "
+		     "no HELLO within [limits] handshake_timeout (handshake).");
+	for (int k = 0; k <= BD_CUT_HANDSHAKE; k++) {
+		snprintf(labels, sizeof(labels), "reason=\"%s\"", cut_names[k]);
+		bd_prom_u64(t, "batchd_clients_dropped_total", labels, srv->totals.cut[k]);
+	}
+	bd_prom_head(t, "batchd_connections_refused_total", "counter",
+		     "Connections refused when they arrived: [limits] connections_per_uid (per_uid), "
+		     "[limits] max_connections, or no file descriptor left (fds).");
+	for (int k = BD_CUT_PER_UID; k < BD_CUT_KINDS; k++) {
+		snprintf(labels, sizeof(labels), "reason=\"%s\"", cut_names[k]);
+		bd_prom_u64(t, "batchd_connections_refused_total", labels, srv->totals.cut[k]);
+	}
+}
+
+static void metrics_cuda(bd_text *t, bd_server *srv, const bd_view *v)
 {
 	uint64_t dev_bytes;
 	uint32_t gpu_sessions, unpinned;
@@ -344,29 +415,24 @@ static void metrics_cuda(bd_text *t, bd_server *srv)
 	      "Device memory batchd holds for GPU sessions' slots.", dev_bytes);
 	gauge(t, "batchd_gpu_unpinned_sessions",
 	      "GPU sessions staging from pageable memory (pinning failed).", unpinned);
-	session_family(t, srv, "batchd_session_gpu_copy_bytes_total", "counter",
+	session_family(t, srv, v, "batchd_session_gpu_copy_bytes_total", "counter",
 		       "Bytes copied host-to-device for the session (0 for host sessions).",
 		       v_gpu_copy_bytes);
 }
 
-void bd__server_metrics(bd_server *srv, bd_text *t)
+void bd__server_metrics(bd_server *srv, const bd_view *v, bd_text *t)
 {
-	bd_totals sum = srv->totals;
+	bd_totals sum = totals_now(srv);
 	bd_pipeline_stats ps;
 
 	bd_pipeline_get_stats(srv->pipeline, &ps);
-	for (entry *e = srv->entries; e; e = e->next) {
-		bd_session_info si;
-
-		bd_session_get_info(e->s, &si);
-		bd__totals_add(&sum, &si);
-	}
 	metrics_server(t, srv, &sum);
-	metrics_sessions(t, srv);
+	metrics_sessions(t, srv, v);
 	metrics_pipeline(t, srv, &sum, &ps);
 	metrics_cache(t, srv, &ps);
 	metrics_errors(t, srv, &ps);
-	metrics_cuda(t, srv);
+	metrics_connections(t, srv);
+	metrics_cuda(t, srv, v);
 	counter(t, "batchd_reloads_total", "Configuration reloads applied (SIGHUP).",
 		srv->totals.reloads);
 	counter(t, "batchd_reload_failures_total", "Reloads rejected for a bad configuration.",

@@ -175,6 +175,15 @@ static void stats_sum(json_object *o, stats_totals *t)
 {
 	json_object *sessions = NULL;
 
+	t->hits = get_u64(o, "cache.hits");
+	t->misses = get_u64(o, "cache.misses");
+	/* Every user's sessions, where the daemon lists only the asker's own. */
+	if (json_path_get(o, "all_sessions")) {
+		t->batches = get_u64(o, "all_sessions.batches");
+		t->bytes = get_u64(o, "all_sessions.bytes");
+		t->sessions = get_u64(o, "all_sessions.open");
+		return;
+	}
 	t->batches = get_u64(o, "ended.batches");
 	t->bytes = get_u64(o, "ended.bytes");
 	t->sessions = 0;
@@ -187,8 +196,6 @@ static void stats_sum(json_object *o, stats_totals *t)
 			t->bytes += get_u64(se, "delivered_bytes");
 		}
 	}
-	t->hits = get_u64(o, "cache.hits");
-	t->misses = get_u64(o, "cache.misses");
 }
 
 static void stats_json(json_object *o, const stats_totals *t)
@@ -238,6 +245,14 @@ static void stats_text_pipeline(json_object *o)
 	       " ring violations, %" PRIu64 " denied\n", "errors", get_u64(o, "pipeline.failures"),
 	       get_u64(o, "protocol_violations"), get_u64(o, "ring_violations"),
 	       get_u64(o, "denied"));
+	printf("%-22s %" PRIu64 " not reading their replies, %" PRIu64 " without HELLO in time\n",
+	       "dropped clients", get_u64(o, "connections.dropped_queue"),
+	       get_u64(o, "connections.dropped_handshake"));
+	printf("%-22s %" PRIu64 " over the per-user limit, %" PRIu64 " over the limit, %" PRIu64
+	       " out of descriptors\n", "refused connections",
+	       get_u64(o, "connections.refused_per_uid"),
+	       get_u64(o, "connections.refused_max_connections"),
+	       get_u64(o, "connections.refused_fds"));
 	printf("%-22s not found %" PRIu64 ", access %" PRIu64 ", invalid %" PRIu64 ", memory %"
 	       PRIu64 ", limit %" PRIu64 ", corrupt %" PRIu64 ", device %" PRIu64 "\n",
 	       "refused opens", get_u64(o, "refused.not_found"), get_u64(o, "refused.access"),

@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-config-limits.c - the settings that guard the control plane
+ * against hostile clients: [limits] client_queue, handshake_timeout,
+ * connections_per_uid and max_connections, [access] admin_uid and
+ * admin_gid, [metrics] sessions. Their defaults, every accepted form, and
+ * each refusal with the exact FILE:LINE message an operator reads (the
+ * rest of the grammar is test-config.c's).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "config.h"
+
+#define NAME "t.conf"
+
+static char err[1024];
+
+static int load(bd_config *c, const char *text)
+{
+	err[0] = '\0';
+	return bd_config_load_string(c, NAME, text, strlen(text), err, sizeof(err));
+}
+
+START_TEST(test_defaults)
+{
+	bd_config c;
+
+	bd_config_init(&c);
+	ck_assert_uint_eq(c.client_queue, UINT64_C(1) << 20);
+	ck_assert_uint_eq(c.handshake_timeout, 5);
+	ck_assert_uint_eq(c.connections_per_uid, 64);
+	ck_assert_uint_eq(c.max_connections, 1024);
+	ck_assert_uint_eq(c.nadmin_uids, 0);
+	ck_assert_uint_eq(c.nadmin_gids, 0);
+	ck_assert(!c.metrics_sessions);
+	bd_config_free(&c);
+}
+END_TEST
+
+START_TEST(test_values)
+{
+	bd_config c;
+
+	bd_config_init(&c);
+	ck_assert_msg(load(&c, "[limits]\nclient_queue = 64K\nhandshake_timeout = 0\n"
+			  "connections_per_uid = 0\nmax_connections = 65536\n"
+			  "[access]\nadmin_uid = 0\nadmin_uid = 4242\nadmin_gid = 0\n"
+			  "[metrics]\nsessions = yes\n") == 0, "%s", err);
+	ck_assert_uint_eq(c.client_queue, 65536);
+	ck_assert_uint_eq(c.handshake_timeout, 0);
+	ck_assert_uint_eq(c.connections_per_uid, 0);
+	ck_assert_uint_eq(c.max_connections, 65536);
+	ck_assert_uint_eq(c.nadmin_uids, 2);
+	ck_assert_uint_eq(c.admin_uids[0], 0);
+	ck_assert_uint_eq(c.admin_uids[1], 4242);
+	ck_assert_uint_eq(c.nadmin_gids, 1);
+	ck_assert(c.metrics_sessions);
+
+	/* A later file without admin lines keeps them; one with them replaces them. */
+	ck_assert_msg(load(&c, "[limits]\nclient_queue = 1G\n[metrics]\nsessions = off\n") == 0,
+		      "%s", err);
+	ck_assert_uint_eq(c.client_queue, UINT64_C(1) << 30);
+	ck_assert_uint_eq(c.nadmin_uids, 2);
+	ck_assert(!c.metrics_sessions);
+	ck_assert_msg(load(&c, "[access]\nadmin_uid = root\n") == 0, "%s", err);
+	ck_assert_uint_eq(c.nadmin_uids, 1);
+	ck_assert_uint_eq(c.admin_uids[0], 0);
+	bd_config_free(&c);
+}
+END_TEST
+
+static const char *const bools[][2] = {
+	{ "yes", "1" }, { "true", "1" }, { "on", "1" }, { "1", "1" },
+	{ "no", "0" }, { "false", "0" }, { "off", "0" }, { "0", "0" },
+};
+
+START_TEST(test_bool)
+{
+	char text[64];
+	bd_config c;
+
+	bd_config_init(&c);
+	c.metrics_sessions = bools[_i][1][0] == '0';
+	snprintf(text, sizeof(text), "[metrics]\nsessions = %s\n", bools[_i][0]);
+	ck_assert_msg(load(&c, text) == 0, "%s", err);
+	ck_assert_int_eq(c.metrics_sessions, bools[_i][1][0] == '1');
+	bd_config_free(&c);
+}
+END_TEST
+
+static const struct bad {
+	const char *text, *message;
+} bad[] = {
+	{ "[limits]\nclient_queue = 2G\n",
+	  NAME ":2: [limits] client_queue: '2G' is too large (at most 1G)" },
+	{ "[limits]\nclient_queue = 1K\n",
+	  NAME ":2: [limits] client_queue: '1K' is below the minimum of 64K" },
+	{ "[limits]\nclient_queue = lots\n",
+	  NAME ":2: [limits] client_queue: 'lots' is not a size (a number with an optional K, M, G or T suffix, e.g. 512M, 4G)" },
+	{ "[limits]\n\nhandshake_timeout = 3601\n",
+	  NAME ":3: [limits] handshake_timeout: '3601' is out of range (allowed 0..3600)" },
+	{ "[limits]\nhandshake_timeout = 1s\n",
+	  NAME ":2: [limits] handshake_timeout: '1s' is not a whole number (allowed 0..3600)" },
+	{ "[limits]\nconnections_per_uid = -1\n",
+	  NAME ":2: [limits] connections_per_uid: '-1' is not a whole number (allowed 0..65536)" },
+	{ "[limits]\nmax_connections = 0\n",
+	  NAME ":2: [limits] max_connections: '0' is out of range (allowed 1..65536)" },
+	{ "[limits]\nmax_connections = 65537\n",
+	  NAME ":2: [limits] max_connections: '65537' is out of range (allowed 1..65536)" },
+	{ "[access]\nadmin_uid = no-such-user-xyz\n",
+	  NAME ":2: [access] admin_uid: 'no-such-user-xyz' is not a known user name or number" },
+	{ "[access]\nadmin_gid = no-such-group-xyz\n",
+	  NAME ":2: [access] admin_gid: 'no-such-group-xyz' is not a known group name or number" },
+	{ "[metrics]\nsessions = maybe\n",
+	  NAME ":2: [metrics] sessions: 'maybe' is not yes or no (also true/false, on/off, 1/0)" },
+	{ "[limits]\nclient_q = 1M\n",
+	  NAME ":2: unknown key 'client_q' in [limits] (known: sessions_per_uid, memory_per_uid, "
+	  "client_queue, handshake_timeout, connections_per_uid, max_connections)" },
+	{ "[access]\nadmin = 0\n",
+	  NAME ":2: unknown key 'admin' in [access] (known: allow_uid, allow_gid, admin_uid, admin_gid)" },
+};
+
+/* A bad value is refused with its line and leaves the configuration as it was. */
+START_TEST(test_bad)
+{
+	bd_config c;
+
+	bd_config_init(&c);
+	ck_assert_int_eq(load(&c, bad[_i].text), -EINVAL);
+	ck_assert_str_eq(err, bad[_i].message);
+	ck_assert_uint_eq(c.client_queue, UINT64_C(1) << 20);
+	ck_assert_uint_eq(c.handshake_timeout, 5);
+	ck_assert_uint_eq(c.max_connections, 1024);
+	ck_assert_uint_eq(c.nadmin_uids, 0);
+	bd_config_free(&c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("config-limits");
+	TCase *tc = tcase_create("limits");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, test_defaults);
+	tcase_add_test(tc, test_values);
+	tcase_add_loop_test(tc, test_bool, 0, sizeof(bools) / sizeof(bools[0]));
+	tcase_add_loop_test(tc, test_bad, 0, sizeof(bad) / sizeof(bad[0]));
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_ENV);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
