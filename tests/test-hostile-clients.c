@@ -326,8 +326,8 @@ START_TEST(test_queue_bound)
 	       "the log lines do not name the limit");
 	/* Once the clients are gone their queues are too. */
 	expect(metric("batchd_client_queue_bytes") == 0, "queued bytes remain after the flood");
-#ifdef __SANITIZE_ADDRESS__
-	/* AddressSanitizer keeps freed memory in quarantine: RSS says nothing here. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	/* The sanitizers' quarantine and shadow memory: RSS says nothing here. */
 	(void)base_kib, (void)peak_kib;
 #else
 	/* Each costs at most the limit and a reply: well under 16 MiB each (what they took before). */
