@@ -163,6 +163,7 @@ enum key_id {
 	KEY_ENGINE,
 	KEY_DIRECT,
 	KEY_QUEUE_DEPTH,
+	KEY_SESSION_BLOCKS,
 	KEY_IO_THREADS,
 	KEY_DECODE_THREADS,
 	KEY_PREFETCH,
@@ -199,6 +200,7 @@ static const struct key {
 	{ "io", "engine", KEY_ENGINE, 0, 0 },
 	{ "io", "direct", KEY_DIRECT, 0, 0 },
 	{ "io", "queue_depth", KEY_QUEUE_DEPTH, 1, BD_CONFIG_MAX_QD },
+	{ "io", "session_blocks", KEY_SESSION_BLOCKS, 0, 65536 },
 	{ "io", "threads", KEY_IO_THREADS, 1, BD_CONFIG_MAX_IO_THR },
 	{ "decode", "threads", KEY_DECODE_THREADS, 0, BD_CONFIG_MAX_DECODE_THR },
 	{ "session", "prefetch", KEY_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
@@ -263,6 +265,8 @@ static unsigned *uint_field(bd_config *c, enum key_id id)
 	switch (id) {
 	case KEY_QUEUE_DEPTH:
 		return &c->queue_depth;
+	case KEY_SESSION_BLOCKS:
+		return &c->session_blocks;
 	case KEY_IO_THREADS:
 		return &c->io_threads;
 	case KEY_DECODE_THREADS:

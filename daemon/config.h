@@ -85,6 +85,7 @@ typedef struct bd_config {
 	bd_config_io_engine io_engine; /* [io] engine = auto|io_uring|pread; default auto */
 	bd_config_direct direct; /* [io] direct = auto|on|off; default auto */
 	unsigned queue_depth;    /* [io] queue_depth, 1..4096, default 64 */
+	unsigned session_blocks; /* [io] session_blocks, 0..65536, 0 = 2 x queue_depth x threads */
 	unsigned io_threads;     /* [io] threads, 1..64, default 1 */
 	unsigned decode_threads; /* [decode] threads, 0..256; 0 = CPUs this process may use, resolved by the loaders */
 	unsigned prefetch;       /* [session] prefetch: batches staged ahead by default, 1..1022, default 8 */

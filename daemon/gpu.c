@@ -335,7 +335,7 @@ static void on_async(uv_async_t *a)
 	}
 }
 
-int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret)
+int bd_gpu_new(uv_loop_t *loop, bd_gpu **ret)
 {
 	pthread_condattr_t ca;
 	bd_gpu *g = bd_calloc(1, sizeof(*g));
@@ -343,7 +343,6 @@ int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret)
 
 	if (!g)
 		return -ENOMEM;
-	(void)fn;
 	g->loop = loop;
 	g->device = -1;
 	g->submit_tail = &g->submit;
@@ -689,10 +688,9 @@ void bd_gpu_totals(const bd_gpu *g, uint64_t *ret_device_bytes, uint32_t *ret_se
 
 #else /* !BATCHD_HAVE_CUDA */
 
-int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret)
+int bd_gpu_new(uv_loop_t *loop, bd_gpu **ret)
 {
 	(void)loop;
-	(void)fn;
 	*ret = NULL;
 	return -ENODEV;
 }

@@ -46,15 +46,11 @@
 typedef struct bd_gpu bd_gpu;
 typedef struct bd_gpu_session bd_gpu_session;
 
-/* The old name of bd_job_event_fn, for bd_gpu_new's unused argument. */
-typedef bd_job_event_fn bd_gpu_event_fn;
-
 /*
- * Start the GPU thread. fn is not called: each session names its own
- * event function (bd_gpu_session_cfg); pass NULL. @return 0 or negative
- * errno.
+ * Start the GPU thread. Each session names its own event function
+ * (bd_gpu_session_cfg, job_event.h). @return 0 or negative errno.
  */
-int bd_gpu_new(uv_loop_t *loop, bd_gpu_event_fn fn, bd_gpu **ret);
+int bd_gpu_new(uv_loop_t *loop, bd_gpu **ret);
 
 /* Stop the thread; every session must have been freed. NULL is fine. */
 void bd_gpu_free(bd_gpu *g);

@@ -451,14 +451,11 @@ static int start_decoders(bd_pipeline *p)
 	return 0;
 }
 
-int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn done, void *ctx,
-		    bd_pipeline **ret)
+int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_pipeline **ret)
 {
 	bd_pipeline *p = bd_calloc(1, sizeof(*p));
 	int r;
 
-	(void)done;
-	(void)ctx;
 	if (!p)
 		return -ENOMEM;
 	p->o = *o;

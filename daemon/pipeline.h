@@ -102,15 +102,12 @@ typedef struct bd_pipeline_opts {
 
 typedef struct bd_pipeline bd_pipeline;
 
-typedef void (*bd_job_done_fn)(bd_job *job, void *ctx);
-
 /*
- * Start the threads. done and ctx are not called: a job reports to the
- * event function it was built with (pass NULL). @return 0, -ENOMEM, or the
- * io engine's setup error.
+ * Start the threads. A job reports to the event function it was built with
+ * (bd_job_new, job_event.h). @return 0, -ENOMEM, or the io engine's setup
+ * error.
  */
-int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_job_done_fn done, void *ctx,
-		    bd_pipeline **ret);
+int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_pipeline **ret);
 /* Queue a job with every block (at least one) and piece added; the pipeline owns it from here. */
 void bd_pipeline_submit(bd_pipeline *p, bd_job *job);
 /*

@@ -66,11 +66,6 @@ static void on_session_ended(bd_session *s, void *ctx)
 	bd__server_stop_if_drained(srv);
 }
 
-static void on_job_done(bd_job *job, void *ctx)
-{
-	bd_session_job_done(job);
-}
-
 /* ---- listening ---------------------------------------------------------------------------- */
 
 /* A group name or number. @return 0 or -EINVAL. */
@@ -334,6 +329,7 @@ static void reload_fixed(bd_server *srv, bd_config *next)
 	FIXED(cur->io_engine != next->io_engine, "[io] engine");
 	FIXED(cur->direct != next->direct, "[io] direct");
 	FIXED(cur->queue_depth != next->queue_depth, "[io] queue_depth");
+	FIXED(cur->session_blocks != next->session_blocks, "[io] session_blocks");
 	FIXED(cur->io_threads != next->io_threads, "[io] threads");
 	FIXED(cur->decode_threads != next->decode_threads, "[decode] threads");
 	FIXED(str_changed(cur->metrics_listen, next->metrics_listen), "[metrics] listen");
@@ -346,6 +342,7 @@ static void reload_fixed(bd_server *srv, bd_config *next)
 	next->io_engine = cur->io_engine;
 	next->direct = cur->direct;
 	next->queue_depth = cur->queue_depth;
+	next->session_blocks = cur->session_blocks;
 	next->io_threads = cur->io_threads;
 	next->decode_threads = cur->decode_threads;
 }
@@ -467,13 +464,14 @@ static int start_pipeline(bd_server *srv)
 		.engine = cfg->io_engine == BD_CFG_IO_URING ? BD_IO_URING
 			  : cfg->io_engine == BD_CFG_IO_PREAD ? BD_IO_PREAD : BD_IO_AUTO,
 		.queue_depth = cfg->queue_depth,
+		.session_blocks = cfg->session_blocks,
 		.io_threads = cfg->io_threads,
 		.decode_threads = cfg->decode_threads,
 		.pool_buffers = 64,
 		.pool_buffer_size = 512u << 10,
 		.cache_budget = srv->cache_budget,
 	};
-	r = bd_pipeline_new(srv->loop, &po, on_job_done, srv, &srv->pipeline);
+	r = bd_pipeline_new(srv->loop, &po, &srv->pipeline);
 	if (r < 0)
 		return bd_log_ret(LOG_ERR, r, "cannot start the I/O engine (%s): %s",
 				  bd_config_io_engine_name(cfg->io_engine), strerror(-r));
@@ -487,7 +485,7 @@ static void start_gpu(bd_server *srv)
 
 	if (!srv->cuda.devices)
 		return;
-	r = bd_gpu_new(srv->loop, bd_session_gpu_event, &srv->gpu);
+	r = bd_gpu_new(srv->loop, &srv->gpu);
 	if (r < 0) {
 		snprintf(srv->cuda.reason, sizeof(srv->cuda.reason),
 			 "cannot start the GPU thread: %s", strerror(-r));

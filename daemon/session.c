@@ -1031,18 +1031,6 @@ static void on_job_event(void *owner, uint64_t seq, enum bd_job_event ev, int st
 	}
 }
 
-void bd_session_job_done(bd_job *job)
-{
-	/* Jobs report through on_job_event, the function they were built with. */
-	(void)job;
-}
-
-void bd_session_gpu_event(void *owner, uint64_t seq, enum bd_job_event ev, int status,
-			  const char *reason)
-{
-	on_job_event(owner, seq, ev, status, reason);
-}
-
 uint64_t bd_session_id(const bd_session *s)
 {
 	return s->id;

@@ -91,14 +91,6 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
  */
 int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FDS_GPU]);
 
-/*
- * A batch's progress (a bd_job_event_fn). Sessions give their own event
- * function with each batch, so nothing needs to call this; it is kept for
- * callers that still pass it to bd_gpu_new, which no longer uses it.
- */
-void bd_session_gpu_event(void *session, uint64_t seq, enum bd_job_event ev, int status,
-			  const char *reason);
-
 /* Start planning (after READY was sent). */
 void bd_session_start(bd_session *s);
 
@@ -121,13 +113,6 @@ void bd_session_detach(bd_session *s);
  * releasing any for lease_ns (0: never). @return whether it was ended.
  */
 bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns);
-
-/*
- * Does nothing: a job reports to its session itself (bd_job_new's event
- * function). Kept for callers that still forward the pipeline's done
- * callback here, which the pipeline no longer calls.
- */
-void bd_session_job_done(bd_job *job);
 
 uint64_t bd_session_id(const bd_session *s);
 const char *bd_session_dataset(const bd_session *s);

@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "batchd-build.h"
+#include "dataset.h"
+#include "linger.h"
 #include "protocol.h"
 #include "server_state.h"
 #include "util.h"
@@ -124,8 +126,9 @@ static void status_cuda(bd_text *t, bd_server *srv)
 static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
 {
 	bd_text_printf(t, "\"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
-		       ", \"sessions\": %" PRIu64 ", \"cache\": %" PRIu64 "}, ",
-		       srv->cfg.memory_budget, srv->budget_used + ps->cache_bytes, srv->budget_used,
+		       ", \"sessions\": %" PRIu64 ", \"lingering\": %" PRIu64 ", \"cache\": %" PRIu64
+		       "}, ", srv->cfg.memory_budget, srv->budget_used + ps->cache_bytes,
+		       srv->budget_used, bd_linger_bytes(bd_pipeline_linger(srv->pipeline)),
 		       ps->cache_bytes);
 	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, ",
 		       srv->nclients, srv->cfg.io_threads, srv->cfg.decode_threads);
@@ -315,7 +318,8 @@ static void metrics_sessions(bd_text *t, bd_server *srv, const bd_view *v)
 	session_family(t, srv, v, "batchd_session_batches_failed_total", "counter",
 		       "Batches of this session that failed.", v_failed);
 	session_family(t, srv, v, "batchd_session_memory_bytes", "gauge",
-		       "Shared memory this session holds.", v_memory);
+		       "Memory charged to this session: its shared memory and the daemon heap it holds.",
+		       v_memory);
 	session_family(t, srv, v, "batchd_session_epoch", "gauge",
 		       "Epoch of the next batch this session will publish.", v_epoch);
 }
@@ -362,6 +366,27 @@ static void metrics_cache(bd_text *t, bd_server *srv, const bd_pipeline_stats *p
 	      srv->cfg.memory_budget);
 	gauge(t, "batchd_memory_used_bytes", "Memory of the budget in use (staging and cache).",
 	      srv->budget_used + ps->cache_bytes);
+	gauge(t, "batchd_memory_lingering_bytes",
+	      "Shared memory of ended sessions still held by their clients (charged until freed).",
+	      bd_linger_bytes(bd_pipeline_linger(srv->pipeline)));
+}
+
+/* Dataset versions: loaded, freed, and what the cache holds now (dataset.h). */
+static void metrics_datasets(bd_text *t)
+{
+	bd_dataset_stats ds;
+
+	bd_dataset_cache_stats(&ds);
+	counter(t, "batchd_dataset_versions_loaded_total",
+		"Dataset versions loaded (a dataset changed on disk loads anew).", ds.loaded);
+	counter(t, "batchd_dataset_versions_freed_total", "Dataset versions closed and freed.",
+		ds.freed);
+	gauge(t, "batchd_dataset_versions_held", "Dataset versions open now, in use or kept.",
+	      (uint64_t)ds.held);
+	gauge(t, "batchd_dataset_versions_unused", "Dataset versions kept for reopening, no session.",
+	      (uint64_t)ds.unused);
+	gauge(t, "batchd_dataset_unused_index_bytes",
+	      "Index and dictionary bytes of the unused dataset versions.", ds.unused_bytes);
 }
 
 static void metrics_errors(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
@@ -430,6 +455,7 @@ void bd__server_metrics(bd_server *srv, const bd_view *v, bd_text *t)
 	metrics_sessions(t, srv, v);
 	metrics_pipeline(t, srv, &sum, &ps);
 	metrics_cache(t, srv, &ps);
+	metrics_datasets(t);
 	metrics_errors(t, srv, &ps);
 	metrics_connections(t, srv);
 	metrics_cuda(t, srv, v);

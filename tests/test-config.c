@@ -81,6 +81,12 @@ static void assert_scalars_eq(const bd_config *a, const bd_config *b)
 	ck_assert_uint_eq(a->sessions_per_uid, b->sessions_per_uid);
 	ck_assert_uint_eq(a->memory_per_uid, b->memory_per_uid);
 	ck_assert_uint_eq(a->lease_timeout, b->lease_timeout);
+	ck_assert_uint_eq(a->session_blocks, b->session_blocks);
+	ck_assert_uint_eq(a->client_queue, b->client_queue);
+	ck_assert_uint_eq(a->handshake_timeout, b->handshake_timeout);
+	ck_assert_uint_eq(a->connections_per_uid, b->connections_per_uid);
+	ck_assert_uint_eq(a->max_connections, b->max_connections);
+	ck_assert_int_eq(a->metrics_sessions, b->metrics_sessions);
 }
 
 /* c holds exactly the defaults, decode_threads as given. */
@@ -272,6 +278,7 @@ START_TEST(test_full_valid_file)
 		"engine = pread\n"
 		"direct = off\n"
 		"queue_depth = 4096\n"
+		"session_blocks = 65536\n"
 		"threads = 64\n"
 		"[decode]\n"
 		"threads = 256\n"
@@ -302,6 +309,7 @@ START_TEST(test_full_valid_file)
 	ck_assert_int_eq(c.io_engine, BD_CFG_IO_PREAD);
 	ck_assert_int_eq(c.direct, BD_CFG_DIRECT_OFF);
 	ck_assert_uint_eq(c.queue_depth, 4096);
+	ck_assert_uint_eq(c.session_blocks, 65536);
 	ck_assert_uint_eq(c.io_threads, 64);
 	ck_assert_uint_eq(c.decode_threads, 256);
 	ck_assert_uint_eq(c.prefetch, 1022);
@@ -446,6 +454,7 @@ static const struct bad_case {
 	const char *message;     /* follows "t.conf:LINE: " */
 } bad_values[] = {
 	{ "[io]\nqueue_depth = 0\n", 2, "[io] queue_depth: '0' is out of range (allowed 1..4096)" },
+	{ "[io]\nsession_blocks = 65537\n", 2, "[io] session_blocks: '65537' is out of range (allowed 0..65536)" },
 	{ "[io]\nqueue_depth = 4097\n", 2, "[io] queue_depth: '4097' is out of range (allowed 1..4096)" },
 	{ "[io]\nqueue_depth = 99999999999999999999999\n", 2, "[io] queue_depth: '99999999999999999999999' is out of range (allowed 1..4096)" },
 	{ "[io]\nqueue_depth = -1\n", 2, "[io] queue_depth: '-1' is not a whole number (allowed 1..4096)" },
@@ -532,7 +541,7 @@ static const struct bad_case unknown_cases[] = {
 	{ "[ io ]\n", 1, "unknown section ' io '" },
 	{ "[]\n", 1, "unknown section ''" },
 	{ "[io] extra\n", 1, "text after ']' in a section header" },
-	{ "[io]\nengine = auto\ndepth = 3\n", 3, "unknown key 'depth' in [io] (known: engine, direct, queue_depth, threads)" },
+	{ "[io]\nengine = auto\ndepth = 3\n", 3, "unknown key 'depth' in [io] (known: engine, direct, queue_depth, session_blocks, threads)" },
 	{ "[io]\nEngine = auto\n", 2, "unknown key 'Engine' in [io]" },
 	{ "[memory]\nbudget_mb = 3\n", 2, "unknown key 'budget_mb' in [memory] (known: budget)" },
 	{ "[datasets]\nroots = /a\n", 2, "unknown key 'roots' in [datasets] (known: root)" },
@@ -741,7 +750,9 @@ START_TEST(test_shipped_conf_documents_defaults)
 		"decode.threads", "session.prefetch", "session.max_prefetch",
 		"daemon.socket_mode", "daemon.socket_group", "limits.sessions_per_uid",
 		"limits.memory_per_uid", "access.allow_uid", "access.allow_gid", "metrics.listen",
-		"session.lease_timeout",
+		"session.lease_timeout", "io.session_blocks", "limits.client_queue",
+		"limits.handshake_timeout", "limits.connections_per_uid", "limits.max_connections",
+		"access.admin_uid", "access.admin_gid", "metrics.sessions",
 	};
 	static const char *const roots[] = { "/srv/datasets" };
 	bool seen[sizeof(keys) / sizeof(keys[0])] = { false };
@@ -790,6 +801,10 @@ START_TEST(test_shipped_conf_documents_defaults)
 	ck_assert_uint_eq(c.allow_uids[0], 1000);
 	ck_assert_uint_eq(c.nallow_gids, 1);
 	ck_assert_uint_eq(c.allow_gids[0], 1000);
+	ck_assert_uint_eq(c.nadmin_uids, 1);
+	ck_assert_uint_eq(c.admin_uids[0], 1000);
+	ck_assert_uint_eq(c.nadmin_gids, 1);
+	ck_assert_uint_eq(c.admin_gids[0], 1000);
 	ck_assert_str_eq(c.metrics_listen, "127.0.0.1:9477");
 	bd_config_free(&c);
 	free(out);
