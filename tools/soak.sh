@@ -233,6 +233,9 @@ start_hostile() {
 		case $m in
 		keepfd | counters) args=(mixed.bpk) ;;
 		flood) args=(-n 2048 json.bpk) ;;
+		# Few enough, with the good clients, for [limits] connections_per_uid:
+		# every client here runs as the same user.
+		silent) args=(-n 8) ;;
 		*) args=() ;;
 		esac
 		for i in $(seq 0 $((hostile - 1))); do
