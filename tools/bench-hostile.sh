@@ -13,14 +13,17 @@
 # tools/hostile-client.c's silent connections, unread requests, session
 # memory kept after close, floods of huge batches and absurd wait counters.
 # The good client is `batchctl consume` over two epochs, global shuffle,
-# batch 64. Run as root, the hostile clients run as `nobody` (another
-# tenant, with limits of its own); otherwise as the same user.
+# batch 64. Run as root, each kind of hostile client runs as a user of its
+# own (uids 60001-60005: five other tenants, each with limits of its own,
+# so no attack is stopped by another's per-user cap); otherwise all run as
+# the same user.
 #
 # Prints each pair, the median B/A ratio of samples/s and of first-batch
 # latency with their spread (min-max), and the daemon's RSS and fds before
 # the first attack, during the last one and after it.
 #
-# Environment: BATCHD_BUILD (default: build), TMPDIR.
+# Environment: BATCHD_BUILD (default: build), TMPDIR, HOSTILE_KINDS (the
+# kinds to run, default "silent noread keepfd flood counters").
 set -euo pipefail
 
 pairs=${1:-5}
@@ -81,25 +84,27 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 
-as_other=()
+other_uids=false
 who="the same user"
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
-	as_other=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
-	who=nobody
+	other_uids=true
+	who="uids 60001-60005, one per kind"
 fi
 rss_mb() { awk '/^VmRSS:/ { printf "%d", $2 / 1024 }' "/proc/$daemon_pid/status"; }
 fds() { ls "/proc/$daemon_pid/fd" | wc -l; }
 
 attack_start() {
-	local m i args
-	for m in silent noread keepfd flood counters; do
+	local m i args uid=60000 as=()
+	for m in ${HOSTILE_KINDS:-silent noread keepfd flood counters}; do
+		uid=$((uid + 1))
+		$other_uids && as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups)
 		case $m in
 		keepfd | counters) args=(good.bpk) ;;
 		flood) args=(-n 4096 tiny.bpk) ;;
 		*) args=() ;;
 		esac
 		for i in $(seq "$n"); do
-			"${as_other[@]}" "$hostile" -s "$dir/sock" -m "$m" -t 3600 "${args[@]}" \
+			"${as[@]}" "$hostile" -s "$dir/sock" -m "$m" -t 3600 "${args[@]}" \
 				>>"$dir/hostile.out" 2>>"$dir/hostile.err" &
 		done
 	done
