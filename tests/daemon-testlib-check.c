@@ -10,6 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include "daemon-testlib.h"
 #include "json_path.h"
 #include "sampler.h"
@@ -184,4 +189,67 @@ void dt_sampler_for(struct bd_sampler *sp, const dt_ref *ref, const bc_stream_op
 	};
 
 	ck_assert_int_eq(bd_sampler_init(sp, &cfg), 0);
+}
+
+/* ---- HTTP (the /metrics listener) ---- */
+
+int dt_free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
+
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+		port = ntohs(sa.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+int dt_http_request(int port, const char *method, const char *path, char **ret_body)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons((uint16_t)port) };
+	char req[256], *resp = NULL, *body;
+	size_t len = 0, cap = 0;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), code = -1, n;
+
+	*ret_body = NULL;
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		goto out;
+	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n"
+		     "User-Agent: batchd-tests\r\n\r\n", method, path, port);
+	if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+		goto out;
+	for (;;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (poll(&pf, 1, 10000) <= 0)
+			goto out;            /* no answer, or no close, within 10 s */
+		if (len + 4096 + 1 > cap) {
+			cap = cap ? 2 * cap : 65536;
+			resp = realloc(resp, cap);
+			ck_assert(resp != NULL);
+		}
+		k = recv(fd, resp + len, cap - len - 1, 0);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			goto out;
+		if (k == 0)
+			break;
+		len += (size_t)k;
+	}
+	resp[len] = '\0';
+	if (sscanf(resp, "HTTP/1.%*d %d", &code) != 1)
+		code = -1;
+	body = strstr(resp, "\r\n\r\n");
+	*ret_body = strdup(body ? body + 4 : "");
+out:
+	free(resp);
+	if (fd >= 0)
+		close(fd);
+	return code;
 }

@@ -287,6 +287,14 @@ const char *dt_open_fails(bc_client *c, const bc_stream_opts *o, int want);
  * `mention` unless that is NULL. @return the message (in c).
  */
 const char *dt_open_refused(bc_client *c, const char *path, int code, const char *mention);
+/* A TCP port free on 127.0.0.1 right now, or -1. */
+int dt_free_port(void);
+/*
+ * A hand-written HTTP/1.0 request to 127.0.0.1:port; the body of the
+ * response (read until the server closes, within 10 s) into *ret_body
+ * (caller frees; NULL on failure). @return the status code, or -1.
+ */
+int dt_http_request(int port, const char *method, const char *path, char **ret_body);
 /* dt_ref_open on the pack name of the datasets. */
 void dt_ref_ok(dt_ref *ref, const char *name);
 /* dt_consume with WAIT_MS; what names the stream in the message. */

@@ -634,54 +634,9 @@ START_TEST(test_visibility)
 END_TEST
 
 /* HTTP has no peer: totals only, unless [metrics] sessions = yes. */
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-		port = ntohs(sa.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
-/* GET /metrics; the whole response (headers too), or NULL. Caller frees. */
-static char *http_metrics(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-				  .sin_port = htons((uint16_t)port) };
-	static const char req[] = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
-	size_t len = 0, cap = 1 << 16;
-	char *buf = malloc(cap);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	ssize_t n;
-
-	ck_assert(buf != NULL && fd >= 0);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    write(fd, req, sizeof(req) - 1) != (ssize_t)sizeof(req) - 1) {
-		close(fd);
-		free(buf);
-		return NULL;
-	}
-	while ((n = read(fd, buf + len, cap - len - 1)) > 0) {
-		len += (size_t)n;
-		if (len + 1 == cap) {
-			cap *= 2;
-			buf = realloc(buf, cap);
-			ck_assert(buf != NULL);
-		}
-	}
-	close(fd);
-	buf[len] = '\0';
-	return buf;
-}
-
 START_TEST(test_http_sessions)
 {
-	int port = free_port();
+	int port = dt_free_port();
 	bc_stream_opts o;
 	bc_stream *s;
 	bc_client *c;
@@ -697,8 +652,8 @@ START_TEST(test_http_sessions)
 	c = dt_connect_ok();
 	dt_opts(&o, DSET_ONE, 10, BC_SHUFFLE_NONE, 0);
 	s = dt_open_ok(c, &o);
-	body = http_metrics(port);
-	expect(body && strstr(body, "\nbatchd_sessions 1\n"), "GET /metrics: no total in %.300s",
+	expect(dt_http_request(port, "GET", "/metrics", &body) == 200 && body &&
+	       strstr(body, "\nbatchd_sessions 1\n"), "GET /metrics: no total in %.300s",
 	       body ? body : "(nothing)");
 	expect(series_lines(body, "batchd_session_memory_bytes") == 0,
 	       "HTTP /metrics has per-session series by default");
@@ -708,8 +663,8 @@ START_TEST(test_http_sessions)
 	kill(D.pid, SIGHUP);
 	for (int i = 0; i < TRIES && metric("batchd_reloads_total") != 1; i++)
 		dt_sleep_ms(10);
-	body = http_metrics(port);
-	expect(body && series_lines(body, "batchd_session_memory_bytes") == 1,
+	expect(dt_http_request(port, "GET", "/metrics", &body) == 200 && body &&
+	       series_lines(body, "batchd_session_memory_bytes") == 1,
 	       "with [metrics] sessions = yes HTTP /metrics has no session series");
 	free(body);
 	ck_assert_int_eq(bc_close(s), 0);

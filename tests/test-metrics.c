@@ -191,75 +191,9 @@ END_TEST
 
 /* ---- 8. the HTTP /metrics listener ------------------------------------------------------------ */
 
-/* A port free on 127.0.0.1 right now. */
-static int free_port(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -1;
-
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-		port = ntohs(sa.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
-/*
- * A hand-written HTTP/1.0 request; the whole response (read until the
- * server closes) into *ret (caller frees). @return the status code, or -1.
- */
-static int http_request(int port, const char *method, const char *path, char **ret_body)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-				  .sin_port = htons((uint16_t)port) };
-	char req[256], *resp = NULL, *body;
-	size_t len = 0, cap = 0;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), code = -1, n;
-
-	*ret_body = NULL;
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		goto out;
-	n = snprintf(req, sizeof(req), "%s %s HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n"
-		     "User-Agent: test-metrics\r\n\r\n", method, path, port);
-	if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
-		goto out;
-	for (;;) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		ssize_t k;
-
-		if (poll(&pf, 1, 10000) <= 0)
-			goto out;            /* no answer, or no close, within 10 s */
-		if (len + 4096 + 1 > cap) {
-			cap = cap ? 2 * cap : 65536;
-			resp = realloc(resp, cap);
-			ck_assert(resp != NULL);
-		}
-		k = recv(fd, resp + len, cap - len - 1, 0);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			goto out;
-		if (k == 0)
-			break;
-		len += (size_t)k;
-	}
-	resp[len] = '\0';
-	if (sscanf(resp, "HTTP/1.%*d %d", &code) != 1)
-		code = -1;
-	body = strstr(resp, "\r\n\r\n");
-	*ret_body = strdup(body ? body + 4 : "");
-out:
-	free(resp);
-	if (fd >= 0)
-		close(fd);
-	return code;
-}
-
 START_TEST(test_http_metrics)
 {
-	int port = free_port(), code;
+	int port = dt_free_port(), code;
 	char extra[96], *body = NULL;
 	bc_stream_opts o;
 	bc_stream *s;
@@ -292,7 +226,7 @@ START_TEST(test_http_metrics)
 	v = sv_metric_wait("batchd_sessions", NULL, 0);
 	expect(v == 0, "batchd_sessions %g", v);
 
-	code = http_request(port, "GET", "/metrics", &body);
+	code = dt_http_request(port, "GET", "/metrics", &body);
 	expect(code == 200, "GET /metrics: HTTP status %d", code);
 	expect(strstr(body, "batchd_build_info"), "GET /metrics: no batchd_build_info in %.200s", body);
 	expect(sv_prom_parse(body, &p, E, sizeof(E)) == 0, "GET /metrics does not parse: %s", E);
@@ -303,10 +237,10 @@ START_TEST(test_http_metrics)
 	sv_prom_free(&p);
 	free(body);
 
-	code = http_request(port, "GET", "/nope", &body);
+	code = dt_http_request(port, "GET", "/nope", &body);
 	expect(code == 404, "GET /nope: HTTP status %d, expected 404", code);
 	free(body);
-	code = http_request(port, "POST", "/metrics", &body);
+	code = dt_http_request(port, "POST", "/metrics", &body);
 	expect(code >= 400 && code < 500, "POST /metrics: HTTP status %d, expected 4xx", code);
 	free(body);
 	dt_ref_close(&ref);
