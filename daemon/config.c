@@ -54,6 +54,7 @@ void bd_config_init(bd_config *c)
 		.handshake_timeout = BD_CONFIG_DEFAULT_HANDSHAKE,
 		.connections_per_uid = BD_CONFIG_DEFAULT_CONN_UID,
 		.max_connections = BD_CONFIG_DEFAULT_MAX_CONN,
+		.requests_per_uid = BD_CONFIG_DEFAULT_REQ_UID,
 	};
 }
 
@@ -180,6 +181,7 @@ enum key_id {
 	KEY_HANDSHAKE_TIMEOUT,
 	KEY_CONNECTIONS_PER_UID,
 	KEY_MAX_CONNECTIONS,
+	KEY_REQUESTS_PER_UID,
 	KEY_ADMIN_UID,
 	KEY_ADMIN_GID,
 	KEY_METRICS_SESSIONS,
@@ -212,6 +214,7 @@ static const struct key {
 	{ "limits", "handshake_timeout", KEY_HANDSHAKE_TIMEOUT, 0, BD_CONFIG_MAX_HANDSHAKE },
 	{ "limits", "connections_per_uid", KEY_CONNECTIONS_PER_UID, 0, BD_CONFIG_MAX_CONN },
 	{ "limits", "max_connections", KEY_MAX_CONNECTIONS, 1, BD_CONFIG_MAX_CONN },
+	{ "limits", "requests_per_uid", KEY_REQUESTS_PER_UID, 0, BD_CONFIG_MAX_REQ_UID },
 	{ "access", "allow_uid", KEY_ALLOW_UID, 0, 0 },
 	{ "access", "allow_gid", KEY_ALLOW_GID, 0, 0 },
 	{ "access", "admin_uid", KEY_ADMIN_UID, 0, 0 },
@@ -285,6 +288,8 @@ static unsigned *uint_field(bd_config *c, enum key_id id)
 		return &c->connections_per_uid;
 	case KEY_MAX_CONNECTIONS:
 		return &c->max_connections;
+	case KEY_REQUESTS_PER_UID:
+		return &c->requests_per_uid;
 	default:
 		return NULL;
 	}

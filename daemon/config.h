@@ -75,6 +75,8 @@ typedef enum bd_config_direct {
 #define BD_CONFIG_DEFAULT_CONN_UID  64u
 #define BD_CONFIG_DEFAULT_MAX_CONN  1024u
 #define BD_CONFIG_MAX_CONN          65536u
+#define BD_CONFIG_DEFAULT_REQ_UID   1000u  /* requests per second */
+#define BD_CONFIG_MAX_REQ_UID       1000000u
 
 typedef struct bd_config {
 	char *socket;            /* [daemon] socket; NULL = default (bd_config_default_socket) */
@@ -99,6 +101,7 @@ typedef struct bd_config {
 	unsigned handshake_timeout; /* [limits] handshake_timeout: seconds a new connection has to complete HELLO; 0 = no limit; default 5 */
 	unsigned connections_per_uid; /* [limits] connections_per_uid: connections one uid may hold; 0 = only max_connections; default 64 */
 	unsigned max_connections; /* [limits] max_connections: connections in all, 1..65536, default 1024 */
+	unsigned requests_per_uid; /* [limits] requests_per_uid: requests per second one uid's connections may make together (as many again at once); 0 = no limit; default 1000 */
 	uint32_t *allow_uids;    /* [access] allow_uid, repeatable (name or number); none = everyone */
 	size_t nallow_uids;
 	uint32_t *allow_gids;    /* [access] allow_gid, repeatable (name or number); a peer in any passes */

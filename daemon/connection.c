@@ -180,10 +180,10 @@ void bd__client_error(client *c, int code, const char *fmt, ...)
 static void on_client_readable(uv_poll_t *h, int status, int events);
 static void on_client_event(uv_poll_t *h, int status, int events);
 
-/* Read while no request is in flight; write while replies are queued. */
+/* Read while no request is in flight and the user has requests left; write while replies are queued. */
 static void client_poll_update(client *c)
 {
-	int events = (c->busy ? 0 : UV_READABLE) | (c->outq ? UV_WRITABLE : 0);
+	int events = (c->busy || c->throttled ? 0 : UV_READABLE) | (c->outq ? UV_WRITABLE : 0);
 
 	if (c->gone)
 		return;
@@ -241,6 +241,8 @@ static void client_drop(client *c, const char *why)
 			break;
 		}
 	srv->nclients--;
+	bd__user_put(srv, c->user);
+	c->user = NULL;
 	uv_close((uv_handle_t *)&c->poll, on_client_closed);
 }
 
@@ -511,10 +513,38 @@ static bool over_queue(client *c)
 	return true;
 }
 
+/* Read the throttled connections again: their users have requests anew, or wait again. */
+static void on_throttle_timer(uv_timer_t *t)
+{
+	bd_server *srv = t->data;
+
+	for (client *c = srv->clients; c; c = c->next)
+		if (c->throttled) {
+			c->throttled = false;
+			client_poll_update(c);
+		}
+}
+
+/*
+ * [limits] requests_per_uid: c's user has no request left, so c is not
+ * read until it has (the requests it sent wait in its socket).
+ */
+static void throttle(client *c, uint64_t wait_ns)
+{
+	bd_server *srv = c->srv;
+	uint64_t ms = (wait_ns + 999999) / 1000000;
+
+	c->throttled = c->waited = true;
+	client_poll_update(c);
+	if (!uv_is_active((uv_handle_t *)&srv->throttle))
+		uv_timer_start(&srv->throttle, on_throttle_timer, ms ? ms : 1, 0);
+}
+
 static void on_client_readable(uv_poll_t *h, int status, int events)
 {
 	client *c = h->data;
 	bd_server *srv = c->srv;
+	uint64_t wait_ns;
 
 	/* One request at a time: an OPEN pauses the connection until answered. */
 	while (!c->gone && !c->busy) {
@@ -526,8 +556,13 @@ static void on_client_readable(uv_poll_t *h, int status, int events)
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
 				     .msg_controllen = sizeof(ctl.buf) };
 		bool had_fds;
-		ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		ssize_t n;
 
+		if (!bd__user_may_request(srv, c->user, &wait_ns)) {
+			throttle(c, wait_ns);
+			return;
+		}
+		n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -535,6 +570,11 @@ static void on_client_readable(uv_poll_t *h, int status, int events)
 		if (n <= 0) {
 			client_drop(c, n == 0 ? NULL : strerror(errno));
 			return;
+		}
+		bd__user_spend(srv, c->user);
+		if (c->waited) {
+			c->waited = false;
+			srv->totals.throttled++;
 		}
 		/* Clients never send descriptors: close any, and cut the sender off. */
 		had_fds = close_passed_fds(&mh);
@@ -647,7 +687,7 @@ static void refuse_connection(bd_server *srv, int fd, const struct ucred *peer, 
 /* [limits] max_connections and connections_per_uid. @return true when fd was refused. */
 static bool over_limits(bd_server *srv, int fd, const struct ucred *peer)
 {
-	unsigned mine = 0;
+	unsigned mine;
 
 	if (srv->nclients >= srv->cfg.max_connections) {
 		refuse_connection(srv, fd, peer, BD_CUT_MAX, -EMFILE, "batchd serves %u connections, "
@@ -656,8 +696,7 @@ static bool over_limits(bd_server *srv, int fd, const struct ucred *peer)
 	}
 	if (!srv->cfg.connections_per_uid)
 		return false;
-	for (client *o = srv->clients; o; o = o->next)
-		mine += o->uid == peer->uid;
+	mine = bd__user_conns(srv, peer->uid);
 	if (mine < srv->cfg.connections_per_uid)
 		return false;
 	refuse_connection(srv, fd, peer, BD_CUT_PER_UID, -EUSERS, "uid %u already has %u "
@@ -682,7 +721,11 @@ void bd__client_accepted(bd_server *srv, int fd)
 	if (over_limits(srv, fd, &peer))
 		return;
 	c = calloc(1, sizeof(*c));
-	if (!c || uv_poll_init(srv->loop, &c->poll, fd) < 0) {
+	if (c)
+		c->user = bd__user_get(srv, peer.uid);
+	if (!c || !c->user || uv_poll_init(srv->loop, &c->poll, fd) < 0) {
+		if (c && c->user)
+			bd__user_put(srv, c->user);
 		free(c);
 		close(fd);
 		return;

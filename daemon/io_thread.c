@@ -3,8 +3,8 @@
  * io_thread.c - the I/O threads (see pipeline.h): each owns one read
  * engine (io.c) and runs claim / read / reap until the pipeline stops.
  *
- * Claim takes one task at a time from the owners' flows, round-robin
- * (pipeline.c), only when the ring has room for it; read consults the
+ * Claim takes one task at a time from the scheduler (sched.c: users, then
+ * their sessions, round-robin), only when the ring has room for it; read consults the
  * block cache and starts the read; reap waits for one completion and
  * passes the block to the decode workers. The thread sleeps on its
  * condition variable when it has nothing in flight, and in the ring
@@ -123,7 +123,7 @@ static bd_task *claim(io_worker *w)
 
 	if (t)
 		return t;
-	t = bd__sched_pop(w->p, w->it);
+	t = bd__sched_pop(&w->p->sched, &w->it->hungry);
 	if (t)
 		bd__fifo_push(&w->local, t);
 	return t;

@@ -8,9 +8,8 @@
  * once, and a batch of hundreds of tasks is pushed with one lock, so the
  * locks are cold next to the reads and the decompression they feed. The
  * only cross-thread call into libuv is uv_async_send(). Submitted tasks
- * wait in their owner's flow; the flows are served round-robin, a block
- * at a time, with a cap on each owner's blocks in flight (pipeline.h,
- * "Fairness").
+ * wait in their owner's flow until the scheduler (sched.c) hands them to
+ * an I/O thread (pipeline.h, "Fairness").
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -60,52 +59,7 @@ void bd__fifo_unpop(bd_fifo *q, bd_task *t)
 		q->tail = t;
 }
 
-/* ---- flows: who is served next ------------------------------------------------------ */
-
-/* The owner's flow, made when it has none. Under smu. */
-static bd_flow *flow_of(bd_pipeline *p, void *owner)
-{
-	bd_flow *f;
-
-	for (f = p->flows; f; f = f->next)
-		if (f->owner == owner)
-			return f;
-	f = bd_calloc(1, sizeof(*f));
-	if (!f)
-		return &p->spare; /* shared by every owner without one: fair among the rest */
-	f->owner = owner;
-	f->next = p->flows;
-	p->flows = f;
-	return f;
-}
-
-/* Put f at the back of the ready list if it has a task it may start. Under smu. */
-static bool make_ready(bd_pipeline *p, bd_flow *f)
-{
-	if (f->ready || !f->queue.head || f->inflight >= p->flow_cap)
-		return false;
-	f->ready = true;
-	f->next_ready = NULL;
-	if (p->ready_tail)
-		p->ready_tail->next_ready = f;
-	else
-		p->ready_head = f;
-	p->ready_tail = f;
-	return true;
-}
-
-/* Free f once its owner is done with it and it has nothing queued or in flight. Under smu. */
-static void flow_retire(bd_pipeline *p, bd_flow *f)
-{
-	if (f->spare || !f->done || f->queue.head || f->inflight || f->ready)
-		return;
-	for (bd_flow **pp = &p->flows; *pp; pp = &(*pp)->next)
-		if (*pp == f) {
-			*pp = f->next;
-			break;
-		}
-	free(f);
-}
+/* ---- waking the I/O threads ---------------------------------------------------------- */
 
 /* Wake it: its condition variable when it sleeps there, else its eventfd in the ring. */
 static void kick(bd_io_thread *it)
@@ -122,72 +76,16 @@ static void kick(bd_io_thread *it)
 	pthread_mutex_unlock(&it->mu);
 }
 
-/* A flow became ready: kick the I/O threads that found nothing. Under smu. */
-static void kick_hungry(bd_pipeline *p)
+/* The scheduler has work: kick the I/O threads that found nothing. Under the scheduler's mu. */
+static void kick_hungry(void *ctx)
 {
+	bd_pipeline *p = ctx;
+
 	for (unsigned i = 0; i < p->io_started; i++)
 		if (p->io[i].hungry) {
 			p->io[i].hungry = false;
 			kick(&p->io[i]);
 		}
-}
-
-bd_task *bd__sched_pop(bd_pipeline *p, bd_io_thread *it)
-{
-	bd_flow *f;
-	bd_task *t = NULL;
-
-	pthread_mutex_lock(&p->smu);
-	while (!t && (f = p->ready_head)) {
-		p->ready_head = f->next_ready;
-		if (!p->ready_head)
-			p->ready_tail = NULL;
-		f->ready = false;
-		/* Empty only when bd_pipeline_cancel took its tasks. */
-		t = bd__fifo_pop(&f->queue);
-		if (t)
-			f->inflight++;
-		make_ready(p, f);
-		flow_retire(p, f);
-	}
-	if (!t)
-		it->hungry = true;
-	pthread_mutex_unlock(&p->smu);
-	return t;
-}
-
-/* t no longer counts against its flow's cap (any thread). */
-static void sched_done(bd_pipeline *p, bd_task *t)
-{
-	bd_flow *f = t->flow;
-
-	pthread_mutex_lock(&p->smu);
-	f->inflight--;
-	make_ready(p, f);
-	/*
-	 * A thread that found nothing sleeps until the flow is half below its
-	 * cap: one wake-up per refill of the rings, not one per block.
-	 */
-	if (f->ready && f->inflight <= p->flow_cap / 2)
-		kick_hungry(p);
-	flow_retire(p, f);
-	pthread_mutex_unlock(&p->smu);
-}
-
-/* Queue the job's tasks behind its owner's earlier ones (loop thread). */
-static void sched_push(bd_pipeline *p, bd_job *job)
-{
-	bd_flow *f;
-
-	pthread_mutex_lock(&p->smu);
-	f = flow_of(p, job->owner);
-	for (uint32_t i = 0; i < job->ntasks; i++) {
-		job->tasks[i].flow = f;
-		bd__fifo_push(&f->queue, &job->tasks[i]);
-	}
-	if (make_ready(p, f))
-		kick_hungry(p);
-	pthread_mutex_unlock(&p->smu);
 }
 
 /* ---- buffers ------------------------------------------------------------------------ */
@@ -279,10 +177,10 @@ uint64_t bd_job_bytes(uint32_t nblocks, uint32_t npieces)
 
 uint64_t bd_pipeline_owner_bytes(void)
 {
-	return sizeof(bd_flow);
+	return sizeof(bd_flow) + sizeof(bd_tenant);
 }
 
-int bd_job_new(void *owner, bd_job_event_fn event, uint64_t seq, uint32_t nblocks,
+int bd_job_new(void *owner, uint32_t tenant, bd_job_event_fn event, uint64_t seq, uint32_t nblocks,
 	       uint32_t npieces, bd_job **ret)
 {
 	bd_job *job = bd_calloc(1, bd_job_bytes(nblocks, npieces));
@@ -290,6 +188,7 @@ int bd_job_new(void *owner, bd_job_event_fn event, uint64_t seq, uint32_t nblock
 	if (!job)
 		return -ENOMEM;
 	job->owner = owner;
+	job->tenant = tenant;
 	job->event = event;
 	job->seq = seq;
 	job->tasks = (bd_task *)(job + 1);
@@ -358,7 +257,7 @@ void bd__task_finish(bd_pipeline *p, bd_task *t)
 
 	buf_put(p, t);
 	/* Before the job can go back (and its tasks with it). */
-	sched_done(p, t);
+	bd__sched_done(&p->sched, t);
 	/* acq_rel: every task's writes happen before the job is handed back. */
 	if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
@@ -454,16 +353,16 @@ static int start_decoders(bd_pipeline *p)
 int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_pipeline **ret)
 {
 	bd_pipeline *p = bd_calloc(1, sizeof(*p));
+	uint32_t share;
 	int r;
 
 	if (!p)
 		return -ENOMEM;
 	p->o = *o;
 	p->loop = loop;
-	p->flow_cap = o->session_blocks ? o->session_blocks
-		      : 2 * (o->queue_depth ? o->queue_depth : 1) * (o->io_threads ? o->io_threads : 1);
-	p->spare.spare = true;
-	pthread_mutex_init(&p->smu, NULL);
+	share = 2 * (o->queue_depth ? o->queue_depth : 1) * (o->io_threads ? o->io_threads : 1);
+	bd__sched_init(&p->sched, o->session_blocks ? o->session_blocks : share, share,
+		       kick_hungry, p);
 	pthread_mutex_init(&p->dmu, NULL);
 	pthread_cond_init(&p->dcv, NULL);
 	pthread_mutex_init(&p->cmu, NULL);
@@ -502,28 +401,13 @@ void bd_pipeline_submit(bd_pipeline *p, bd_job *job)
 		t->direct_dst = bd__pieces_tile(pc, t->npieces, t->blk.raw_size);
 	}
 	job->pending = job->ntasks;
-	sched_push(p, job);
+	bd__sched_push(&p->sched, job);
 }
 
 void bd_pipeline_cancel(bd_pipeline *p, void *owner)
 {
-	bd_task *list = NULL, *t;
+	bd_task *t, *list = bd__sched_cancel(&p->sched, owner);
 
-	pthread_mutex_lock(&p->smu);
-	for (bd_flow *f = p->flows, *next; f; f = next) {
-		next = f->next;
-		if (f->owner != owner)
-			continue;
-		/* Counted in flight until bd__task_finish, like a task an I/O thread took. */
-		while ((t = bd__fifo_pop(&f->queue))) {
-			f->inflight++;
-			t->next = list;
-			list = t;
-		}
-		f->done = true;
-		flow_retire(p, f);
-	}
-	pthread_mutex_unlock(&p->smu);
 	while ((t = list)) {
 		list = t->next;
 		t->req.result = -ECANCELED;
@@ -580,16 +464,9 @@ void bd_pipeline_free(bd_pipeline *p)
 	free(p->io);
 	free(p->dec);
 	bd__pool_fini(&p->pool);
-	/* Jobs still queued are not run: their flows go with the pipeline. */
-	while (p->flows) {
-		bd_flow *next = p->flows->next;
-
-		free(p->flows);
-		p->flows = next;
-	}
+	bd__sched_fini(&p->sched);
 	bd_linger_free(p->linger);
 	p->linger = NULL;
-	pthread_mutex_destroy(&p->smu);
 	pthread_mutex_destroy(&p->dmu);
 	pthread_cond_destroy(&p->dcv);
 	pthread_mutex_destroy(&p->cmu);

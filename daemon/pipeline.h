@@ -15,19 +15,24 @@
  * (job_event.h) and frees the job. Failures fail the job (first reason
  * wins), never a thread.
  *
- * Fairness: the pipeline serves owners (sessions), not jobs, in order.
- * Each owner's tasks wait in its own flow, in submission order (so an
- * owner's older jobs are read first); I/O threads take one block at a
- * time from the flows in round-robin, and an owner may have at most
- * `session_blocks` blocks in flight at once (claimed by an I/O thread and
- * not yet decoded: in an engine, waiting on the cache or in the decode
- * queue). The bound this gives, with S owners with work: a newly
- * submitted job's first block is claimed after at most S - 1 blocks of
- * other owners (one turn of the round-robin), and finds at most
- * (S - 1) x session_blocks blocks of other owners ahead of it in the
- * engines and the decode queue, however many blocks they have queued. An
- * owner with huge batches of tiny blocks therefore delays another's next
- * block by a bounded number of blocks, not by its whole backlog.
+ * Fairness: the pipeline serves users (tenants, by uid), then their
+ * owners (sessions), not jobs, in order. Each owner's tasks wait in its
+ * own flow, in submission order (so an owner's older jobs are read
+ * first); I/O threads take one block at a time, from the users in
+ * round-robin and from each user's flows in round-robin (sched.c). An
+ * owner may have at most `session_blocks` blocks in flight at once
+ * (claimed by an I/O thread and not yet decoded: in an engine, waiting on
+ * the cache or in the decode queue), and a user at most share / U of
+ * them across all its sessions, where U is the number of users with work
+ * and share = 2 x queue_depth x io_threads (at least session_blocks).
+ * The bound this gives: a newly submitted job's first block is claimed
+ * after at most U - 1 blocks of other users (one turn of the
+ * round-robin), and finds at most `share` blocks of others ahead of it
+ * in the engines and the decode queue, however many sessions they run
+ * and however many blocks those have queued. A user with many sessions
+ * of huge batches of tiny blocks therefore gets 1/U of the pipeline, and
+ * delays another's next block by a bounded number of blocks, not by its
+ * whole backlog.
  *
  * The decoded-block cache (cache.h) is consulted by the I/O thread, when it
  * takes a block that does not tile the batch: a hit or a wait skips the
@@ -35,7 +40,7 @@
  * failure) and wakes the blocks that waited on it.
  *
  * Files: pipeline.c (jobs, queues, buffers, submission, completion,
- * stats), io_thread.c (the I/O threads), decode.c (the decode workers),
+ * stats), sched.c (who is served next), io_thread.c (the I/O threads), decode.c (the decode workers),
  * pipeline_priv.h (what they share).
  *
  * Thread rules: bd_job_*, bd_pipeline_new/submit/free and the getters on
@@ -58,14 +63,14 @@
 typedef struct bd_job bd_job;
 
 /*
- * A job for batch seq of owner, reading nblocks blocks into npieces byte
+ * A job for batch seq of owner (a session of user `tenant`), reading nblocks blocks into npieces byte
  * ranges: add exactly that many of each, blocks and their pieces in order
  * (bd_job_add_block, then that block's bd_job_add_piece calls). Once the
  * job is back, event(owner, seq, BD_JOB_DECODED, status, reason) is called
  * and the job freed. @return 0, or -ENOMEM.
  */
-int bd_job_new(void *owner, bd_job_event_fn event, uint64_t seq, uint32_t nblocks,
-	       uint32_t npieces, bd_job **ret);
+int bd_job_new(void *owner, uint32_t tenant, bd_job_event_fn event, uint64_t seq,
+	       uint32_t nblocks, uint32_t npieces, bd_job **ret);
 
 /* The next block of the job: block `block` of shard `shard` of d (a valid index). */
 void bd_job_add_block(bd_job *job, const bd_dataset *d, uint32_t shard, uint64_t block);

@@ -5,17 +5,18 @@
  *
  * A task crosses each queue once: the loop thread pushes a job's tasks to
  * its owner's flow (bd_pipeline_submit), an I/O thread takes them from the
- * flows round-robin (bd__sched_pop) and hands each to the decode queue when
- * its read is done (or when it needs none), and the decode worker finishes
- * it (bd__task_finish, which gives the flow its place back); the last task
- * of a job posts the job to the completed list, which the loop thread
- * drains.
+ * scheduler (bd__sched_pop: users, then their flows, round-robin) and
+ * hands each to the decode queue when its read is done (or when it needs
+ * none), and the decode worker finishes it (bd__task_finish, which gives
+ * the flow its place back); the last task of a job posts the job to the
+ * completed list, which the loop thread drains.
  *
  * Thread rules: the pipeline struct is written on the loop thread only
- * before the threads start and after they stop; the flows, the queues and
- * the pool are guarded by their mutexes; a task belongs to whichever queue
- * or thread holds it; stats are relaxed atomics. Lock order: smu before an
- * I/O thread's mu; no other lock is held while taking one.
+ * before the threads start and after they stop; the scheduler, the queues
+ * and the pool are guarded by their mutexes; a task belongs to whichever
+ * queue or thread holds it; stats are relaxed atomics. Lock order: the
+ * scheduler's mu before an I/O thread's mu; no other lock is held while
+ * taking one.
  */
 #ifndef BATCHD_DAEMON_PIPELINE_PRIV_H
 #define BATCHD_DAEMON_PIPELINE_PRIV_H
@@ -59,6 +60,7 @@ typedef struct bd_task {
 
 struct bd_job {
 	void *owner;
+	uint32_t tenant;            /* the owner's user: the scheduler's unit of fairness */
 	bd_job_event_fn event;
 	uint64_t seq;
 	bd_task *tasks;
@@ -86,22 +88,82 @@ void bd__fifo_unpop(bd_fifo *q, bd_task *t);
  * One owner's (a session's) tasks not yet claimed by an I/O thread, in
  * submission order, and how many of its blocks are claimed and not yet
  * finished (in an engine, waiting for the cache, or in the decode queue).
- * A flow with tasks and fewer than cap blocks in flight is on the ready
- * list, once; I/O threads take one task from its head and put it back at
- * the tail. A flow is made at its owner's first submission and freed once
- * the owner is done (bd_pipeline_cancel) and nothing of it is queued or in
- * flight, so a session allocates it once. Guarded by the pipeline's smu.
+ * A flow with tasks and fewer than flow_cap blocks in flight is on its
+ * tenant's ready list, once; I/O threads take one task from its head and
+ * put it back at the tail. A flow is made at its owner's first submission
+ * and freed once the owner is done (bd__sched_cancel) and nothing of it is
+ * queued or in flight, so a session allocates it once. Guarded by the
+ * scheduler's mu.
  */
 typedef struct bd_flow {
 	void *owner;
+	struct bd_tenant *tenant;
 	bd_fifo queue;
 	uint32_t inflight;
-	bool ready;                 /* on the ready list */
-	bool spare;                 /* the pipeline's own, for owners whose flow could not be allocated */
-	bool done;                  /* the owner submits no more (bd_pipeline_cancel) */
+	bool ready;                 /* on its tenant's ready list */
+	bool done;                  /* the owner submits no more (bd__sched_cancel) */
 	struct bd_flow *next;       /* all flows */
 	struct bd_flow *next_ready;
 } bd_flow;
+
+/*
+ * One user's (uid's) flows. A tenant with a ready flow and fewer blocks in
+ * flight than its cap (bd__sched_tenant_cap) is on the scheduler's ready
+ * list, once. Freed with its last flow. Guarded by the scheduler's mu.
+ */
+typedef struct bd_tenant {
+	uint32_t uid;
+	uint32_t queued;            /* its flows' tasks not yet claimed */
+	uint32_t inflight;          /* its flows' blocks claimed and not yet finished */
+	uint32_t nflows;
+	bd_flow *ready_head, *ready_tail;
+	bool ready;                 /* on the scheduler's ready list */
+	struct bd_tenant *next;     /* all tenants */
+	struct bd_tenant *next_ready;
+} bd_tenant;
+
+/*
+ * Who is served next (sched.c): tenants round-robin, then their flows
+ * round-robin, a block at a time. wake(ctx) is called, under mu, when a
+ * tenant joins the ready list (or, when blocks finish, is half below its
+ * caps) so that threads that found nothing look again.
+ */
+typedef struct bd_sched {
+	pthread_mutex_t mu;
+	bd_flow *flows;
+	bd_tenant *tenants;
+	bd_tenant *ready_head, *ready_tail;
+	bd_flow spare;              /* for owners whose flow could not be allocated */
+	bd_tenant spare_tenant;     /* for users whose entry could not be allocated, and spare's */
+	uint32_t flow_cap;          /* blocks in flight per flow (bd_pipeline_opts.session_blocks) */
+	uint32_t share;             /* blocks in flight across tenants: each has share / active */
+	uint32_t active;            /* tenants with tasks queued or in flight */
+	void (*wake)(void *ctx);
+	void *ctx;
+} bd_sched;
+
+/* share is raised to flow_cap when lower: one tenant alone may fill a flow. */
+void bd__sched_init(bd_sched *s, uint32_t flow_cap, uint32_t share, void (*wake)(void *ctx),
+		    void *ctx);
+/* Frees every flow and tenant; tasks still queued are dropped. */
+void bd__sched_fini(bd_sched *s);
+/* Queue the job's tasks behind its owner's earlier ones (loop thread). */
+void bd__sched_push(bd_sched *s, bd_job *job);
+/*
+ * The next task: the head of the first ready tenant's first ready flow;
+ * both go to the back of their lists. NULL when no tenant has a task it
+ * may start; *hungry (when not NULL) says which. I/O threads.
+ */
+bd_task *bd__sched_pop(bd_sched *s, bool *hungry);
+/* task (popped or cancelled) no longer counts against its flow's and tenant's caps (any thread). */
+void bd__sched_done(bd_sched *s, bd_task *task);
+/*
+ * owner submits no more: its queued tasks, chained through next, now
+ * counted in flight (each must go through bd__sched_done). Loop thread.
+ */
+bd_task *bd__sched_cancel(bd_sched *s, void *owner);
+/* Blocks in flight a tenant may have now: share / tenants with work, at least 1. Under mu. */
+uint32_t bd__sched_tenant_cap(const bd_sched *s);
 
 /*
  * The read buffers: n buffers of size bytes in one 2 MiB-aligned mapping
@@ -136,7 +198,7 @@ typedef struct bd_io_thread {
 	bool kicked;                /* guarded by mu: a flow has work for a hungry thread */
 	bool stop;                  /* guarded by mu */
 	bool idle;                  /* guarded by mu: waiting on cv, not in the ring */
-	bool hungry;                /* guarded by the pipeline's smu: found no task, wants a kick */
+	bool hungry;                /* guarded by the scheduler's mu: found no task, wants a kick */
 	int wake_fd;                /* eventfd that interrupts a wait in the ring, or -1 */
 	/* Set by the thread before it reports ready. */
 	int setup_err;
@@ -153,11 +215,7 @@ struct bd_pipeline {
 	bd_io_thread *io;
 	unsigned nio, io_started;
 
-	pthread_mutex_t smu;
-	bd_flow *flows;             /* guarded by smu */
-	bd_flow *ready_head, *ready_tail; /* guarded by smu */
-	bd_flow spare;              /* guarded by smu */
-	uint32_t flow_cap;          /* blocks in flight per flow (bd_pipeline_opts.session_blocks) */
+	bd_sched sched;
 
 	pthread_t *dec;
 	unsigned ndec, dec_started;
@@ -191,13 +249,6 @@ bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);
 /* The task is done (decode thread): its buffer goes back; the job's last posts the job. */
 void bd__task_finish(bd_pipeline *p, bd_task *t);
 
-/*
- * The next task for I/O thread it: the head of the first ready flow, which
- * goes to the back of the list. NULL when no flow has a task it may start
- * (it->hungry is set then: the next submission or finished block that
- * makes one ready kicks the thread). I/O threads.
- */
-bd_task *bd__sched_pop(bd_pipeline *p, bd_io_thread *it);
 
 /* Queue t for a decode worker (I/O and decode threads). */
 void bd__decode_push(bd_pipeline *p, bd_task *t);

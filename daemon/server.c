@@ -568,7 +568,8 @@ static void start_handles(bd_server *srv)
 	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	uv_timer_init(loop, &srv->accept_backoff);
 	uv_timer_init(loop, &srv->handshake);
-	srv->accept_backoff.data = srv->handshake.data = srv;
+	uv_timer_init(loop, &srv->throttle);
+	srv->accept_backoff.data = srv->handshake.data = srv->throttle.data = srv;
 	uv_poll_init(loop, &srv->listen_poll, srv->listen_fd);
 	srv->listen_poll.data = srv;
 	uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
@@ -655,6 +656,7 @@ static void stop_begin(bd_server *srv)
 	close(srv->listen_fd);
 	uv_timer_stop(&srv->accept_backoff);
 	uv_timer_stop(&srv->handshake);
+	uv_timer_stop(&srv->throttle);
 	if (srv->reserve_fd >= 0)
 		close(srv->reserve_fd);
 	srv->reserve_fd = -1;
@@ -682,6 +684,7 @@ void bd_server_stop(bd_server *srv)
 	uv_close((uv_handle_t *)&srv->lease, NULL);
 	uv_close((uv_handle_t *)&srv->accept_backoff, NULL);
 	uv_close((uv_handle_t *)&srv->handshake, NULL);
+	uv_close((uv_handle_t *)&srv->throttle, NULL);
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
 	uv_close((uv_handle_t *)&srv->sighup, NULL);

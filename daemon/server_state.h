@@ -48,6 +48,20 @@ typedef struct outmsg {
 	uint8_t data[];
 } outmsg;
 
+/*
+ * One user (uid) with connections, and what its connections share: their
+ * count ([limits] connections_per_uid) and a token bucket of requests
+ * ([limits] requests_per_uid). Made at the user's first connection, freed
+ * with its last (users.c).
+ */
+typedef struct bd_user {
+	uid_t uid;
+	unsigned conns;
+	double tokens;           /* requests it may make now; at most requests_per_uid */
+	uint64_t refill_ns;      /* when tokens was last brought up to date */
+	struct bd_user *next;
+} bd_user;
+
 /* Limits every client meets; HELLO_OK tells it the first two. */
 #define MAX_SESSIONS_PER_CLIENT 64u
 #define MAX_BATCH_SIZE          65536u
@@ -64,6 +78,9 @@ struct client {
 	gid_t gid;
 	pid_t pid;
 	bool hello, busy, gone, closed_handle;
+	bool throttled;          /* its user is out of requests: not read until the throttle timer */
+	bool waited;             /* its next request was throttled (counted once read) */
+	bd_user *user;
 	unsigned sessions;
 	client *next;
 };
@@ -107,6 +124,7 @@ typedef struct bd_totals {
 	uint64_t denied;                /* connections refused by the allow-lists */
 	uint64_t cut[BD_CUT_KINDS];     /* connections dropped or refused by the limits */
 	uint64_t reloads, reload_failures;
+	uint64_t throttled;             /* requests that waited for [limits] requests_per_uid */
 } bd_totals;
 
 struct bd_server {
@@ -127,11 +145,13 @@ struct bd_server {
 	uv_timer_t stop_timer, watchdog, lease;
 	uv_timer_t accept_backoff; /* accepting paused: out of fds, or accept failing */
 	uv_timer_t handshake;    /* the earliest [limits] handshake_timeout deadline */
+	uv_timer_t throttle;     /* reads throttled connections again ([limits] requests_per_uid) */
 	bd_pipeline *pipeline;
 	bd_session_env env;
 	uint64_t cache_budget;
 	client *clients;
 	unsigned nclients;
+	bd_user *users;          /* every uid with a connection */
 	uint64_t queued_bytes;   /* replies queued for all clients (outq_bytes summed) */
 	entry *entries;
 	unsigned nsessions, opening;
@@ -194,6 +214,22 @@ void bd__client_pause(client *c);
 void bd__client_resume(client *c);
 /* Send every client GOODBYE and cut it off (the daemon is stopping). */
 void bd__clients_goodbye(bd_server *srv);
+
+/* ---- users.c ---- */
+
+/* uid's entry with one more connection (made when it has none). @return NULL when out of memory. */
+bd_user *bd__user_get(bd_server *srv, uid_t uid);
+/* One connection of u fewer; u is freed with its last. */
+void bd__user_put(bd_server *srv, bd_user *u);
+/* Connections uid holds now. */
+unsigned bd__user_conns(const bd_server *srv, uid_t uid);
+/*
+ * May u make a request now ([limits] requests_per_uid)? Brings its bucket
+ * up to date. When not, *wait_ns says when it may. bd__user_spend takes
+ * the request from the bucket once it was read.
+ */
+bool bd__user_may_request(const bd_server *srv, bd_user *u, uint64_t *wait_ns);
+void bd__user_spend(const bd_server *srv, bd_user *u);
 
 /* ---- open.c ---- */
 

@@ -618,7 +618,7 @@ static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *rec, 
 {
 	uint8_t *payload = rec + table_bytes(n);
 	bd_job *job;
-	int r = bd_job_new(s, on_job_event, s->next_seq, nblocks, n, &job);
+	int r = bd_job_new(s, s->uid, on_job_event, s->next_seq, nblocks, n, &job);
 
 	if (r < 0)
 		return r;

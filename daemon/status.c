@@ -133,7 +133,9 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, ",
 		       srv->nclients, srv->cfg.io_threads, srv->cfg.decode_threads);
 	bd_text_printf(t, "\"connections\": {\"queued_bytes\": %" PRIu64 ", \"client_queue\": %"
-		       PRIu64, srv->queued_bytes, srv->cfg.client_queue);
+		       PRIu64 ", \"requests_per_uid\": %u, \"throttled\": %" PRIu64,
+		       srv->queued_bytes, srv->cfg.client_queue, srv->cfg.requests_per_uid,
+		       srv->totals.throttled);
 	for (int k = 0; k < BD_CUT_KINDS; k++)
 		bd_text_printf(t, ", \"%s_%s\": %" PRIu64, k <= BD_CUT_HANDSHAKE ? "dropped" : "refused",
 			       cut_names[k], srv->totals.cut[k]);
@@ -425,6 +427,10 @@ static void metrics_connections(bd_text *t, bd_server *srv)
 		snprintf(labels, sizeof(labels), "reason=\"%s\"", cut_names[k]);
 		bd_prom_u64(t, "batchd_connections_refused_total", labels, srv->totals.cut[k]);
 	}
+	bd_prom_head(t, "batchd_requests_throttled_total", "counter",
+		     "Requests that waited until their user had requests left "
+		     "([limits] requests_per_uid).");
+	bd_prom_u64(t, "batchd_requests_throttled_total", NULL, srv->totals.throttled);
 }
 
 static void metrics_cuda(bd_text *t, bd_server *srv, const bd_view *v)

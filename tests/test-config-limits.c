@@ -35,6 +35,7 @@ START_TEST(test_defaults)
 	ck_assert_uint_eq(c.handshake_timeout, 5);
 	ck_assert_uint_eq(c.connections_per_uid, 64);
 	ck_assert_uint_eq(c.max_connections, 1024);
+	ck_assert_uint_eq(c.requests_per_uid, 1000);
 	ck_assert_uint_eq(c.nadmin_uids, 0);
 	ck_assert_uint_eq(c.nadmin_gids, 0);
 	ck_assert(!c.metrics_sessions);
@@ -48,13 +49,14 @@ START_TEST(test_values)
 
 	bd_config_init(&c);
 	ck_assert_msg(load(&c, "[limits]\nclient_queue = 64K\nhandshake_timeout = 0\n"
-			  "connections_per_uid = 0\nmax_connections = 65536\n"
+			  "connections_per_uid = 0\nmax_connections = 65536\nrequests_per_uid = 0\n"
 			  "[access]\nadmin_uid = 0\nadmin_uid = 4242\nadmin_gid = 0\n"
 			  "[metrics]\nsessions = yes\n") == 0, "%s", err);
 	ck_assert_uint_eq(c.client_queue, 65536);
 	ck_assert_uint_eq(c.handshake_timeout, 0);
 	ck_assert_uint_eq(c.connections_per_uid, 0);
 	ck_assert_uint_eq(c.max_connections, 65536);
+	ck_assert_uint_eq(c.requests_per_uid, 0);
 	ck_assert_uint_eq(c.nadmin_uids, 2);
 	ck_assert_uint_eq(c.admin_uids[0], 0);
 	ck_assert_uint_eq(c.admin_uids[1], 4242);
@@ -120,7 +122,9 @@ static const struct bad {
 	  NAME ":2: [metrics] sessions: 'maybe' is not yes or no (also true/false, on/off, 1/0)" },
 	{ "[limits]\nclient_q = 1M\n",
 	  NAME ":2: unknown key 'client_q' in [limits] (known: sessions_per_uid, memory_per_uid, "
-	  "client_queue, handshake_timeout, connections_per_uid, max_connections)" },
+	  "client_queue, handshake_timeout, connections_per_uid, max_connections, requests_per_uid)" },
+	{ "[limits]\nrequests_per_uid = 1000001\n",
+	  NAME ":2: [limits] requests_per_uid: '1000001' is out of range (allowed 0..1000000)" },
 	{ "[access]\nadmin = 0\n",
 	  NAME ":2: unknown key 'admin' in [access] (known: allow_uid, allow_gid, admin_uid, admin_gid)" },
 };

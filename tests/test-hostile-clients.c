@@ -3,7 +3,9 @@
  * test-hostile-clients.c - local clients that attack the control plane
  * rather than use it, against a real batchd started with `-c FILE` on a
  * temporary socket: a connection that sends requests and never reads its
- * replies ([limits] client_queue), connections that never say HELLO
+ * replies ([limits] client_queue), one user's requests over its rate on
+ * several connections ([limits] requests_per_uid: they wait, and are all
+ * answered), connections that never say HELLO
  * ([limits] handshake_timeout), one user taking every connection
  * ([limits] connections_per_uid, max_connections), a daemon out of file
  * descriptors (it must neither spin nor flood its log, and must serve
@@ -297,8 +299,8 @@ START_TEST(test_queue_bound)
 	bc_client *c;
 	char *json;
 
-	/* The default client_queue (1M): what a normal daemon does. */
-	conf_write("[limits]\nhandshake_timeout = 0\n");
+	/* The default client_queue (1M): what a normal daemon does (no request rate: the bound alone). */
+	conf_write("[limits]\nhandshake_timeout = 0\nrequests_per_uid = 0\n");
 	start_ok();
 	base_kib = proc_kib(D.pid, "VmRSS");
 	for (int i = 0; i < FLOODERS; i++)
@@ -334,6 +336,44 @@ START_TEST(test_queue_bound)
 	expect(peak_kib < base_kib + 64 * 1024, "batchd's peak RSS %" PRIu64 " KiB, %" PRIu64
 	       " KiB before %d clients flooded it with requests", peak_kib, base_kib, FLOODERS);
 #endif
+}
+END_TEST
+
+/* ---- 1b. one user's requests, however many connections carry them ----------------------- */
+
+#define RATE_CONNS 4
+#define RATE_EACH  60
+
+START_TEST(test_request_rate)
+{
+	int fd[RATE_CONNS];
+	uint64_t throttled;
+	char *json;
+
+	/* 100 a second, as many at once: 4 connections of 1 + 60 requests are over it together. */
+	conf_write("[limits]\nhandshake_timeout = 0\nrequests_per_uid = 100\n");
+	start_ok();
+	for (int i = 0; i < RATE_CONNS; i++)
+		fd[i] = raw_hello_ok();
+	/* Every request is answered, in order, on every connection: they wait, none is refused. */
+	for (int k = 0; k < RATE_EACH; k++)
+		for (int i = 0; i < RATE_CONNS; i++)
+			expect(raw_status(fd[i]) == 0, "status %d on connection %d was not answered",
+			       k, i);
+	for (int i = 0; i < RATE_CONNS; i++)
+		close(fd[i]);
+	throttled = (uint64_t)metric("batchd_requests_throttled_total");
+	/*
+	 * At least one; at most every request over the 100 the bucket held
+	 * (these, and metric()'s HELLO and METRICS).
+	 */
+	expect(throttled >= 1 && throttled <= RATE_CONNS * (RATE_EACH + 1) + 2 - 100,
+	       "batchd_requests_throttled_total is %" PRIu64 " after %d requests of one user at "
+	       "requests_per_uid = 100", throttled, RATE_CONNS * (RATE_EACH + 1));
+	json = dt_status_ok();
+	expect(dt_json_u64(json, "\"connections\"", "requests_per_uid", &throttled) &&
+	       throttled == 100, "status does not show requests_per_uid = 100");
+	free(json);
 }
 END_TEST
 
@@ -687,6 +727,7 @@ static Suite *hostile_suite(void)
 	Suite *s = suite_create("hostile-clients");
 
 	tcase_add_test(tcase(s, "queue_bound"), test_queue_bound);
+	tcase_add_test(tcase(s, "request_rate"), test_request_rate);
 	tcase_add_test(tcase(s, "handshake_timeout"), test_handshake_timeout);
 	tcase_add_test(tcase(s, "connections_per_uid"), test_connections_per_uid);
 	tcase_add_test(tcase(s, "max_connections"), test_max_connections);

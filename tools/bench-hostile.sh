@@ -55,9 +55,11 @@ import os, random, sys
 out, rng = sys.argv[1], random.Random(7)
 words = "batch shard block sample epoch rank world seed tensor label".split()
 def text(n):
-    s = []
-    while sum(len(w) + 1 for w in s) < n:
-        s.append(rng.choice(words))
+    s, length = [], 0
+    while length < n:
+        w = rng.choice(words)
+        s.append(w)
+        length += len(w) + 1
     return (" ".join(s) + " ")[:n].encode()
 for sub, count, lo, hi in (("good", 20000, 1024, 8192), ("tiny", 20000, 200, 400)):
     os.makedirs(os.path.join(out, sub))
