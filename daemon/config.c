@@ -42,6 +42,8 @@ void bd_config_init(bd_config *c)
 		.roots = NULL,
 		.nroots = 0,
 		.memory_budget = BD_CONFIG_DEFAULT_BUDGET,
+		.cache_size = BD_CONFIG_CACHE_AUTO,
+		.tier = BD_CFG_TIER_AUTO,
 		.io_engine = BD_CFG_IO_AUTO,
 		.direct = BD_CFG_DIRECT_AUTO,
 		.queue_depth = BD_CONFIG_DEFAULT_QD,
@@ -161,6 +163,8 @@ enum key_id {
 	KEY_LOG_LEVEL,
 	KEY_ROOT,
 	KEY_BUDGET,
+	KEY_CACHE,
+	KEY_TIER,
 	KEY_ENGINE,
 	KEY_DIRECT,
 	KEY_QUEUE_DEPTH,
@@ -199,6 +203,8 @@ static const struct key {
 	{ "daemon", "socket_group", KEY_SOCKET_GROUP, 0, 0 },
 	{ "datasets", "root", KEY_ROOT, 0, 0 },
 	{ "memory", "budget", KEY_BUDGET, 0, 0 },
+	{ "memory", "cache", KEY_CACHE, 0, 0 },
+	{ "memory", "tier", KEY_TIER, 0, 0 },
 	{ "io", "engine", KEY_ENGINE, 0, 0 },
 	{ "io", "direct", KEY_DIRECT, 0, 0 },
 	{ "io", "queue_depth", KEY_QUEUE_DEPTH, 1, BD_CONFIG_MAX_QD },
@@ -309,6 +315,10 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 		return bd__config_add_root(&next->roots, &next->nroots, v, what, wlen);
 	case KEY_BUDGET:
 		return bd__config_parse_budget(v, &next->memory_budget, what, wlen);
+	case KEY_CACHE:
+		return bd__config_parse_cache(v, &next->cache_size, what, wlen);
+	case KEY_TIER:
+		return bd__config_parse_tier(v, &next->tier, what, wlen);
 	case KEY_ENGINE:
 		return bd__config_parse_engine(v, &next->io_engine, what, wlen);
 	case KEY_DIRECT:

@@ -49,6 +49,16 @@ typedef enum bd_config_direct {
 	BD_CFG_DIRECT_OFF,
 } bd_config_direct;
 
+/* [memory] tier: where datasets are served from after the first epoch (dataset.h, enum bd_tier). */
+typedef enum bd_config_tier {
+	BD_CFG_TIER_AUTO = 0,   /* chosen per dataset from its size, the cache and the machine */
+	BD_CFG_TIER_RAM,
+	BD_CFG_TIER_PAGE,
+	BD_CFG_TIER_DIRECT,
+} bd_config_tier;
+
+#define BD_CONFIG_CACHE_AUTO        UINT64_MAX  /* [memory] cache = auto */
+
 /* Limits and defaults. The ranges are inclusive. */
 #define BD_CONFIG_SOCKET_MAX        107u   /* sizeof(sun_path) - 1 */
 #define BD_CONFIG_MAX_ROOTS         256u
@@ -56,7 +66,7 @@ typedef enum bd_config_direct {
 #define BD_CONFIG_MAX_LINE          198    /* characters, see above */
 
 #define BD_CONFIG_DEFAULT_LOG_LEVEL 6      /* LOG_INFO */
-#define BD_CONFIG_DEFAULT_BUDGET    (UINT64_C(1) << 30)
+#define BD_CONFIG_DEFAULT_BUDGET    0      /* auto: half the memory available at start */
 #define BD_CONFIG_MIN_BUDGET        (UINT64_C(16) << 20)
 #define BD_CONFIG_DEFAULT_QD        64u
 #define BD_CONFIG_MAX_QD            4096u
@@ -83,7 +93,9 @@ typedef struct bd_config {
 	int log_level;           /* [daemon] log_level: err|warning|notice|info|debug as syslog LOG_*; default info */
 	char **roots;            /* [datasets] root, repeatable: absolute, normalized, no duplicates, file order */
 	size_t nroots;
-	uint64_t memory_budget;  /* [memory] budget; default 1G, at least 16M */
+	uint64_t memory_budget;  /* [memory] budget; at least 16M; 0 = auto (default): half of the memory available when the daemon starts (MemAvailable, or the room under its cgroup limit when lower), at least 1G */
+	uint64_t cache_size;     /* [memory] cache: the decoded-block cache; BD_CONFIG_CACHE_AUTO (default) = half the budget; below the budget */
+	bd_config_tier tier;     /* [memory] tier = auto|ram|page|direct; default auto */
 	bd_config_io_engine io_engine; /* [io] engine = auto|io_uring|pread; default auto */
 	bd_config_direct direct; /* [io] direct = auto|on|off; default auto */
 	unsigned queue_depth;    /* [io] queue_depth, 1..4096, default 64 */
@@ -194,6 +206,7 @@ int bd_config_default_socket(char *buf, size_t len);
 /* "auto", "io_uring", ...; "?" for values outside the enums. */
 const char *bd_config_io_engine_name(bd_config_io_engine e);
 const char *bd_config_direct_name(bd_config_direct d);
+const char *bd_config_tier_name(bd_config_tier t);
 const char *bd_config_log_level_name(int level);
 
 #endif

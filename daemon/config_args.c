@@ -54,7 +54,7 @@ static const char usage[] =
 	"                          else $XDG_RUNTIME_DIR/batchd.sock)\n"
 	"      --root DIR          serve datasets below DIR (absolute); repeat for more;\n"
 	"                          replaces the roots of the file\n"
-	"      --memory SIZE       memory budget, e.g. 512M, 4G (at least 16M)\n"
+	"      --memory SIZE       memory budget, e.g. 512M, 4G (at least 16M), or auto\n"
 	"      --io-engine ENGINE  auto, io_uring or pread\n"
 	"      --direct MODE       O_DIRECT reads: auto, on or off\n"
 	"      --log-level LEVEL   err, warning, notice, info or debug\n"

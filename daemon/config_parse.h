@@ -42,6 +42,9 @@ int bd__config_parse_size(const char *v, uint64_t min, uint64_t max, uint64_t *r
 int bd__config_parse_bool(const char *v, bool *ret, char *what, size_t wlen);
 int bd__config_parse_engine(const char *v, bd_config_io_engine *ret, char *what, size_t wlen);
 int bd__config_parse_direct(const char *v, bd_config_direct *ret, char *what, size_t wlen);
+/* [memory] cache: auto or a size (0: no cache). */
+int bd__config_parse_cache(const char *v, uint64_t *ret, char *what, size_t wlen);
+int bd__config_parse_tier(const char *v, bd_config_tier *ret, char *what, size_t wlen);
 int bd__config_parse_log_level(const char *v, int *ret, char *what, size_t wlen);
 /* An octal file mode up to 0777. */
 int bd__config_parse_mode(const char *v, unsigned *ret, char *what, size_t wlen);

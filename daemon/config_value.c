@@ -39,6 +39,18 @@ const char *bd_config_io_engine_name(bd_config_io_engine e)
 	return (unsigned)e < ELEMENTSOF(engine_names) ? engine_names[e] : "?";
 }
 
+static const char *const tier_names[] = {
+	[BD_CFG_TIER_AUTO] = "auto",
+	[BD_CFG_TIER_RAM] = "ram",
+	[BD_CFG_TIER_PAGE] = "page",
+	[BD_CFG_TIER_DIRECT] = "direct",
+};
+
+const char *bd_config_tier_name(bd_config_tier t)
+{
+	return (unsigned)t < ELEMENTSOF(tier_names) ? tier_names[t] : "?";
+}
+
 const char *bd_config_direct_name(bd_config_direct d)
 {
 	return (unsigned)d < ELEMENTSOF(direct_names) ? direct_names[d] : "?";
@@ -189,7 +201,20 @@ int bd__config_parse_size(const char *v, uint64_t min, uint64_t max, uint64_t *r
 
 int bd__config_parse_budget(const char *v, uint64_t *ret, char *what, size_t wlen)
 {
+	if (!strcmp(v, "auto")) {
+		*ret = 0;
+		return 0;
+	}
 	return bd__config_parse_size(v, BD_CONFIG_MIN_BUDGET, UINT64_MAX, ret, what, wlen);
+}
+
+int bd__config_parse_cache(const char *v, uint64_t *ret, char *what, size_t wlen)
+{
+	if (!strcmp(v, "auto")) {
+		*ret = BD_CONFIG_CACHE_AUTO;
+		return 0;
+	}
+	return bd__config_parse_size(v, 0, BD_CONFIG_CACHE_AUTO - 1, ret, what, wlen);
 }
 
 int bd__config_parse_bool(const char *v, bool *ret, char *what, size_t wlen)
@@ -243,6 +268,17 @@ int bd__config_parse_direct(const char *v, bd_config_direct *ret, char *what, si
 		       "auto, on, off", what, wlen);
 	if (r == 0)
 		*ret = (bd_config_direct)i;
+	return r;
+}
+
+int bd__config_parse_tier(const char *v, bd_config_tier *ret, char *what, size_t wlen)
+{
+	int i = 0, r;
+
+	r = parse_name(v, tier_names, ELEMENTSOF(tier_names), &i, "auto, ram, page, direct", what,
+		       wlen);
+	if (r == 0)
+		*ret = (bd_config_tier)i;
 	return r;
 }
 

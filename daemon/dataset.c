@@ -53,6 +53,7 @@ struct bd_dataset_disk {
 	ino_t ino;
 	bool dir;
 	enum bd_direct_mode direct; /* the reads asked for */
+	enum bd_tier tier;       /* the tier asked for */
 	size_t count;
 	shard_id shards[];
 };
@@ -82,6 +83,7 @@ static bool same_shard(const shard_id *a, const shard_id *b, bool dir)
 static bool same_disk(const struct bd_dataset_disk *a, const struct bd_dataset_disk *b)
 {
 	if (a->dev != b->dev || a->ino != b->ino || a->dir != b->dir || a->direct != b->direct ||
+	    a->tier != b->tier ||
 	    a->count != b->count)
 		return false;
 	for (size_t i = 0; i < a->count; i++)
@@ -91,7 +93,7 @@ static bool same_disk(const struct bd_dataset_disk *a, const struct bd_dataset_d
 }
 
 /* Who each shard of the set is: fstat, then the footer (a failed read just never matches). */
-static int identify(scan *sc, const struct stat *top, enum bd_direct_mode direct)
+static int identify(scan *sc, const struct stat *top, const bd_read_policy *rp)
 {
 	size_t n = sc->set.count;
 	struct bd_dataset_disk *disk = bd_calloc(1, sizeof(*disk) + n * sizeof(disk->shards[0]));
@@ -99,7 +101,8 @@ static int identify(scan *sc, const struct stat *top, enum bd_direct_mode direct
 	if (!disk)
 		return -ENOMEM;
 	*disk = (struct bd_dataset_disk){ .dev = top->st_dev, .ino = top->st_ino,
-					  .dir = sc->set.dir, .direct = direct, .count = n };
+					  .dir = sc->set.dir, .direct = rp->direct, .tier = rp->tier,
+					  .count = n };
 	for (size_t i = 0; i < n; i++) {
 		shard_id *id = &disk->shards[i];
 		struct stat st;
@@ -154,7 +157,7 @@ static void set_refusal(int dirfd, bool dir, const char *path, int r,
 
 /* Resolve path, open its shards and identify them: all an open costs when cached. */
 static int scan_open(const char *const *roots, size_t nroots, const char *path,
-		     enum bd_direct_mode direct, scan *sc, char *err, size_t errlen)
+		     const bd_read_policy *rp, scan *sc, char *err, size_t errlen)
 {
 	bp_dataset_fault fault = { 0 };
 	struct stat st;
@@ -169,7 +172,7 @@ static int scan_open(const char *const *roots, size_t nroots, const char *path,
 		set_refusal(fd, S_ISDIR(st.st_mode), path, r, &fault, err, errlen);
 	close(fd);
 	if (r == 0)
-		r = identify(sc, &st, direct);
+		r = identify(sc, &st, rp);
 	if (r < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
@@ -299,6 +302,37 @@ static int setup_reads(bd_dataset *d, enum bd_direct_mode direct, char *err, siz
 	return 0;
 }
 
+/* ---- tiers -------------------------------------------------------------------------- */
+
+const char *bd_tier_name(enum bd_tier t)
+{
+	static const char *const names[] = { "auto", "ram", "page", "direct" };
+
+	return (unsigned)t < sizeof(names) / sizeof(names[0]) ? names[t] : "?";
+}
+
+enum bd_tier bd_tier_choose(const bd_read_policy *p, uint64_t raw, uint64_t stored)
+{
+	if (p->tier != BD_TIER_AUTO)
+		return p->tier;
+	if (p->cache_budget && raw <= p->cache_budget)
+		return BD_TIER_RAM;
+	/* Half: the page cache must keep it while sessions, the cache and trainers take the rest. */
+	if (p->memory && stored <= p->memory / 2)
+		return BD_TIER_PAGE;
+	return BD_TIER_DIRECT;
+}
+
+/* Choose d's tier; @return the read mode it asks for ([io] direct = on or off decides alone). */
+static enum bd_direct_mode choose_reads(bd_dataset *d, const bd_read_policy *rp)
+{
+	d->tier = bd_tier_choose(rp, bp_dataset_raw_bytes(d->ds), bp_dataset_stored_bytes(d->ds));
+	d->cache_all = d->tier == BD_TIER_RAM;
+	if (rp->direct != BD_DIRECT_AUTO)
+		return rp->direct;
+	return d->tier == BD_TIER_DIRECT ? BD_DIRECT_AUTO : BD_DIRECT_OFF;
+}
+
 static void dataset_free(bd_dataset *d)
 {
 	if (!d)
@@ -329,7 +363,7 @@ static uint64_t held_bytes(const bp_dataset *ds)
 }
 
 /* Load the scanned shards into a new version; the scan's set, disk and place become its. */
-static int load(scan *sc, const char *path, enum bd_direct_mode direct, bd_dataset **ret,
+static int load(scan *sc, const char *path, const bd_read_policy *rp, bd_dataset **ret,
 		char *err, size_t errlen)
 {
 	bp_dataset_fault fault = { 0 };
@@ -353,7 +387,7 @@ static int load(scan *sc, const char *path, enum bd_direct_mode direct, bd_datas
 		d->disk->shards[i].name = bp_dataset_shard(d->ds, i)->name;
 	d->place = sc->place;
 	sc->place = NULL;
-	r = setup_reads(d, direct, err, errlen);
+	r = setup_reads(d, choose_reads(d, rp), err, errlen);
 	if (r < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
@@ -363,8 +397,10 @@ static int load(scan *sc, const char *path, enum bd_direct_mode direct, bd_datas
 	d->samples_per_block = bp_dataset_samples(d->ds) / bp_dataset_blocks(d->ds);
 	d->bytes = held_bytes(d->ds);
 	d->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
-	bd_log(LOG_INFO, "dataset %s: %llu samples in %zu shards, %s reads", path,
-	       (unsigned long long)bp_dataset_samples(d->ds), bp_dataset_shard_count(d->ds),
+	bd_log(LOG_INFO, "dataset %s: %llu samples in %zu shards, %llu MiB decoded, %llu MiB "
+	       "stored: tier %s, %s reads", path, (unsigned long long)bp_dataset_samples(d->ds),
+	       bp_dataset_shard_count(d->ds), (unsigned long long)(bp_dataset_raw_bytes(d->ds) >> 20),
+	       (unsigned long long)(bp_dataset_stored_bytes(d->ds) >> 20), bd_tier_name(d->tier),
 	       d->direct ? "O_DIRECT" : "buffered");
 	*ret = d;
 	return 0;
@@ -510,20 +546,20 @@ static bd_dataset *cache_insert(bd_dataset *d)
 }
 
 int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
-		   enum bd_direct_mode direct, bd_dataset **ret, char *err, size_t errlen)
+		   const bd_read_policy *rp, bd_dataset **ret, char *err, size_t errlen)
 {
 	bd_dataset *d;
 	scan sc;
 	int r;
 
 	err[0] = '\0';
-	r = scan_open(roots, nroots, path, direct, &sc, err, errlen);
+	r = scan_open(roots, nroots, path, rp, &sc, err, errlen);
 	if (r < 0)
 		return r;
 	d = cache_find(sc.disk);
 	if (!d) {
 		/* Loading happens outside the lock; of two racing loads one is kept. */
-		r = load(&sc, path, direct, &d, err, errlen);
+		r = load(&sc, path, rp, &d, err, errlen);
 		if (r == 0)
 			d = cache_insert(d);
 	}

@@ -50,6 +50,37 @@
 /* ... holding at most this many index and dictionary bytes. */
 #define BD_DATASET_KEEP_BYTES (UINT64_C(256) << 20)
 
+enum bd_direct_mode { BD_DIRECT_AUTO, BD_DIRECT_ON, BD_DIRECT_OFF };
+
+/*
+ * Where a dataset's bytes are served from after the first epoch, chosen
+ * per dataset version when it is loaded ([memory] tier = auto):
+ *   ram     the decoded dataset fits the block cache: every block is cached
+ *           once decoded (also blocks a batch takes whole), so later epochs
+ *           neither read nor decode; reads are buffered.
+ *   page    the stored dataset fits in half the memory the machine (or the
+ *           daemon's cgroup) has available: buffered reads, so later epochs
+ *           read from the page cache; the cache holds partial blocks.
+ *   direct  otherwise: O_DIRECT reads where the file system allows them
+ *           ([io] direct = auto), the block cache for partial blocks.
+ * [io] direct = on or off overrides the read mode in every tier.
+ */
+enum bd_tier { BD_TIER_AUTO, BD_TIER_RAM, BD_TIER_PAGE, BD_TIER_DIRECT };
+
+/* "auto", "ram", "page", "direct". */
+const char *bd_tier_name(enum bd_tier t);
+
+/* How to read a dataset: what the configuration asks, and what the tier choice weighs. */
+typedef struct bd_read_policy {
+	enum bd_direct_mode direct; /* [io] direct */
+	enum bd_tier tier;       /* [memory] tier; BD_TIER_AUTO: chosen per dataset */
+	uint64_t cache_budget;   /* the decoded-block cache's bytes */
+	uint64_t memory;         /* bytes available to the daemon now (machine.h); 0: unknown */
+} bd_read_policy;
+
+/* The tier policy p picks for a dataset of raw decoded and stored bytes (never BD_TIER_AUTO). */
+enum bd_tier bd_tier_choose(const bd_read_policy *p, uint64_t raw, uint64_t stored);
+
 struct bd_dataset_disk;
 
 typedef struct bd_dataset {
@@ -59,6 +90,8 @@ typedef struct bd_dataset {
 	int *read_fd;            /* per shard: descriptor block reads use */
 	uint32_t *align;         /* per shard: O_DIRECT alignment, 0 = buffered */
 	bool direct;             /* every shard is read with O_DIRECT */
+	enum bd_tier tier;       /* where it is served from (never BD_TIER_AUTO) */
+	bool cache_all;          /* tier ram: every decoded block goes to the cache */
 	uint64_t top_prefix[BD_TOPK + 1]; /* sums of the k largest samples */
 	uint32_t topk;           /* min(samples, BD_TOPK) */
 	uint64_t samples_per_block;
@@ -83,12 +116,12 @@ typedef struct bd_dataset_stats {
 	uint64_t unused_bytes;   /* index and dictionary bytes of the unused ones */
 } bd_dataset_stats;
 
-enum bd_direct_mode { BD_DIRECT_AUTO, BD_DIRECT_ON, BD_DIRECT_OFF };
 
 /*
  * Resolve path against roots and return the dataset as it is on disk now:
- * a cached version when every shard is still the one it was loaded from,
- * else a version loaded now (which replaces the cached one for later
+ * a cached version when every shard is still the one it was loaded from
+ * (and rp asks what it asked then), else a version loaded now, its tier
+ * chosen by rp (which replaces the cached one for later
  * opens). On failure err holds a message naming the dataset and what was
  * wrong. @return 0; -EACCES (outside the roots, or leaving one); -ENOENT;
  * -EINVAL (not a file or directory, an entry of a directory that is not a
@@ -96,7 +129,7 @@ enum bd_direct_mode { BD_DIRECT_AUTO, BD_DIRECT_ON, BD_DIRECT_OFF };
  * many symlinks); -EBADMSG and friends from the pack reader; -ENOMEM.
  */
 int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
-		   enum bd_direct_mode direct, bd_dataset **ret, char *err, size_t errlen);
+		   const bd_read_policy *rp, bd_dataset **ret, char *err, size_t errlen);
 
 /*
  * Drop a reference. The last one frees the version unless it is current

@@ -70,13 +70,14 @@ typedef struct worker {
 /* Where t's block decompresses to, and its room. @return 0, or -ENOMEM with the job failed. */
 static int target(worker *w, bd_task *t, uint8_t **ret_out, size_t *ret_cap)
 {
-	if (t->direct_dst) {
-		*ret_out = t->job->pieces[t->first_piece].dst;
+	/* Into the cache first, when loading it: the batch then gets a copy. */
+	if (t->cache_load) {
+		*ret_out = bd_cache_data(t->centry);
 		*ret_cap = t->blk.raw_size;
 		return 0;
 	}
-	if (t->cache_load) {
-		*ret_out = bd_cache_data(t->centry);
+	if (t->direct_dst) {
+		*ret_out = t->job->pieces[t->first_piece].dst;
 		*ret_cap = t->blk.raw_size;
 		return 0;
 	}
@@ -133,7 +134,7 @@ static void decode_one(worker *w, bd_task *t)
 		decode_failed(p, t, sh, r, &pf);
 		return;
 	}
-	if (t->direct_dst)
+	if (t->direct_dst && !t->cache_load)
 		bd__stat_add(&p->stats.direct_decodes, 1);
 	else
 		copy_pieces(t, out);

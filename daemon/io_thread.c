@@ -246,8 +246,12 @@ static void read_claimed(io_worker *w)
 	bd_task *t;
 
 	while ((t = claim(w))) {
-		/* Only a block that does not tile the batch is worth caching. */
-		if (!t->direct_dst && !t->buf && !t->centry && t->blk.raw_size && lookup(w, t))
+		/*
+		 * Only a block that does not tile the batch is worth caching, unless
+		 * the whole dataset is kept decoded (the ram tier).
+		 */
+		if ((!t->direct_dst || t->dset->cache_all) && !t->buf && !t->centry &&
+		    t->blk.raw_size && lookup(w, t))
 			continue;
 		if (start_read(w, t) == -EBUSY)
 			break;

@@ -15,7 +15,11 @@
 
 #include "dataset.h"
 #include "log.h"
+#include "machine.h"
 #include "server_state.h"
+
+_Static_assert((int)BD_CFG_TIER_RAM == (int)BD_TIER_RAM && (int)BD_CFG_TIER_PAGE == (int)BD_TIER_PAGE &&
+	       (int)BD_CFG_TIER_DIRECT == (int)BD_TIER_DIRECT, "[memory] tier names the tiers in order");
 
 /* ---- refusals ----------------------------------------------------------------------- */
 
@@ -90,7 +94,7 @@ typedef struct open_work {
 	char *path;
 	char **roots;
 	size_t nroots;
-	enum bd_direct_mode direct;
+	bd_read_policy policy;
 	bd_dataset *d;
 	int r;
 	char err[BP_ERRMSG_MAX];
@@ -100,7 +104,9 @@ static void open_work_run(uv_work_t *w)
 {
 	open_work *ow = w->data;
 
-	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->path, ow->direct,
+	/* Read now, off the loop thread: the tier of a version loaded now weighs what is free now. */
+	ow->policy.memory = bd_machine_memory();
+	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->path, &ow->policy,
 			       &ow->d, ow->err, sizeof(ow->err));
 }
 
@@ -310,8 +316,13 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 	ow->m = *m;
 	ow->m.path = NULL;
 	ow->device = device;
-	ow->direct = cfg->direct == BD_CFG_DIRECT_ON ? BD_DIRECT_ON
-		     : cfg->direct == BD_CFG_DIRECT_OFF ? BD_DIRECT_OFF : BD_DIRECT_AUTO;
+	ow->policy = (bd_read_policy){
+		.direct = cfg->direct == BD_CFG_DIRECT_ON ? BD_DIRECT_ON
+			  : cfg->direct == BD_CFG_DIRECT_OFF ? BD_DIRECT_OFF : BD_DIRECT_AUTO,
+		/* The configuration's names are the tiers', in the same order. */
+		.tier = (enum bd_tier)cfg->tier,
+		.cache_budget = c->srv->cache_budget,
+	};
 	ow->path = strndup(m->path, m->path_len);
 	ow->roots = calloc(cfg->nroots + 1, sizeof(*ow->roots));
 	if (!ow->path || !ow->roots)

@@ -25,6 +25,7 @@
 #include "dataset.h"
 #include "http.h"
 #include "log.h"
+#include "machine.h"
 #include "server_state.h"
 #include "service.h"
 #include "util.h"
@@ -299,7 +300,7 @@ void bd__server_notify_status(bd_server *srv)
 			  " of %" PRIu64 " MiB", srv->nsessions, srv->nsessions == 1 ? "" : "s",
 			  srv->socket_path, bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
 			  srv->cuda.devices ? "available" : "unavailable", srv->budget_used >> 20,
-			  srv->cfg.memory_budget >> 20);
+			  srv->budget >> 20);
 }
 
 /* Two optional strings differ: one is set and the other not, or their text. */
@@ -308,11 +309,33 @@ static bool str_changed(const char *a, const char *b)
 	return (a || b) && (!a || !b || strcmp(a, b));
 }
 
+/*
+ * [memory] budget = auto: half of what the machine (or the daemon's cgroup)
+ * has available at start, at least 1 GiB where that much is available.
+ */
+static uint64_t machine_budget(void)
+{
+	const uint64_t floor = UINT64_C(1) << 30;
+	uint64_t mem = bd_machine_memory(), b = mem / 2;
+
+	if (!mem)
+		return floor; /* /proc unreadable: the old fixed default */
+	if (b < floor)
+		b = mem < floor ? mem : floor;
+	return b > BD_CONFIG_MIN_BUDGET ? b : BD_CONFIG_MIN_BUDGET;
+}
+
+/* The budget the configuration asks for now. */
+static uint64_t resolve_budget(const bd_server *srv)
+{
+	return srv->cfg.memory_budget ? srv->cfg.memory_budget : srv->auto_budget;
+}
+
 /* The memory sessions may stage in: the block cache keeps its start-time size until a restart. */
 static uint64_t session_budget(const bd_server *srv)
 {
-	return srv->cfg.memory_budget > srv->cache_budget
-	       ? srv->cfg.memory_budget - srv->cache_budget : 0;
+	return srv->budget > srv->cache_budget
+	       ? srv->budget - srv->cache_budget : 0;
 }
 
 /* What a reload cannot change without a restart: say so, keep the running value. */
@@ -390,6 +413,7 @@ static void reload(bd_server *srv)
 	reload_fixed(srv, &next);
 	bd_config_free(&srv->cfg);
 	srv->cfg = next;
+	srv->budget = resolve_budget(srv);
 	if (!srv->socket_activated)
 		socket_access(srv, srv->socket_path);
 	bd_log_set_level(srv->cfg.log_level);
@@ -400,7 +424,7 @@ static void reload(bd_server *srv)
 	srv->totals.reloads++;
 	bd_log(LOG_NOTICE, "configuration reloaded: %zu dataset root%s, memory budget %" PRIu64
 	       " MiB, log level %s", srv->cfg.nroots, srv->cfg.nroots == 1 ? "" : "s",
-	       srv->cfg.memory_budget >> 20, bd_config_log_level_name(srv->cfg.log_level));
+	       srv->budget >> 20, bd_config_log_level_name(srv->cfg.log_level));
 	bd_service_notify("READY=1");
 	bd__server_notify_status(srv);
 }
@@ -450,6 +474,27 @@ static int socket_path(const bd_server *srv, char *path, size_t len)
 	return 0;
 }
 
+/*
+ * The decoded-block cache: [memory] cache, or half the budget (auto), so a
+ * dataset whose decoded bytes fit is served from memory after its first
+ * epoch (the ram tier, dataset.h). At most the budget less the minimum,
+ * which sessions keep.
+ */
+static uint64_t cache_budget(const bd_server *srv)
+{
+	uint64_t want = srv->cfg.cache_size == BD_CONFIG_CACHE_AUTO ? srv->budget / 2
+							      : srv->cfg.cache_size;
+	uint64_t most = srv->budget - BD_CONFIG_MIN_BUDGET;
+
+	if (want > most) {
+		bd_log(LOG_WARNING, "[memory] cache = %" PRIu64 " MiB leaves sessions less than %"
+		       PRIu64 " MiB of the %" PRIu64 " MiB budget: the cache gets %" PRIu64 " MiB",
+		       want >> 20, BD_CONFIG_MIN_BUDGET >> 20, srv->budget >> 20, most >> 20);
+		want = most;
+	}
+	return want;
+}
+
 /* The I/O and decode threads and the block cache. @return 0 or -errno (logged). */
 static int start_pipeline(bd_server *srv)
 {
@@ -457,9 +502,7 @@ static int start_pipeline(bd_server *srv)
 	bd_pipeline_opts po;
 	int r;
 
-	/* Decoded blocks for partial-block batches: a quarter of the budget, at most 256 MiB. */
-	srv->cache_budget = cfg->memory_budget / 4 < (UINT64_C(256) << 20)
-			    ? cfg->memory_budget / 4 : (UINT64_C(256) << 20);
+	srv->cache_budget = cache_budget(srv);
 	po = (bd_pipeline_opts){
 		.engine = cfg->io_engine == BD_CFG_IO_URING ? BD_IO_URING
 			  : cfg->io_engine == BD_CFG_IO_PREAD ? BD_IO_PREAD : BD_IO_AUTO,
@@ -596,11 +639,13 @@ static void announce(bd_server *srv)
 	const bd_config *cfg = &srv->cfg;
 
 	bd_log(LOG_NOTICE, "listening on %s%s; I/O %s (%u thread%s, queue depth %u), %u decode "
-	       "threads, memory budget %" PRIu64 " MiB, %zu dataset root%s; CUDA: %s%s%s%s",
+	       "threads, memory budget %" PRIu64 " MiB%s (block cache %" PRIu64 " MiB), %zu dataset "
+	       "root%s; CUDA: %s%s%s%s",
 	       srv->socket_path, srv->socket_activated ? " (socket activation)" : "",
 	       bd_io_engine_name(bd_pipeline_engine(srv->pipeline)), cfg->io_threads,
 	       cfg->io_threads == 1 ? "" : "s", cfg->queue_depth, cfg->decode_threads,
-	       cfg->memory_budget >> 20, cfg->nroots, cfg->nroots == 1 ? "" : "s",
+	       srv->budget >> 20, cfg->memory_budget ? "" : " (auto: half the memory available)",
+	       srv->cache_budget >> 20, cfg->nroots, cfg->nroots == 1 ? "" : "s",
 	       srv->cuda.devices ? "available" : "unavailable, host sessions only: ",
 	       srv->cuda.devices ? "" : srv->cuda.reason,
 	       srv->http ? "; metrics on http://" : "", srv->http ? cfg->metrics_listen : "");
@@ -621,6 +666,8 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 	r = socket_path(srv, path, sizeof(path));
 	if (r < 0)
 		goto fail;
+	srv->auto_budget = machine_budget();
+	srv->budget = resolve_budget(srv);
 	r = start_pipeline(srv);
 	if (r < 0)
 		goto fail;

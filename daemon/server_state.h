@@ -148,6 +148,8 @@ struct bd_server {
 	uv_timer_t throttle;     /* reads throttled connections again ([limits] requests_per_uid) */
 	bd_pipeline *pipeline;
 	bd_session_env env;
+	uint64_t budget;         /* the memory budget in force: [memory] budget, or auto's */
+	uint64_t auto_budget;    /* what budget = auto means: fixed at start */
 	uint64_t cache_budget;
 	client *clients;
 	unsigned nclients;

@@ -1041,6 +1041,11 @@ const char *bd_session_dataset(const bd_session *s)
 	return s->dset->name;
 }
 
+const char *bd_session_tier(const bd_session *s)
+{
+	return bd_tier_name(s->dset->tier);
+}
+
 /* The client's last word on its waits, as far as it is possible. */
 static void fold_client(bd_session *s)
 {

@@ -116,6 +116,8 @@ bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns);
 
 uint64_t bd_session_id(const bd_session *s);
 const char *bd_session_dataset(const bd_session *s);
+/* Where its dataset version is served from: "ram", "page" or "direct" (dataset.h). */
+const char *bd_session_tier(const bd_session *s);
 
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;

@@ -90,9 +90,10 @@ static void status_daemon(bd_text *t, bd_server *srv)
 		       BATCHD_VERSION, (double)(bd_now_ns() - srv->started_ns) / 1e9, (int)getpid());
 	bd_text_printf(t, "\"socket\": ");
 	json_str(t, srv->socket_path);
-	bd_text_printf(t, ", \"io_engine\": \"%s\", \"io_setup_flags\": %u, \"direct\": \"%s\", ",
-		       bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
-		       bd_pipeline_setup_flags(srv->pipeline), bd_config_direct_name(srv->cfg.direct));
+	bd_text_printf(t, ", \"io_engine\": \"%s\", \"io_setup_flags\": %u, \"direct\": \"%s\", "
+		       "\"tier\": \"%s\", ", bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
+		       bd_pipeline_setup_flags(srv->pipeline), bd_config_direct_name(srv->cfg.direct),
+		       bd_config_tier_name(srv->cfg.tier));
 }
 
 /* The "cuda" object: what the probe found, the GPU sessions, each device. */
@@ -127,7 +128,7 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 {
 	bd_text_printf(t, "\"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
 		       ", \"sessions\": %" PRIu64 ", \"lingering\": %" PRIu64 ", \"cache\": %" PRIu64
-		       "}, ", srv->cfg.memory_budget, srv->budget_used + ps->cache_bytes,
+		       "}, ", srv->budget, srv->budget_used + ps->cache_bytes,
 		       srv->budget_used, bd_linger_bytes(bd_pipeline_linger(srv->pipeline)),
 		       ps->cache_bytes);
 	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, ",
@@ -182,6 +183,7 @@ static void status_session(bd_text *t, const entry *e)
 	bd_session_get_info(e->s, &si);
 	bd_text_printf(t, "{\"id\": %" PRIu64 ", \"dataset\": ", si.id);
 	json_str(t, bd_session_dataset(e->s));
+	bd_text_printf(t, ", \"tier\": \"%s\"", bd_session_tier(e->s));
 	bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
 		       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
@@ -365,7 +367,7 @@ static void metrics_cache(bd_text *t, bd_server *srv, const bd_pipeline_stats *p
 	gauge(t, "batchd_cache_bytes", "Bytes of decoded blocks cached.", ps->cache_bytes);
 	gauge(t, "batchd_cache_budget_bytes", "Most bytes the block cache may hold.", ps->cache_budget);
 	gauge(t, "batchd_memory_budget_bytes", "The memory budget (staging and cache).",
-	      srv->cfg.memory_budget);
+	      srv->budget);
 	gauge(t, "batchd_memory_used_bytes", "Memory of the budget in use (staging and cache).",
 	      srv->budget_used + ps->cache_bytes);
 	gauge(t, "batchd_memory_lingering_bytes",

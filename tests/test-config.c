@@ -70,6 +70,8 @@ static void assert_scalars_eq(const bd_config *a, const bd_config *b)
 {
 	ck_assert_int_eq(a->log_level, b->log_level);
 	ck_assert_uint_eq(a->memory_budget, b->memory_budget);
+	ck_assert_uint_eq(a->cache_size, b->cache_size);
+	ck_assert_int_eq(a->tier, b->tier);
 	ck_assert_int_eq(a->io_engine, b->io_engine);
 	ck_assert_int_eq(a->direct, b->direct);
 	ck_assert_uint_eq(a->queue_depth, b->queue_depth);
@@ -137,7 +139,7 @@ static void assert_marked(const bd_config *c)
 	ck_assert_str_eq(c->socket, "/tmp/mark.sock");
 	assert_roots(c, roots, 1);
 	ck_assert_uint_eq(c->queue_depth, 7);
-	ck_assert_uint_eq(c->memory_budget, UINT64_C(1) << 30);
+	ck_assert_uint_eq(c->memory_budget, 0);   /* auto */
 }
 
 /* "/" followed by 'a's: a path of exactly n bytes. */
@@ -211,7 +213,9 @@ START_TEST(test_init_defaults)
 	ck_assert_int_eq(c.log_level, LOG_INFO);
 	ck_assert_ptr_null(c.roots);
 	ck_assert_uint_eq(c.nroots, 0);
-	ck_assert_uint_eq(c.memory_budget, UINT64_C(1) << 30);
+	ck_assert_uint_eq(c.memory_budget, 0);    /* auto: resolved by the daemon at start */
+	ck_assert_uint_eq(c.cache_size, BD_CONFIG_CACHE_AUTO);
+	ck_assert_int_eq(c.tier, BD_CFG_TIER_AUTO);
 	ck_assert_int_eq(c.io_engine, BD_CFG_IO_AUTO);
 	ck_assert_int_eq(c.direct, BD_CFG_DIRECT_AUTO);
 	ck_assert_uint_eq(c.queue_depth, 64);
@@ -274,6 +278,8 @@ START_TEST(test_full_valid_file)
 		"root = /data/b\n"
 		"[memory]\n"
 		"budget = 3G\n"
+		"cache = 512M\n"
+		"tier = page\n"
 		"[io]\n"
 		"engine = pread\n"
 		"direct = off\n"
@@ -306,6 +312,8 @@ START_TEST(test_full_valid_file)
 	ck_assert_int_eq(c.log_level, LOG_DEBUG);
 	assert_roots(&c, roots, 2);
 	ck_assert_uint_eq(c.memory_budget, UINT64_C(3) << 30);
+	ck_assert_uint_eq(c.cache_size, UINT64_C(512) << 20);
+	ck_assert_int_eq(c.tier, BD_CFG_TIER_PAGE);
 	ck_assert_int_eq(c.io_engine, BD_CFG_IO_PREAD);
 	ck_assert_int_eq(c.direct, BD_CFG_DIRECT_OFF);
 	ck_assert_uint_eq(c.queue_depth, 4096);
@@ -365,9 +373,10 @@ START_TEST(test_sizes_and_bounds)
 		{ "[memory]\nbudget = 16777216\n", UINT64_C(16) << 20, 64, 0 },
 		{ "[memory]\nbudget = 1.5GiB\n", UINT64_C(3) << 29, 64, 0 },
 		{ "[memory]\nbudget = 2T\n", UINT64_C(2) << 40, 64, 0 },
-		{ "[io]\nqueue_depth = 1\n", UINT64_C(1) << 30, 1, 0 },
-		{ "[io]\nqueue_depth = 0064\n", UINT64_C(1) << 30, 64, 0 },
-		{ "[decode]\nthreads = 1\n", UINT64_C(1) << 30, 64, 1 },
+		{ "[memory]\nbudget = auto\n", 0, 64, 0 },
+		{ "[io]\nqueue_depth = 1\n", 0, 1, 0 },
+		{ "[io]\nqueue_depth = 0064\n", 0, 64, 0 },
+		{ "[decode]\nthreads = 1\n", 0, 64, 1 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -488,6 +497,8 @@ static const struct bad_case {
 	{ "[memory]\nbudget = 1GG\n", 2, "[memory] budget: '1GG' is not a size" },
 	{ "[memory]\nbudget =\n", 2, "[memory] budget: '' is not a size" },
 	{ "[memory]\nbudget = 8M\n", 2, "[memory] budget: '8M' is below the minimum of 16M" },
+	{ "[memory]\ncache = lots\n", 2, "[memory] cache: 'lots' is not a size" },
+	{ "[memory]\ntier = fast\n", 2, "[memory] tier: 'fast' is not one of auto, ram, page, direct" },
 	{ "[memory]\nbudget = 16777215\n", 2, "[memory] budget: '16777215' is below the minimum of 16M" },
 	{ "[memory]\nbudget = 99999999999999999999\n", 2, "[memory] budget: '99999999999999999999' is too large" },
 	{ "[memory]\nbudget = 17179869184T\n", 2, "[memory] budget: '17179869184T' is too large" },
@@ -543,7 +554,7 @@ static const struct bad_case unknown_cases[] = {
 	{ "[io] extra\n", 1, "text after ']' in a section header" },
 	{ "[io]\nengine = auto\ndepth = 3\n", 3, "unknown key 'depth' in [io] (known: engine, direct, queue_depth, session_blocks, threads)" },
 	{ "[io]\nEngine = auto\n", 2, "unknown key 'Engine' in [io]" },
-	{ "[memory]\nbudget_mb = 3\n", 2, "unknown key 'budget_mb' in [memory] (known: budget)" },
+	{ "[memory]\nbudget_mb = 3\n", 2, "unknown key 'budget_mb' in [memory] (known: budget, cache, tier)" },
 	{ "[datasets]\nroots = /a\n", 2, "unknown key 'roots' in [datasets] (known: root)" },
 	{ "[io]\n= 3\n", 2, "unknown key '' in [io]" },
 	{ "engine = auto\n[io]\n", 1, "'engine' is outside any section" },

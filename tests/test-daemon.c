@@ -695,7 +695,7 @@ static bool back_to_baseline(const char *json, void *arg)
 	struct idle_ctx *ic = arg;
 
 	ic->sessions = dt_json_sessions(json);
-	return dt_json_u64(json, "\"memory\": {", "used", &ic->used) && ic->sessions == 0 &&
+	return dt_json_u64(json, "\"memory\": {", "sessions", &ic->used) && ic->sessions == 0 &&
 	       ic->used == ic->used0;
 }
 
@@ -713,7 +713,7 @@ START_TEST(test_client_death)
 	pid_t pid;
 
 	json = dt_status_ok();
-	ck_assert(dt_json_u64(json, "\"memory\": {", "used", &ic.used0));
+	ck_assert(dt_json_u64(json, "\"memory\": {", "sessions", &ic.used0));
 	ck_assert_uint_eq(dt_json_sessions(json), 0);
 	free(json);
 
@@ -753,7 +753,7 @@ START_TEST(test_client_death)
 	close(up[0]);
 
 	json = dt_status_ok();
-	expect(dt_json_sessions(json) == 1 && dt_json_u64(json, "\"memory\": {", "used", &used) &&
+	expect(dt_json_sessions(json) == 1 && dt_json_u64(json, "\"memory\": {", "sessions", &used) &&
 	       used > ic.used0, "while the child streams: %s", json);
 	free(json);
 	if (_i == 1)
@@ -768,7 +768,7 @@ START_TEST(test_client_death)
 		ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child status %d", st);
 
 	expect(dt_wait_status(D.sock, back_to_baseline, &ic, TRIES),
-	       "after the client died: %zu sessions, %" PRIu64 " bytes used (baseline %" PRIu64 ")",
+	       "after the client died: %zu sessions, %" PRIu64 " bytes of session memory (baseline %" PRIu64 ")",
 	       ic.sessions, ic.used, ic.used0);
 
 	/* And the daemon serves the next client as usual. */

@@ -418,15 +418,23 @@ static size_t deleted_fds(void)
 	return n;
 }
 
-static bd_dataset *get_ok(const char *path)
+static bd_dataset *get_policy_ok(const char *path, const bd_read_policy *rp)
 {
 	const char *roots[] = { g_root };
 	bd_dataset *d = NULL;
 	char err[512];
-	int r = bd_dataset_get(roots, 1, path, BD_DIRECT_OFF, &d, err, sizeof(err));
+	int r = bd_dataset_get(roots, 1, path, rp, &d, err, sizeof(err));
 
 	ck_assert_msg(r == 0, "bd_dataset_get %s: %d: %s", path, r, err);
 	return d;
+}
+
+/* Buffered, no cache, memory unknown: the direct tier read without O_DIRECT. */
+static bd_dataset *get_ok(const char *path)
+{
+	const bd_read_policy rp = { .direct = BD_DIRECT_OFF, .tier = BD_TIER_AUTO };
+
+	return get_policy_ok(path, &rp);
 }
 
 /* Reopening what did not change is the cached version; a replaced one is not. */
@@ -511,6 +519,74 @@ START_TEST(test_unused_bound)
 }
 END_TEST
 
+/* ---- tiers ---------------------------------------------------------------------------- */
+
+/* The choice alone, at its edges. */
+START_TEST(test_tier_choose)
+{
+	const uint64_t MiB = UINT64_C(1) << 20;
+	bd_read_policy p = { .tier = BD_TIER_AUTO, .cache_budget = 100 * MiB, .memory = 1000 * MiB };
+
+	/* Decoded bytes that fit the cache: ram, however large the stored form. */
+	ck_assert_int_eq(bd_tier_choose(&p, 100 * MiB, 900 * MiB), BD_TIER_RAM);
+	/* Stored bytes in half the memory: page; one byte more: direct. */
+	ck_assert_int_eq(bd_tier_choose(&p, 100 * MiB + 1, 500 * MiB), BD_TIER_PAGE);
+	ck_assert_int_eq(bd_tier_choose(&p, 100 * MiB + 1, 500 * MiB + 1), BD_TIER_DIRECT);
+	/* No cache, memory unknown: direct. */
+	p.cache_budget = 0;
+	p.memory = 0;
+	ck_assert_int_eq(bd_tier_choose(&p, 1, 1), BD_TIER_DIRECT);
+	/* Forced, whatever the sizes. */
+	p.tier = BD_TIER_PAGE;
+	ck_assert_int_eq(bd_tier_choose(&p, UINT64_MAX, UINT64_MAX), BD_TIER_PAGE);
+	p.tier = BD_TIER_RAM;
+	ck_assert_int_eq(bd_tier_choose(&p, UINT64_MAX, UINT64_MAX), BD_TIER_RAM);
+	ck_assert_str_eq(bd_tier_name(BD_TIER_RAM), "ram");
+	ck_assert_str_eq(bd_tier_name(BD_TIER_PAGE), "page");
+	ck_assert_str_eq(bd_tier_name(BD_TIER_DIRECT), "direct");
+}
+END_TEST
+
+/* Each loaded version gets its tier, and the reads and caching that go with it. */
+START_TEST(test_tier_loaded)
+{
+	bd_read_policy rp = { .direct = BD_DIRECT_AUTO, .tier = BD_TIER_AUTO,
+			      .cache_budget = UINT64_C(1) << 20, .memory = UINT64_C(1) << 30 };
+	bd_dataset *ram, *page, *forced, *again;
+
+	write_pack("packs/t.bpk", 10, 9);
+	ram = get_policy_ok("packs/t.bpk", &rp);
+	ck_assert_int_eq(ram->tier, BD_TIER_RAM);
+	ck_assert(ram->cache_all);
+	ck_assert(!ram->direct);       /* buffered: the cache keeps it decoded */
+	/* The same request again: the cached version, tier and all. */
+	again = get_policy_ok("packs/t.bpk", &rp);
+	ck_assert_ptr_eq(again, ram);
+	bd_dataset_put(again);
+
+	/* Another tier asked for: another version, so a reload changes what new sessions get. */
+	rp.tier = BD_TIER_PAGE;
+	forced = get_policy_ok("packs/t.bpk", &rp);
+	ck_assert_ptr_ne(forced, ram);
+	ck_assert_int_eq(forced->tier, BD_TIER_PAGE);
+	ck_assert(!forced->cache_all);
+	ck_assert(!forced->direct);
+
+	/* No cache, and room in memory: page, buffered. */
+	rp.tier = BD_TIER_AUTO;
+	rp.cache_budget = 0;
+	write_pack("packs/p.bpk", 10, 10);
+	page = get_policy_ok("packs/p.bpk", &rp);
+	ck_assert_int_eq(page->tier, BD_TIER_PAGE);
+	ck_assert(!page->cache_all);
+	ck_assert(!page->direct);
+	bd_dataset_put(ram);
+	bd_dataset_put(forced);
+	bd_dataset_put(page);
+	bd_dataset_cache_clear();
+}
+END_TEST
+
 /* ---- the suite --------------------------------------------------------------------- */
 
 static Suite *dataset_suite(void)
@@ -526,6 +602,10 @@ static Suite *dataset_suite(void)
 	tc = tcase_create("cache");
 	tcase_add_test(tc, test_versions);
 	tcase_add_test(tc, test_unused_bound);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("tiers");
+	tcase_add_test(tc, test_tier_choose);
+	tcase_add_test(tc, test_tier_loaded);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -46,6 +46,7 @@ static bool same_config(const bd_config *a, const bd_config *b)
 		if (strcmp(a->roots[i], b->roots[i]))
 			return false;
 	return a->log_level == b->log_level && a->memory_budget == b->memory_budget &&
+	       a->cache_size == b->cache_size && a->tier == b->tier &&
 	       a->io_engine == b->io_engine && a->direct == b->direct &&
 	       a->queue_depth == b->queue_depth && a->io_threads == b->io_threads &&
 	       a->decode_threads == b->decode_threads && a->prefetch == b->prefetch &&
@@ -79,7 +80,9 @@ static void check_root(const char *r)
 static void check_valid(const bd_config *c)
 {
 	require(c->log_level >= 3 && c->log_level <= 7, "log_level is err..debug", NULL);
-	require(c->memory_budget >= BD_CONFIG_MIN_BUDGET, "budget >= 16M", NULL);
+	require(c->memory_budget == 0 || c->memory_budget >= BD_CONFIG_MIN_BUDGET,
+		"budget auto (0) or >= 16M", NULL);
+	require((unsigned)c->tier <= BD_CFG_TIER_DIRECT, "tier in enum", NULL);
 	require((unsigned)c->io_engine <= BD_CFG_IO_PREAD, "engine in enum", NULL);
 	require((unsigned)c->direct <= BD_CFG_DIRECT_OFF, "direct in enum", NULL);
 	require(c->queue_depth >= 1 && c->queue_depth <= BD_CONFIG_MAX_QD, "queue_depth in range", NULL);

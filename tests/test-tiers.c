@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test-tiers.c - where a real batchd serves a dataset from after its first
+ * epoch ([memory] tier, dataset.h): with the defaults a dataset whose
+ * decoded bytes fit the cache is in the ram tier, and a second epoch reads
+ * and decodes nothing (the pipeline's blocks_read and blocks_decoded do
+ * not move) while every sample still equals the pack's; forced page, or no
+ * cache, decodes every epoch again; status names the tier of each session
+ * and the daemon's setting. Blocks that tile a batch (no shuffle over
+ * one-sample blocks) are cached too in the ram tier.
+ *
+ * BATCHD and BATCHD_PACK name the binaries (meson sets them).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+#include <json-c/json.h>
+
+#include "daemon-testlib.h"
+
+static dt_daemon D;
+static char CONF[256];
+
+#define expect dt_expect
+
+static void conf_start(const char *extra)
+{
+	FILE *f;
+
+	dt_setup_dir();
+	snprintf(CONF, sizeof(CONF), "%s/batchd.conf", D.dir);
+	f = fopen(CONF, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[daemon]\nsocket = %s\nlog_level = info\n[datasets]\nroot = %s\n%s", D.sock,
+		D.root, extra);
+	fclose(f);
+	D.config = CONF;
+	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not start");
+}
+
+/* The defaults: budget and cache auto, tier auto. */
+static void setup_auto(void)
+{
+	conf_start("");
+}
+
+static void setup_page(void)
+{
+	conf_start("[memory]\ntier = page\n");
+}
+
+static void setup_no_cache(void)
+{
+	conf_start("[memory]\ncache = 0\n");
+}
+
+/* Empty samples are blocks with nothing to read or decode: decoded bytes count, not blocks. */
+typedef struct counts {
+	uint64_t read, decoded, hits;
+} counts;
+
+static counts pipeline_counts(void)
+{
+	json_object *st = dt_status_json_ok();
+	counts c = { dt_ju64(st, "pipeline.blocks_read"), dt_ju64(st, "pipeline.raw_bytes"),
+		     dt_ju64(st, "cache.hits") };
+
+	json_object_put(st);
+	return c;
+}
+
+/* The session's "tier" in the status, and the daemon's "tier" setting, into buffers. */
+static void tiers(char *session, char *daemon, size_t len)
+{
+	json_object *st = dt_status_json_ok(), *sessions, *v;
+
+	ck_assert(json_object_object_get_ex(st, "sessions", &sessions));
+	ck_assert_int_eq(json_object_array_length(sessions), 1);
+	ck_assert(json_object_object_get_ex(json_object_array_get_idx(sessions, 0), "tier", &v));
+	snprintf(session, len, "%s", json_object_get_string(v));
+	ck_assert(json_object_object_get_ex(st, "tier", &v));
+	snprintf(daemon, len, "%s", json_object_get_string(v));
+	json_object_put(st);
+}
+
+/*
+ * Two epochs of dataset name, every sample checked; the counts after the
+ * first and after the second, and the tiers status showed meanwhile.
+ */
+static void two_epochs(const char *name, enum bc_shuffle mode, counts *first, counts *second,
+		       char *tier, char *setting, size_t len, uint64_t *raw_bytes)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream_opts o;
+	bc_stream *s;
+	dt_run run = { 0 };
+	dt_ref ref;
+	const size_t per_epoch = DSET_SAMPLES / 50;
+
+	dt_ref_ok(&ref, name);
+	*raw_bytes = bp_dataset_raw_bytes(ref.ds);
+	dt_opts(&o, name, 50, mode, 11);
+	s = dt_open_ok(c, &o);
+	dt_consume_ok(s, &ref, per_epoch, 0, &run, "epoch 1");
+	tiers(tier, setting, len);
+	/* The pipeline reads ahead into the next epoch (its prefetch): let it settle. */
+	dt_sleep_ms(200);
+	*first = pipeline_counts();
+	dt_consume_ok(s, &ref, per_epoch, 0, &run, "epoch 2");
+	*second = pipeline_counts();
+	expect(run.batches == 2 * per_epoch && run.nids == 2 * DSET_SAMPLES && run.epoch_ends == 1,
+	       "%zu batches, %zu samples and %zu epoch ends delivered over two epochs",
+	       run.batches, run.nids, run.epoch_ends);
+	ck_assert_int_eq(bc_close(s), 0);
+	bc_disconnect(c);
+	dt_run_free(&run);
+	dt_ref_close(&ref);
+}
+
+START_TEST(test_ram_second_epoch_free)
+{
+	/* Global shuffle over 16 KiB blocks, and no shuffle over blocks a batch takes whole. */
+	static const struct {
+		const char *name;
+		enum bc_shuffle mode;
+	} cases[] = { { DSET_BLK, BC_SHUFFLE_GLOBAL }, { DSET_ONE, BC_SHUFFLE_NONE } };
+	char tier[32], setting[32];
+	uint64_t raw;
+	counts a, b;
+
+	two_epochs(cases[_i].name, cases[_i].mode, &a, &b, tier, setting, sizeof(tier), &raw);
+	ck_assert_str_eq(setting, "auto");
+	expect(!strcmp(tier, "ram"), "a 1000-sample dataset is in the %s tier by default", tier);
+	expect(a.read > 0 && a.decoded > 0, "the first epoch read %" PRIu64 " blocks and decoded %"
+	       PRIu64 " bytes", a.read, a.decoded);
+	expect(b.read == a.read && b.decoded == a.decoded,
+	       "the second epoch read %" PRIu64 " blocks and decoded %" PRIu64 " bytes in the ram "
+	       "tier", b.read - a.read, b.decoded - a.decoded);
+	expect(b.hits > a.hits, "the second epoch was not served from the cache");
+}
+END_TEST
+
+/* Forced page tier, or no cache: the second epoch decodes again (and is still right). */
+static void decodes_again(const char *want_tier, const char *want_setting)
+{
+	char tier[32], setting[32];
+	uint64_t raw;
+	counts a, b;
+
+	two_epochs(DSET_ONE, BC_SHUFFLE_NONE, &a, &b, tier, setting, sizeof(tier), &raw);
+	ck_assert_str_eq(setting, want_setting);
+	expect(!strcmp(tier, want_tier), "the session is in the %s tier, not %s", tier, want_tier);
+	/* Both counts include the same read-ahead: at least half an epoch apart, surely. */
+	expect(b.decoded >= a.decoded + raw / 2,
+	       "the second epoch decoded %" PRIu64 " bytes of %" PRIu64, b.decoded - a.decoded, raw);
+}
+
+START_TEST(test_page_forced)
+{
+	decodes_again("page", "page");
+}
+END_TEST
+
+START_TEST(test_no_cache)
+{
+	decodes_again("page", "auto");
+}
+END_TEST
+
+static Suite *tiers_suite(void)
+{
+	Suite *s = suite_create("tiers");
+	TCase *tc = dt_tcase(s, "ram", setup_auto);
+
+	tcase_add_loop_test(tc, test_ram_second_epoch_free, 0, 2);
+	tcase_add_test(dt_tcase(s, "page", setup_page), test_page_forced);
+	tcase_add_test(dt_tcase(s, "no_cache", setup_no_cache), test_no_cache);
+	return s;
+}
+
+int main(void)
+{
+	return dt_check_main(&D, tiers_suite);
+}
