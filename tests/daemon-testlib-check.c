@@ -57,6 +57,23 @@ void dt_setup_dir(void)
 	ck_assert_int_eq(dt_daemon_init(dt_suite_daemon), 0);
 }
 
+void dt_conf_start(const char *extra)
+{
+	dt_daemon *d = dt_suite_daemon;
+	static char conf[sizeof(d->dir) + 16];
+	FILE *f;
+
+	dt_setup_dir();
+	snprintf(conf, sizeof(conf), "%s/batchd.conf", d->dir);
+	f = fopen(conf, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[daemon]\nsocket = %s\nlog_level = info\n[datasets]\nroot = %s\n%s", d->sock,
+		d->root, extra);
+	fclose(f);
+	d->config = conf;
+	ck_assert_msg(dt_daemon_start(d) == 0, "batchd did not start");
+}
+
 void dt_teardown(void)
 {
 	if (dt_suite_daemon->pid)

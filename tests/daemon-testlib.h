@@ -274,6 +274,12 @@ int dt_check_main(dt_daemon *d, Suite *(*make)(void));
 TCase *dt_tcase(Suite *s, const char *name, void (*setup)(void));
 /* Fixture: make the daemon's directory tree (it is not started). */
 void dt_setup_dir(void);
+/*
+ * Fixture step: make the daemon's tree, write its -c FILE (dir/batchd.conf:
+ * its socket, log level info, its root, then extra, more sections) and
+ * start it, failing the test when it does not.
+ */
+void dt_conf_start(const char *extra);
 /* Fixture: stop the daemon, failing unless it exits 0 at SIGTERM; remove its tree. */
 void dt_teardown(void);
 

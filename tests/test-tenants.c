@@ -32,7 +32,6 @@
 #include "session.h"
 
 static dt_daemon D;
-static char CONF[256];
 
 #define expect dt_expect
 
@@ -43,29 +42,14 @@ static char CONF[256];
 
 /* ---- fixtures --------------------------------------------------------------- */
 
-static void conf_start(const char *extra)
-{
-	FILE *f;
-
-	dt_setup_dir();
-	snprintf(CONF, sizeof(CONF), "%s/batchd.conf", D.dir);
-	f = fopen(CONF, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, "[daemon]\nsocket = %s\nlog_level = info\n[datasets]\nroot = %s\n%s", D.sock,
-		D.root, extra);
-	fclose(f);
-	D.config = CONF;
-	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not start");
-}
-
 static void setup_limited(void)
 {
-	conf_start("[memory]\nbudget = 1G\n[limits]\nmemory_per_uid = 16M\n");
+	dt_conf_start("[memory]\nbudget = 1G\n[limits]\nmemory_per_uid = 16M\n");
 }
 
 static void setup(void)
 {
-	conf_start("[memory]\nbudget = 2G\n");
+	dt_conf_start("[memory]\nbudget = 2G\n");
 }
 
 /* A pack of TINY_SAMPLES 16-byte samples, one per block, in the daemon's root. */
@@ -75,7 +59,7 @@ static void setup_tiny(void)
 	pt_samples s;
 	int fd;
 
-	conf_start("[memory]\nbudget = 2G\n");
+	dt_conf_start("[memory]\nbudget = 2G\n");
 	pt_samples_make(&s, TINY_SAMPLES, 16, 16, PT_TEXT, 7);
 	fd = open(dt_root_path(&D, TINY, path, sizeof(path)), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
 		  0644);

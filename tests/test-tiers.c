@@ -22,39 +22,23 @@
 #include "daemon-testlib.h"
 
 static dt_daemon D;
-static char CONF[256];
 
 #define expect dt_expect
-
-static void conf_start(const char *extra)
-{
-	FILE *f;
-
-	dt_setup_dir();
-	snprintf(CONF, sizeof(CONF), "%s/batchd.conf", D.dir);
-	f = fopen(CONF, "w");
-	ck_assert_ptr_nonnull(f);
-	fprintf(f, "[daemon]\nsocket = %s\nlog_level = info\n[datasets]\nroot = %s\n%s", D.sock,
-		D.root, extra);
-	fclose(f);
-	D.config = CONF;
-	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not start");
-}
 
 /* The defaults: budget and cache auto, tier auto. */
 static void setup_auto(void)
 {
-	conf_start("");
+	dt_conf_start("");
 }
 
 static void setup_page(void)
 {
-	conf_start("[memory]\ntier = page\n");
+	dt_conf_start("[memory]\ntier = page\n");
 }
 
 static void setup_no_cache(void)
 {
-	conf_start("[memory]\ncache = 0\n");
+	dt_conf_start("[memory]\ncache = 0\n");
 }
 
 /* Empty samples are blocks with nothing to read or decode: decoded bytes count, not blocks. */
