@@ -24,6 +24,7 @@
 
 #include "dataset.h"
 #include "dataset_priv.h"
+#include "protocol.h"
 #include "io.h"
 #include "fault.h"
 #include "log.h"
@@ -331,6 +332,19 @@ static enum bd_direct_mode choose_reads(bd_dataset *d, const bd_read_policy *rp)
 	if (rp->direct != BD_DIRECT_AUTO)
 		return rp->direct;
 	return d->tier == BD_TIER_DIRECT ? BD_DIRECT_AUTO : BD_DIRECT_OFF;
+}
+
+double bd_dataset_amplification(const bd_dataset *d, int shuffle, uint64_t cache)
+{
+	uint64_t raw = bp_dataset_raw_bytes(d->ds), blocks = bp_dataset_blocks(d->ds);
+	double per_block, kept, amp;
+
+	if (shuffle != BP_SHUFFLE_GLOBAL || d->tier == BD_TIER_RAM || !raw || !blocks)
+		return 1.0;
+	per_block = (double)bp_dataset_samples(d->ds) / (double)blocks;
+	kept = cache >= raw ? 1.0 : (double)cache / (double)raw;
+	amp = per_block * (1.0 - kept);
+	return amp > 1.0 ? amp : 1.0;
 }
 
 static void dataset_free(bd_dataset *d)

@@ -137,6 +137,15 @@ int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
  */
 void bd_dataset_put(bd_dataset *d);
 
+/*
+ * Decoded bytes per delivered byte a session reading d in shuffle mode
+ * (enum bp_shuffle) should expect with a block cache of cache bytes:
+ * global shuffle decodes a whole block for each sample the cache does not
+ * hold, so samples per block x the share of the decoded dataset the cache
+ * cannot keep; 1 for the other modes, the ram tier and one-sample blocks.
+ */
+double bd_dataset_amplification(const bd_dataset *d, int shuffle, uint64_t cache);
+
 /* Upper bound on the payload bytes of any batch of n samples. */
 uint64_t bd_dataset_batch_bound(const bd_dataset *d, uint32_t n);
 

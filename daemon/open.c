@@ -188,6 +188,26 @@ static int send_ready(client *c, entry *e, bd_session *s, bp_msg_ready *ready)
 	return 0;
 }
 
+/*
+ * Global shuffle over blocks of many samples that the cache cannot hold
+ * decodes far more than it delivers: say so at open, with what to change.
+ */
+static void warn_amplification(const open_work *ow, entry *e)
+{
+	uint64_t cache = ow->c->srv->cache_budget, raw = bp_dataset_raw_bytes(ow->d->ds);
+
+	e->amplification = bd_dataset_amplification(ow->d, ow->m.shuffle, cache);
+	if (e->amplification < 2.0)
+		return;
+	bd_log(LOG_NOTICE, "session %" PRIu64 ": global shuffle over %s, blocks of %.0f samples, "
+	       "%" PRIu64 " MiB decoded against a %" PRIu64 " MiB block cache: about %.1fx the "
+	       "delivered bytes will be decoded; repack with batchd-pack create --block-size 0 (one "
+	       "sample per block), raise [memory] cache above %" PRIu64 " MiB, or use shuffle=block",
+	       bd_session_id(e->s), ow->path,
+	       (double)bp_dataset_samples(ow->d->ds) / (double)bp_dataset_blocks(ow->d->ds),
+	       raw >> 20, cache >> 20, e->amplification, raw >> 20);
+}
+
 static void log_opened(const open_work *ow, const bp_msg_ready *ready)
 {
 	const client *c = ow->c;
@@ -235,6 +255,7 @@ static void open_session(open_work *ow)
 	if (send_ready(c, e, s, &ready) < 0)
 		return;
 	log_opened(ow, &ready);
+	warn_amplification(ow, e);
 	bd_session_start(s);
 	bd__server_notify_status(srv);
 }

@@ -36,6 +36,7 @@ struct entry {
 	client *c;               /* NULL once its client is gone */
 	uid_t uid;               /* of the client that opened it (kept after it left) */
 	pid_t pid;
+	double amplification;    /* decoded / delivered bytes to expect (bd_dataset_amplification) */
 	entry *next;
 };
 

@@ -183,7 +183,8 @@ static void status_session(bd_text *t, const entry *e)
 	bd_session_get_info(e->s, &si);
 	bd_text_printf(t, "{\"id\": %" PRIu64 ", \"dataset\": ", si.id);
 	json_str(t, bd_session_dataset(e->s));
-	bd_text_printf(t, ", \"tier\": \"%s\"", bd_session_tier(e->s));
+	bd_text_printf(t, ", \"tier\": \"%s\", \"decode_amplification\": %.2f",
+		       bd_session_tier(e->s), e->amplification);
 	bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
 		       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
@@ -354,6 +355,11 @@ static void metrics_pipeline(bd_text *t, bd_server *srv, const bd_totals *sum,
 	counter(t, "batchd_decode_raw_bytes_total", "Raw bytes decompressed.", ps->raw_bytes);
 	counter(t, "batchd_decode_direct_total", "Blocks decompressed straight into a batch.",
 		ps->direct_decodes);
+	/* 1 is the floor: each byte delivered decoded once; the ram tier's later epochs go below. */
+	bd_prom_head(t, "batchd_decode_amplification", "gauge",
+		     "Raw bytes decompressed per payload byte delivered, since start (all users).");
+	bd_prom_f64(t, "batchd_decode_amplification", NULL,
+		    sum->bytes ? (double)ps->raw_bytes / (double)sum->bytes : 0.0);
 }
 
 /* The block cache and the memory budget it shares with staging. */

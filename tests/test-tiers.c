@@ -7,7 +7,10 @@
  * not move) while every sample still equals the pack's; forced page, or no
  * cache, decodes every epoch again; status names the tier of each session
  * and the daemon's setting. Blocks that tile a batch (no shuffle over
- * one-sample blocks) are cached too in the ram tier.
+ * one-sample blocks) are cached too in the ram tier. Global shuffle over
+ * multi-sample blocks that no cache keeps is said at open (log and status:
+ * samples per block times, with the block size to repack with) and shows
+ * in batchd_decode_amplification; in the ram tier it is not.
  *
  * BATCHD and BATCHD_PACK name the binaries (meson sets them).
  */
@@ -154,6 +157,76 @@ START_TEST(test_no_cache)
 }
 END_TEST
 
+/* The amplification a session should expect, from its status. */
+static double session_amplification(void)
+{
+	json_object *st = dt_status_json_ok(), *sessions, *v;
+	double amp;
+
+	ck_assert(json_object_object_get_ex(st, "sessions", &sessions));
+	ck_assert(json_object_object_get_ex(json_object_array_get_idx(sessions, 0),
+					    "decode_amplification", &v));
+	amp = json_object_get_double(v);
+	json_object_put(st);
+	return amp;
+}
+
+/*
+ * Global shuffle over multi-sample blocks with no cache to keep them: said
+ * at open (log, status) with the block size to repack with; then measured.
+ */
+START_TEST(test_amplification)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream_opts o;
+	bc_stream *s;
+	dt_run run = { 0 };
+	dt_ref ref;
+	double per_block, amp;
+	char *text = NULL;
+	const char *m;
+
+	dt_ref_ok(&ref, DSET_BLK);
+	per_block = (double)bp_dataset_samples(ref.ds) / (double)bp_dataset_blocks(ref.ds);
+	ck_assert_double_gt(per_block, 2.0);
+	dt_opts(&o, DSET_BLK, 50, BC_SHUFFLE_GLOBAL, 3);
+	s = dt_open_ok(c, &o);
+	amp = session_amplification();
+	expect(amp > per_block - 0.01 && amp < per_block + 0.01,
+	       "status expects %.2fx for global shuffle over %.2f samples per block and no cache",
+	       amp, per_block);
+	expect(dt_log_contains(&D, "will be decoded; repack with batchd-pack create --block-size"),
+	       "the open did not say what to change");
+	dt_consume_ok(s, &ref, DSET_SAMPLES / 50, 0, &run, "one epoch");
+	ck_assert_int_eq(bc_close(s), 0);
+	/* Measured: well over one decoded byte per delivered byte. */
+	ck_assert_int_eq(bc_metrics(c, &text), 0);
+	m = strstr(text, "\nbatchd_decode_amplification ");
+	expect(m && strtod(m + strlen("\nbatchd_decode_amplification "), NULL) > 2.0,
+	       "batchd_decode_amplification is not over 2 after a global epoch without a cache");
+	free(text);
+	bc_disconnect(c);
+	dt_run_free(&run);
+	dt_ref_close(&ref);
+}
+END_TEST
+
+/* The same in the ram tier: nothing to warn about. */
+START_TEST(test_no_amplification)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream_opts o;
+	bc_stream *s;
+
+	dt_opts(&o, DSET_BLK, 50, BC_SHUFFLE_GLOBAL, 3);
+	s = dt_open_ok(c, &o);
+	expect(session_amplification() == 1.0, "the ram tier expects amplification");
+	expect(!dt_log_contains(&D, "will be decoded"), "the ram tier warned of amplification");
+	ck_assert_int_eq(bc_close(s), 0);
+	bc_disconnect(c);
+}
+END_TEST
+
 static Suite *tiers_suite(void)
 {
 	Suite *s = suite_create("tiers");
@@ -162,6 +235,8 @@ static Suite *tiers_suite(void)
 	tcase_add_loop_test(tc, test_ram_second_epoch_free, 0, 2);
 	tcase_add_test(dt_tcase(s, "page", setup_page), test_page_forced);
 	tcase_add_test(dt_tcase(s, "no_cache", setup_no_cache), test_no_cache);
+	tcase_add_test(dt_tcase(s, "amplification", setup_no_cache), test_amplification);
+	tcase_add_test(dt_tcase(s, "no_amplification", setup_auto), test_no_amplification);
 	return s;
 }
 

@@ -215,6 +215,34 @@ static double raw_ratio(const bp_dataset *ds)
 		: 1.0;
 }
 
+/* Samples per block. */
+static double per_block(const bp_dataset *ds)
+{
+	return bp_dataset_blocks(ds) ? (double)bp_dataset_samples(ds) / (double)bp_dataset_blocks(ds)
+				     : 0.0;
+}
+
+/*
+ * What global shuffle costs over this pack: a whole block decoded per
+ * sample unless batchd's block cache holds the decoded dataset.
+ */
+static void info_shuffle(const bp_dataset *ds)
+{
+	char raw[32];
+
+	if (!bp_dataset_samples(ds))
+		return;
+	if (per_block(ds) < 2.0) {
+		printf("shuffle       any: about one sample per block, each decoded once per epoch\n");
+		return;
+	}
+	printf("shuffle       global decodes a block of %.1f samples per sample unless batchd's "
+	       "block cache holds the %s decoded ([memory] cache); for global shuffle of more than "
+	       "the cache, repack with --block-size 0 (one sample per block, the default), or "
+	       "read it with shuffle=block\n", per_block(ds),
+	       bp_format_size(bp_dataset_raw_bytes(ds), raw, sizeof(raw)));
+}
+
 static void info_json(const bp_dataset *ds, const info_codecs *ic)
 {
 	printf("{\"samples\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"shards\": %zu, "
@@ -222,13 +250,14 @@ static void info_json(const bp_dataset *ds, const info_codecs *ic)
 	       "\"codec\": \"%s\", \"codec_blocks\": {\"raw\": %" PRIu64 ", \"zstd\": %" PRIu64
 	       ", \"zstd+dict\": %" PRIu64 "}, \"dict_bytes\": %" PRIu64 ", "
 	       "\"max_sample\": %" PRIu64 ", \"mean_sample\": %.1f, "
-	       "\"max_block\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\"}\n",
+	       "\"max_block\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\", "
+	       "\"samples_per_block\": %.2f}\n",
 	       bp_dataset_samples(ds), bp_dataset_blocks(ds), bp_dataset_shard_count(ds),
 	       bp_dataset_raw_bytes(ds), bp_dataset_stored_bytes(ds), raw_ratio(ds), ic->names,
 	       ic->blocks[0], ic->blocks[1], ic->blocks[2], ic->dict_bytes,
 	       bp_dataset_max_sample(ds),
 	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds),
-	       bp_dataset_max_block(ds), bp_dataset_fingerprint(ds));
+	       bp_dataset_max_block(ds), bp_dataset_fingerprint(ds), per_block(ds));
 }
 
 static void info_text(const char *path, const bp_dataset *ds, const info_codecs *ic)
@@ -252,6 +281,7 @@ static void info_text(const char *path, const bp_dataset *ds, const info_codecs 
 	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds));
 	printf("max block     %" PRIu64 " bytes\n", bp_dataset_max_block(ds));
 	printf("fingerprint   %016" PRIx64 "\n", bp_dataset_fingerprint(ds));
+	info_shuffle(ds);
 }
 
 static int cmd_info(int argc, char **argv)

@@ -279,7 +279,7 @@ def main():
                     help="runs of each loader, interleaved; the best is reported (noise from "
                     "other work on the machine only ever slows a run down)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--memory", default="1G", help="batchd --memory")
+    ap.add_argument("--memory", default="auto", help="batchd --memory (default: auto, as the daemon)")
     ap.add_argument("--direct", choices=("auto", "on", "off"), help="batchd --direct")
     ap.add_argument("--no-verify", action="store_true",
                     help="the Python reader skips XXH3 checks (batchd never does)")
@@ -369,8 +369,8 @@ def main():
               f"{'yes' if ds.verifies else 'no'}")
         print(f"batchd (all {args.epochs + 1} epochs): {cache['read']} blocks read, "
               f"{cache['decoded']} decoded, block cache {cache['hits']} hits / "
-              f"{cache['misses']} misses (batchd --memory {args.memory}: the cache gets a "
-              "quarter, at most 256 MiB)")
+              f"{cache['misses']} misses (batchd --memory {args.memory}: the cache gets "
+              "half; a pack whose decoded bytes fit it is in the ram tier)")
         print(f"| {'loader':<34} | {'samples/s':>10} | {'median':>10} | {'MB/s':>7} "
               f"| {'batchclient / this':>18} |")
         print(f"|{'-' * 36}|{'-' * 12}|{'-' * 12}|{'-' * 9}|{'-' * 20}|")

@@ -293,13 +293,21 @@ for combo in "${COMBOS[@]}"; do
 	*) expect "info $name: dictionary and zstd+dict blocks agree (dict_bytes $dictb, zstd+dict $zd)" \
 		test \( "$dictb" -gt 0 -a "$zd" -gt 0 \) -o \( "$dictb" -eq 0 -a "$zd" -eq 0 \) ;;
 	esac
+	run info "$pack"
 	if [[ $bs == 0 ]]; then
 		expect "info $name: one sample per block ($blocks blocks, $samples samples)" \
 			test "$blocks" -eq "$samples"
+		expect "info $name: no shuffle advice for one sample per block" \
+			grep -q '^shuffle       any: about one sample per block' "$T/out"
 	else
 		b=$(size_bytes "$bs")
 		expect "info $name: samples share blocks ($blocks < $samples) and max_block $maxb < $b + $MAX" \
 			test "$blocks" -lt "$samples" -a "$maxb" -lt $((b + MAX))
+		# Shared blocks: global shuffle's cost and the block size that avoids it.
+		if [[ $((samples / blocks)) -ge 2 ]]; then
+			expect "info $name: advises a block size for global shuffle" \
+				grep -q '^shuffle       global decodes a block of .* repack with --block-size 0 (one sample per block' "$T/out"
+		fi
 	fi
 	run verify "$pack"
 	expect "verify $name: exit $RC$([[ $RC -ne 0 ]] && echo ": $(err)")" test "$RC" -eq 0
