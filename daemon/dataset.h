@@ -75,7 +75,12 @@ typedef struct bd_read_policy {
 	enum bd_direct_mode direct; /* [io] direct */
 	enum bd_tier tier;       /* [memory] tier; BD_TIER_AUTO: chosen per dataset */
 	uint64_t cache_budget;   /* the decoded-block cache's bytes */
-	uint64_t memory;         /* bytes available to the daemon now (machine.h); 0: unknown */
+	uint64_t memory;         /* bytes available to the daemon (machine.h); 0: unknown */
+	/*
+	 * When set, what memory is read from, only when a version is loaded and
+	 * the choice needs it (so cached opens and refusals read nothing).
+	 */
+	uint64_t (*memory_now)(void);
 } bd_read_policy;
 
 /* The tier policy p picks for a dataset of raw decoded and stored bytes (never BD_TIER_AUTO). */

@@ -104,8 +104,6 @@ static void open_work_run(uv_work_t *w)
 {
 	open_work *ow = w->data;
 
-	/* Read now, off the loop thread: the tier of a version loaded now weighs what is free now. */
-	ow->policy.memory = bd_machine_memory();
 	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->path, &ow->policy,
 			       &ow->d, ow->err, sizeof(ow->err));
 }
@@ -343,6 +341,8 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 		/* The configuration's names are the tiers', in the same order. */
 		.tier = (enum bd_tier)cfg->tier,
 		.cache_budget = c->srv->cache_budget,
+		/* Read on the worker thread, when a version loads: what is free then. */
+		.memory_now = bd_machine_memory,
 	};
 	ow->path = strndup(m->path, m->path_len);
 	ow->roots = calloc(cfg->nroots + 1, sizeof(*ow->roots));

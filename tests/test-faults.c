@@ -185,11 +185,14 @@ static void expect_same_run(const dt_run *a, const dt_run *b, const char *what)
 
 /* ---- status, metrics, /proc ---------------------------------------------------------- */
 
-/* What "the daemon is back to idle" means: a number of sessions and clients, memory used. */
+/*
+ * What "the daemon is back to idle" means: a number of sessions and
+ * clients, and the sessions' memory (the cache may keep what they read:
+ * the ram tier keeps every block).
+ */
 struct idle_ctx {
 	size_t sessions, clients;    /* wanted; clients counts the status request itself */
-	uint64_t used;               /* memory used (staging and cache) */
-	bool staging;                /* compare the sessions' staging memory instead */
+	uint64_t used;               /* the sessions' memory (status memory.sessions) */
 	size_t got_sessions;         /* last seen */
 	uint64_t got_clients, got_used;
 };
@@ -199,8 +202,7 @@ static bool idle_reached(const char *json, void *arg)
 	struct idle_ctx *ic = arg;
 
 	ic->got_sessions = dt_json_sessions(json);
-	return dt_json_u64(json, "\"memory\": {", ic->staging ? "sessions" : "used",
-			   &ic->got_used) &&
+	return dt_json_u64(json, "\"memory\": {", "sessions", &ic->got_used) &&
 	       dt_json_u64(json, NULL, "clients", &ic->got_clients) &&
 	       ic->got_sessions == ic->sessions && ic->got_used == ic->used &&
 	       (!ic->clients || ic->got_clients == ic->clients);
@@ -214,9 +216,10 @@ static void expect_idle(struct idle_ctx *ic, int tries, const char *what)
 	       ic->clients, ic->used);
 }
 
+/* The sessions' memory now, lingering included (not the cache: see idle_ctx). */
 static uint64_t used_now(void)
 {
-	return dt_status_u64("memory.used");
+	return dt_status_u64("memory.sessions");
 }
 
 /* The value of the first sample line that starts with `series ` in a Prometheus text. */
@@ -833,7 +836,7 @@ out:
 		bc_close(s);
 	bc_disconnect(c);
 	if (!bad[0]) {
-		struct idle_ctx ic = { .used = 0, .staging = true };
+		struct idle_ctx ic = { .used = 0 };
 
 		/* Everything given back: no session, no staging memory (the cache may keep blocks). */
 		if (!dt_wait_status(D.sock, idle_reached, &ic, TRIES))
