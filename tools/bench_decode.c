@@ -10,9 +10,10 @@
  * thread set up by bp_pack_dctx_init, bp_pack_block_decode checking the
  * stored hash, the frame and the raw hash. Only the decode is timed.
  *
- * A dataset larger than ROUND_BYTES is processed in rounds (read a slice,
- * decode it, next slice); one that fits is read once and decoded as many
- * passes as --seconds asks for (default: one pass).
+ * A dataset larger than --round-size (default ROUND_BYTES) of stored
+ * bytes, or of more than ROUND_BLOCKS blocks, is processed in rounds (read
+ * a slice, decode it, next slice); one that fits is read once and decoded
+ * as many passes as --seconds asks for (default: one pass).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +34,8 @@
 #include "progress.h"
 #include "units.h"
 
-#define ROUND_BYTES (UINT64_C(256) << 20)
+#define ROUND_BYTES (UINT64_C(256) << 20)      /* default --round-size */
+#define MAX_ROUND_BYTES (UINT64_C(1) << 40)
 #define ROUND_BLOCKS (UINT64_C(1) << 20)
 #define MAX_THREADS 1024u
 
@@ -46,10 +48,12 @@ typedef struct dec_block {
 
 typedef struct dec_job {
 	const bp_dataset *ds;
+	uint64_t round_bytes;    /* stored bytes per round at most (unless one block is larger) */
 	/* the current round */
 	dec_block *blocks;
 	size_t nblocks;
 	uint8_t *data;
+	size_t data_cap;
 	_Atomic size_t next;
 	_Atomic int err;         /* first failure */
 	size_t err_block;
@@ -108,61 +112,83 @@ typedef struct dec_cursor {
 	uint64_t block;
 } dec_cursor;
 
+/* Reads len bytes of sh at off into buf. @return 0, or -errno with err set. */
+static int read_range(const bp_shard *sh, uint8_t *buf, uint64_t len, uint64_t off, char *err,
+		      size_t errlen)
+{
+	for (uint64_t done = 0; done < len;) {
+		ssize_t r = pread(sh->fd, buf + done, (size_t)(len - done), (off_t)(off + done));
+
+		if (r <= 0)
+			return snprintf(err, errlen, "%s: reading at byte %" PRIu64 ": %s", sh->name,
+					off + done, r < 0 ? strerror(errno) : "unexpected end of file"),
+			       r < 0 ? -errno : -EIO;
+		done += (uint64_t)r;
+	}
+	return 0;
+}
+
+/* Makes j->data hold at least @bytes. @return 0 or -ENOMEM with err set. */
+static int reserve(dec_job *j, uint64_t bytes, char *err, size_t errlen)
+{
+	uint8_t *p;
+
+	if (bytes <= j->data_cap)
+		return 0;
+	p = realloc(j->data, (size_t)bytes);
+	if (!p)
+		return snprintf(err, errlen, "out of memory for a round of %" PRIu64 " bytes (lower "
+				"--round-size)", bytes), -ENOMEM;
+	j->data = p;
+	j->data_cap = (size_t)bytes;
+	return 0;
+}
+
 /*
- * Reads the next slice of blocks (at most ROUND_BYTES stored bytes, at
- * least one block) into j->data. Blocks of a shard tile its data region in
- * order, so each shard's part of the slice is one range, read with pread
- * in one go. @return the blocks read (0 at the end), or -errno.
+ * Reads the next slice of blocks (at most j->round_bytes stored bytes and
+ * ROUND_BLOCKS blocks, at least one block) into j->data. Blocks of a shard
+ * tile its data region in order, so each shard's part of the slice is one
+ * range, read with pread in one go. The slice ends at the first block
+ * that does not fit, wherever it lies: a shard may hold a block that is
+ * refused before any of its blocks is taken. @return the blocks read (0 at
+ * the end), or -errno.
  */
-static int64_t read_round(dec_job *j, dec_cursor *c, size_t *cap, char *err, size_t errlen)
+static int64_t read_round(dec_job *j, dec_cursor *c, char *err, size_t errlen)
 {
 	uint64_t bytes = 0;
 	size_t n = 0;
+	bool full = false;
 
 	j->nblocks = 0;
-	while (c->shard < bp_dataset_shard_count(j->ds) && n < ROUND_BLOCKS) {
+	while (!full && c->shard < bp_dataset_shard_count(j->ds) && n < ROUND_BLOCKS) {
 		const bp_shard *sh = bp_dataset_shard(j->ds, c->shard);
 		size_t first = n;
-		uint64_t start;
+		int r;
 
-		if (c->block >= sh->index.block_count) {
-			c->shard++;
-			c->block = 0;
-			continue;
-		}
-		while (c->block < sh->index.block_count && n < ROUND_BLOCKS) {
+		for (; c->block < sh->index.block_count && n < ROUND_BLOCKS; c->block++) {
 			bp_pack_block b;
 
 			bp_pack_index_block(&sh->index, c->block, &b);
-			if (n > 0 && bytes + b.stored_size > ROUND_BYTES)
+			if (n > 0 && bytes + b.stored_size > j->round_bytes) {
+				full = true;
 				break;
+			}
 			j->blocks[n++] = (dec_block){ .shard = sh, .b = b, .index = c->block,
 						      .at = (size_t)bytes };
 			bytes += b.stored_size;
-			c->block++;
 		}
-		if (bytes > *cap) {
-			uint8_t *p = realloc(j->data, (size_t)bytes);
-
-			if (!p)
-				return snprintf(err, errlen, "out of memory"), -ENOMEM;
-			j->data = p;
-			*cap = (size_t)bytes;
+		if (c->block >= sh->index.block_count) {
+			c->shard++;
+			c->block = 0;
 		}
-		start = j->blocks[first].b.offset;
-		for (uint64_t done = 0, len = bytes - j->blocks[first].at; done < len;) {
-			ssize_t r = pread(sh->fd, j->data + j->blocks[first].at + done,
-					  (size_t)(len - done), (off_t)(start + done));
-
-			if (r <= 0)
-				return snprintf(err, errlen, "%s: reading at byte %" PRIu64 ": %s",
-						sh->name, start + done,
-						r < 0 ? strerror(errno) : "unexpected end of file"),
-				       r < 0 ? -errno : -EIO;
-			done += (uint64_t)r;
-		}
-		if (n > first && bytes >= ROUND_BYTES)
-			break;
+		if (n == first)
+			continue;
+		r = reserve(j, bytes, err, errlen);
+		if (r == 0)
+			r = read_range(sh, j->data + j->blocks[first].at, bytes - j->blocks[first].at,
+				       j->blocks[first].b.offset, err, errlen);
+		if (r < 0)
+			return r;
 	}
 	j->nblocks = n;
 	return (int64_t)n;
@@ -182,16 +208,17 @@ static double decode_round(dec_job *j)
 
 typedef struct dec_result {
 	uint64_t blocks, raw, stored, passes;
+	uint64_t rounds;         /* slices one pass reads the dataset in */
 	double seconds;
 } dec_result;
 
 static int run_decode(dec_job *j, double min_seconds, bool show, dec_result *res,
 		      char *err, size_t errlen)
 {
-	bool one_round = bp_dataset_stored_bytes(j->ds) <= ROUND_BYTES &&
+	bool one_round = bp_dataset_stored_bytes(j->ds) <= j->round_bytes &&
 			 bp_dataset_blocks(j->ds) <= ROUND_BLOCKS;
-	size_t cap = 0;
 	progress p;
+	int r = 0;
 
 	memset(res, 0, sizeof(*res));
 	progress_start(&p, "decoding", min_seconds > 0 ? 0 : bp_dataset_raw_bytes(j->ds));
@@ -203,9 +230,11 @@ static int run_decode(dec_job *j, double min_seconds, bool show, dec_result *res
 			int64_t n;
 
 			if (!one_round || res->passes == 0) {
-				n = read_round(j, &c, &cap, err, errlen);
-				if (n < 0)
-					return (int)n;
+				n = read_round(j, &c, err, errlen);
+				if (n < 0) {
+					r = (int)n;
+					goto out;
+				}
 				if (n == 0)
 					break;
 			}
@@ -216,50 +245,24 @@ static int run_decode(dec_job *j, double min_seconds, bool show, dec_result *res
 				snprintf(err, errlen, "%s: block %" PRIu64 " at byte %" PRIu64 ": %s",
 					 d->shard->name, d->index,
 					 d->b.offset, j->fault.what ? j->fault.what : "decode failed");
-				return atomic_load(&j->err);
+				r = atomic_load(&j->err);
+				goto out;
 			}
 			for (size_t i = 0; i < j->nblocks; i++) {
 				res->raw += j->blocks[i].b.raw_size;
 				res->stored += j->blocks[i].b.stored_size;
 			}
 			res->blocks += j->nblocks;
+			res->rounds += res->passes == 0;
 			progress_update(&p, res->raw, false);
 			if (one_round)
 				break;
 		}
 		res->passes++;
 	} while (res->seconds < min_seconds);
+out:
 	progress_end(&p);
-	return 0;
-}
-
-static void print_result(const char *path, unsigned threads, const dec_result *r, bool json)
-{
-	double s = r->seconds > 0 ? r->seconds : 1e-9;
-	char raw[32], stored[32];
-
-	if (json) {
-		fputs("{\"mode\": \"decode\", \"dataset\": ", stdout);
-		bench_json_string(stdout, path);
-		printf(", \"threads\": %u, \"passes\": %" PRIu64 ", \"blocks\": %" PRIu64
-		       ", \"raw_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", \"seconds\": %.6f"
-		       ", \"raw_bytes_per_s\": %.0f, \"stored_bytes_per_s\": %.0f, \"blocks_per_s\": %.1f"
-		       ", \"raw_mb_per_s\": %.1f, \"raw_mb_per_s_per_thread\": %.1f}\n",
-		       threads, r->passes, r->blocks, r->raw, r->stored, r->seconds,
-		       (double)r->raw / s, (double)r->stored / s, (double)r->blocks / s,
-		       (double)r->raw / s / 1e6, (double)r->raw / s / 1e6 / threads);
-		return;
-	}
-	printf("decode: %s: %" PRIu64 " blocks, %s raw from %s stored (%.2fx), %u thread%s, "
-	       "%" PRIu64 " pass%s\n",
-	       path, r->blocks, bp_format_size(r->raw, raw, sizeof(raw)),
-	       bp_format_size(r->stored, stored, sizeof(stored)),
-	       r->stored ? (double)r->raw / (double)r->stored : 0, threads, threads == 1 ? "" : "s",
-	       r->passes, r->passes == 1 ? "" : "es");
-	printf("  %.1f MB/s raw (%.1f MB/s per thread), %.1f MB/s stored, %.0f blocks/s, "
-	       "in %.3f s\n",
-	       (double)r->raw / s / 1e6, (double)r->raw / s / 1e6 / threads,
-	       (double)r->stored / s / 1e6, (double)r->blocks / s, r->seconds);
+	return r;
 }
 
 /* What `decode` was asked for. */
@@ -267,23 +270,61 @@ typedef struct dec_args {
 	const char *path;
 	unsigned threads;
 	double seconds;
+	uint64_t round_bytes;
 	bool json;
 } dec_args;
+
+static void print_result(const dec_args *a, const dec_result *r)
+{
+	double s = r->seconds > 0 ? r->seconds : 1e-9;
+	unsigned threads = a->threads;
+	char raw[32], stored[32], round[32];
+
+	if (a->json) {
+		fputs("{\"mode\": \"decode\", \"dataset\": ", stdout);
+		bench_json_string(stdout, a->path);
+		printf(", \"threads\": %u, \"passes\": %" PRIu64 ", \"rounds\": %" PRIu64
+		       ", \"round_bytes\": %" PRIu64 ", \"blocks\": %" PRIu64
+		       ", \"raw_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", \"seconds\": %.6f"
+		       ", \"raw_bytes_per_s\": %.0f, \"stored_bytes_per_s\": %.0f, \"blocks_per_s\": %.1f"
+		       ", \"raw_mb_per_s\": %.1f, \"raw_mb_per_s_per_thread\": %.1f}\n",
+		       threads, r->passes, r->rounds, a->round_bytes, r->blocks, r->raw, r->stored,
+		       r->seconds,
+		       (double)r->raw / s, (double)r->stored / s, (double)r->blocks / s,
+		       (double)r->raw / s / 1e6, (double)r->raw / s / 1e6 / threads);
+		return;
+	}
+	printf("decode: %s: %" PRIu64 " blocks, %s raw from %s stored (%.2fx), %u thread%s, "
+	       "%" PRIu64 " pass%s",
+	       a->path, r->blocks, bp_format_size(r->raw, raw, sizeof(raw)),
+	       bp_format_size(r->stored, stored, sizeof(stored)),
+	       r->stored ? (double)r->raw / (double)r->stored : 0, threads, threads == 1 ? "" : "s",
+	       r->passes, r->passes == 1 ? "" : "es");
+	if (r->rounds > 1)
+		printf(" of %" PRIu64 " rounds (up to %s each)", r->rounds,
+		       bp_format_size(a->round_bytes, round, sizeof(round)));
+	putchar('\n');
+	printf("  %.1f MB/s raw (%.1f MB/s per thread), %.1f MB/s stored, %.0f blocks/s, "
+	       "in %.3f s\n",
+	       (double)r->raw / s / 1e6, (double)r->raw / s / 1e6 / threads,
+	       (double)r->stored / s / 1e6, (double)r->blocks / s, r->seconds);
+}
 
 /* argv into a. @return 0, or the usage exit status. */
 static int parse_args(int argc, char **argv, dec_args *a)
 {
-	enum { O_THREADS = 256, O_SECONDS, O_JSON };
+	enum { O_THREADS = 256, O_SECONDS, O_ROUND, O_JSON };
 	static const struct option opts[] = {
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "seconds", required_argument, NULL, O_SECONDS },
+		{ "round-size", required_argument, NULL, O_ROUND },
 		{ "json", no_argument, NULL, O_JSON },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t v;
 	int ch;
 
-	*a = (dec_args){ .threads = bench_ncpus() };
+	*a = (dec_args){ .threads = bench_ncpus(), .round_bytes = ROUND_BYTES };
 	optind = 1;
 	opterr = 0;
 	while ((ch = getopt_long(argc, argv, "-:", opts, NULL)) != -1) {
@@ -302,6 +343,12 @@ static int parse_args(int argc, char **argv, dec_args *a)
 		case O_SECONDS:
 			if (bench_parse_seconds(optarg, &a->seconds) < 0)
 				return cli_usage("--seconds: '%s' is not a duration", optarg);
+			break;
+		case O_ROUND:
+			if (bp_parse_size(optarg, &v) < 0 || v == 0 || v > MAX_ROUND_BYTES)
+				return cli_usage("--round-size: '%s' is not a size from 1 byte to 1T",
+						 optarg);
+			a->round_bytes = v;
 			break;
 		case O_JSON:
 			a->json = true;
@@ -403,6 +450,7 @@ int bench_cmd_decode(int argc, char **argv)
 	rc = 1;
 	memset(&j, 0, sizeof(j));
 	j.ds = ds;
+	j.round_bytes = a.round_bytes;
 	pthread_mutex_init(&j.err_mu, NULL);
 	pthread_barrier_init(&j.start, NULL, a.threads + 1);
 	pthread_barrier_init(&j.end, NULL, a.threads + 1);
@@ -421,7 +469,7 @@ int bench_cmd_decode(int argc, char **argv)
 	if (r < 0)
 		fprintf(stderr, "batchd-bench: %s\n", err);
 	else
-		print_result(a.path, a.threads, &res, a.json);
+		print_result(&a, &res);
 	rc = r < 0 ? 1 : 0;
 out:
 	workers_stop(&j, w, a.threads, started);
