@@ -30,11 +30,12 @@
 static const char usage_text[] =
 	"usage: batchd-bench disk FILE [--rw read|randread] [--bs SIZE] [--qd N] [--threads N]\n"
 	"                    [--direct[=0|1] | --buffered] [--size SIZE] [--runtime SEC]\n"
-	"                    [--engine io_uring|psync] [--seed N] [--hugepages]\n"
+	"                    [--engine io_uring|psync] [--seed N] [--hugepages[=hugetlb|thp]]\n"
 	"                    [--no-fixedbufs] [--no-registerfiles] [--json]\n"
 	"       batchd-bench sweep FILE [--bs LIST] [--qd LIST] [--rw read|randread]\n"
 	"                    [--runtime SEC] [--threads N] [--direct[=0|1] | --buffered]\n"
-	"                    [--size SIZE] [--hugepages] [--svg OUT.svg] [--csv OUT.csv] [--json]\n"
+	"                    [--size SIZE] [--hugepages[=hugetlb|thp]] [--svg OUT.svg] [--csv OUT.csv]\n"
+	"                    [--json]\n"
 	"       batchd-bench decode DATASET [--threads N] [--seconds SEC] [--round-size SIZE]\n"
 	"                    [--json]\n"
 	"       batchd-bench pipeline DATASET [--clients N] [--batch-size B] [--step-ms T]\n"
@@ -45,6 +46,10 @@ static const char usage_text[] =
 	"\n"
 	"disk: without --runtime, reads the first --size bytes of FILE (all of it by\n"
 	"default) once; with it, reads for that long. FILE is created at --size if absent.\n"
+	"Read buffers are on normal pages; --hugepages puts them on hugetlb pages if\n"
+	"vm.nr_hugepages reserves enough, else on transparent huge pages (=hugetlb or =thp:\n"
+	"only that kind); a kind the kernel refuses falls back to normal pages, and the\n"
+	"result names the pages the buffers got (JSON: \"pages\").\n"
 	"Defaults: disk --rw read --bs 128K --qd 32, O_DIRECT when the file system takes it;\n"
 	"sweep --rw randread --bs 4K,64K,1M --qd 1,2,4,8,16,32,64 --runtime 2 per point;\n"
 	"decode --threads <all CPUs>, one pass, --round-size 256M (the stored bytes read\n"
@@ -53,6 +58,20 @@ static const char usage_text[] =
 	"--shuffle global --seconds 10, host memory (--device N: CUDA device N; --touch\n"
 	"copies every batch back and compares it); h2d --size 256M --reps 20.\n"
 	"Sizes take K, M, G, T (powers of 1024); SEC takes s, ms or m (\"10\", \"500ms\").\n";
+
+/* --hugepages[=hugetlb|thp]. @return 0, or 2 after the usage error. */
+static int parse_pages(bench_disk_opts *o, const char *arg)
+{
+	if (!arg)
+		o->pages = BENCH_PAGES_HUGE;
+	else if (!strcmp(arg, "hugetlb"))
+		o->pages = BENCH_PAGES_HUGETLB;
+	else if (!strcmp(arg, "thp"))
+		o->pages = BENCH_PAGES_THP;
+	else
+		return cli_usage("--hugepages: '%s' is not hugetlb or thp", arg);
+	return 0;
+}
 
 int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
 {
@@ -126,8 +145,7 @@ int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
 		o->registerfiles = false;
 		return 0;
 	case BENCH_O_HUGE:
-		o->hugepages = true;
-		return 0;
+		return parse_pages(o, arg);
 	}
 	return 1;
 }

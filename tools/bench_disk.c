@@ -31,6 +31,7 @@
 #include "units.h"
 
 #define LAYOUT_CHUNK (UINT32_C(1) << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
 
 void bench_disk_opts_init(bench_disk_opts *o)
 {
@@ -49,6 +50,23 @@ void bench_disk_opts_init(bench_disk_opts *o)
 const char *bench_disk_rw_name(const bench_disk_opts *o)
 {
 	return o->random ? "randread" : "read";
+}
+
+const char *bench_pages_name(bench_pages p)
+{
+	switch (p) {
+	case BENCH_PAGES_NORMAL:
+		return "normal";
+	case BENCH_PAGES_HUGE:
+		return "huge";
+	case BENCH_PAGES_HUGETLB:
+		return "hugetlb";
+	case BENCH_PAGES_THP:
+		return "thp";
+	case BENCH_PAGES_MIXED:
+		return "mixed";
+	}
+	return "unknown";
 }
 
 __attribute__((format(printf, 3, 4)))
@@ -221,7 +239,8 @@ typedef struct disk_worker {
 	char msg[256];
 	uint64_t ios, bytes, t_first, t_last;
 	double usr_s, sys_s;     /* CPU this thread spent in the loop */
-	bool fixedbufs, registerfiles, hugepages;
+	bool fixedbufs, registerfiles;
+	bench_pages pages;       /* what the buffers got */
 	bd_io_engine engine;
 	unsigned setup_flags;
 	bench_hist clat;
@@ -329,29 +348,94 @@ static void worker_loop(disk_worker *w, bd_io *io, disk_slot *slots, bd_io_req *
  * untouched so that io_uring_register_buffers faults and pins the pages,
  * as it does for the daemon and for fio. (Faulting them first with a
  * memset measured 10-20 % slower 1 MiB reads on a Firecracker VM, for no
- * reason we could pin down; the page layout differs.) With @huge, 2 MiB
- * aligned and madvise(MADV_HUGEPAGE): each buffer is then physically
- * contiguous, so a 1 MiB read is one segment where 256 separate pages may
- * exceed the device's max_segments and split the request in two.
+ * reason we could pin down; the page layout differs.) Huge pages make
+ * each 2 MiB of the buffers physically contiguous, so a 1 MiB read is one
+ * segment where 256 separate pages may exceed the device's max_segments
+ * and split the request in two. They come from the hugetlb pool
+ * (MAP_HUGETLB: what fio's iomem=mmaphuge uses; none unless vm.nr_hugepages
+ * reserves some) or as transparent huge pages (2 MiB aligned and
+ * madvise(MADV_HUGEPAGE)); either way the length is rounded up to 2 MiB,
+ * since a smaller mapping cannot hold a huge page. @return the buffers,
+ * with the mapped length and what was mapped (the kernel may still back
+ * a THP mapping with small pages: see pages_of); NULL when out of memory.
  */
-static uint8_t *buffers_new(size_t len, bool huge, bool *ret_huge)
+static uint8_t *buffers_new(size_t len, bench_pages asked, size_t *ret_len,
+			    bench_pages *ret_mapped)
 {
-	size_t pad = huge ? (size_t)2 << 20 : 0;
-	uint8_t *p = mmap(NULL, len + pad, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			  -1, 0), *aligned;
+	size_t huge_len = (len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+	uint8_t *p, *aligned;
 
+	if (asked == BENCH_PAGES_HUGETLB || asked == BENCH_PAGES_HUGE) {
+		p = mmap(NULL, huge_len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (p != MAP_FAILED) {
+			*ret_len = huge_len;
+			*ret_mapped = BENCH_PAGES_HUGETLB;
+			return p;
+		}
+		/* Refused (none reserved): what else was asked for, reported as such. */
+		asked = asked == BENCH_PAGES_HUGE ? BENCH_PAGES_THP : BENCH_PAGES_NORMAL;
+	}
+	if (asked != BENCH_PAGES_THP) {
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		*ret_len = len;
+		*ret_mapped = BENCH_PAGES_NORMAL;
+		return p == MAP_FAILED ? NULL : p;
+	}
+	p = mmap(NULL, huge_len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
-	if (!huge)
-		return p;
 	/* Keep the aligned part; give back the head and tail. */
-	aligned = (uint8_t *)(((uintptr_t)p + pad - 1) & ~((uintptr_t)pad - 1));
+	aligned = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~((uintptr_t)HUGE_PAGE - 1));
 	if (aligned > p)
 		munmap(p, (size_t)(aligned - p));
-	if (aligned + len < p + len + pad)
-		munmap(aligned + len, (size_t)(p + len + pad - (aligned + len)));
-	*ret_huge = madvise(aligned, len, MADV_HUGEPAGE) == 0;
+	if (aligned + huge_len < p + huge_len + HUGE_PAGE)
+		munmap(aligned + huge_len, (size_t)(p + HUGE_PAGE - aligned));
+	*ret_len = huge_len;
+	*ret_mapped = madvise(aligned, huge_len, MADV_HUGEPAGE) == 0 ? BENCH_PAGES_THP
+								      : BENCH_PAGES_NORMAL;
 	return aligned;
+}
+
+/*
+ * What the faulted-in buffers at @p actually sit on, from the smaps entry
+ * of the mapping that holds them: hugetlb (its page size is huge), THP
+ * (all of it in transparent huge pages), none of it, or part (MIXED). THP
+ * may be granted to a mapping not asked for it (enabled=always) or
+ * refused to one that was (enabled=never, no free 2 MiB ranges). Without
+ * a readable smaps, @mapped stands.
+ */
+static bench_pages pages_of(const uint8_t *p, bench_pages mapped)
+{
+	uint64_t size_kb = 0, page_kb = 0, thp_kb = 0;
+	FILE *f = fopen("/proc/self/smaps", "re");
+	bool in = false;
+	char line[4096];         /* a whole line: a mapping's line ends in its path */
+
+	if (!f)
+		return mapped;
+	while (fgets(line, sizeof(line), f)) {
+		uintptr_t lo, hi;
+
+		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2) {
+			if (in)
+				break;
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		} else if (in) {
+			(void)(sscanf(line, "Size: %" SCNu64 " kB", &size_kb) ||
+			       sscanf(line, "KernelPageSize: %" SCNu64 " kB", &page_kb) ||
+			       sscanf(line, "AnonHugePages: %" SCNu64 " kB", &thp_kb));
+		}
+	}
+	fclose(f);
+	if (!size_kb)
+		return mapped;
+	if (page_kb >= HUGE_PAGE >> 10)
+		return BENCH_PAGES_HUGETLB;
+	if (!thp_kb)
+		return BENCH_PAGES_NORMAL;
+	return thp_kb >= size_kb ? BENCH_PAGES_THP : BENCH_PAGES_MIXED;
 }
 
 static void buffers_free(uint8_t *p, size_t len)
@@ -368,6 +452,8 @@ static void *worker_main(void *arg)
 	disk_slot *slots = NULL;
 	bd_io_req **done = NULL;
 	struct iovec *iov = NULL;
+	size_t buf_len = 0;
+	bench_pages mapped = BENCH_PAGES_NORMAL;
 	uint8_t *buf = NULL;
 	bd_io *io = NULL;
 	int r;
@@ -383,7 +469,7 @@ static void *worker_main(void *arg)
 	slots = calloc(o->qd, sizeof(*slots));
 	done = calloc(o->qd, sizeof(*done));
 	iov = calloc(o->qd, sizeof(*iov));
-	buf = buffers_new((size_t)o->bs * o->qd, o->hugepages, &w->hugepages);
+	buf = buffers_new((size_t)o->bs * o->qd, o->pages, &buf_len, &mapped);
 	if (!slots || !done || !iov || !buf) {
 		r = -ENOMEM;
 		snprintf(w->msg, sizeof(w->msg), "cannot allocate %u buffers of %u bytes", o->qd, o->bs);
@@ -405,8 +491,9 @@ static void *worker_main(void *arg)
 		 * --no-fixedbufs: the result says fixedbufs=false): fault the
 		 * pages in now rather than in the first timed reads.
 		 */
-		memset(buf, 0, (size_t)o->bs * o->qd);
+		memset(buf, 0, buf_len);
 	}
+	w->pages = pages_of(buf, mapped);
 	if (o->registerfiles && w->engine == BD_IO_URING && bd_io_register_files(io, &w->fd, 1) == 0)
 		w->registerfiles = true;
 
@@ -419,7 +506,7 @@ setup_failed:
 	gate_pass(w->gate);
 out:
 	bd_io_free(io);
-	buffers_free(buf, (size_t)o->bs * o->qd);
+	buffers_free(buf, buf_len);
 	free(iov);
 	free(done);
 	free(slots);
@@ -565,7 +652,8 @@ static int collect(const bench_disk_opts *o, const disk_worker *w, bench_disk_re
 	uint64_t first = UINT64_MAX, last = 0;
 	int r = 0;
 
-	res->fixedbufs = res->registerfiles = res->hugepages = true;
+	res->fixedbufs = res->registerfiles = true;
+	res->pages = w[0].pages;
 	for (unsigned i = 0; i < o->threads; i++) {
 		if (w[i].err && r == 0) {
 			r = w[i].err;
@@ -577,7 +665,8 @@ static int collect(const bench_disk_opts *o, const disk_worker *w, bench_disk_re
 		res->ios += w[i].ios;
 		res->fixedbufs = res->fixedbufs && w[i].fixedbufs;
 		res->registerfiles = res->registerfiles && w[i].registerfiles;
-		res->hugepages = res->hugepages && w[i].hugepages;
+		if (w[i].pages != res->pages)
+			res->pages = BENCH_PAGES_MIXED;
 		res->engine = w[i].engine;
 		res->setup_flags = w[i].setup_flags;
 		bench_hist_merge(&res->clat, &w[i].clat);
@@ -587,6 +676,7 @@ static int collect(const bench_disk_opts *o, const disk_worker *w, bench_disk_re
 			last = w[i].t_last;
 	}
 	res->runtime_s = last > first ? (double)(last - first) / 1e9 : 0;
+	res->hugepages = res->pages == BENCH_PAGES_THP || res->pages == BENCH_PAGES_HUGETLB;
 	return r;
 }
 
@@ -651,18 +741,36 @@ void bench_disk_json(const bench_disk_opts *o, const bench_disk_result *res, FIL
 	bench_json_string(f, o->path);
 	fprintf(f, ", \"rw\": \"%s\", \"bs\": %u, \"iodepth\": %u, \"threads\": %u, "
 		"\"direct\": %d, \"ioengine\": \"%s\", \"fixedbufs\": %s, \"registerfiles\": %s, "
-		"\"hugepages\": %s, \"setup_flags\": %u, "
+		"\"hugepages\": %s, \"pages\": \"%s\", \"pages_asked\": \"%s\", \"setup_flags\": %u, "
 		"\"size\": %" PRIu64 ", \"time_based\": %s, \"io_bytes\": %" PRIu64 ", "
 		"\"total_ios\": %" PRIu64 ", \"runtime_ms\": %.6f, \"bw_bytes\": %.0f, \"bw\": %.0f, "
 		"\"iops\": %.3f, \"usr_cpu\": %.3f, \"sys_cpu\": %.3f, \"clat_ns\": ",
 		bench_disk_rw_name(o), o->bs, o->qd, o->threads, res->direct ? 1 : 0,
 		res->engine == BD_IO_PREAD ? "psync" : "io_uring", res->fixedbufs ? "true" : "false",
 		res->registerfiles ? "true" : "false", res->hugepages ? "true" : "false",
-		res->setup_flags, res->region, o->runtime > 0 ? "true" : "false", res->io_bytes,
+		bench_pages_name(res->pages), bench_pages_name(o->pages), res->setup_flags, res->region, o->runtime > 0 ? "true" : "false", res->io_bytes,
 		res->ios, res->runtime_s * 1e3, bw, bw / 1024, per_second(res, (double)res->ios),
 		100 * per_second(res, res->usr_s), 100 * per_second(res, res->sys_s));
 	bench_hist_json(&res->clat, f);
 	fputs("}\n", f);
+}
+
+/* The pages the buffers got, and whether that is less than was asked for. */
+static const char *pages_desc(const bench_disk_opts *o, const bench_disk_result *res)
+{
+	bool asked = o->pages != BENCH_PAGES_NORMAL;
+
+	switch (res->pages) {
+	case BENCH_PAGES_HUGETLB:
+		return ", hugetlb pages";
+	case BENCH_PAGES_THP:
+		return ", transparent huge pages";
+	case BENCH_PAGES_MIXED:
+		return asked ? ", partly huge pages (the kernel gave fewer than asked for)"
+			     : ", partly transparent huge pages";
+	default:
+		return asked ? ", normal pages (huge pages refused)" : ", normal pages";
+	}
 }
 
 void bench_disk_human(const bench_disk_opts *o, const bench_disk_result *res, FILE *f)
@@ -675,7 +783,7 @@ void bench_disk_human(const bench_disk_opts *o, const bench_disk_result *res, FI
 		bp_format_size(o->bs, bs, sizeof(bs)), o->qd, o->threads,
 		res->engine == BD_IO_PREAD ? "psync" : "io_uring", res->direct ? ", O_DIRECT" : ", buffered",
 		res->fixedbufs ? ", fixed buffers" : "", res->registerfiles ? ", fixed files" : "",
-		res->hugepages ? ", huge pages" : "", bp_format_size(res->region, region, sizeof(region)),
+		pages_desc(o, res), bp_format_size(res->region, region, sizeof(region)),
 		o->path);
 	fprintf(f, "  read: IOPS=%.*f%s, BW=%.1fMiB/s (%.1fMB/s) (%s in %.0f ms)\n",
 		iops >= 1e4 ? 1 : 0, iops >= 1e4 ? iops / 1e3 : iops, iops >= 1e4 ? "k" : "",

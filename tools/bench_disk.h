@@ -37,6 +37,24 @@
 #define BENCH_DISK_MAX_THREADS 1024u
 #define BENCH_DISK_MAX_BUFFERS (UINT64_C(4) << 30) /* qd * bs per thread */
 
+/*
+ * The pages under the read buffers. Asked for: NORMAL (default), HUGE
+ * (hugetlb pages if the kernel has some reserved, else transparent huge
+ * pages), HUGETLB (MAP_HUGETLB, what fio's iomem=mmaphuge and shmhuge
+ * use), THP (madvise(MADV_HUGEPAGE)). Got, after the pages were faulted
+ * in (read back from /proc/self/smaps): NORMAL, THP, HUGETLB or MIXED
+ * (some 2 MiB ranges huge, some not, or threads that differ). A request
+ * the kernel refuses (no hugetlb pages reserved, THP off) falls back to
+ * normal pages, and the result says so.
+ */
+typedef enum bench_pages {
+	BENCH_PAGES_NORMAL,
+	BENCH_PAGES_HUGE,
+	BENCH_PAGES_HUGETLB,
+	BENCH_PAGES_THP,
+	BENCH_PAGES_MIXED,
+} bench_pages;
+
 typedef struct bench_disk_opts {
 	const char *path;
 	bool random;             /* randread, else read (sequential) */
@@ -50,7 +68,7 @@ typedef struct bench_disk_opts {
 	uint64_t seed;
 	bool fixedbufs;          /* register the buffers (io_uring) */
 	bool registerfiles;      /* register the file (io_uring) */
-	bool hugepages;          /* madvise(MADV_HUGEPAGE) the buffers */
+	bench_pages pages;       /* the buffers' pages asked for (not MIXED) */
 	bool progress;           /* a progress line when stderr is a terminal */
 } bench_disk_opts;
 
@@ -67,7 +85,9 @@ typedef struct bench_disk_result {
 	double runtime_s;        /* first submission to last completion */
 	double usr_s, sys_s;     /* CPU time of the workers' read loops (RUSAGE_THREAD) */
 	bool direct;             /* what was used */
-	bool fixedbufs, registerfiles, hugepages;
+	bool fixedbufs, registerfiles;
+	bool hugepages;          /* every buffer on huge pages (pages is THP or HUGETLB) */
+	bench_pages pages;       /* what the buffers got */
 	bd_io_engine engine;
 	unsigned setup_flags;
 	bench_hist clat;         /* ns, submission to completion */
@@ -109,7 +129,7 @@ enum {
 	{ "seed", required_argument, NULL, BENCH_O_SEED }, \
 	{ "no-fixedbufs", no_argument, NULL, BENCH_O_NOFIXED }, \
 	{ "no-registerfiles", no_argument, NULL, BENCH_O_NOFILES }, \
-	{ "hugepages", no_argument, NULL, BENCH_O_HUGE }
+	{ "hugepages", optional_argument, NULL, BENCH_O_HUGE }
 
 /*
  * Applies option @ch (a BENCH_O_* code) with its value @arg to @o.
@@ -120,6 +140,9 @@ int bench_disk_option(bench_disk_opts *o, int ch, const char *arg);
 
 /* fio's names and meanings: "read", "randread". */
 const char *bench_disk_rw_name(const bench_disk_opts *o);
+
+/* "normal", "huge", "hugetlb", "thp", "mixed": the names --hugepages and the JSON use. */
+const char *bench_pages_name(bench_pages p);
 
 /* The result as one JSON object / as a few human lines. */
 void bench_disk_json(const bench_disk_opts *o, const bench_disk_result *res, FILE *f);

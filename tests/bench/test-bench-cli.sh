@@ -104,6 +104,7 @@ usage_error "disk --engine aio" "--engine" disk "$F" --engine aio
 usage_error "disk --direct=2" "--direct" disk "$F" --direct=2
 usage_error "disk --threads 0" "--threads" disk "$F" --threads 0
 usage_error "disk --size junk" "--size" disk "$F" --size lots
+usage_error "disk --hugepages=big" "--hugepages" disk "$F" --hugepages=big
 usage_error "disk unknown option" "--frob" disk "$F" --frob
 usage_error "disk missing value" "--bs" disk "$F" --bs
 usage_error "disk buffers over 4 GiB" "--qd x --bs" disk "$F" --qd 4096 --bs 2M
@@ -156,6 +157,38 @@ for args in "--rw read --bs 64K --qd 8" "--rw randread --bs 4K --qd 32" "--rw ra
 done
 run disk "$F" --rw randread --bs 4K --qd 4 --buffered --json
 expect "--buffered is reported" py 'j["direct"] == 0' "$T/out"
+# The pages under the buffers: what was asked and what was got, both reported.
+THP=$(sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown)
+HUGETLB_FREE=$(awk '$1 == "HugePages_Free:" { print $2 }' /proc/meminfo)
+run disk "$F" --rw randread --bs 64K --qd 8 --json
+cp "$T/out" "$T/pages.json"
+if [[ $THP == always || $THP == unknown ]]; then
+	expect "normal pages asked for, reported with what they got" \
+		py 'j["pages_asked"] == "normal" and j["pages"] in ("normal", "thp", "mixed") and j["hugepages"] == (j["pages"] == "thp")' "$T/pages.json"
+else
+	expect "normal pages asked for and got (THP $THP)" \
+		py 'j["pages_asked"] == "normal" and j["pages"] == "normal" and not j["hugepages"]' "$T/pages.json"
+fi
+run disk "$F" --rw randread --bs 64K --qd 8 --hugepages=hugetlb --json
+cp "$T/out" "$T/pages.json"
+if [[ ${HUGETLB_FREE:-0} -eq 0 ]]; then
+	expect "--hugepages=hugetlb with no hugetlb pages reserved falls back to normal pages and says so" \
+		py 'j["pages_asked"] == "hugetlb" and j["pages"] == "normal" and not j["hugepages"] and j["io_bytes"] == 8 << 20' "$T/pages.json"
+	run disk "$F" --rw randread --bs 64K --qd 8 --hugepages=hugetlb
+	expect "human output: normal pages (huge pages refused)" grep -q "normal pages (huge pages refused)" "$T/out"
+else
+	expect "--hugepages=hugetlb with $HUGETLB_FREE hugetlb pages free gets them" \
+		py 'j["pages_asked"] == "hugetlb" and j["pages"] == "hugetlb" and j["hugepages"] and j["io_bytes"] == 8 << 20' "$T/pages.json"
+fi
+run disk "$F" --rw randread --bs 64K --qd 8 --hugepages=thp --json
+cp "$T/out" "$T/pages.json"
+if [[ $THP == never ]]; then
+	expect "--hugepages=thp with THP off falls back to normal pages" \
+		py 'j["pages_asked"] == "thp" and j["pages"] == "normal" and not j["hugepages"]' "$T/pages.json"
+else
+	expect "--hugepages=thp reports the pages it got" \
+		py 'j["pages_asked"] == "thp" and j["pages"] in ("thp", "mixed", "normal") and j["hugepages"] == (j["pages"] == "thp") and j["io_bytes"] == 8 << 20' "$T/pages.json"
+fi
 run disk "$F" --rw read --bs 4K --qd 4 --engine psync --qd 8 --json
 expect "psync reports its engine and reads at QD 1" \
 	py 'j["ioengine"] == "psync" and j["iodepth"] == 1 and j["io_bytes"] == 8 << 20' "$T/out"
