@@ -41,22 +41,8 @@ if [[ ${#T} -le 55 ]]; then
 	TMPDIR_CHECK=1
 fi
 
-PASS=0
-FAILED=0
-ok() { PASS=$((PASS + 1)); printf 'ok - %s\n' "$*"; }
-bad() { FAILED=$((FAILED + 1)); printf 'FAIL - %s\n' "$*"; }
-skip() { printf 'skip - %s\n' "$*"; }
-expect() {
-	local desc=$1
-	shift
-	if "$@"; then ok "$desc"; else bad "$desc (got: $(head -c 300 "$T/out" | tr '\n' ' ') $(head -c 300 "$T/err" | tr '\n' ' '))"; fi
-}
-
-# run ARGS...: batchd-bench with a time limit; output in $T/out, $T/err, status in RC.
-run() {
-	RC=0
-	timeout -k 5 60 "$BENCH" "$@" >"$T/out" 2>"$T/err" </dev/null || RC=$?
-}
+# shellcheck source=tests/bench/bench-testlib.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/bench-testlib.sh"
 # py EXPR FILE...: evaluate a Python expression with j = the JSON in the first
 # file (and j2 the second's); exit status 0 when it is true. Prints it if not.
 py() {
@@ -342,5 +328,4 @@ else
 	expect "h2d measures pinned and pageable copies" py 'j["pinned"]["bw_bytes"] > 0 and j["pageable"]["bw_bytes"] > 0' "$T/out"
 fi
 
-echo "$PASS passed, $FAILED failed"
-[[ $FAILED -eq 0 ]]
+finish

@@ -34,21 +34,8 @@ PY=$3
 T=$(mktemp -d "$PWD/bench-rounds.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 
-PASS=0
-FAILED=0
-ok() { PASS=$((PASS + 1)); printf 'ok - %s\n' "$*"; }
-bad() { FAILED=$((FAILED + 1)); printf 'FAIL - %s\n' "$*"; }
-expect() {
-	local desc=$1
-	shift
-	if "$@"; then ok "$desc"; else bad "$desc (exit $RC; got: $(head -c 300 "$T/out" | tr '\n' ' ') $(head -c 300 "$T/err" | tr '\n' ' '))"; fi
-}
-# run ARGS...: batchd-bench with a time limit (a decode that never ends is
-# the failure this test is for); output in $T/out, $T/err, status in RC.
-run() {
-	RC=0
-	timeout -k 5 60 "$BENCH" "$@" >"$T/out" 2>"$T/err" </dev/null || RC=$?
-}
+# shellcheck source=tests/bench/bench-testlib.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/bench-testlib.sh"
 # py EXPR DECODE.json INFO.json: Python expression over j (decode's JSON) and
 # p (batchd-pack info's); exit status 0 when it is true. Prints it if not.
 py() {
@@ -75,10 +62,14 @@ mkpack() {
 	rm -f "$T/src.bin"
 	return $rc
 }
+# Python expressions, expanded inside the eval'd checks below.
+# shellcheck disable=SC2034
 # Every block stored raw and of one size: then the rounds are predictable.
 UNIFORM='p["codec_blocks"]["raw"] == p["blocks"] and p["stored_bytes"] == p["raw_bytes"] == p["blocks"] * p["max_block"]'
 # Rounds of whole blocks, as many as fit in round_bytes (at least one).
+# shellcheck disable=SC2034
 ROUNDS='math.ceil(p["blocks"] / max(1, j["round_bytes"] // p["max_block"]))'
+# shellcheck disable=SC2034
 COUNTS='j["blocks"] == j["passes"] * p["blocks"] and j["raw_bytes"] == j["passes"] * p["raw_bytes"] and j["stored_bytes"] == j["passes"] * p["stored_bytes"]'
 
 # ---- arguments -----------------------------------------------------------------
@@ -133,5 +124,4 @@ cp "$T/out" "$T/dec.json"
 expect "decode --round-size --seconds: every pass reads all 50 rounds, counts == passes * the pack's" \
 	eval '[[ $RC -eq 0 ]] && py "j[\"passes\"] >= 1 and j[\"rounds\"] == 50 and j[\"seconds\"] >= 0.2 and $COUNTS" "$T/dec.json" "$T/shards.info.json"'
 
-echo "$PASS passed, $FAILED failed"
-[[ $FAILED -eq 0 ]]
+finish
