@@ -378,9 +378,11 @@ static uint8_t *buffers_new(size_t len, bench_pages asked, size_t *ret_len,
 	}
 	if (asked != BENCH_PAGES_THP) {
 		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			return NULL;
 		*ret_len = len;
 		*ret_mapped = BENCH_PAGES_NORMAL;
-		return p == MAP_FAILED ? NULL : p;
+		return p;
 	}
 	p = mmap(NULL, huge_len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		 -1, 0);

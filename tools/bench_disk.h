@@ -141,7 +141,7 @@ int bench_disk_option(bench_disk_opts *o, int ch, const char *arg);
 /* fio's names and meanings: "read", "randread". */
 const char *bench_disk_rw_name(const bench_disk_opts *o);
 
-/* "normal", "huge", "hugetlb", "thp", "mixed": the names --hugepages and the JSON use. */
+/* "normal", "huge", "hugetlb", "thp", "mixed": the JSON's names (--hugepages= takes hugetlb, thp). */
 const char *bench_pages_name(bench_pages p);
 
 /* The result as one JSON object / as a few human lines. */
