@@ -9,6 +9,7 @@
  * Offsets are summed only after checking the sum cannot wrap.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ZSTD_STATIC_LINKING_ONLY /* ZSTD_getFrameHeader */
@@ -241,11 +242,184 @@ void bp_pack_index_sample_span(const bp_pack_index *idx, uint64_t id,
 	*ret_size = bp_le64(e + 8);
 }
 
-void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret)
+/* ---- constant-time lookup ------------------------------------------------ */
+
+struct bp_pack_ranges {
+	uint64_t *first;   /* count: first id of each range */
+	uint32_t *group;   /* groups + 1: the range of id g << shift; the last is count - 1 */
+	uint64_t count, groups;
+	unsigned shift;
+};
+
+/* Marks a block whose samples do not all have one size. Samples are < 2^28 bytes. */
+#define STRIDE_MIXED UINT32_MAX
+
+struct bp_pack_lookup {
+	bp_pack_ranges *blocks;
+	uint32_t *stride;  /* per block: the size of each of its samples, or STRIDE_MIXED */
+};
+
+void bp_pack_ranges_free(bp_pack_ranges *r)
+{
+	if (!r)
+		return;
+	free(r->first);
+	free(r->group);
+	free(r);
+}
+
+/* Group size: the largest power of two not above the mean range length (>= 1). */
+static unsigned group_shift(uint64_t count, uint64_t total)
+{
+	uint64_t mean = total / count;
+	unsigned shift = 0;
+
+	while (shift < 63 && mean >> (shift + 1))
+		shift++;
+	return shift;
+}
+
+/* One sweep over groups and ranges together: range r holds group g's first id. */
+static void fill_groups(bp_pack_ranges *r)
+{
+	uint64_t at = 0;
+
+	for (uint64_t g = 0; g < r->groups; g++) {
+		uint64_t id = g << r->shift;
+
+		while (at + 1 < r->count && r->first[at + 1] <= id)
+			at++;
+		r->group[g] = (uint32_t)at;
+	}
+	r->group[r->groups] = (uint32_t)(r->count - 1);
+}
+
+int bp_pack_ranges_new(uint64_t count, uint64_t total,
+		       uint64_t (*first_of)(const void *ctx, uint64_t i), const void *ctx,
+		       bp_pack_ranges **ret)
+{
+	bp_pack_ranges *r;
+
+	if (count == 0 || count > UINT32_MAX || count > total || !first_of || !ret)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->count = count;
+	r->shift = group_shift(count, total);
+	/* total / 2^shift < 2 * count <= 2^33: neither the count nor the sizes can wrap. */
+	r->groups = ((total - 1) >> r->shift) + 1;
+	r->first = malloc(count * sizeof(*r->first));
+	r->group = malloc((r->groups + 1) * sizeof(*r->group));
+	if (!r->first || !r->group) {
+		bp_pack_ranges_free(r);
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < count; i++) {
+		r->first[i] = first_of(ctx, i);
+		if (i == 0 ? r->first[i] != 0
+			   : (r->first[i] <= r->first[i - 1] || r->first[i] >= total)) {
+			bp_pack_ranges_free(r);
+			return -EINVAL;
+		}
+	}
+	fill_groups(r);
+	*ret = r;
+	return 0;
+}
+
+uint64_t bp_pack_ranges_find(const bp_pack_ranges *r, uint64_t id)
+{
+	uint64_t g = id >> r->shift;
+	uint64_t lo = r->group[g], hi = r->group[g + 1]; /* answer in [lo, hi] */
+
+	/* A group's first id is in range group[g] by construction. */
+	if ((id & ((UINT64_C(1) << r->shift) - 1)) == 0)
+		return lo;
+	/* The last range starting at or before id; only ranges starting inside the group remain. */
+	while (lo < hi) {
+		uint64_t mid = hi - (hi - lo) / 2;
+
+		if (r->first[mid] <= id)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+size_t bp_pack_ranges_bytes(const bp_pack_ranges *r)
+{
+	return sizeof(*r) + r->count * sizeof(*r->first) + (r->groups + 1) * sizeof(*r->group);
+}
+
+static uint64_t block_first(const void *ctx, uint64_t i)
+{
+	return block_field(ctx, i, B_FIRST_SAMPLE);
+}
+
+/* The one size every sample of block b has, or STRIDE_MIXED. */
+static uint32_t block_stride(const bp_pack_index *idx, uint64_t first, uint64_t end)
+{
+	uint64_t off, size, other;
+
+	bp_pack_index_sample_span(idx, first, &off, &size);
+	for (uint64_t s = first + 1; s < end; s++) {
+		bp_pack_index_sample_span(idx, s, &off, &other);
+		if (other != size)
+			return STRIDE_MIXED;
+	}
+	return (uint32_t)size;
+}
+
+void bp_pack_lookup_free(bp_pack_lookup *lk)
+{
+	if (!lk)
+		return;
+	bp_pack_ranges_free(lk->blocks);
+	free(lk->stride);
+	free(lk);
+}
+
+int bp_pack_lookup_new(const bp_pack_index *idx, bp_pack_lookup **ret)
+{
+	bp_pack_lookup *lk = calloc(1, sizeof(*lk));
+	int r;
+
+	if (!lk)
+		return -ENOMEM;
+	/* A validated index has first ids as the ranges need them: only -ENOMEM is left. */
+	r = bp_pack_ranges_new(idx->block_count, idx->sample_count, block_first, idx, &lk->blocks);
+	if (r < 0)
+		goto fail;
+	lk->stride = malloc(idx->block_count * sizeof(*lk->stride));
+	if (!lk->stride) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	for (uint64_t b = 0; b < idx->block_count; b++) {
+		uint64_t end = b + 1 < idx->block_count ? lk->blocks->first[b + 1] : idx->sample_count;
+
+		lk->stride[b] = block_stride(idx, lk->blocks->first[b], end);
+	}
+	*ret = lk;
+	return 0;
+fail:
+	bp_pack_lookup_free(lk);
+	return r;
+}
+
+size_t bp_pack_lookup_bytes(const bp_pack_lookup *lk)
+{
+	return sizeof(*lk) + bp_pack_ranges_bytes(lk->blocks) +
+	       lk->blocks->count * sizeof(*lk->stride);
+}
+
+/* Last block whose first sample is <= id; block 0 starts at sample 0. */
+static uint64_t search_block(const bp_pack_index *idx, uint64_t id)
 {
 	uint64_t lo = 0, hi = idx->block_count; /* answer in [lo, hi) */
 
-	/* Last block whose first sample is <= id; block 0 starts at sample 0. */
 	while (hi - lo > 1) {
 		uint64_t mid = lo + (hi - lo) / 2;
 
@@ -254,8 +428,28 @@ void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample 
 		else
 			hi = mid;
 	}
-	ret->block = lo;
-	bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
+	return lo;
+}
+
+void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret)
+{
+	const bp_pack_lookup *lk = idx->lookup;
+	uint32_t stride;
+
+	if (!lk) {
+		ret->block = search_block(idx, id);
+		bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
+		return;
+	}
+	ret->block = bp_pack_ranges_find(lk->blocks, id);
+	stride = lk->stride[ret->block];
+	if (stride == STRIDE_MIXED) {
+		bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
+		return;
+	}
+	/* Samples tile their block (checked by the parse), so equal sizes put each at k * size. */
+	ret->offset = (id - lk->blocks->first[ret->block]) * stride;
+	ret->size = stride;
 }
 
 static int check_block_entry(const bp_pack_header *h, const bp_pack_footer *f,
@@ -361,6 +555,7 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 	idx.samples = index + f->block_count * BP_PACK_BLOCK_ENTRY;
 	idx.block_count = f->block_count;
 	idx.sample_count = f->sample_count;
+	idx.lookup = NULL;
 
 	for (uint64_t i = 0; i < idx.block_count; i++) {
 		bp_pack_block b;

@@ -9,9 +9,12 @@
  * normative specification; this header is its C face.
  *
  * Everything here is pure: functions take caller buffers, do no I/O, start
- * no threads and keep no state. Every field read from a buffer is treated as
- * hostile and bounds-checked before use, so each function can be fed
- * arbitrary bytes (tests/fuzz/fuzz-pack.c does exactly that).
+ * no threads and keep no state; the one exception is the lookup tables
+ * (bp_pack_ranges, bp_pack_lookup), which allocate what they hold so that
+ * a sample's block is found without a search. Every field read from a
+ * buffer is treated as hostile and bounds-checked before use, so each
+ * function can be fed arbitrary bytes (tests/fuzz/fuzz-pack.c does exactly
+ * that).
  *
  * Errors are negative errnos:
  *   -EBADMSG   the bytes are not a valid pack (bad magic, checksum mismatch,
@@ -100,16 +103,22 @@ typedef struct bp_pack_sample {
 	uint64_t size;
 } bp_pack_sample;
 
+typedef struct bp_pack_lookup bp_pack_lookup;
+
 /*
  * A validated index: a view over the caller's index bytes (not copied).
  * Built only by bp_pack_index_parse(), after which every accessor is total:
  * no further error paths. The caller keeps `bytes` alive and unchanged.
+ * lookup is NULL from the parse; a caller that sets it to a table built by
+ * bp_pack_lookup_new() from this same index (and keeps the table alive)
+ * makes bp_pack_index_sample O(1).
  */
 typedef struct bp_pack_index {
 	const uint8_t *blocks;   /* block table */
 	const uint8_t *samples;  /* sample table */
 	uint64_t block_count;
 	uint64_t sample_count;
+	const bp_pack_lookup *lookup;
 } bp_pack_index;
 
 /* ---- header and footer ------------------------------------------------ */
@@ -164,11 +173,69 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 
 /* Block i (< block_count) of a validated index. */
 void bp_pack_index_block(const bp_pack_index *idx, uint64_t i, bp_pack_block *ret);
-/* Sample id (< sample_count) of a validated index; O(log blocks). */
+/*
+ * Sample id (< sample_count) of a validated index: its block, offset and
+ * size. O(1) through idx->lookup when set; a binary search over the block
+ * table, O(log blocks), when it is NULL. Both give the same answer.
+ */
 void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret);
 /* Offset and size of sample `id` only, without locating its block. O(1). */
 void bp_pack_index_sample_span(const bp_pack_index *idx, uint64_t id,
 			       uint64_t *ret_offset, uint64_t *ret_size);
+
+/* ---- constant-time lookup ---------------------------------------------- */
+
+/*
+ * Ids [0, total) cut into count consecutive, non-empty ranges (the blocks
+ * of a shard, the shards of a dataset), and the range of any id found in
+ * O(1) without a search over the ranges.
+ *
+ * The ids are cut into groups of G = 2^k, G the largest power of two not
+ * above total / count (the mean range length), and a table holds, for each
+ * group, the range of its first id. The range of an id then lies between
+ * the ranges of its group's first id and the next group's: the same range
+ * when a group falls inside one range (ranges of even length: at most one
+ * boundary per group), else a binary search over the few ranges that start
+ * inside the group, never more steps than a search over all of them.
+ * Memory: at most (total / G + 2) * 4 + count * 8 bytes, so under 16 bytes
+ * and a few per range, whatever the number of ids.
+ *
+ * Thread rules: built by one thread; immutable afterwards, so any number
+ * of threads may look up at once.
+ */
+typedef struct bp_pack_ranges bp_pack_ranges;
+
+/*
+ * Build the map of count ranges over [0, total); first_of(ctx, i) gives
+ * the first id of range i, called once for each i in order. The first ids
+ * must start at 0 and increase strictly, staying below total.
+ * @return 0; -EINVAL when count is 0 or above UINT32_MAX, or the first ids
+ * break that rule; -ENOMEM. *ret written only on success; free it with
+ * bp_pack_ranges_free().
+ */
+int bp_pack_ranges_new(uint64_t count, uint64_t total,
+		       uint64_t (*first_of)(const void *ctx, uint64_t i), const void *ctx,
+		       bp_pack_ranges **ret);
+void bp_pack_ranges_free(bp_pack_ranges *r);  /* NULL is fine */
+/* The range holding id (< total). */
+uint64_t bp_pack_ranges_find(const bp_pack_ranges *r, uint64_t id);
+/* Heap bytes r holds. */
+size_t bp_pack_ranges_bytes(const bp_pack_ranges *r);
+
+/*
+ * The lookup table of one validated index, for bp_pack_index.lookup: the
+ * ranges of its blocks and, for each block whose samples all have one
+ * size, that size, so that such a sample's offset and size are computed
+ * rather than read from the sample table (a cache miss per sample under a
+ * random order). Memory: at most 20 bytes a block plus a few, none per
+ * sample. Built in O(blocks + samples).
+ * @return 0 or -ENOMEM; *ret written only on success; free it with
+ * bp_pack_lookup_free(), after the last lookup through an index using it.
+ */
+int bp_pack_lookup_new(const bp_pack_index *idx, bp_pack_lookup **ret);
+void bp_pack_lookup_free(bp_pack_lookup *lk);  /* NULL is fine */
+/* Heap bytes lk holds. */
+size_t bp_pack_lookup_bytes(const bp_pack_lookup *lk);
 
 /* ---- whole shard in memory -------------------------------------------- */
 

@@ -28,6 +28,8 @@ struct bp_dataset {
 	size_t shard_count;
 	uint64_t samples, blocks, raw_bytes, stored_bytes, max_sample, max_block;
 	uint64_t fingerprint;
+	bp_pack_ranges *shard_map; /* global sample id -> shard, without a search */
+	size_t lookup_bytes;       /* the shard map and every shard's lookup table */
 };
 
 /* Private per-shard storage lives after the public part. */
@@ -35,6 +37,7 @@ typedef struct shard_priv {
 	bp_shard pub;
 	uint8_t *index_bytes;
 	uint8_t *dict_bytes;
+	bp_pack_lookup *lookup;  /* pub.index.lookup: sample -> block without a search */
 } shard_priv;
 
 static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const char *what,
@@ -62,6 +65,7 @@ static void shard_release(shard_priv *s)
 	if (s->pub.fd >= 0)
 		close(s->pub.fd);
 	ZSTD_freeDDict(s->pub.ddict);
+	bp_pack_lookup_free(s->lookup);
 	free(s->index_bytes);
 	free(s->dict_bytes);
 	free(s->pub.name);
@@ -128,6 +132,10 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 				&sh->index, &pf);
 	if (r < 0)
 		goto bad;
+	r = bp_pack_lookup_new(&sh->index, &s->lookup);
+	if (r < 0)
+		return r;
+	sh->index.lookup = s->lookup;
 	return 0;
 bad:
 	return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
@@ -204,6 +212,25 @@ out:
 	return 0;
 }
 
+static uint64_t shard_first(const void *ctx, uint64_t i)
+{
+	return bp_dataset_shard(ctx, (size_t)i)->first_sample;
+}
+
+/* The shard map and every shard's table, built once the shards' first ids are known. */
+static int build_lookups(bp_dataset *ds)
+{
+	int r = bp_pack_ranges_new(ds->shard_count, ds->samples, shard_first, ds, &ds->shard_map);
+
+	/* Shards are never empty (the footer check), so only -ENOMEM is left. */
+	if (r < 0)
+		return r;
+	ds->lookup_bytes = bp_pack_ranges_bytes(ds->shard_map);
+	for (size_t i = 0; i < ds->shard_count; i++)
+		ds->lookup_bytes += bp_pack_lookup_bytes(((shard_priv *)ds->shards)[i].lookup);
+	return 0;
+}
+
 static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 {
 	uint64_t *fps = malloc(ds->shard_count * sizeof(*fps));
@@ -236,7 +263,7 @@ static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 	}
 	ds->fingerprint = bp_pack_dataset_fingerprint(fps, ds->shard_count);
 	free(fps);
-	return 0;
+	return build_lookups(ds);
 }
 
 int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_fault *fault)
@@ -437,6 +464,7 @@ void bp_dataset_close(bp_dataset *ds)
 	for (size_t i = 0; i < ds->shard_count; i++)
 		shard_release(&shards[i]);
 	free(shards);
+	bp_pack_ranges_free(ds->shard_map);
 	free(ds);
 }
 
@@ -448,6 +476,7 @@ uint64_t bp_dataset_max_sample(const bp_dataset *ds) { return ds->max_sample; }
 uint64_t bp_dataset_max_block(const bp_dataset *ds) { return ds->max_block; }
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds) { return ds->fingerprint; }
 size_t bp_dataset_shard_count(const bp_dataset *ds) { return ds->shard_count; }
+size_t bp_dataset_lookup_bytes(const bp_dataset *ds) { return ds->lookup_bytes; }
 
 const bp_shard *bp_dataset_shard(const bp_dataset *ds, size_t i)
 {
@@ -457,21 +486,15 @@ const bp_shard *bp_dataset_shard(const bp_dataset *ds, size_t i)
 int bp_dataset_locate(const bp_dataset *ds, uint64_t id, size_t *ret_shard,
 		      bp_pack_sample *ret_sample)
 {
-	size_t lo = 0, hi = ds->shard_count;
+	const bp_shard *sh;
+	size_t shard;
 
 	if (id >= ds->samples)
 		return -ERANGE;
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (bp_dataset_shard(ds, mid)->first_sample <= id)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	bp_pack_index_sample(&bp_dataset_shard(ds, lo)->index,
-			     id - bp_dataset_shard(ds, lo)->first_sample, ret_sample);
-	*ret_shard = lo;
+	shard = (size_t)bp_pack_ranges_find(ds->shard_map, id);
+	sh = &((const shard_priv *)ds->shards)[shard].pub;
+	bp_pack_index_sample(&sh->index, id - sh->first_sample, ret_sample);
+	*ret_shard = shard;
 	return 0;
 }
 

@@ -14,7 +14,11 @@
  *
  * Opening reads each shard's header, dictionary, footer and index with
  * pread(2) and validates them completely; after a successful open every
- * sample id below bp_dataset_samples() resolves without further checks.
+ * sample id below bp_dataset_samples() resolves without further checks,
+ * in constant time: opening also builds lookup tables (pack.h,
+ * bp_pack_ranges and bp_pack_lookup) that map a global id to its shard and
+ * a shard's id to its block without a search, at most 20 bytes a block and
+ * 16 a shard (bp_dataset_lookup_bytes).
  * Reading block contents is left to the caller's I/O path (the daemon uses
  * io_uring); bp_sample_reader is the simple synchronous path used by tools
  * and tests.
@@ -43,7 +47,7 @@ typedef struct bp_shard {
 	uint64_t first_sample;   /* global id of the shard's sample 0 */
 	bp_pack_header header;
 	bp_pack_footer footer;
-	bp_pack_index index;     /* view into the shard's loaded index bytes */
+	bp_pack_index index;     /* view into the shard's loaded index bytes, with its lookup */
 	const uint8_t *dict;     /* NULL when none */
 	ZSTD_DDict *ddict;       /* NULL when none */
 } bp_shard;
@@ -127,11 +131,15 @@ uint64_t bp_dataset_max_sample(const bp_dataset *ds);
 uint64_t bp_dataset_max_block(const bp_dataset *ds);   /* largest raw block */
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds);
 size_t bp_dataset_shard_count(const bp_dataset *ds);
+/* Heap bytes of the lookup tables built at open, beside the index and dictionary bytes. */
+size_t bp_dataset_lookup_bytes(const bp_dataset *ds);
 const bp_shard *bp_dataset_shard(const bp_dataset *ds, size_t i);
 
 /*
  * Find global sample id: its shard and its place in that shard.
- * @return 0, or -ERANGE when id >= bp_dataset_samples(). O(log shards + log blocks).
+ * @return 0, or -ERANGE when id >= bp_dataset_samples(). O(1): no search over
+ * shards or blocks (ranges of uneven sizes cost a search over the few that
+ * start near id; see bp_pack_ranges).
  */
 int bp_dataset_locate(const bp_dataset *ds, uint64_t id, size_t *ret_shard,
 		      bp_pack_sample *ret_sample);
