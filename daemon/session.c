@@ -560,18 +560,6 @@ int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FD
 
 /* ---- planning -------------------------------------------------------------------------- */
 
-static int loc_cmp(const void *a, const void *b, void *arg)
-{
-	const loc *locs = arg, *x = &locs[*(const uint32_t *)a], *y = &locs[*(const uint32_t *)b];
-
-	if (x->shard != y->shard)
-		return x->shard < y->shard ? -1 : 1;
-	if (x->block != y->block)
-		return x->block < y->block ? -1 : 1;
-	return x->src < y->src ? -1 : x->src > y->src;
-}
-
-/* Does the task's piece list cover its block exactly, in order, into contiguous bytes? */
 /*
  * Where batch (epoch, batch)'s n samples are, and where each goes in the
  * payload. @return the payload bytes.
@@ -601,13 +589,85 @@ static bool same_block(const loc *a, const loc *b)
 	return a->shard == b->shard && a->block == b->block;
 }
 
-/* Order the samples by where they are read from. @return how many blocks they touch. */
+/* Short runs: insertion sort of o[0..n) by ids[o[i]]. */
+static void insert_by_id(uint32_t *o, const uint64_t *ids, uint32_t n)
+{
+	for (uint32_t i = 1; i < n; i++) {
+		uint32_t v = o[i], j = i;
+		uint64_t key = ids[v];
+
+		for (; j && ids[o[j - 1]] > key; j--)
+			o[j] = o[j - 1];
+		o[j] = v;
+	}
+}
+
+static uint64_t median3(uint64_t a, uint64_t b, uint64_t c)
+{
+	if (a < b)
+		return b < c ? b : a < c ? c : a;
+	return a < c ? a : b < c ? c : b;
+}
+
+/*
+ * Hoare's partition of o[0..n) (n >= 3) around the median of its first,
+ * middle and last keys. That pivot has a key >= it before the last place
+ * and a key <= it at the first, so both scans stop inside the array and
+ * both sides come out non-empty. @return the size of the left side, whose
+ * keys are all <= those of the right.
+ */
+static uint32_t partition_by_id(uint32_t *o, const uint64_t *ids, uint32_t n)
+{
+	uint64_t pivot = median3(ids[o[0]], ids[o[n / 2]], ids[o[n - 1]]);
+	uint32_t i = 0, j = n - 1, t;
+
+	for (;;) {
+		while (ids[o[i]] < pivot)
+			i++;
+		while (ids[o[j]] > pivot)
+			j--;
+		if (i >= j)
+			return j + 1;
+		t = o[i];
+		o[i++] = o[j];
+		o[j--] = t;
+	}
+}
+
+/* Quicksort of o[0..n) by ids[o[i]]: recursion on the smaller side only, so depth <= log2 n. */
+static void sort_by_id(uint32_t *o, const uint64_t *ids, uint32_t n)
+{
+	while (n > 16) {
+		uint32_t left = partition_by_id(o, ids, n);
+
+		if (left < n - left) {
+			sort_by_id(o, ids, left);
+			o += left;
+			n -= left;
+		} else {
+			sort_by_id(o + left, ids, n - left);
+			n = left;
+		}
+	}
+	insert_by_id(o, ids, n);
+}
+
+/*
+ * Order the samples by where they are read from. Global ids run through
+ * the shards, their blocks and each block's bytes in order, so sorting by
+ * id is sorting by (shard, block, offset), on one integer key. Batches of
+ * an unshuffled epoch come in that order already: one pass sees it.
+ * @return how many blocks they touch.
+ */
 static uint32_t group_by_block(bd_session *s, uint32_t n)
 {
-	uint32_t nblocks = 0;
+	uint32_t nblocks = 0, i = 1;
 
-	qsort_r(s->order, n, sizeof(*s->order), loc_cmp, s->locs);
-	for (uint32_t i = 0; i < n; i++)
+	while (i < n && s->ids[i - 1] <= s->ids[i])
+		i++;
+	if (i < n)
+		sort_by_id(s->order, s->ids, n);
+	for (i = 0; i < n; i++)
 		if (!i || !same_block(&s->locs[s->order[i]], &s->locs[s->order[i - 1]]))
 			nblocks++;
 	return nblocks;
