@@ -369,7 +369,7 @@ static void dataset_free(bd_dataset *d)
 	free(d);
 }
 
-/* The index and dictionary bytes a version holds: what keeping it costs. */
+/* The index, dictionary and lookup-table bytes a version holds: what keeping it costs. */
 static uint64_t held_bytes(const bp_dataset *ds)
 {
 	uint64_t n = 0;
@@ -379,7 +379,7 @@ static uint64_t held_bytes(const bp_dataset *ds)
 
 		n += sh->footer.index_size + sh->header.dict_size;
 	}
-	return n;
+	return n + bp_dataset_lookup_bytes(ds);
 }
 
 /* Load the scanned shards into a new version; the scan's set, disk and place become its. */
