@@ -1,27 +1,39 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""bench-vs-torch: the same pack read by PyTorch's DataLoader and by batchd.
+"""bench-vs-torch: batchd's Python Loader against what PyTorch users run today.
 
-(a) torch.utils.data.DataLoader over a Dataset that reads each sample from
-    the .bpk itself: it parses the index (proto/PACK.md), preads the block,
-    checks its XXH3 hashes when python3-xxhash is there (batchd always
-    does), and decompresses it with python3-zstandard (with the pack's
-    dictionary for codec 2); num_workers 0, 1 and 2, pin_memory off,
-    persistent workers, shuffle=True.
-(b) batchclient.Loader on a batchd serving the same pack, shuffle="global",
-    each batch taken as a [batch, sample] uint8 tensor (a view, no copy).
+The same samples, read four ways in one run:
+  raw   torch.utils.data.DataLoader over a map-style Dataset that opens and
+        reads one file per sample from a directory;
+  zst   the same, one .zst file per sample (zstd level 3), decompressed with
+        python3-zstandard;
+  bpk   the same, reading the .bpk itself: it parses the index
+        (proto/PACK.md), preads the block, checks its XXH3 hashes when
+        python3-xxhash is there (batchd always does) and decompresses it;
+  batchd  batchclient.Loader on a batchd that this script starts with the
+        daemon's defaults (only --socket and --root; --memory and --direct
+        only when asked), serving the sample directory packed by
+        `batchd-pack create` with its default options (one sample per block),
+        shuffle="global", each batch taken as a [batch, sample] uint8 tensor
+        (a view, no copy).
 
-Same batch size, same epochs; each run has one untimed warm-up epoch
-(workers start, page cache fills), then --epochs timed ones; the loaders
-run --repeat times, interleaved, and the best run of each is reported
-with the median beside it (other work on the machine only slows runs
-down). Every run must deliver the same bytes: the sum of all bytes of an
-epoch is compared across runs. Prints samples/s, MB/s and the ratio
-batchclient / DataLoader for each num_workers.
+Every loader shuffles (DataLoader shuffle=True), uses the same batch size,
+and has one untimed warm-up epoch (workers start, page cache fills) before
+the --epochs timed ones. Each peer first runs with every --workers count
+(num_workers; pin_memory off, persistent workers) and all are shown; its
+best count then runs in --repeat pairs with batchd, interleaved A B A B,
+so that both sides of a pair see the same machine. The table gives each
+loader's median samples/s and the median of the per-pair ratios
+batchd / peer with their spread (min-max). Every epoch of every run must
+deliver the same bytes: its byte sum is checked against the data's.
 
-    tools/bench-vs-torch.py                      # 60000 MNIST-sized records (785 B)
-    tools/bench-vs-torch.py --record-size 16K --samples 20000
-    tools/bench-vs-torch.py --pack /srv/data/x.bpk --batch-size 256
+Each sample is half random bytes and half text (words of a fixed
+vocabulary), made deterministically from --seed, so that compression
+does real work and a .zst is about three quarters of its sample.
+
+    /usr/bin/python3 tools/bench-vs-torch.py                  # 20000 x 8 KiB
+    /usr/bin/python3 tools/bench-vs-torch.py --record-size 128K --samples 4000
+    /usr/bin/python3 tools/bench-vs-torch.py --pack /srv/data/x.bpk --peers bpk
 
 Needs python3-torch, python3-numpy and python3-zstandard (Debian); run as
 root it installs what is missing with apt-get, else it says what to
@@ -34,6 +46,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -42,6 +55,16 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBS = {"numpy": "python3-numpy", "torch": "python3-torch", "zstandard": "python3-zstandard"}
+PEERS = ("raw", "zst", "bpk")
+PEER_NAMES = {"raw": "raw files", "zst": ".zst files", "bpk": ".bpk in Python"}
+ZSTD_LEVEL = 3                # batchd-pack's default level: the same work per byte
+DATA_VERSION = 1              # bump when make_samples changes what it writes
+WORDS = (b"the of and to in is was for on that with as by at from his an were are which this "
+         b"be or has had not first one their its new after but who they two her she been "
+         b"other when time during all into school there world also city some would most "
+         b"more state over only national can where university since about team between "
+         b"under three group both then four while known year through season may against "
+         b"loader batch sample epoch shuffle block cache decode tensor worker queue").split()
 
 
 def ensure_modules():
@@ -67,11 +90,92 @@ def ensure_modules():
 
 def size_arg(s):
     mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    s = s.strip().lower()
-    return int(s[:-1]) * mult[s[-1]] if s and s[-1] in mult else int(s)
+    t = s.strip().lower()
+    try:
+        v = int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}' is not a size (a number, K, M or G suffix)")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"'{s}' must be at least 1 byte")
+    return v
 
 
-# ---- (a) a pack reader in Python, as a torch Dataset ------------------------------------------
+def count_arg(least):
+    def parse(s):
+        try:
+            v = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{s}' is not a whole number")
+        if v < least:
+            raise argparse.ArgumentTypeError(f"{v} must be at least {least}")
+        return v
+    return parse
+
+
+def list_arg(s, allowed=None):
+    items = [x.strip() for x in s.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"'{s}' names nothing")
+    if allowed is None:
+        return [count_arg(0)(x) for x in items]
+    bad = [x for x in items if x not in allowed]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(bad)}: choose from "
+                                         f"{', '.join(allowed)}")
+    return list(dict.fromkeys(items))
+
+
+def as_tensor(data, size):
+    """bytes-like data as a fresh uint8 tensor of `size` bytes (the copy a
+    Dataset makes so that collate gets a writable tensor)."""
+    import numpy as np
+    import torch
+    if len(data) != size:
+        raise IOError(f"a sample of {len(data)} bytes where {size} were expected")
+    t = torch.empty(size, dtype=torch.uint8)
+    t.numpy()[:] = np.frombuffer(data, np.uint8)
+    return t
+
+
+# ---- the peers: map-style Datasets as users write them ------------------------------------------
+
+class RawFiles:
+    """One file per sample: open, read straight into the sample's tensor."""
+
+    def __init__(self, paths, size):
+        self.paths, self.size = paths, size
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        import torch
+        t = torch.empty(self.size, dtype=torch.uint8)
+        with open(self.paths[i], "rb", buffering=0) as f:
+            n = f.readinto(t.numpy())
+        if n != self.size:
+            raise IOError(f"{self.paths[i]}: {n} bytes, expected {self.size}")
+        return t
+
+
+class ZstdFiles:
+    """One .zst file per sample, decompressed with python3-zstandard (one
+    decompressor per worker process, made on its first sample)."""
+
+    def __init__(self, paths, size):
+        self.paths, self.size = paths, size
+        self._pid = self._d = None
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        if self._pid != os.getpid():
+            import zstandard
+            self._d, self._pid = zstandard.ZstdDecompressor(), os.getpid()
+        with open(self.paths[i], "rb") as f:
+            return as_tensor(self._d.decompress(f.read()), self.size)
+
 
 class BpkDataset:
     """Samples of a .bpk (or a directory of .bpk shards) read with pread and
@@ -174,15 +278,136 @@ class BpkDataset:
         return memoryview(self.raw_block(k, b))[off:off + size]
 
     def __getitem__(self, i):
-        import numpy as np
-        import torch
         v = self.sample(i)
-        t = torch.empty(len(v), dtype=torch.uint8)
-        t.numpy()[:] = np.frombuffer(v, np.uint8)
-        return t
+        return as_tensor(v, len(v))
 
 
-# ---- the runs ---------------------------------------------------------------------------------
+# ---- the data -----------------------------------------------------------------------------------
+
+def text_corpus(rng, nbytes):
+    """About nbytes of text: words of WORDS drawn with Zipf-like weights,
+    with a full stop and a new line now and then."""
+    import numpy as np
+    w = 1.0 / np.arange(1, len(WORDS) + 1)
+    picks = rng.choice(len(WORDS), size=nbytes // 4 + 16, p=w / w.sum())
+    ends = rng.random(len(picks))
+    words = [WORDS[p] + (b".\n" if e < 0.05 else b" ") for p, e in zip(picks, ends)]
+    return b"".join(words)
+
+
+def write_sample(data, i, dirs, zc):
+    name = f"{i:08d}"
+    with open(os.path.join(dirs["raw"], name), "wb") as f:
+        f.write(data)
+    with open(os.path.join(dirs["zst"], name + ".zst"), "wb") as f:
+        f.write(zc.compress(data))
+
+
+def make_samples(dirs, n, size, seed):
+    """n samples of `size` bytes into dirs["raw"] (one file each) and
+    dirs["zst"] (one .zst each): half random bytes, half a slice of a text
+    corpus. @return the sum of all their bytes."""
+    import numpy as np
+    import zstandard
+    rng = np.random.default_rng(seed)
+    corpus = text_corpus(rng, max(8 << 20, 4 * size))
+    zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    half, text = size // 2, size - size // 2
+    prefix = np.concatenate(([0], np.cumsum(np.frombuffer(corpus, np.uint8), dtype=np.int64)))
+    total = 0
+    for lo in range(0, n, 1024):
+        k = min(1024, n - lo)
+        noise = rng.integers(0, 256, (k, half), dtype=np.uint8)
+        starts = rng.integers(0, len(corpus) - text, k)
+        total += int(noise.sum(dtype=np.int64)) + int((prefix[starts + text] -
+                                                      prefix[starts]).sum())
+        for j in range(k):
+            write_sample(noise[j].tobytes() + corpus[starts[j]:starts[j] + text], lo + j, dirs,
+                         zc)
+    return total
+
+
+def extract_samples(dirs, pack):
+    """The samples of an existing pack into dirs, as make_samples writes
+    them. @return (count, size, sum of all bytes)."""
+    import numpy as np
+    import zstandard
+    ds = BpkDataset(pack)
+    zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    total, size = 0, None
+    for i in range(len(ds)):
+        data = bytes(ds.sample(i))
+        if size is None:
+            size = len(data)
+        elif len(data) != size:
+            raise ValueError(f"{pack}: sample {i} has {len(data)} bytes, sample 0 {size}: "
+                             "this benchmark needs fixed-size samples (batches as tensors)")
+        total += int(np.frombuffer(data, np.uint8).sum(dtype=np.int64))
+        write_sample(data, i, dirs, zc)
+    return len(ds), size, total
+
+
+def prepare(args, work, pack_tool):
+    """The sample directories and the pack under work, reused when a
+    manifest says they were made with the same settings.
+    @return the manifest: samples, size, sum, pack, raw, zst."""
+    dirs = {k: os.path.join(work, k) for k in ("raw", "zst")}
+    key = {"version": DATA_VERSION, "pack": os.path.abspath(args.pack) if args.pack else None,
+           "samples": args.samples, "size": args.record_size, "seed": args.seed}
+    mpath = os.path.join(work, "manifest.json")
+    try:
+        with open(mpath) as f:
+            m = json.load(f)
+        if m.get("key") == key:
+            return m
+    except (OSError, ValueError):
+        pass
+    for d in dirs.values():
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+    if os.path.exists(os.path.join(work, "bench.bpk")):
+        os.unlink(os.path.join(work, "bench.bpk"))
+    t0 = time.perf_counter()
+    if args.pack:
+        n, size, total = extract_samples(dirs, key["pack"])
+        pack = key["pack"]
+    else:
+        n, size = args.samples, args.record_size
+        total = make_samples(dirs, n, size, args.seed)
+        pack = os.path.join(work, "bench.bpk")
+        subprocess.run([pack_tool, "create", pack, dirs["raw"]], check=True,
+                       stdout=subprocess.DEVNULL)
+    m = {"key": key, "samples": n, "size": size, "sum": total, "pack": pack, **dirs}
+    with open(mpath, "w") as f:
+        json.dump(m, f)
+    print(f"  data: {n} samples of {size} B made in {time.perf_counter() - t0:.1f} s "
+          f"under {work}", file=sys.stderr)
+    return m
+
+
+# ---- the runs -----------------------------------------------------------------------------------
+
+def timed(epoch_iter, to_tensor, args):
+    """One warm-up epoch, then args.epochs timed ones.
+    @return {"samples_s", "bytes_s", "sums"} (sums: each epoch's byte sum)."""
+    import torch
+    sums = []
+    samples = nbytes = 0
+    t0 = None
+    for e in range(args.epochs + 1):
+        if e == 1:
+            t0 = time.perf_counter()
+            samples = nbytes = 0
+        total = 0
+        for item in epoch_iter():
+            t = to_tensor(item)
+            total += int(t.sum(dtype=torch.int64))   # touch every byte
+            samples += t.shape[0]
+            nbytes += t.numel()
+        sums.append(total)
+    dt = time.perf_counter() - t0
+    return {"samples_s": samples / dt, "bytes_s": nbytes / dt, "sums": sums}
+
 
 def run_torch(ds, args, workers):
     import torch
@@ -194,60 +419,38 @@ def run_torch(ds, args, workers):
     return timed(lambda: iter(dl), lambda x: x, args)
 
 
+def counters(st):
+    return {"read": st["pipeline"]["blocks_read"], "decoded": st["pipeline"]["blocks_decoded"],
+            "hits": st["cache"]["hits"], "misses": st["cache"]["misses"]}
+
+
 def run_batchd(sock, name, args):
     import torch
     import batchclient
+    before = counters(batchclient.status(sock))
     ld = batchclient.Loader(name, args.batch_size, shuffle="global", seed=args.seed, socket=sock)
-    before = batchclient.status(sock)
     try:
+        mine = [s for s in batchclient.status(sock).get("sessions", [])
+                if s.get("pid") == os.getpid()]
         out = timed(lambda: iter(ld), lambda b: b.torch(torch.uint8, (ld.max_sample,)), args)
     finally:
         ld.close()
-    after = batchclient.status(sock)
-    cache = {k: after["cache"][k] - before["cache"][k] for k in ("hits", "misses")}
-    cache["decoded"] = after["pipeline"]["blocks_decoded"] - before["pipeline"]["blocks_decoded"]
-    cache["read"] = after["pipeline"]["blocks_read"] - before["pipeline"]["blocks_read"]
-    return out + (cache,)
+    after = counters(batchclient.status(sock))
+    out["batchd"] = {k: after[k] - before[k] for k in after}
+    out["tier"] = mine[0].get("tier", "?") if mine else "?"
+    return out
 
 
-def timed(epoch_iter, as_tensor, args):
-    """Warm-up epoch, then args.epochs timed ones. @return (samples/s, bytes/s, sums)."""
-    sums = []
-    samples = nbytes = 0
-    t0 = None
-    for e in range(args.epochs + 1):
-        if e == 1:
-            t0 = time.perf_counter()
-            samples = nbytes = 0
-        total = 0
-        for item in epoch_iter():
-            t = as_tensor(item)
-            total += int(t.sum(dtype=__import__("torch").int64))   # touch every byte
-            samples += t.shape[0]
-            nbytes += t.numel()
-        sums.append(total)
-    dt = time.perf_counter() - t0
-    return samples / dt, nbytes / dt, sums
-
-
-# ---- setup ------------------------------------------------------------------------------------
-
-def make_records(path, n, size, seed):
-    """n records of `size` bytes: MNIST-like bytes (a label, then sparse pixels)."""
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    with open(path, "wb") as f:
-        for lo in range(0, n, 4096):
-            k = min(4096, n - lo)
-            rec = rng.integers(0, 256, (k, size), dtype=np.uint8)
-            rec[rng.random((k, size)) < 0.6] = 0            # compressible, like real images
-            rec[:, 0] = rng.integers(0, 10, k)
-            f.write(rec.tobytes())
+def check_bytes(label, run, want):
+    if any(s != want for s in run["sums"]):
+        raise RuntimeError(f"{label} delivered other bytes than the samples hold: epoch sums "
+                           f"{run['sums']}, expected {want} each")
 
 
 def start_batchd(args, root, sock, log):
-    argv = [args.batchd, "--socket", sock, "--root", root, "--log-level", "notice",
-            "--memory", args.memory]
+    argv = [args.batchd, "--socket", sock, "--root", root]
+    if args.memory:
+        argv += ["--memory", args.memory]
     if args.direct:
         argv += ["--direct", args.direct]
     p = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
@@ -264,26 +467,151 @@ def start_batchd(args, root, sock, log):
     raise RuntimeError(f"batchd did not answer on {sock}")
 
 
+def peer_datasets(m, args):
+    paths = {k: [os.path.join(m[k], n) for n in sorted(os.listdir(m[k]))] for k in ("raw", "zst")}
+    for k, v in paths.items():
+        if len(v) != m["samples"]:
+            raise RuntimeError(f"{m[k]} holds {len(v)} files, expected {m['samples']}: "
+                               "remove the work directory to make the data again")
+    make = {"raw": lambda: RawFiles(paths["raw"], m["size"]),
+            "zst": lambda: ZstdFiles(paths["zst"], m["size"]),
+            "bpk": lambda: BpkDataset(m["pack"], verify=not args.no_verify)}
+    return {p: make[p]() for p in args.peers}
+
+
+def sweep(dss, m, args):
+    """Every peer with every worker count, --sweep-repeat rounds.
+    @return {peer: {workers: [runs]}}."""
+    out = {p: {w: [] for w in args.workers} for p in dss}
+    for rep in range(args.sweep_repeat):
+        for p, ds in dss.items():
+            for w in args.workers:
+                r = run_torch(ds, args, w)
+                check_bytes(f"{PEER_NAMES[p]}, num_workers={w}", r, m["sum"])
+                out[p][w].append(r)
+                print(f"  sweep {rep + 1}/{args.sweep_repeat}: {PEER_NAMES[p]}, "
+                      f"num_workers={w}: {r['samples_s']:,.0f} samples/s", file=sys.stderr)
+    return out
+
+
+def best_workers(swept):
+    """Each peer's worker count with the highest median samples/s in the sweep."""
+    return {p: max(by_w, key=lambda w: statistics.median(r["samples_s"] for r in by_w[w]))
+            for p, by_w in swept.items()}
+
+
+def pairs(dss, best, sock, m, args):
+    """args.repeat rounds of (batchd, peer) for each peer at its best worker
+    count. @return ([batchd runs], {peer: [(peer run, ratio)]})."""
+    ours, theirs = [], {p: [] for p in dss}
+    name = os.path.basename(m["pack"])
+    for rep in range(args.repeat):
+        for p, ds in dss.items():
+            a = run_batchd(sock, name, args)
+            check_bytes("batchclient.Loader", a, m["sum"])
+            b = run_torch(ds, args, best[p])
+            check_bytes(f"{PEER_NAMES[p]}, num_workers={best[p]}", b, m["sum"])
+            ours.append(a)
+            theirs[p].append((b, a["samples_s"] / b["samples_s"]))
+            print(f"  pair {rep + 1}/{args.repeat}: batchd {a['samples_s']:,.0f}, "
+                  f"{PEER_NAMES[p]} (num_workers={best[p]}) {b['samples_s']:,.0f} samples/s: "
+                  f"{theirs[p][-1][1]:.2f}x", file=sys.stderr)
+    return ours, theirs
+
+
+# ---- the report ---------------------------------------------------------------------------------
+
+def table_rows(swept, best, ours, theirs):
+    med = statistics.median
+    ours_sps = med(r["samples_s"] for r in ours)
+    rows = [{"loader": "batchclient.Loader (batchd)", "runs": len(ours), "samples_s": ours_sps,
+             "bytes_s": med(r["bytes_s"] for r in ours)}]
+    for p, by_w in swept.items():
+        ratios = [x[1] for x in theirs[p]]
+        rows.append({"loader": f"DataLoader, {PEER_NAMES[p]}, num_workers={best[p]}",
+                     "peer": p, "workers": best[p], "best": True, "runs": len(ratios),
+                     "samples_s": med(x[0]["samples_s"] for x in theirs[p]),
+                     "bytes_s": med(x[0]["bytes_s"] for x in theirs[p]),
+                     "ratio": med(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)})
+        for w, rs in by_w.items():
+            if w != best[p]:
+                sps = med(r["samples_s"] for r in rs)
+                rows.append({"loader": f"  {PEER_NAMES[p]}, num_workers={w}", "peer": p,
+                             "workers": w, "best": False, "runs": len(rs), "samples_s": sps,
+                             "bytes_s": med(r["bytes_s"] for r in rs), "ratio": ours_sps / sps})
+    return rows
+
+
+def print_table(rows):
+    print(f"| {'loader':<44} | {'runs':>4} | {'samples/s':>10} | {'MB/s':>7} "
+          f"| {'batchd / this: median (min-max)':>31} |")
+    print(f"|{'-' * 46}|{'-' * 6}|{'-' * 12}|{'-' * 9}|{'-' * 33}|")
+    for r in rows:
+        if "ratio" not in r:
+            ratio = "-"
+        elif "ratio_min" in r:
+            ratio = f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
+        else:
+            ratio = f"{r['ratio']:.2f}x (sweep only)"
+        print(f"| {r['loader']:<44} | {r['runs']:>4} | {r['samples_s']:>10,.0f} | "
+              f"{r['bytes_s'] / 1e6:>7.1f} | {ratio:>31} |")
+
+
+def print_report(args, m, info, ours, rows, load0):
+    import torch
+    print(f"data: {m['samples']} samples of {m['size']} B (half random, half text), "
+          f"sum {m['sum']}; pack: {info.get('blocks')} blocks, "
+          f"{info.get('samples_per_block', 0):.2f} samples/block, ratio "
+          f"{info.get('ratio', 0):.2f}, dictionary {info.get('dict_bytes', 0)} B, codec "
+          f"{info.get('codec')}; .zst files {m.get('zst_bytes', 0) / max(1, m['samples']):.0f} "
+          f"B/sample on average")
+    print(f"batch {args.batch_size}, shuffle on (DataLoader shuffle=True / batchd global), "
+          f"{args.epochs} timed epoch(s) after 1 warm-up, {args.repeat} pair(s) per peer, "
+          f"torch {torch.__version__}, Python .bpk reader verifies XXH3: "
+          f"{'yes' if BpkDataset(m['pack'], not args.no_verify).verifies else 'no'}")
+    load1 = os.getloadavg()
+    print(f"machine: {os.cpu_count()} CPUs, load average {load0[0]:.2f} {load0[1]:.2f} "
+          f"{load0[2]:.2f} at the start, {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end")
+    first, last = ours[0]["batchd"], ours[-1]["batchd"]
+    tiers = sorted({r["tier"] for r in ours})
+    print(f"batchd: {'--memory ' + args.memory if args.memory else 'default memory budget'}, "
+          f"tier {'/'.join(tiers)}; per run ({args.epochs + 1} epochs): first "
+          f"{first['read']} blocks read, {first['decoded']} decoded, cache "
+          f"{first['hits']} hits / {first['misses']} misses; last {last['read']} read, "
+          f"{last['decoded']} decoded, {last['hits']} hits / {last['misses']} misses")
+    print_table(rows)
+
+
 def main():
-    ap = argparse.ArgumentParser(description="PyTorch DataLoader vs batchclient.Loader on one "
-                                 "pack", epilog=__doc__.split("\n\n")[1])
+    ap = argparse.ArgumentParser(description="batchclient.Loader against PyTorch DataLoader "
+                                 "peers on the same samples",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=next(
+        p for p in __doc__.split("\n\n") if "tools/bench-vs-torch.py" in p))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="meson build directory")
-    ap.add_argument("--pack", help="an existing .bpk (or shard directory); default: make one")
-    ap.add_argument("--samples", type=int, default=60000)
-    ap.add_argument("--record-size", type=size_arg, default=785)
-    ap.add_argument("--block-size", help="batchd-pack --block-size for the made pack")
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--epochs", type=int, default=2, help="timed epochs (after one warm-up)")
-    ap.add_argument("--workers", default="0,1,2", help="DataLoader num_workers to run")
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="runs of each loader, interleaved; the best is reported (noise from "
-                    "other work on the machine only ever slows a run down)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--memory", default="auto", help="batchd --memory (default: auto, as the daemon)")
+    ap.add_argument("--pack", help="an existing .bpk (fixed-size samples) to serve; its samples "
+                    "are written out for the file peers (default: make the data)")
+    ap.add_argument("--samples", type=count_arg(1), default=20000)
+    ap.add_argument("--record-size", type=size_arg, default=8192, help="bytes a sample (8K)")
+    ap.add_argument("--batch-size", type=count_arg(1), default=128)
+    ap.add_argument("--epochs", type=count_arg(1), default=1, help="timed epochs (after one "
+                    "warm-up)")
+    ap.add_argument("--workers", type=list_arg, default=[0, 1, 2, 4],
+                    help="DataLoader num_workers to sweep (default 0,1,2,4)")
+    ap.add_argument("--peers", type=lambda s: list_arg(s, PEERS), default=list(PEERS),
+                    help="peers to run: raw, zst, bpk (default all)")
+    ap.add_argument("--repeat", type=count_arg(1), default=3,
+                    help="batchd/peer pairs per peer, interleaved (default 3)")
+    ap.add_argument("--sweep-repeat", type=count_arg(1), default=1,
+                    help="runs of every peer and worker count before the pairs; the best "
+                    "median picks each peer's worker count (default 1)")
+    ap.add_argument("--seed", type=count_arg(0), default=0)
+    ap.add_argument("--memory", help="batchd --memory (default: not passed, the daemon's own)")
     ap.add_argument("--direct", choices=("auto", "on", "off"), help="batchd --direct")
     ap.add_argument("--no-verify", action="store_true",
-                    help="the Python reader skips XXH3 checks (batchd never does)")
-    ap.add_argument("--workdir", help="where the made pack goes (default: a temporary dir)")
+                    help="the Python .bpk reader skips XXH3 checks (batchd never does)")
+    ap.add_argument("--workdir", help="where the data goes, kept and reused by later runs with "
+                    "the same settings (default: a temporary dir, removed)")
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = ap.parse_args()
 
@@ -296,98 +624,49 @@ def main():
             print(f"bench-vs-torch: {p} is missing; build first (ninja -C {args.build})",
                   file=sys.stderr)
             return 2
+    if args.pack and not os.path.exists(args.pack):
+        print(f"bench-vs-torch: --pack {args.pack}: no such file or directory", file=sys.stderr)
+        return 2
     os.environ.setdefault("BATCHCLIENT_LIB", lib)
     sys.path.insert(0, os.path.join(ROOT, "client", "python"))
-    import torch
-
-    work = args.workdir or tempfile.mkdtemp(prefix="bench-vs-torch-", dir="/tmp")
+    work = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="bench-vs-torch-",
+                                                            dir="/tmp"))
     os.makedirs(work, exist_ok=True)
-    made = args.workdir is None
-    daemon = None
     try:
-        if args.pack:
-            pack = os.path.abspath(args.pack)
-        else:
-            pack = os.path.join(work, "bench.bpk")
-            if not os.path.exists(pack):
-                rec = os.path.join(work, "records.bin")
-                make_records(rec, args.samples, args.record_size, args.seed)
-                cmd = [pack_tool, "create", pack, "--records", str(args.record_size), rec]
-                if args.block_size:
-                    cmd += ["--block-size", args.block_size]
-                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-                os.unlink(rec)
-        info = json.loads(subprocess.run([pack_tool, "info", pack, "--json"], check=True,
-                                         capture_output=True, text=True).stdout)
-        ds = BpkDataset(pack, verify=not args.no_verify)
-        sock = os.path.join(work, "batchd.sock")
-        log = open(os.path.join(work, "batchd.log"), "ab")
-        daemon = start_batchd(args, os.path.dirname(pack), sock, log)
-
-        workers = [int(x) for x in args.workers.split(",") if x != ""]
-        runs = {w: [] for w in workers}
-        ours_runs = []
-        for rep in range(args.repeat):
-            for w in workers:
-                runs[w].append(run_torch(ds, args, w))
-                print(f"  run {rep + 1}/{args.repeat}: torch DataLoader, num_workers={w}: "
-                      f"{runs[w][-1][0]:,.0f} samples/s", file=sys.stderr)
-            ours_runs.append(run_batchd(sock, os.path.basename(pack), args))
-            print(f"  run {rep + 1}/{args.repeat}: batchclient.Loader: "
-                  f"{ours_runs[-1][0]:,.0f} samples/s", file=sys.stderr)
-
-        def best(rs):
-            return max(rs, key=lambda r: r[0])
-
-        def median(rs):
-            return sorted(r[0] for r in rs)[len(rs) // 2]
-
-        sps, bps, sums, cache = best(ours_runs)
-        ours = {"loader": "batchclient.Loader", "samples_s": sps, "bytes_s": bps, "sums": sums,
-                "median_samples_s": median(ours_runs), "batchd": cache}
-        rows = []
-        for w in workers:
-            b = best(runs[w])
-            rows.append({"loader": f"torch DataLoader, num_workers={w}", "workers": w,
-                         "samples_s": b[0], "bytes_s": b[1], "sums": b[2],
-                         "median_samples_s": median(runs[w])})
-        for r in rows + [ours]:
-            for run in (runs[r["workers"]] if "workers" in r else ours_runs):
-                if run[2] != ours_runs[0][2]:
-                    raise RuntimeError(f"{r['loader']} delivered other bytes than batchd: "
-                                       f"epoch sums {run[2]} vs {ours_runs[0][2]}")
-        for r in rows:
-            r["ratio"] = ours["samples_s"] / r["samples_s"]
-
-        print(f"pack: {info.get('samples')} samples, mean {info.get('mean_sample', 0):.0f} B, "
-              f"{info.get('blocks')} blocks, ratio {info.get('ratio', 0):.2f}, "
-              f"dictionary {info.get('dict_bytes', 0)} B, codec {info.get('codec')} ({pack})")
-        print(f"batch {args.batch_size}, shuffle (DataLoader shuffle=True / batchd global), "
-              f"{args.epochs} timed epochs after 1 warm-up, best of {args.repeat} runs, "
-              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
-              f"torch {torch.__version__}, Python reader verifies XXH3: "
-              f"{'yes' if ds.verifies else 'no'}")
-        print(f"batchd (all {args.epochs + 1} epochs): {cache['read']} blocks read, "
-              f"{cache['decoded']} decoded, block cache {cache['hits']} hits / "
-              f"{cache['misses']} misses (batchd --memory {args.memory}: the cache gets "
-              "half; a pack whose decoded bytes fit it is in the ram tier)")
-        print(f"| {'loader':<34} | {'samples/s':>10} | {'median':>10} | {'MB/s':>7} "
-              f"| {'batchclient / this':>18} |")
-        print(f"|{'-' * 36}|{'-' * 12}|{'-' * 12}|{'-' * 9}|{'-' * 20}|")
-        for r in rows + [ours]:
-            ratio = f"{r['ratio']:.2f}x" if "ratio" in r else "1.00x"
-            print(f"| {r['loader']:<34} | {r['samples_s']:>10,.0f} | "
-                  f"{r['median_samples_s']:>10,.0f} | {r['bytes_s'] / 1e6:>7.1f} | {ratio:>18} |")
-        if args.json:
-            print(json.dumps({"pack": info, "batch_size": args.batch_size, "epochs": args.epochs,
-                              "runs": rows + [ours]}, indent=1))
-        return 0
+        return bench(args, work, pack_tool)
     finally:
-        if daemon is not None:
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(30)
-        if made:
+        if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def bench(args, work, pack_tool):
+    load0 = os.getloadavg()
+    m = prepare(args, work, pack_tool)
+    m["zst_bytes"] = sum(e.stat().st_size for e in os.scandir(m["zst"]))
+    info = json.loads(subprocess.run([pack_tool, "info", m["pack"], "--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+    dss = peer_datasets(m, args)
+    sock = os.path.join(work, "batchd.sock")
+    daemon = None
+    with open(os.path.join(work, "batchd.log"), "ab") as log:
+        try:
+            daemon = start_batchd(args, os.path.dirname(m["pack"]), sock, log)
+            swept = sweep(dss, m, args)
+            best = best_workers(swept)
+            ours, theirs = pairs(dss, best, sock, m, args)
+        finally:
+            if daemon is not None:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(30)
+    rows = table_rows(swept, best, ours, theirs)
+    print_report(args, m, info, ours, rows, load0)
+    if args.json:
+        print(json.dumps({"data": {k: m[k] for k in ("samples", "size", "sum", "zst_bytes")},
+                          "pack": info, "batch_size": args.batch_size, "epochs": args.epochs,
+                          "repeat": args.repeat, "tiers": sorted({r["tier"] for r in ours}),
+                          "batchd_runs": [r["samples_s"] for r in ours], "rows": rows},
+                         indent=1))
+    return 0
 
 
 if __name__ == "__main__":
