@@ -24,13 +24,21 @@ the --epochs timed ones. Each peer first runs with every --workers count
 best count then runs in --repeat pairs with batchd, interleaved A B A B,
 so that both sides of a pair see the same machine. The table gives each
 loader's median samples/s and the median of the per-pair ratios
-batchd / peer with their spread (min-max). Every epoch of every run must
-deliver the same bytes: its check sum (of 64-bit words, mod 2^64) is
-checked against the data's.
+batchd / peer with their spread (min-max); the other worker counts of a
+peer show their sweep figure, and batchd's median over theirs ("sweep
+only"). Every epoch of every run must deliver the same bytes: its check
+sum (of 64-bit words, mod 2^64) is checked against the data's. Above the
+table: the pack (blocks, compression, dictionary), the load average at
+the start and the end (other work on the machine widens the spread), and
+the daemon's tier (the session's "tier" in batchd's status) with the
+blocks it read and decoded and its block cache hits in the first and the
+last of its runs. A batchd epoch of small samples can take well under a
+second: --epochs 3 (or more) steadies its figure on a busy machine.
 
 Each sample is half random bytes and half text (words of a fixed
 vocabulary), made deterministically from --seed, so that compression
-does real work and a .zst is about three quarters of its sample.
+does real work and a .zst file is about 70% of its sample. --workdir
+keeps the data for later runs with the same settings.
 
     /usr/bin/python3 tools/bench-vs-torch.py                  # 20000 x 8 KiB
     /usr/bin/python3 tools/bench-vs-torch.py --record-size 128K --samples 4000
@@ -370,7 +378,7 @@ def prepare(args, work, pack_tool):
     try:
         with open(mpath) as f:
             m = json.load(f)
-        if m.get("key") == key:
+        if m.get("key") == key and os.path.exists(m["pack"]):
             return m
     except (OSError, ValueError):
         pass
@@ -459,6 +467,13 @@ def check_bytes(label, run, want):
     if any(s != want for s in run["sums"]):
         raise RuntimeError(f"{label} delivered other bytes than the samples hold: epoch sums "
                            f"{run['sums']}, expected {want} each")
+
+
+def log_tiers(path):
+    """The tiers batchd's log gives its datasets at open ("... stored: tier ram, ...")."""
+    import re
+    with open(path, errors="replace") as f:
+        return sorted(set(re.findall(r"stored: tier (\w+)", f.read())))
 
 
 def start_batchd(args, root, sock, log):
@@ -571,7 +586,7 @@ def print_table(rows):
               f"{r['bytes_s'] / 1e6:>7.1f} | {ratio:>31} |")
 
 
-def print_report(args, m, info, ours, rows, load0):
+def print_report(args, m, info, ours, rows, load0, logged):
     import torch
     print(f"data: {m['samples']} samples of {m['size']} B (half random, half text), "
           f"sum {m['sum']}; pack: {info.get('blocks')} blocks, "
@@ -589,7 +604,8 @@ def print_report(args, m, info, ours, rows, load0):
     first, last = ours[0]["batchd"], ours[-1]["batchd"]
     tiers = sorted({r["tier"] for r in ours})
     print(f"batchd: {'--memory ' + args.memory if args.memory else 'default memory budget'}, "
-          f"tier {'/'.join(tiers)}; per run ({args.epochs + 1} epochs): first "
+          f"tier {'/'.join(tiers)} (log: tier {'/'.join(logged) or '?'}); per run "
+          f"({args.epochs + 1} epochs): first "
           f"{first['read']} blocks read, {first['decoded']} decoded, cache "
           f"{first['hits']} hits / {first['misses']} misses; last {last['read']} read, "
           f"{last['decoded']} decoded, {last['hits']} hits / {last['misses']} misses")
@@ -661,8 +677,9 @@ def bench(args, work, pack_tool):
                                      capture_output=True, text=True).stdout)
     dss = peer_datasets(m, args)
     sock = os.path.join(work, "batchd.sock")
+    logpath = os.path.join(work, "batchd.log")
     daemon = None
-    with open(os.path.join(work, "batchd.log"), "ab") as log:
+    with open(logpath, "wb") as log:
         try:
             daemon = start_batchd(args, os.path.dirname(m["pack"]), sock, log)
             swept = sweep(dss, m, args)
@@ -673,7 +690,7 @@ def bench(args, work, pack_tool):
                 daemon.send_signal(signal.SIGTERM)
                 daemon.wait(30)
     rows = table_rows(swept, best, ours, theirs)
-    print_report(args, m, info, ours, rows, load0)
+    print_report(args, m, info, ours, rows, load0, log_tiers(logpath))
     if args.json:
         print(json.dumps({"data": {k: m[k] for k in ("samples", "size", "sum", "zst_bytes")},
                           "pack": info, "batch_size": args.batch_size, "epochs": args.epochs,
