@@ -128,8 +128,8 @@ static int scan_dir(pack_input *in)
 	walk.in = in;
 	walk.cap = 0;
 	walk.err = 0;
-	/* Names start after the root and its separator ("/" is its own separator). */
-	walk.root_len = len == 1 ? 1 : len + 1;
+	/* Names start after the root and its separator (a root ending in '/', as "/", has its own). */
+	walk.root_len = len && in->path[len - 1] == '/' ? len : len + 1;
 	if (nftw(in->path, walk_one, 64, FTW_PHYS) < 0 && !walk.err)
 		return err_msg(-errno, in->path, "cannot walk directory");
 	if (walk.err)

@@ -909,5 +909,23 @@ expect "determinism: sharded output with --threads 1 and --threads 4 is identica
 expect "determinism: fingerprints of sharded datasets agree ($(fp "$DET/s1"), $(fp "$DET/s4"))" \
 	eval '[[ -n $(fp "$DET/s1") && $(fp "$DET/s1") == $(fp "$DET/s4") ]]'
 
+# A one-character relative directory name, with and without its slash (it was taken for "/").
+mkdir -p "$T/short/d"
+printf 'one' >"$T/short/d/1"
+printf 'two!' >"$T/short/d/2"
+for in in d d/; do
+	( cd "$T/short" && timeout -k 5 60 "$BIN" create "out-${in%/}$([[ $in == */ ]] && echo s).bpk" "$in" \
+		>/dev/null 2>"$T/err" ) && RC=0 || RC=$?
+	expect "create from '$in': exit $RC$([[ $RC -ne 0 ]] && echo ": $(err)")" test "$RC" -eq 0
+done
+for p in out-d.bpk out-ds.bpk; do
+	if info "$T/short/$p" "$T/short/info.json"; then
+		read -r samples raw < <(jget "$T/short/info.json" samples raw_bytes) || true
+		expect "info $p: 2 samples of 7 bytes ($samples, $raw)" test "$samples" -eq 2 -a "$raw" -eq 7
+	else
+		bad "info $p: exit $RC: $(err)"
+	fi
+done
+
 echo "$PASS passed, $FAILED failed"
 [[ $FAILED -eq 0 ]]
