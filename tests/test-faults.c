@@ -1143,7 +1143,7 @@ START_TEST(test_open_kill_cycles)
 	struct idle_ctx ic = { .sessions = 0, .clients = 1 };
 	unsigned cycles = cycles_wanted();
 	struct fds_ctx fc;
-	uint64_t rss50 = 0, rss;
+	uint64_t rss50 = 0, rss, cache50 = 0, cache;
 	int fds50 = 0, fds;
 	double t0 = now_s();
 
@@ -1194,6 +1194,7 @@ START_TEST(test_open_kill_cycles)
 		if (i + 1 == 50) {
 			expect_idle(&ic, TRIES, "after 50 open/kill cycles");
 			rss50 = proc_rss_kib(D.pid);
+			cache50 = dt_status_u64("cache.bytes");
 			fds50 = proc_fds_settled(D.pid);
 			ck_assert(rss50 > 0 && fds50 > 0);
 		}
@@ -1207,8 +1208,17 @@ START_TEST(test_open_kill_cycles)
 	       cycles, now_s() - t0, rss50, rss, fds50, fds);
 	expect(fds <= fds50, "descriptors grew from %d after 50 cycles to %d after %u", fds50, fds,
 	       cycles);
-	expect(rss <= rss50 + 4096, "VmRSS grew from %" PRIu64 " KiB after 50 cycles to %" PRIu64
-	       " KiB after %u", rss50, rss, cycles);
+	/*
+	 * The block cache may keep more of what later cycles read (the ram
+	 * tier), and touch more pages of its bucket table (one bucket per
+	 * 16 KiB of its budget), which ThreadSanitizer shadows several times
+	 * over: neither is a leak.
+	 */
+	cache = dt_status_u64("cache.bytes");
+	expect(rss <= rss50 + (TSAN ? 16384 : 4096) + (cache > cache50 ? (cache - cache50) >> 10 : 0),
+	       "VmRSS grew from %" PRIu64 " KiB after 50 cycles to %" PRIu64 " KiB after %u, the "
+	       "block cache from %" PRIu64 " to %" PRIu64 " KiB", rss50, rss, cycles, cache50 >> 10,
+	       cache >> 10);
 }
 END_TEST
 
