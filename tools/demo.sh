@@ -3,7 +3,9 @@
 # The main job, end to end on this machine: install what is missing, build,
 # pack a sample dataset made of real files (the Python standard library
 # sources), verify it, start batchd on it, and consume two shuffled epochs
-# through libbatchclient the way a trainer would, printing what it achieved.
+# through libbatchclient the way a trainer would, printing what it achieved;
+# then the same kind of samples through PyTorch's DataLoader, what trainers
+# run today, side by side with batchd's Python Loader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/deps.sh
@@ -53,3 +55,8 @@ kill -TERM $daemon
 wait $daemon
 trap - EXIT
 echo "== batchd stopped cleanly"
+echo "== side by side with what trainers run today: PyTorch DataLoader over one raw or .zst file"
+echo "   per sample (best of num_workers 0/1/2/4) against batchd with its defaults, same samples,"
+echo "   warm page cache, shuffled, every byte checked (tools/bench-vs-torch.py)"
+/usr/bin/python3 tools/bench-vs-torch.py --samples 10000 --repeat 3 --peers raw,zst --epochs 2 ||
+	echo "   (skipped: tools/bench-vs-torch.py says what it needs above)"
