@@ -328,12 +328,14 @@ enum bd_tier bd_tier_choose(const bd_read_policy *p, uint64_t raw, uint64_t stor
 static enum bd_direct_mode choose_reads(bd_dataset *d, const bd_read_policy *rp)
 {
 	bd_read_policy p = *rp;
-	uint64_t raw = bp_dataset_raw_bytes(d->ds);
+	uint64_t raw = bp_dataset_raw_bytes(d->ds), stored = bp_dataset_stored_bytes(d->ds);
 
-	/* Only the page-or-direct choice weighs the machine's memory. */
-	if (p.memory_now && p.tier == BD_TIER_AUTO && !(p.cache_budget && raw <= p.cache_budget))
+	d->tier = bd_tier_choose(&p, raw, stored);
+	/* Only the page-or-direct choice weighs the machine's memory: read it when that is left. */
+	if (d->tier == BD_TIER_DIRECT && p.tier == BD_TIER_AUTO && p.memory_now) {
 		p.memory = p.memory_now();
-	d->tier = bd_tier_choose(&p, raw, bp_dataset_stored_bytes(d->ds));
+		d->tier = bd_tier_choose(&p, raw, stored);
+	}
 	d->cache_all = d->tier == BD_TIER_RAM;
 	if (rp->direct != BD_DIRECT_AUTO)
 		return rp->direct;

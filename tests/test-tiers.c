@@ -74,15 +74,24 @@ static counts settled_counts(void)
 	return a;
 }
 
-/* The session's "tier" in the status, and the daemon's "tier" setting, into buffers. */
-static void tiers(char *session, char *daemon, size_t len)
+/* Field key of the status's one session (borrowed from st). */
+static json_object *session_field(json_object *st, const char *key)
 {
-	json_object *st = dt_status_json_ok(), *sessions, *v;
+	json_object *sessions, *v;
 
 	ck_assert(json_object_object_get_ex(st, "sessions", &sessions));
 	ck_assert_int_eq(json_object_array_length(sessions), 1);
-	ck_assert(json_object_object_get_ex(json_object_array_get_idx(sessions, 0), "tier", &v));
-	snprintf(session, len, "%s", json_object_get_string(v));
+	ck_assert_msg(json_object_object_get_ex(json_object_array_get_idx(sessions, 0), key, &v),
+		      "the session has no \"%s\" in the status", key);
+	return v;
+}
+
+/* The session's "tier" in the status, and the daemon's "tier" setting, into buffers. */
+static void tiers(char *session, char *daemon, size_t len)
+{
+	json_object *st = dt_status_json_ok(), *v;
+
+	snprintf(session, len, "%s", json_object_get_string(session_field(st, "tier")));
 	ck_assert(json_object_object_get_ex(st, "tier", &v));
 	snprintf(daemon, len, "%s", json_object_get_string(v));
 	json_object_put(st);
@@ -174,13 +183,9 @@ END_TEST
 /* The amplification a session should expect, from its status. */
 static double session_amplification(void)
 {
-	json_object *st = dt_status_json_ok(), *sessions, *v;
-	double amp;
+	json_object *st = dt_status_json_ok();
+	double amp = json_object_get_double(session_field(st, "decode_amplification"));
 
-	ck_assert(json_object_object_get_ex(st, "sessions", &sessions));
-	ck_assert(json_object_object_get_ex(json_object_array_get_idx(sessions, 0),
-					    "decode_amplification", &v));
-	amp = json_object_get_double(v);
 	json_object_put(st);
 	return amp;
 }

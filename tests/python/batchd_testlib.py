@@ -230,6 +230,13 @@ class DaemonCase(unittest.TestCase):
         if rc != 0:
             raise AssertionError(f"batchd exited with {rc}:\n{tail}")
 
+    def setUp(self):
+        # Tests share the daemon: each starts once the sessions earlier ones
+        # closed have ended (a session ends when its reads in flight finish).
+        left = self.wait_sessions(0)
+        if left:
+            raise AssertionError(f"sessions of an earlier test still open: {left}")
+
     def loader(self, dataset, batch_size, **kw):
         kw.setdefault("socket", self.daemon.sock)
         kw.setdefault("timeout", 20)
