@@ -526,7 +526,8 @@ static bd_dataset *cache_find(const struct bd_dataset_disk *disk)
 		if (same_disk(d->disk, disk))
 			break;
 	if (d) {
-		d->refs++;
+		/* Atomic though under the lock: I/O threads read it (bd_dataset_shared). */
+		__atomic_add_fetch(&d->refs, 1, __ATOMIC_RELAXED);
 		/* An older version found on disk again (its files linked back): current again. */
 		if (!d->current)
 			make_current(d, &dead);
@@ -549,12 +550,12 @@ static bd_dataset *cache_insert(bd_dataset *d)
 		if (same_disk(had->disk, d->disk))
 			break;
 	if (had) {
-		had->refs++;
+		__atomic_add_fetch(&had->refs, 1, __ATOMIC_RELAXED);
 		d->next = dead;
 		dead = d;
 		d = had;
 	} else {
-		d->refs = 1;
+		__atomic_store_n(&d->refs, 1, __ATOMIC_RELAXED);
 		d->cached = true;
 		d->next = cache.list;
 		cache.list = d;
@@ -598,7 +599,7 @@ void bd_dataset_put(bd_dataset *d)
 	if (!d)
 		return;
 	pthread_mutex_lock(&cache.mu);
-	if (--d->refs == 0) {
+	if (__atomic_sub_fetch(&d->refs, 1, __ATOMIC_RELAXED) == 0) {
 		d->last_used = ++cache.clock;
 		if (!d->cached || !d->current)
 			retire(d, &dead);

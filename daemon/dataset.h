@@ -104,7 +104,7 @@ typedef struct bd_dataset {
 	struct bd_dataset_disk *disk; /* the shards' identities when loaded */
 	char *place;             /* the resolved path of the dataset, or NULL */
 	uint64_t bytes;          /* index and dictionary bytes held */
-	/* Guarded by the cache mutex. */
+	/* Guarded by the cache mutex (refs is written atomically: bd_dataset_shared). */
 	unsigned refs;           /* sessions (and lookups in flight) using it */
 	bool cached;             /* in the cache's list */
 	bool current;            /* the latest version loaded from its place */
@@ -141,6 +141,16 @@ int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
  * and cached (then it is kept, within the limits above). NULL is fine.
  */
 void bd_dataset_put(bd_dataset *d);
+
+/*
+ * Is d used by more than one session (or by an open in flight) now? Then
+ * even blocks a batch takes whole go through the block cache, so that the
+ * others read and decode them once (io_thread.c). Any thread; a hint.
+ */
+static inline bool bd_dataset_shared(const bd_dataset *d)
+{
+	return __atomic_load_n(&d->refs, __ATOMIC_RELAXED) > 1;
+}
 
 /*
  * Decoded bytes per delivered byte a session reading d in shuffle mode

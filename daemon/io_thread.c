@@ -247,10 +247,14 @@ static void read_claimed(io_worker *w)
 
 	while ((t = claim(w))) {
 		/*
-		 * Only a block that does not tile the batch is worth caching, unless
-		 * the whole dataset is kept decoded (the ram tier).
+		 * A block that does not tile the batch is worth caching; one that
+		 * does only when the whole dataset is kept decoded (the ram tier) or
+		 * another session reads the same version (it would read and decode
+		 * it again). A lone session's whole blocks decode straight into its
+		 * batch.
 		 */
-		if ((!t->direct_dst || t->dset->cache_all) && !t->buf && !t->centry &&
+		if ((!t->direct_dst || t->dset->cache_all || bd_dataset_shared(t->dset)) &&
+		    !t->buf && !t->centry &&
 		    t->blk.raw_size && lookup(w, t))
 			continue;
 		if (start_read(w, t) == -EBUSY)

@@ -35,8 +35,10 @@
  * whole backlog.
  *
  * The decoded-block cache (cache.h) is consulted by the I/O thread, when it
- * takes a block that does not tile the batch: a hit or a wait skips the
- * read. The decode worker that loads an entry publishes it (or its
+ * takes a block that does not tile the batch, or one that does when the
+ * dataset is kept whole (the ram tier) or another session uses the same
+ * version (bd_dataset_shared): a hit or a wait skips the read, so
+ * sessions on one version read and decode each block once between them. The decode worker that loads an entry publishes it (or its
  * failure) and wakes the blocks that waited on it.
  *
  * Files: pipeline.c (jobs, queues, buffers, submission, completion,

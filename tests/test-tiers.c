@@ -10,7 +10,9 @@
  * one-sample blocks) are cached too in the ram tier. Global shuffle over
  * multi-sample blocks that no cache keeps is said at open (log and status:
  * samples per block times, with the block size to repack with) and shows
- * in batchd_decode_amplification; in the ram tier it is not.
+ * in batchd_decode_amplification; in the ram tier it is not. In the direct
+ * tier, sessions on one version share the blocks their batches take whole:
+ * two trainers with the same seed read and decode about one's worth.
  *
  * BATCHD and BATCHD_PACK name the binaries (meson sets them).
  */
@@ -37,6 +39,11 @@ static void setup_auto(void)
 static void setup_page(void)
 {
 	dt_conf_start("[memory]\ntier = page\n");
+}
+
+static void setup_direct(void)
+{
+	dt_conf_start("[memory]\ntier = direct\n");
 }
 
 static void setup_no_cache(void)
@@ -246,6 +253,58 @@ START_TEST(test_no_amplification)
 }
 END_TEST
 
+/*
+ * The direct tier keeps no dataset whole, but two sessions with one seed
+ * share blocks their batches take whole (no shuffle over one-sample
+ * blocks, which a lone session decodes straight into its batch): read and
+ * decoded once, through the cache, while a third session holds the
+ * version open from the start. Unshared, the epoch would cost each of
+ * the two its 1000 blocks.
+ */
+START_TEST(test_direct_shared)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream_opts o;
+	bc_stream *hold, *s[2];
+	dt_run run[2] = { { 0 }, { 0 } }, hrun = { 0 };
+	dt_ref ref;
+	counts before, after;
+	char tier[32], setting[32];
+	const size_t per_epoch = DSET_SAMPLES / 50;
+
+	dt_ref_ok(&ref, DSET_ONE);
+	dt_opts(&o, DSET_ONE, 1, BC_SHUFFLE_NONE, 1);
+	hold = dt_open_ok(c, &o);
+	tiers(tier, setting, sizeof(tier));
+	ck_assert_str_eq(tier, "direct");
+	before = settled_counts();
+	dt_opts(&o, DSET_ONE, 50, BC_SHUFFLE_NONE, 5);
+	s[0] = dt_open_ok(c, &o);
+	s[1] = dt_open_ok(c, &o);
+	/* Side by side, a batch at a time: one loads a block, the other hits or waits on it. */
+	for (size_t b = 0; b < per_epoch; b++)
+		for (int i = 0; i < 2; i++)
+			dt_consume_ok(s[i], &ref, 1, 0, &run[i], "a sharing session");
+	dt_consume_ok(hold, &ref, 1, 0, &hrun, "the holding session");
+	after = settled_counts();
+	for (int i = 0; i < 2; i++) {
+		expect(run[i].nids == DSET_SAMPLES, "session %d took %zu samples", i, run[i].nids);
+		ck_assert_int_eq(bc_close(s[i]), 0);
+		dt_run_free(&run[i]);
+	}
+	/* One epoch for both, plus their read-ahead into the next (shared too). */
+	expect(after.read - before.read < DSET_SAMPLES * 5 / 4,
+	       "two sessions with one seed read %" PRIu64 " blocks for a 1000-block epoch",
+	       after.read - before.read);
+	expect(after.hits - before.hits >= DSET_SAMPLES * 3 / 4,
+	       "the second session hit the cache %" PRIu64 " times", after.hits - before.hits);
+	ck_assert_int_eq(bc_close(hold), 0);
+	bc_disconnect(c);
+	dt_run_free(&hrun);
+	dt_ref_close(&ref);
+}
+END_TEST
+
 static Suite *tiers_suite(void)
 {
 	Suite *s = suite_create("tiers");
@@ -254,6 +313,7 @@ static Suite *tiers_suite(void)
 	tcase_add_loop_test(tc, test_ram_second_epoch_free, 0, 2);
 	tcase_add_test(dt_tcase(s, "page", setup_page), test_page_forced);
 	tcase_add_test(dt_tcase(s, "no_cache", setup_no_cache), test_no_cache);
+	tcase_add_test(dt_tcase(s, "direct_shared", setup_direct), test_direct_shared);
 	tcase_add_test(dt_tcase(s, "amplification", setup_no_cache), test_amplification);
 	tcase_add_test(dt_tcase(s, "no_amplification", setup_auto), test_no_amplification);
 	return s;
