@@ -7,6 +7,7 @@
  * mutex; the critical sections are a handful of pointer updates.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +20,13 @@ enum { LOADING, READY };
 struct bd_cache_entry {
 	bd_cache_key key;
 	uint64_t size;
-	uint8_t *data;
 	int state;
 	uint32_t refs;
 	void *waiters;
 	bd_cache_entry *hnext;          /* hash chain */
 	bd_cache_entry *lprev, *lnext;  /* LRU of idle READY entries */
+	/* The block, in the same allocation: a hit touches one place, not two. */
+	uint8_t data[];
 };
 
 struct bd_cache {
@@ -33,7 +35,7 @@ struct bd_cache {
 	size_t link;
 	bd_cache_entry **table;
 	size_t nbuckets;
-	bd_cache_entry lru;             /* sentinel: lnext = least recently used */
+	bd_cache_entry *lru;            /* sentinel (no data): lnext = least recently used */
 	bd_cache_stats st;
 };
 
@@ -68,11 +70,14 @@ int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret)
 	/* One bucket per 16 KiB of budget, at least 64. */
 	c->nbuckets = budget / 16384 > 64 ? (size_t)(budget / 16384) : 64;
 	c->table = bd_calloc(c->nbuckets, sizeof(*c->table));
-	if (!c->table) {
+	c->lru = bd_calloc(1, sizeof(*c->lru));
+	if (!c->table || !c->lru) {
+		free(c->table);
+		free(c->lru);
 		free(c);
 		return -ENOMEM;
 	}
-	c->lru.lnext = c->lru.lprev = &c->lru;
+	c->lru->lnext = c->lru->lprev = c->lru;
 	c->st.budget = budget;
 	pthread_mutex_init(&c->mu, NULL);
 	*ret = c;
@@ -90,10 +95,10 @@ static void lru_unlink(bd_cache_entry *e)
 
 static void lru_push(bd_cache *c, bd_cache_entry *e)
 {
-	e->lprev = c->lru.lprev;
-	e->lnext = &c->lru;
-	c->lru.lprev->lnext = e;
-	c->lru.lprev = e;
+	e->lprev = c->lru->lprev;
+	e->lnext = c->lru;
+	c->lru->lprev->lnext = e;
+	c->lru->lprev = e;
 }
 
 static void table_remove(bd_cache *c, bd_cache_entry *e)
@@ -109,7 +114,6 @@ static void entry_destroy(bd_cache *c, bd_cache_entry *e)
 {
 	c->bytes -= e->size;
 	c->st.entries--;
-	free(e->data);
 	free(e);
 }
 
@@ -125,6 +129,7 @@ void bd_cache_free(bd_cache *c)
 			entry_destroy(c, e);
 		}
 	free(c->table);
+	free(c->lru);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -132,8 +137,8 @@ void bd_cache_free(bd_cache *c)
 /* Evict idle entries, oldest first, until `size` more bytes fit. */
 static bool make_room(bd_cache *c, uint64_t size)
 {
-	while (c->bytes + size > c->budget && c->lru.lnext != &c->lru) {
-		bd_cache_entry *e = c->lru.lnext;
+	while (c->bytes + size > c->budget && c->lru->lnext != c->lru) {
+		bd_cache_entry *e = c->lru->lnext;
 
 		lru_unlink(e);
 		table_remove(c, e);
@@ -141,6 +146,19 @@ static bool make_room(bd_cache *c, uint64_t size)
 		c->st.evictions++;
 	}
 	return c->bytes + size <= c->budget;
+}
+
+/* An entry with room for size bytes of block, its header zeroed. NULL: no memory. */
+static bd_cache_entry *entry_alloc(uint64_t size)
+{
+	bd_cache_entry *e;
+
+	if (size > SIZE_MAX - sizeof(*e))
+		return NULL;
+	e = bd_malloc(sizeof(*e) + (size_t)size);
+	if (e)
+		memset(e, 0, sizeof(*e));
+	return e;
 }
 
 int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *waiter,
@@ -177,11 +195,8 @@ int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *wait
 		c->st.bypasses++;
 		r = BD_CACHE_BYPASS;
 	} else {
-		e = bd_calloc(1, sizeof(*e));
-		if (e)
-			e->data = bd_malloc(size ? size : 1);
-		if (!e || !e->data) {
-			free(e);
+		e = entry_alloc(size);
+		if (!e) {
 			pthread_mutex_unlock(&c->mu);
 			return -ENOMEM;
 		}

@@ -27,15 +27,6 @@ void bd__decode_push(bd_pipeline *p, bd_task *t)
 	pthread_mutex_unlock(&p->dmu);
 }
 
-/* Copy the task's pieces out of a decoded block. */
-static void copy_pieces(const bd_task *t, const uint8_t *raw)
-{
-	const bd_piece *pc = &t->job->pieces[t->first_piece];
-
-	for (uint32_t i = 0; i < t->npieces; i++)
-		memcpy(pc[i].dst, raw + pc[i].src, pc[i].size);
-}
-
 /* The loader of a cached block is done: wake (or fail) those waiting on it. */
 static void cache_settle(bd_pipeline *p, bd_task *t, bool ok)
 {
@@ -121,7 +112,7 @@ static void decode_one(worker *w, bd_task *t)
 
 	if (t->centry && !t->cache_load) {
 		/* Someone decoded this block already: only the copy is left. */
-		copy_pieces(t, bd_cache_data(t->centry));
+		bd__copy_pieces(t, bd_cache_data(t->centry));
 		return;
 	}
 	if (target(w, t, &out, &cap) < 0)
@@ -137,7 +128,7 @@ static void decode_one(worker *w, bd_task *t)
 	if (t->direct_dst && !t->cache_load)
 		bd__stat_add(&p->stats.direct_decodes, 1);
 	else
-		copy_pieces(t, out);
+		bd__copy_pieces(t, out);
 	if (t->cache_load)
 		cache_settle(p, t, true);
 	bd__stat_add(&p->stats.blocks_decoded, 1);

@@ -167,10 +167,14 @@ static int prepare(bd_pipeline *p, bd_task *t, bool registered)
 	return 0;
 }
 
+/* Pieces of a cache hit up to this many bytes are copied on the I/O thread, not handed off. */
+#define BD_INLINE_COPY_MAX (16u * 1024)
+
 /*
  * Consult the block cache for t, the head of the claimed list. @return
- * true when t went elsewhere (a hit to decode; a wait is the loader's to
- * hand back), false when it is still at the head and must be read.
+ * true when t went elsewhere (a small hit copied here and finished, a
+ * larger one to decode; a wait is the loader's to hand back), false when
+ * it is still at the head and must be read.
  */
 static bool lookup(io_worker *w, bd_task *t)
 {
@@ -181,6 +185,16 @@ static bool lookup(io_worker *w, bd_task *t)
 	/* Off the local list first: a waiter is chained through t->next. */
 	bd__fifo_pop(&w->local);
 	r = bd_cache_get(w->p->cache, &key, t->blk.raw_size, t, &e);
+	if (r == BD_CACHE_HIT && bd__task_bytes_at_most(t, BD_INLINE_COPY_MAX)) {
+		/*
+		 * A small copy costs less than waking a decode worker for it: with
+		 * tiny samples in the ram tier the hand-off was most of the cost.
+		 */
+		bd__copy_pieces(t, bd_cache_data(e));
+		bd_cache_put(w->p->cache, e);
+		bd__task_finish(w->p, t);
+		return true;
+	}
 	if (r == BD_CACHE_HIT) {
 		t->centry = e;
 		t->req.result = 0;

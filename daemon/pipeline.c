@@ -237,6 +237,24 @@ void bd__job_fail(bd_job *job, int err, const char *fmt, ...)
 	va_end(ap);
 }
 
+void bd__copy_pieces(const bd_task *t, const uint8_t *raw)
+{
+	const bd_piece *pc = &t->job->pieces[t->first_piece];
+
+	for (uint32_t i = 0; i < t->npieces; i++)
+		memcpy(pc[i].dst, raw + pc[i].src, pc[i].size);
+}
+
+bool bd__task_bytes_at_most(const bd_task *t, uint64_t max)
+{
+	const bd_piece *pc = &t->job->pieces[t->first_piece];
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < t->npieces && sum <= max; i++)
+		sum += pc[i].size;
+	return sum <= max;
+}
+
 bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size)
 {
 	uint64_t at = 0;

@@ -38,7 +38,11 @@
  * takes a block that does not tile the batch, or one that does when the
  * dataset is kept whole (the ram tier) or another session uses the same
  * version (bd_dataset_shared): a hit or a wait skips the read, so
- * sessions on one version read and decode each block once between them. The decode worker that loads an entry publishes it (or its
+ * sessions on one version read and decode each block once between them.
+ * A hit whose pieces come to at most 16 KiB is copied and finished by the
+ * I/O thread itself: waking a decode worker for so small a copy cost
+ * more than the copy (tiny samples in the ram tier ran at a third of the
+ * rate). The decode worker that loads an entry publishes it (or its
  * failure) and wakes the blocks that waited on it.
  *
  * Files: pipeline.c (jobs, queues, buffers, submission, completion,

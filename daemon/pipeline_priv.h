@@ -246,6 +246,11 @@ void bd__job_fail(bd_job *job, int err, const char *fmt, ...) __attribute__((for
 /* Does the piece list cover a block of raw_size bytes exactly, in order, into contiguous bytes? */
 bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);
 
+/* Copy the task's pieces out of its decoded block's raw bytes. */
+void bd__copy_pieces(const bd_task *t, const uint8_t *raw);
+/* Do the task's pieces add up to at most max bytes? (Stops counting past max.) */
+bool bd__task_bytes_at_most(const bd_task *t, uint64_t max);
+
 /* The task is done (decode thread): its buffer goes back; the job's last posts the job. */
 void bd__task_finish(bd_pipeline *p, bd_task *t);
 
