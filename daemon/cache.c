@@ -216,6 +216,12 @@ int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *wait
 	return r;
 }
 
+void bd_cache_prefetch(const bd_cache *c, const bd_cache_key *key)
+{
+	/* Only the bucket's address: nothing is read, so no lock is needed. */
+	__builtin_prefetch(&c->table[bucket(c, key)]);
+}
+
 uint8_t *bd_cache_data(bd_cache_entry *e)
 {
 	return e->data;

@@ -58,6 +58,12 @@ void bd_cache_free(bd_cache *c);
 int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *waiter,
 		 bd_cache_entry **ret);
 
+/*
+ * A hint: key will be looked up soon. Starts loading its bucket, so that
+ * a thread walking many keys overlaps their memory misses.
+ */
+void bd_cache_prefetch(const bd_cache *c, const bd_cache_key *key);
+
 uint8_t *bd_cache_data(bd_cache_entry *e);
 
 /*

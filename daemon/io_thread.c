@@ -51,13 +51,14 @@ static bd_io_opts engine_opts(const bd_pipeline *p)
 }
 
 /* Tell bd_pipeline_new how setup went (r), and what the engine is. */
-static void report_ready(bd_io_thread *it, const bd_io *io, int r)
+static void report_ready(bd_io_thread *it, const io_worker *w, int r)
 {
 	pthread_mutex_lock(&it->mu);
 	it->setup_err = r;
 	if (r == 0) {
-		it->engine = bd_io_engine_of(io);
-		it->flags = bd_io_setup_flags(io);
+		it->engine = bd_io_engine_of(w->io);
+		it->flags = bd_io_setup_flags(w->io);
+		it->registered = w->registered;
 	}
 	it->ready = true;
 	pthread_cond_broadcast(&it->cv);
@@ -84,7 +85,7 @@ static int setup(io_worker *w)
 		close(it->wake_fd);
 		it->wake_fd = -1;
 	}
-	report_ready(it, w->io, r);
+	report_ready(it, w, r);
 	return r;
 }
 
@@ -182,6 +183,16 @@ static bool lookup(io_worker *w, bd_task *t)
 	bd_cache_entry *e;
 	int r;
 
+	/*
+	 * The job's later blocks are likely next: start fetching the bucket of
+	 * the one after next while this lookup misses on its own.
+	 */
+	if (t + 2 < t->job->tasks + t->job->ntasks) {
+		const bd_task *n = t + 2;
+		bd_cache_key nkey = { .dataset = n->dset->uid, .shard = n->shard, .block = n->block };
+
+		bd_cache_prefetch(w->p->cache, &nkey);
+	}
 	/* Off the local list first: a waiter is chained through t->next. */
 	bd__fifo_pop(&w->local);
 	r = bd_cache_get(w->p->cache, &key, t->blk.raw_size, t, &e);

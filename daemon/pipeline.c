@@ -18,14 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "linger.h"
+#include "log.h"
 #include "pipeline_priv.h"
 #include "util.h"
 
-#define HUGE_PAGE ((size_t)2 << 20)
 
 /* ---- queues ------------------------------------------------------------------------- */
 
@@ -97,22 +96,16 @@ int bd__pool_init(bd_pool *pl, uint32_t n, uint32_t size)
 	if (!pl->bytes)
 		return 0;
 	/*
-	 * 2 MiB-aligned and backed by huge pages where the kernel allows:
-	 * a 512 KiB O_DIRECT read then spans one page, not 128, and the
-	 * device gets fewer, larger requests.
+	 * On huge pages where the kernel gives them (pages.h): a 512 KiB
+	 * O_DIRECT read then spans one page, not 128, and the device gets
+	 * fewer, larger requests.
 	 */
-	pl->map_bytes = pl->bytes + HUGE_PAGE;
-	pl->map = mmap(NULL, pl->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		       -1, 0);
+	pl->base = bd_pages_map(pl->bytes, BD_PAGES_HUGE, &pl->map_bytes, &pl->mapped);
 	pl->free_slots = bd_calloc(n, sizeof(*pl->free_slots));
 	pl->iov = bd_calloc(n, sizeof(*pl->iov));
-	if (pl->map == MAP_FAILED || !pl->free_slots || !pl->iov) {
-		if (pl->map == MAP_FAILED)
-			pl->map = NULL;
+	if (!pl->base || !pl->free_slots || !pl->iov)
 		return -ENOMEM;
-	}
-	pl->base = (uint8_t *)(((uintptr_t)pl->map + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
-	madvise(pl->base, pl->bytes, MADV_HUGEPAGE);
+	pl->pages = pl->mapped;
 	pl->nbufs = n;
 	pl->buf_size = size;
 	for (uint32_t i = 0; i < n; i++) {
@@ -128,8 +121,7 @@ void bd__pool_fini(bd_pool *pl)
 {
 	free(pl->free_slots);
 	free(pl->iov);
-	if (pl->map)
-		munmap(pl->map, pl->map_bytes);
+	bd_pages_unmap(pl->base, pl->map_bytes);
 	pthread_mutex_destroy(&pl->mu);
 }
 
@@ -357,6 +349,27 @@ static int start_io_threads(bd_pipeline *p)
 	return 0;
 }
 
+/*
+ * What the pool's pages turned out to be. Registering the pool with a ring
+ * faulted and pinned them; where no ring took it, fault them in here, so
+ * that status says what reads will get, once, from the start.
+ */
+static void settle_pool_pages(bd_pipeline *p)
+{
+	bool faulted = false;
+
+	if (!p->pool.bytes)
+		return;
+	for (unsigned i = 0; i < p->io_started; i++)
+		faulted |= p->io[i].registered;
+	if (!faulted)
+		memset(p->pool.base, 0, p->pool.bytes);
+	p->pool.pages = bd_pages_of(p->pool.base, p->pool.mapped);
+	bd_log(LOG_INFO, "read buffers: %u x %u KiB on %s pages%s", p->pool.nbufs,
+	       p->pool.buf_size >> 10, bd_pages_name(p->pool.pages),
+	       faulted ? ", registered" : "");
+}
+
 static int start_decoders(bd_pipeline *p)
 {
 	for (; p->dec_started < p->ndec; p->dec_started++) {
@@ -397,6 +410,8 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_pipeline **re
 		r = make_threads(p);
 	if (r == 0)
 		r = start_io_threads(p);
+	if (r == 0)
+		settle_pool_pages(p);
 	if (r == 0)
 		r = start_decoders(p);
 	/* Made now, not at the first session's end: the daemon's descriptors are steady from the start. */
@@ -490,6 +505,12 @@ void bd_pipeline_free(bd_pipeline *p)
 	pthread_mutex_destroy(&p->cmu);
 	/* The async handle goes back through the loop; it frees p when closed. */
 	uv_close((uv_handle_t *)&p->async, on_async_closed);
+}
+
+void bd_pipeline_read_buffers(const bd_pipeline *p, bd_read_buffers *ret)
+{
+	*ret = (bd_read_buffers){ .count = p->pool.nbufs, .size = p->pool.buf_size,
+				  .pages = bd_pages_name(p->pool.pages) };
 }
 
 bd_io_engine bd_pipeline_engine(const bd_pipeline *p)

@@ -141,6 +141,13 @@ void bd_pipeline_free(bd_pipeline *p);
  */
 struct bd_linger *bd_pipeline_linger(bd_pipeline *p);
 
+/* The registered read buffers: how many, of what size, on what pages (pages.h: "thp", ...). */
+typedef struct bd_read_buffers {
+	uint32_t count, size;
+	const char *pages;
+} bd_read_buffers;
+void bd_pipeline_read_buffers(const bd_pipeline *p, bd_read_buffers *ret);
+
 /* The engine the I/O threads run, and the io_uring setup flags accepted. */
 bd_io_engine bd_pipeline_engine(const bd_pipeline *p);
 unsigned bd_pipeline_setup_flags(const bd_pipeline *p);

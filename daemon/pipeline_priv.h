@@ -27,6 +27,7 @@
 #include <sys/uio.h>
 
 #include "cache.h"
+#include "pages.h"
 #include "pipeline.h"
 #include "ring.h"
 
@@ -166,14 +167,15 @@ bd_task *bd__sched_cancel(bd_sched *s, void *owner);
 uint32_t bd__sched_tenant_cap(const bd_sched *s);
 
 /*
- * The read buffers: n buffers of size bytes in one 2 MiB-aligned mapping
- * (huge pages where the kernel allows), handed out by slot. Any thread.
+ * The read buffers: n buffers of size bytes in one mapping, on huge pages
+ * where the kernel gives them (pages.h), handed out by slot. Any thread.
  */
 typedef struct bd_pool {
-	uint8_t *base;              /* 2 MiB-aligned inside map */
+	uint8_t *base;
 	size_t bytes;
-	void *map;
-	size_t map_bytes;
+	size_t map_bytes;           /* what to unmap */
+	bd_pages mapped;            /* the kind mapped */
+	bd_pages pages;             /* what the pages turned out to be, once faulted in */
 	uint32_t nbufs, buf_size;
 	pthread_mutex_t mu;
 	int32_t *free_slots;        /* stack, guarded by mu */
@@ -204,6 +206,7 @@ typedef struct bd_io_thread {
 	int setup_err;
 	bd_io_engine engine;
 	unsigned flags;
+	bool registered;            /* the pool is registered with its ring (its pages faulted, pinned) */
 	bool ready;
 } bd_io_thread;
 

@@ -86,6 +86,8 @@ static void json_str(bd_text *t, const char *s)
 /* The daemon itself: version, uptime, socket, I/O engine. */
 static void status_daemon(bd_text *t, bd_server *srv)
 {
+	bd_read_buffers rb;
+
 	bd_text_printf(t, "{\"version\": \"%s\", \"uptime_s\": %.3f, \"pid\": %d, ",
 		       BATCHD_VERSION, (double)(bd_now_ns() - srv->started_ns) / 1e9, (int)getpid());
 	bd_text_printf(t, "\"socket\": ");
@@ -94,6 +96,9 @@ static void status_daemon(bd_text *t, bd_server *srv)
 		       "\"tier\": \"%s\", ", bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
 		       bd_pipeline_setup_flags(srv->pipeline), bd_config_direct_name(srv->cfg.direct),
 		       bd_config_tier_name(srv->cfg.tier));
+	bd_pipeline_read_buffers(srv->pipeline, &rb);
+	bd_text_printf(t, "\"read_buffers\": {\"count\": %" PRIu32 ", \"size\": %" PRIu32
+		       ", \"pages\": \"%s\"}, ", rb.count, rb.size, rb.pages);
 }
 
 /* The "cuda" object: what the probe found, the GPU sessions, each device. */

@@ -822,6 +822,9 @@ START_TEST(test_io_engines)
 		json = dt_status_ok();
 		snprintf(engine, sizeof(engine), "\"io_engine\": \"%s\"", D.engine);
 		expect(strstr(json, engine), "asked for %s, status says %s", D.engine, json);
+		/* The read pool, and the pages it got (pages.h). */
+		expect(strstr(json, "\"read_buffers\": {\"count\": 64, \"size\": 524288, \"pages\": \""),
+		       "status has no read_buffers: %s", json);
 		free(json);
 		c = dt_connect_ok();
 		for (size_t k = 0; k < ARRAY_SIZE(streams); k++) {

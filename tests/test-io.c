@@ -31,6 +31,7 @@
 #include <liburing.h>
 
 #include "io.h"
+#include "pages.h"
 
 #define FILE_SIZE ((4u << 20) + 1234u)   /* not a multiple of any block */
 #define MAX_LEN (256u << 10)
@@ -874,6 +875,73 @@ END_TEST
 
 /* ---- suite and setup ----------------------------------------------------- */
 
+/* The THP setting's selected word ("always", "madvise", "never"), or "" when unreadable. */
+static void thp_mode(char *buf, size_t len)
+{
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+	char line[128] = "", *a, *b;
+
+	buf[0] = '\0';
+	if (!f)
+		return;
+	if (fgets(line, sizeof(line), f) && (a = strchr(line, '[')) && (b = strchr(a, ']'))) {
+		*b = '\0';
+		snprintf(buf, len, "%s", a + 1);
+	}
+	fclose(f);
+}
+
+/*
+ * Buffers mapped for huge pages: rounded to 2 MiB and aligned to it;
+ * normal ones as asked; after faulting, smaps says what they got, within
+ * what the kernel's THP setting allows; hugetlb falls back when none is
+ * reserved.
+ */
+START_TEST(test_pages)
+{
+	size_t len;
+	bd_pages mapped, got;
+	char mode[32];
+	uint8_t *p;
+
+	thp_mode(mode, sizeof(mode));
+	p = bd_pages_map(3u << 20, BD_PAGES_THP, &len, &mapped);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(len, 4u << 20);
+	ck_assert_uint_eq((uintptr_t)p % BD_HUGE_PAGE, 0);
+	memset(p, 1, len);
+	got = bd_pages_of(p, mapped);
+	if (!strcmp(mode, "never"))
+		ck_assert_int_eq(got, BD_PAGES_NORMAL);
+	else
+		ck_assert_msg(got == BD_PAGES_THP || got == BD_PAGES_MIXED || got == BD_PAGES_NORMAL,
+			      "THP buffers got %s", bd_pages_name(got));
+	bd_pages_unmap(p, len);
+
+	p = bd_pages_map(1u << 20, BD_PAGES_NORMAL, &len, &mapped);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_uint_eq(len, 1u << 20);
+	ck_assert_int_eq(mapped, BD_PAGES_NORMAL);
+	memset(p, 1, len);
+	/* Too small to hold a huge page, whatever the setting. */
+	ck_assert_int_eq(bd_pages_of(p, mapped), BD_PAGES_NORMAL);
+	bd_pages_unmap(p, len);
+
+	p = bd_pages_map(2u << 20, BD_PAGES_HUGETLB, &len, &mapped);
+	ck_assert_ptr_nonnull(p);
+	ck_assert_msg(mapped == BD_PAGES_HUGETLB || mapped == BD_PAGES_NORMAL, "hugetlb gave %s",
+		      bd_pages_name(mapped));
+	memset(p, 1, len);
+	ck_assert_int_eq(bd_pages_of(p, mapped), mapped);
+	bd_pages_unmap(p, len);
+
+	/* No mapping holds address 0: what was mapped stands. */
+	ck_assert_int_eq(bd_pages_of(NULL, BD_PAGES_THP), BD_PAGES_THP);
+	ck_assert_ptr_null(bd_pages_map(0, BD_PAGES_NORMAL, &len, &mapped));
+	ck_assert_str_eq(bd_pages_name(BD_PAGES_MIXED), "mixed");
+}
+END_TEST
+
 static Suite *io_suite(void)
 {
 	Suite *s = suite_create("io");
@@ -902,6 +970,7 @@ static Suite *io_suite(void)
 	ADD2("errors_complete_request", test_errors_complete_request);
 	ADD2("free_drains", test_free_drains);
 	ADD2("two_threads", test_two_threads);
+	ADD("pages", test_pages);
 #undef ADD
 #undef ADD2
 	return s;

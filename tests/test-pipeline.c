@@ -139,7 +139,7 @@ START_TEST(test_pool_empty)
 	/* No buffers: every read gets its own, and nothing is mapped. */
 	ck_assert_int_eq(bd__pool_init(&pl, 0, 512 << 10), 0);
 	ck_assert_uint_eq(pl.bytes, 0);
-	ck_assert_ptr_null(pl.map);
+	ck_assert_ptr_null(pl.base);
 	ck_assert_int_eq(bd__pool_get(&pl), -1);
 	bd__pool_fini(&pl);
 }

@@ -27,11 +27,11 @@
 
 #include "bench.h"
 #include "bench_disk.h"
+#include "pages.h"
 #include "progress.h"
 #include "units.h"
 
 #define LAYOUT_CHUNK (UINT32_C(1) << 20)
-#define HUGE_PAGE ((size_t)2 << 20)
 
 void bench_disk_opts_init(bench_disk_opts *o)
 {
@@ -54,19 +54,7 @@ const char *bench_disk_rw_name(const bench_disk_opts *o)
 
 const char *bench_pages_name(bench_pages p)
 {
-	switch (p) {
-	case BENCH_PAGES_NORMAL:
-		return "normal";
-	case BENCH_PAGES_HUGE:
-		return "huge";
-	case BENCH_PAGES_HUGETLB:
-		return "hugetlb";
-	case BENCH_PAGES_THP:
-		return "thp";
-	case BENCH_PAGES_MIXED:
-		return "mixed";
-	}
-	return "unknown";
+	return bd_pages_name(p);
 }
 
 __attribute__((format(printf, 3, 4)))
@@ -343,109 +331,6 @@ static void worker_loop(disk_worker *w, bd_io *io, disk_slot *slots, bd_io_req *
 	w->sys_s = tv_s(ru1.ru_stime) - tv_s(ru0.ru_stime);
 }
 
-/*
- * The read buffers: anonymous memory like the daemon's buffer pool, left
- * untouched so that io_uring_register_buffers faults and pins the pages,
- * as it does for the daemon and for fio. (Faulting them first with a
- * memset measured 10-20 % slower 1 MiB reads on a Firecracker VM, for no
- * reason we could pin down; the page layout differs.) Huge pages make
- * each 2 MiB of the buffers physically contiguous, so a 1 MiB read is one
- * segment where 256 separate pages may exceed the device's max_segments
- * and split the request in two. They come from the hugetlb pool
- * (MAP_HUGETLB: what fio's iomem=mmaphuge uses; none unless vm.nr_hugepages
- * reserves some) or as transparent huge pages (2 MiB aligned and
- * madvise(MADV_HUGEPAGE)); either way the length is rounded up to 2 MiB,
- * since a smaller mapping cannot hold a huge page. @return the buffers,
- * with the mapped length and what was mapped (the kernel may still back
- * a THP mapping with small pages: see pages_of); NULL when out of memory.
- */
-static uint8_t *buffers_new(size_t len, bench_pages asked, size_t *ret_len,
-			    bench_pages *ret_mapped)
-{
-	size_t huge_len = (len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-	uint8_t *p, *aligned;
-
-	if (asked == BENCH_PAGES_HUGETLB || asked == BENCH_PAGES_HUGE) {
-		p = mmap(NULL, huge_len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
-		if (p != MAP_FAILED) {
-			*ret_len = huge_len;
-			*ret_mapped = BENCH_PAGES_HUGETLB;
-			return p;
-		}
-		/* Refused (none reserved): what else was asked for, reported as such. */
-		asked = asked == BENCH_PAGES_HUGE ? BENCH_PAGES_THP : BENCH_PAGES_NORMAL;
-	}
-	if (asked != BENCH_PAGES_THP) {
-		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			return NULL;
-		*ret_len = len;
-		*ret_mapped = BENCH_PAGES_NORMAL;
-		return p;
-	}
-	p = mmap(NULL, huge_len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-		 -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	/* Keep the aligned part; give back the head and tail. */
-	aligned = (uint8_t *)(((uintptr_t)p + HUGE_PAGE - 1) & ~((uintptr_t)HUGE_PAGE - 1));
-	if (aligned > p)
-		munmap(p, (size_t)(aligned - p));
-	if (aligned + huge_len < p + huge_len + HUGE_PAGE)
-		munmap(aligned + huge_len, (size_t)(p + HUGE_PAGE - aligned));
-	*ret_len = huge_len;
-	*ret_mapped = madvise(aligned, huge_len, MADV_HUGEPAGE) == 0 ? BENCH_PAGES_THP
-								      : BENCH_PAGES_NORMAL;
-	return aligned;
-}
-
-/*
- * What the faulted-in buffers at @p actually sit on, from the smaps entry
- * of the mapping that holds them: hugetlb (its page size is huge), THP
- * (all of it in transparent huge pages), none of it, or part (MIXED). THP
- * may be granted to a mapping not asked for it (enabled=always) or
- * refused to one that was (enabled=never, no free 2 MiB ranges). Without
- * a readable smaps, @mapped stands.
- */
-static bench_pages pages_of(const uint8_t *p, bench_pages mapped)
-{
-	uint64_t size_kb = 0, page_kb = 0, thp_kb = 0;
-	FILE *f = fopen("/proc/self/smaps", "re");
-	bool in = false;
-	char line[4096];         /* a whole line: a mapping's line ends in its path */
-
-	if (!f)
-		return mapped;
-	while (fgets(line, sizeof(line), f)) {
-		uintptr_t lo, hi;
-
-		if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2) {
-			if (in)
-				break;
-			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-		} else if (in) {
-			(void)(sscanf(line, "Size: %" SCNu64 " kB", &size_kb) ||
-			       sscanf(line, "KernelPageSize: %" SCNu64 " kB", &page_kb) ||
-			       sscanf(line, "AnonHugePages: %" SCNu64 " kB", &thp_kb));
-		}
-	}
-	fclose(f);
-	if (!size_kb)
-		return mapped;
-	if (page_kb >= HUGE_PAGE >> 10)
-		return BENCH_PAGES_HUGETLB;
-	if (!thp_kb)
-		return BENCH_PAGES_NORMAL;
-	return thp_kb >= size_kb ? BENCH_PAGES_THP : BENCH_PAGES_MIXED;
-}
-
-static void buffers_free(uint8_t *p, size_t len)
-{
-	if (p)
-		munmap(p, len);
-}
-
 static void *worker_main(void *arg)
 {
 	disk_worker *w = arg;
@@ -471,7 +356,13 @@ static void *worker_main(void *arg)
 	slots = calloc(o->qd, sizeof(*slots));
 	done = calloc(o->qd, sizeof(*done));
 	iov = calloc(o->qd, sizeof(*iov));
-	buf = buffers_new((size_t)o->bs * o->qd, o->pages, &buf_len, &mapped);
+	/*
+	 * Left untouched, like the daemon's pool, so that registering them
+	 * faults and pins the pages as it does for the daemon and for fio
+	 * (faulting them first with a memset measured 10-20 % slower 1 MiB
+	 * reads on a Firecracker VM, the page layout differing).
+	 */
+	buf = bd_pages_map((size_t)o->bs * o->qd, o->pages, &buf_len, &mapped);
 	if (!slots || !done || !iov || !buf) {
 		r = -ENOMEM;
 		snprintf(w->msg, sizeof(w->msg), "cannot allocate %u buffers of %u bytes", o->qd, o->bs);
@@ -495,7 +386,7 @@ static void *worker_main(void *arg)
 		 */
 		memset(buf, 0, buf_len);
 	}
-	w->pages = pages_of(buf, mapped);
+	w->pages = bd_pages_of(buf, mapped);
 	if (o->registerfiles && w->engine == BD_IO_URING && bd_io_register_files(io, &w->fd, 1) == 0)
 		w->registerfiles = true;
 
@@ -508,7 +399,7 @@ setup_failed:
 	gate_pass(w->gate);
 out:
 	bd_io_free(io);
-	buffers_free(buf, buf_len);
+	bd_pages_unmap(buf, buf_len);
 	free(iov);
 	free(done);
 	free(slots);

@@ -32,6 +32,7 @@
 
 #include "bench_stats.h"
 #include "io.h"
+#include "pages.h"
 
 #define BENCH_DISK_MAX_BS (UINT32_C(1) << 30)      /* one registered buffer at most */
 #define BENCH_DISK_MAX_THREADS 1024u
@@ -47,13 +48,12 @@
  * the kernel refuses (no hugetlb pages reserved, THP off) falls back to
  * normal pages, and the result says so.
  */
-typedef enum bench_pages {
-	BENCH_PAGES_NORMAL,
-	BENCH_PAGES_HUGE,
-	BENCH_PAGES_HUGETLB,
-	BENCH_PAGES_THP,
-	BENCH_PAGES_MIXED,
-} bench_pages;
+typedef bd_pages bench_pages;
+#define BENCH_PAGES_NORMAL BD_PAGES_NORMAL
+#define BENCH_PAGES_HUGE BD_PAGES_HUGE
+#define BENCH_PAGES_HUGETLB BD_PAGES_HUGETLB
+#define BENCH_PAGES_THP BD_PAGES_THP
+#define BENCH_PAGES_MIXED BD_PAGES_MIXED
 
 typedef struct bench_disk_opts {
 	const char *path;
