@@ -49,6 +49,7 @@ void bd_config_init(bd_config *c)
 		.queue_depth = BD_CONFIG_DEFAULT_QD,
 		.io_threads = BD_CONFIG_DEFAULT_IO_THR,
 		.decode_threads = 0,
+		.decode_autotune = true,
 		.prefetch = BD_CONFIG_DEFAULT_PREFETCH,
 		.max_prefetch = BD_CONFIG_DEFAULT_MAX_PF,
 		.socket_mode = 0660,
@@ -189,6 +190,7 @@ enum key_id {
 	KEY_ADMIN_UID,
 	KEY_ADMIN_GID,
 	KEY_METRICS_SESSIONS,
+	KEY_DECODE_AUTOTUNE,
 };
 
 static const struct key {
@@ -211,6 +213,7 @@ static const struct key {
 	{ "io", "session_blocks", KEY_SESSION_BLOCKS, 0, 65536 },
 	{ "io", "threads", KEY_IO_THREADS, 1, BD_CONFIG_MAX_IO_THR },
 	{ "decode", "threads", KEY_DECODE_THREADS, 0, BD_CONFIG_MAX_DECODE_THR },
+	{ "decode", "autotune", KEY_DECODE_AUTOTUNE, 0, 0 },
 	{ "session", "prefetch", KEY_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
 	{ "session", "max_prefetch", KEY_MAX_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
 	{ "session", "lease_timeout", KEY_LEASE_TIMEOUT, 0, 604800 },
@@ -356,6 +359,8 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 		return bd__config_parse_listen(v, &next->metrics_listen, what, wlen);
 	case KEY_METRICS_SESSIONS:
 		return bd__config_parse_bool(v, &next->metrics_sessions, what, wlen);
+	case KEY_DECODE_AUTOTUNE:
+		return bd__config_parse_bool(v, &next->decode_autotune, what, wlen);
 	default:
 		return bd__config_parse_uint(v, k->min, k->max, uint_field(next, k->id), what,
 					     wlen);

@@ -102,6 +102,7 @@ typedef struct bd_config {
 	unsigned session_blocks; /* [io] session_blocks, 0..65536, 0 = 2 x queue_depth x threads */
 	unsigned io_threads;     /* [io] threads, 1..64, default 1 */
 	unsigned decode_threads; /* [decode] threads, 0..256; 0 = CPUs this process may use, resolved by the loaders */
+	bool decode_autotune;    /* [decode] autotune: run as few of them as keep clients from waiting (tune.h); default yes */
 	unsigned prefetch;       /* [session] prefetch: batches staged ahead by default, 1..1022, default 8 */
 	unsigned max_prefetch;   /* [session] max_prefetch: most a client may ask for, prefetch..1022, default 64 */
 	unsigned lease_timeout;  /* [session] lease_timeout: seconds a client may hold batches without releasing any before its session is ended; 0 = never (default) */

@@ -23,6 +23,8 @@ void bd__decode_push(bd_pipeline *p, bd_task *t)
 {
 	pthread_mutex_lock(&p->dmu);
 	bd__fifo_push(&p->decode, t);
+	p->dqueued++;
+	/* A worker lowered while it waited passes the wake-up on (take). */
 	pthread_cond_signal(&p->dcv);
 	pthread_mutex_unlock(&p->dmu);
 }
@@ -135,15 +137,34 @@ static void decode_one(worker *w, bd_task *t)
 	bd__stat_add(&p->stats.raw_bytes, t->blk.raw_size);
 }
 
-/* @return the next task, or NULL once the pipeline stops. */
-static bd_task *take(bd_pipeline *p)
+/*
+ * @return the next task for worker idx, or NULL once the pipeline stops. A
+ * worker at or above the active count waits apart until it is raised
+ * (bd_pipeline_set_decoders), so that a busy trainer on the same cores
+ * does not compete with more of us than the work needs.
+ */
+static bd_task *take(bd_pipeline *p, unsigned idx)
 {
-	bd_task *t;
+	bd_task *t = NULL;
 
 	pthread_mutex_lock(&p->dmu);
-	while (!p->decode.head && !p->dstop)
+	for (;;) {
+		if (p->dstop)
+			break;
+		if (idx >= p->dactive) {
+			/* Lowered while waiting for a task: a wake-up it took goes on to another. */
+			if (p->decode.head)
+				pthread_cond_signal(&p->dcv);
+			pthread_cond_wait(&p->dpark, &p->dmu);
+			continue;
+		}
+		t = bd__fifo_pop(&p->decode);
+		if (t) {
+			p->dqueued--;
+			break;
+		}
 		pthread_cond_wait(&p->dcv, &p->dmu);
-	t = bd__fifo_pop(&p->decode);
+	}
 	pthread_mutex_unlock(&p->dmu);
 	return t;
 }
@@ -171,14 +192,19 @@ static void run(worker *w, bd_task *t)
 void *bd__decode_main(void *arg)
 {
 	worker w = { .p = arg, .dctx = ZSTD_createDCtx() };
+	unsigned idx = __atomic_fetch_add(&w.p->dec_ids, 1, __ATOMIC_RELAXED);
 	bd_task *t;
 
 	if (w.dctx && bp_pack_dctx_init(w.dctx) < 0) {
 		ZSTD_freeDCtx(w.dctx);
 		w.dctx = NULL;
 	}
-	while ((t = take(w.p)))
+	while ((t = take(w.p, idx))) {
+		uint64_t t0 = bd_now_ns();
+
 		run(&w, t);
+		bd__stat_add(&w.p->stats.decode_busy_ns, bd_now_ns() - t0);
+	}
 	free(w.scratch);
 	ZSTD_freeDCtx(w.dctx);
 	return NULL;

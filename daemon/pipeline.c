@@ -312,6 +312,7 @@ static int make_threads(bd_pipeline *p)
 	p->nio = p->o.io_threads ? p->o.io_threads : 1;
 	p->io = bd_calloc(p->nio, sizeof(*p->io));
 	p->ndec = p->o.decode_threads ? p->o.decode_threads : 1;
+	p->dactive = p->ndec;
 	p->dec = bd_calloc(p->ndec, sizeof(*p->dec));
 	if (!p->io || !p->dec)
 		return -ENOMEM;
@@ -396,6 +397,7 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_pipeline **re
 		       kick_hungry, p);
 	pthread_mutex_init(&p->dmu, NULL);
 	pthread_cond_init(&p->dcv, NULL);
+	pthread_cond_init(&p->dpark, NULL);
 	pthread_mutex_init(&p->cmu, NULL);
 	if (uv_async_init(loop, &p->async, on_async) < 0) {
 		free(p);
@@ -477,6 +479,7 @@ static void stop_threads(bd_pipeline *p)
 	pthread_mutex_lock(&p->dmu);
 	p->dstop = true;
 	pthread_cond_broadcast(&p->dcv);
+	pthread_cond_broadcast(&p->dpark);
 	pthread_mutex_unlock(&p->dmu);
 	for (unsigned i = 0; i < p->dec_started; i++)
 		pthread_join(p->dec[i], NULL);
@@ -502,6 +505,7 @@ void bd_pipeline_free(bd_pipeline *p)
 	p->linger = NULL;
 	pthread_mutex_destroy(&p->dmu);
 	pthread_cond_destroy(&p->dcv);
+	pthread_cond_destroy(&p->dpark);
 	pthread_mutex_destroy(&p->cmu);
 	/* The async handle goes back through the loop; it frees p when closed. */
 	uv_close((uv_handle_t *)&p->async, on_async_closed);
@@ -523,6 +527,19 @@ unsigned bd_pipeline_setup_flags(const bd_pipeline *p)
 	return p->io[0].flags;
 }
 
+void bd_pipeline_set_decoders(bd_pipeline *p, unsigned active)
+{
+	if (active < 1)
+		active = 1;
+	if (active > p->ndec)
+		active = p->ndec;
+	pthread_mutex_lock(&p->dmu);
+	if (active > p->dactive)
+		pthread_cond_broadcast(&p->dpark);
+	p->dactive = active;
+	pthread_mutex_unlock(&p->dmu);
+}
+
 void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 {
 	ret->blocks_read = __atomic_load_n(&p->stats.blocks_read, __ATOMIC_RELAXED);
@@ -535,6 +552,12 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 	ret->checksum_errors = __atomic_load_n(&p->stats.checksum_errors, __ATOMIC_RELAXED);
 	ret->decode_errors = __atomic_load_n(&p->stats.decode_errors, __ATOMIC_RELAXED);
 	ret->failures = ret->read_errors + ret->checksum_errors + ret->decode_errors;
+	ret->decode_busy_ns = __atomic_load_n(&p->stats.decode_busy_ns, __ATOMIC_RELAXED);
+	ret->decoders = p->ndec;
+	pthread_mutex_lock((pthread_mutex_t *)&p->dmu);
+	ret->decode_queued = p->dqueued;
+	ret->decoders_active = p->dactive;
+	pthread_mutex_unlock((pthread_mutex_t *)&p->dmu);
 	if (p->cache) {
 		bd_cache_stats cs;
 

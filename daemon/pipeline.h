@@ -162,9 +162,19 @@ typedef struct bd_pipeline_stats {
 	uint64_t read_errors;       /* reads that failed or came back short */
 	uint64_t checksum_errors;   /* blocks whose stored or raw bytes did not match */
 	uint64_t decode_errors;     /* other decode failures (frame, size, memory) */
+	uint64_t decode_busy_ns;    /* time decode workers spent on tasks, all summed */
+	uint64_t decode_queued;     /* gauge: tasks waiting for a decode worker now */
+	uint32_t decoders, decoders_active; /* decode workers, and how many may take tasks now */
 	/* failures = read_errors + checksum_errors + decode_errors */
 } bd_pipeline_stats;
 void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret);
+
+/*
+ * Let only the first `active` decode workers (1 .. decode_threads) take
+ * tasks; the others wait without spinning until raised again (tune.h
+ * decides how many). Tasks already queued are taken by the active ones.
+ */
+void bd_pipeline_set_decoders(bd_pipeline *p, unsigned active);
 
 /* Read latency (submission to completion) and decode time histograms. */
 void bd_pipeline_get_hists(const bd_pipeline *p, bd_hist *read, bd_hist *decode);

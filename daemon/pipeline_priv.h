@@ -222,9 +222,13 @@ struct bd_pipeline {
 
 	pthread_t *dec;
 	unsigned ndec, dec_started;
+	unsigned dec_ids;           /* atomic: each worker takes its index from here */
 	pthread_mutex_t dmu;
-	pthread_cond_t dcv;
+	pthread_cond_t dcv;         /* active workers wait here for tasks */
+	pthread_cond_t dpark;       /* workers at or above dactive wait here */
 	bd_fifo decode;             /* guarded by dmu */
+	uint32_t dqueued;           /* guarded by dmu: tasks in decode */
+	unsigned dactive;           /* guarded by dmu: workers 0 .. dactive-1 take tasks */
 	bool dstop;
 
 	pthread_mutex_t cmu;

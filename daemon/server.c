@@ -282,6 +282,35 @@ static void on_watchdog(uv_timer_t *t)
 	bd_service_notify("WATCHDOG=1");
 }
 
+/*
+ * Every BD_TUNE_INTERVAL_MS: as few decode workers as keep the clients
+ * from waiting (tune.h), or all of them with [decode] autotune = no.
+ */
+static void on_tune(uv_timer_t *t)
+{
+	bd_server *srv = t->data;
+	bd_pipeline_stats ps;
+	bd_tune_sample s = { 0 };
+	uint64_t now = bd_now_ns();
+	unsigned active;
+
+	bd_pipeline_get_stats(srv->pipeline, &ps);
+	for (entry *e = srv->entries; e; e = e->next) {
+		bd_session_info si;
+
+		bd_session_get_info(e->s, &si);
+		s.wait_ns += si.wait_ns;
+	}
+	s.interval_ns = now - srv->tuned_ns;
+	s.busy_ns = ps.decode_busy_ns;
+	s.queued = ps.decode_queued;
+	srv->tuned_ns = now;
+	active = srv->cfg.decode_autotune ? bd_tune_step(&srv->tuner, &s)
+					  : bd_tune_hold(&srv->tuner, &s);
+	if (active != ps.decoders_active)
+		bd_pipeline_set_decoders(srv->pipeline, active);
+}
+
 /* Once a second: end sessions whose clients stopped releasing ([session] lease_timeout). */
 static void on_lease_check(uv_timer_t *t)
 {
@@ -628,6 +657,11 @@ static void start_handles(bd_server *srv)
 	uv_timer_init(loop, &srv->lease);
 	srv->lease.data = srv;
 	uv_timer_start(&srv->lease, on_lease_check, 1000, 1000);
+	uv_timer_init(loop, &srv->tune);
+	srv->tune.data = srv;
+	bd_tune_init(&srv->tuner, srv->cfg.decode_threads);
+	srv->tuned_ns = bd_now_ns();
+	uv_timer_start(&srv->tune, on_tune, BD_TUNE_INTERVAL_MS, BD_TUNE_INTERVAL_MS);
 	if (wd)
 		uv_timer_start(&srv->watchdog, on_watchdog, 0, wd / 2000 ? wd / 2000 : 1);
 	signal(SIGPIPE, SIG_IGN);
@@ -729,6 +763,7 @@ void bd_server_stop(bd_server *srv)
 	uv_close((uv_handle_t *)&srv->stop_timer, NULL);
 	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->lease, NULL);
+	uv_close((uv_handle_t *)&srv->tune, NULL);
 	uv_close((uv_handle_t *)&srv->accept_backoff, NULL);
 	uv_close((uv_handle_t *)&srv->handshake, NULL);
 	uv_close((uv_handle_t *)&srv->throttle, NULL);

@@ -25,6 +25,7 @@
 #include "protocol.h"
 #include "server.h"
 #include "session.h"
+#include "tune.h"
 #include "util.h"
 
 typedef struct client client;
@@ -147,6 +148,9 @@ struct bd_server {
 	uv_timer_t accept_backoff; /* accepting paused: out of fds, or accept failing */
 	uv_timer_t handshake;    /* the earliest [limits] handshake_timeout deadline */
 	uv_timer_t throttle;     /* reads throttled connections again ([limits] requests_per_uid) */
+	uv_timer_t tune;         /* the decode worker count, every BD_TUNE_INTERVAL_MS */
+	bd_tune tuner;
+	uint64_t tuned_ns;       /* when it last stepped */
 	bd_pipeline *pipeline;
 	bd_session_env env;
 	uint64_t budget;         /* the memory budget in force: [memory] budget, or auto's */

@@ -136,8 +136,11 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 		       "}, ", srv->budget, srv->budget_used + ps->cache_bytes,
 		       srv->budget_used, bd_linger_bytes(bd_pipeline_linger(srv->pipeline)),
 		       ps->cache_bytes);
-	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u}, ",
-		       srv->nclients, srv->cfg.io_threads, srv->cfg.decode_threads);
+	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u, "
+		       "\"decode_active\": %u, \"decode_autotune\": %s, \"decode_ups\": %u, "
+		       "\"decode_downs\": %u}, ", srv->nclients, srv->cfg.io_threads,
+		       srv->cfg.decode_threads, ps->decoders_active,
+		       srv->cfg.decode_autotune ? "true" : "false", srv->tuner.ups, srv->tuner.downs);
 	bd_text_printf(t, "\"connections\": {\"queued_bytes\": %" PRIu64 ", \"client_queue\": %"
 		       PRIu64 ", \"requests_per_uid\": %u, \"throttled\": %" PRIu64,
 		       srv->queued_bytes, srv->cfg.client_queue, srv->cfg.requests_per_uid,
@@ -353,6 +356,12 @@ static void metrics_pipeline(bd_text *t, bd_server *srv, const bd_totals *sum,
 
 	gauge(t, "batchd_io_reads_inflight", "Block reads in the I/O engines now (queue depth).",
 	      ps->reads_inflight);
+	gauge(t, "batchd_decode_threads_active",
+	      "Decode workers taking tasks now ([decode] autotune; at most [decode] threads).",
+	      ps->decoders_active);
+	bd_prom_head(t, "batchd_decode_busy_seconds_total", "counter",
+		     "Time decode workers spent on tasks, summed.");
+	bd_prom_f64(t, "batchd_decode_busy_seconds_total", NULL, (double)ps->decode_busy_ns / 1e9);
 	counter(t, "batchd_io_blocks_read_total", "Blocks read.", ps->blocks_read);
 	counter(t, "batchd_io_bytes_read_total", "Bytes read from storage (alignment included).",
 		ps->bytes_read);
