@@ -76,7 +76,7 @@ static int setup(io_worker *w)
 	/* The ring is created here: SINGLE_ISSUER ties it to this thread. */
 	r = bd_io_new(&opts, &w->io);
 	if (r == 0 && p->pool.bytes) {
-		w->registered = bd_io_register(w->io, p->pool.iov, p->pool.nbufs) == 0;
+		w->registered = bd_io_register(w->io, &p->pool.iov, 1) == 0;
 		if (!w->registered)
 			bd_log(LOG_NOTICE, "I/O thread: cannot register read buffers (RLIMIT_MEMLOCK?); "
 			       "plain reads instead of fixed-buffer reads");
@@ -145,7 +145,8 @@ static int prepare(bd_pipeline *p, bd_task *t, bool registered)
 	}
 	len = end - off;
 	t->skip = (uint32_t)(t->blk.offset - off);
-	t->pool_slot = len <= p->o.pool_buffer_size ? bd__pool_get(&p->pool) : -1;
+	t->pool_n = bd__pool_slots(&p->pool, len);
+	t->pool_slot = t->pool_n ? bd__pool_get(&p->pool, t->pool_n) : -1;
 	if (t->pool_slot >= 0) {
 		t->buf = bd__pool_buf(&p->pool, t->pool_slot);
 	} else {
@@ -161,8 +162,8 @@ static int prepare(bd_pipeline *p, bd_task *t, bool registered)
 		.offset = off,
 		.len = (uint32_t)len,
 		.buf = t->buf,
-		/* Pool buffers are fixed buffers only where registration worked. */
-		.buf_index = registered ? t->pool_slot : -1,
+		/* The pool is one fixed buffer, where registration worked. */
+		.buf_index = registered && t->pool_slot >= 0 ? 0 : -1,
 		.user = t,
 	};
 	return 0;

@@ -101,45 +101,58 @@ int bd__pool_init(bd_pool *pl, uint32_t n, uint32_t size)
 	 * fewer, larger requests.
 	 */
 	pl->base = bd_pages_map(pl->bytes, BD_PAGES_HUGE, &pl->map_bytes, &pl->mapped);
-	pl->free_slots = bd_calloc(n, sizeof(*pl->free_slots));
-	pl->iov = bd_calloc(n, sizeof(*pl->iov));
-	if (!pl->base || !pl->free_slots || !pl->iov)
+	pl->busy = bd_calloc(n, sizeof(*pl->busy));
+	if (!pl->base || !pl->busy)
 		return -ENOMEM;
 	pl->pages = pl->mapped;
 	pl->nbufs = n;
 	pl->buf_size = size;
-	for (uint32_t i = 0; i < n; i++) {
-		pl->iov[i].iov_base = pl->base + (size_t)i * size;
-		pl->iov[i].iov_len = size;
-		/* Slot 0 on top: reads start at the mapping's first huge page. */
-		pl->free_slots[pl->nfree++] = (int32_t)(n - 1 - i);
-	}
+	pl->iov = (struct iovec){ .iov_base = pl->base, .iov_len = pl->bytes };
 	return 0;
 }
 
 void bd__pool_fini(bd_pool *pl)
 {
-	free(pl->free_slots);
-	free(pl->iov);
+	free(pl->busy);
 	bd_pages_unmap(pl->base, pl->map_bytes);
 	pthread_mutex_destroy(&pl->mu);
 }
 
-int32_t bd__pool_get(bd_pool *pl)
+uint32_t bd__pool_slots(const bd_pool *pl, uint64_t len)
+{
+	uint64_t n;
+
+	if (!pl->buf_size || !len)
+		return 0;
+	n = (len + pl->buf_size - 1) / pl->buf_size;
+	return n <= pl->nbufs ? (uint32_t)n : 0;
+}
+
+int32_t bd__pool_get(bd_pool *pl, uint32_t n)
 {
 	int32_t slot = -1;
+	uint32_t run = 0;
 
+	if (!n)
+		return -1;
 	pthread_mutex_lock(&pl->mu);
-	if (pl->nfree)
-		slot = pl->free_slots[--pl->nfree];
+	/* The lowest run of n free buffers: reads start at the mapping's first huge page. */
+	for (uint32_t i = 0; i < pl->nbufs; i++) {
+		run = pl->busy[i] ? 0 : run + 1;
+		if (run == n) {
+			slot = (int32_t)(i + 1 - n);
+			memset(&pl->busy[slot], 1, n);
+			break;
+		}
+	}
 	pthread_mutex_unlock(&pl->mu);
 	return slot;
 }
 
-void bd__pool_put(bd_pool *pl, int32_t slot)
+void bd__pool_put(bd_pool *pl, int32_t slot, uint32_t n)
 {
 	pthread_mutex_lock(&pl->mu);
-	pl->free_slots[pl->nfree++] = slot;
+	memset(&pl->busy[slot], 0, n);
 	pthread_mutex_unlock(&pl->mu);
 }
 
@@ -153,7 +166,7 @@ static void buf_put(bd_pipeline *p, bd_task *t)
 	if (!t->buf)
 		return;
 	if (t->pool_slot >= 0)
-		bd__pool_put(&p->pool, t->pool_slot);
+		bd__pool_put(&p->pool, t->pool_slot, t->pool_n);
 	else
 		free(t->buf);
 	t->buf = NULL;

@@ -100,8 +100,9 @@ typedef struct bd_pipeline_opts {
 	unsigned queue_depth;
 	unsigned io_threads;
 	unsigned decode_threads;
-	uint32_t pool_buffers;      /* registered read buffers */
-	uint32_t pool_buffer_size;  /* bytes each; larger reads get their own buffer */
+	uint32_t pool_buffers;      /* registered read buffers, end to end */
+	uint32_t pool_buffer_size;  /* bytes each; a larger read takes a run of them, one larger
+	                               than the pool (or finding no run free) its own memory */
 	uint64_t cache_budget;      /* decoded-block cache bytes; 0 = none */
 	/*
 	 * Blocks of one owner in flight at once (see "Fairness" above);

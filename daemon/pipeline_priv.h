@@ -52,7 +52,8 @@ typedef struct bd_task {
 	/* I/O state, owned by the I/O then the decode thread. */
 	bd_io_req req;
 	uint8_t *buf;
-	int32_t pool_slot;          /* -1: buf was malloc'd */
+	int32_t pool_slot;          /* the first of pool_n pool buffers; -1: buf was malloc'd */
+	uint32_t pool_n;
 	uint64_t t_submit;          /* ns, CLOCK_MONOTONIC: for the read latency histogram */
 	uint32_t skip;              /* stored bytes start at buf + skip */
 	struct bd_flow *flow;       /* its owner's, from submission to bd__task_finish */
@@ -167,8 +168,11 @@ bd_task *bd__sched_cancel(bd_sched *s, void *owner);
 uint32_t bd__sched_tenant_cap(const bd_sched *s);
 
 /*
- * The read buffers: n buffers of size bytes in one mapping, on huge pages
- * where the kernel gives them (pages.h), handed out by slot. Any thread.
+ * The read buffers: n buffers of size bytes end to end in one mapping, on
+ * huge pages where the kernel gives them (pages.h), registered with each
+ * ring as one fixed buffer. A read takes a run of consecutive buffers, so
+ * blocks up to the whole pool read into huge pages and with fixed-buffer
+ * reads too. Any thread.
  */
 typedef struct bd_pool {
 	uint8_t *base;
@@ -178,18 +182,20 @@ typedef struct bd_pool {
 	bd_pages pages;             /* what the pages turned out to be, once faulted in */
 	uint32_t nbufs, buf_size;
 	pthread_mutex_t mu;
-	int32_t *free_slots;        /* stack, guarded by mu */
-	uint32_t nfree;
-	struct iovec *iov;          /* one per buffer, for bd_io_register */
+	uint8_t *busy;              /* per buffer: taken; guarded by mu */
+	struct iovec iov;           /* the whole pool, for bd_io_register */
 } bd_pool;
 
 /* n may be 0 (no pool: every read gets its own buffer). @return 0 or -ENOMEM. */
 int bd__pool_init(bd_pool *pl, uint32_t n, uint32_t size);
 /* After bd__pool_init, failed or not. */
 void bd__pool_fini(bd_pool *pl);
-/* @return a free slot, or -1 when every buffer is out. */
-int32_t bd__pool_get(bd_pool *pl);
-void bd__pool_put(bd_pool *pl, int32_t slot);
+/* Buffers a read of len bytes takes: 0 when it is empty or larger than the pool. */
+uint32_t bd__pool_slots(const bd_pool *pl, uint64_t len);
+/* @return the first of n consecutive free buffers (the lowest such run), or -1. */
+int32_t bd__pool_get(bd_pool *pl, uint32_t n);
+/* Give back the run of n buffers from slot. */
+void bd__pool_put(bd_pool *pl, int32_t slot, uint32_t n);
 uint8_t *bd__pool_buf(const bd_pool *pl, int32_t slot);
 
 typedef struct bd_io_thread {

@@ -92,30 +92,62 @@ START_TEST(test_pool_exhaustion)
 	ck_assert_int_eq(bd__pool_init(&pl, N, SIZE), 0);
 	/* 2 MiB-aligned, so a read in the first buffer starts a huge page. */
 	ck_assert_uint_eq((uintptr_t)pl.base % (2u << 20), 0);
+	/* One registered buffer: the whole pool. */
+	ck_assert_ptr_eq(pl.iov.iov_base, pl.base);
+	ck_assert_uint_eq(pl.iov.iov_len, (size_t)N * SIZE);
 	for (int i = 0; i < N; i++) {
-		slot[i] = bd__pool_get(&pl);
+		slot[i] = bd__pool_get(&pl, 1);
 		ck_assert_int_ge(slot[i], 0);
 		ck_assert_int_lt(slot[i], N);
 		ck_assert(!seen[slot[i]]);
 		seen[slot[i]] = true;
-		/* Buffers are the registered iovecs, end to end. */
-		ck_assert_ptr_eq(bd__pool_buf(&pl, slot[i]), pl.iov[slot[i]].iov_base);
+		/* Buffers lie end to end. */
 		ck_assert_ptr_eq(bd__pool_buf(&pl, slot[i]), pl.base + (size_t)slot[i] * SIZE);
-		ck_assert_uint_eq(pl.iov[slot[i]].iov_len, SIZE);
 		memset(bd__pool_buf(&pl, slot[i]), i, SIZE);
 	}
 	/* Every buffer is out. */
-	ck_assert_int_eq(bd__pool_get(&pl), -1);
-	ck_assert_int_eq(bd__pool_get(&pl), -1);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), -1);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), -1);
 	/* One back: that one comes out next, and only it. */
-	bd__pool_put(&pl, slot[5]);
-	ck_assert_int_eq(bd__pool_get(&pl), slot[5]);
-	ck_assert_int_eq(bd__pool_get(&pl), -1);
+	bd__pool_put(&pl, slot[5], 1);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), slot[5]);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), -1);
 	for (int i = 0; i < N; i++)
-		bd__pool_put(&pl, slot[i]);
+		bd__pool_put(&pl, slot[i], 1);
 	for (int i = 0; i < N; i++)
-		ck_assert_int_ge(bd__pool_get(&pl), 0);
-	ck_assert_int_eq(bd__pool_get(&pl), -1);
+		ck_assert_int_ge(bd__pool_get(&pl, 1), 0);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), -1);
+	bd__pool_fini(&pl);
+}
+END_TEST
+
+/* A larger read takes a run of consecutive buffers: the lowest that is free, or none. */
+START_TEST(test_pool_runs)
+{
+	enum { N = 8, SIZE = 4096 };
+	bd_pool pl = { 0 };
+
+	ck_assert_int_eq(bd__pool_init(&pl, N, SIZE), 0);
+	ck_assert_uint_eq(bd__pool_slots(&pl, 1), 1);
+	ck_assert_uint_eq(bd__pool_slots(&pl, SIZE), 1);
+	ck_assert_uint_eq(bd__pool_slots(&pl, SIZE + 1), 2);
+	ck_assert_uint_eq(bd__pool_slots(&pl, (uint64_t)N * SIZE), N);
+	ck_assert_uint_eq(bd__pool_slots(&pl, (uint64_t)N * SIZE + 1), 0);
+	ck_assert_uint_eq(bd__pool_slots(&pl, 0), 0);
+	ck_assert_int_eq(bd__pool_get(&pl, 3), 0);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), 3);
+	ck_assert_int_eq(bd__pool_get(&pl, 4), 4);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), -1);
+	bd__pool_put(&pl, 0, 3);
+	/* Three free, but not four in a row. */
+	ck_assert_int_eq(bd__pool_get(&pl, 4), -1);
+	ck_assert_int_eq(bd__pool_get(&pl, 2), 0);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), 2);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), -1);
+	bd__pool_put(&pl, 3, 1);
+	bd__pool_put(&pl, 4, 4);
+	ck_assert_int_eq(bd__pool_get(&pl, 5), 3);
+	ck_assert_int_eq(bd__pool_get(&pl, 0), -1);
 	bd__pool_fini(&pl);
 }
 END_TEST
@@ -126,8 +158,8 @@ START_TEST(test_pool_first_slot)
 
 	/* Slot 0 first: reads begin at the start of the mapping. */
 	ck_assert_int_eq(bd__pool_init(&pl, 4, 4096), 0);
-	ck_assert_int_eq(bd__pool_get(&pl), 0);
-	ck_assert_int_eq(bd__pool_get(&pl), 1);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), 0);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), 1);
 	bd__pool_fini(&pl);
 }
 END_TEST
@@ -140,12 +172,13 @@ START_TEST(test_pool_empty)
 	ck_assert_int_eq(bd__pool_init(&pl, 0, 512 << 10), 0);
 	ck_assert_uint_eq(pl.bytes, 0);
 	ck_assert_ptr_null(pl.base);
-	ck_assert_int_eq(bd__pool_get(&pl), -1);
+	ck_assert_int_eq(bd__pool_get(&pl, 1), -1);
+	ck_assert_uint_eq(bd__pool_slots(&pl, 4096), 0);
 	bd__pool_fini(&pl);
 }
 END_TEST
 
-/* Threads taking and returning buffers: no slot is ever held twice at once. */
+/* Threads taking and returning buffers and runs: no slot is ever held twice at once. */
 enum { POOL_THREADS = 4, POOL_SLOTS = 3, POOL_ROUNDS = 20000 };
 
 typedef struct pool_run {
@@ -160,17 +193,20 @@ static void *pool_worker(void *arg)
 	pool_run *pr = arg;
 
 	for (int i = 0; i < POOL_ROUNDS; i++) {
-		int32_t slot = bd__pool_get(&pr->pl);
+		uint32_t n = 1 + (uint32_t)i % 2; /* single buffers and runs of two */
+		int32_t slot = bd__pool_get(&pr->pl, n);
 
 		if (slot < 0) {
 			__atomic_add_fetch(&pr->missed, 1, __ATOMIC_RELAXED);
 			continue;
 		}
-		if (__atomic_add_fetch(&pr->held[slot], 1, __ATOMIC_ACQ_REL) != 1)
-			__atomic_store_n(&pr->twice, 1, __ATOMIC_RELAXED);
+		for (uint32_t k = 0; k < n; k++)
+			if (__atomic_add_fetch(&pr->held[slot + k], 1, __ATOMIC_ACQ_REL) != 1)
+				__atomic_store_n(&pr->twice, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&pr->got, 1, __ATOMIC_RELAXED);
-		__atomic_sub_fetch(&pr->held[slot], 1, __ATOMIC_ACQ_REL);
-		bd__pool_put(&pr->pl, slot);
+		for (uint32_t k = 0; k < n; k++)
+			__atomic_sub_fetch(&pr->held[slot + k], 1, __ATOMIC_ACQ_REL);
+		bd__pool_put(&pr->pl, slot, n);
 	}
 	return NULL;
 }
@@ -190,8 +226,8 @@ START_TEST(test_pool_threads)
 	ck_assert_uint_eq(pr.got + pr.missed, POOL_THREADS * POOL_ROUNDS);
 	/* All back: every buffer can be taken once more. */
 	for (int i = 0; i < POOL_SLOTS; i++)
-		ck_assert_int_ge(bd__pool_get(&pr.pl), 0);
-	ck_assert_int_eq(bd__pool_get(&pr.pl), -1);
+		ck_assert_int_ge(bd__pool_get(&pr.pl, 1), 0);
+	ck_assert_int_eq(bd__pool_get(&pr.pl, 1), -1);
 	bd__pool_fini(&pr.pl);
 }
 END_TEST
@@ -235,6 +271,7 @@ static Suite *pipeline_suite(void)
 
 	tc = tcase_create("pool_exhaustion");
 	tcase_add_test(tc, test_pool_exhaustion);
+	tcase_add_test(tc, test_pool_runs);
 	tcase_add_test(tc, test_pool_first_slot);
 	suite_add_tcase(s, tc);
 
