@@ -593,6 +593,27 @@ int bd_io_wait_many(bd_io *io, bd_io_req **reqs, unsigned max)
 	return (int)n;
 }
 
+int bd_io_poll(bd_io *io, bd_io_req **ret_req)
+{
+	int r;
+
+	if (!io->inflight)
+		return -ENOENT;
+	if (io->engine != BD_IO_URING) {
+		r = pread_wait(io, ret_req);
+		return r < 0 ? r : 1;
+	}
+	/* What is posted already first: no system call. */
+	r = uring_take(io, ret_req);
+	if (r)
+		return r;
+	/* GETEVENTS too: with DEFER_TASKRUN nothing is posted until we enter for it. */
+	r = io_uring_submit_and_get_events(&io->ring);
+	if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
+		return r;
+	return uring_take(io, ret_req);
+}
+
 unsigned bd_io_inflight(const bd_io *io)
 {
 	return io->inflight;

@@ -205,6 +205,18 @@ int bd_io_wait(bd_io *io, bd_io_req **ret_req);
  */
 int bd_io_wait_many(bd_io *io, bd_io_req **reqs, unsigned max);
 
+/*
+ * Without waiting: submits whatever is queued, lets the kernel post what
+ * has finished, and returns one finished request if there is one. For an
+ * owner with other work between reads (copies out of a cache), so that
+ * reads it queued reach the kernel and their completions move on without
+ * a wait. The pread engine has no asynchrony: it performs the oldest read.
+ * @return 1 and *ret_req; 0 when none has finished yet; -ENOENT when
+ * nothing is in flight; -EAGAIN when the watched fd fired; another
+ * -errno as bd_io_wait. Thread: owner.
+ */
+int bd_io_poll(bd_io *io, bd_io_req **ret_req);
+
 /* Requests submitted and not yet returned by bd_io_wait(). Thread: owner. */
 unsigned bd_io_inflight(const bd_io *io);
 

@@ -30,6 +30,7 @@ typedef struct io_worker {
 	bd_io *io;
 	bd_fifo local;              /* claimed, not yet reading */
 	bool registered;            /* the pool is registered with the ring: fixed-buffer reads */
+	unsigned copies;            /* cache hits copied here since reads were last polled */
 } io_worker;
 
 /* ---- setup ---------------------------------------------------------------------------- */
@@ -171,6 +172,8 @@ static int prepare(bd_pipeline *p, bd_task *t, bool registered)
 
 /* Pieces of a cache hit up to this many bytes are copied on the I/O thread, not handed off. */
 #define BD_INLINE_COPY_MAX (16u * 1024)
+/* Reads in flight are polled every this many of those copies (poll_reads). */
+#define BD_COPIES_PER_POLL 32u
 
 /*
  * Consult the block cache for t, the head of the claimed list. @return
@@ -205,6 +208,7 @@ static bool lookup(io_worker *w, bd_task *t)
 		bd__copy_pieces(t, bd_cache_data(e));
 		bd_cache_put(w->p->cache, e);
 		bd__task_finish(w->p, t);
+		w->copies++;
 		return true;
 	}
 	if (r == BD_CACHE_HIT) {
@@ -233,6 +237,7 @@ static void skip_read(io_worker *w, bd_task *t, int32_t result)
 }
 
 static void reaped(bd_pipeline *p, bd_task *t);
+static void poll_reads(io_worker *w);
 
 /* Start t's read (t is the head). @return 0 (t left the list), or -EBUSY (ring full, t stays). */
 static int start_read(io_worker *w, bd_task *t)
@@ -281,8 +286,16 @@ static void read_claimed(io_worker *w)
 		 */
 		if ((!t->direct_dst || t->dset->cache_all || bd_dataset_shared(t->dset)) &&
 		    !t->buf && !t->centry &&
-		    t->blk.raw_size && lookup(w, t))
+		    t->blk.raw_size && lookup(w, t)) {
+			/*
+			 * A long run of hits copied here must not hold back the
+			 * reads of others: submitted only when we enter the ring,
+			 * and reaped only from there.
+			 */
+			if (w->copies >= BD_COPIES_PER_POLL && bd_io_inflight(w->io))
+				poll_reads(w);
 			continue;
+		}
 		if (start_read(w, t) == -EBUSY)
 			break;
 	}
@@ -340,25 +353,43 @@ static void reaped(bd_pipeline *p, bd_task *t)
 	bd__decode_push(p, t);
 }
 
+/* The loop thread's wake-up fired in the ring: new work was handed over. */
+static void drain_wake(io_worker *w)
+{
+	uint64_t v;
+
+	if (read(w->it->wake_fd, &v, sizeof(v)) < 0) {
+		/* Already drained. */
+	}
+}
+
 /* Wait in the engine for one read to finish, or for the loop thread's wake-up. */
 static void reap(io_worker *w)
 {
 	bd_io_req *req;
 	int r;
 
+	w->copies = 0;
 	if (!bd_io_inflight(w->io))
 		return;
 	r = bd_io_wait(w->io, &req);
-	if (r == 0) {
+	if (r == 0)
 		reaped(w->p, req->user);
-	} else if (r == -EAGAIN) {
-		uint64_t v;
+	else if (r == -EAGAIN)
+		drain_wake(w);
+}
 
-		/* New work was handed over while we waited in the ring. */
-		if (read(w->it->wake_fd, &v, sizeof(v)) < 0) {
-			/* Already drained. */
-		}
-	}
+/* Between copies: submit the queued reads and pass on those finished, without waiting. */
+static void poll_reads(io_worker *w)
+{
+	bd_io_req *req;
+	int r;
+
+	w->copies = 0;
+	while ((r = bd_io_poll(w->io, &req)) == 1)
+		reaped(w->p, req->user);
+	if (r == -EAGAIN)
+		drain_wake(w);
 }
 
 void *bd__io_main(void *arg)

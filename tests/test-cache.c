@@ -573,24 +573,30 @@ END_TEST
 /* ---- allocation failure ------------------------------------------------------------------ */
 
 /*
- * A failed allocation of the entry or of its bytes: -ENOMEM, nothing
- * counted or taken, and the next get works. Needs the fault layer
+ * A failed allocation: in bd_cache_new (the cache, its table, its LRU
+ * sentinel: -ENOMEM and nothing made, AddressSanitizer checks nothing
+ * leaks), or of an entry (header and bytes are one allocation): -ENOMEM,
+ * nothing counted or taken, and the next get works. Needs the fault layer
  * (-Dfault_injection=true): the countdown counts this process's
- * allocations through util.h from the start of the test's forked child
- * (two of them for bd_cache_new, then the entry's and its bytes').
+ * allocations through util.h from the start of the test's forked child.
  */
 START_TEST(test_nomem)
 {
 #if BATCHD_FAULT_INJECTION
 	char rule[32];
-	bd_cache *c;
+	bd_cache *c = NULL;
 	bd_cache_entry *const sentinel = (bd_cache_entry *)(uintptr_t)0x5a5a5a5a;
 	bd_cache_entry *e = sentinel;
 
-	/* _i 0: the entry's allocation fails (the 3rd); 1: its bytes' (the 4th). */
-	snprintf(rule, sizeof(rule), "alloc:countdown=%d", 3 + _i);
+	/* _i 0-2: bd_cache_new's first, second, third allocation fails; 3: the entry's (the 4th). */
+	snprintf(rule, sizeof(rule), "alloc:countdown=%d", 1 + _i);
 	ck_assert_int_eq(setenv("BATCHD_FAULTS", rule, 1), 0);
 	ck_assert_int_eq(bd_fault_init(), 0);
+	if (_i < 3) {
+		ck_assert_int_eq(bd_cache_new(1 << 20, LINK, &c), -ENOMEM);
+		ck_assert_ptr_null(c);
+		return;
+	}
 	c = cache_ok(1 << 20);
 	ck_assert_int_eq(bd_cache_get(c, &(bd_cache_key){ 1, 2, 3 }, 100, NULL, &e), -ENOMEM);
 	ck_assert_ptr_eq(e, sentinel);
@@ -635,7 +641,7 @@ static Suite *cache_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("nomem");
-	tcase_add_loop_test(tc, test_nomem, 0, 2);
+	tcase_add_loop_test(tc, test_nomem, 0, 4);
 	suite_add_tcase(s, tc);
 	return s;
 }
