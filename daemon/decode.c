@@ -29,6 +29,20 @@ void bd__decode_push(bd_pipeline *p, bd_task *t)
 	pthread_mutex_unlock(&p->dmu);
 }
 
+void bd__decode_push_list(bd_pipeline *p, bd_fifo *list, uint32_t n)
+{
+	if (!n)
+		return;
+	pthread_mutex_lock(&p->dmu);
+	bd__fifo_append(&p->decode, list);
+	p->dqueued += n;
+	if (n == 1)
+		pthread_cond_signal(&p->dcv);
+	else
+		pthread_cond_broadcast(&p->dcv);
+	pthread_mutex_unlock(&p->dmu);
+}
+
 /* The loader of a cached block is done: wake (or fail) those waiting on it. */
 static void cache_settle(bd_pipeline *p, bd_task *t, bool ok)
 {

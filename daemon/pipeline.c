@@ -50,6 +50,18 @@ bd_task *bd__fifo_pop(bd_fifo *q)
 	return t;
 }
 
+void bd__fifo_append(bd_fifo *q, bd_fifo *from)
+{
+	if (!from->head)
+		return;
+	if (q->tail)
+		q->tail->next = from->head;
+	else
+		q->head = from->head;
+	q->tail = from->tail;
+	*from = (bd_fifo){ 0 };
+}
+
 void bd__fifo_unpop(bd_fifo *q, bd_task *t)
 {
 	t->next = q->head;

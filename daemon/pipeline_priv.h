@@ -83,6 +83,8 @@ typedef struct bd_fifo {
 void bd__fifo_push(bd_fifo *q, bd_task *t);
 /* @return the oldest task, or NULL when empty. */
 bd_task *bd__fifo_pop(bd_fifo *q);
+/* Move every task of from, in order, behind q's; from is left empty. */
+void bd__fifo_append(bd_fifo *q, bd_fifo *from);
 /* Put t back at the head: it is the next to pop. */
 void bd__fifo_unpop(bd_fifo *q, bd_task *t);
 
@@ -270,6 +272,8 @@ void bd__task_finish(bd_pipeline *p, bd_task *t);
 
 /* Queue t for a decode worker (I/O and decode threads). */
 void bd__decode_push(bd_pipeline *p, bd_task *t);
+/* Queue the n tasks of list (left empty) at once: one lock and one wake-up for them all. */
+void bd__decode_push_list(bd_pipeline *p, bd_fifo *list, uint32_t n);
 
 /* Thread bodies: arg is the bd_io_thread (io_thread.c), the pipeline (decode.c). */
 void *bd__io_main(void *arg);
