@@ -138,7 +138,6 @@ static int prepare(bd_pipeline *p, bd_task *t, bool registered)
 {
 	uint32_t align = t->dset->align[t->shard];
 	uint64_t off = t->blk.offset, end = off + t->blk.stored_size, len;
-	void *mem;
 
 	if (align) {
 		off &= ~(uint64_t)(align - 1);
@@ -151,12 +150,12 @@ static int prepare(bd_pipeline *p, bd_task *t, bool registered)
 	if (t->pool_slot >= 0) {
 		t->buf = bd__pool_buf(&p->pool, t->pool_slot);
 	} else {
-		if (posix_memalign(&mem, align > 4096 ? align : 4096, len ? len : 1)) {
+		t->buf = bd__pool_own(&p->pool, len, align, &t->own_cap);
+		if (!t->buf) {
 			bd__job_fail(t->job, -ENOMEM, "dataset %s: out of memory reading a block",
 				     t->dset->name);
 			return -ENOMEM;
 		}
-		t->buf = mem;
 	}
 	t->req = (bd_io_req){
 		.fd = t->dset->read_fd[t->shard],

@@ -125,6 +125,8 @@ int bd__pool_init(bd_pool *pl, uint32_t n, uint32_t size)
 
 void bd__pool_fini(bd_pool *pl)
 {
+	for (uint32_t i = 0; i < pl->nspare; i++)
+		free(pl->spare[i].buf);
 	free(pl->busy);
 	bd_pages_unmap(pl->base, pl->map_bytes);
 	pthread_mutex_destroy(&pl->mu);
@@ -173,6 +175,57 @@ uint8_t *bd__pool_buf(const bd_pool *pl, int32_t slot)
 	return pl->base + (size_t)slot * pl->buf_size;
 }
 
+/* Spares are all 4 KiB-aligned; a read that needs more gets a fresh buffer. */
+#define SPARE_ALIGN 4096u
+/* Own buffers are sized in steps of this, so that the next read of about the size fits. */
+#define SPARE_STEP ((size_t)64 << 10)
+
+void *bd__pool_own(bd_pool *pl, size_t len, size_t align, size_t *ret_cap)
+{
+	size_t cap = (len + SPARE_STEP - 1) / SPARE_STEP * SPARE_STEP;
+	void *buf = NULL;
+
+	if (!cap || cap < len)
+		cap = SPARE_STEP;
+	if (align <= SPARE_ALIGN) {
+		pthread_mutex_lock(&pl->mu);
+		for (uint32_t i = 0; i < pl->nspare; i++) {
+			if (pl->spare[i].cap < cap || pl->spare[i].cap / 2 > cap)
+				continue;
+			buf = pl->spare[i].buf;
+			cap = pl->spare[i].cap;
+			pl->spare_bytes -= cap;
+			pl->spare[i] = pl->spare[--pl->nspare];
+			break;
+		}
+		pthread_mutex_unlock(&pl->mu);
+		if (buf) {
+			*ret_cap = cap;
+			return buf;
+		}
+	}
+	if (posix_memalign(&buf, align > SPARE_ALIGN ? align : SPARE_ALIGN, cap))
+		return NULL;
+	*ret_cap = cap;
+	return buf;
+}
+
+void bd__pool_disown(bd_pool *pl, void *buf, size_t cap, size_t align)
+{
+	if (align <= SPARE_ALIGN) {
+		pthread_mutex_lock(&pl->mu);
+		if (pl->nspare < BD_POOL_SPARES && pl->spare_bytes + cap <= BD_POOL_SPARE_BYTES) {
+			pl->spare[pl->nspare].buf = buf;
+			pl->spare[pl->nspare].cap = cap;
+			pl->nspare++;
+			pl->spare_bytes += cap;
+			buf = NULL;
+		}
+		pthread_mutex_unlock(&pl->mu);
+	}
+	free(buf);
+}
+
 static void buf_put(bd_pipeline *p, bd_task *t)
 {
 	if (!t->buf)
@@ -180,7 +233,7 @@ static void buf_put(bd_pipeline *p, bd_task *t)
 	if (t->pool_slot >= 0)
 		bd__pool_put(&p->pool, t->pool_slot, t->pool_n);
 	else
-		free(t->buf);
+		bd__pool_disown(&p->pool, t->buf, t->own_cap, t->dset->align[t->shard]);
 	t->buf = NULL;
 }
 

@@ -54,6 +54,7 @@ typedef struct bd_task {
 	uint8_t *buf;
 	int32_t pool_slot;          /* the first of pool_n pool buffers; -1: buf was malloc'd */
 	uint32_t pool_n;
+	size_t own_cap;             /* pool_slot -1: the size of buf, its own (bd__pool_own) */
 	uint64_t t_submit;          /* ns, CLOCK_MONOTONIC: for the read latency histogram */
 	uint32_t skip;              /* stored bytes start at buf + skip */
 	struct bd_flow *flow;       /* its owner's, from submission to bd__task_finish */
@@ -170,6 +171,16 @@ bd_task *bd__sched_cancel(bd_sched *s, void *owner);
 uint32_t bd__sched_tenant_cap(const bd_sched *s);
 
 /*
+ * A read that finds no run free in the pool (or is larger than it) gets
+ * a buffer of its own; up to BD_POOL_SPARES of those, BD_POOL_SPARE_BYTES
+ * in all, are kept for later reads rather than freed: a fresh buffer
+ * each time cost page faults on every read (1 MiB blocks at queue depth
+ * 64 need twice the pool).
+ */
+#define BD_POOL_SPARES 32u
+#define BD_POOL_SPARE_BYTES ((size_t)64 << 20)
+
+/*
  * The read buffers: n buffers of size bytes end to end in one mapping, on
  * huge pages where the kernel gives them (pages.h), registered with each
  * ring as one fixed buffer. A read takes a run of consecutive buffers, so
@@ -186,6 +197,10 @@ typedef struct bd_pool {
 	pthread_mutex_t mu;
 	uint8_t *busy;              /* per buffer: taken; guarded by mu */
 	struct iovec iov;           /* the whole pool, for bd_io_register */
+	/* Buffers of reads that found no run free, kept for the next (guarded by mu). */
+	struct { void *buf; size_t cap; } spare[BD_POOL_SPARES];
+	uint32_t nspare;
+	size_t spare_bytes;
 } bd_pool;
 
 /* n may be 0 (no pool: every read gets its own buffer). @return 0 or -ENOMEM. */
@@ -199,6 +214,14 @@ int32_t bd__pool_get(bd_pool *pl, uint32_t n);
 /* Give back the run of n buffers from slot. */
 void bd__pool_put(bd_pool *pl, int32_t slot, uint32_t n);
 uint8_t *bd__pool_buf(const bd_pool *pl, int32_t slot);
+/*
+ * A buffer of its own for a read of len bytes, aligned to align (a power
+ * of two, at least 4096): a spare one that fits (no more than twice len),
+ * else a new one. *ret_cap is its size, for bd__pool_disown. NULL: no memory.
+ */
+void *bd__pool_own(bd_pool *pl, size_t len, size_t align, size_t *ret_cap);
+/* Done with an own buffer: kept as a spare while there is room, else freed. */
+void bd__pool_disown(bd_pool *pl, void *buf, size_t cap, size_t align);
 
 typedef struct bd_io_thread {
 	struct bd_pipeline *p;

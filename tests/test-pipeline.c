@@ -152,6 +152,59 @@ START_TEST(test_pool_runs)
 }
 END_TEST
 
+/* Own buffers: kept for the next read of about their size, within the count and bytes caps. */
+START_TEST(test_pool_spares)
+{
+	bd_pool pl = { 0 };
+	void *a, *b, *c, *held[BD_POOL_SPARES + 1];
+	size_t cap, cap2;
+
+	ck_assert_int_eq(bd__pool_init(&pl, 0, 4096), 0);
+	a = bd__pool_own(&pl, 100 << 10, 0, &cap);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_uint_eq(cap, 128 << 10);
+	ck_assert_uint_eq((uintptr_t)a % 4096, 0);
+	memset(a, 1, cap);
+	bd__pool_disown(&pl, a, cap, 0);
+	ck_assert_uint_eq(pl.nspare, 1);
+	/* About the size: the same buffer again. */
+	b = bd__pool_own(&pl, 120 << 10, 4096, &cap2);
+	ck_assert_ptr_eq(b, a);
+	ck_assert_uint_eq(cap2, cap);
+	ck_assert_uint_eq(pl.nspare, 0);
+	bd__pool_disown(&pl, b, cap2, 0);
+	/* Too small for a 300 KiB read: a fresh buffer, and both are kept. */
+	c = bd__pool_own(&pl, 300 << 10, 0, &cap2);
+	ck_assert_ptr_ne(c, a);
+	ck_assert_uint_eq(cap2, 320 << 10);
+	bd__pool_disown(&pl, c, cap2, 0);
+	ck_assert_uint_eq(pl.nspare, 2);
+	/* A 10 KiB read (64 KiB at least) takes the 128 KiB one (within twice), not the 320 KiB one. */
+	b = bd__pool_own(&pl, 10 << 10, 0, &cap2);
+	ck_assert_ptr_eq(b, a);
+	ck_assert_uint_eq(cap2, 128 << 10);
+	held[0] = bd__pool_own(&pl, 10 << 10, 0, &cap);
+	ck_assert_ptr_ne(held[0], c);
+	ck_assert_uint_eq(cap, 64 << 10);
+	bd__pool_disown(&pl, held[0], cap, 0);
+	bd__pool_disown(&pl, b, cap2, 0);
+	ck_assert_uint_eq(pl.nspare, 3);
+	/* A stricter alignment than spares have: never kept, never taken from them. */
+	c = bd__pool_own(&pl, 100 << 10, 65536, &cap2);
+	ck_assert_uint_eq((uintptr_t)c % 65536, 0);
+	bd__pool_disown(&pl, c, cap2, 65536);
+	ck_assert_uint_eq(pl.nspare, 3);
+	/* At most BD_POOL_SPARES kept; the rest freed (ASan checks). */
+	for (unsigned i = 0; i <= BD_POOL_SPARES; i++)
+		held[i] = bd__pool_own(&pl, 4 << 20, 0, &cap2);
+	for (unsigned i = 0; i <= BD_POOL_SPARES; i++)
+		bd__pool_disown(&pl, held[i], 4 << 20, 0);
+	ck_assert_uint_le(pl.spare_bytes, BD_POOL_SPARE_BYTES);
+	ck_assert_uint_le(pl.nspare, BD_POOL_SPARES);
+	bd__pool_fini(&pl);
+}
+END_TEST
+
 START_TEST(test_pool_first_slot)
 {
 	bd_pool pl = { 0 };
@@ -272,6 +325,7 @@ static Suite *pipeline_suite(void)
 	tc = tcase_create("pool_exhaustion");
 	tcase_add_test(tc, test_pool_exhaustion);
 	tcase_add_test(tc, test_pool_runs);
+	tcase_add_test(tc, test_pool_spares);
 	tcase_add_test(tc, test_pool_first_slot);
 	suite_add_tcase(s, tc);
 
