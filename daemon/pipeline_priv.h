@@ -178,7 +178,7 @@ uint32_t bd__sched_tenant_cap(const bd_sched *s);
  * 64 need twice the pool).
  */
 #define BD_POOL_SPARES 32u
-#define BD_POOL_SPARE_BYTES ((size_t)64 << 20)
+#define BD_POOL_SPARE_BYTES ((size_t)32 << 20)
 
 /*
  * The read buffers: n buffers of size bytes end to end in one mapping, on
