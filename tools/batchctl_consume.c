@@ -3,8 +3,9 @@
  * batchctl_consume.c - `batchctl consume`: take batches from batchd
  * through libbatchclient as a trainer would, and say how long it waited.
  *
- * It "trains" --step-ms on each batch and measures every wait in bc_next
- * (mean, p99, stall share) and the first batch's latency. With --device N
+ * It "trains" on each batch, --step-cpu-ms of CPU time burnt on its own
+ * core and then --step-ms asleep, and measures every wait in bc_next
+ * (mean, p99, stall share), the first batch's latency and its own CPU time. With --device N
  * the stream is a GPU stream: this process's own CUDA stream waits for
  * each batch's copy (gpucheck.h), the batch is copied back and compared
  * with the host staging copy, and any mismatch fails the run.
@@ -35,7 +36,7 @@ static int cmp_double(const void *a, const void *b)
 /* What `consume` was asked for. */
 typedef struct consume_opts {
 	bc_stream_opts so;
-	uint64_t epochs, step_ms;
+	uint64_t epochs, step_ms, step_cpu_ms;
 	bool print, json;
 } consume_opts;
 
@@ -45,12 +46,13 @@ typedef struct consume_run {
 	double *waits;           /* seconds blocked in bc_next, per batch taken */
 	size_t nwaits, capwaits;
 	double t0, t_first, waited, secs;
+	double cpu0, cpu;        /* this process's CPU seconds: at the start, used */
 	bool have_batch;
 	int rc;                  /* the exit status so far */
 } consume_run;
 
 enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
-       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE };
+       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE, O_STEP_CPU };
 
 static const struct option consume_options[] = {
 	{ "batch-size", required_argument, NULL, O_BATCH },
@@ -69,6 +71,7 @@ static const struct option consume_options[] = {
 	/* In enum order: a bad number is named by consume_options[ch - O_BATCH]. */
 	{ "window", required_argument, NULL, O_WINDOW },
 	{ "device", required_argument, NULL, O_DEVICE },
+	{ "step-cpu-ms", required_argument, NULL, O_STEP_CPU },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -90,7 +93,13 @@ static int consume_number(consume_opts *co, int ch, const char *arg)
 	case O_SBATCH: o->start_batch = v; break;
 	case O_PREFETCH: o->prefetch = (uint32_t)v; break;
 	case O_WINDOW: o->window = (uint32_t)v; break;
-	case O_STEP: co->step_ms = v; break;
+	case O_STEP:
+	case O_STEP_CPU:
+		if (v > TRAINER_MAX_STEP_MS)
+			return cli_usage("--%s: '%s' is over an hour",
+					 consume_options[ch - O_BATCH].name, arg);
+		*(ch == O_STEP ? &co->step_ms : &co->step_cpu_ms) = v;
+		break;
 	case O_DEVICE: return trainer_opt_device(arg, v, o);
 	}
 	return 0;
@@ -164,6 +173,7 @@ static int consume_open(const char *sock, const consume_opts *co, consume_run *r
 	if (batchctl_connect(sock, &c) < 0)
 		return -1;
 	run->t0 = cli_now();
+	run->cpu0 = trainer_cpu_s();
 	r = bc_open(c, o, &s);
 	if (r < 0) {
 		fprintf(stderr, "batchctl: open %s%s: %s\n", o->dataset,
@@ -251,6 +261,7 @@ static int consume_batch(consume_run *run, const consume_opts *co, gpucheck *gpu
 		run->mismatches++;
 		run->rc = 1;
 	}
+	trainer_burn_cpu_ms(co->step_cpu_ms);
 	if (co->step_ms)
 		cli_sleep_ms(co->step_ms);
 	bc_release(b);
@@ -308,10 +319,10 @@ static void consume_report(const consume_run *run, const consume_opts *co)
 		printf("{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
 		       ", \"failed\": %" PRIu64 ", \"seconds\": %.6f, \"mb_per_s\": %.3f, "
 		       "\"wait_us_mean\": %.1f, \"wait_us_p99\": %.1f, \"stall_pct\": %.3f, "
-		       "\"first_batch_ms\": %.3f",
+		       "\"first_batch_ms\": %.3f, \"cpu_s\": %.6f",
 		       run->batches, run->samples, bytes, run->failed, secs,
 		       secs > 0 ? (double)bytes / secs / 1e6 : 0, mean * 1e6, p99 * 1e6,
-		       secs > 0 ? 100.0 * waited / secs : 0, first);
+		       secs > 0 ? 100.0 * waited / secs : 0, first, run->cpu);
 		if (device != BC_HOST)
 			printf(", \"device\": %d, \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
 			       device, secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches);
@@ -320,11 +331,11 @@ static void consume_report(const consume_run *run, const consume_opts *co)
 	}
 	fprintf(out, "%" PRIu64 " batches, %" PRIu64 " samples, %.1f MB in %.2f s: %.1f MB/s, "
 		"%.0f samples/s; wait mean %.1f us, p99 %.1f us, stall %.1f%%; first batch "
-		"after %.1f ms%s\n",
+		"after %.1f ms; CPU %.2f s%s\n",
 		run->batches, run->samples, (double)bytes / 1e6, secs,
 		secs > 0 ? (double)bytes / secs / 1e6 : 0,
 		secs > 0 ? (double)run->samples / secs : 0, mean * 1e6, p99 * 1e6,
-		secs > 0 ? 100.0 * waited / secs : 0, first,
+		secs > 0 ? 100.0 * waited / secs : 0, first, run->cpu,
 		run->failed ? "; some batches FAILED" : "");
 	if (device != BC_HOST)
 		fprintf(out, "device %d: %.2f GB/s delivered, copied back and compared: %" PRIu64
@@ -353,6 +364,7 @@ int batchctl_consume(const char *sock, int argc, char **argv)
 		run.rc = 1;
 	}
 	run.secs = cli_now() - run.t0;
+	run.cpu = trainer_cpu_s() - run.cpu0;
 	bc_close(s);
 	bc_disconnect(c);
 	gpucheck_free(gpu);

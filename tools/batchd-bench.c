@@ -39,9 +39,10 @@ static const char usage_text[] =
 	"       batchd-bench decode DATASET [--threads N] [--seconds SEC] [--round-size SIZE]\n"
 	"                    [--json]\n"
 	"       batchd-bench pipeline DATASET [--clients N] [--batch-size B] [--step-ms T]\n"
-	"                    [--shuffle none|global|block] [--seconds SEC | --epochs E]\n"
-	"                    [--prefetch P] [--socket PATH] [--batchd PATH] [--memory SIZE]\n"
-	"                    [--device N [--touch]] [--json]\n"
+	"                    [--step-cpu-ms T] [--shuffle none|global|block]\n"
+	"                    [--seconds SEC | --epochs E] [--prefetch P] [--socket PATH]\n"
+	"                    [--batchd PATH] [--memory SIZE] [--device N [--touch] | --in-memory]\n"
+	"                    [--json]\n"
 	"       batchd-bench h2d [--size SIZE] [--reps N] [--device N] [--json]\n"
 	"\n"
 	"disk: without --runtime, reads the first --size bytes of FILE (all of it by\n"
@@ -57,6 +58,9 @@ static const char usage_text[] =
 	"of that size); pipeline --clients 1 --batch-size 32\n"
 	"--shuffle global --seconds 10, host memory (--device N: CUDA device N; --touch\n"
 	"copies every batch back and compares it); h2d --size 256M --reps 20.\n"
+	"pipeline steps: --step-cpu-ms burns that much of the client's CPU time, then\n"
+	"--step-ms sleeps; --in-memory runs the same loop over one epoch copied into the\n"
+	"client's memory first (the baseline: no loader running).\n"
 	"Sizes take K, M, G, T (powers of 1024); SEC takes s, ms or m (\"10\", \"500ms\").\n";
 
 /* --hugepages[=hugetlb|thp]. @return 0, or 2 after the usage error. */

@@ -7,11 +7,20 @@
  * trainer actually gets. It starts its own batchd on a temporary socket
  * (root: the dataset's directory) unless --socket names a running one,
  * then forks N client processes, ranks 0..N-1 of a world of N, that each
- * take batches through libbatchclient and "train" for --step-ms on each.
- * Every client measures how long it was blocked in bc_next (the stall a
- * GPU would see), its first-batch latency and its wait distribution, and
- * writes them into a shared anonymous mapping the parent reads once the
- * client has exited.
+ * take batches through libbatchclient and "train" on each: --step-cpu-ms
+ * of CPU time burnt on the client's own core (a step computing on the
+ * host), then --step-ms asleep (a step waiting on a GPU). Every client
+ * measures how long it was blocked in bc_next (the stall a GPU would see),
+ * its first-batch latency, its wait distribution, each epoch's time and
+ * its own CPU time, and writes them into a shared anonymous mapping the
+ * parent reads once the client has exited.
+ *
+ * --in-memory is the baseline a loader is judged against: each client
+ * first takes one epoch of its batches and copies them into its own
+ * memory (untimed), closes its stream so the daemon has nothing left to
+ * do, and then runs the same loop over those copies, epoch after epoch.
+ * The ratio of the two epoch times is what the loader costs a trainer
+ * whose cores it shares.
  *
  * All clients are released at the same instant (they block on a pipe the
  * parent closes), so their runs overlap completely.
@@ -60,6 +69,7 @@
 #define MAX_CLIENTS 256u
 #define BATCH_TIMEOUT_MS 60000   /* a batch slower than this is a hang, not a stall */
 #define PL_SKIP 77               /* --device without a CUDA device: cannot run here */
+#define MAX_EPOCH_TIMES 64u      /* epochs whose times a client reports */
 
 typedef struct pl_opts {
 	const char *dataset;
@@ -68,11 +78,13 @@ typedef struct pl_opts {
 	const char *memory;      /* --memory for our batchd */
 	unsigned clients;
 	bc_stream_opts so;       /* dataset, batch size, shuffle, seed, prefetch */
-	uint64_t step_ms;
+	uint64_t step_ms;        /* asleep per step */
+	uint64_t step_cpu_ms;    /* CPU time burnt per step, before the sleep */
 	double seconds;          /* 0 with epochs */
 	uint64_t epochs;
 	bool touch;              /* GPU: copy every batch back and compare */
 	bool json;
+	bool in_memory;          /* the baseline: the loop over one epoch held in memory */
 } pl_opts;
 
 /* One client's results, in memory shared with the parent. */
@@ -83,8 +95,19 @@ typedef struct pl_client {
 	uint64_t batches, samples, bytes, failed;
 	uint64_t mismatches;           /* --touch: batches whose device bytes differ */
 	double wall, waited, first_batch;
+	double cpu;                    /* this process's CPU seconds in its loop */
+	double epoch_t0;               /* when the current epoch began */
+	uint64_t nepochs;              /* epochs finished; the first MAX_EPOCH_TIMES timed */
+	double epoch_s[MAX_EPOCH_TIMES];
 	bench_hist wait;               /* ns blocked in bc_next, per batch taken */
 } pl_client;
+
+/* One batch of the in-memory baseline: a copy of what the daemon delivered. */
+typedef struct pl_held {
+	void *data;
+	size_t len;
+	uint32_t count;
+} pl_held;
 
 /* ---- one client ---------------------------------------------------------------------- */
 
@@ -151,6 +174,35 @@ static bool client_next_failed(pl_client *out, bc_stream *s, int r)
 	return false;
 }
 
+/* Count a batch of count samples, len bytes (t0: the start of the first-batch latency). */
+static void client_count(pl_client *out, uint32_t count, size_t len, double t0)
+{
+	if (out->first_batch < 0)
+		out->first_batch = bench_now() - t0;
+	out->batches++;
+	out->samples += count;
+	out->bytes += len;
+	atomic_store_explicit(&out->live_bytes, out->bytes, memory_order_relaxed);
+}
+
+/* "Train": compute on this core, then wait (for a GPU). */
+static void client_step(const pl_opts *o)
+{
+	trainer_burn_cpu_ms(o->step_cpu_ms);
+	if (o->step_ms)
+		cli_sleep_ms(o->step_ms);
+}
+
+static void client_epoch_done(pl_client *out)
+{
+	double now = bench_now();
+
+	if (out->nepochs < MAX_EPOCH_TIMES)
+		out->epoch_s[out->nepochs] = now - out->epoch_t0;
+	out->nepochs++;
+	out->epoch_t0 = now;
+}
+
 /*
  * Count one batch (t0: when the client started, for the first-batch
  * latency), check it on the GPU, "train" on it and release it. @return 0, or -1 when a CUDA error ends the run.
@@ -162,13 +214,8 @@ static int client_batch(const pl_opts *o, unsigned rank, pl_client *out, gpuchec
 	size_t len;
 	int r;
 
-	if (out->first_batch < 0)
-		out->first_batch = bench_now() - t0;
-	out->batches++;
-	out->samples += bc_batch_count(b);
 	bc_batch_data(b, &len);
-	out->bytes += len;
-	atomic_store_explicit(&out->live_bytes, out->bytes, memory_order_relaxed);
+	client_count(out, bc_batch_count(b), len, t0);
 	if (gpu) {
 		r = gpucheck_take(gpu, b, o->touch, why, sizeof(why));
 		if (r < 0) {
@@ -180,8 +227,7 @@ static int client_batch(const pl_opts *o, unsigned rank, pl_client *out, gpuchec
 		if (r > 0 && !out->mismatches++)
 			fprintf(stderr, "batchd-bench: client %u: MISMATCH: %s\n", rank, why);
 	}
-	if (o->step_ms)
-		cli_sleep_ms(o->step_ms);
+	client_step(o);
 	bc_release(b);
 	return 0;
 }
@@ -201,6 +247,7 @@ static void client_loop(const pl_opts *o, unsigned rank, pl_client *out, bc_stre
 		waited = bench_now_ns() - tw;
 		out->waited += (double)waited / 1e9;
 		if (r == BC_EPOCH_END) {
+			client_epoch_done(out);
 			if (o->epochs && ++ep == o->epochs)
 				break;
 			continue;
@@ -214,16 +261,146 @@ static void client_loop(const pl_opts *o, unsigned rank, pl_client *out, bc_stre
 		if (client_batch(o, rank, out, gpu, b, t0) < 0)
 			break;
 		/* The last epoch ends with its last batch: do not wait for the marker. */
-		if (o->epochs && ep + 1 == o->epochs && trainer_last_epoch_done(s, &o->so, ep))
+		if (o->epochs && ep + 1 == o->epochs && trainer_last_epoch_done(s, &o->so, ep)) {
+			client_epoch_done(out);
 			break;
+		}
 		if (!o->epochs && bench_now() >= deadline)
 			break;
 	}
 }
 
+static void held_free(pl_held *held, size_t n)
+{
+	for (size_t i = 0; held && i < n; i++)
+		free(held[i].data);
+	free(held);
+}
+
+/* Copy batch b to the end of *held (n of *cap used). @return 0, or -ENOMEM. */
+static int hold_one(pl_held **held, size_t *n, size_t *cap, const bc_batch *b)
+{
+	const void *p;
+	size_t len;
+
+	if (*n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 256;
+		pl_held *h = realloc(*held, nc * sizeof(*h));
+
+		if (!h)
+			return -ENOMEM;
+		*held = h;
+		*cap = nc;
+	}
+	p = bc_batch_data(b, &len);
+	(*held)[*n].data = malloc(len ? len : 1);
+	if (!(*held)[*n].data)
+		return -ENOMEM;
+	memcpy((*held)[*n].data, p, len);
+	(*held)[*n].len = len;
+	(*held)[*n].count = bc_batch_count(b);
+	(*n)++;
+	return 0;
+}
+
+/*
+ * The in-memory baseline's data: the first epoch of this client's batches,
+ * copied. @return 0 and *ret_held (n batches, free with held_free), or -1
+ * with out's error set.
+ */
+static int client_hold(const pl_opts *o, pl_client *out, bc_stream *s, pl_held **ret_held,
+		       size_t *ret_n)
+{
+	pl_held *held = NULL;
+	size_t n = 0, cap = 0;
+
+	for (;;) {
+		bc_batch *b;
+		int r = bc_next(s, &b, BATCH_TIMEOUT_MS);
+
+		if (r == BC_EPOCH_END)
+			break;
+		if (r < 0) {
+			if (client_next_failed(out, s, r))
+				goto fail;
+			continue;
+		}
+		r = hold_one(&held, &n, &cap, b);
+		bc_release(b);
+		if (r < 0) {
+			out->rc = ENOMEM;
+			snprintf(out->msg, sizeof(out->msg), "--in-memory: no memory for batch %zu "
+				 "of the epoch (the dataset must fit in RAM)", n);
+			goto fail;
+		}
+		if (trainer_last_epoch_done(s, &o->so, 0))
+			break;
+	}
+	if (!n) {
+		out->rc = ENODATA;
+		snprintf(out->msg, sizeof(out->msg), "--in-memory: the first epoch had no batches");
+		goto fail;
+	}
+	*ret_held = held;
+	*ret_n = n;
+	return 0;
+fail:
+	held_free(held, n);
+	return -1;
+}
+
+/* The pipeline's loop over the held batches: no wait but picking the next. */
+static void client_mem_loop(const pl_opts *o, pl_client *out, const pl_held *held, size_t n,
+			    double t0)
+{
+	double deadline = t0 + o->seconds;
+	uint64_t ep = 0;
+
+	for (size_t i = 0;; i = (i + 1) % n) {
+		uint64_t tw = bench_now_ns(), waited;
+		const pl_held *h = &held[i];
+
+		waited = bench_now_ns() - tw;
+		out->waited += (double)waited / 1e9;
+		bench_hist_record(&out->wait, waited);
+		client_count(out, h->count, h->len, t0);
+		client_step(o);
+		if (i + 1 == n) {
+			client_epoch_done(out);
+			if (o->epochs && ++ep == o->epochs)
+				return;
+		}
+		if (!o->epochs && bench_now() >= deadline)
+			return;
+	}
+}
+
+/* --in-memory: take an epoch, let the daemon go, time the loop over the copies. */
+static void client_run_memory(const pl_opts *o, pl_client *out, bc_client *c, bc_stream *s)
+{
+	double t_loop, cpu0;
+	pl_held *held;
+	size_t n;
+	int r = client_hold(o, out, s, &held, &n);
+
+	/* From here on the daemon has nothing to do for this client. */
+	bc_close(s);
+	bc_disconnect(c);
+	if (r < 0)
+		return;
+	t_loop = bench_now();
+	cpu0 = trainer_cpu_s();
+	out->first_batch = -1;
+	out->epoch_t0 = t_loop;
+	client_mem_loop(o, out, held, n, t_loop);
+	out->wall = bench_now() - t_loop;
+	out->cpu = trainer_cpu_s() - cpu0;
+	held_free(held, n);
+}
+
 static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_client *out)
 {
-	double t0 = bench_now(), t_loop;
+	double t0 = bench_now(), t_loop, cpu0;
 	gpucheck *gpu;
 	bc_client *c;
 	bc_stream *s;
@@ -231,8 +408,14 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 
 	if (client_open(o, sock, rank, out, &c, &s, &gpu) < 0)
 		return;
+	if (o->in_memory) {
+		client_run_memory(o, out, c, s);
+		return;
+	}
 	t_loop = bench_now();
+	cpu0 = trainer_cpu_s();
 	out->first_batch = -1;
+	out->epoch_t0 = t_loop;
 	client_loop(o, rank, out, s, gpu, t0);
 	/* Delivered means landed: the last copies finish before the clock stops. */
 	if (gpu && gpucheck_sync(gpu, why, sizeof(why)) < 0 && !out->rc) {
@@ -240,6 +423,7 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 		snprintf(out->msg, sizeof(out->msg), "CUDA: %s", why);
 	}
 	out->wall = bench_now() - t_loop;
+	out->cpu = trainer_cpu_s() - cpu0;
 	if (out->first_batch < 0)
 		out->first_batch = 0;
 	bc_close(s);
@@ -253,6 +437,9 @@ static void client_run(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 typedef struct pl_total {
 	uint64_t samples, bytes, batches, failed, mismatches;
 	double wall, stall, first;   /* the longest wall and first batch; the mean stall % */
+	double cpu;                  /* all clients' CPU seconds */
+	uint64_t nepochs;            /* epochs every client finished (at most MAX_EPOCH_TIMES) */
+	double epoch_s[MAX_EPOCH_TIMES];   /* each epoch's slowest client */
 	bench_hist all;
 } pl_total;
 
@@ -260,6 +447,16 @@ static void total_sum(const pl_opts *o, const pl_client *cl, pl_total *t)
 {
 	memset(t, 0, offsetof(pl_total, all));
 	bench_hist_init(&t->all);
+	t->nepochs = MAX_EPOCH_TIMES;
+	for (unsigned i = 0; i < o->clients; i++) {
+		t->cpu += cl[i].cpu;
+		if (cl[i].nepochs < t->nepochs)
+			t->nepochs = cl[i].nepochs;
+	}
+	for (uint64_t e = 0; e < t->nepochs; e++)
+		for (unsigned i = 0; i < o->clients; i++)
+			if (cl[i].epoch_s[e] > t->epoch_s[e])
+				t->epoch_s[e] = cl[i].epoch_s[e];
 	for (unsigned i = 0; i < o->clients; i++) {
 		t->samples += cl[i].samples;
 		t->bytes += cl[i].bytes;
@@ -278,6 +475,15 @@ static void total_sum(const pl_opts *o, const pl_client *cl, pl_total *t)
 		t->wall = 1e-9;
 }
 
+/* `, "cpu_s": C, "epoch_s": [...]`: CPU seconds and the first n epochs' times. */
+static void json_times(double cpu, const double *epoch_s, uint64_t n)
+{
+	printf(", \"cpu_s\": %.6f, \"epoch_s\": [", cpu);
+	for (uint64_t e = 0; e < n && e < MAX_EPOCH_TIMES; e++)
+		printf("%s%.6f", e ? ", " : "", epoch_s[e]);
+	putchar(']');
+}
+
 static void report_json_client(unsigned i, const pl_client *c)
 {
 	double w = c->wall > 0 ? c->wall : 1e-9;
@@ -285,10 +491,13 @@ static void report_json_client(unsigned i, const pl_client *c)
 	printf("%s{\"rank\": %u, \"batches\": %" PRIu64 ", \"samples\": %" PRIu64
 	       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, "
 	       "\"samples_per_s\": %.1f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
-	       "\"first_batch_ms\": %.3f, \"wait_p99_ms\": %.3f}", i ? ", " : "", i,
-	       c->batches, c->samples, c->bytes, c->failed, c->wall,
+	       "\"first_batch_ms\": %.3f, \"wait_p99_ms\": %.3f, \"epochs_done\": %" PRIu64,
+	       i ? ", " : "", i, c->batches, c->samples, c->bytes, c->failed, c->wall,
 	       (double)c->samples / w, (double)c->bytes / w / 1e6, 100 * c->waited / w,
-	       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6);
+	       c->first_batch * 1e3, (double)bench_hist_percentile(&c->wait, 99) / 1e6,
+	       c->nepochs);
+	json_times(c->cpu, c->epoch_s, c->nepochs);
+	putchar('}');
 }
 
 static void report_json(const pl_opts *o, const pl_client *cl, const pl_total *t, bool own)
@@ -300,15 +509,19 @@ static void report_json(const pl_opts *o, const pl_client *cl, const pl_total *t
 	if (o->so.device != BC_HOST)
 		printf(", \"device\": %d, \"touch\": %s", o->so.device, o->touch ? "true" : "false");
 	printf(", \"clients\": %u, \"batch_size\": %u, \"shuffle\": \"%s\", \"step_ms\": %" PRIu64
-	       ", \"seconds\": %.3f, \"epochs\": %" PRIu64 ", \"own_daemon\": %s, \"total\": "
+	       ", \"step_cpu_ms\": %" PRIu64 ", \"in_memory\": %s, \"seconds\": %.3f, \"epochs\": %"
+	       PRIu64 ", \"own_daemon\": %s, \"total\": "
 	       "{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
 	       ", \"failed\": %" PRIu64 ", \"wall_s\": %.6f, \"samples_per_s\": %.1f, "
 	       "\"bytes_per_s\": %.0f, \"mb_per_s\": %.3f, \"stall_pct\": %.3f, "
-	       "\"first_batch_ms\": %.3f, \"wait_ns\": ",
-	       o->clients, o->so.batch_size, bp_shuffle_name(o->so.shuffle), o->step_ms, o->seconds,
-	       o->epochs, own ? "true" : "false", t->batches, t->samples, t->bytes, t->failed, wall,
+	       "\"first_batch_ms\": %.3f, \"epochs_done\": %" PRIu64,
+	       o->clients, o->so.batch_size, bp_shuffle_name(o->so.shuffle), o->step_ms,
+	       o->step_cpu_ms, o->in_memory ? "true" : "false", o->seconds, o->epochs,
+	       own ? "true" : "false", t->batches, t->samples, t->bytes, t->failed, wall,
 	       (double)t->samples / wall, (double)t->bytes / wall, (double)t->bytes / wall / 1e6,
-	       t->stall, t->first * 1e3);
+	       t->stall, t->first * 1e3, t->nepochs);
+	json_times(t->cpu, t->epoch_s, t->nepochs);
+	fputs(", \"wait_ns\": ", stdout);
 	bench_hist_json(&t->all, stdout);
 	if (o->so.device != BC_HOST)
 		printf(", \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
@@ -321,9 +534,13 @@ static void report_json(const pl_opts *o, const pl_client *cl, const pl_total *t
 
 static void report_text_header(const pl_opts *o, bool own)
 {
-	printf("pipeline: %s, %u client%s, batch %u, %s shuffle, step %" PRIu64 " ms, ",
-	       o->dataset, o->clients, o->clients == 1 ? "" : "s", o->so.batch_size,
-	       bp_shuffle_name(o->so.shuffle), o->step_ms);
+	printf("pipeline%s: %s, %u client%s, batch %u, %s shuffle, step %" PRIu64 " ms",
+	       o->in_memory ? " (in-memory baseline)" : "", o->dataset, o->clients,
+	       o->clients == 1 ? "" : "s", o->so.batch_size, bp_shuffle_name(o->so.shuffle),
+	       o->step_ms);
+	if (o->step_cpu_ms)
+		printf(" + %" PRIu64 " ms CPU", o->step_cpu_ms);
+	fputs(", ", stdout);
 	if (o->epochs)
 		printf("%" PRIu64 " epoch%s", o->epochs, o->epochs == 1 ? "" : "s");
 	else
@@ -351,6 +568,12 @@ static void report_text(const pl_opts *o, const pl_client *cl, const pl_total *t
 	printf("%6s %10" PRIu64 " %12.1f %10.1f %8.1f %14.1f %12.3f\n", "total", t->batches,
 	       (double)t->samples / wall, (double)t->bytes / wall / 1e6, t->stall, t->first * 1e3,
 	       (double)bench_hist_percentile(&t->all, 99) / 1e6);
+	if (t->nepochs) {
+		fputs("epoch s:", stdout);
+		for (uint64_t e = 0; e < t->nepochs; e++)
+			printf(" %.3f", t->epoch_s[e]);
+		printf("; client CPU %.2f s\n", t->cpu);
+	}
 	if (t->failed)
 		printf("%" PRIu64 " batches FAILED\n", t->failed);
 	if (o->so.device != BC_HOST)
@@ -467,7 +690,8 @@ static int run_clients(const pl_opts *o, const char *sock, bool own)
 }
 
 enum { O_CLIENTS = 256, O_BATCH, O_STEP, O_SHUFFLE, O_SECONDS, O_EPOCHS, O_PREFETCH,
-       O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON, O_DEVICE, O_TOUCH };
+       O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON, O_DEVICE, O_TOUCH, O_STEP_CPU,
+       O_IN_MEMORY };
 
 static const struct option pl_options[] = {
 	{ "clients", required_argument, NULL, O_CLIENTS },
@@ -484,6 +708,8 @@ static const struct option pl_options[] = {
 	{ "json", no_argument, NULL, O_JSON },
 	{ "device", required_argument, NULL, O_DEVICE },
 	{ "touch", no_argument, NULL, O_TOUCH },
+	{ "step-cpu-ms", required_argument, NULL, O_STEP_CPU },
+	{ "in-memory", no_argument, NULL, O_IN_MEMORY },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -507,9 +733,11 @@ static int parse_number(pl_opts *o, int ch, const char *arg)
 		o->so.batch_size = (uint32_t)v;
 		break;
 	case O_STEP:
-		if (v > 3600000)
-			return cli_usage("--step-ms: '%s' is over an hour", arg);
-		o->step_ms = v;
+	case O_STEP_CPU:
+		if (v > TRAINER_MAX_STEP_MS)
+			return cli_usage("--%s: '%s' is over an hour", pl_options[ch - O_CLIENTS].name,
+					 arg);
+		*(ch == O_STEP ? &o->step_ms : &o->step_cpu_ms) = v;
 		break;
 	case O_EPOCHS:
 		if (v == 0)
@@ -566,6 +794,9 @@ static int parse_other(pl_opts *o, int ch, const char *arg, char **argv, bool *s
 	case O_TOUCH:
 		o->touch = true;
 		return 0;
+	case O_IN_MEMORY:
+		o->in_memory = true;
+		return 0;
 	case ':':
 		return cli_usage("pipeline: '%s' needs a value", argv[optind - 1]);
 	case '?':
@@ -599,6 +830,8 @@ static int parse_args(int argc, char **argv, pl_opts *o)
 		o->seconds = 0;
 	if (o->touch && o->so.device == BC_HOST)
 		return cli_usage("pipeline: --touch needs --device");
+	if (o->in_memory && o->so.device != BC_HOST)
+		return cli_usage("pipeline: --in-memory holds batches in host memory; drop --device");
 	if (o->so.device != BC_HOST && !BATCHD_HAVE_CUDA) {
 		fprintf(stderr, "batchd-bench: pipeline --device: this batchd-bench was built "
 			"without CUDA\n");

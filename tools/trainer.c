@@ -4,6 +4,7 @@
  * pipeline share (see trainer.h).
  */
 #include <errno.h>
+#include <time.h>
 
 #include "cli.h"
 #include "protocol.h"
@@ -38,4 +39,42 @@ bool trainer_last_epoch_done(bc_stream *s, const bc_stream_opts *so, uint64_t ep
 
 	bc_stream_position(s, &e, &bi);
 	return bi == 0 && e > so->start_epoch + ep;
+}
+
+/* @return 0, or -1 when clock id cannot be read here. */
+static int clock_ns(clockid_t id, uint64_t *ret_ns)
+{
+	struct timespec ts;
+
+	if (clock_gettime(id, &ts) < 0)
+		return -1;
+	*ret_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	return 0;
+}
+
+void trainer_burn_cpu_ms(uint64_t ms)
+{
+	clockid_t id = CLOCK_THREAD_CPUTIME_ID;
+	uint64_t t0 = 0, now, want = ms * 1000000u;
+	volatile uint64_t x = 0;
+
+	if (!ms)
+		return;
+	if (clock_ns(id, &t0) < 0) {
+		id = CLOCK_MONOTONIC;
+		clock_ns(id, &t0);
+	}
+	/* The thread's CPU clock is a system call, not a vDSO read: look at it
+	 * every few microseconds of arithmetic, not on every turn. */
+	do {
+		for (int i = 0; i < 4096; i++)
+			x = x * 6364136223846793005u + 1442695040888963407u;
+	} while (clock_ns(id, &now) == 0 && now - t0 < want);
+}
+
+double trainer_cpu_s(void)
+{
+	uint64_t ns;
+
+	return clock_ns(CLOCK_PROCESS_CPUTIME_ID, &ns) < 0 ? 0 : (double)ns / 1e9;
 }

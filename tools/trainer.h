@@ -8,6 +8,12 @@
  * rules for when a run is over must be one rule, or the two would count
  * different things as a finished epoch or a dead stream.
  *
+ * A trainer's step is either time away from the loader (--step-ms sleeps,
+ * as a step waiting on a GPU does) or work on the trainer's own core
+ * (--step-cpu-ms burns that much CPU time, as a step computing on the host
+ * does); only the second shows what the daemon's threads take from the
+ * trainer's cores.
+ *
  * Thread rules: any thread; the functions keep no state (the option
  * parsers print through cli_usage, for single-threaded tools).
  */
@@ -43,5 +49,19 @@ bool trainer_stream_over(int r);
  * run ends without waiting for the epoch-end marker.
  */
 bool trainer_last_epoch_done(bc_stream *s, const bc_stream_opts *so, uint64_t ep);
+
+/* The longest --step-ms or --step-cpu-ms taken: an hour. */
+#define TRAINER_MAX_STEP_MS 3600000u
+
+/*
+ * Spin until the calling thread has used ms milliseconds of CPU time (its
+ * own CPU clock, CLOCK_THREAD_CPUTIME_ID): time the thread is preempted
+ * does not count, so a step costs ms of CPU however busy the cores are.
+ * A clock that cannot be read falls back to the monotonic clock.
+ */
+void trainer_burn_cpu_ms(uint64_t ms);
+
+/* This process's CPU time in seconds (all its threads), or 0 where it cannot be read. */
+double trainer_cpu_s(void);
 
 #endif
