@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# batchd cold from disk against decode alone on the same pack: is the
+# pipeline as fast as its decode pool, big samples and small?
+#
+#   tools/bench-cold.sh OUTDIR [--big N] [--small N] [--repeat R] [--nice N]
+#
+# Three packs of generated samples (half random bytes, half text; about
+# 1.7x compression): N big samples of 1 MiB (default 1000), N small ones of
+# 8 KiB (default 100000) with batchd-pack's default block size (one sample
+# per block), and the same small samples in 64 KiB blocks. For each pack,
+# R (default 3) alternating pairs:
+#   A  the page cache dropped, a fresh batchd with its default settings,
+#      and `batchd-bench pipeline --epochs 1` through it (global shuffle;
+#      batch 16 of the big samples, 256 of the small): raw bytes delivered
+#      per second, first batch included;
+#   B  `batchd-bench decode --threads 2`: the stored blocks read into
+#      memory untimed, then decoded on 2 threads as the daemon's workers do;
+#   C  what the disk allows: the page cache dropped, `batchd-bench disk`
+#      reading the pack once at random in blocks of its mean stored block
+#      size (rounded up to 4 KiB), O_DIRECT, queue depth 64, in raw bytes
+#      per second (times the pack's raw/stored ratio). Where C is below B
+#      no loader can reach B: A/C says how close batchd came to the disk.
+# Reported per pack: the median ratios A/B (target >= 0.9) and A/C with min and max,
+# the load average before every run, the CPU seconds each daemon thread
+# used in the last A and the tier the daemon chose. --nice N runs the
+# daemon and both sides at niceness N (default 0). Needs root (to drop the
+# page cache). Per-run JSON and the table's lines are left in OUTDIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=tools/bench-lib.sh
+. tools/bench-lib.sh
+
+usage() { echo "usage: $0 OUTDIR [--big N] [--small N] [--repeat R] [--nice N]" >&2; exit 2; }
+[[ $# -ge 1 && $1 != -* ]] || usage
+out=$1
+shift
+big=1000 small=100000 repeat=3
+while [[ $# -gt 0 ]]; do
+	[[ $# -ge 2 ]] || usage
+	case $1 in
+	--big) big=$2 ;;
+	--small) small=$2 ;;
+	--repeat) repeat=$2 ;;
+	--nice) BL_NICE=$2 ;;
+	*) usage ;;
+	esac
+	shift 2
+done
+bl_need_build
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+res=$out/cold.jsonl
+: >"$res"
+trap 'bl_watch_stop; bl_daemon_stop' EXIT
+
+bl_make_pack "$out/big-1m.bpk" "$big" 1048576
+bl_make_pack "$out/small-8k.bpk" "$small" 8192
+bl_make_pack "$out/small-8k-b64k.bpk" "$small" 8192 --block-size 64K
+for p in big-1m small-8k small-8k-b64k; do bl_pack_line "$out/$p.bpk"; done
+
+# line CASE SIDE PAIR JSON LOAD [THREADS TIER]: the results' line of one run.
+line() {
+	"$PY" - "$@" <<'PYEOF'
+import json, sys
+case, side, pair, path, load = sys.argv[1:6]
+j = json.load(open(path))
+if side == "A":
+    mbs = j["total"]["bytes_per_s"] / 1e6
+elif side == "B":
+    mbs = j["raw_bytes_per_s"] / 1e6
+else:
+    info = json.load(open(sys.argv[6]))
+    mbs = j["bw_bytes"] * info["raw_bytes"] / info["stored_bytes"] / 1e6
+r = {"case": case, "pair": int(pair), "side": side, "unit": "MB/s", "value": mbs, "load": load}
+if side == "C":
+    r["what"] = f"disk, random {j['bs'] // 1024} KiB O_DIRECT reads, QD {j['iodepth']}"
+if side == "A":
+    r["stall_pct"] = j["total"]["stall_pct"]
+    r["first_batch_ms"] = j["total"]["first_batch_ms"]
+    r["threads"] = json.loads(sys.argv[6])
+    r["daemon_cpu_s"] = sum(r["threads"].values())
+    r["tier"] = sys.argv[7]
+print(json.dumps(r))
+PYEOF
+}
+
+for p in big-1m small-8k small-8k-b64k; do
+	batch=256
+	[[ $p == big-1m ]] && batch=16
+	"$PACKER" info "$out/$p.bpk" --json >"$out/$p.info.json"
+	bs=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(-(-j["stored_bytes"] // j["blocks"] // 4096) * 4096)' "$out/$p.info.json")
+	for i in $(seq "$repeat"); do
+		bl_drop_caches
+		bl_daemon_start "$out"
+		load=$(bl_load)
+		bl_watch_start "$out/threads.json"
+		bl_run "$BENCH" pipeline "$p.bpk" --socket "$out/batchd.sock" --batch-size "$batch" --epochs 1 \
+			--json >"$out/$p-A$i.json"
+		bl_watch_stop
+		bl_record "$res" "$(line "$p" A "$i" "$out/$p-A$i.json" "$load" "$(cat "$out/threads.json")" "$(bl_tier "$out")")"
+		bl_daemon_stop
+		load=$(bl_load)
+		bl_run "$BENCH" decode "$out/$p.bpk" --threads 2 --json >"$out/$p-B$i.json"
+		bl_record "$res" "$(line "$p" B "$i" "$out/$p-B$i.json" "$load")"
+		bl_drop_caches
+		load=$(bl_load)
+		bl_run "$BENCH" disk "$out/$p.bpk" --rw randread --bs "$bs" --qd 64 --direct --json \
+			>"$out/$p-C$i.json"
+		bl_record "$res" "$(line "$p" C "$i" "$out/$p-C$i.json" "$load" "$out/$p.info.json")"
+		tail -3 "$res" | "$PY" -c 'import json,sys
+a, b, c = (json.loads(l) for l in sys.stdin)
+print("  %s pair %d: pipeline %.0f MB/s (load %s), decode %.0f MB/s (load %s), disk %.0f MB/s (load %s): A/B %.3f, A/C %.3f" % (a["case"], a["pair"], a["value"], a["load"], b["value"], b["load"], c["value"], c["load"], a["value"] / b["value"], a["value"] / c["value"]))'
+	done
+done
+echo "A = cold pipeline, B = decode only on 2 threads, C = the disk:"
+bl_summary "$res"
