@@ -25,13 +25,9 @@ PACK=$(realpath -- "$2")
 BATCHD=$(realpath -- "$3")
 PY=$4
 
-T=$(mktemp -d "$PWD/bench-cli.XXXXXX")
-DAEMON_PID=""
-cleanup() {
-	if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null || true; wait "$DAEMON_PID" 2>/dev/null || true; fi
-	rm -rf "$T"
-}
-trap cleanup EXIT
+# shellcheck source=tests/bench/bench-testlib.sh
+. "$(dirname -- "${BASH_SOURCE[0]}")/bench-testlib.sh"
+scratch bench-cli
 # The pipeline mode's own batchd gets a directory under $TMPDIR when that is
 # short enough for a socket path; use ours, to check it is cleaned up.
 TMPDIR_CHECK=0
@@ -41,22 +37,6 @@ if [[ ${#T} -le 55 ]]; then
 	TMPDIR_CHECK=1
 fi
 
-# shellcheck source=tests/bench/bench-testlib.sh
-. "$(dirname -- "${BASH_SOURCE[0]}")/bench-testlib.sh"
-# py EXPR FILE...: evaluate a Python expression with j = the JSON in the first
-# file (and j2 the second's); exit status 0 when it is true. Prints it if not.
-py() {
-	"$PY" - "$@" <<'PYEOF'
-import json, sys
-expr = sys.argv[1]
-j = json.load(open(sys.argv[2]))
-j2 = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None
-v = eval(expr)
-if not v:
-    print("  (false: %s)" % expr, file=sys.stderr)
-sys.exit(0 if v else 1)
-PYEOF
-}
 jval() { "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"; }
 
 # ---- arguments -----------------------------------------------------------------

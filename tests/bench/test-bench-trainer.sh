@@ -26,31 +26,9 @@ BATCHD=$(realpath -- "$3")
 CTL=$(realpath -- "$4")
 PY=$5
 
-T=$(mktemp -d "$PWD/bench-trainer.XXXXXX")
-DAEMON_PID=""
-cleanup() {
-	if [[ -n $DAEMON_PID ]]; then kill "$DAEMON_PID" 2>/dev/null || true; wait "$DAEMON_PID" 2>/dev/null || true; fi
-	rm -rf "$T"
-}
-trap cleanup EXIT
-
 # shellcheck source=tests/bench/bench-testlib.sh
 . "$(dirname -- "${BASH_SOURCE[0]}")/bench-testlib.sh"
-# py EXPR FILE [FILE2]: true when EXPR holds, j the first file's JSON (t its
-# "total"), j2 the second's.
-py() {
-	"$PY" - "$@" <<'PYEOF'
-import json, sys
-expr = sys.argv[1]
-j = json.load(open(sys.argv[2]))
-j2 = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None
-t = j.get("total")
-v = eval(expr)
-if not v:
-    print("  (false: %s)" % expr, file=sys.stderr)
-sys.exit(0 if v else 1)
-PYEOF
-}
+scratch bench-trainer
 # ctl ARGS...: batchctl with a time limit, like run.
 ctl() {
 	RC=0
