@@ -3,7 +3,8 @@
 # batchd cold from disk against decode alone on the same pack: is the
 # pipeline as fast as its decode pool, big samples and small?
 #
-#   tools/bench-cold.sh OUTDIR [--big N] [--small N] [--repeat R] [--nice N]
+#   tools/bench-cold.sh OUTDIR [--big N] [--small N] [--repeat R]
+#       [--tier ram|page|direct] [--nice N]
 #
 # Three packs of generated samples (half random bytes, half text; about
 # 1.7x compression): N big samples of 1 MiB (default 1000), N small ones of
@@ -23,7 +24,8 @@
 #      no loader can reach B: A/C says how close batchd came to the disk.
 # Reported per pack: the median ratios A/B (target >= 0.9) and A/C with min and max,
 # the load average before every run, the CPU seconds each daemon thread
-# used in the last A and the tier the daemon chose. --nice N runs the
+# used in the last A and the tier the daemon chose (--tier sets [memory]
+# tier for it; default: the daemon's choice, auto). --nice N runs the
 # daemon and both sides at niceness N (default 0). Needs root (to drop the
 # page cache). Per-run JSON and the table's lines are left in OUTDIR.
 set -euo pipefail
@@ -31,28 +33,19 @@ cd "$(dirname "$0")/.."
 # shellcheck source=tools/bench-lib.sh
 . tools/bench-lib.sh
 
-usage() { echo "usage: $0 OUTDIR [--big N] [--small N] [--repeat R] [--nice N]" >&2; exit 2; }
-[[ $# -ge 1 && $1 != -* ]] || usage
-out=$1
-shift
-big=1000 small=100000 repeat=3
-while [[ $# -gt 0 ]]; do
-	[[ $# -ge 2 ]] || usage
-	case $1 in
-	--big) big=$2 ;;
-	--small) small=$2 ;;
-	--repeat) repeat=$2 ;;
-	--nice) BL_NICE=$2 ;;
-	*) usage ;;
-	esac
-	shift 2
-done
-bl_need_build
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+big=1000 small=100000 repeat=3 tier=""
+bl_args "OUTDIR [--big N] [--small N] [--repeat R] [--tier ram|page|direct] [--nice N]" \
+	"big small repeat tier" -- "$@"
+conf=()
+case $tier in
+"") ;;
+ram | page | direct)
+	printf '[memory]\ntier = %s\n' "$tier" >"$out/batchd.conf"
+	conf=(--config "$out/batchd.conf") ;;
+*) echo "$0: --tier: '$tier' is not ram, page or direct" >&2; exit 2 ;;
+esac
 res=$out/cold.jsonl
 : >"$res"
-trap 'bl_watch_stop; bl_daemon_stop' EXIT
 
 bl_make_pack "$out/big-1m.bpk" "$big" 1048576
 bl_make_pack "$out/small-8k.bpk" "$small" 8192
@@ -92,7 +85,7 @@ for p in big-1m small-8k small-8k-b64k; do
 	bs=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print(-(-j["stored_bytes"] // j["blocks"] // 4096) * 4096)' "$out/$p.info.json")
 	for i in $(seq "$repeat"); do
 		bl_drop_caches
-		bl_daemon_start "$out"
+		bl_daemon_start "$out" "${conf[@]}"
 		load=$(bl_load)
 		bl_watch_start "$out/threads.json"
 		bl_run "$BENCH" pipeline "$p.bpk" --socket "$out/batchd.sock" --batch-size "$batch" --epochs 1 \

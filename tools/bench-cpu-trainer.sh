@@ -30,37 +30,17 @@ cd "$(dirname "$0")/.."
 # shellcheck source=tools/bench-lib.sh
 . tools/bench-lib.sh
 
-usage() { echo "usage: $0 OUTDIR [--samples N] [--sample-size SIZE] [--batch-size B] [--epochs E] [--step-cpu-ms T] [--repeat R] [--nice N]" >&2; exit 2; }
-[[ $# -ge 1 && $1 != -* ]] || usage
-out=$1
-shift
-samples=20000 size=8K batch=64 epochs=3 step=10 repeat=3
-while [[ $# -gt 0 ]]; do
-	[[ $# -ge 2 ]] || usage
-	case $1 in
-	--samples) samples=$2 ;;
-	--sample-size) size=$2 ;;
-	--batch-size) batch=$2 ;;
-	--epochs) epochs=$2 ;;
-	--step-cpu-ms) step=$2 ;;
-	--repeat) repeat=$2 ;;
-	--nice) BL_NICE=$2 ;;
-	*) usage ;;
-	esac
-	shift 2
-done
+samples=20000 sample_size=8K batch_size=64 epochs=3 step_cpu_ms=10 repeat=3
+bl_args "OUTDIR [--samples N] [--sample-size SIZE] [--batch-size B] [--epochs E] [--step-cpu-ms T] [--repeat R] [--nice N]" \
+	"samples sample-size batch-size epochs step-cpu-ms repeat" -- "$@"
 [[ $epochs -ge 2 ]] || { echo "$0: --epochs must be at least 2 (the first epoch is reported apart)" >&2; exit 2; }
-bytes=$(numfmt --from=iec "$size")
-bl_need_build
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
+bytes=$(numfmt --from=iec "$sample_size")
 res=$out/cpu-trainer.jsonl
 : >"$res"
-trap 'bl_watch_stop; bl_daemon_stop' EXIT
 
 bl_make_pack "$out/cpu.bpk" "$samples" "$bytes"
 bl_pack_line "$out/cpu.bpk"
-echo "trainer: batch $batch, $epochs epochs, $step ms CPU a step; $repeat pairs; $(nproc) CPUs"
+echo "trainer: batch $batch_size, $epochs epochs, $step_cpu_ms ms CPU a step; $repeat pairs; $(nproc) CPUs"
 
 # line SIDE PAIR JSON LOAD [THREADS TIER]: the results' line of one run.
 line() {
@@ -87,8 +67,8 @@ for i in $(seq "$repeat"); do
 		bl_daemon_start "$out"
 		load=$(bl_load)
 		bl_watch_start "$out/threads.json"
-		bl_run "$BENCH" pipeline cpu.bpk --socket "$out/batchd.sock" --batch-size "$batch" \
-			--epochs "$epochs" --step-cpu-ms "$step" "${mem[@]}" --json >"$out/$side$i.json"
+		bl_run "$BENCH" pipeline cpu.bpk --socket "$out/batchd.sock" --batch-size "$batch_size" \
+			--epochs "$epochs" --step-cpu-ms "$step_cpu_ms" "${mem[@]}" --json >"$out/$side$i.json"
 		bl_watch_stop
 		bl_record "$res" "$(line "$side" "$i" "$out/$side$i.json" "$load" "$(cat "$out/threads.json")" "$(bl_tier "$out")")"
 		bl_daemon_stop

@@ -23,11 +23,54 @@ DAEMON_PID=""
 WATCH_PID=""
 # The niceness both sides run at (--nice): below 0, other jobs on a shared
 # machine take less from either side; the daemon and the trainer keep the
-# same weight against each other.
+# same weight against each other. Where the kernel groups tasks by session
+# (autogroup), a task's nice weighs only against its own session's tasks:
+# the script then runs in a session of its own and gives that session's
+# group the same niceness.
 BL_NICE=0
 
 # bl_run COMMAND...: COMMAND at niceness BL_NICE.
 bl_run() { nice -n "$BL_NICE" "$@"; }
+
+# bl_args USAGE NAMES -- OUTDIR [--NAME VALUE]...: OUTDIR into $out (made,
+# absolute) and each --NAME VALUE into the variable NAME (dashes as
+# underscores) for the names listed, plus --nice into BL_NICE; anything
+# else prints USAGE and exits 2. Then checks the build is there.
+bl_args() {
+	local usage=$1 names=" ${2//-/_} nice " name
+	shift 3
+	local args=("$@")
+	[[ $# -ge 1 && $1 != -* ]] || { echo "usage: $0 $usage" >&2; exit 2; }
+	out=$1
+	shift
+	while [[ $# -gt 0 ]]; do
+		name=${1#--}
+		name=${name//-/_}
+		if [[ $# -lt 2 || $1 != --* || $names != *" $name "* ]]; then
+			echo "usage: $0 $usage" >&2
+			exit 2
+		fi
+		[[ $name == nice ]] && name=BL_NICE
+		printf -v "$name" '%s' "$2"
+		shift 2
+	done
+	bl_own_session "${args[@]}"
+	bl_need_build
+	mkdir -p "$out"
+	out=$(cd "$out" && pwd)
+	trap 'bl_watch_stop; bl_daemon_stop' EXIT
+}
+
+# bl_own_session ARGS...: for a --nice under autogroup, the script again
+# with ARGS (its own, as given) in a new session whose group gets BL_NICE.
+# The scripts run from the repository root, where they are tools/NAME.
+bl_own_session() {
+	[[ $BL_NICE != 0 && $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null) == 1 ]] || return 0
+	if [[ -z ${BL_SESSION:-} ]]; then
+		BL_SESSION=1 exec setsid -w "tools/$(basename "$0")" "$@"
+	fi
+	echo "$BL_NICE" >/proc/self/autogroup
+}
 
 bl_need_build() {
 	local b
@@ -70,12 +113,14 @@ j = json.load(sys.stdin)
 print("%s: %d samples in %d blocks, %.1f MB raw, %.1f MB stored" % (sys.argv[1], j["samples"], j["blocks"], j["raw_bytes"] / 1e6, j["stored_bytes"] / 1e6))' "$(basename "$1")"
 }
 
-# bl_daemon_start ROOT: a batchd with its default settings serving ROOT on
-# ROOT/batchd.sock (log in ROOT/batchd.log); DAEMON_PID is its pid.
+# bl_daemon_start ROOT [BATCHD ARGS...]: a batchd with its default settings
+# (but ARGS) serving ROOT on ROOT/batchd.sock (log in ROOT/batchd.log);
+# DAEMON_PID is its pid.
 bl_daemon_start() {
 	local root=$1
+	shift
 	rm -f "$root/batchd.sock"
-	nice -n "$BL_NICE" "$BATCHD" --socket "$root/batchd.sock" --root "$root" >"$root/batchd.log" 2>&1 &
+	nice -n "$BL_NICE" "$BATCHD" "$@" --socket "$root/batchd.sock" --root "$root" >"$root/batchd.log" 2>&1 &
 	DAEMON_PID=$!
 	for _ in $(seq 500); do
 		[[ -S $root/batchd.sock ]] && return 0
