@@ -19,9 +19,10 @@
 #      memory untimed, then decoded on 2 threads as the daemon's workers do;
 #   C  what the disk allows: the page cache dropped, `batchd-bench disk`
 #      reading the pack once at random in blocks of its mean stored block
-#      size (rounded up to 4 KiB), O_DIRECT, queue depth 64, in raw bytes
-#      per second (times the pack's raw/stored ratio). Where C is below B
-#      no loader can reach B: A/C says how close batchd came to the disk.
+#      size (rounded up to 4 KiB), O_DIRECT, queue depth 64; its reads per
+#      second times the pack's mean raw bytes per block (one read a
+#      block, as batchd reads them). Where C is below B no loader can
+#      reach B: A/C says how close batchd came to the disk.
 # Reported per pack: the median ratios A/B (target >= 0.9) and A/C with min and max,
 # the load average before every run, the CPU seconds each daemon thread
 # used in the last A and the tier the daemon chose (--tier sets [memory]
@@ -64,7 +65,7 @@ elif side == "B":
     mbs = j["raw_bytes_per_s"] / 1e6
 else:
     info = json.load(open(sys.argv[6]))
-    mbs = j["bw_bytes"] * info["raw_bytes"] / info["stored_bytes"] / 1e6
+    mbs = j["iops"] * info["raw_bytes"] / info["blocks"] / 1e6
 r = {"case": case, "pair": int(pair), "side": side, "unit": "MB/s", "value": mbs, "load": load}
 if side == "C":
     r["what"] = f"disk, random {j['bs'] // 1024} KiB O_DIRECT reads, QD {j['iodepth']}"
