@@ -38,6 +38,7 @@ typedef struct slot {
 /* Where one sample of the batch being planned comes from. */
 typedef struct loc {
 	uint32_t shard;
+	uint32_t frames;        /* blocks from `block` on: 1, or a framed sample's frames */
 	uint64_t block, src, size, dst_off;
 } loc;
 
@@ -576,8 +577,8 @@ static uint64_t locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n
 
 		/* Ids come from the sampler and are < samples: locate cannot fail. */
 		bp_dataset_locate(ds, s->ids[i], &shard, &ps);
-		s->locs[i] = (loc){ .shard = (uint32_t)shard, .block = ps.block, .src = ps.offset,
-				    .size = ps.size, .dst_off = payload };
+		s->locs[i] = (loc){ .shard = (uint32_t)shard, .frames = ps.frames, .block = ps.block,
+				    .src = ps.offset, .size = ps.size, .dst_off = payload };
 		payload += ps.size;
 		s->order[i] = i;
 	}
@@ -657,7 +658,9 @@ static void sort_by_id(uint32_t *o, const uint64_t *ids, uint32_t n)
  * the shards, their blocks and each block's bytes in order, so sorting by
  * id is sorting by (shard, block, offset), on one integer key. Batches of
  * an unshuffled epoch come in that order already: one pass sees it.
- * @return how many blocks they touch.
+ * @return how many blocks they touch, every frame of a framed sample
+ * counted (a frame is at least BP_PACK_MIN_FRAME bytes of a payload that
+ * fits the session's memory: far below 2^32 of them).
  */
 static uint32_t group_by_block(bd_session *s, uint32_t n)
 {
@@ -669,25 +672,67 @@ static uint32_t group_by_block(bd_session *s, uint32_t n)
 		sort_by_id(s->order, s->ids, n);
 	for (i = 0; i < n; i++)
 		if (!i || !same_block(&s->locs[s->order[i]], &s->locs[s->order[i - 1]]))
-			nblocks++;
+			nblocks += s->locs[s->order[i]].frames;
 	return nblocks;
 }
 
-/* The job reading the n samples into the record at rec, block by block. @return 0 or -ENOMEM. */
+/*
+ * The blocks of a framed sample taken `copies` times (o[0..copies), the
+ * same id over and over): each frame is a block of its own whose piece
+ * goes to the sample's place plus the frame's offset, so every frame
+ * tiles its piece, decodes straight into the record and can do so on any
+ * decode worker, in parallel with the sample's other frames.
+ */
+static void add_frames(bd_session *s, bd_job *job, const uint32_t *o, uint32_t copies,
+		       uint8_t *payload)
+{
+	const loc *l = &s->locs[o[0]];
+	const bp_pack_index *idx = &bp_dataset_shard(s->dset->ds, l->shard)->index;
+	uint64_t at = 0;
+
+	for (uint32_t f = 0; f < l->frames; f++) {
+		bp_pack_block b;
+
+		bp_pack_index_block(idx, l->block + f, &b);
+		bd_job_add_block(job, s->dset, l->shard, l->block + f);
+		for (uint32_t c = 0; c < copies; c++)
+			bd_job_add_piece(job, 0, b.raw_size, payload + s->locs[o[c]].dst_off + at);
+		at += b.raw_size;
+	}
+}
+
+/*
+ * The job reading the n samples into the record at rec, block by block
+ * (nblocks of them, frames counted). @return 0 or -ENOMEM.
+ */
 static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *rec, bd_job **ret)
 {
 	uint8_t *payload = rec + table_bytes(n);
+	uint32_t npieces = 0;
 	bd_job *job;
-	int r = bd_job_new(s, s->uid, on_job_event, s->next_seq, nblocks, n, &job);
+	int r;
 
+	/* A framed sample takes a piece per frame; no more pieces than blocks' worth of them. */
+	for (uint32_t i = 0; i < n; i++)
+		npieces += s->locs[i].frames;
+	r = bd_job_new(s, s->uid, on_job_event, s->next_seq, nblocks, npieces, &job);
 	if (r < 0)
 		return r;
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = 0, run; i < n; i += run) {
 		const loc *l = &s->locs[s->order[i]];
 
-		if (!i || !same_block(l, &s->locs[s->order[i - 1]]))
-			bd_job_add_block(job, s->dset, l->shard, l->block);
-		bd_job_add_piece(job, l->src, l->size, payload + l->dst_off);
+		for (run = 1; i + run < n && same_block(l, &s->locs[s->order[i + run]]); run++)
+			;
+		if (l->frames > 1) {
+			add_frames(s, job, s->order + i, run, payload);
+			continue;
+		}
+		bd_job_add_block(job, s->dset, l->shard, l->block);
+		for (uint32_t k = i; k < i + run; k++) {
+			const loc *p = &s->locs[s->order[k]];
+
+			bd_job_add_piece(job, p->src, p->size, payload + p->dst_off);
+		}
 	}
 	*ret = job;
 	return 0;

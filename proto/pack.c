@@ -56,7 +56,7 @@ enum {
 	B_STORED_HASH = 32,
 	B_RAW_HASH = 40,
 	B_CODEC = 48,
-	B_RESERVED = 52,
+	B_FRAMES = 52, /* reserved (0) in a version-1 index */
 };
 
 static int fail(bp_pack_fault *fault, int err, const char *what, uint64_t offset,
@@ -147,7 +147,7 @@ void bp_pack_footer_encode(const bp_pack_footer *f, const uint8_t header[BP_PACK
 	bp_put_le64(out + F_RAW_BYTES, f->raw_bytes);
 	bp_put_le64(out + F_MAX_SAMPLE, f->max_sample);
 	bp_put_le64(out + F_FINGERPRINT, f->fingerprint);
-	bp_put_le32(out + F_VERSION, BP_PACK_VERSION);
+	bp_put_le32(out + F_VERSION, f->version ? f->version : BP_PACK_VERSION);
 	bp_put_le32(out + F_SIZE, BP_PACK_FOOTER_SIZE);
 	memcpy(out + F_MAGIC, BP_PACK_FOOTER_MAGIC, 8);
 	bp_put_le64(out + F_CHECKSUM, bp_pack_checksum(header, out));
@@ -167,7 +167,8 @@ int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_
 	if (memcmp(buf + F_MAGIC, BP_PACK_FOOTER_MAGIC, 8) != 0)
 		return fail(fault, -EBADMSG, "bad footer magic (truncated or not a pack)",
 			    at + F_MAGIC, -1);
-	if (bp_le32(buf + F_VERSION) != BP_PACK_VERSION)
+	f.version = bp_le32(buf + F_VERSION);
+	if (f.version != BP_PACK_VERSION && f.version != BP_PACK_VERSION_FRAMES)
 		return fail(fault, -ENOTSUP, "unsupported footer version", at + F_VERSION, -1);
 	if (bp_le32(buf + F_SIZE) != BP_PACK_FOOTER_SIZE)
 		return fail(fault, -EBADMSG, "bad footer size", at + F_SIZE, -1);
@@ -193,7 +194,8 @@ int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_
 		return fail(fault, -E2BIG, "index over the size limit", at + F_INDEX_SIZE, -1);
 	if (f.sample_count == 0 || f.block_count == 0)
 		return fail(fault, -EBADMSG, "pack holds no samples", at + F_SAMPLE_COUNT, -1);
-	if (f.block_count > f.sample_count)
+	/* Only frames let blocks outnumber samples. */
+	if (f.version == BP_PACK_VERSION && f.block_count > f.sample_count)
 		return fail(fault, -EBADMSG, "more blocks than samples", at + F_BLOCK_COUNT, -1);
 	/* Both counts are bounded by the index limit first, so the products cannot wrap. */
 	if (f.block_count > BP_PACK_MAX_INDEX / BP_PACK_BLOCK_ENTRY ||
@@ -227,10 +229,12 @@ void bp_pack_index_block(const bp_pack_index *idx, uint64_t i, bp_pack_block *re
 	ret->stored_size = bp_le64(e + B_STORED_SIZE);
 	ret->raw_size = bp_le64(e + B_RAW_SIZE);
 	ret->first_sample = bp_le64(e + B_FIRST_SAMPLE);
-	ret->sample_count = next - ret->first_sample;
 	ret->stored_hash = bp_le64(e + B_STORED_HASH);
 	ret->raw_hash = bp_le64(e + B_RAW_HASH);
 	ret->codec = bp_le32(e + B_CODEC);
+	ret->frames = bp_le32(e + B_FRAMES);
+	/* A frame holds one sample or part of one; the frames but the last share its id. */
+	ret->sample_count = ret->frames ? 1 : next - ret->first_sample;
 }
 
 void bp_pack_index_sample_span(const bp_pack_index *idx, uint64_t id,
@@ -254,17 +258,37 @@ struct bp_pack_ranges {
 /* Marks a block whose samples do not all have one size. Samples are < 2^28 bytes. */
 #define STRIDE_MIXED UINT32_MAX
 
+/*
+ * The ranges are the blocks that start a sample (all of them, without
+ * framed samples): a framed sample is one range, found at its first frame.
+ * With framed samples the stride table goes on with each range's block.
+ * The ranges are held in place (no allocation of their own), which pays
+ * for the flag.
+ */
 struct bp_pack_lookup {
-	bp_pack_ranges *blocks;
-	uint32_t *stride;  /* per block: the size of each of its samples, or STRIDE_MIXED */
+	bp_pack_ranges blocks;
+	uint32_t *stride;  /* per range: the size of each of its samples, or STRIDE_MIXED */
+	bool framed;       /* stride[count + i]: range i's block */
 };
+
+/* Range i's block, for a lookup over an index with framed samples. */
+static uint32_t *range_blocks(const bp_pack_lookup *lk)
+{
+	return lk->stride + lk->blocks.count;
+}
+
+/* Free what r holds, not r. */
+static void ranges_release(bp_pack_ranges *r)
+{
+	free(r->first);
+	free(r->group);
+}
 
 void bp_pack_ranges_free(bp_pack_ranges *r)
 {
 	if (!r)
 		return;
-	free(r->first);
-	free(r->group);
+	ranges_release(r);
 	free(r);
 }
 
@@ -294,17 +318,12 @@ static void fill_groups(bp_pack_ranges *r)
 	r->group[r->groups] = (uint32_t)(r->count - 1);
 }
 
-int bp_pack_ranges_new(uint64_t count, uint64_t total,
-		       uint64_t (*first_of)(const void *ctx, uint64_t i), const void *ctx,
-		       bp_pack_ranges **ret)
+/* bp_pack_ranges_new into *r (zeroed); on failure r holds nothing. */
+static int ranges_init(bp_pack_ranges *r, uint64_t count, uint64_t total,
+		       uint64_t (*first_of)(const void *ctx, uint64_t i), const void *ctx)
 {
-	bp_pack_ranges *r;
-
-	if (count == 0 || count > UINT32_MAX || count > total || !first_of || !ret)
+	if (count == 0 || count > UINT32_MAX || count > total || !first_of)
 		return -EINVAL;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return -ENOMEM;
 	r->count = count;
 	r->shift = group_shift(count, total);
 	/* total / 2^shift < 2 * count <= 2^33: neither the count nor the sizes can wrap. */
@@ -312,18 +331,38 @@ int bp_pack_ranges_new(uint64_t count, uint64_t total,
 	r->first = malloc(count * sizeof(*r->first));
 	r->group = malloc((r->groups + 1) * sizeof(*r->group));
 	if (!r->first || !r->group) {
-		bp_pack_ranges_free(r);
+		ranges_release(r);
 		return -ENOMEM;
 	}
 	for (uint64_t i = 0; i < count; i++) {
 		r->first[i] = first_of(ctx, i);
 		if (i == 0 ? r->first[i] != 0
 			   : (r->first[i] <= r->first[i - 1] || r->first[i] >= total)) {
-			bp_pack_ranges_free(r);
+			ranges_release(r);
 			return -EINVAL;
 		}
 	}
 	fill_groups(r);
+	return 0;
+}
+
+int bp_pack_ranges_new(uint64_t count, uint64_t total,
+		       uint64_t (*first_of)(const void *ctx, uint64_t i), const void *ctx,
+		       bp_pack_ranges **ret)
+{
+	bp_pack_ranges *r;
+	int err;
+
+	if (!ret)
+		return -EINVAL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	err = ranges_init(r, count, total, first_of, ctx);
+	if (err < 0) {
+		free(r);
+		return err;
+	}
 	*ret = r;
 	return 0;
 }
@@ -348,14 +387,38 @@ uint64_t bp_pack_ranges_find(const bp_pack_ranges *r, uint64_t id)
 	return lo;
 }
 
+/* Heap bytes of r's tables. */
+static size_t ranges_table_bytes(const bp_pack_ranges *r)
+{
+	return r->count * sizeof(*r->first) + (r->groups + 1) * sizeof(*r->group);
+}
+
 size_t bp_pack_ranges_bytes(const bp_pack_ranges *r)
 {
-	return sizeof(*r) + r->count * sizeof(*r->first) + (r->groups + 1) * sizeof(*r->group);
+	return sizeof(*r) + ranges_table_bytes(r);
 }
 
 static uint64_t block_first(const void *ctx, uint64_t i)
 {
 	return block_field(ctx, i, B_FIRST_SAMPLE);
+}
+
+/* The first blocks of samples, for the ranges of an index with framed samples. */
+typedef struct starts {
+	const bp_pack_index *idx;
+	const uint32_t *block;
+} starts;
+
+static uint64_t start_first(const void *ctx, uint64_t i)
+{
+	const starts *st = ctx;
+
+	return block_field(st->idx, st->block[i], B_FIRST_SAMPLE);
+}
+
+static uint32_t frames_of(const bp_pack_index *idx, uint64_t block)
+{
+	return bp_le32(idx->blocks + block * BP_PACK_BLOCK_ENTRY + B_FRAMES);
 }
 
 /* The one size every sample of block b has, or STRIDE_MIXED. */
@@ -376,31 +439,68 @@ void bp_pack_lookup_free(bp_pack_lookup *lk)
 {
 	if (!lk)
 		return;
-	bp_pack_ranges_free(lk->blocks);
+	ranges_release(&lk->blocks);
 	free(lk->stride);
 	free(lk);
+}
+
+/*
+ * The blocks that start a sample, for an index with framed samples: every
+ * block but a frame after a sample's first. @return how many, or 0 on -ENOMEM.
+ */
+static uint64_t list_starts(const bp_pack_index *idx, uint32_t **ret)
+{
+	uint64_t n = 0;
+	uint32_t *block = malloc(idx->block_count * sizeof(*block));
+
+	if (!block)
+		return 0;
+	for (uint64_t b = 0; b < idx->block_count; b += frames_of(idx, b) ? frames_of(idx, b) : 1)
+		block[n++] = (uint32_t)b; /* < 2^25 blocks in an index */
+	*ret = block;
+	return n;
+}
+
+/* The ranges over the blocks, or over the sample-starting blocks `start` (count of them). */
+static int make_ranges(const bp_pack_index *idx, const uint32_t *start, uint64_t count,
+		       bp_pack_lookup *lk)
+{
+	starts st = { .idx = idx, .block = start };
+	int r;
+
+	/* A validated index has first ids as the ranges need them: only -ENOMEM is left. */
+	r = start ? ranges_init(&lk->blocks, count, idx->sample_count, start_first, &st)
+		  : ranges_init(&lk->blocks, count, idx->sample_count, block_first, idx);
+	if (r < 0)
+		return r;
+	lk->framed = start != NULL;
+	lk->stride = malloc((start ? 2 * count : count) * sizeof(*lk->stride));
+	if (!lk->stride)
+		return -ENOMEM;
+	if (start)
+		memcpy(range_blocks(lk), start, count * sizeof(*start));
+	return 0;
 }
 
 int bp_pack_lookup_new(const bp_pack_index *idx, bp_pack_lookup **ret)
 {
 	bp_pack_lookup *lk = calloc(1, sizeof(*lk));
-	int r;
+	uint64_t count = idx->block_count;
+	uint32_t *start = NULL;
+	int r = -ENOMEM;
 
 	if (!lk)
 		return -ENOMEM;
-	/* A validated index has first ids as the ranges need them: only -ENOMEM is left. */
-	r = bp_pack_ranges_new(idx->block_count, idx->sample_count, block_first, idx, &lk->blocks);
+	if (idx->framed && !(count = list_starts(idx, &start)))
+		goto fail;
+	r = make_ranges(idx, start, count, lk);
+	free(start);
 	if (r < 0)
 		goto fail;
-	lk->stride = malloc(idx->block_count * sizeof(*lk->stride));
-	if (!lk->stride) {
-		r = -ENOMEM;
-		goto fail;
-	}
-	for (uint64_t b = 0; b < idx->block_count; b++) {
-		uint64_t end = b + 1 < idx->block_count ? lk->blocks->first[b + 1] : idx->sample_count;
+	for (uint64_t i = 0; i < count; i++) {
+		uint64_t end = i + 1 < count ? lk->blocks.first[i + 1] : idx->sample_count;
 
-		lk->stride[b] = block_stride(idx, lk->blocks->first[b], end);
+		lk->stride[i] = block_stride(idx, lk->blocks.first[i], end);
 	}
 	*ret = lk;
 	return 0;
@@ -411,56 +511,106 @@ fail:
 
 size_t bp_pack_lookup_bytes(const bp_pack_lookup *lk)
 {
-	return sizeof(*lk) + bp_pack_ranges_bytes(lk->blocks) +
-	       lk->blocks->count * sizeof(*lk->stride);
+	return sizeof(*lk) + ranges_table_bytes(&lk->blocks) +
+	       lk->blocks.count * sizeof(*lk->stride) * (lk->framed ? 2 : 1);
 }
 
-/* Last block whose first sample is <= id; block 0 starts at sample 0. */
+/*
+ * The block holding id: the first block whose first sample is id (a framed
+ * sample's first frame), else the last one starting before id, which then
+ * holds whole samples (a framed sample's blocks hold no other).
+ */
 static uint64_t search_block(const bp_pack_index *idx, uint64_t id)
 {
-	uint64_t lo = 0, hi = idx->block_count; /* answer in [lo, hi) */
+	uint64_t lo = 0, hi = idx->block_count; /* first block starting at or after id in [lo, hi] */
 
-	while (hi - lo > 1) {
+	while (lo < hi) {
 		uint64_t mid = lo + (hi - lo) / 2;
 
-		if (block_field(idx, mid, B_FIRST_SAMPLE) <= id)
-			lo = mid;
+		if (block_field(idx, mid, B_FIRST_SAMPLE) < id)
+			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	return lo;
+	if (lo < idx->block_count && block_field(idx, lo, B_FIRST_SAMPLE) == id)
+		return lo;
+	return lo - 1; /* block 0 starts at sample 0 <= id, so lo > 0 here */
 }
 
 void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret)
 {
 	const bp_pack_lookup *lk = idx->lookup;
+	uint64_t range;
 	uint32_t stride;
 
 	if (!lk) {
 		ret->block = search_block(idx, id);
 		bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
-		return;
+	} else {
+		range = bp_pack_ranges_find(&lk->blocks, id);
+		ret->block = lk->framed ? range_blocks(lk)[range] : range;
+		stride = lk->stride[range];
+		if (stride == STRIDE_MIXED) {
+			bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
+		} else {
+			/* Samples tile their block (checked by the parse): equal sizes put each at k * size. */
+			ret->offset = (id - lk->blocks.first[range]) * stride;
+			ret->size = stride;
+		}
 	}
-	ret->block = bp_pack_ranges_find(lk->blocks, id);
-	stride = lk->stride[ret->block];
-	if (stride == STRIDE_MIXED) {
-		bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
-		return;
+	ret->frames = idx->framed && frames_of(idx, ret->block) ? frames_of(idx, ret->block) : 1;
+}
+
+/* What the blocks before the one being checked leave it to follow. */
+typedef struct chain {
+	uint64_t offset;    /* where the block must start */
+	uint64_t first;     /* the previous block's first sample */
+	uint32_t left;      /* frames still owed to the framed sample being read; 0 when none */
+	bool framed;        /* the previous block was a framed sample's last frame */
+} chain;
+
+/*
+ * A block's frames field against the chain: inside a framed sample, the
+ * next frame of the same sample; outside, a block of whole samples (0) or
+ * the first of at least 2 frames that fit in the table. Every frame but
+ * the last holds at least BP_PACK_MIN_FRAME bytes, the last at least one.
+ */
+static int check_frames(const bp_pack_footer *f, const bp_pack_block *b, const chain *c,
+			uint64_t i, uint64_t at, bp_pack_fault *fault)
+{
+	int64_t bi = (int64_t)i;
+
+	if (f->version == BP_PACK_VERSION && b->frames != 0)
+		return fail(fault, -EBADMSG, "reserved block field is not zero", at + B_FRAMES, bi);
+	if (c->left) {
+		if (b->frames != c->left)
+			return fail(fault, -EBADMSG, "framed sample's frames out of sequence",
+				    at + B_FRAMES, bi);
+		if (b->first_sample != c->first)
+			return fail(fault, -EBADMSG, "frame does not continue the previous sample",
+				    at + B_FIRST_SAMPLE, bi);
+	} else if (b->frames == 1) {
+		return fail(fault, -EBADMSG, "framed sample of one frame", at + B_FRAMES, bi);
+	} else if (b->frames > f->block_count - i) {
+		return fail(fault, -EBADMSG, "framed sample runs past the last block",
+			    at + B_FRAMES, bi);
 	}
-	/* Samples tile their block (checked by the parse), so equal sizes put each at k * size. */
-	ret->offset = (id - lk->blocks->first[ret->block]) * stride;
-	ret->size = stride;
+	if (b->frames > 1 && b->raw_size < BP_PACK_MIN_FRAME)
+		return fail(fault, -EBADMSG, "frame under the minimum frame size", at + B_RAW_SIZE, bi);
+	if (b->frames == 1 && b->raw_size == 0)
+		return fail(fault, -EBADMSG, "empty frame", at + B_RAW_SIZE, bi);
+	return 0;
 }
 
 static int check_block_entry(const bp_pack_header *h, const bp_pack_footer *f,
-			     const bp_pack_block *b, uint32_t reserved, uint64_t i,
-			     uint64_t expect_offset, uint64_t prev_first,
+			     const bp_pack_block *b, uint64_t i, const chain *c,
 			     bp_pack_fault *fault)
 {
 	uint64_t at = f->index_offset + i * BP_PACK_BLOCK_ENTRY;
 	int64_t bi = (int64_t)i;
+	int r;
 
-	if (b->offset != expect_offset)
+	if (b->offset != c->offset)
 		return fail(fault, -EBADMSG, "block does not start where the previous one ends",
 			    at + B_OFFSET, bi);
 	if (b->stored_size > f->index_offset - b->offset)
@@ -468,8 +618,9 @@ static int check_block_entry(const bp_pack_header *h, const bp_pack_footer *f,
 			    at + B_STORED_SIZE, bi);
 	if (b->raw_size > BP_PACK_MAX_BLOCK)
 		return fail(fault, -E2BIG, "block over the size limit", at + B_RAW_SIZE, bi);
-	if (reserved != 0)
-		return fail(fault, -EBADMSG, "reserved block field is not zero", at + B_RESERVED, bi);
+	r = check_frames(f, b, c, i, at, fault);
+	if (r < 0)
+		return r;
 
 	switch (b->codec) {
 	case BP_CODEC_RAW:
@@ -492,8 +643,14 @@ static int check_block_entry(const bp_pack_header *h, const bp_pack_footer *f,
 		return fail(fault, -ENOTSUP, "unknown block codec", at + B_CODEC, bi);
 	}
 
-	if (i == 0 ? b->first_sample != 0 : b->first_sample <= prev_first)
+	if (c->left)
+		return 0; /* a frame after the first: its sample was placed by that one */
+	if (i == 0 ? b->first_sample != 0 : b->first_sample <= c->first)
 		return fail(fault, -EBADMSG, "block sample ranges out of order",
+			    at + B_FIRST_SAMPLE, bi);
+	/* A framed sample's last frame holds that sample only. */
+	if (c->framed && b->first_sample != c->first + 1)
+		return fail(fault, -EBADMSG, "framed sample's last frame holds other samples",
 			    at + B_FIRST_SAMPLE, bi);
 	if (b->first_sample >= f->sample_count)
 		return fail(fault, -EBADMSG, "block starts past the last sample",
@@ -530,6 +687,101 @@ static int check_block_samples(const bp_pack_footer *f, const bp_pack_index *idx
 	return 0;
 }
 
+/*
+ * The framed sample whose first frame is block i: at offset 0, as large as
+ * its frames together, within the sample limit. @return its raw bytes.
+ */
+static int check_framed_sample(const bp_pack_footer *f, const bp_pack_index *idx,
+			       const bp_pack_block *b, uint64_t i, uint64_t *max_sample,
+			       uint64_t *ret_raw, bp_pack_fault *fault)
+{
+	uint64_t at = f->index_offset + f->block_count * BP_PACK_BLOCK_ENTRY +
+		      b->first_sample * BP_PACK_SAMPLE_ENTRY;
+	uint64_t off, size, sum = 0;
+
+	/* frames < 2^25 blocks of < 2^28 bytes each: the sum cannot wrap. */
+	for (uint64_t k = 0; k < b->frames; k++)
+		sum += bp_le64(idx->blocks + (i + k) * BP_PACK_BLOCK_ENTRY + B_RAW_SIZE);
+	bp_pack_index_sample_span(idx, b->first_sample, &off, &size);
+	if (off != 0)
+		return fail(fault, -EBADMSG, "framed sample does not start its first frame", at,
+			    (int64_t)i);
+	if (size > BP_PACK_MAX_SAMPLE)
+		return fail(fault, -E2BIG, "sample over the size limit", at + 8, (int64_t)i);
+	if (size != sum)
+		return fail(fault, -EBADMSG, "framed sample's size is not the sum of its frames",
+			    at + 8, (int64_t)i);
+	if (size > *max_sample)
+		*max_sample = size;
+	*ret_raw = sum;
+	return 0;
+}
+
+/* Every block entry, in order: placement, sizes, codecs, sample ranges, frame chains. */
+static int check_blocks(const bp_pack_header *h, const bp_pack_footer *f,
+			const bp_pack_index *idx, bp_pack_fault *fault)
+{
+	chain c = { .offset = h->data_offset };
+	int r;
+
+	for (uint64_t i = 0; i < idx->block_count; i++) {
+		bp_pack_block b;
+
+		/* first_sample is checked before sample_count (derived from it) is used. */
+		bp_pack_index_block(idx, i, &b);
+		r = check_block_entry(h, f, &b, i, &c, fault);
+		if (r < 0)
+			return r;
+		c.offset = b.offset + b.stored_size;
+		c.first = b.first_sample;
+		c.framed = b.frames == 1;
+		c.left = b.frames > 1 ? b.frames - 1 : 0;
+	}
+	if (c.offset != f->index_offset)
+		return fail(fault, -EBADMSG, "blocks do not reach the index", f->index_offset, -1);
+	if (c.framed && c.first + 1 != f->sample_count)
+		return fail(fault, -EBADMSG, "framed sample's last frame holds other samples",
+			    f->index_offset + (idx->block_count - 1) * BP_PACK_BLOCK_ENTRY +
+				    B_FIRST_SAMPLE, (int64_t)idx->block_count - 1);
+	return 0;
+}
+
+/* Every sample, block by block (a framed sample at its first frame); totals. */
+static int check_samples(const bp_pack_footer *f, bp_pack_index *idx, bp_pack_fault *fault)
+{
+	uint64_t footer_at = f->index_offset + f->index_size;
+	uint64_t raw_total = 0, max_sample = 0, raw;
+	int r;
+
+	/* Every block's range is now known to be ordered, non-empty and in bounds. */
+	for (uint64_t i = 0; i < idx->block_count; i++) {
+		bp_pack_block b;
+
+		bp_pack_index_block(idx, i, &b);
+		if (b.frames) {
+			r = check_framed_sample(f, idx, &b, i, &max_sample, &raw, fault);
+			idx->framed++;
+			i += b.frames - 1;
+		} else {
+			r = check_block_samples(f, idx, &b, i, &max_sample, fault);
+			raw = b.raw_size;
+		}
+		if (r < 0)
+			return r;
+		raw_total += raw; /* < 2^28 bytes * 2^25 blocks: cannot wrap */
+	}
+	if (raw_total != f->raw_bytes)
+		return fail(fault, -EBADMSG, "raw byte total does not match the blocks",
+			    footer_at + F_RAW_BYTES, -1);
+	if (max_sample != f->max_sample)
+		return fail(fault, -EBADMSG, "largest sample does not match the table",
+			    footer_at + F_MAX_SAMPLE, -1);
+	if (f->version == BP_PACK_VERSION_FRAMES && idx->framed == 0)
+		return fail(fault, -EBADMSG, "footer version 2 without framed samples",
+			    footer_at + F_VERSION, -1);
+	return 0;
+}
+
 int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 			const uint8_t header_bytes[BP_PACK_HEADER_SIZE],
 			const uint8_t footer_bytes[BP_PACK_FOOTER_SIZE],
@@ -537,8 +789,6 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 			bp_pack_fault *fault)
 {
 	uint64_t footer_at = f->index_offset + f->index_size;
-	uint64_t expect_offset = h->data_offset, prev_first = 0;
-	uint64_t raw_total = 0, max_sample = 0;
 	bp_pack_index idx;
 	int r;
 
@@ -555,40 +805,14 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 	idx.samples = index + f->block_count * BP_PACK_BLOCK_ENTRY;
 	idx.block_count = f->block_count;
 	idx.sample_count = f->sample_count;
+	idx.framed = 0;
 	idx.lookup = NULL;
 
-	for (uint64_t i = 0; i < idx.block_count; i++) {
-		bp_pack_block b;
-
-		/* first_sample is checked before sample_count (derived from it) is used. */
-		bp_pack_index_block(&idx, i, &b);
-		r = check_block_entry(h, f, &b, bp_le32(index + i * BP_PACK_BLOCK_ENTRY + B_RESERVED),
-				      i, expect_offset, prev_first, fault);
-		if (r < 0)
-			return r;
-		prev_first = b.first_sample;
-		expect_offset = b.offset + b.stored_size;
-	}
-	if (expect_offset != f->index_offset)
-		return fail(fault, -EBADMSG, "blocks do not reach the index", f->index_offset, -1);
-
-	/* Every block's range is now known to be ordered, non-empty and in bounds. */
-	for (uint64_t i = 0; i < idx.block_count; i++) {
-		bp_pack_block b;
-
-		bp_pack_index_block(&idx, i, &b);
-		r = check_block_samples(f, &idx, &b, i, &max_sample, fault);
-		if (r < 0)
-			return r;
-		raw_total += b.raw_size; /* < 2^28 bytes * 2^25 blocks: cannot wrap */
-	}
-	if (raw_total != f->raw_bytes)
-		return fail(fault, -EBADMSG, "raw byte total does not match the blocks",
-			    footer_at + F_RAW_BYTES, -1);
-	if (max_sample != f->max_sample)
-		return fail(fault, -EBADMSG, "largest sample does not match the table",
-			    footer_at + F_MAX_SAMPLE, -1);
-
+	r = check_blocks(h, f, &idx, fault);
+	if (r == 0)
+		r = check_samples(f, &idx, fault);
+	if (r < 0)
+		return r;
 	*ret = idx;
 	return 0;
 }
@@ -741,7 +965,7 @@ void bp_pack_block_entry_encode(const bp_pack_block *b, uint8_t out[BP_PACK_BLOC
 	bp_put_le64(out + B_STORED_HASH, b->stored_hash);
 	bp_put_le64(out + B_RAW_HASH, b->raw_hash);
 	bp_put_le32(out + B_CODEC, b->codec);
-	bp_put_le32(out + B_RESERVED, 0);
+	bp_put_le32(out + B_FRAMES, b->frames);
 }
 
 void bp_pack_sample_entry_encode(uint64_t offset, uint64_t size,

@@ -4,9 +4,10 @@
  *
  * A pack is one shard of a dataset: a header, an optional zstd dictionary,
  * a run of blocks (independent zstd frames or raw bytes, each holding whole
- * samples), an index (block table + sample table) and a fixed-size footer
- * that locates the index, so a writer can stream. proto/PACK.md is the
- * normative specification; this header is its C face.
+ * samples, or one frame of a sample too large for one), an index (block
+ * table + sample table) and a fixed-size footer that locates the index, so
+ * a writer can stream. proto/PACK.md is the normative specification; this
+ * header is its C face.
  *
  * Everything here is pure: functions take caller buffers, do no I/O, start
  * no threads and keep no state; the one exception is the lookup tables
@@ -39,7 +40,8 @@
 
 #include <zstd.h>
 
-#define BP_PACK_VERSION        1u
+#define BP_PACK_VERSION        1u  /* header; footer of an index without framed samples */
+#define BP_PACK_VERSION_FRAMES 2u  /* footer of an index with framed samples (PACK.md §Frames) */
 #define BP_PACK_MAGIC          "\x89" "BPK\r\n\x1a\n"   /* 8 bytes, header */
 #define BP_PACK_FOOTER_MAGIC   "BPKINDEX"                 /* 8 bytes, footer */
 #define BP_PACK_HEADER_SIZE    64u
@@ -53,6 +55,8 @@
 #define BP_PACK_MAX_DICT       (UINT64_C(4) << 20)    /* dictionary bytes */
 #define BP_PACK_MAX_INDEX      (UINT64_C(1) << 30)    /* index bytes per shard */
 #define BP_PACK_WINDOW_LOG_MAX 28                     /* zstd window cap, = log2(MAX_BLOCK) */
+#define BP_PACK_MIN_FRAME      (UINT64_C(4) << 10)    /* raw bytes of a frame but the last */
+#define BP_PACK_FRAME_SIZE     (UINT64_C(4) << 20)    /* writers' default frame size */
 
 enum bp_pack_codec {
 	BP_CODEC_RAW       = 0, /* stored bytes are the raw bytes */
@@ -84,6 +88,7 @@ typedef struct bp_pack_footer {
 	uint64_t max_sample;   /* largest sample, bytes */
 	uint64_t fingerprint;  /* XXH3-64 of the index bytes */
 	uint64_t checksum;     /* see PACK.md §Checksums */
+	uint32_t version;      /* BP_PACK_VERSION or _FRAMES; 0 encodes as BP_PACK_VERSION */
 } bp_pack_footer;
 
 typedef struct bp_pack_block {
@@ -91,16 +96,23 @@ typedef struct bp_pack_block {
 	uint64_t stored_size;
 	uint64_t raw_size;
 	uint64_t first_sample; /* shard-local id of the block's first sample */
-	uint64_t sample_count;
+	uint64_t sample_count; /* samples it holds; 1 for a frame (all of it or part of one) */
 	uint64_t stored_hash;  /* XXH3-64 of the stored bytes */
 	uint64_t raw_hash;     /* XXH3-64 of the raw bytes */
 	uint32_t codec;        /* enum bp_pack_codec */
+	/*
+	 * 0 for a block of whole samples; for a frame of a framed sample, the
+	 * frames left of that sample, this one included (its first frame says
+	 * how many it has, its last says 1).
+	 */
+	uint32_t frames;
 } bp_pack_block;
 
 typedef struct bp_pack_sample {
-	uint64_t block;        /* block index in the shard */
-	uint64_t offset;       /* offset in the block's raw bytes */
-	uint64_t size;
+	uint64_t block;        /* block index in the shard: a framed sample's first frame */
+	uint64_t offset;       /* offset in the block's raw bytes (0 for a framed sample) */
+	uint64_t size;         /* the whole sample, over all its frames */
+	uint32_t frames;       /* blocks it spans, from `block` on: 1, or its frame count */
 } bp_pack_sample;
 
 typedef struct bp_pack_lookup bp_pack_lookup;
@@ -118,6 +130,7 @@ typedef struct bp_pack_index {
 	const uint8_t *samples;  /* sample table */
 	uint64_t block_count;
 	uint64_t sample_count;
+	uint64_t framed;         /* samples stored as several frames */
 	const bp_pack_lookup *lookup;
 } bp_pack_index;
 
@@ -135,14 +148,16 @@ void bp_pack_header_encode(const bp_pack_header *h, uint8_t out[BP_PACK_HEADER_S
  * Decode the footer from the last BP_PACK_FOOTER_SIZE bytes of a file of
  * file_size bytes, and check it is consistent with that size and with the
  * header (index fits between the data start and the footer, table sizes
- * match the counts). The checksum is checked later, by bp_pack_index_parse,
+ * match the counts; ret->version says whether the index may hold framed
+ * samples). The checksum is checked later, by bp_pack_index_parse,
  * because it covers the index. @return 0, -EBADMSG, -ENOTSUP, -E2BIG.
  */
 int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_size,
 			  const bp_pack_header *h, bp_pack_footer *ret,
 			  bp_pack_fault *fault);
 /*
- * Encode f (f->checksum is ignored) and compute the checksum field over the
+ * Encode f (f->checksum is ignored; f->version 0 is written as
+ * BP_PACK_VERSION) and compute the checksum field over the
  * given encoded header and the footer's own first 64 bytes.
  */
 void bp_pack_footer_encode(const bp_pack_footer *f, const uint8_t header[BP_PACK_HEADER_SIZE],
@@ -161,8 +176,9 @@ uint64_t bp_pack_checksum(const uint8_t header[BP_PACK_HEADER_SIZE],
  * Validate the index bytes [index, index + f->index_size) of a shard whose
  * header bytes and footer bytes are given raw (for the checksum): the
  * fingerprint, the checksum, and every table entry (blocks tile the data
- * region in order, samples tile each block's raw bytes, codecs are known,
- * sizes within limits, totals match the footer). O(blocks + samples).
+ * region in order, samples tile each block's raw bytes, a framed sample's
+ * frames follow one another and add up to it, codecs are known, sizes
+ * within limits, totals match the footer). O(blocks + samples).
  * @return 0, -EBADMSG, -ENOTSUP, -E2BIG. ret written only on success.
  */
 int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
@@ -175,11 +191,15 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 void bp_pack_index_block(const bp_pack_index *idx, uint64_t i, bp_pack_block *ret);
 /*
  * Sample id (< sample_count) of a validated index: its block, offset and
- * size. O(1) through idx->lookup when set; a binary search over the block
+ * size, and for a framed sample its first frame and frame count. O(1)
+ * through idx->lookup when set; a binary search over the block
  * table, O(log blocks), when it is NULL. Both give the same answer.
  */
 void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret);
-/* Offset and size of sample `id` only, without locating its block. O(1). */
+/*
+ * Offset and size of sample `id` only, without locating its block. O(1).
+ * A framed sample's offset is 0 and its size the whole sample's.
+ */
 void bp_pack_index_sample_span(const bp_pack_index *idx, uint64_t id,
 			       uint64_t *ret_offset, uint64_t *ret_size);
 
@@ -227,7 +247,9 @@ size_t bp_pack_ranges_bytes(const bp_pack_ranges *r);
  * ranges of its blocks and, for each block whose samples all have one
  * size, that size, so that such a sample's offset and size are computed
  * rather than read from the sample table (a cache miss per sample under a
- * random order). Memory: at most 20 bytes a block plus a few, none per
+ * random order). A framed sample is one range (its first frame's block);
+ * an index with framed samples also keeps each range's block. Memory: at
+ * most 20 bytes a block plus a few (24 with framed samples), none per
  * sample. Built in O(blocks + samples).
  * @return 0 or -ENOMEM; *ret written only on success; free it with
  * bp_pack_lookup_free(), after the last lookup through an index using it.

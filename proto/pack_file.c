@@ -26,7 +26,7 @@
 struct bp_dataset {
 	bp_shard *shards;
 	size_t shard_count;
-	uint64_t samples, blocks, raw_bytes, stored_bytes, max_sample, max_block;
+	uint64_t samples, blocks, raw_bytes, stored_bytes, max_sample, max_block, framed;
 	uint64_t fingerprint;
 	bp_pack_ranges *shard_map; /* global sample id -> shard, without a search */
 	size_t lookup_bytes;       /* the shard map and every shard's lookup table */
@@ -250,6 +250,7 @@ static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 		ds->blocks += sh->footer.block_count;
 		ds->raw_bytes += sh->footer.raw_bytes;
 		ds->stored_bytes += sh->footer.index_offset - sh->header.data_offset;
+		ds->framed += sh->index.framed;
 		if (sh->footer.max_sample > ds->max_sample)
 			ds->max_sample = sh->footer.max_sample;
 		for (uint64_t b = 0; b < sh->footer.block_count; b++) {
@@ -474,6 +475,7 @@ uint64_t bp_dataset_raw_bytes(const bp_dataset *ds) { return ds->raw_bytes; }
 uint64_t bp_dataset_stored_bytes(const bp_dataset *ds) { return ds->stored_bytes; }
 uint64_t bp_dataset_max_sample(const bp_dataset *ds) { return ds->max_sample; }
 uint64_t bp_dataset_max_block(const bp_dataset *ds) { return ds->max_block; }
+uint64_t bp_dataset_framed(const bp_dataset *ds) { return ds->framed; }
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds) { return ds->fingerprint; }
 size_t bp_dataset_shard_count(const bp_dataset *ds) { return ds->shard_count; }
 size_t bp_dataset_lookup_bytes(const bp_dataset *ds) { return ds->lookup_bytes; }
@@ -536,9 +538,9 @@ void bp_sample_reader_free(bp_sample_reader *r)
 	free(r);
 }
 
-/* Read and decode block bi of shard sh into r->raw. */
-static int reader_load(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
-		       bp_dataset_fault *fault)
+/* Read and decode block bi of shard sh into out (out_cap bytes). */
+static int reader_decode(bp_sample_reader *r, const bp_shard *sh, uint64_t bi, uint8_t *out,
+			 size_t out_cap, bp_dataset_fault *fault)
 {
 	bp_pack_fault pf = { 0 };
 	bp_pack_block b;
@@ -546,12 +548,9 @@ static int reader_load(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
 	int err;
 
 	bp_pack_index_block(&sh->index, bi, &b);
-	r->have_block = false;
-	if (bp_buf_reserve(&r->raw, &r->raw_cap, b.raw_size) < 0)
-		return -ENOMEM;
 	/* Raw blocks are read straight into place and checked there. */
 	if (b.codec == BP_CODEC_RAW) {
-		in = r->raw;
+		in = out;
 	} else {
 		if (bp_buf_reserve(&r->stored, &r->stored_cap, b.stored_size) < 0)
 			return -ENOMEM;
@@ -561,9 +560,38 @@ static int reader_load(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
 	if (err < 0)
 		return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
 				 "cannot read block", b.offset, (int64_t)bi);
-	err = bp_pack_block_decode(&b, in, r->dctx, sh->ddict, r->raw, r->raw_cap, &pf);
+	err = bp_pack_block_decode(&b, in, r->dctx, sh->ddict, out, out_cap, &pf);
 	if (err < 0)
 		return fault_set(fault, sh->name, err, pf.what, pf.offset, (int64_t)bi);
+	return 0;
+}
+
+/*
+ * Read sample s's blocks into r->raw: its block, or a framed sample's
+ * frames one after another, which lays the sample out whole.
+ */
+static int reader_load(bp_sample_reader *r, const bp_shard *sh, const bp_pack_sample *s,
+		       bp_dataset_fault *fault)
+{
+	uint64_t need = s->frames > 1 ? s->size : 0, at = 0;
+	bp_pack_block b;
+	int err;
+
+	r->have_block = false;
+	if (s->frames == 1) {
+		bp_pack_index_block(&sh->index, s->block, &b);
+		need = b.raw_size;
+	}
+	if (bp_buf_reserve(&r->raw, &r->raw_cap, need) < 0)
+		return -ENOMEM;
+	for (uint64_t k = 0; k < s->frames; k++) {
+		/* The index proved the frames add up to the sample: each fits what is left. */
+		bp_pack_index_block(&sh->index, s->block + k, &b);
+		err = reader_decode(r, sh, s->block + k, r->raw + at, r->raw_cap - at, fault);
+		if (err < 0)
+			return err;
+		at += b.raw_size;
+	}
 	return 0;
 }
 
@@ -580,7 +608,7 @@ int bp_sample_reader_get(bp_sample_reader *r, uint64_t id, const uint8_t **ret_d
 		return err;
 	sh = bp_dataset_shard(r->ds, shard);
 	if (!r->have_block || r->shard != shard || r->block != s.block) {
-		err = reader_load(r, sh, s.block, fault);
+		err = reader_load(r, sh, &s, fault);
 		if (err < 0)
 			return err;
 		r->have_block = true;

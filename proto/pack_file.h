@@ -129,6 +129,7 @@ uint64_t bp_dataset_raw_bytes(const bp_dataset *ds);
 uint64_t bp_dataset_stored_bytes(const bp_dataset *ds); /* sum of block stored sizes */
 uint64_t bp_dataset_max_sample(const bp_dataset *ds);
 uint64_t bp_dataset_max_block(const bp_dataset *ds);   /* largest raw block */
+uint64_t bp_dataset_framed(const bp_dataset *ds);      /* samples stored as several frames */
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds);
 size_t bp_dataset_shard_count(const bp_dataset *ds);
 /* Heap bytes of the lookup tables built at open, beside the index and dictionary bytes. */
@@ -146,7 +147,8 @@ int bp_dataset_locate(const bp_dataset *ds, uint64_t id, size_t *ret_shard,
 
 /*
  * A synchronous sample reader: pread + decode, caching the last block read
- * so that neighbouring samples of one block decode once.
+ * so that neighbouring samples of one block decode once. A framed sample
+ * is read frame by frame into one buffer.
  */
 typedef struct bp_sample_reader bp_sample_reader;
 

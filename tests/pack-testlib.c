@@ -95,6 +95,31 @@ size_t pt_json_record(uint64_t *state, char *buf, size_t cap)
 	return (size_t)n;
 }
 
+void pt_samples_sized(pt_samples *s, const uint64_t *sizes, size_t n, uint64_t random_mask,
+		      uint64_t seed)
+{
+	uint64_t st = seed;
+
+	memset(s, 0, sizeof(*s));
+	s->n = n;
+	s->sizes = pt_xmalloc(n * sizeof(*s->sizes));
+	s->offsets = pt_xmalloc(n * sizeof(*s->offsets));
+	memcpy(s->sizes, sizes, n * sizeof(*sizes));
+	for (size_t i = 0; i < n; i++) {
+		s->offsets[i] = s->total;
+		s->total += sizes[i];
+		if (sizes[i] > s->max_size)
+			s->max_size = sizes[i];
+	}
+	s->data = pt_xmalloc(s->total ? s->total : 1);
+	for (size_t i = 0; i < n; i++) {
+		if (i < 64 && (random_mask >> i & 1))
+			pt_fill_random(&st, s->data + s->offsets[i], sizes[i]);
+		else
+			pt_fill_text(&st, s->data + s->offsets[i], sizes[i]);
+	}
+}
+
 void pt_samples_make(pt_samples *s, size_t n, size_t min_size, size_t max_size,
 		     enum pt_kind kind, uint64_t seed)
 {
@@ -184,13 +209,68 @@ size_t pt_dict_train(void *dict, size_t cap, size_t records, uint64_t seed)
 	return r;
 }
 
-int pt_pack_write(int fd, const pt_samples *s, size_t per_block, const void *dict,
-		  size_t dict_size, int level, bp_pack_footer *ret_footer)
+/* One block of raw_size bytes at raw, encoded into *out (grown as needed). */
+static int encode(ZSTD_CCtx *cctx, const ZSTD_CDict *cdict, int level, const uint8_t *raw,
+		  uint64_t raw_size, uint8_t **out, bp_pack_encoded *enc)
+{
+	size_t cap = ZSTD_compressBound(raw_size);
+
+	free(*out);
+	*out = pt_xmalloc(cap);
+	return bp_pack_block_encode(cctx, cdict, level, raw, raw_size, *out, cap, enc);
+}
+
+/* Sample i (larger than frame_size) as frames of frame_size bytes, the last the rest. */
+static int write_frames(bp_pack_writer *w, ZSTD_CCtx *cctx, const ZSTD_CDict *cdict, int level,
+			const pt_samples *s, size_t i, uint64_t frame_size, uint8_t **out)
+{
+	const uint8_t *raw = s->data + s->offsets[i];
+	int r = 0;
+
+	for (uint64_t at = 0; r == 0 && at < s->sizes[i]; at += frame_size) {
+		uint64_t n = s->sizes[i] - at < frame_size ? s->sizes[i] - at : frame_size;
+		bp_pack_encoded enc;
+
+		r = encode(cctx, cdict, level, raw + at, n, out, &enc);
+		if (r == 0)
+			r = bp_pack_writer_add_frame(w, &enc, n, s->sizes[i]);
+	}
+	return r;
+}
+
+/* Blocks of up to per_block samples, a sample over frame_size (when not 0) framed alone. */
+static int write_samples(bp_pack_writer *w, ZSTD_CCtx *cctx, const ZSTD_CDict *cdict,
+			 int level, const pt_samples *s, size_t per_block, uint64_t frame_size)
+{
+	uint8_t *out = NULL;
+	int r = 0;
+
+	for (size_t first = 0, n; r == 0 && first < s->n; first += n) {
+		uint64_t raw_size = 0;
+		bp_pack_encoded enc;
+
+		if (frame_size && s->sizes[first] > frame_size) {
+			r = write_frames(w, cctx, cdict, level, s, first, frame_size, &out);
+			n = 1;
+			continue;
+		}
+		for (n = 0; n < per_block && first + n < s->n &&
+			    !(frame_size && s->sizes[first + n] > frame_size); n++)
+			raw_size += s->sizes[first + n];
+		r = encode(cctx, cdict, level, s->data + s->offsets[first], raw_size, &out, &enc);
+		if (r == 0)
+			r = bp_pack_writer_add(w, &enc, raw_size, s->sizes + first, n);
+	}
+	free(out);
+	return r;
+}
+
+int pt_pack_write_framed(int fd, const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const void *dict, size_t dict_size, int level, bp_pack_footer *ret_footer)
 {
 	ZSTD_CCtx *cctx = NULL;
 	ZSTD_CDict *cdict = NULL;
 	bp_pack_writer *w = NULL;
-	uint8_t *out = NULL;
 	int r;
 
 	if (per_block == 0)
@@ -208,34 +288,21 @@ int pt_pack_write(int fd, const pt_samples *s, size_t per_block, const void *dic
 	r = bp_pack_writer_new(fd, dict_size > 0 ? dict : NULL, dict_size, &w);
 	if (r < 0)
 		goto free_cdict;
-	for (size_t first = 0; first < s->n; first += per_block) {
-		size_t n = s->n - first < per_block ? s->n - first : per_block;
-		const uint8_t *raw = s->data + s->offsets[first];
-		uint64_t raw_size = 0;
-		size_t cap;
-		bp_pack_encoded enc;
-
-		for (size_t i = first; i < first + n; i++)
-			raw_size += s->sizes[i];
-		cap = ZSTD_compressBound(raw_size);
-		free(out);
-		out = pt_xmalloc(cap);
-		r = bp_pack_block_encode(cctx, cdict, level, raw, raw_size, out, cap, &enc);
-		if (r < 0)
-			goto free_writer;
-		r = bp_pack_writer_add(w, &enc, raw_size, s->sizes + first, n);
-		if (r < 0)
-			goto free_writer;
-	}
-	r = bp_pack_writer_finish(w, ret_footer);
-free_writer:
-	free(out);
+	r = write_samples(w, cctx, cdict, level, s, per_block, frame_size);
+	if (r == 0)
+		r = bp_pack_writer_finish(w, ret_footer);
 	bp_pack_writer_free(w);
 free_cdict:
 	ZSTD_freeCDict(cdict);
 free_cctx:
 	ZSTD_freeCCtx(cctx);
 	return r;
+}
+
+int pt_pack_write(int fd, const pt_samples *s, size_t per_block, const void *dict,
+		  size_t dict_size, int level, bp_pack_footer *ret_footer)
+{
+	return pt_pack_write_framed(fd, s, per_block, 0, dict, dict_size, level, ret_footer);
 }
 
 int pt_read_fd(int fd, uint8_t **ret_buf, size_t *ret_len)
@@ -266,12 +333,19 @@ int pt_read_fd(int fd, uint8_t **ret_buf, size_t *ret_len)
 int pt_pack_build(const pt_samples *s, size_t per_block, const void *dict, size_t dict_size,
 		  int level, uint8_t **ret_buf, size_t *ret_len)
 {
+	return pt_pack_build_framed(s, per_block, 0, dict, dict_size, level, ret_buf, ret_len);
+}
+
+int pt_pack_build_framed(const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const void *dict, size_t dict_size, int level, uint8_t **ret_buf,
+			 size_t *ret_len)
+{
 	int fd, r;
 
 	fd = memfd_create("bpk-test", MFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	r = pt_pack_write(fd, s, per_block, dict, dict_size, level, NULL);
+	r = pt_pack_write_framed(fd, s, per_block, frame_size, dict, dict_size, level, NULL);
 	if (r == 0)
 		r = pt_read_fd(fd, ret_buf, ret_len);
 	close(fd);
@@ -328,6 +402,7 @@ int pt_forge_from(pt_forge *g, const uint8_t *buf, size_t len)
 	}
 	for (size_t i = 0; i < g->ns; i++)
 		bp_pack_index_sample_span(&v.index, i, &g->soff[i], &g->ssize[i]);
+	g->f.version = v.footer.version;
 	pt_forge_layout(g);
 	return 0;
 }
@@ -343,7 +418,8 @@ void pt_forge_layout(pt_forge *g)
 {
 	uint64_t at = BP_PACK_HEADER_SIZE + g->dict_size;
 
-	g->f = (bp_pack_footer){ .block_count = g->nb, .sample_count = g->ns };
+	g->f = (bp_pack_footer){ .block_count = g->nb, .sample_count = g->ns,
+				 .version = g->f.version };
 	for (size_t i = 0; i < g->nb; i++) {
 		bp_pack_block *b = &g->blocks[i];
 

@@ -64,7 +64,7 @@ enum {
 	BLK_STORED_HASH = 32,
 	BLK_RAW_HASH = 40,
 	BLK_CODEC = 48,        /* u32 */
-	BLK_RESERVED = 52,     /* u32, zero */
+	BLK_FRAMES = 52,       /* u32: frames left of a framed sample; zero in a version-1 index */
 };
 
 /* splitmix64: the next value of *state. */
@@ -99,6 +99,13 @@ typedef struct pt_samples {
  */
 void pt_samples_make(pt_samples *s, size_t n, size_t min_size, size_t max_size,
 		     enum pt_kind kind, uint64_t seed);
+/*
+ * Make n samples of exactly the given sizes: sample i random bytes when
+ * bit i of random_mask is set (i < 64), else text. Aborts on allocation
+ * failure. Free with pt_samples_free().
+ */
+void pt_samples_sized(pt_samples *s, const uint64_t *sizes, size_t n, uint64_t random_mask,
+		      uint64_t seed);
 void pt_samples_free(pt_samples *s);
 const uint8_t *pt_sample(const pt_samples *s, size_t i);
 
@@ -121,12 +128,26 @@ int pt_pack_write(int fd, const pt_samples *s, size_t per_block, const void *dic
 		  size_t dict_size, int level, bp_pack_footer *ret_footer);
 
 /*
+ * As pt_pack_write, with each sample over frame_size bytes (when frame_size
+ * is not 0) stored alone as frames of frame_size bytes, the last the rest
+ * (bp_pack_writer_add_frame); the blocks of whole samples around it hold
+ * up to per_block samples each.
+ */
+int pt_pack_write_framed(int fd, const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const void *dict, size_t dict_size, int level, bp_pack_footer *ret_footer);
+
+/*
  * The same shard in memory: written to a memfd, then read back into an
  * exactly sized malloc'd buffer (so sanitizers catch any read past the end).
  * Caller frees *ret_buf. @return 0 or a negative errno.
  */
 int pt_pack_build(const pt_samples *s, size_t per_block, const void *dict, size_t dict_size,
 		  int level, uint8_t **ret_buf, size_t *ret_len);
+
+/* pt_pack_build of pt_pack_write_framed's shard. */
+int pt_pack_build_framed(const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const void *dict, size_t dict_size, int level, uint8_t **ret_buf,
+			 size_t *ret_len);
 
 /* Read all of fd (from offset 0) into a malloc'd buffer. @return 0 or -errno. */
 int pt_read_fd(int fd, uint8_t **ret_buf, size_t *ret_len);

@@ -48,26 +48,9 @@ static void expect_entry_fault(pt_forge *c, int err, size_t k)
 static void base_samples(pt_samples *s)
 {
 	static const uint64_t sizes[9] = { 300, 200, 250, 120, 80, 100, 150, 220, 180 };
-	uint64_t seed = 77;
 
-	memset(s, 0, sizeof(*s));
-	s->n = 9;
-	s->sizes = malloc(sizeof(sizes));
-	s->offsets = malloc(sizeof(sizes));
-	memcpy(s->sizes, sizes, sizeof(sizes));
-	for (size_t i = 0; i < 9; i++) {
-		s->offsets[i] = s->total;
-		s->total += sizes[i];
-		if (sizes[i] > s->max_size)
-			s->max_size = sizes[i];
-	}
-	s->data = malloc(s->total);
-	for (size_t i = 0; i < 9; i++) {
-		if (i / 3 == 1)
-			pt_fill_random(&seed, s->data + s->offsets[i], sizes[i]);
-		else
-			pt_fill_text(&seed, s->data + s->offsets[i], sizes[i]);
-	}
+	/* Samples 3-5 (the middle block) random. */
+	pt_samples_sized(s, sizes, 9, 0x38, 77);
 }
 
 static void craft_base(pt_forge *c)
@@ -151,7 +134,7 @@ START_TEST(test_index_identity)
 			ck_assert_uint_eq(pt_le64(e + BLK_STORED_HASH), c.blocks[i].stored_hash);
 			ck_assert_uint_eq(pt_le64(e + BLK_RAW_HASH), c.blocks[i].raw_hash);
 			ck_assert_uint_eq(pt_le32(e + BLK_CODEC), c.blocks[i].codec);
-			ck_assert_uint_eq(pt_le32(e + BLK_RESERVED), 0);
+			ck_assert_uint_eq(pt_le32(e + BLK_FRAMES), 0);
 		}
 		e = orig + v.footer.index_offset + c.nb * BP_PACK_BLOCK_ENTRY;
 		for (size_t i = 0; i < c.ns; i++, e += BP_PACK_SAMPLE_ENTRY) {
@@ -527,7 +510,7 @@ END_TEST
 
 static void patch_block_reserved(uint8_t *index)
 {
-	index[1 * BP_PACK_BLOCK_ENTRY + BLK_RESERVED + 3] = 0x80;
+	index[1 * BP_PACK_BLOCK_ENTRY + BLK_FRAMES + 3] = 0x80;
 }
 
 START_TEST(test_index_reserved)

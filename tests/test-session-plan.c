@@ -16,6 +16,13 @@
  * exactly once: the block reads (cache lookups and direct decodes), counted
  * over every batch the session planned, equal the distinct blocks of those
  * batches.
+ *
+ * A second dataset holds samples stored as several frames (PACK.md
+ * §Frames) among small ones: every byte comes back as the source wrote it,
+ * each frame is a block of its own that the pipeline decodes straight into
+ * the batch (blocks decoded = frames + other blocks, all direct decodes
+ * when each batch takes whole blocks), and the planner asks for each frame
+ * once a batch under any shuffle.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +36,7 @@
 
 #include <check.h>
 #include <json-c/json.h>
+#include <xxhash.h>
 
 #include "daemon-testlib.h"
 #include "pack-testlib.h"
@@ -126,7 +134,7 @@ static uint64_t settled_published(void)
 	return 0;
 }
 
-/* Distinct (shard, block) pairs among ids[0..n). */
+/* Distinct (shard, block) pairs among ids[0..n), a framed sample's every frame counted. */
 static uint64_t distinct_blocks(const bp_dataset *ds, const uint64_t *ids, uint32_t n)
 {
 	uint64_t *keys = malloc(n * sizeof(*keys)), count = 0;
@@ -142,7 +150,7 @@ static uint64_t distinct_blocks(const bp_dataset *ds, const uint64_t *ids, uint3
 		keys[i] = ((uint64_t)shard << 40) | ps.block;
 		for (uint32_t j = 0; j < i && !seen; j++)
 			seen = keys[j] == keys[i];
-		count += !seen;
+		count += seen ? 0 : ps.frames;
 	}
 	free(keys);
 	return count;
@@ -205,7 +213,8 @@ static void expect_epoch_ids(const dt_run *run, const dt_ref *ref, const bc_stre
 	free(want);
 }
 
-static void plan_one(bc_client *c, dt_ref *ref, uint32_t batch, enum bc_shuffle mode)
+static void plan_one(bc_client *c, const char *dset, dt_ref *ref, uint32_t batch,
+		     enum bc_shuffle mode)
 {
 	uint64_t before = block_tasks(), published;
 	dt_run run = { 0 };
@@ -213,7 +222,7 @@ static void plan_one(bc_client *c, dt_ref *ref, uint32_t batch, enum bc_shuffle 
 	bc_stream *s;
 	char what[64];
 
-	dt_opts(&o, PLAN_DSET, batch, mode, 3);
+	dt_opts(&o, dset, batch, mode, 3);
 	s = dt_open_ok(c, &o);
 	snprintf(what, sizeof(what), "%s shuffle, batch %u", bp_shuffle_name(mode), batch);
 	dt_consume_ok(s, ref, bc_stream_batches_per_epoch(s), 0, &run, what);
@@ -243,8 +252,106 @@ START_TEST(test_plan_shapes)
 	ck_assert_uint_eq(bp_dataset_shard_count(ref.ds), NSHAPES);
 	for (size_t m = 0; m < ARRAY_SIZE(modes); m++)
 		for (size_t b = 0; b < ARRAY_SIZE(batches); b++)
-			plan_one(c, &ref, batches[b], modes[m]);
+			plan_one(c, PLAN_DSET, &ref, batches[b], modes[m]);
 	dt_ref_close(&ref);
+	bc_disconnect(c);
+}
+END_TEST
+
+/* ---- framed samples ------------------------------------------------------------------ */
+
+#define FRAMES_DSET "framed.bpk"
+#define FRAME_SIZE (UINT64_C(64) << 10)
+
+/*
+ * Small samples two a block around framed ones: 700000 random bytes (11
+ * frames), 1 MiB + 5 of text (17), 200000 of text (4); a sample of exactly
+ * the frame size stays one block.
+ */
+static void framed_samples(pt_samples *s)
+{
+	static const uint64_t sizes[] = { 100, 700000, 33, (UINT64_C(1) << 20) + 5, 0, 200000,
+					  FRAME_SIZE, 300, 77 };
+
+	/* The odd ones random. */
+	pt_samples_sized(s, sizes, ARRAY_SIZE(sizes), UINT64_C(0xaaaaaaaaaaaaaaaa), 2024);
+}
+
+/* No block cache (so whole blocks decode straight into batches) and four decode workers. */
+static void setup_frames(void)
+{
+	char path[PATH_MAX];
+	pt_samples s;
+	int fd;
+
+	dt_conf_start("[memory]\ncache = 0\n[decode]\nthreads = 4\n");
+	dt_root_path(&D, FRAMES_DSET, path, sizeof(path));
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	ck_assert_msg(fd >= 0, "create %s: %s", path, strerror(errno));
+	framed_samples(&s);
+	ck_assert_int_eq(pt_pack_write_framed(fd, &s, 2, FRAME_SIZE, NULL, 0, 1, NULL), 0);
+	ck_assert_int_eq(close(fd), 0);
+	pt_samples_free(&s);
+}
+
+/* Every sample the run took hashes as the source's bytes do. */
+static void expect_source_bytes(const dt_run *run, const pt_samples *src)
+{
+	for (size_t i = 0; i < run->nids; i++) {
+		uint64_t id = run->ids[i];
+
+		ck_assert_uint_lt(id, src->n);
+		expect(run->hashes[i] == XXH64(pt_sample(src, id), src->sizes[id], 0),
+		       "sample %" PRIu64 " (%" PRIu64 " bytes) differs from the source", id,
+		       src->sizes[id]);
+	}
+}
+
+/*
+ * One batch of the whole dataset, in order: each batch decodes every block
+ * once, frames included, each straight into the batch. Then the planner
+ * over framed samples under every shuffle, batches of 1 and 3.
+ */
+START_TEST(test_plan_frames)
+{
+	static const enum bc_shuffle modes[] = { BC_SHUFFLE_NONE, BC_SHUFFLE_GLOBAL,
+						 BC_SHUFFLE_BLOCK };
+	uint64_t decoded = dt_status_u64("pipeline.blocks_decoded");
+	uint64_t direct = dt_status_u64("pipeline.direct_decodes"), published, blocks;
+	bc_client *c = dt_connect_ok();
+	char path[PATH_MAX];
+	dt_run run = { 0 };
+	pt_samples src;
+	bc_stream_opts o;
+	bc_stream *st;
+	dt_ref ref;
+
+	framed_samples(&src);
+	ck_assert_int_eq(dt_ref_open(&ref, dt_root_path(&D, FRAMES_DSET, path, sizeof(path))), 0);
+	blocks = bp_dataset_blocks(ref.ds);
+	ck_assert_uint_eq(bp_dataset_framed(ref.ds), 3);
+	/* 11 + 17 + 4 frames, and blocks of two whole samples: [0] [2] [4] [6 7] [8]. */
+	ck_assert_uint_eq(blocks, 32 + 5);
+	dt_opts(&o, FRAMES_DSET, (uint32_t)src.n, BC_SHUFFLE_NONE, 1);
+	st = dt_open_ok(c, &o);
+	dt_consume_ok(st, &ref, 3, 0, &run, "framed, one batch an epoch");
+	ck_assert_uint_eq(run.nids, 3 * src.n);
+	expect_source_bytes(&run, &src);
+	published = settled_published();
+	expect(dt_status_u64("pipeline.blocks_decoded") - decoded == published * blocks,
+	       "%" PRIu64 " blocks decoded for %" PRIu64 " batches of %" PRIu64 " blocks",
+	       dt_status_u64("pipeline.blocks_decoded") - decoded, published, blocks);
+	expect(dt_status_u64("pipeline.direct_decodes") - direct == published * blocks,
+	       "%" PRIu64 " direct decodes for %" PRIu64 " batches of %" PRIu64 " blocks",
+	       dt_status_u64("pipeline.direct_decodes") - direct, published, blocks);
+	ck_assert_int_eq(bc_close(st), 0);
+	dt_run_free(&run);
+	for (size_t m = 0; m < ARRAY_SIZE(modes); m++) {
+		plan_one(c, FRAMES_DSET, &ref, 1, modes[m]);
+		plan_one(c, FRAMES_DSET, &ref, 3, modes[m]);
+	}
+	dt_ref_close(&ref);
+	pt_samples_free(&src);
 	bc_disconnect(c);
 }
 END_TEST
@@ -254,6 +361,7 @@ static Suite *plan_suite(void)
 	Suite *s = suite_create("session-plan");
 
 	tcase_add_test(dt_tcase(s, "shapes", setup), test_plan_shapes);
+	tcase_add_test(dt_tcase(s, "frames", setup_frames), test_plan_frames);
 	return s;
 }
 

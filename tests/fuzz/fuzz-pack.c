@@ -6,8 +6,10 @@
  * are accepted, does everything a reader would: locates every sample and
  * decodes every block. Beyond "no crash, no sanitizer report" it checks the
  * promises pack.h makes: errors are documented negative errnos with a
- * reason, and after a successful parse every lookup is in bounds and every
- * block that decodes matches its raw hash. A broken promise aborts.
+ * reason, and after a successful parse every lookup is in bounds (a framed
+ * sample's frames follow one another, name it and add up to it), the
+ * constant-time lookup agrees with the search, and every block that
+ * decodes matches its raw hash. A broken promise aborts.
  *
  * Random bytes almost never carry valid XXH3 seals, so on their own they
  * would stop at the fingerprint and checksum checks. Each input is therefore
@@ -121,19 +123,52 @@ static ZSTD_DCtx *fuzz_dctx(void)
 	return dctx;
 }
 
+/* Framed sample id's frames: in bounds, counting down, all naming it, adding up to it. */
+static void check_frames(const bp_pack_index *idx, uint64_t id, const bp_pack_sample *s)
+{
+	uint64_t sum = 0;
+
+	require(s->frames >= 2 && s->frames <= idx->block_count - s->block && s->offset == 0,
+		"framed sample's frames out of bounds", id, s->frames);
+	for (uint32_t k = 0; k < s->frames; k++) {
+		bp_pack_block b;
+
+		bp_pack_index_block(idx, s->block + k, &b);
+		require(b.frames == s->frames - k && b.first_sample == id && b.sample_count == 1,
+			"frame does not belong to its sample", id, k);
+		sum += b.raw_size;
+	}
+	require(sum == s->size, "frames do not add up to their sample", id, sum);
+}
+
 static void check_samples(const bp_pack_view *v)
 {
 	const bp_pack_index *idx = &v->index;
+	bp_pack_index fast = *idx;
+	bp_pack_lookup *lk = NULL;
 
+	if (bp_pack_lookup_new(idx, &lk) < 0)
+		abort();
+	fast.lookup = lk;
 	for (uint64_t id = 0; id < idx->sample_count; id++) {
-		bp_pack_sample s;
+		bp_pack_sample s, q;
 		bp_pack_block b;
 		uint64_t off, size;
 
 		bp_pack_index_sample(idx, id, &s);
+		bp_pack_index_sample(&fast, id, &q);
+		require(s.block == q.block && s.offset == q.offset && s.size == q.size &&
+				s.frames == q.frames,
+			"the lookup disagrees with the search", id, q.block);
 		bp_pack_index_sample_span(idx, id, &off, &size);
 		require(s.offset == off && s.size == size, "sample_span disagrees", id, off);
 		require(s.block < idx->block_count, "sample in no block", id, s.block);
+		if (s.frames > 1) {
+			check_frames(idx, id, &s);
+			require(s.size <= v->footer.max_sample, "sample over max_sample", id, s.size);
+			continue;
+		}
+		require(s.frames == 1, "sample of no frames", id, s.block);
 		bp_pack_index_block(idx, s.block, &b);
 		require(id >= b.first_sample && id - b.first_sample < b.sample_count,
 			"sample outside its block's range", id, s.block);
@@ -141,6 +176,7 @@ static void check_samples(const bp_pack_view *v)
 			"sample outside its block's bytes", id, s.block);
 		require(s.size <= v->footer.max_sample, "sample over max_sample", id, s.size);
 	}
+	bp_pack_lookup_free(lk);
 }
 
 static void check_blocks(const bp_pack_view *v, const uint8_t *data, size_t size)
@@ -200,7 +236,8 @@ static void check_pack(const uint8_t *data, size_t size)
 	require(size >= BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE, "accepted a short pack", size, 0);
 	require(v.index.block_count == v.footer.block_count &&
 			v.index.sample_count == v.footer.sample_count &&
-			v.index.block_count >= 1 && v.index.block_count <= v.index.sample_count,
+			v.index.block_count >= 1 &&
+			(v.index.block_count <= v.index.sample_count || v.index.framed),
 		"index counts disagree with the footer", v.index.block_count,
 		v.index.sample_count);
 	require(v.footer.index_offset + v.footer.index_size + BP_PACK_FOOTER_SIZE == size,

@@ -5,10 +5,11 @@
  * A fuzzer that starts from valid packs reaches the index and block checks
  * at once instead of spending its time rediscovering the magic. This writes
  * a handful of small valid packs covering each shape (one sample, many
- * samples per block, one per block, dictionary, raw blocks, empty samples)
- * plus damaged ones (truncated, garbage, a bad index byte, a bad block
- * byte). The output is deterministic for a given zstd version; it is run
- * by hand and the files are committed:
+ * samples per block, one per block, dictionary, raw blocks, empty samples,
+ * samples stored as frames among small ones) plus damaged ones (truncated,
+ * garbage, a bad index byte, a bad block byte). The output is
+ * deterministic for a given zstd version; it is run by hand and the files
+ * are committed:
  *
  *   build/tests/gen-pack-corpus tests/fuzz/corpus/pack
  *
@@ -51,10 +52,13 @@ static void put(const char *name, const uint8_t *buf, size_t len)
 		close(fd);
 }
 
-/* Build a pack of n samples of kind, per_block to a block; put it as name. */
-static void pack(const char *name, size_t n, size_t min, size_t max, enum pt_kind kind,
-		 size_t per_block, const void *dict, size_t dict_size, uint8_t **ret,
-		 size_t *ret_len)
+/*
+ * Build a pack of n samples of kind, per_block to a block, those over
+ * frame_size (when not 0) in frames; put it as name.
+ */
+static void pack_framed(const char *name, size_t n, size_t min, size_t max, enum pt_kind kind,
+			size_t per_block, uint64_t frame_size, const void *dict, size_t dict_size,
+			uint8_t **ret, size_t *ret_len)
 {
 	pt_samples s;
 	uint8_t *buf;
@@ -62,7 +66,7 @@ static void pack(const char *name, size_t n, size_t min, size_t max, enum pt_kin
 	int r;
 
 	pt_samples_make(&s, n, min, max, kind, 0xc0ffee + n);
-	r = pt_pack_build(&s, per_block, dict, dict_size, 3, &buf, &len);
+	r = pt_pack_build_framed(&s, per_block, frame_size, dict, dict_size, 3, &buf, &len);
 	pt_samples_free(&s);
 	if (r < 0) {
 		fprintf(stderr, "gen-pack-corpus: %s: %s\n", name, strerror(-r));
@@ -76,6 +80,13 @@ static void pack(const char *name, size_t n, size_t min, size_t max, enum pt_kin
 	} else {
 		free(buf);
 	}
+}
+
+static void pack(const char *name, size_t n, size_t min, size_t max, enum pt_kind kind,
+		 size_t per_block, const void *dict, size_t dict_size, uint8_t **ret,
+		 size_t *ret_len)
+{
+	pack_framed(name, n, min, max, kind, per_block, 0, dict, dict_size, ret, ret_len);
 }
 
 int main(int argc, char **argv)
@@ -99,6 +110,11 @@ int main(int argc, char **argv)
 	pack("dict-one-per-block.bpk", 6, 0, 0, PT_JSON, 1, dict, dict_size, NULL, NULL);
 	pack("raw-blocks.bpk", 12, 10, 100, PT_RANDOM, 3, NULL, 0, NULL, NULL);
 	pack("empty-samples.bpk", 6, 0, 0, PT_TEXT, 2, NULL, 0, NULL, NULL);
+	/* Frames of the minimum size: text compresses, random bytes are stored raw. */
+	pack_framed("frames-text.bpk", 6, 0, 14000, PT_TEXT, 2, BP_PACK_MIN_FRAME, NULL, 0, NULL,
+		    NULL);
+	pack_framed("frames-raw.bpk", 2, 4500, 7000, PT_RANDOM, 1, BP_PACK_MIN_FRAME, NULL, 0,
+		    NULL, NULL);
 	if (failed)
 		return 1;
 
