@@ -42,6 +42,8 @@ static const char usage_text[] =
 	"order) or --records SIZE FILE (fixed-size records).\n"
 	"  --level N          zstd level (default 3)\n"
 	"  --block-size SIZE  target raw bytes per block; 0 = one sample per block (default)\n"
+	"  --frame-size SIZE  store a larger sample as frames of SIZE bytes, a block each,\n"
+	"                     decoded in parallel (4K..256M, default 4M)\n"
 	"  --dict, --no-dict  force or forbid a trained dictionary (default: when it pays)\n"
 	"  --threads N        compression threads (default: all cores)\n"
 	"  --shard-size SIZE  write OUT as a directory of shards of about SIZE stored bytes\n"
@@ -50,14 +52,20 @@ static const char usage_text[] =
 
 /* ---- create ---------------------------------------------------------------- */
 
-enum { O_LEVEL = 256, O_BLOCK, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS };
+enum { O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS };
 
-/* A sized option: --block-size, --shard-size. @return 0, or the usage exit status. */
+/* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
 static int create_size(pack_create_opts *o, int c, const char *arg)
 {
 	if (c == O_BLOCK) {
 		if (bp_parse_size(arg, &o->block_size) < 0 || o->block_size > BP_PACK_MAX_BLOCK)
 			return cli_usage("--block-size: '%s' is not a size up to 256M", arg);
+		return 0;
+	}
+	if (c == O_FRAME) {
+		if (bp_parse_size(arg, &o->frame_size) < 0 || o->frame_size < BP_PACK_MIN_FRAME ||
+		    o->frame_size > BP_PACK_MAX_BLOCK)
+			return cli_usage("--frame-size: '%s' is not a size from 4K to 256M", arg);
 		return 0;
 	}
 	if (bp_parse_size(arg, &o->shard_size) < 0 || o->shard_size == 0)
@@ -86,6 +94,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 	static const struct option opts[] = {
 		{ "level", required_argument, NULL, O_LEVEL },
 		{ "block-size", required_argument, NULL, O_BLOCK },
+		{ "frame-size", required_argument, NULL, O_FRAME },
 		{ "dict", no_argument, NULL, O_DICT },
 		{ "no-dict", no_argument, NULL, O_NODICT },
 		{ "threads", required_argument, NULL, O_THREADS },
@@ -112,6 +121,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 			o->level = (int)v;
 			break;
 		case O_BLOCK:
+		case O_FRAME:
 		case O_SHARD:
 			r = create_size(o, c, optarg);
 			break;
@@ -141,7 +151,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 static int cmd_create(int argc, char **argv)
 {
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	pack_create_opts o = { .level = 3, .dict = DICT_AUTO,
+	pack_create_opts o = { .level = 3, .dict = DICT_AUTO, .frame_size = BP_PACK_FRAME_SIZE,
 			       .threads = cores > 0 ? (unsigned)cores : 1 };
 	pack_inputs in = { 0 };
 	const char *out = NULL;
@@ -180,6 +190,7 @@ static int open_dataset(const char *path, bp_dataset **ret)
 /* Blocks by codec, the largest dictionary, and the codecs used ("zstd,zstd+dict"). */
 typedef struct info_codecs {
 	uint64_t blocks[3];
+	uint64_t frames;         /* blocks that are frames of framed samples */
 	uint64_t dict_bytes;
 	char names[64];
 } info_codecs;
@@ -197,6 +208,7 @@ static void count_codecs(const bp_dataset *ds, info_codecs *ic)
 
 			bp_pack_index_block(&sh->index, k, &blk);
 			ic->blocks[blk.codec]++;
+			ic->frames += blk.frames != 0;
 		}
 	}
 	for (uint32_t k = 0; k < 3; k++) {
@@ -250,14 +262,16 @@ static void info_json(const bp_dataset *ds, const info_codecs *ic)
 	       "\"codec\": \"%s\", \"codec_blocks\": {\"raw\": %" PRIu64 ", \"zstd\": %" PRIu64
 	       ", \"zstd+dict\": %" PRIu64 "}, \"dict_bytes\": %" PRIu64 ", "
 	       "\"max_sample\": %" PRIu64 ", \"mean_sample\": %.1f, "
-	       "\"max_block\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\", "
+	       "\"max_block\": %" PRIu64 ", \"framed_samples\": %" PRIu64 ", "
+	       "\"frame_blocks\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\", "
 	       "\"samples_per_block\": %.2f}\n",
 	       bp_dataset_samples(ds), bp_dataset_blocks(ds), bp_dataset_shard_count(ds),
 	       bp_dataset_raw_bytes(ds), bp_dataset_stored_bytes(ds), raw_ratio(ds), ic->names,
 	       ic->blocks[0], ic->blocks[1], ic->blocks[2], ic->dict_bytes,
 	       bp_dataset_max_sample(ds),
 	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds),
-	       bp_dataset_max_block(ds), bp_dataset_fingerprint(ds), per_block(ds));
+	       bp_dataset_max_block(ds), bp_dataset_framed(ds), ic->frames,
+	       bp_dataset_fingerprint(ds), per_block(ds));
 }
 
 static void info_text(const char *path, const bp_dataset *ds, const info_codecs *ic)
@@ -280,6 +294,8 @@ static void info_text(const char *path, const bp_dataset *ds, const info_codecs 
 	printf("mean sample   %.1f bytes\n",
 	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds));
 	printf("max block     %" PRIu64 " bytes\n", bp_dataset_max_block(ds));
+	printf("framed        %" PRIu64 " samples in %" PRIu64 " frames\n", bp_dataset_framed(ds),
+	       ic->frames);
 	printf("fingerprint   %016" PRIx64 "\n", bp_dataset_fingerprint(ds));
 	info_shuffle(ds);
 }

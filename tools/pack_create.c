@@ -2,9 +2,11 @@
 /*
  * pack_create.c - the packing pipeline behind `batchd-pack create`.
  *
- * The main thread reads samples in input order and lays them into blocks;
- * a pool of workers compresses blocks (one ZSTD_CCtx each); the main thread
- * writes finished blocks strictly in order. Jobs live in a ring of twice as
+ * The main thread reads samples in input order and lays them into blocks,
+ * and cuts a sample larger than the frame size into frames, a block each;
+ * a pool of workers compresses blocks (one ZSTD_CCtx each), so the frames
+ * of one large sample compress in parallel; the main thread writes
+ * finished blocks strictly in order. Jobs live in a ring of twice as
  * many slots as workers: before reusing a slot the main thread waits for
  * its previous block and writes it, which both keeps the output ordered and
  * bounds memory to (2 x threads) blocks in flight.
@@ -61,6 +63,7 @@ typedef struct job {
 	uint64_t raw_size;
 	uint64_t *sizes;         /* sample sizes in this block */
 	size_t n, sizes_cap;
+	uint64_t framed;         /* a frame: the size of the sample it is part of; else 0 */
 	bp_pack_encoded enc;
 	int err;
 } job;
@@ -196,7 +199,7 @@ typedef struct output {
 	size_t dict_size;
 	uint64_t shard_size;
 	/* Totals for the summary. */
-	uint64_t blocks, stored, by_codec[3];
+	uint64_t blocks, stored, by_codec[3], framed;
 	progress prog;
 	uint64_t raw_done;
 } output;
@@ -283,7 +286,13 @@ static int output_block(output *o, const job *j)
 
 	if (!o->w && (r = shard_begin(o)) < 0)
 		return r;
-	r = bp_pack_writer_add(o->w, &j->enc, j->raw_size, j->sizes, j->n);
+	if (j->framed) {
+		/* The writer counts a framed sample once, at its first frame. */
+		o->framed += bp_pack_writer_owed(o->w) == 0;
+		r = bp_pack_writer_add_frame(o->w, &j->enc, j->raw_size, j->framed);
+	} else {
+		r = bp_pack_writer_add(o->w, &j->enc, j->raw_size, j->sizes, j->n);
+	}
 	if (r < 0)
 		return r;
 	o->blocks++;
@@ -291,7 +300,9 @@ static int output_block(output *o, const job *j)
 	o->by_codec[j->enc.codec]++;
 	o->raw_done += j->raw_size;
 	progress_update(&o->prog, o->raw_done, false);
-	if (o->sharded && bp_pack_writer_offset(o->w) >= o->shard_size)
+	/* A shard ends between samples: a framed sample's frames stay together. */
+	if (o->sharded && bp_pack_writer_offset(o->w) >= o->shard_size &&
+	    bp_pack_writer_owed(o->w) == 0)
 		return shard_end(o);
 	return 0;
 }
@@ -566,9 +577,96 @@ static int emit(output *out, job *j)
 	return r;
 }
 
+/* The slot of block *seq, its earlier block written first; emptied. @return 0 or an error. */
+static int take_slot(pool *p, output *out, uint64_t seq, job **ret)
+{
+	job *j = &p->jobs[seq % p->njobs];
+	int r;
+
+	pool_wait(p, j);
+	if (j->state == JOB_DONE && (r = emit(out, j)) < 0)
+		return r;
+	j->raw_size = 0;
+	j->n = 0;
+	j->framed = 0;
+	*ret = j;
+	return 0;
+}
+
+/* Hand block j (filled) to the workers as block *seq. @return 0 or -ENOMEM. */
+static int submit(pool *p, job *j, uint64_t *seq)
+{
+	if (bp_buf_reserve(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0)
+		return -ENOMEM;
+	pool_submit(p, j);
+	(*seq)++;
+	return 0;
+}
+
+/*
+ * The current sample, of size bytes > the frame size, as frames of that
+ * size (the last one the rest), each a block of its own. The sample is
+ * read whole into *buf first, since inputs read a sample at a time.
+ */
+static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output *out,
+		       uint64_t size, uint64_t *seq, uint8_t **buf, size_t *cap)
+{
+	int r = bp_buf_reserve(buf, cap, size);
+
+	if (r == 0)
+		r = pack_iter_read(it, *buf);
+	for (uint64_t at = 0; r == 0 && at < size;) {
+		uint64_t n = size - at < o->frame_size ? size - at : o->frame_size;
+		job *j;
+
+		r = take_slot(p, out, *seq, &j);
+		if (r < 0)
+			break;
+		if (bp_buf_reserve(&j->raw, &j->raw_cap, n) < 0)
+			return -ENOMEM;
+		memcpy(j->raw, *buf + at, n);
+		j->raw_size = n;
+		j->framed = size;
+		r = submit(p, j, seq);
+		at += n;
+	}
+	return r;
+}
+
+/* Append the current sample (size bytes) to block j. @return 0 or a negative errno. */
+static int add_sample(pack_iter *it, job *j, uint64_t size)
+{
+	if (bp_buf_reserve(&j->raw, &j->raw_cap, j->raw_size + size) < 0 ||
+	    (j->n == j->sizes_cap &&
+	     !(j->sizes = realloc(j->sizes, (j->sizes_cap = j->sizes_cap * 2 + 8) *
+						    sizeof(*j->sizes)))))
+		return -ENOMEM;
+	j->sizes[j->n++] = size;
+	j->raw_size += size;
+	return pack_iter_read(it, j->raw + j->raw_size - size);
+}
+
+/* Write the blocks still in flight, oldest first. */
+static int drain(pool *p, output *out, uint64_t seq)
+{
+	uint64_t oldest = seq > p->njobs ? seq - p->njobs : 0;
+	int r;
+
+	for (uint64_t s = oldest; s < seq; s++) {
+		job *k = &p->jobs[s % p->njobs];
+
+		pool_wait(p, k);
+		if (k->state == JOB_DONE && (r = emit(out, k)) < 0)
+			return r;
+	}
+	return 0;
+}
+
 static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, output *out)
 {
-	uint64_t seq = 0, size, oldest;
+	uint64_t seq = 0, size;
+	uint8_t *big = NULL;
+	size_t big_cap = 0;
 	pack_iter *it;
 	job *j = NULL;
 	int r, more;
@@ -582,56 +680,35 @@ static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, out
 			r = -EINTR;
 			goto out;
 		}
-		if (!j) {
-			/* Reuse the slot of block seq - njobs: write that block first. */
-			j = &p->jobs[seq % p->njobs];
-			pool_wait(p, j);
-			if (j->state == JOB_DONE && (r = emit(out, j)) < 0)
+		if (size > o->frame_size) {
+			/* The block before it was closed when its size was seen: j is NULL. */
+			r = pack_framed(it, o, p, out, size, &seq, &big, &big_cap);
+			if (r < 0)
 				goto out;
-			j->raw_size = 0;
-			j->n = 0;
+			more = pack_iter_next(it, &size);
+			continue;
 		}
-		if (bp_buf_reserve(&j->raw, &j->raw_cap, j->raw_size + size) < 0 ||
-		    (j->n == j->sizes_cap &&
-		     !(j->sizes = realloc(j->sizes, (j->sizes_cap = j->sizes_cap * 2 + 8) *
-							    sizeof(*j->sizes))))) {
-			r = -ENOMEM;
+		if (!j && (r = take_slot(p, out, seq, &j)) < 0)
 			goto out;
-		}
-		r = pack_iter_read(it, j->raw + j->raw_size);
+		r = add_sample(it, j, size);
 		if (r < 0)
 			goto out;
-		j->raw_size += size;
-		j->sizes[j->n++] = size;
 
 		more = pack_iter_next(it, &size);
-		/* Close the block at the target size, before the limit, or at the end. */
+		/* Close the block at the target size, before the limit, before a frame, or at the end. */
 		if (more != 1 || o->block_size == 0 || j->raw_size >= o->block_size ||
-		    j->raw_size + size > BP_PACK_MAX_BLOCK) {
-			if (bp_buf_reserve(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0) {
-				r = -ENOMEM;
+		    j->raw_size + size > BP_PACK_MAX_BLOCK || size > o->frame_size) {
+			r = submit(p, j, &seq);
+			if (r < 0)
 				goto out;
-			}
-			pool_submit(p, j);
 			j = NULL;
-			seq++;
 		}
 	}
 	r = more;
-	if (r < 0)
-		goto out;
-
-	/* Write the blocks still in flight, oldest first. */
-	oldest = seq > p->njobs ? seq - p->njobs : 0;
-	for (uint64_t s = oldest; s < seq; s++) {
-		job *k = &p->jobs[s % p->njobs];
-
-		pool_wait(p, k);
-		if (k->state == JOB_DONE && (r = emit(out, k)) < 0)
-			goto out;
-	}
-	r = 0;
+	if (r == 0)
+		r = drain(p, out, seq);
 out:
+	free(big);
 	pack_iter_free(it);
 	return r;
 }
@@ -642,6 +719,8 @@ static void print_summary(const char *path, const pack_inputs *in, const output 
 	char raw[32], stored[32];
 
 	printf("%s: %" PRIu64 " samples in %" PRIu64 " blocks", path, in->samples, out->blocks);
+	if (out->framed)
+		printf(" (%" PRIu64 " samples in frames)", out->framed);
 	if (out->sharded)
 		printf(", %u shards", out->shard);
 	printf("; %s raw -> %s stored (%.2fx)", bp_format_size(in->raw_bytes, raw, sizeof(raw)),

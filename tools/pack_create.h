@@ -18,6 +18,7 @@ enum pack_dict_mode { DICT_AUTO, DICT_OFF, DICT_ON };
 typedef struct pack_create_opts {
 	int level;               /* zstd level */
 	uint64_t block_size;     /* target raw bytes per block; 0 = one sample per block */
+	uint64_t frame_size;     /* larger samples go in frames of this many bytes */
 	enum pack_dict_mode dict;
 	unsigned threads;        /* compression workers, >= 1 */
 	uint64_t shard_size;     /* 0 = one file; else OUT is a directory of shards */

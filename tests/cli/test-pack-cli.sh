@@ -11,7 +11,8 @@
 # files, then reads every sample back with `batchd-pack cat` and compares
 # it byte for byte with its source, checks `info --json` counts against the inputs, corrupts and
 # truncates packs and expects `verify` to name the shard, the block and the
-# byte, and checks that every failed create leaves nothing behind.
+# byte, checks that every failed create leaves nothing behind, and packs
+# samples larger than --frame-size as frames.
 #
 # Each check prints "ok - ...", "FAIL - ..." or "skip - ... (why)"; the last
 # line is "N passed, M failed". Exit status 0 when nothing failed, 1 otherwise.
@@ -925,6 +926,110 @@ for p in out-d.bpk out-ds.bpk; do
 	else
 		bad "info $p: exit $RC: $(err)"
 	fi
+done
+
+# ---- 10. framed samples -----------------------------------------------------------------
+
+# Samples over --frame-size are stored as frames of that size, a block each:
+# info counts them, verify and cat see them whole, the footer says version 2,
+# each framed sample's first frame holds its frame count, and a shard
+# boundary never falls inside one.
+echo "# 10. --frame-size (at ${SECONDS}s)"
+FR=$T/frames
+mkdir -p "$FR/in"
+python3 - "$FR/in" <<'PY'
+import os, random, sys
+d = sys.argv[1]
+rng = random.Random(8)
+words = [b"frame", b"block", b"sample", b"decode", b"thread", b"zstd", b"batch"]
+def text(n):
+    out = bytearray()
+    while len(out) < n:
+        out += rng.choice(words) + b" "
+    return bytes(out[:n])
+sizes = {"a-small": 100, "b-random": 300000, "c-empty": 0, "d-text": 200001,
+         "e-exact": 65536, "f-over": 65537, "g-small": 3000, "h-text": 1 << 20}
+for name, n in sizes.items():
+    data = rng.randbytes(n) if name.endswith("random") else text(n)
+    open(os.path.join(d, name), "wb").write(data)
+PY
+list_files "$FR/in" "$FR/list"
+read -r FRN FRTOTAL _ < <(stats "$FR/in" "$FR/list")
+# Files over 64 KiB: 300000 (5 frames), 200001 (4), 65537 (2), 1 MiB (16).
+run create "$FR/f.bpk" "$FR/in" --frame-size 64K --block-size 16K --threads 4
+if [[ $RC -eq 0 ]]; then
+	ok "create --frame-size 64K: $(head -c 200 "$T/out")"
+	expect "create --frame-size 64K: the summary counts 4 samples in frames" grep -q '(4 samples in frames)' "$T/out"
+	if info "$FR/f.bpk" "$FR/f.json"; then
+		read -r samples raw framed fblocks maxb blocks < <(jget "$FR/f.json" samples raw_bytes \
+			framed_samples frame_blocks max_block blocks) || true
+		expect "frames: info $samples samples == $FRN, raw $raw == $FRTOTAL, framed_samples $framed == 4, frame_blocks $fblocks == 27, max_block $maxb == 65536, blocks $blocks > samples" \
+			test "$samples" -eq "$FRN" -a "$raw" -eq "$FRTOTAL" -a "$framed" -eq 4 -a \
+			"$fblocks" -eq 27 -a "$maxb" -eq 65536 -a "$blocks" -gt "$samples"
+	else
+		bad "frames: info exit $RC: $(err)"
+	fi
+	run info "$FR/f.bpk"
+	expect "frames: info text says 'framed        4 samples in 27 frames'" \
+		grep -q '^framed        4 samples in 27 frames$' "$T/out"
+	run verify "$FR/f.bpk"
+	expect "frames: verify passes: $(head -c 200 "$T/out")" test "$RC" -eq 0
+	if msg=$(roundtrip "$FR/f.bpk" "$FR/in" "$FR/list"); then
+		ok "frames: cat: $msg"
+	else
+		bad "frames: cat: $msg"
+	fi
+	# Read independently of pack.c: footer version 2, frames fields 5 4 3 2 1 on b-random.
+	fields=$(python3 - "$FR/f.bpk" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+idx_off, _, nblocks, _ = struct.unpack_from("<QQQQ", b, len(b) - 80)
+version = struct.unpack_from("<I", b, len(b) - 80 + 56)[0]
+frames = [struct.unpack_from("<I", b, idx_off + 56 * k + 52)[0] for k in range(nblocks)]
+firsts = [struct.unpack_from("<Q", b, idx_off + 56 * k + 24)[0] for k in range(nblocks)]
+print(version, " ".join("%d:%d" % (f, n) for f, n in zip(firsts, frames) if n))
+PY
+)
+	expect "frames: footer version 2, sample 1 in frames 5..1 ($fields)" \
+		eval '[[ $fields == "2 1:5 1:4 1:3 1:2 1:1 "* ]]'
+else
+	bad "create --frame-size 64K: exit $RC: $(err)"
+fi
+# The default frame size (4M) leaves every one of these samples whole.
+run create "$FR/d.bpk" "$FR/in"
+if [[ $RC -eq 0 ]] && info "$FR/d.bpk" "$FR/d.json"; then
+	read -r framed blocks < <(jget "$FR/d.json" framed_samples blocks) || true
+	expect "frames: default frame size: framed_samples $framed == 0, blocks $blocks == $FRN" \
+		test "$framed" -eq 0 -a "$blocks" -eq "$FRN"
+else
+	bad "frames: default create/info exit $RC: $(err)"
+fi
+# Deterministic whatever the threads; shards close between samples, never inside one.
+run create "$FR/t1.bpk" "$FR/in" --frame-size 64K --block-size 16K --threads 1
+expect "frames: --threads 1 and --threads 4 give identical files" cmp -s "$FR/t1.bpk" "$FR/f.bpk"
+run create "$FR/s.d" "$FR/in" --frame-size 16K --shard-size 40K
+if [[ $RC -eq 0 ]]; then
+	nparts=$(find "$FR/s.d" -name 'part-*.bpk' -type f | wc -l)
+	framed=missing
+	if info "$FR/s.d" "$FR/s.json"; then
+		framed=$(jget "$FR/s.json" framed_samples)
+	fi
+	expect "frames: --shard-size 40K --frame-size 16K: $nparts shards (> 1), framed_samples $framed == 5" \
+		test "$nparts" -gt 1 -a "$framed" = 5
+	if msg=$(roundtrip "$FR/s.d" "$FR/in" "$FR/list"); then
+		ok "frames: sharded cat: $msg"
+	else
+		bad "frames: sharded cat: $msg"
+	fi
+	run verify "$FR/s.d"
+	expect "frames: sharded verify passes" test "$RC" -eq 0
+else
+	bad "frames: sharded create exit $RC: $(err)"
+fi
+for fs in 1K 4095 257M x; do
+	run create "$FR/bad.bpk" "$FR/in" --frame-size "$fs"
+	expect "frames: --frame-size $fs refused with a message naming the range, nothing created" \
+		eval 'clean_fail && err_has "--frame-size" && err_has "4K to 256M" && [[ ! -e $FR/bad.bpk ]]'
 done
 
 echo "$PASS passed, $FAILED failed"
