@@ -10,6 +10,10 @@
  * thread set up by bp_pack_dctx_init, bp_pack_block_decode checking the
  * stored hash, the frame and the raw hash. Only the decode is timed.
  *
+ * Threads take blocks, not samples: the frames of a framed sample (PACK.md
+ * §Frames) are blocks of their own and so spread over every thread, as in
+ * the daemon; the report says how many samples came in frames.
+ *
  * A dataset larger than --round-size (default ROUND_BYTES) of stored
  * bytes, or of more than ROUND_BLOCKS blocks, is processed in rounds (read
  * a slice, decode it, next slice); one that fits is read once and decoded
@@ -208,6 +212,7 @@ static double decode_round(dec_job *j)
 
 typedef struct dec_result {
 	uint64_t blocks, raw, stored, passes;
+	uint64_t samples, framed; /* the dataset's samples, and those stored as frames */
 	uint64_t rounds;         /* slices one pass reads the dataset in */
 	double seconds;
 } dec_result;
@@ -221,6 +226,8 @@ static int run_decode(dec_job *j, double min_seconds, bool show, dec_result *res
 	int r = 0;
 
 	memset(res, 0, sizeof(*res));
+	res->samples = bp_dataset_samples(j->ds);
+	res->framed = bp_dataset_framed(j->ds);
 	progress_start(&p, "decoding", min_seconds > 0 ? 0 : bp_dataset_raw_bytes(j->ds));
 	p.enabled = p.enabled && show;
 	do {
@@ -284,11 +291,13 @@ static void print_result(const dec_args *a, const dec_result *r)
 		fputs("{\"mode\": \"decode\", \"dataset\": ", stdout);
 		bench_json_string(stdout, a->path);
 		printf(", \"threads\": %u, \"passes\": %" PRIu64 ", \"rounds\": %" PRIu64
-		       ", \"round_bytes\": %" PRIu64 ", \"blocks\": %" PRIu64
-		       ", \"raw_bytes\": %" PRIu64 ", \"stored_bytes\": %" PRIu64 ", \"seconds\": %.6f"
+		       ", \"round_bytes\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"samples\": %" PRIu64
+		       ", \"framed_samples\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
+		       ", \"stored_bytes\": %" PRIu64 ", \"seconds\": %.6f"
 		       ", \"raw_bytes_per_s\": %.0f, \"stored_bytes_per_s\": %.0f, \"blocks_per_s\": %.1f"
 		       ", \"raw_mb_per_s\": %.1f, \"raw_mb_per_s_per_thread\": %.1f}\n",
-		       threads, r->passes, r->rounds, a->round_bytes, r->blocks, r->raw, r->stored,
+		       threads, r->passes, r->rounds, a->round_bytes, r->blocks, r->samples, r->framed,
+		       r->raw, r->stored,
 		       r->seconds,
 		       (double)r->raw / s, (double)r->stored / s, (double)r->blocks / s,
 		       (double)r->raw / s / 1e6, (double)r->raw / s / 1e6 / threads);
@@ -303,6 +312,8 @@ static void print_result(const dec_args *a, const dec_result *r)
 	if (r->rounds > 1)
 		printf(" of %" PRIu64 " rounds (up to %s each)", r->rounds,
 		       bp_format_size(a->round_bytes, round, sizeof(round)));
+	if (r->framed)
+		printf("; %" PRIu64 " of %" PRIu64 " samples in frames", r->framed, r->samples);
 	putchar('\n');
 	printf("  %.1f MB/s raw (%.1f MB/s per thread), %.1f MB/s stored, %.0f blocks/s, "
 	       "in %.3f s\n",
