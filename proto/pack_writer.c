@@ -193,13 +193,16 @@ int bp_pack_writer_add(bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t r
 	return 0;
 }
 
-/* The frames fields of the framed sample just completed: k, k - 1, ..., 1. */
+/*
+ * The frames fields of the framed sample just completed: k, k - 1, ..., 1,
+ * each in the last u32 of its entry (PACK.md, block table entry).
+ */
 static void number_frames(bp_pack_writer *w)
 {
 	uint32_t left = (uint32_t)(w->block_count - w->frame_head);
 
 	for (uint64_t b = w->frame_head; b < w->block_count; b++, left--)
-		bp_put_le32(w->blocks + b * BP_PACK_BLOCK_ENTRY + BP_PACK_BLOCK_ENTRY - 4, left);
+		bp_put_le32(w->blocks + (b + 1) * BP_PACK_BLOCK_ENTRY - 4, left);
 }
 
 int bp_pack_writer_add_frame(bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t raw_size,
