@@ -761,6 +761,8 @@ static int check_samples(const bp_pack_footer *f, bp_pack_index *idx, bp_pack_fa
 		if (b.frames) {
 			r = check_framed_sample(f, idx, &b, i, &max_sample, &raw, fault);
 			idx->framed++;
+			if (b.frames > idx->max_frames)
+				idx->max_frames = b.frames;
 			i += b.frames - 1;
 		} else {
 			r = check_block_samples(f, idx, &b, i, &max_sample, fault);
@@ -806,6 +808,7 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 	idx.block_count = f->block_count;
 	idx.sample_count = f->sample_count;
 	idx.framed = 0;
+	idx.max_frames = 1;
 	idx.lookup = NULL;
 
 	r = check_blocks(h, f, &idx, fault);

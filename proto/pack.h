@@ -131,6 +131,7 @@ typedef struct bp_pack_index {
 	uint64_t block_count;
 	uint64_t sample_count;
 	uint64_t framed;         /* samples stored as several frames */
+	uint32_t max_frames;     /* the most blocks one sample spans: 1 without framed samples */
 	const bp_pack_lookup *lookup;
 } bp_pack_index;
 

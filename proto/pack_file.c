@@ -27,6 +27,7 @@ struct bp_dataset {
 	bp_shard *shards;
 	size_t shard_count;
 	uint64_t samples, blocks, raw_bytes, stored_bytes, max_sample, max_block, framed;
+	uint32_t max_frames;
 	uint64_t fingerprint;
 	bp_pack_ranges *shard_map; /* global sample id -> shard, without a search */
 	size_t lookup_bytes;       /* the shard map and every shard's lookup table */
@@ -251,6 +252,8 @@ static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 		ds->raw_bytes += sh->footer.raw_bytes;
 		ds->stored_bytes += sh->footer.index_offset - sh->header.data_offset;
 		ds->framed += sh->index.framed;
+		if (sh->index.max_frames > ds->max_frames)
+			ds->max_frames = sh->index.max_frames;
 		if (sh->footer.max_sample > ds->max_sample)
 			ds->max_sample = sh->footer.max_sample;
 		for (uint64_t b = 0; b < sh->footer.block_count; b++) {
@@ -476,6 +479,7 @@ uint64_t bp_dataset_stored_bytes(const bp_dataset *ds) { return ds->stored_bytes
 uint64_t bp_dataset_max_sample(const bp_dataset *ds) { return ds->max_sample; }
 uint64_t bp_dataset_max_block(const bp_dataset *ds) { return ds->max_block; }
 uint64_t bp_dataset_framed(const bp_dataset *ds) { return ds->framed; }
+uint32_t bp_dataset_max_frames(const bp_dataset *ds) { return ds->max_frames; }
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds) { return ds->fingerprint; }
 size_t bp_dataset_shard_count(const bp_dataset *ds) { return ds->shard_count; }
 size_t bp_dataset_lookup_bytes(const bp_dataset *ds) { return ds->lookup_bytes; }

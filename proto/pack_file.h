@@ -130,6 +130,11 @@ uint64_t bp_dataset_stored_bytes(const bp_dataset *ds); /* sum of block stored s
 uint64_t bp_dataset_max_sample(const bp_dataset *ds);
 uint64_t bp_dataset_max_block(const bp_dataset *ds);   /* largest raw block */
 uint64_t bp_dataset_framed(const bp_dataset *ds);      /* samples stored as several frames */
+/*
+ * The most blocks one sample spans (1 without framed samples): a batch of
+ * n samples takes at most n times as many blocks and pieces.
+ */
+uint32_t bp_dataset_max_frames(const bp_dataset *ds);
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds);
 size_t bp_dataset_shard_count(const bp_dataset *ds);
 /* Heap bytes of the lookup tables built at open, beside the index and dictionary bytes. */

@@ -168,13 +168,16 @@ START_TEST(test_frames_roundtrip)
 
 	pt_samples_make(&s, 60, 0, 40 << 10, PT_MIXED, 1234);
 	for (size_t k = 0; k < 2; k++) {
-		uint64_t f = frame_sizes[k], framed = 0, blocks_want = 0;
+		uint64_t f = frame_sizes[k], framed = 0, blocks_want = 0, most = 1;
 		bp_pack_view v;
 		uint8_t *buf;
 		size_t len;
 
-		for (size_t i = 0; i < s.n; i++)
+		for (size_t i = 0; i < s.n; i++) {
 			framed += s.sizes[i] > f;
+			if ((s.sizes[i] + f - 1) / f > most)
+				most = (s.sizes[i] + f - 1) / f;
+		}
 		ck_assert_uint_gt(framed, 2);
 		ck_assert_uint_lt(framed, s.n);
 		ck_assert_int_eq(pt_pack_build_framed(&s, 4, f, NULL, 0, 3, &buf, &len), 0);
@@ -182,6 +185,7 @@ START_TEST(test_frames_roundtrip)
 		ck_assert_uint_eq(v.footer.version, BP_PACK_VERSION_FRAMES);
 		ck_assert_uint_eq(pt_le32(buf + len - BP_PACK_FOOTER_SIZE + FTR_VERSION), 2);
 		ck_assert_uint_eq(v.index.framed, framed);
+		ck_assert_uint_eq(v.index.max_frames, most);
 		ck_assert_uint_eq(v.index.sample_count, s.n);
 		ck_assert_uint_eq(v.footer.max_sample, s.max_size);
 		ck_assert_uint_eq(v.footer.raw_bytes, s.total);
@@ -221,6 +225,7 @@ START_TEST(test_frames_none_is_v1)
 	ck_assert_int_eq(bp_pack_parse(b, lb, &v, NULL), 0);
 	ck_assert_uint_eq(v.footer.version, BP_PACK_VERSION);
 	ck_assert_uint_eq(v.index.framed, 0);
+	ck_assert_uint_eq(v.index.max_frames, 1);
 	free(a);
 	free(b);
 	pt_samples_free(&s);
@@ -243,6 +248,7 @@ START_TEST(test_frames_reader)
 	ck_assert_uint_gt(bp_dataset_framed(ds), 0);
 	ck_assert_uint_gt(bp_dataset_blocks(ds), s.n);
 	ck_assert_uint_eq(bp_dataset_max_block(ds), FRAME);
+	ck_assert_uint_eq(bp_dataset_max_frames(ds), (s.max_size + FRAME - 1) / FRAME);
 	ck_assert_int_eq(bp_dataset_verify(ds, NULL, NULL, &fault), 0);
 	ck_assert_int_eq(bp_sample_reader_new(ds, &r), 0);
 	/* Backwards, so that no block is cached from the sample before. */

@@ -330,6 +330,7 @@ START_TEST(test_plan_frames)
 	ck_assert_int_eq(dt_ref_open(&ref, dt_root_path(&D, FRAMES_DSET, path, sizeof(path))), 0);
 	blocks = bp_dataset_blocks(ref.ds);
 	ck_assert_uint_eq(bp_dataset_framed(ref.ds), 3);
+	ck_assert_uint_eq(bp_dataset_max_frames(ref.ds), 17);
 	/* 11 + 17 + 4 frames, and blocks of two whole samples: [0] [2] [4] [6 7] [8]. */
 	ck_assert_uint_eq(blocks, 32 + 5);
 	dt_opts(&o, FRAMES_DSET, (uint32_t)src.n, BC_SHUFFLE_NONE, 1);
