@@ -86,7 +86,7 @@ if ! grep -q "^ *build tests/fuzz-$name:" "$builddir/build.ninja"; then
 	exit 2
 fi
 ninja -C "$builddir" "tests/fuzz-$name" >/dev/null
-fuzzer=$src/$builddir/tests/fuzz-$name
+case $builddir in /*) fuzzer=$builddir/tests/fuzz-$name ;; *) fuzzer=$src/$builddir/tests/fuzz-$name ;; esac
 
 # ---- run -----------------------------------------------------------------------
 
