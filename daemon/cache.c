@@ -4,7 +4,9 @@
  *
  * A chained hash table with one bucket per 16 KiB of budget (at least 64),
  * plus an LRU list of unreferenced loaded entries. Everything under one
- * mutex; the critical sections are a handful of pointer updates.
+ * mutex; the critical sections are a handful of pointer updates. The
+ * budget is the blocks'; the bucket table's bytes (bd_cache_table_bytes)
+ * are charged to the daemon's memory budget beside it.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -32,6 +34,7 @@ struct bd_cache_entry {
 struct bd_cache {
 	pthread_mutex_t mu;
 	uint64_t budget, bytes;
+	uint64_t table_bytes;           /* the bucket table's (bd_cache_table_bytes) */
 	size_t link;
 	bd_cache_entry **table;
 	size_t nbuckets;
@@ -59,6 +62,19 @@ static bool key_eq(const bd_cache_key *a, const bd_cache_key *b)
 	return a->dataset == b->dataset && a->shard == b->shard && a->block == b->block;
 }
 
+/* One bucket per 16 KiB of budget, at least 64; none without a budget (nothing is cached). */
+static size_t buckets_for(uint64_t budget)
+{
+	if (!budget)
+		return 0;
+	return budget / 16384 > 64 ? (size_t)(budget / 16384) : 64;
+}
+
+uint64_t bd_cache_table_bytes(uint64_t budget)
+{
+	return (uint64_t)buckets_for(budget) * sizeof(bd_cache_entry *);
+}
+
 int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret)
 {
 	bd_cache *c = bd_calloc(1, sizeof(*c));
@@ -67,11 +83,11 @@ int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret)
 		return -ENOMEM;
 	c->budget = budget;
 	c->link = link_offset;
-	/* One bucket per 16 KiB of budget, at least 64. */
-	c->nbuckets = budget / 16384 > 64 ? (size_t)(budget / 16384) : 64;
-	c->table = bd_calloc(c->nbuckets, sizeof(*c->table));
+	c->nbuckets = buckets_for(budget);
+	c->table_bytes = bd_cache_table_bytes(budget);
+	c->table = c->nbuckets ? bd_calloc(c->nbuckets, sizeof(*c->table)) : NULL;
 	c->lru = bd_calloc(1, sizeof(*c->lru));
-	if (!c->table || !c->lru) {
+	if ((c->nbuckets && !c->table) || !c->lru) {
 		free(c->table);
 		free(c->lru);
 		free(c);
@@ -219,7 +235,8 @@ int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *wait
 void bd_cache_prefetch(const bd_cache *c, const bd_cache_key *key)
 {
 	/* Only the bucket's address: nothing is read, so no lock is needed. */
-	__builtin_prefetch(&c->table[bucket(c, key)]);
+	if (c->nbuckets)
+		__builtin_prefetch(&c->table[bucket(c, key)]);
 }
 
 uint8_t *bd_cache_data(bd_cache_entry *e)
@@ -270,5 +287,6 @@ void bd_cache_get_stats(bd_cache *c, bd_cache_stats *ret)
 	pthread_mutex_lock(&c->mu);
 	*ret = c->st;
 	ret->bytes = c->bytes;
+	ret->table_bytes = c->table_bytes;
 	pthread_mutex_unlock(&c->mu);
 }

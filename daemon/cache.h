@@ -48,6 +48,13 @@ typedef struct bd_cache_key {
  * through a `void *` at byte link_offset inside each waiter object.
  */
 int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret);
+
+/*
+ * The bytes of the bucket table a cache of `budget` holds from bd_cache_new
+ * to bd_cache_free (0 for budget 0): on top of the budget, which is the
+ * blocks', so whoever sizes the cache charges them beside it. Any thread.
+ */
+uint64_t bd_cache_table_bytes(uint64_t budget);
 void bd_cache_free(bd_cache *c);
 
 /*
@@ -81,6 +88,7 @@ void bd_cache_put(bd_cache *c, bd_cache_entry *e);
 
 typedef struct bd_cache_stats {
 	uint64_t hits, misses, waits, bypasses, evictions, bytes, entries, budget;
+	uint64_t table_bytes;    /* the bucket table (bd_cache_table_bytes); not in bytes */
 } bd_cache_stats;
 void bd_cache_get_stats(bd_cache *c, bd_cache_stats *ret);
 

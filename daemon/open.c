@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dataset.h"
+#include "linger.h"
 #include "log.h"
 #include "machine.h"
 #include "server_state.h"
@@ -88,6 +89,10 @@ static void refuse_device(client *c, int code, const char *fmt, ...)
 
 typedef struct open_work {
 	uv_work_t w;
+	uv_timer_t retry;       /* waiting for ending sessions' memory (open_session) */
+	bool retrying;          /* retry is initialised: the work is freed once it closed */
+	uint64_t wait_since_ns; /* when the first try was refused for memory; 0: not refused */
+	uint64_t retry_ms;      /* the next wait */
 	client *c;
 	bp_msg_open m;
 	int device;             /* the daemon's CUDA ordinal, or -1: host */
@@ -96,6 +101,7 @@ typedef struct open_work {
 	size_t nroots;
 	bd_read_policy policy;
 	bd_dataset *d;
+	uint64_t largest;       /* the schedule's largest batch (bd_session_largest_batch) */
 	int r;
 	char err[BP_ERRMSG_MAX];
 } open_work;
@@ -106,6 +112,16 @@ static void open_work_run(uv_work_t *w)
 
 	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->path, &ow->policy,
 			       &ow->d, ow->err, sizeof(ow->err));
+	/*
+	 * The sizing reads the whole start epoch's sample sizes: here, not on
+	 * the loop. An invalid schedule leaves it 0 for bd_session_new to refuse.
+	 */
+	if (ow->r == 0 && bd_session_largest_batch(ow->d, &ow->m, &ow->largest) == -ENOMEM) {
+		bd_dataset_put(ow->d);
+		ow->d = NULL;
+		ow->r = -ENOMEM;
+		snprintf(ow->err, sizeof(ow->err), "out of memory sizing the session");
+	}
 }
 
 static void open_work_free(open_work *ow)
@@ -221,8 +237,72 @@ static void log_opened(const open_work *ow, const bp_msg_ready *ready)
 	       ready->batches_per_epoch, to);
 }
 
-/* The dataset is loaded: make the session, track it, send READY, start it. */
-static void open_session(open_work *ow)
+/*
+ * An open refused for memory waits while memory is on its way back:
+ * sessions ending (their jobs in flight still write into their memfds)
+ * and memfds lingering (linger.h). A client that exits or is killed and
+ * reopens at once finds its old session still ending; the wait lets the
+ * reopen see that memory back instead of being refused. It retries after
+ * OPEN_RETRY_MS, then twice as long each time up to OPEN_RETRY_MAX_MS
+ * (each try looks the dataset up again, on the thread pool), and gives up
+ * after OPEN_WAIT_MS, or as soon as nothing is coming back: the budget is
+ * held by live sessions.
+ */
+#define OPEN_RETRY_MS 1u
+#define OPEN_RETRY_MAX_MS 32u
+#define OPEN_WAIT_MS 2000u
+
+/* Does memory that sessions and clients hold now come back without anyone's doing? */
+static bool memory_coming_back(bd_server *srv)
+{
+	if (bd_linger_bytes(bd_pipeline_linger(srv->pipeline)))
+		return true;
+	for (entry *x = srv->entries; x; x = x->next) {
+		bd_session_info si;
+
+		bd_session_get_info(x->s, &si);
+		if (si.closing)
+			return true;
+	}
+	return false;
+}
+
+static void open_finish(open_work *ow);
+static void open_retry(uv_timer_t *t);
+
+/*
+ * Wait for the memory of ending sessions (see OPEN_WAIT_MS); the first
+ * retry comes whatever is ending, so that a connection the loop has not
+ * yet seen close gets one turn to. @return true when the open waits.
+ */
+static bool wait_for_memory(open_work *ow)
+{
+	bd_server *srv = ow->c->srv;
+	uint64_t now = bd_now_ns();
+
+	if (!ow->wait_since_ns) {
+		ow->wait_since_ns = now;
+		ow->retry_ms = OPEN_RETRY_MS;
+	} else if (now - ow->wait_since_ns >= OPEN_WAIT_MS * UINT64_C(1000000) ||
+		 !memory_coming_back(srv))
+		return false;
+	if (!ow->retrying) {
+		if (uv_timer_init(srv->loop, &ow->retry) < 0)
+			return false;
+		ow->retry.data = ow;
+		ow->retrying = true;
+	}
+	if (uv_timer_start(&ow->retry, open_retry, ow->retry_ms, 0) < 0)
+		return false;
+	ow->retry_ms = ow->retry_ms * 2 < OPEN_RETRY_MAX_MS ? ow->retry_ms * 2 : OPEN_RETRY_MAX_MS;
+	return true;
+}
+
+/*
+ * The dataset is loaded: make the session, track it, send READY, start it.
+ * @return false when it waits for memory (open_retry calls again).
+ */
+static bool open_session(open_work *ow)
 {
 	client *c = ow->c;
 	bd_server *srv = c->srv;
@@ -234,28 +314,37 @@ static void open_session(open_work *ow)
 	int r;
 
 	ow->m.path = ow->path;
-	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, ow->device, &quota, &s,
-			   err, sizeof(err));
+	/* The session takes the dataset reference, on failure too: a retry looks it up again. */
+	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, ow->largest, ow->device,
+			   &quota, &s, err, sizeof(err));
+	if (r < 0)
+		ow->d = NULL;
+	if (r == -ENOMEM && wait_for_memory(ow))
+		return false;
 	if (r < 0) {
 		if (ow->device >= 0 && r != -ENOMEM)
 			refuse_device(c, r, "%s", err[0] ? err : strerror(-r));
 		else
 			refuse(c, r, "%s", err[0] ? err : strerror(-r));
-		return;
+		return true;
 	}
 	e = track(srv, c, s);
 	if (!e) {
 		bd_session_close(s, -ENOMEM);
 		bd_session_detach(s);
 		bd__client_error(c, -ENOMEM, "out of memory");
-		return;
+		return true;
 	}
 	if (send_ready(c, e, s, &ready) < 0)
-		return;
+		return true;
 	log_opened(ow, &ready);
+	if (ow->wait_since_ns)
+		bd_log(LOG_INFO, "session %" PRIu64 ": opened after waiting %.1f ms for the memory of "
+		       "ending sessions", ready.session, (double)(bd_now_ns() - ow->wait_since_ns) / 1e6);
 	warn_amplification(ow, e);
 	bd_session_start(s);
 	bd__server_notify_status(srv);
+	return true;
 }
 
 static void open_work_done(uv_work_t *w, int status)
@@ -264,16 +353,51 @@ static void open_work_done(uv_work_t *w, int status)
 	client *c = ow->c;
 	bd_server *srv = c->srv;
 
-	srv->opening--;
 	if (c->gone || srv->stopping)
 		bd_dataset_put(ow->d);
 	else if (ow->r < 0)
 		refuse(c, ow->r, "%s", ow->err);
+	else if (!open_session(ow))
+		return; /* waiting for memory: open_retry looks the dataset up again */
+	open_finish(ow);
+}
+
+static void on_retry_closed(uv_handle_t *h)
+{
+	open_work_free(h->data);
+}
+
+/* The open is over, whatever came of it: the connection reads its next request. */
+static void open_finish(open_work *ow)
+{
+	client *c = ow->c;
+	bd_server *srv = c->srv;
+
+	srv->opening--;
+	if (ow->retrying)
+		uv_close((uv_handle_t *)&ow->retry, on_retry_closed);
 	else
-		open_session(ow);
-	open_work_free(ow);
+		open_work_free(ow);
 	bd__client_resume(c);
 	bd__server_stop_if_drained(srv);
+}
+
+/* Try again: the lookup (the cached version, unless the files changed) and the session. */
+static void open_retry(uv_timer_t *t)
+{
+	open_work *ow = t->data;
+	client *c = ow->c;
+
+	if (c->gone || c->srv->stopping) {
+		open_finish(ow);
+		return;
+	}
+	ow->r = 0;
+	ow->err[0] = '\0';
+	if (uv_queue_work(c->srv->loop, &ow->w, open_work_run, open_work_done) < 0) {
+		bd__client_error(c, -ENOMEM, "out of memory");
+		open_finish(ow);
+	}
 }
 
 /* ---- the request ------------------------------------------------------------------------ */

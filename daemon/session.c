@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "cache.h"
 #include "linger.h"
 #include "log.h"
 #include "session.h"
@@ -247,12 +248,10 @@ static bd_session *session_alloc(const bd_session_env *env, uint64_t id, bd_data
 	return s;
 }
 
-/* The sampler and the slots: what the request asks of the dataset. @return 0 or -EINVAL. */
-static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
+/* The sampler request m asks for over d. */
+static bd_sampler_cfg sampler_cfg(const bd_dataset *d, const bp_msg_open *m)
 {
-	const bp_msg_open *m = &s->req;
-	const bd_dataset *d = s->dset;
-	bd_sampler_cfg sc = {
+	return (bd_sampler_cfg){
 		.samples = bp_dataset_samples(d->ds),
 		.fingerprint = bp_dataset_fingerprint(d->ds),
 		.seed = m->seed,
@@ -264,6 +263,14 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 		.chunk = d->samples_per_block ? d->samples_per_block : 1,
 		.window = m->window,
 	};
+}
+
+/* The sampler and the slots: what the request asks of the dataset. @return 0 or -EINVAL. */
+static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
+{
+	const bp_msg_open *m = &s->req;
+	const bd_dataset *d = s->dset;
+	bd_sampler_cfg sc = sampler_cfg(d, m);
 	unsigned max = s->env.max_prefetch;
 	int r = bd_sampler_init(&s->sampler, &sc);
 
@@ -330,35 +337,100 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	return b;
 }
 
+/* The payload of epoch e's largest batch (ids: batch_size of scratch). */
+static uint64_t epoch_largest(const bd_sampler *sp, const bd_dataset *d, uint64_t e, uint64_t *ids)
+{
+	uint64_t most = 0, batches = bd_sampler_batches_per_epoch(sp);
+
+	for (uint64_t b = 0; b < batches; b++) {
+		uint32_t len = bd_sampler_batch_len(sp, b);
+		uint64_t sum = 0;
+
+		bd_sampler_batch(sp, e, b, ids);
+		for (uint32_t i = 0; i < len; i++) {
+			bp_pack_sample ps;
+			size_t shard;
+
+			/* Ids come from the sampler and are < samples: locate cannot fail. */
+			bp_dataset_locate(d->ds, ids[i], &shard, &ps);
+			sum += ps.size;
+		}
+		if (sum > most)
+			most = sum;
+	}
+	return most;
+}
+
+int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret)
+{
+	bd_sampler_cfg sc = sampler_cfg(d, m);
+	uint64_t *ids, most = 0, per_rank, epochs;
+	bd_sampler sp;
+
+	if (bd_sampler_init(&sp, &sc) < 0)
+		return -EINVAL;
+	per_rank = bd_sampler_samples_per_rank(&sp);
+	if (per_rank > BD_SESSION_SIZING_SCAN) {
+		*ret = bd_dataset_batch_bound(d, m->batch_size);
+		return 0;
+	}
+	/* Unshuffled, every epoch is the same; else as many as SIZING_SAMPLES allow. */
+	epochs = BD_SESSION_SIZING_SAMPLES / per_rank;
+	if (m->shuffle == BP_SHUFFLE_NONE || epochs < 1)
+		epochs = 1;
+	if (epochs > BD_SESSION_SIZING_EPOCHS)
+		epochs = BD_SESSION_SIZING_EPOCHS;
+	ids = bd_calloc(m->batch_size, sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	for (uint64_t e = 0; e < epochs; e++) {
+		uint64_t x = epoch_largest(&sp, d, m->start_epoch + e, ids);
+
+		if (x > most)
+			most = x;
+	}
+	free(ids);
+	*ret = most;
+	return 0;
+}
+
 /*
  * Lay out the data memfd: descriptors, arena, and a GPU session's device
- * table; and count the heap the session will hold. @return 0 or -ENODEV.
+ * table; and count the heap the session will hold. `largest` is the
+ * schedule's largest batch (bd_session_largest_batch). @return 0 or -ENODEV.
  */
-static int measure(bd_session *s, unsigned prefetch, int device, char *err, size_t errlen)
+static int measure(bd_session *s, unsigned prefetch, int device, uint64_t largest, char *err,
+		   size_t errlen)
 {
 	const bd_dataset *d = s->dset;
 	uint32_t batch_size = s->req.batch_size;
-	uint64_t mean, max_rec, mean_rec;
+	uint64_t mean, most, max_rec, mean_rec;
 
-	/* Arena: room for the largest possible batch plus `prefetch` average ones. */
 	mean = bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds);
-	max_rec = record_bytes(batch_size, bd_dataset_batch_bound(d, batch_size));
+	max_rec = record_bytes(batch_size, largest);
 	mean_rec = record_bytes(batch_size, mean * batch_size) + BP_RING_RECORD_ALIGN;
 	s->arena_off = bp_ring_arena_offset(s->slots);
 	/*
-	 * The trainer may hold two batches (slots = prefetch + 2) while the
-	 * planner stages prefetch more; a second largest record covers what
-	 * the byte ring's wrap-around can waste.
+	 * The trainer may hold two batches (slots = prefetch + 2) and must still
+	 * get the next one: with two records of up to max_rec held anywhere in
+	 * the byte ring, one of the two free runs beside them has room for a
+	 * third only when the ring is four of them. `prefetch` average ones on
+	 * top keep the planner that far ahead of a trainer that holds nothing.
 	 */
-	bd_arena_init(&s->arena, 2 * max_rec + (uint64_t)(prefetch + 2) * mean_rec);
+	bd_arena_init(&s->arena, 4 * max_rec + (uint64_t)prefetch * mean_rec);
 	s->data_size = s->arena_off + s->arena.size;
 	if (device >= 0) {
 		if (!s->env.gpu || !s->env.cuda || device >= s->env.cuda->devices) {
 			snprintf(err, errlen, "no CUDA device: the GPU thread is not running");
 			return -ENODEV;
 		}
-		/* One device slot per descriptor, each as large as the largest batch. */
-		s->slot_bytes = ALIGN_UP(bd_dataset_batch_bound(d, batch_size) + 1,
+		/*
+		 * One device slot per descriptor, each with room for twice the
+		 * largest batch the sizing saw (no more than the largest possible):
+		 * margin for a batch of an epoch past the ones it read.
+		 */
+		most = bd_dataset_batch_bound(d, batch_size);
+		s->slot_bytes = ALIGN_UP((largest < most / 2 ? 2 * largest : most) + 1,
 					 BP_RING_DEVICE_ALIGN);
 		s->gpu_off = s->data_size;
 		s->data_size += bp_ring_gpu_size(s->slots);
@@ -369,12 +441,29 @@ static int measure(bd_session *s, unsigned prefetch, int device, char *err, size
 	return 0;
 }
 
+/*
+ * What sessions may stage in: the server's share for them (the budget less
+ * the block cache's) less the cache's bucket table, which the cache's own
+ * budget does not count (cache.h).
+ */
+static uint64_t staging_budget(const bd_session_env *env)
+{
+	bd_pipeline_stats ps;
+	uint64_t table;
+
+	if (!env->pipeline)
+		return env->budget_total;
+	bd_pipeline_get_stats(env->pipeline, &ps);
+	table = bd_cache_table_bytes(ps.cache_budget);
+	return env->budget_total > table ? env->budget_total - table : 0;
+}
+
 /* Does the shared memory fit the daemon's budget and the uid's limit? @return 0 or -ENOMEM. */
 static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefetch, char *err,
 		  size_t errlen)
 {
 	const bd_session_env *env = &s->env;
-	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_used;
+	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_used, total;
 	const char *name = s->dset->name;
 	uint32_t batch_size = s->req.batch_size;
 	bd_linger *l = linger_of(s);
@@ -383,13 +472,14 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 	/* Memory ended sessions' clients let go of since the loop last looked is free now. */
 	bd_linger_drain(l);
 
+	total = staging_budget(env);
 	/* After a reload that lowered the budget, used may exceed total. */
-	if (*env->budget_used > env->budget_total || need > env->budget_total - *env->budget_used) {
+	if (*env->budget_used > total || need > total - *env->budget_used) {
 		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
 			 "%s of %s in use", name, batch_size, prefetch,
 			 bp_format_size(need, a, sizeof(a)),
 			 bp_format_size(*env->budget_used, b, sizeof(b)),
-			 bp_format_size(env->budget_total, c, sizeof(c)));
+			 bp_format_size(total, c, sizeof(c)));
 		return -ENOMEM;
 	}
 	if (!q || !q->uid_limit)
@@ -491,8 +581,8 @@ static int attach_gpu(bd_session *s, int device, char *err, size_t errlen)
 }
 
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, int device, const bd_session_quota *q, bd_session **ret,
-		   char *err, size_t errlen)
+		   const bp_msg_open *m, uint64_t largest, int device, const bd_session_quota *q,
+		   bd_session **ret, char *err, size_t errlen)
 {
 	unsigned prefetch = m->prefetch ? m->prefetch : env->default_prefetch;
 	bd_session *s = session_alloc(env, id, d, m);
@@ -502,7 +592,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		return -ENOMEM;
 	r = schedule(s, prefetch, err, errlen);
 	if (r == 0)
-		r = measure(s, prefetch, device, err, errlen);
+		r = measure(s, prefetch, device, largest, err, errlen);
 	if (r == 0)
 		r = charge(s, q, prefetch, err, errlen);
 	if (r == 0)
@@ -748,6 +838,38 @@ static void write_table(const bd_session *s, uint32_t n, uint8_t *rec)
 					     .size = s->locs[i].size };
 }
 
+static void publish(bd_session *s);
+static void record_final(bd_session *s, slot *sl);
+
+/*
+ * The next batch can never fit the session's staging (the arena, or a
+ * device slot): a batch of a later epoch of a shuffled schedule larger
+ * than the sizing saw (bd_session_largest_batch). It is published failed, with the
+ * reason in a record of its own, and nothing is read for it. @return 1
+ * planned, 0 no room for the reason yet.
+ */
+static int plan_too_large(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n,
+			  uint64_t payload)
+{
+	uint64_t rec = record_bytes(0, 0), off;
+	char why[BP_RING_REASON_MAX], a[32], b[32];
+	slot *sl;
+
+	if (!bd_arena_alloc(&s->arena, rec, &off))
+		return 0;
+	sl = &s->slot[s->next_seq % s->slots];
+	*sl = (slot){ .epoch = epoch, .batch = batch, .count = n, .rec_off = off, .rec_size = rec };
+	snprintf(why, sizeof(why), "batch %" PRIu64 " of epoch %" PRIu64 " holds %s, more than the "
+		 "%s the session stages a batch in; open with a smaller batch_size", batch, epoch,
+		 bp_format_size(payload, a, sizeof(a)),
+		 bp_format_size(s->gpu ? s->slot_bytes : s->arena.size, b, sizeof(b)));
+	fail_slot(s, sl, -E2BIG, why);
+	s->next_seq++;
+	record_final(s, sl);
+	publish(s);
+	return 1;
+}
+
 /* Build and submit the job for the next batch. @return 1 planned, 0 no room, <0 error. */
 static int plan_one(bd_session *s)
 {
@@ -761,6 +883,8 @@ static int plan_one(bd_session *s)
 
 	payload = locate(s, epoch, batch, n);
 	rec = record_bytes(n, payload);
+	if (rec > s->arena.size || (s->gpu && payload > s->slot_bytes))
+		return plan_too_large(s, epoch, batch, n, payload);
 	if (!bd_arena_alloc(&s->arena, rec, &off))
 		return 0;
 	base = s->data + s->arena_off + off;
@@ -1062,6 +1186,21 @@ static void progress(bd_session *s)
 	plan(s);
 }
 
+/*
+ * A batch's record is final (decoded, or failed with its reason): a GPU
+ * session queues its copy, in seq order; a host one publishes it as it is.
+ */
+static void record_final(bd_session *s, slot *sl)
+{
+	if (s->gpu) {
+		sl->decoded = true;
+		queue_copies(s);
+	} else {
+		sl->done = true;
+		sl->copied = true;
+	}
+}
+
 static void decoded(bd_session *s, slot *sl, int status, const char *reason)
 {
 	s->inflight--;
@@ -1071,13 +1210,7 @@ static void decoded(bd_session *s, slot *sl, int status, const char *reason)
 	}
 	if (status < 0)
 		fail_slot(s, sl, status, reason);
-	if (s->gpu) {
-		sl->decoded = true;
-		queue_copies(s);
-	} else {
-		sl->done = true;
-		sl->copied = true;
-	}
+	record_final(s, sl);
 	progress(s);
 }
 
@@ -1173,6 +1306,8 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.delivered = s->delivered,
 		.delivered_bytes = s->delivered_bytes,
 		.memory = s->memory,
+		.memory_heap = s->memory ? s->heap : 0,
+		.planned = s->next_seq,
 		.epoch = s->req.start_epoch + g / s->batches_per_epoch,
 		.batch = g % s->batches_per_epoch,
 		.batch_size = s->req.batch_size,
@@ -1182,6 +1317,7 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.world = s->req.world,
 		.shuffle = s->req.shuffle,
 		.protocol_violation = s->violation,
+		.closing = s->closing,
 		.age_ns = bd_now_ns() - s->opened_ns,
 		.device = -1,
 		/* The client's own account, as far as it is possible (wait_acct.h). */

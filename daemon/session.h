@@ -71,9 +71,33 @@ typedef struct bd_session_quota {
 	uint64_t uid_limit;         /* 0: no per-uid limit */
 } bd_session_quota;
 
+/* bd_session_largest_batch: an epoch of more samples per rank is not read. */
+#define BD_SESSION_SIZING_SCAN (UINT64_C(1) << 20)
+/* ... and it reads epochs while their samples add up to no more than this, at most: */
+#define BD_SESSION_SIZING_SAMPLES (UINT64_C(1) << 18)
+#define BD_SESSION_SIZING_EPOCHS 64u
+
+/*
+ * The payload bytes of the largest batch request m's schedule over d holds
+ * in its first epochs, summed from the sample tables: what a session's
+ * arena and device slots are sized from. Unshuffled, every epoch holds the
+ * same batches and the first is read; shuffled, as many epochs from the
+ * start epoch on as BD_SESSION_SIZING_SAMPLES samples allow (at least one,
+ * at most BD_SESSION_SIZING_EPOCHS). An epoch of more than
+ * BD_SESSION_SIZING_SCAN samples per rank is not read: it gets the bound
+ * of the batch_size largest samples (which such datasets of small samples
+ * afford). A batch of a later epoch larger than this waits for room, or is
+ * delivered failed with its reason when it can never fit. Costs one
+ * sampler step and sample lookup per sample read; any thread (d's tables
+ * are read only), so the open's lookup runs it on the thread pool.
+ * @return 0; -EINVAL (an invalid schedule: bd_session_new says what is
+ * wrong); -ENOMEM.
+ */
+int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret);
+
 /*
  * Create a session over dataset d (the session takes the reference) for
- * request m, delivering to host memory (device < 0) or to the daemon's
+ * request m, its largest batch `largest` (bd_session_largest_batch), delivering to host memory (device < 0) or to the daemon's
  * CUDA device `device` (env->gpu must be set). On success *ret is the
  * session. On failure err names what was wrong. @return 0; -EINVAL (a
  * field the dataset cannot satisfy, e.g. drop_last leaving no batch),
@@ -81,8 +105,8 @@ typedef struct bd_session_quota {
  * -ENODEV / -EIO (CUDA), -errno.
  */
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, int device, const bd_session_quota *q, bd_session **ret,
-		   char *err, size_t errlen);
+		   const bp_msg_open *m, uint64_t largest, int device, const bd_session_quota *q,
+		   bd_session **ret, char *err, size_t errlen);
 
 /*
  * The READY message for s, and its descriptors in the order PROTOCOL.md
@@ -121,12 +145,15 @@ const char *bd_session_tier(const bd_session *s);
 
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;
+	uint64_t memory_heap;       /* of memory: the daemon heap; the rest is the two memfds */
+	uint64_t planned;           /* batches staged: published, or being read and decoded */
 	uint64_t delivered, delivered_bytes;  /* batches the client took and released, and their bytes */
 	uint64_t epoch, batch;      /* position of the next batch to publish */
 	uint32_t batch_size, slots, inflight;
 	uint32_t rank, world;
 	uint8_t shuffle;            /* enum bp_shuffle */
 	bool protocol_violation;
+	bool closing;               /* ending: its memory comes back once its jobs are in */
 	uint64_t age_ns;            /* since the session opened */
 	int device;                 /* the daemon's CUDA ordinal, or -1: host */
 	bd_gpu_session_info gpu;    /* when device >= 0 */

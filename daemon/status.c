@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "batchd-build.h"
+#include "cache.h"
 #include "dataset.h"
 #include "linger.h"
 #include "protocol.h"
@@ -128,14 +129,21 @@ static void status_cuda(bd_text *t, bd_server *srv)
 	bd_text_printf(t, "]}, ");
 }
 
+/* The block cache's charge: its blocks and its bucket table. */
+static uint64_t cache_charged(const bd_pipeline_stats *ps)
+{
+	return ps->cache_bytes + bd_cache_table_bytes(ps->cache_budget);
+}
+
 /* Memory, clients, threads, the pipeline and the cache. */
 static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
 {
 	bd_text_printf(t, "\"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
 		       ", \"sessions\": %" PRIu64 ", \"lingering\": %" PRIu64 ", \"cache\": %" PRIu64
-		       "}, ", srv->budget, srv->budget_used + ps->cache_bytes,
-		       srv->budget_used, bd_linger_bytes(bd_pipeline_linger(srv->pipeline)),
-		       ps->cache_bytes);
+		       ", \"cache_table\": %" PRIu64 "}, ", srv->budget,
+		       srv->budget_used + cache_charged(ps), srv->budget_used,
+		       bd_linger_bytes(bd_pipeline_linger(srv->pipeline)), cache_charged(ps),
+		       bd_cache_table_bytes(ps->cache_budget));
 	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u, "
 		       "\"decode_active\": %u, \"decode_autotune\": %s, \"decode_ups\": %u, "
 		       "\"decode_downs\": %u}, ", srv->nclients, srv->cfg.io_threads,
@@ -198,14 +206,15 @@ static void status_session(bd_text *t, const entry *e)
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
 		       PRIu64 ", \"delivered\": %" PRIu64 ", \"delivered_bytes\": %" PRIu64
 		       ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"memory\": %" PRIu64
-		       ", \"slots\": %u, \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
+		       ", \"memory_heap\": %" PRIu64 ", \"slots\": %u, \"planned\": %" PRIu64
+		       ", \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
 		       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 ", \"placement\": %d",
 		       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
 		       bp_shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
 		       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
-		       si.failed, si.bytes, si.memory, si.slots, si.inflight,
-		       (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9, si.waits,
-		       si.device);
+		       si.failed, si.bytes, si.memory, si.memory_heap, si.slots, si.planned,
+		       si.inflight, (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9,
+		       si.waits, si.device);
 	if (si.device >= 0)
 		bd_text_printf(t, ", \"gpu\": {\"device\": %d, \"device_bytes\": %" PRIu64
 			       ", \"pinned\": %s, \"copies\": %" PRIu64 ", \"copy_bytes\": %"
@@ -389,7 +398,7 @@ static void metrics_cache(bd_text *t, bd_server *srv, const bd_pipeline_stats *p
 	gauge(t, "batchd_memory_budget_bytes", "The memory budget (staging and cache).",
 	      srv->budget);
 	gauge(t, "batchd_memory_used_bytes", "Memory of the budget in use (staging and cache).",
-	      srv->budget_used + ps->cache_bytes);
+	      srv->budget_used + cache_charged(ps));
 	gauge(t, "batchd_memory_lingering_bytes",
 	      "Shared memory of ended sessions still held by their clients (charged until freed).",
 	      bd_linger_bytes(bd_pipeline_linger(srv->pipeline)));
