@@ -17,13 +17,15 @@
  * the file order. Anything else is counted as an error and described on
  * stderr with the stream's options, so a failure can be replayed.
  *
- * Usage: soak-client -s SOCKET -r ROOT -t SECONDS [-i ID] [-S SEED] [-f] [-H HOLD] DATASET...
+ * Usage: soak-client -s SOCKET -r ROOT -t SECONDS [-i ID] [-S SEED] [-f] [-m] [-H HOLD] DATASET...
  * -H none|order|any (default any): whether sessions may hold one or two
  * batches while asking for the next, giving them back oldest first (order)
  * or, in some sessions, newest first (any).
  * -f: the daemon injects faults (BATCHD_FAULTS), so a batch may fail with
  * a reason and the stream move on: such batches are counted as failed, not
  * as errors (their bytes are never checked; nothing wrong may be delivered).
+ * -m: the daemon's memory budget is small on purpose, so an open refused
+ * for memory (-ENOMEM) is counted as refused, not as an error.
  * Prints one summary line (key=value pairs) on stdout; exits 1 when any
  * error was counted, 2 on a usage error.
  *
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -48,7 +51,7 @@
 #include "trainer.h"
 
 static const char usage_text[] =
-	"usage: soak-client -s SOCKET -r ROOT -t SECONDS [-i ID] [-S SEED] [-f] [-H none|order|any]\n"
+	"usage: soak-client -s SOCKET -r ROOT -t SECONDS [-i ID] [-S SEED] [-f] [-m] [-H none|order|any]\n"
 	"                   DATASET...\n";
 
 /* Longest a ready batch may take before the stream counts as stalled. */
@@ -84,6 +87,7 @@ enum hold_policy {
 static struct {
 	unsigned id;
 	bool faults;             /* -f: failed batches are expected */
+	bool small_budget;       /* -m: opens refused for memory are expected */
 	enum hold_policy hold;
 	uint64_t rng;
 	totals t;
@@ -508,6 +512,11 @@ static void run_session(bc_client *c, ref *rf, double deadline)
 	r = bc_open(c, &ss.o, &s);
 	if (r < 0) {
 		g.t.refused++;
+		if (r == -ENOMEM && g.small_budget) {
+			/* Give the sessions that hold the budget a moment before the next try. */
+			nanosleep(&(struct timespec){ .tv_nsec = 20 * 1000 * 1000 }, NULL);
+			return;
+		}
 		count_error("%s: open: %s (%s)", ss.desc, bc_strerror(r), bc_client_error(c));
 		return;
 	}
@@ -554,13 +563,14 @@ static int parse_args(int argc, char **argv, soak_args *a)
 
 	*a = (soak_args){ 0 };
 	g.hold = HOLD_ANY;
-	while ((opt = getopt(argc, argv, "s:r:t:i:S:fH:")) != -1) {
+	while ((opt = getopt(argc, argv, "s:r:t:i:S:fmH:")) != -1) {
 		switch (opt) {
 		case 'H':
 			if (parse_hold(optarg))
 				return 2;
 			break;
 		case 'f': g.faults = true; break;
+		case 'm': g.small_budget = true; break;
 		case 's': a->sock = optarg; break;
 		case 'r': a->root = optarg; break;
 		case 't':

@@ -6,9 +6,10 @@
 #
 #   tools/soak.sh SECONDS [CLIENTS]        (CLIENTS defaults to 32)
 #
-# Makes four datasets with batchd-pack (one sample per block with a
+# Makes five datasets with batchd-pack (one sample per block with a
 # dictionary; 64 KiB blocks; a directory of three shards; fixed-size
-# records), starts batchd on a socket in a scratch directory whose root is
+# records; a few samples of 0.5-1.5 MiB among small ones, one per block),
+# starts batchd on a socket in a scratch directory whose root is
 # that directory, and runs CLIENTS soak-clients at once for SECONDS. Each
 # opens streams with random options (dataset, batch size 1..256, shuffle
 # none/global/block, seed, rank/world, drop_last, prefetch, start epoch),
@@ -28,13 +29,22 @@
 # wave beside the good ones; every good client must still verify every byte,
 # and after the attack the daemon must be back at its baseline as above.
 #
+# Memory: every second the daemon's VmRSS is sampled beside the status
+# document's memory.used and memory.budget. The summary reports the largest
+# RSS - budget and RSS - used seen; RSS over budget + SOAK_RSS_OVER_MB (64)
+# at any sample fails the soak. With SOAK_KILLS=N, N clients at a time are
+# started during the main wave and SIGKILLed after 0.2-2 s, over and over.
+#
 # Fails (exit 1) on any client error, a refused open, a daemon-side failure,
 # protocol or ring violation, or the checks above; prints a summary either way.
 #
 # Environment:
 #   BATCHD_BUILD   build directory for the binaries below (default: build)
 #   BATCHD, BATCHD_PACK, BATCHCTL, SOAK_CLIENT   the binaries themselves
-#   SOAK_MEMORY    batchd --memory (default 2G: no client is ever refused)
+#   SOAK_MEMORY    batchd --memory (default 2G: no client is ever refused);
+#                  when set, opens refused for memory are expected and counted
+#   SOAK_RSS_OVER_MB  RSS allowed over the budget at any sample (default 64)
+#   SOAK_KILLS     clients killed at a time during the main wave (default 0)
 #   SOAK_SEED      seed of the clients' choices (default: random; printed)
 #   SOAK_HOLD      none|order|any (default any): may trainers hold one or two
 #                  batches while asking for more, releasing oldest first or
@@ -66,6 +76,8 @@ client=${SOAK_CLIENT:-$build/tools/soak-client}
 hostile_bin=${HOSTILE_CLIENT:-$build/tools/hostile-client}
 hostile=${SOAK_HOSTILE:-0}
 memory=${SOAK_MEMORY:-2G}
+kills=${SOAK_KILLS:-0}
+case "$kills" in '' | *[!0-9]*) usage ;; esac
 seed=${SOAK_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
 bins=("$batchd" "$pack" "$ctl" "$client")
 [ "$hostile" -gt 0 ] && bins+=("$hostile_bin")
@@ -133,6 +145,10 @@ for i in range(1500):
 # Text of 1..8 KiB in 16 KiB blocks, three shards.
 for i in range(2400):
     put("sharded", i, text(rng.randrange(1, 8 * 1024)))
+# Large samples: one in 32 of 0.5-1.5 MiB (noise), the rest text of 1..8 KiB.
+for i in range(640):
+    put("large", i, rng.randbytes(rng.randrange(512 << 10, 1536 << 10)) if i % 32 == 3
+        else text(rng.randrange(1, 8 * 1024)))
 # Fixed-size records (3 KiB), as a tensor file would hold them.
 with open(os.path.join(out, "records.bin"), "wb") as f:
     for i in range(2500):
@@ -146,7 +162,8 @@ mk "$dir/root/json.bpk" "$dir/in/json" --dict
 mk "$dir/root/mixed.bpk" "$dir/in/mixed" --block-size 64K
 mk "$dir/root/sharded" "$dir/in/sharded" --block-size 16K --shard-size 600K
 mk "$dir/root/records.bpk" --records 3072 "$dir/in/records.bin" --block-size 256K
-datasets=(json.bpk mixed.bpk sharded records.bpk)
+mk "$dir/root/large.bpk" "$dir/in/large" --block-size 0
+datasets=(json.bpk mixed.bpk sharded records.bpk large.bpk)
 for d in "${datasets[@]}"; do
 	"$pack" verify "$dir/root/$d" >"$dir/pack.log" 2>&1 || { cat "$dir/pack.log" >&2; fail "batchd-pack verify $d"; exit 1; }
 done
@@ -165,6 +182,7 @@ else
 	client_flags=()
 fi
 client_flags+=(-H "${SOAK_HOLD:-any}")
+[ -n "${SOAK_MEMORY:-}" ] && client_flags+=(-m)
 "$batchd" --socket "$sock" --root "$dir/root" --memory "$memory" --log-level notice \
 	2>"$dir/batchd.log" &
 daemon_pid=$!
@@ -183,6 +201,44 @@ for k in sys.argv[1].split("."): d=d[k]
 print(d)' "$1"; }
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$daemon_pid/status"; }
 fd_count() { ls "/proc/$daemon_pid/fd" | wc -l; }
+
+# ---- memory sampling: VmRSS against the budget and the charge, every second ----
+
+# sample_memory: "RSS_BYTES USED BUDGET" lines into $dir/memory.log until killed
+sample_memory() {
+	local rss st
+	while kill -0 "$daemon_pid" 2>/dev/null; do
+		rss=$(rss_kb) || break
+		st=$(status_json 2>/dev/null) || { sleep 1; continue; }
+		echo "$((rss * 1024)) $(echo "$st" | "$py" -c 'import json,sys
+m=json.load(sys.stdin)["memory"]
+print(m["used"], m["budget"])')"
+		sleep 1
+	done >>"$dir/memory.log"
+}
+sampler_pid=
+
+# ---- clients killed in the middle of their streams ---------------------------------
+
+# killer SECONDS: $kills clients at a time, each SIGKILLed after 0.2-2 s, until SECONDS pass
+killer() {
+	local until=$(( $(date +%s) + $1 )) n=0 pids p
+	while [ "$(date +%s)" -lt "$until" ]; do
+		pids=()
+		for _ in $(seq "$kills"); do
+			"$client" -s "$sock" -r "$dir/root" -t 30 -i $((100000 + n)) -S "$((seed + n))" \
+				"${client_flags[@]}" "${datasets[@]}" >/dev/null 2>&1 &
+			pids+=($!)
+			n=$((n + 1))
+		done
+		sleep "$(awk -v r="$RANDOM" 'BEGIN { printf "%.1f", 0.2 + 1.8 * r / 32767 }')"
+		for p in "${pids[@]}"; do
+			kill -KILL "$p" 2>/dev/null || true
+			wait "$p" 2>/dev/null || true
+		done
+	done
+	echo "$n" >"$dir/killed"
+}
 
 # Wait until no session is left (clients are gone, the daemon may lag a little).
 wait_idle() {
@@ -217,6 +273,8 @@ sum() { cat "$dir/$1".*.out | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { s += $2
 warm=$((seconds / 10))
 [ $warm -lt 3 ] && warm=3
 [ $warm -gt 30 ] && warm=30
+sample_memory &
+sampler_pid=$!
 echo "soak.sh: batchd pid $daemon_pid; seed $seed; warm-up wave: $clients clients for ${warm}s"
 run_wave warm "$warm" 1 || fail "warm-up wave"
 wait_idle || fail "sessions still open after the warm-up wave"
@@ -251,8 +309,11 @@ with=""
 echo "soak.sh: main wave: $clients clients for ${seconds}s$with"
 t0=$(date +%s)
 [ "$hostile" -gt 0 ] && start_hostile "$seconds"
+killer_pid=
+[ "$kills" -gt 0 ] && { killer "$seconds" & killer_pid=$!; }
 run_wave main "$seconds" 0 || fail "main wave"
 t1=$(date +%s)
+[ -n "$killer_pid" ] && { wait "$killer_pid" || fail "the killer loop failed"; }
 for p in "${hostile_pids[@]}"; do
 	wait "$p" || fail "a hostile client failed (see $dir/hostile.*.err)"
 done
@@ -268,9 +329,22 @@ msess1=$(echo "$st" | field memory.sessions)
 
 # ---- verdict ---------------------------------------------------------------------
 
+kill "$sampler_pid" 2>/dev/null || true
+wait "$sampler_pid" 2>/dev/null || true
+# max(RSS - budget), max(RSS - used) in bytes, and the samples over budget + the allowance
+over_mb=${SOAK_RSS_OVER_MB:-64}
+read -r samples max_over_budget max_over_used rss_max over_count < <(awk -v allow=$((over_mb << 20)) '
+	NF == 3 { n++; b = $1 - $3; u = $1 - $2
+		if (n == 1 || b > mb) mb = b; if (n == 1 || u > mu) mu = u; if ($1 > mr) mr = $1
+		if (b > allow) over++ }
+	END { printf "%d %.0f %.0f %.0f %d\n", n, mb, mu, mr, over }' "$dir/memory.log")
+[ "$samples" -gt 0 ] || fail "no memory samples taken"
+[ "$over_count" -eq 0 ] || fail "RSS over the budget + $over_mb MiB in $over_count of $samples samples (largest RSS - budget $((max_over_budget >> 20)) MiB; see $dir/memory.log)"
+
 for k in protocol_violations ring_violations pipeline.failures ended.failed refused.memory \
 	refused.other refused.corrupt refused.invalid refused.not_found; do
 	v=$(echo "$st" | field "$k")
+	[ "$k" = refused.memory ] && [ -n "${SOAK_MEMORY:-}" ] && continue
 	if [ "$v" -ne 0 ] && { [ -z "${SOAK_FAULTS:-}" ] || [[ $k != pipeline.failures && $k != ended.failed ]]; }; then
 		fail "daemon status $k = $v"
 	fi
@@ -325,6 +399,9 @@ soak.sh: summary ($( [ $failed -eq 0 ] && echo PASS || echo FAIL ))
   errors             $errors
   VmRSS              $((rss0 / 1024)) MiB -> $((rss1 / 1024)) MiB (cache $((cache0 >> 20)) -> $((cache1 >> 20)) MiB; growth beyond the cache $((grow_kb / 1024)) MiB)
   fds                $fd0 -> $fd1
+  RSS vs budget      $samples samples: max RSS $(mib "$rss_max") MiB; max(RSS - budget) $(mib "$max_over_budget") MiB, max(RSS - used) $(mib "$max_over_used") MiB (fails over +$over_mb MiB)
+  refused (memory)   $(echo "$st" | field refused.memory)${SOAK_MEMORY:+ (budget $memory: expected)}
+  killed clients     $(cat "$dir/killed" 2>/dev/null || echo 0)
   memory.used        $used1 (cache $cache1, sessions $msess1)
   daemon exit        ${stop_rc:-none} on SIGTERM
 EOF
