@@ -318,14 +318,17 @@ static uint32_t jobs_in_flight(const bd_session *s)
 /*
  * The daemon heap the session may hold at most, charged with its shared
  * memory: the session and its slots, the planner's scratch (batch_size
- * each), its jobs in flight (a batch touches at most min(batch_size,
- * blocks) blocks; a job is freed when its batch is decoded), the
+ * each), its jobs in flight (a batch touches at most min(batch_size x
+ * the most frames of a sample, blocks) blocks; a job is freed when its
+ * batch is decoded), the
  * pipeline's flow, and a GPU session's per-slot state and copies.
  */
 static uint64_t heap_bytes(const bd_session *s, int device)
 {
+	/* A framed sample is a block and a piece per frame (proto/PACK.md, Frames). */
 	uint64_t n = s->req.batch_size, blocks = bp_dataset_blocks(s->dset->ds);
-	uint64_t job = bd_job_bytes((uint32_t)(blocks < n ? blocks : n), (uint32_t)n);
+	uint64_t pieces = n * bp_dataset_max_frames(s->dset->ds);
+	uint64_t job = bd_job_bytes((uint32_t)(blocks < pieces ? blocks : pieces), (uint32_t)pieces);
 	uint64_t b;
 
 	b = sizeof(bd_session) + s->req.path_len + 1 + (uint64_t)s->slots * sizeof(slot) +

@@ -40,6 +40,7 @@
 
 #include "daemon-testlib.h"
 #include "pack-testlib.h"
+#include "pipeline_priv.h"
 #include "sampler.h"
 
 static dt_daemon D;
@@ -312,6 +313,57 @@ static void expect_source_bytes(const dt_run *run, const pt_samples *src)
  * once, frames included, each straight into the batch. Then the planner
  * over framed samples under every shuffle, batches of 1 and 3.
  */
+/* Field key of the session on dataset in the status. */
+static uint64_t session_u64(const char *dataset, const char *key)
+{
+	json_object *status = dt_status_json_ok(), *sessions;
+	uint64_t heap = 0;
+	bool found = false;
+
+	ck_assert(json_object_object_get_ex(status, "sessions", &sessions));
+	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+		json_object *se = json_object_array_get_idx(sessions, i), *name;
+
+		if (json_object_object_get_ex(se, "dataset", &name) &&
+		    !strcmp(json_object_get_string(name), dataset)) {
+			heap = dt_ju64(se, key);
+			found = true;
+		}
+	}
+	json_object_put(status);
+	ck_assert_msg(found, "no session on %s in the status", dataset);
+	return heap;
+}
+
+/*
+ * Jobs in flight are charged a task and a piece per frame: against the
+ * same session on a dataset of one-sample blocks (n blocks a batch), the
+ * framed one (blocks a batch) is charged that many more for each of its
+ * jobs (slots of them: batches of n samples need fewer than
+ * BD_SESSION_JOB_PIECES pieces).
+ */
+static void expect_frames_charged(bc_client *c, uint32_t n, uint64_t blocks)
+{
+	bc_stream_opts o;
+	bc_stream *framed, *plain;
+	uint64_t fh, ph, want, slots;
+
+	dt_opts(&o, FRAMES_DSET, n, BC_SHUFFLE_NONE, 1);
+	framed = dt_open_ok(c, &o);
+	slots = session_u64(FRAMES_DSET, "slots");
+	dt_opts(&o, DSET_ONE, n, BC_SHUFFLE_NONE, 1);
+	plain = dt_open_ok(c, &o);
+	fh = session_u64(FRAMES_DSET, "memory_heap");
+	ph = session_u64(DSET_ONE, "memory_heap");
+	ck_assert_uint_eq(session_u64(DSET_ONE, "slots"), slots);
+	want = slots * (blocks - n) * (sizeof(bd_task) + sizeof(bd_piece));
+	expect(fh >= ph + want, "framed session charged %" PRIu64 " bytes of heap, one-sample "
+	       "blocks %" PRIu64 ": %" PRIu64 " jobs of %" PRIu64 " blocks need %" PRIu64 " more", fh, ph,
+	       slots, blocks, want);
+	ck_assert_int_eq(bc_close(plain), 0);
+	ck_assert_int_eq(bc_close(framed), 0);
+}
+
 START_TEST(test_plan_frames)
 {
 	static const enum bc_shuffle modes[] = { BC_SHUFFLE_NONE, BC_SHUFFLE_GLOBAL,
@@ -351,6 +403,7 @@ START_TEST(test_plan_frames)
 		plan_one(c, FRAMES_DSET, &ref, 1, modes[m]);
 		plan_one(c, FRAMES_DSET, &ref, 3, modes[m]);
 	}
+	expect_frames_charged(c, (uint32_t)src.n, blocks);
 	dt_ref_close(&ref);
 	pt_samples_free(&src);
 	bc_disconnect(c);
