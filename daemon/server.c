@@ -578,6 +578,7 @@ static void session_env(bd_server *srv)
 		.budget_total = session_budget(srv),
 		.default_prefetch = srv->cfg.prefetch,
 		.max_prefetch = srv->cfg.max_prefetch,
+		.read_depth = srv->cfg.queue_depth * srv->cfg.io_threads,
 		.ended = on_session_ended,
 		.ctx = srv,
 	};

@@ -583,11 +583,37 @@ static int attach_gpu(bd_session *s, int device, char *err, size_t errlen)
 				  &s->gpu_fd, &s->gpu, err, errlen);
 }
 
+/* Batches staged ahead by default stop growing past this many bytes. */
+#define AUTO_PREFETCH_BYTES ((uint64_t)32 << 20)
+
+/*
+ * Batches staged ahead when the client does not ask: [session] prefetch,
+ * or more when its batches read few blocks, so that the session alone
+ * keeps the engines' read_depth reads in flight (batch 1 of one-sample
+ * blocks would have had 8 reads in flight on a disk that wants 64), as
+ * long as that many average batches come to AUTO_PREFETCH_BYTES or less;
+ * never over max_prefetch.
+ */
+static unsigned default_prefetch(const bd_session_env *env, const bd_dataset *d,
+				 const bp_msg_open *m)
+{
+	uint64_t per_block = d->samples_per_block ? d->samples_per_block : 1;
+	uint64_t blocks = (m->batch_size + per_block - 1) / per_block;
+	uint64_t mean = bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds) * m->batch_size;
+	uint64_t want = blocks ? (env->read_depth + blocks - 1) / blocks : 0;
+
+	if (mean && want > AUTO_PREFETCH_BYTES / mean)
+		want = AUTO_PREFETCH_BYTES / mean;
+	if (want > env->max_prefetch)
+		want = env->max_prefetch;
+	return want > env->default_prefetch ? (unsigned)want : env->default_prefetch;
+}
+
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		   const bp_msg_open *m, uint64_t largest, int device, const bd_session_quota *q,
 		   bd_session **ret, char *err, size_t errlen)
 {
-	unsigned prefetch = m->prefetch ? m->prefetch : env->default_prefetch;
+	unsigned prefetch = m->prefetch ? m->prefetch : default_prefetch(env, d, m);
 	bd_session *s = session_alloc(env, id, d, m);
 	int r;
 

@@ -52,6 +52,7 @@ typedef struct bd_session_env {
 	uint64_t budget_total;
 	unsigned default_prefetch;
 	unsigned max_prefetch;
+	unsigned read_depth;        /* reads the engines keep in flight: queue_depth x io_threads */
 	bd_gpu *gpu;                /* NULL when CUDA is unusable: host sessions only */
 	const bd_cuda_state *cuda;  /* the devices, when gpu is set */
 	/*

@@ -5,7 +5,11 @@
  * one step per calm second down to one, shown in status
  * (threads.decode_active, decode_downs) and in the metric
  * batchd_decode_threads_active, and one worker still serves every sample
- * right; with autotune = no every worker stays active.
+ * right; with autotune = no every worker stays active. A session that
+ * does not ask for a prefetch depth gets enough batches staged to keep
+ * the engines' reads in flight when its batches read few blocks
+ * (session.c default_prefetch): batch 1 of one-sample blocks 64 ahead
+ * (queue depth 64), batch 50 the configured 8.
  *
  * BATCHD and BATCHD_PACK name the binaries (meson sets them).
  */
@@ -84,12 +88,51 @@ START_TEST(test_fixed_keeps_all)
 }
 END_TEST
 
+/* The session's "slots" in the status (its prefetch + 2). */
+static uint64_t slots_of(bc_client *c, const char *dataset, uint32_t batch, uint32_t prefetch)
+{
+	bc_stream_opts o;
+	bc_stream *s;
+	json_object *st, *sessions;
+	uint64_t slots;
+
+	dt_opts(&o, dataset, batch, BC_SHUFFLE_GLOBAL, 1);
+	o.prefetch = prefetch;
+	s = dt_open_ok(c, &o);
+	st = dt_status_json_ok();
+	ck_assert(json_object_object_get_ex(st, "sessions", &sessions));
+	ck_assert_int_eq(json_object_array_length(sessions), 1);
+	slots = dt_ju64(json_object_array_get_idx(sessions, 0), "slots");
+	json_object_put(st);
+	ck_assert_int_eq(bc_close(s), 0);
+	ck_assert(dt_wait_sessions(D.sock, 0, 100));
+	return slots;
+}
+
+START_TEST(test_prefetch_depth)
+{
+	bc_client *c = dt_connect_ok();
+
+	/* One block a batch: 64 batches keep the 64 reads of the queue in flight. */
+	ck_assert_uint_eq(slots_of(c, DSET_ONE, 1, 0), 64 + 2);
+	/* 8 blocks a batch: 8 batches, the configured default. */
+	ck_assert_uint_eq(slots_of(c, DSET_ONE, 8, 0), 8 + 2);
+	ck_assert_uint_eq(slots_of(c, DSET_ONE, 50, 0), 8 + 2);
+	/* 16 KiB blocks of several samples: fewer blocks a batch, more batches. */
+	expect(slots_of(c, DSET_BLK, 4, 0) > 8 + 2, "batch 4 over multi-sample blocks got the default");
+	/* Asked for: as asked. */
+	ck_assert_uint_eq(slots_of(c, DSET_ONE, 1, 3), 3 + 2);
+	bc_disconnect(c);
+}
+END_TEST
+
 static Suite *autotune_suite(void)
 {
 	Suite *s = suite_create("autotune");
 
 	tcase_add_test(dt_tcase(s, "idle_lowers_to_one", setup_tuned), test_idle_lowers_to_one);
 	tcase_add_test(dt_tcase(s, "fixed_keeps_all", setup_fixed), test_fixed_keeps_all);
+	tcase_add_test(dt_tcase(s, "prefetch_depth", setup_fixed), test_prefetch_depth);
 	return s;
 }
 

@@ -348,10 +348,13 @@ static void expect_frames_charged(bc_client *c, uint32_t n, uint64_t blocks)
 	bc_stream *framed, *plain;
 	uint64_t fh, ph, want, slots;
 
+	/* The same depth for both (left to the daemon, it follows the blocks a batch reads). */
 	dt_opts(&o, FRAMES_DSET, n, BC_SHUFFLE_NONE, 1);
+	o.prefetch = 8;
 	framed = dt_open_ok(c, &o);
 	slots = session_u64(FRAMES_DSET, "slots");
 	dt_opts(&o, DSET_ONE, n, BC_SHUFFLE_NONE, 1);
+	o.prefetch = 8;
 	plain = dt_open_ok(c, &o);
 	fh = session_u64(FRAMES_DSET, "memory_heap");
 	ph = session_u64(DSET_ONE, "memory_heap");
