@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -324,6 +325,38 @@ enum bd_tier bd_tier_choose(const bd_read_policy *p, uint64_t raw, uint64_t stor
 	return BD_TIER_DIRECT;
 }
 
+/*
+ * Bytes of d's blocks in the page cache now (mincore over a mapping of
+ * each shard up to its index, which loading has just read; nothing is
+ * read), and their total. A shard that cannot be mapped counts as
+ * resident: buffered reads stay the choice when in doubt.
+ */
+static void resident(const bd_dataset *d, uint64_t *ret_in, uint64_t *ret_all)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t in = 0, all = 0;
+
+	for (size_t i = 0; i < bp_dataset_shard_count(d->ds); i++) {
+		const bp_shard *sh = bp_dataset_shard(d->ds, i);
+		size_t len = (size_t)sh->footer.index_offset, pages = (len + (size_t)page - 1) / (size_t)page;
+		unsigned char *vec = len ? bd_malloc(pages) : NULL;
+		void *map = vec ? mmap(NULL, len, PROT_READ, MAP_SHARED, sh->fd, 0) : MAP_FAILED;
+
+		all += len;
+		if (map == MAP_FAILED || mincore(map, len, vec) < 0) {
+			in += len;
+		} else {
+			for (size_t k = 0; k < pages; k++)
+				in += (vec[k] & 1) ? (uint64_t)page : 0;
+		}
+		if (map != MAP_FAILED)
+			munmap(map, len);
+		free(vec);
+	}
+	*ret_in = in < all ? in : all;
+	*ret_all = all;
+}
+
 /* Choose d's tier; @return the read mode it asks for ([io] direct = on or off decides alone). */
 static enum bd_direct_mode choose_reads(bd_dataset *d, const bd_read_policy *rp)
 {
@@ -339,6 +372,18 @@ static enum bd_direct_mode choose_reads(bd_dataset *d, const bd_read_policy *rp)
 	d->cache_all = d->tier == BD_TIER_RAM;
 	if (rp->direct != BD_DIRECT_AUTO)
 		return rp->direct;
+	if (d->tier == BD_TIER_RAM) {
+		uint64_t in, all;
+
+		/*
+		 * The ram tier reads each block once and keeps it decoded: what the
+		 * page cache does not hold already is read with O_DIRECT, so that
+		 * the first epoch does not fill the page cache with a second copy
+		 * and pay for copying out of it.
+		 */
+		resident(d, &in, &all);
+		return in >= all / 2 ? BD_DIRECT_OFF : BD_DIRECT_AUTO;
+	}
 	return d->tier == BD_TIER_DIRECT ? BD_DIRECT_AUTO : BD_DIRECT_OFF;
 }
 

@@ -57,7 +57,10 @@ enum bd_direct_mode { BD_DIRECT_AUTO, BD_DIRECT_ON, BD_DIRECT_OFF };
  * per dataset version when it is loaded ([memory] tier = auto):
  *   ram     the decoded dataset fits the block cache: every block is cached
  *           once decoded (also blocks a batch takes whole), so later epochs
- *           neither read nor decode; reads are buffered.
+ *           neither read nor decode; reads are buffered when at least half
+ *           of its blocks are in the page cache already, else O_DIRECT
+ *           where the file system allows it (the page cache would only
+ *           hold a second copy; mincore, at load).
  *   page    the stored dataset fits in half the memory the machine (or the
  *           daemon's cgroup) has available: buffered reads, so later epochs
  *           read from the page cache; the cache holds partial blocks.

@@ -12,19 +12,26 @@
  * samples per block times, with the block size to repack with) and shows
  * in batchd_decode_amplification; in the ram tier it is not. In the direct
  * tier, sessions on one version share the blocks their batches take whole:
- * two trainers with the same seed read and decode about one's worth.
+ * two trainers with the same seed read and decode about one's worth. A
+ * ram-tier version whose blocks are not in the page cache is read with
+ * O_DIRECT (where the file system allows it); one that is, buffered.
  *
  * BATCHD and BATCHD_PACK name the binaries (meson sets them).
  */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <check.h>
 #include <json-c/json.h>
 
 #include "daemon-testlib.h"
+#include "pack-testlib.h"
 
 static dt_daemon D;
 
@@ -44,6 +51,29 @@ static void setup_page(void)
 static void setup_direct(void)
 {
 	dt_conf_start("[memory]\ntier = direct\n");
+}
+
+/*
+ * The defaults, and BIG: 2048 incompressible 4 KiB samples one per block
+ * (8 MiB stored), large beside the readahead that loading its header and
+ * index brings into the page cache.
+ */
+#define BIG "big.bpk"
+
+static void setup_big(void)
+{
+	char path[PATH_MAX];
+	pt_samples s;
+	int fd;
+
+	dt_conf_start("");
+	pt_samples_make(&s, 2048, 4096, 4096, PT_RANDOM, 5);
+	fd = open(dt_root_path(&D, BIG, path, sizeof(path)), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+		  0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pt_pack_write(fd, &s, 1, NULL, 0, 1, NULL), 0);
+	close(fd);
+	pt_samples_free(&s);
 }
 
 static void setup_no_cache(void)
@@ -305,6 +335,70 @@ START_TEST(test_direct_shared)
 }
 END_TEST
 
+/* Drop path's pages from the page cache. @return whether mincore then finds none of them. */
+static bool evict(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	unsigned char *vec;
+	bool none = true;
+	void *map;
+	size_t pages;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	ck_assert_int_eq(fdatasync(fd), 0);
+	ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	pages = ((size_t)st.st_size + 4095) / 4096;
+	vec = malloc(pages);
+	map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	ck_assert(vec && map != MAP_FAILED);
+	ck_assert_int_eq(mincore(map, (size_t)st.st_size, vec), 0);
+	for (size_t i = 0; i < pages / 2; i++)
+		none &= !(vec[i] & 1);
+	munmap(map, (size_t)st.st_size);
+	free(vec);
+	close(fd);
+	return none;
+}
+
+/* Open name and close it; the log's word for how the version loaded then reads. */
+static void expect_reads(bc_client *c, const char *name, const char *how)
+{
+	bc_stream_opts o;
+	bc_stream *s;
+	char want[128];
+
+	dt_opts(&o, name, 10, BC_SHUFFLE_NONE, 1);
+	s = dt_open_ok(c, &o);
+	ck_assert_int_eq(bc_close(s), 0);
+	snprintf(want, sizeof(want), "%s reads", how);
+	expect(dt_log_contains(&D, want), "dataset %s was not loaded with %s", name, want);
+}
+
+START_TEST(test_ram_reads)
+{
+	bc_client *c = dt_connect_ok();
+	char path[PATH_MAX];
+	bool evicted, direct;
+	int fd;
+
+	/* Just written: in the page cache, read from there. */
+	expect_reads(c, DSET_ONE, "tier ram, buffered");
+	dt_root_path(&D, BIG, path, sizeof(path));
+	evicted = evict(path);
+	fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	direct = fd >= 0;
+	if (fd >= 0)
+		close(fd);
+	if (!evicted || !direct)
+		printf("NOTE: %s: %s; the ram tier reads it buffered\n", path,
+		       !evicted ? "the page cache keeps its pages" : "no O_DIRECT here");
+	expect_reads(c, BIG, evicted && direct ? "tier ram, O_DIRECT" : "tier ram, buffered");
+	bc_disconnect(c);
+}
+END_TEST
+
 static Suite *tiers_suite(void)
 {
 	Suite *s = suite_create("tiers");
@@ -314,6 +408,7 @@ static Suite *tiers_suite(void)
 	tcase_add_test(dt_tcase(s, "page", setup_page), test_page_forced);
 	tcase_add_test(dt_tcase(s, "no_cache", setup_no_cache), test_no_cache);
 	tcase_add_test(dt_tcase(s, "direct_shared", setup_direct), test_direct_shared);
+	tcase_add_test(dt_tcase(s, "ram_reads", setup_big), test_ram_reads);
 	tcase_add_test(dt_tcase(s, "amplification", setup_no_cache), test_amplification);
 	tcase_add_test(dt_tcase(s, "no_amplification", setup_auto), test_no_amplification);
 	return s;
