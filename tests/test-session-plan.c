@@ -348,7 +348,8 @@ static void expect_frames_charged(bc_client *c, uint32_t n, uint64_t blocks)
 	bc_stream *framed, *plain;
 	uint64_t fh, ph, want, slots;
 
-	/* The same depth for both (left to the daemon, it follows the blocks a batch reads). */
+	/* Earlier sessions on these datasets gone from the status; then the same depth for both. */
+	ck_assert(dt_wait_sessions(D.sock, 0, 200));
 	dt_opts(&o, FRAMES_DSET, n, BC_SHUFFLE_NONE, 1);
 	o.prefetch = 8;
 	framed = dt_open_ok(c, &o);
