@@ -326,12 +326,12 @@ enum bd_tier bd_tier_choose(const bd_read_policy *p, uint64_t raw, uint64_t stor
 }
 
 /*
- * Bytes of d's blocks in the page cache now (mincore over a mapping of
- * each shard up to its index, which loading has just read; nothing is
- * read), and their total. A shard that cannot be mapped counts as
- * resident: buffered reads stay the choice when in doubt.
+ * Are at least half of d's blocks in the page cache now? mincore over a
+ * mapping of each shard up to its index (which loading has just read);
+ * nothing is read. A shard that cannot be mapped counts as resident:
+ * buffered reads stay the choice when in doubt.
  */
-static void resident(const bd_dataset *d, uint64_t *ret_in, uint64_t *ret_all)
+static bool mostly_resident(const bd_dataset *d)
 {
 	long page = sysconf(_SC_PAGESIZE);
 	uint64_t in = 0, all = 0;
@@ -353,8 +353,7 @@ static void resident(const bd_dataset *d, uint64_t *ret_in, uint64_t *ret_all)
 			munmap(map, len);
 		free(vec);
 	}
-	*ret_in = in < all ? in : all;
-	*ret_all = all;
+	return in >= all / 2;
 }
 
 /* Choose d's tier; @return the read mode it asks for ([io] direct = on or off decides alone). */
@@ -372,18 +371,14 @@ static enum bd_direct_mode choose_reads(bd_dataset *d, const bd_read_policy *rp)
 	d->cache_all = d->tier == BD_TIER_RAM;
 	if (rp->direct != BD_DIRECT_AUTO)
 		return rp->direct;
-	if (d->tier == BD_TIER_RAM) {
-		uint64_t in, all;
-
-		/*
-		 * The ram tier reads each block once and keeps it decoded: what the
-		 * page cache does not hold already is read with O_DIRECT, so that
-		 * the first epoch does not fill the page cache with a second copy
-		 * and pay for copying out of it.
-		 */
-		resident(d, &in, &all);
-		return in >= all / 2 ? BD_DIRECT_OFF : BD_DIRECT_AUTO;
-	}
+	/*
+	 * The ram tier reads each block once and keeps it decoded: what the
+	 * page cache does not hold already is read with O_DIRECT, so that the
+	 * first epoch does not fill the page cache with a second copy and pay
+	 * for copying out of it.
+	 */
+	if (d->tier == BD_TIER_RAM)
+		return mostly_resident(d) ? BD_DIRECT_OFF : BD_DIRECT_AUTO;
 	return d->tier == BD_TIER_DIRECT ? BD_DIRECT_AUTO : BD_DIRECT_OFF;
 }
 

@@ -21,12 +21,10 @@
 
 void bd__decode_push(bd_pipeline *p, bd_task *t)
 {
-	pthread_mutex_lock(&p->dmu);
-	bd__fifo_push(&p->decode, t);
-	p->dqueued++;
-	/* A worker lowered while it waited passes the wake-up on (take). */
-	pthread_cond_signal(&p->dcv);
-	pthread_mutex_unlock(&p->dmu);
+	bd_fifo one = { 0 };
+
+	bd__fifo_push(&one, t);
+	bd__decode_push_list(p, &one, 1);
 }
 
 void bd__decode_push_list(bd_pipeline *p, bd_fifo *list, uint32_t n)
@@ -36,6 +34,7 @@ void bd__decode_push_list(bd_pipeline *p, bd_fifo *list, uint32_t n)
 	pthread_mutex_lock(&p->dmu);
 	bd__fifo_append(&p->decode, list);
 	p->dqueued += n;
+	/* A worker lowered while it waited passes a wake-up on (take). */
 	if (n == 1)
 		pthread_cond_signal(&p->dcv);
 	else

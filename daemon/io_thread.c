@@ -327,8 +327,8 @@ static void inject_faults(bd_task *t, const bp_shard *sh)
 	}
 }
 
-/* t's read is over: account for it and queue it on out, for decode. */
-static void reaped_to(bd_pipeline *p, bd_task *t, bd_fifo *out)
+/* t's read is over: account for it (a failure fails its job); decode is next. */
+static void settle_read(bd_pipeline *p, bd_task *t)
 {
 	const bp_shard *sh = bp_dataset_shard(t->dset->ds, t->shard);
 	int32_t res;
@@ -351,16 +351,13 @@ static void reaped_to(bd_pipeline *p, bd_task *t, bd_fifo *out)
 		bd__stat_add(&p->stats.blocks_read, 1);
 		bd__stat_add(&p->stats.bytes_read, (uint64_t)res);
 	}
-	bd__fifo_push(out, t);
 }
 
 /* t's read is over: account for it and pass it on to decode. */
 static void reaped(bd_pipeline *p, bd_task *t)
 {
-	bd_fifo one = { 0 };
-
-	reaped_to(p, t, &one);
-	bd__decode_push_list(p, &one, 1);
+	settle_read(p, t);
+	bd__decode_push(p, t);
 }
 
 /* The loop thread's wake-up fired in the ring: new work was handed over. */
@@ -391,8 +388,10 @@ static void reap(io_worker *w)
 	n = bd_io_wait_many(w->io, reqs, BD_REAP_MAX);
 	if (n == -EAGAIN)
 		drain_wake(w);
-	for (int i = 0; i < n; i++)
-		reaped_to(w->p, reqs[i]->user, &out);
+	for (int i = 0; i < n; i++) {
+		settle_read(w->p, reqs[i]->user);
+		bd__fifo_push(&out, reqs[i]->user);
+	}
 	if (n > 0)
 		bd__decode_push_list(w->p, &out, (uint32_t)n);
 }
@@ -407,7 +406,8 @@ static void poll_reads(io_worker *w)
 
 	w->copies = 0;
 	while (n < BD_REAP_MAX && (r = bd_io_poll(w->io, &req)) == 1) {
-		reaped_to(w->p, req->user, &out);
+		settle_read(w->p, req->user);
+		bd__fifo_push(&out, req->user);
 		n++;
 	}
 	if (r == -EAGAIN)

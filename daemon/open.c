@@ -102,6 +102,7 @@ typedef struct open_work {
 	bd_read_policy policy;
 	bd_dataset *d;
 	uint64_t largest;       /* the schedule's largest batch (bd_session_largest_batch) */
+	uint64_t sized;         /* the version (bd_dataset uid) largest was found over; 0: none */
 	int r;
 	char err[BP_ERRMSG_MAX];
 } open_work;
@@ -113,15 +114,20 @@ static void open_work_run(uv_work_t *w)
 	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->path, &ow->policy,
 			       &ow->d, ow->err, sizeof(ow->err));
 	/*
-	 * The sizing reads the whole start epoch's sample sizes: here, not on
-	 * the loop. An invalid schedule leaves it 0 for bd_session_new to refuse.
+	 * The sizing reads the start epochs' sample sizes: here, not on the
+	 * loop, and once per version (a retry that finds the same one keeps
+	 * it). An invalid schedule leaves it 0 for bd_session_new to refuse.
 	 */
-	if (ow->r == 0 && bd_session_largest_batch(ow->d, &ow->m, &ow->largest) == -ENOMEM) {
+	if (ow->r < 0 || ow->d->uid == ow->sized)
+		return;
+	if (bd_session_largest_batch(ow->d, &ow->m, &ow->largest) == -ENOMEM) {
 		bd_dataset_put(ow->d);
 		ow->d = NULL;
 		ow->r = -ENOMEM;
 		snprintf(ow->err, sizeof(ow->err), "out of memory sizing the session");
+		return;
 	}
+	ow->sized = ow->d->uid;
 }
 
 static void open_work_free(open_work *ow)
@@ -257,13 +263,9 @@ static bool memory_coming_back(bd_server *srv)
 {
 	if (bd_linger_bytes(bd_pipeline_linger(srv->pipeline)))
 		return true;
-	for (entry *x = srv->entries; x; x = x->next) {
-		bd_session_info si;
-
-		bd_session_get_info(x->s, &si);
-		if (si.closing)
+	for (entry *x = srv->entries; x; x = x->next)
+		if (bd_session_closing(x->s))
 			return true;
-	}
 	return false;
 }
 

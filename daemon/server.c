@@ -22,6 +22,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "cache.h"
 #include "dataset.h"
 #include "http.h"
 #include "log.h"
@@ -360,11 +361,16 @@ static uint64_t resolve_budget(const bd_server *srv)
 	return srv->cfg.memory_budget ? srv->cfg.memory_budget : srv->auto_budget;
 }
 
-/* The memory sessions may stage in: the block cache keeps its start-time size until a restart. */
+/*
+ * The memory sessions may stage in: the budget less the block cache's
+ * blocks and its bucket table, which the cache's own budget does not count
+ * (cache.h). The cache keeps its start-time size until a restart.
+ */
 static uint64_t session_budget(const bd_server *srv)
 {
-	return srv->budget > srv->cache_budget
-	       ? srv->budget - srv->cache_budget : 0;
+	uint64_t cache = srv->cache_budget + bd_cache_table_bytes(srv->cache_budget);
+
+	return srv->budget > cache ? srv->budget - cache : 0;
 }
 
 /* What a reload cannot change without a restart: say so, keep the running value. */

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include "arena.h"
-#include "cache.h"
 #include "linger.h"
 #include "log.h"
 #include "session.h"
@@ -444,29 +443,12 @@ static int measure(bd_session *s, unsigned prefetch, int device, uint64_t larges
 	return 0;
 }
 
-/*
- * What sessions may stage in: the server's share for them (the budget less
- * the block cache's) less the cache's bucket table, which the cache's own
- * budget does not count (cache.h).
- */
-static uint64_t staging_budget(const bd_session_env *env)
-{
-	bd_pipeline_stats ps;
-	uint64_t table;
-
-	if (!env->pipeline)
-		return env->budget_total;
-	bd_pipeline_get_stats(env->pipeline, &ps);
-	table = bd_cache_table_bytes(ps.cache_budget);
-	return env->budget_total > table ? env->budget_total - table : 0;
-}
-
 /* Does the shared memory fit the daemon's budget and the uid's limit? @return 0 or -ENOMEM. */
 static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefetch, char *err,
 		  size_t errlen)
 {
 	const bd_session_env *env = &s->env;
-	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_used, total;
+	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_used, total = env->budget_total;
 	const char *name = s->dset->name;
 	uint32_t batch_size = s->req.batch_size;
 	bd_linger *l = linger_of(s);
@@ -475,7 +457,6 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 	/* Memory ended sessions' clients let go of since the loop last looked is free now. */
 	bd_linger_drain(l);
 
-	total = staging_budget(env);
 	/* After a reload that lowered the budget, used may exceed total. */
 	if (*env->budget_used > total || need > total - *env->budget_used) {
 		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
@@ -1306,6 +1287,11 @@ uint64_t bd_session_id(const bd_session *s)
 const char *bd_session_dataset(const bd_session *s)
 {
 	return s->dset->name;
+}
+
+bool bd_session_closing(const bd_session *s)
+{
+	return s->closing;
 }
 
 const char *bd_session_tier(const bd_session *s)

@@ -141,6 +141,8 @@ bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns);
 
 uint64_t bd_session_id(const bd_session *s);
 const char *bd_session_dataset(const bd_session *s);
+/* Is it ending (bd_session_close called): its memory comes back once its jobs are in? */
+bool bd_session_closing(const bd_session *s);
 /* Where its dataset version is served from: "ram", "page" or "direct" (dataset.h). */
 const char *bd_session_tier(const bd_session *s);
 

@@ -455,8 +455,10 @@ static uint64_t list_starts(const bp_pack_index *idx, uint32_t **ret)
 
 	if (!block)
 		return 0;
-	for (uint64_t b = 0; b < idx->block_count; b += frames_of(idx, b) ? frames_of(idx, b) : 1)
+	for (uint64_t b = 0, k; b < idx->block_count; b += k ? k : 1) {
+		k = frames_of(idx, b);
 		block[n++] = (uint32_t)b; /* < 2^25 blocks in an index */
+	}
 	*ret = block;
 	return n;
 }
@@ -540,25 +542,33 @@ static uint64_t search_block(const bp_pack_index *idx, uint64_t id)
 void bp_pack_index_sample(const bp_pack_index *idx, uint64_t id, bp_pack_sample *ret)
 {
 	const bp_pack_lookup *lk = idx->lookup;
-	uint64_t range;
-	uint32_t stride;
+	uint64_t range, next;
+	uint32_t stride, k;
 
 	if (!lk) {
 		ret->block = search_block(idx, id);
 		bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
-	} else {
-		range = bp_pack_ranges_find(&lk->blocks, id);
-		ret->block = lk->framed ? range_blocks(lk)[range] : range;
-		stride = lk->stride[range];
-		if (stride == STRIDE_MIXED) {
-			bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
-		} else {
-			/* Samples tile their block (checked by the parse): equal sizes put each at k * size. */
-			ret->offset = (id - lk->blocks.first[range]) * stride;
-			ret->size = stride;
-		}
+		k = idx->framed ? frames_of(idx, ret->block) : 0;
+		ret->frames = k ? k : 1;
+		return;
 	}
-	ret->frames = idx->framed && frames_of(idx, ret->block) ? frames_of(idx, ret->block) : 1;
+	range = bp_pack_ranges_find(&lk->blocks, id);
+	ret->block = lk->framed ? range_blocks(lk)[range] : range;
+	stride = lk->stride[range];
+	if (stride == STRIDE_MIXED) {
+		bp_pack_index_sample_span(idx, id, &ret->offset, &ret->size);
+	} else {
+		/* Samples tile their block (checked by the parse): equal sizes put each at k * size. */
+		ret->offset = (id - lk->blocks.first[range]) * stride;
+		ret->size = stride;
+	}
+	if (!lk->framed) {
+		ret->frames = 1;
+		return;
+	}
+	/* Ranges are the blocks that start samples: the next starts past this one's frames. */
+	next = range + 1 < lk->blocks.count ? range_blocks(lk)[range + 1] : idx->block_count;
+	ret->frames = (uint32_t)(next - ret->block);
 }
 
 /* What the blocks before the one being checked leave it to follow. */

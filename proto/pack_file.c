@@ -542,29 +542,28 @@ void bp_sample_reader_free(bp_sample_reader *r)
 	free(r);
 }
 
-/* Read and decode block bi of shard sh into out (out_cap bytes). */
-static int reader_decode(bp_sample_reader *r, const bp_shard *sh, uint64_t bi, uint8_t *out,
-			 size_t out_cap, bp_dataset_fault *fault)
+/* Read and decode block bi of shard sh (its entry b) into out (out_cap bytes). */
+static int reader_decode(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
+			 const bp_pack_block *b, uint8_t *out, size_t out_cap,
+			 bp_dataset_fault *fault)
 {
 	bp_pack_fault pf = { 0 };
-	bp_pack_block b;
 	uint8_t *in;
 	int err;
 
-	bp_pack_index_block(&sh->index, bi, &b);
 	/* Raw blocks are read straight into place and checked there. */
-	if (b.codec == BP_CODEC_RAW) {
+	if (b->codec == BP_CODEC_RAW) {
 		in = out;
 	} else {
-		if (bp_buf_reserve(&r->stored, &r->stored_cap, b.stored_size) < 0)
+		if (bp_buf_reserve(&r->stored, &r->stored_cap, b->stored_size) < 0)
 			return -ENOMEM;
 		in = r->stored;
 	}
-	err = read_meta(sh->fd, in, b.stored_size, b.offset);
+	err = read_meta(sh->fd, in, b->stored_size, b->offset);
 	if (err < 0)
 		return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
-				 "cannot read block", b.offset, (int64_t)bi);
-	err = bp_pack_block_decode(&b, in, r->dctx, sh->ddict, out, out_cap, &pf);
+				 "cannot read block", b->offset, (int64_t)bi);
+	err = bp_pack_block_decode(b, in, r->dctx, sh->ddict, out, out_cap, &pf);
 	if (err < 0)
 		return fault_set(fault, sh->name, err, pf.what, pf.offset, (int64_t)bi);
 	return 0;
@@ -577,21 +576,20 @@ static int reader_decode(bp_sample_reader *r, const bp_shard *sh, uint64_t bi, u
 static int reader_load(bp_sample_reader *r, const bp_shard *sh, const bp_pack_sample *s,
 		       bp_dataset_fault *fault)
 {
-	uint64_t need = s->frames > 1 ? s->size : 0, at = 0;
+	uint64_t need, at = 0;
 	bp_pack_block b;
 	int err;
 
 	r->have_block = false;
-	if (s->frames == 1) {
-		bp_pack_index_block(&sh->index, s->block, &b);
-		need = b.raw_size;
-	}
+	bp_pack_index_block(&sh->index, s->block, &b);
+	need = s->frames > 1 ? s->size : b.raw_size;
 	if (bp_buf_reserve(&r->raw, &r->raw_cap, need) < 0)
 		return -ENOMEM;
 	for (uint64_t k = 0; k < s->frames; k++) {
 		/* The index proved the frames add up to the sample: each fits what is left. */
-		bp_pack_index_block(&sh->index, s->block + k, &b);
-		err = reader_decode(r, sh, s->block + k, r->raw + at, r->raw_cap - at, fault);
+		if (k)
+			bp_pack_index_block(&sh->index, s->block + k, &b);
+		err = reader_decode(r, sh, s->block + k, &b, r->raw + at, r->raw_cap - at, fault);
 		if (err < 0)
 			return err;
 		at += b.raw_size;

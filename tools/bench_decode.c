@@ -120,32 +120,12 @@ typedef struct dec_cursor {
 static int read_range(const bp_shard *sh, uint8_t *buf, uint64_t len, uint64_t off, char *err,
 		      size_t errlen)
 {
-	for (uint64_t done = 0; done < len;) {
-		ssize_t r = pread(sh->fd, buf + done, (size_t)(len - done), (off_t)(off + done));
+	int r = bp_pread_full(sh->fd, buf, (size_t)len, off);
 
-		if (r <= 0)
-			return snprintf(err, errlen, "%s: reading at byte %" PRIu64 ": %s", sh->name,
-					off + done, r < 0 ? strerror(errno) : "unexpected end of file"),
-			       r < 0 ? -errno : -EIO;
-		done += (uint64_t)r;
-	}
-	return 0;
-}
-
-/* Makes j->data hold at least @bytes. @return 0 or -ENOMEM with err set. */
-static int reserve(dec_job *j, uint64_t bytes, char *err, size_t errlen)
-{
-	uint8_t *p;
-
-	if (bytes <= j->data_cap)
-		return 0;
-	p = realloc(j->data, (size_t)bytes);
-	if (!p)
-		return snprintf(err, errlen, "out of memory for a round of %" PRIu64 " bytes (lower "
-				"--round-size)", bytes), -ENOMEM;
-	j->data = p;
-	j->data_cap = (size_t)bytes;
-	return 0;
+	if (r < 0)
+		snprintf(err, errlen, "%s: reading at byte %" PRIu64 ": %s", sh->name, off,
+			 r == -ENODATA ? "unexpected end of file" : strerror(-r));
+	return r == -ENODATA ? -EIO : r;
 }
 
 /*
@@ -187,7 +167,10 @@ static int64_t read_round(dec_job *j, dec_cursor *c, char *err, size_t errlen)
 		}
 		if (n == first)
 			continue;
-		r = reserve(j, bytes, err, errlen);
+		r = bp_buf_reserve(&j->data, &j->data_cap, (size_t)bytes);
+		if (r < 0)
+			snprintf(err, errlen, "out of memory for a round of %" PRIu64 " bytes (lower "
+				 "--round-size)", bytes);
 		if (r == 0)
 			r = read_range(sh, j->data + j->blocks[first].at, bytes - j->blocks[first].at,
 				       j->blocks[first].b.offset, err, errlen);
