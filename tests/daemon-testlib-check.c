@@ -171,6 +171,30 @@ uint64_t dt_ju64(json_object *o, const char *path)
 	return (uint64_t)json_object_get_int64(v);
 }
 
+uint64_t dt_session_u64(const char *dataset, const char *key)
+{
+	json_object *st = dt_status_json_ok(), *sessions, *found = NULL;
+	size_t matches = 0;
+	uint64_t v;
+
+	ck_assert_msg(json_object_object_get_ex(st, "sessions", &sessions),
+		      "the status has no sessions");
+	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+		json_object *se = json_object_array_get_idx(sessions, i), *name;
+
+		if (!dataset || (json_object_object_get_ex(se, "dataset", &name) &&
+				 !strcmp(json_object_get_string(name), dataset))) {
+			found = se;
+			matches++;
+		}
+	}
+	ck_assert_msg(matches == 1, "%zu sessions on %s in the status", matches,
+		      dataset ? dataset : "any dataset");
+	v = dt_ju64(found, key);
+	json_object_put(st);
+	return v;
+}
+
 uint64_t dt_status_u64(const char *path)
 {
 	json_object *st = dt_status_json_ok();

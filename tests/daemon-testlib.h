@@ -314,6 +314,12 @@ json_object *dt_status_json_ok(void);
 uint64_t dt_ju64(json_object *o, const char *path);
 /* The integer at path in a fresh status ("memory.used"). */
 uint64_t dt_status_u64(const char *path);
+/*
+ * The integer key of the one session on dataset (as the client named it;
+ * NULL: the only session) in a fresh status; fails the test unless
+ * exactly one session matches.
+ */
+uint64_t dt_session_u64(const char *dataset, const char *key);
 
 /* Stream options with these set, the rest bc_stream_opts_init's. */
 void dt_opts(bc_stream_opts *o, const char *dataset, uint32_t batch, enum bc_shuffle mode,

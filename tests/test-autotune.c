@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include <check.h>
-#include <json-c/json.h>
 
 #include "daemon-testlib.h"
 
@@ -88,24 +87,19 @@ START_TEST(test_fixed_keeps_all)
 }
 END_TEST
 
-/* The session's "slots" in the status (its prefetch + 2). */
+/* The "slots" (its prefetch + 2) of a session that opens dataset with batch and prefetch. */
 static uint64_t slots_of(bc_client *c, const char *dataset, uint32_t batch, uint32_t prefetch)
 {
 	bc_stream_opts o;
 	bc_stream *s;
-	json_object *st, *sessions;
 	uint64_t slots;
 
 	dt_opts(&o, dataset, batch, BC_SHUFFLE_GLOBAL, 1);
 	o.prefetch = prefetch;
 	s = dt_open_ok(c, &o);
-	st = dt_status_json_ok();
-	ck_assert(json_object_object_get_ex(st, "sessions", &sessions));
-	ck_assert_int_eq(json_object_array_length(sessions), 1);
-	slots = dt_ju64(json_object_array_get_idx(sessions, 0), "slots");
-	json_object_put(st);
+	slots = dt_session_u64(NULL, "slots");
 	ck_assert_int_eq(bc_close(s), 0);
-	ck_assert(dt_wait_sessions(D.sock, 0, 100));
+	ck_assert(dt_wait_sessions(D.sock, 0, TRIES));
 	return slots;
 }
 

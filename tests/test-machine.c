@@ -7,6 +7,7 @@
  * case builds a /proc and /sys tree of its own in a temporary directory.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +98,17 @@ END_TEST
 START_TEST(test_real_machine)
 {
 	/* This machine's own figures: something, and no more than MemTotal. */
+	FILE *f = fopen("/proc/meminfo", "re");
+	uint64_t total_kib = 0;
+	char line[256];
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) && sscanf(line, "MemTotal: %" SCNu64 " kB", &total_kib) != 1)
+		;
+	fclose(f);
+	ck_assert_uint_gt(total_kib, 0);
 	ck_assert_uint_gt(bd_machine_memory(), 0);
+	ck_assert_uint_le(bd_machine_memory(), total_kib * 1024);
 }
 END_TEST
 

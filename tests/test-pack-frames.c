@@ -113,7 +113,11 @@ static void check_every_sample(const bp_pack_view *v, const uint8_t *buf, const 
 
 			bp_pack_index_block(&v->index, smp.block + k, &b);
 			ck_assert_uint_eq(b.frames, smp.frames > 1 ? smp.frames - k : 0);
-			ck_assert_uint_eq(b.first_sample, smp.frames > 1 ? id : b.first_sample);
+			/* A frame holds its sample alone; a block of whole ones holds it among them. */
+			if (smp.frames > 1)
+				ck_assert_uint_eq(b.first_sample, id);
+			ck_assert_uint_le(b.first_sample, id);
+			ck_assert_uint_lt(id, b.first_sample + b.sample_count);
 			ck_assert_int_eq(bp_pack_block_decode(&b, buf + b.offset, dctx, NULL, raw,
 							      s->total + 1, NULL), 0);
 			if (smp.frames > 1) {
@@ -308,6 +312,10 @@ START_TEST(test_frames_writer_rules)
 	ck_assert_int_eq(bp_pack_writer_add_frame(w, &frame, FRAME, 3 * FRAME), -EINVAL);
 	ck_assert_int_eq(bp_pack_writer_finish(w, &f), -EINVAL);
 	ck_assert_int_eq(bp_pack_writer_add_frame(w, &whole, 2 * FRAME, 2 * FRAME + 100), -EINVAL);
+	/* None of the refusals moved the writer. */
+	ck_assert_uint_eq(bp_pack_writer_owed(w), FRAME + 100);
+	ck_assert_uint_eq(bp_pack_writer_samples(w), 1);
+	ck_assert_uint_eq(bp_pack_writer_offset(w), BP_PACK_HEADER_SIZE + FRAME);
 	/* A frame short of the end under the minimum; then one of the minimum. */
 	ck_assert_int_eq(bp_pack_writer_add_frame(w, &small, 100, 2 * FRAME + 100), -EINVAL);
 	ck_assert_int_eq(bp_pack_writer_add_frame(w, &frame, FRAME, 2 * FRAME + 100), 0);
@@ -367,6 +375,7 @@ START_TEST(test_frames_footer_versions)
 	ck_assert_str_eq(f.what, "footer version 2 without framed samples");
 	c.f.version = 3;
 	ck_assert_int_eq(pt_forge_parse(&c, &f), -ENOTSUP);
+	ck_assert_str_eq(f.what, "unsupported footer version");
 	pt_forge_free(&c);
 	free(buf);
 	pt_samples_free(&s);

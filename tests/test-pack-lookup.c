@@ -35,26 +35,6 @@
 
 /* ---- samples and packs of a chosen shape ------------------------------ */
 
-/* n samples whose sizes are sizes[0..n), random bytes. Free with pt_samples_free(). */
-static void samples_sized(pt_samples *s, const uint64_t *sizes, size_t n, uint64_t seed)
-{
-	memset(s, 0, sizeof(*s));
-	s->n = n;
-	s->sizes = malloc(n * sizeof(*s->sizes));
-	s->offsets = malloc(n * sizeof(*s->offsets));
-	ck_assert(s->sizes && s->offsets);
-	for (size_t i = 0; i < n; i++) {
-		s->sizes[i] = sizes[i];
-		s->offsets[i] = s->total;
-		s->total += sizes[i];
-		if (sizes[i] > s->max_size)
-			s->max_size = sizes[i];
-	}
-	s->data = malloc(s->total ? s->total : 1);
-	ck_assert_ptr_nonnull(s->data);
-	pt_fill_random(&seed, s->data, s->total);
-}
-
 /* Write s to fd as blocks of counts[0..nblocks) samples (summing to s->n), stored raw. */
 static void write_shaped(int fd, const pt_samples *s, const size_t *counts, size_t nblocks)
 {
@@ -177,7 +157,7 @@ static void samples_fixed(pt_samples *s, size_t n, uint64_t size, uint64_t seed)
 	ck_assert_ptr_nonnull(sizes);
 	for (size_t i = 0; i < n; i++)
 		sizes[i] = size;
-	samples_sized(s, sizes, n, seed);
+	pt_samples_sized(s, sizes, n, 0, seed);
 	free(sizes);
 }
 
@@ -353,7 +333,7 @@ START_TEST(test_lookup_strides)
 	};
 	pt_samples s;
 
-	samples_sized(&s, sizes, sizeof(sizes) / sizeof(sizes[0]), 31);
+	pt_samples_sized(&s, sizes, sizeof(sizes) / sizeof(sizes[0]), 0, 31);
 	check_shape(&s, counts, sizeof(counts) / sizeof(counts[0]));
 	pt_samples_free(&s);
 }
@@ -365,10 +345,10 @@ START_TEST(test_lookup_single_sample)
 	static const uint64_t size1[] = { 123 }, size0[] = { 0 };
 	pt_samples s;
 
-	samples_sized(&s, size1, 1, 41);
+	pt_samples_sized(&s, size1, 1, 0, 41);
 	check_shape(&s, one, 1);
 	pt_samples_free(&s);
-	samples_sized(&s, size0, 1, 42);
+	pt_samples_sized(&s, size0, 1, 0, 42);
 	check_shape(&s, one, 1);
 	pt_samples_free(&s);
 }

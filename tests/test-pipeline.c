@@ -194,13 +194,23 @@ START_TEST(test_pool_spares)
 	ck_assert_uint_eq((uintptr_t)c % 65536, 0);
 	bd__pool_disown(&pl, c, cap2, 65536);
 	ck_assert_uint_eq(pl.nspare, 3);
-	/* At most BD_POOL_SPARES kept; the rest freed (ASan checks). */
+	/* Kept up to BD_POOL_SPARE_BYTES: the three above and seven of 4 MiB; the rest freed (ASan checks). */
 	for (unsigned i = 0; i <= BD_POOL_SPARES; i++)
 		held[i] = bd__pool_own(&pl, 4 << 20, 0, &cap2);
 	for (unsigned i = 0; i <= BD_POOL_SPARES; i++)
 		bd__pool_disown(&pl, held[i], 4 << 20, 0);
-	ck_assert_uint_le(pl.spare_bytes, BD_POOL_SPARE_BYTES);
-	ck_assert_uint_le(pl.nspare, BD_POOL_SPARES);
+	ck_assert_uint_eq(pl.nspare, 3 + 7);
+	ck_assert_uint_eq(pl.spare_bytes, (512u << 10) + (28u << 20));
+	bd__pool_fini(&pl);
+	/* And at most BD_POOL_SPARES of them, however small. */
+	pl = (bd_pool){ 0 };
+	ck_assert_int_eq(bd__pool_init(&pl, 0, 4096), 0);
+	for (unsigned i = 0; i <= BD_POOL_SPARES; i++)
+		held[i] = bd__pool_own(&pl, 64 << 10, 0, &cap2);
+	for (unsigned i = 0; i <= BD_POOL_SPARES; i++)
+		bd__pool_disown(&pl, held[i], 64 << 10, 0);
+	ck_assert_uint_eq(pl.nspare, BD_POOL_SPARES);
+	ck_assert_uint_eq(pl.spare_bytes, (size_t)BD_POOL_SPARES << 16);
 	bd__pool_fini(&pl);
 }
 END_TEST

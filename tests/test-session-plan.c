@@ -313,28 +313,6 @@ static void expect_source_bytes(const dt_run *run, const pt_samples *src)
  * once, frames included, each straight into the batch. Then the planner
  * over framed samples under every shuffle, batches of 1 and 3.
  */
-/* Field key of the session on dataset in the status. */
-static uint64_t session_u64(const char *dataset, const char *key)
-{
-	json_object *status = dt_status_json_ok(), *sessions;
-	uint64_t heap = 0;
-	bool found = false;
-
-	ck_assert(json_object_object_get_ex(status, "sessions", &sessions));
-	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
-		json_object *se = json_object_array_get_idx(sessions, i), *name;
-
-		if (json_object_object_get_ex(se, "dataset", &name) &&
-		    !strcmp(json_object_get_string(name), dataset)) {
-			heap = dt_ju64(se, key);
-			found = true;
-		}
-	}
-	json_object_put(status);
-	ck_assert_msg(found, "no session on %s in the status", dataset);
-	return heap;
-}
-
 /*
  * Jobs in flight are charged a task and a piece per frame: against the
  * same session on a dataset of one-sample blocks (n blocks a batch), the
@@ -349,17 +327,17 @@ static void expect_frames_charged(bc_client *c, uint32_t n, uint64_t blocks)
 	uint64_t fh, ph, want, slots;
 
 	/* Earlier sessions on these datasets gone from the status; then the same depth for both. */
-	ck_assert(dt_wait_sessions(D.sock, 0, 200));
+	ck_assert(dt_wait_sessions(D.sock, 0, TRIES));
 	dt_opts(&o, FRAMES_DSET, n, BC_SHUFFLE_NONE, 1);
 	o.prefetch = 8;
 	framed = dt_open_ok(c, &o);
-	slots = session_u64(FRAMES_DSET, "slots");
+	slots = dt_session_u64(FRAMES_DSET, "slots");
 	dt_opts(&o, DSET_ONE, n, BC_SHUFFLE_NONE, 1);
 	o.prefetch = 8;
 	plain = dt_open_ok(c, &o);
-	fh = session_u64(FRAMES_DSET, "memory_heap");
-	ph = session_u64(DSET_ONE, "memory_heap");
-	ck_assert_uint_eq(session_u64(DSET_ONE, "slots"), slots);
+	fh = dt_session_u64(FRAMES_DSET, "memory_heap");
+	ph = dt_session_u64(DSET_ONE, "memory_heap");
+	ck_assert_uint_eq(dt_session_u64(DSET_ONE, "slots"), slots);
 	want = slots * (blocks - n) * (sizeof(bd_task) + sizeof(bd_piece));
 	expect(fh >= ph + want, "framed session charged %" PRIu64 " bytes of heap, one-sample "
 	       "blocks %" PRIu64 ": %" PRIu64 " jobs of %" PRIu64 " blocks need %" PRIu64 " more", fh, ph,

@@ -107,13 +107,17 @@ END_TEST
 /* Totals that fall (a session ended with its waits) are no change, and the next rise counts from there. */
 START_TEST(test_totals_falling)
 {
-	step(0, 1000, 0);
+	/* Down to one first, so that a misread fall could show as a step up. */
+	for (unsigned i = 0; i < 3 * BD_TUNE_CALM_STEPS; i++)
+		step(0, 0, 0);
+	ck_assert_uint_eq(step(0, 1000, 0), 1);
 	S.wait_ns = 0;
 	S.busy_ns = 0;
-	ck_assert_uint_eq(step(100, 0, 3), 4);
-	/* From the fallen totals: 10 ms waited, decode-bound; at max it stays. */
-	ck_assert_uint_eq(step(400, 10, 3), 4);
-	ck_assert_uint_eq(T.ups, 0);
+	/* Busy and tasks queued, but the fallen wait total is no wait: still one. */
+	ck_assert_uint_eq(step(100, 0, 3), 1);
+	/* From the fallen totals: 10 ms waited, decode-bound: one more. */
+	ck_assert_uint_eq(step(400, 10, 3), 2);
+	ck_assert_uint_eq(T.ups, 1);
 }
 END_TEST
 
@@ -126,8 +130,13 @@ START_TEST(test_hold)
 	S.busy_ns += 100 * IV;
 	S.wait_ns += 100 * IV;
 	ck_assert_uint_eq(bd_tune_hold(&T, &S), 4);
-	/* The 100 intervals of busy time and waits before the hold do not count. */
-	ck_assert_uint_eq(step(0, 0, 0), 4);
+	/*
+	 * The 100 intervals of busy time before the hold do not count: calm from
+	 * the first step on, so one fewer after BD_TUNE_CALM_STEPS, not one later.
+	 */
+	for (unsigned i = 1; i < BD_TUNE_CALM_STEPS; i++)
+		ck_assert_uint_eq(step(0, 0, 0), 4);
+	ck_assert_uint_eq(step(0, 0, 0), 3);
 	ck_assert_uint_eq(T.ups, 0);
 }
 END_TEST

@@ -80,8 +80,9 @@ expect "pipeline --step-cpu-ms 2, 3 epochs: every sample 3 times, 60 batches, 3 
 	py 't["samples"] == 720 and t["bytes"] == 3 * j2["raw_bytes"] and t["batches"] == 60 and t["epochs_done"] == 3 and len(t["epoch_s"]) == 3 and all(e > 0 for e in t["epoch_s"]) and j["step_cpu_ms"] == 2 and not j["in_memory"]' "$T/cpu.json" "$T/info.json"
 expect "pipeline --step-cpu-ms: the client used at least 2 ms of CPU a batch" \
 	py 'j["total"]["cpu_s"] >= 60 * 0.002 and j["per_client"][0]["cpu_s"] == j["total"]["cpu_s"]' "$T/cpu.json"
+# Each figure is printed to 1 us: the sum of four roundings may pass the wall by 2 us.
 expect "pipeline epochs add up to at most the client's wall time" \
-	py 'sum(j["total"]["epoch_s"]) <= j["total"]["wall_s"] + 1e-6' "$T/cpu.json"
+	py 'sum(j["total"]["epoch_s"]) <= j["total"]["wall_s"] + 1e-5' "$T/cpu.json"
 
 # ---- pipeline --in-memory --------------------------------------------------------
 
