@@ -18,6 +18,7 @@
 
 #include "endian.h"
 #include "pack.h"
+#include "pack_fields.h"
 
 /* Header field offsets. */
 enum {
@@ -57,6 +58,15 @@ enum {
 	B_RAW_HASH = 40,
 	B_CODEC = 48,
 	B_FRAMES = 52, /* reserved (0) in a version-1 index */
+};
+
+/* Section-table entry field offsets. */
+enum {
+	S_KIND = 0,
+	S_FIELD = 4,
+	S_OFFSET = 8,
+	S_SIZE = 16,
+	S_HASH = 24,
 };
 
 static int fail(bp_pack_fault *fault, int err, const char *what, uint64_t offset,
@@ -158,7 +168,7 @@ int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_
 			  bp_pack_fault *fault)
 {
 	bp_pack_footer f;
-	uint64_t at, index_room;
+	uint64_t at, index_room, tables = 0;
 
 	if (!buf || !h || file_size < h->data_offset ||
 	    file_size - h->data_offset < BP_PACK_FOOTER_SIZE)
@@ -168,7 +178,8 @@ int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_
 		return fail(fault, -EBADMSG, "bad footer magic (truncated or not a pack)",
 			    at + F_MAGIC, -1);
 	f.version = bp_le32(buf + F_VERSION);
-	if (f.version != BP_PACK_VERSION && f.version != BP_PACK_VERSION_FRAMES)
+	if (f.version != BP_PACK_VERSION && f.version != BP_PACK_VERSION_FRAMES &&
+	    f.version != BP_PACK_VERSION_SECTIONS)
 		return fail(fault, -ENOTSUP, "unsupported footer version", at + F_VERSION, -1);
 	if (bp_le32(buf + F_SIZE) != BP_PACK_FOOTER_SIZE)
 		return fail(fault, -EBADMSG, "bad footer size", at + F_SIZE, -1);
@@ -200,10 +211,17 @@ int bp_pack_footer_decode(const uint8_t buf[BP_PACK_FOOTER_SIZE], uint64_t file_
 	/* Both counts are bounded by the index limit first, so the products cannot wrap. */
 	if (f.block_count > BP_PACK_MAX_INDEX / BP_PACK_BLOCK_ENTRY ||
 	    f.sample_count > BP_PACK_MAX_INDEX / BP_PACK_SAMPLE_ENTRY ||
-	    f.block_count * BP_PACK_BLOCK_ENTRY + f.sample_count * BP_PACK_SAMPLE_ENTRY !=
-		    f.index_size)
+	    (tables = f.block_count * BP_PACK_BLOCK_ENTRY +
+		      f.sample_count * BP_PACK_SAMPLE_ENTRY) > f.index_size ||
+	    (f.version != BP_PACK_VERSION_SECTIONS && tables != f.index_size))
 		return fail(fault, -EBADMSG, "index size does not match the counts",
 			    at + F_BLOCK_COUNT, -1);
+	/* Version 3: the rest of the index is the section table, at least one entry. */
+	f.section_count = (f.index_size - tables) / BP_PACK_SECTION_ENTRY;
+	if (f.version == BP_PACK_VERSION_SECTIONS &&
+	    (f.section_count == 0 || (f.index_size - tables) % BP_PACK_SECTION_ENTRY != 0))
+		return fail(fault, -EBADMSG, "index size leaves no whole section table",
+			    at + F_INDEX_SIZE, -1);
 	if (f.max_sample > BP_PACK_MAX_SAMPLE)
 		return fail(fault, -E2BIG, "largest sample over the size limit",
 			    at + F_MAX_SAMPLE, -1);
@@ -614,7 +632,7 @@ static int check_frames(const bp_pack_footer *f, const bp_pack_block *b, const c
 
 static int check_block_entry(const bp_pack_header *h, const bp_pack_footer *f,
 			     const bp_pack_block *b, uint64_t i, const chain *c,
-			     bp_pack_fault *fault)
+			     uint64_t data_end, bp_pack_fault *fault)
 {
 	uint64_t at = f->index_offset + i * BP_PACK_BLOCK_ENTRY;
 	int64_t bi = (int64_t)i;
@@ -623,7 +641,7 @@ static int check_block_entry(const bp_pack_header *h, const bp_pack_footer *f,
 	if (b->offset != c->offset)
 		return fail(fault, -EBADMSG, "block does not start where the previous one ends",
 			    at + B_OFFSET, bi);
-	if (b->stored_size > f->index_offset - b->offset)
+	if (b->offset > data_end || b->stored_size > data_end - b->offset)
 		return fail(fault, -EBADMSG, "block runs past the data region",
 			    at + B_STORED_SIZE, bi);
 	if (b->raw_size > BP_PACK_MAX_BLOCK)
@@ -739,7 +757,7 @@ static int check_blocks(const bp_pack_header *h, const bp_pack_footer *f,
 
 		/* first_sample is checked before sample_count (derived from it) is used. */
 		bp_pack_index_block(idx, i, &b);
-		r = check_block_entry(h, f, &b, i, &c, fault);
+		r = check_block_entry(h, f, &b, i, &c, idx->data_end, fault);
 		if (r < 0)
 			return r;
 		c.offset = b.offset + b.stored_size;
@@ -747,8 +765,10 @@ static int check_blocks(const bp_pack_header *h, const bp_pack_footer *f,
 		c.framed = b.frames == 1;
 		c.left = b.frames > 1 ? b.frames - 1 : 0;
 	}
-	if (c.offset != f->index_offset)
-		return fail(fault, -EBADMSG, "blocks do not reach the index", f->index_offset, -1);
+	if (c.offset != idx->data_end)
+		return fail(fault, -EBADMSG, idx->section_count
+				     ? "blocks do not reach the first section"
+				     : "blocks do not reach the index", idx->data_end, -1);
 	if (c.framed && c.first + 1 != f->sample_count)
 		return fail(fault, -EBADMSG, "framed sample's last frame holds other samples",
 			    f->index_offset + (idx->block_count - 1) * BP_PACK_BLOCK_ENTRY +
@@ -794,6 +814,140 @@ static int check_samples(const bp_pack_footer *f, bp_pack_index *idx, bp_pack_fa
 	return 0;
 }
 
+/* ---- sections ------------------------------------------------------------ */
+
+void bp_pack_index_section(const bp_pack_index *idx, uint64_t i, bp_pack_section *ret)
+{
+	const uint8_t *e = idx->sections + i * BP_PACK_SECTION_ENTRY;
+
+	ret->kind = bp_le32(e + S_KIND);
+	ret->field = bp_le32(e + S_FIELD);
+	ret->offset = bp_le64(e + S_OFFSET);
+	ret->size = bp_le64(e + S_SIZE);
+	ret->hash = bp_le64(e + S_HASH);
+}
+
+int bp_pack_index_find_section(const bp_pack_index *idx, uint32_t kind, uint32_t field,
+			       bp_pack_section *ret)
+{
+	for (uint64_t i = 0; i < idx->section_count; i++) {
+		bp_pack_section sec;
+
+		bp_pack_index_section(idx, i, &sec);
+		if (sec.kind == kind && (field == BP_SECTION_NO_FIELD || sec.field == field)) {
+			*ret = sec;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+void bp_pack_section_entry_encode(const bp_pack_section *sec, uint8_t out[BP_PACK_SECTION_ENTRY])
+{
+	bp_put_le32(out + S_KIND, sec->kind);
+	bp_put_le32(out + S_FIELD, sec->field);
+	bp_put_le64(out + S_OFFSET, sec->offset);
+	bp_put_le64(out + S_SIZE, sec->size);
+	bp_put_le64(out + S_HASH, sec->hash);
+}
+
+/* Entries of n items grouped per items (key blocks, key-hash pages): ceil(n / per). */
+static uint64_t groups_of(uint64_t n, uint64_t per)
+{
+	return n / per + (n % per != 0);
+}
+
+/*
+ * The size a section of this kind must have when the sample count alone
+ * decides it, else 0 (the schema decides: bp_pack_fields_parse checks it).
+ */
+static uint64_t fixed_section_size(uint32_t kind, uint64_t n)
+{
+	switch (kind) {
+	case BP_SECTION_KEY_DIR:
+		return groups_of(n, BP_KEYS_PER_BLOCK) * BP_KEY_DIR_ENTRY;
+	case BP_SECTION_KEY_HASH:
+		return n * BP_KEY_HASH_ENTRY;
+	case BP_SECTION_KEY_HASH_DIR:
+		return groups_of(n, BP_KEY_HASH_PAGE) * BP_KEY_HASH_DIR_ENTRY;
+	}
+	return 0;
+}
+
+/* One section entry against the one before it (prev NULL for the first). */
+static int check_section_entry(const bp_pack_header *h, const bp_pack_footer *f,
+			       const bp_pack_section *sec, const bp_pack_section *prev,
+			       uint64_t at, bp_pack_fault *fault)
+{
+	bool per_field = sec->kind == BP_SECTION_COLUMN || sec->kind == BP_SECTION_STR;
+	bool hashed = sec->kind != BP_SECTION_KEYS && sec->kind != BP_SECTION_KEY_HASH;
+	uint64_t want;
+
+	if (sec->kind < BP_SECTION_SCHEMA || sec->kind > BP_SECTION_KEY_HASH_DIR)
+		return fail(fault, -ENOTSUP, "unknown section kind", at + S_KIND, -1);
+	if (!prev && sec->kind != BP_SECTION_SCHEMA)
+		return fail(fault, -EBADMSG, "section table does not start with the schema",
+			    at + S_KIND, -1);
+	if (per_field ? sec->field >= BP_FIELD_MAX : sec->field != BP_SECTION_NO_FIELD)
+		return fail(fault, -EBADMSG, "section names a field it cannot have", at + S_FIELD, -1);
+	if (prev && (sec->kind < prev->kind ||
+		     (sec->kind == prev->kind && (!per_field || sec->field <= prev->field))))
+		return fail(fault, -EBADMSG, "sections out of order (kind, then field)",
+			    at + S_KIND, -1);
+	if (prev ? sec->offset != prev->offset + prev->size
+		 : sec->offset < h->data_offset || sec->offset > f->index_offset)
+		return fail(fault, -EBADMSG, "section does not start where the previous one ends",
+			    at + S_OFFSET, -1);
+	if (sec->size > f->index_offset - sec->offset)
+		return fail(fault, -EBADMSG, "section runs past the index", at + S_SIZE, -1);
+	if (sec->kind == BP_SECTION_SCHEMA && sec->size > BP_SCHEMA_MAX)
+		return fail(fault, -E2BIG, "schema section over the size limit", at + S_SIZE, -1);
+	want = fixed_section_size(sec->kind, f->sample_count);
+	if (want && sec->size != want)
+		return fail(fault, -EBADMSG, "key section size does not match the sample count",
+			    at + S_SIZE, -1);
+	if (!hashed && sec->hash != 0)
+		return fail(fault, -EBADMSG, "hash of a section covered by its directory is not zero",
+			    at + S_HASH, -1);
+	return 0;
+}
+
+/*
+ * The section table's shape: known kinds in (kind, field) order, the first
+ * the schema, tiling [first section, index) with no gaps, the key
+ * sections all four or none. Sets idx->data_end to the first section.
+ */
+static int check_sections(const bp_pack_header *h, const bp_pack_footer *f,
+			  bp_pack_index *idx, bp_pack_fault *fault)
+{
+	uint64_t table = f->index_offset + f->block_count * BP_PACK_BLOCK_ENTRY +
+			 f->sample_count * BP_PACK_SAMPLE_ENTRY;
+	bp_pack_section sec, prev;
+	unsigned keys = 0;
+	int r;
+
+	for (uint64_t i = 0; i < idx->section_count; i++) {
+		bp_pack_index_section(idx, i, &sec);
+		r = check_section_entry(h, f, &sec, i ? &prev : NULL,
+					table + i * BP_PACK_SECTION_ENTRY, fault);
+		if (r < 0)
+			return r;
+		if (i == 0)
+			idx->data_end = sec.offset;
+		keys += sec.kind >= BP_SECTION_KEYS;
+		prev = sec;
+	}
+	if (idx->section_count == 0)
+		return 0;
+	if (prev.offset + prev.size != f->index_offset)
+		return fail(fault, -EBADMSG, "sections do not reach the index",
+			    table + (idx->section_count - 1) * BP_PACK_SECTION_ENTRY + S_SIZE, -1);
+	if (keys != 0 && keys != 4)
+		return fail(fault, -EBADMSG, "key sections incomplete (all four or none)",
+			    table + (idx->section_count - 1) * BP_PACK_SECTION_ENTRY + S_KIND, -1);
+	return 0;
+}
+
 int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 			const uint8_t header_bytes[BP_PACK_HEADER_SIZE],
 			const uint8_t footer_bytes[BP_PACK_FOOTER_SIZE],
@@ -820,8 +974,15 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 	idx.framed = 0;
 	idx.max_frames = 1;
 	idx.lookup = NULL;
+	idx.sections = f->section_count ? idx.samples + f->sample_count * BP_PACK_SAMPLE_ENTRY
+					: NULL;
+	idx.section_count = f->section_count;
+	idx.index_offset = f->index_offset;
+	idx.data_end = f->index_offset;
 
-	r = check_blocks(h, f, &idx, fault);
+	r = check_sections(h, f, &idx, fault);
+	if (r == 0)
+		r = check_blocks(h, f, &idx, fault);
 	if (r == 0)
 		r = check_samples(f, &idx, fault);
 	if (r < 0)
@@ -831,6 +992,47 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 }
 
 /* ---- whole shard -------------------------------------------------------- */
+
+/* A shard in memory, read as bp_pack_keys_verify reads a file. */
+typedef struct membuf {
+	const uint8_t *buf;
+	size_t len;
+} membuf;
+
+static int mem_read(void *ctx, void *out, size_t len, uint64_t off)
+{
+	const membuf *m = ctx;
+
+	if (off > m->len || len > m->len - off)
+		return -EIO;
+	memcpy(out, m->buf + off, len);
+	return 0;
+}
+
+/* Every section of a parsed shard in memory: the loaded ones, then every byte of the keys. */
+static int check_section_bytes(const bp_pack_index *idx, const uint8_t *buf, size_t len,
+			       bp_pack_fault *fault)
+{
+	membuf m = { buf, len };
+	bp_pack_fields pf;
+	ZSTD_DCtx *dctx;
+	int r = bp_pack_fields_parse(idx, buf, 0, len, &pf, fault);
+
+	if (r < 0 || !pf.keys) {
+		if (r == 0)
+			bp_pack_fields_clear(&pf);
+		return r;
+	}
+	bp_pack_fields_clear(&pf);
+	dctx = ZSTD_createDCtx();
+	if (!dctx || bp_pack_dctx_init(dctx) < 0) {
+		ZSTD_freeDCtx(dctx);
+		return -ENOMEM;
+	}
+	r = bp_pack_keys_verify(idx, mem_read, &m, dctx, fault);
+	ZSTD_freeDCtx(dctx);
+	return r;
+}
 
 int bp_pack_parse(const uint8_t *buf, size_t len, bp_pack_view *ret, bp_pack_fault *fault)
 {
@@ -859,6 +1061,8 @@ int bp_pack_parse(const uint8_t *buf, size_t len, bp_pack_view *ret, bp_pack_fau
 
 	r = bp_pack_index_parse(&v.header, &v.footer, buf, footer, buf + v.footer.index_offset,
 				&v.index, fault);
+	if (r == 0 && v.index.section_count)
+		r = check_section_bytes(&v.index, buf, len, fault);
 	if (r < 0)
 		return r;
 	*ret = v;
@@ -876,12 +1080,38 @@ int bp_pack_dctx_init(ZSTD_DCtx *dctx)
 	return 0;
 }
 
+int bp_pack_frame_decode(const uint8_t *stored, size_t stored_size, size_t raw_size,
+			 ZSTD_DCtx *dctx, const ZSTD_DDict *ddict, uint8_t *out, uint64_t at,
+			 bp_pack_fault *fault)
+{
+	ZSTD_frameHeader fh;
+	size_t got;
+
+	/* Never trust the frame: a current zstd frame, one only, exactly the declared size. */
+	if (stored_size < 4 || bp_le32(stored) != ZSTD_MAGICNUMBER)
+		return fail(fault, -EBADMSG, "block is not a zstd frame", at, -1);
+	if (ZSTD_findFrameCompressedSize(stored, stored_size) != stored_size)
+		return fail(fault, -EBADMSG, "block is not exactly one zstd frame", at, -1);
+	if (ZSTD_getFrameContentSize(stored, stored_size) != raw_size)
+		return fail(fault, -EBADMSG, "zstd frame declares a different size", at, -1);
+	/* Refuse a window beyond the format's limit before zstd sizes anything by it. */
+	if (ZSTD_getFrameHeader(&fh, stored, stored_size) != 0 ||
+	    fh.windowSize > (UINT64_C(1) << BP_PACK_WINDOW_LOG_MAX))
+		return fail(fault, -EBADMSG, "zstd frame window over the limit", at, -1);
+	got = ZSTD_decompress_usingDDict(dctx, out, raw_size, stored, stored_size, ddict);
+	if (ZSTD_isError(got))
+		return fail(fault, -EBADMSG, ZSTD_getErrorName(got), at, -1);
+	if (got != raw_size)
+		return fail(fault, -EBADMSG, "zstd frame decoded to a different size", at, -1);
+	return 0;
+}
+
 int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
 			 ZSTD_DCtx *dctx, const ZSTD_DDict *ddict,
 			 uint8_t *out, size_t out_cap, bp_pack_fault *fault)
 {
 	int64_t bi = -1;
-	size_t got;
+	int r;
 
 	if (!b || !stored || !out || out_cap < b->raw_size)
 		return -EINVAL;
@@ -902,28 +1132,10 @@ int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
 	if (b->codec == BP_CODEC_ZSTD_DICT && !ddict)
 		return fail(fault, -EINVAL, "block needs the pack's dictionary", b->offset, bi);
 
-	/* Never trust the frame: a current zstd frame, one only, exactly the declared size. */
-	if (b->stored_size < 4 || bp_le32(stored) != ZSTD_MAGICNUMBER)
-		return fail(fault, -EBADMSG, "block is not a zstd frame", b->offset, bi);
-	if (ZSTD_findFrameCompressedSize(stored, b->stored_size) != b->stored_size)
-		return fail(fault, -EBADMSG, "block is not exactly one zstd frame", b->offset, bi);
-	if (ZSTD_getFrameContentSize(stored, b->stored_size) != b->raw_size)
-		return fail(fault, -EBADMSG, "zstd frame declares a different size", b->offset, bi);
-	{
-		/* Refuse a window beyond the format's limit before zstd sizes anything by it. */
-		ZSTD_frameHeader fh;
-
-		if (ZSTD_getFrameHeader(&fh, stored, b->stored_size) != 0 ||
-		    fh.windowSize > (UINT64_C(1) << BP_PACK_WINDOW_LOG_MAX))
-			return fail(fault, -EBADMSG, "zstd frame window over the limit", b->offset, bi);
-	}
-
-	got = ZSTD_decompress_usingDDict(dctx, out, b->raw_size, stored, b->stored_size,
-					 b->codec == BP_CODEC_ZSTD_DICT ? ddict : NULL);
-	if (ZSTD_isError(got))
-		return fail(fault, -EBADMSG, ZSTD_getErrorName(got), b->offset, bi);
-	if (got != b->raw_size)
-		return fail(fault, -EBADMSG, "zstd frame decoded to a different size", b->offset, bi);
+	r = bp_pack_frame_decode(stored, b->stored_size, b->raw_size, dctx,
+				 b->codec == BP_CODEC_ZSTD_DICT ? ddict : NULL, out, b->offset, fault);
+	if (r < 0)
+		return r;
 	if (XXH3_64bits(out, b->raw_size) != b->raw_hash)
 		return fail(fault, -EBADMSG, "raw bytes checksum mismatch", b->offset, bi);
 	return 0;

@@ -42,12 +42,14 @@
 
 #define BP_PACK_VERSION        1u  /* header; footer of an index without framed samples */
 #define BP_PACK_VERSION_FRAMES 2u  /* footer of an index with framed samples (PACK.md §Frames) */
+#define BP_PACK_VERSION_SECTIONS 3u /* footer of an index ending with a section table (§Fields) */
 #define BP_PACK_MAGIC          "\x89" "BPK\r\n\x1a\n"   /* 8 bytes, header */
 #define BP_PACK_FOOTER_MAGIC   "BPKINDEX"                 /* 8 bytes, footer */
 #define BP_PACK_HEADER_SIZE    64u
 #define BP_PACK_FOOTER_SIZE    80u
 #define BP_PACK_BLOCK_ENTRY    56u
 #define BP_PACK_SAMPLE_ENTRY   16u
+#define BP_PACK_SECTION_ENTRY  32u
 
 /* Limits (PACK.md §Limits). Readers reject anything larger with -E2BIG. */
 #define BP_PACK_MAX_SAMPLE     (UINT64_C(256) << 20)  /* bytes in one sample */
@@ -88,7 +90,8 @@ typedef struct bp_pack_footer {
 	uint64_t max_sample;   /* largest sample, bytes */
 	uint64_t fingerprint;  /* XXH3-64 of the index bytes */
 	uint64_t checksum;     /* see PACK.md §Checksums */
-	uint32_t version;      /* BP_PACK_VERSION or _FRAMES; 0 encodes as BP_PACK_VERSION */
+	uint32_t version;      /* BP_PACK_VERSION, _FRAMES or _SECTIONS; 0 encodes as BP_PACK_VERSION */
+	uint64_t section_count; /* derived from index_size (version 3), not encoded; 0 before */
 } bp_pack_footer;
 
 typedef struct bp_pack_block {
@@ -115,6 +118,27 @@ typedef struct bp_pack_sample {
 	uint32_t frames;       /* blocks it spans, from `block` on: 1, or its frame count */
 } bp_pack_sample;
 
+/* Section kinds (PACK.md §Fields), in the order a section table lists them. */
+enum bp_pack_section_kind {
+	BP_SECTION_SCHEMA       = 1, /* the encoded schema */
+	BP_SECTION_COLUMN       = 2, /* one scalar field: sample_count values */
+	BP_SECTION_STR          = 3, /* one str field: sample_count + 1 offsets, then the bytes */
+	BP_SECTION_SIZES        = 4, /* the bytes fields' sizes, sample-major, with >= 2 of them */
+	BP_SECTION_KEYS         = 5, /* key blocks end to end */
+	BP_SECTION_KEY_DIR      = 6, /* one entry a key block */
+	BP_SECTION_KEY_HASH     = 7, /* (hash, id) a sample, sorted, in pages */
+	BP_SECTION_KEY_HASH_DIR = 8, /* one entry a key-hash page */
+};
+#define BP_SECTION_NO_FIELD UINT32_MAX /* the field of a section that belongs to none */
+
+typedef struct bp_pack_section {
+	uint32_t kind;         /* enum bp_pack_section_kind */
+	uint32_t field;        /* schema index, or BP_SECTION_NO_FIELD */
+	uint64_t offset;       /* file offset of its bytes */
+	uint64_t size;
+	uint64_t hash;         /* XXH3-64 of its bytes; 0 for KEYS and KEY_HASH (covered by their dirs) */
+} bp_pack_section;
+
 typedef struct bp_pack_lookup bp_pack_lookup;
 
 /*
@@ -133,6 +157,10 @@ typedef struct bp_pack_index {
 	uint64_t framed;         /* samples stored as several frames */
 	uint32_t max_frames;     /* the most blocks one sample spans: 1 without framed samples */
 	const bp_pack_lookup *lookup;
+	const uint8_t *sections; /* section table (footer version 3), else NULL */
+	uint64_t section_count;
+	uint64_t data_end;       /* where the blocks end: the first section, or the index */
+	uint64_t index_offset;   /* the footer's, so sections can be placed from the index alone */
 } bp_pack_index;
 
 /* ---- header and footer ------------------------------------------------ */
@@ -187,6 +215,17 @@ int bp_pack_index_parse(const bp_pack_header *h, const bp_pack_footer *f,
 			const uint8_t footer_bytes[BP_PACK_FOOTER_SIZE],
 			const uint8_t *index, bp_pack_index *ret,
 			bp_pack_fault *fault);
+
+/*
+ * Section i (< section_count) of a validated index. The parse checked the
+ * table's shape (known kinds in order, tiling [data_end, index_offset),
+ * one schema, the four key sections all or none); what the sections hold
+ * is checked against the schema by bp_pack_fields_parse (pack_fields.h).
+ */
+void bp_pack_index_section(const bp_pack_index *idx, uint64_t i, bp_pack_section *ret);
+/* The first section of kind (and field, unless BP_SECTION_NO_FIELD), or -ENOENT. */
+int bp_pack_index_find_section(const bp_pack_index *idx, uint32_t kind, uint32_t field,
+			       bp_pack_section *ret);
 
 /* Block i (< block_count) of a validated index. */
 void bp_pack_index_block(const bp_pack_index *idx, uint64_t i, bp_pack_block *ret);
@@ -271,8 +310,12 @@ typedef struct bp_pack_view {
 
 /*
  * Parse a whole shard held in buf[0..len): header, dictionary hash, footer,
- * index. Block contents are not touched (see bp_pack_block_decode).
- * @return 0 or a negative errno as above; ret written only on success.
+ * index, and in a shard with sections every section's bytes: those a
+ * reader loads at open (bp_pack_fields_parse) and every key block and
+ * key-hash page (bp_pack_keys_verify). Block contents are not touched
+ * (see bp_pack_block_decode).
+ * @return 0 or a negative errno as above (-ENOMEM too with sections); ret
+ * written only on success.
  */
 int bp_pack_parse(const uint8_t *buf, size_t len, bp_pack_view *ret, bp_pack_fault *fault);
 
@@ -294,6 +337,17 @@ int bp_pack_parse(const uint8_t *buf, size_t len, bp_pack_view *ret, bp_pack_fau
 int bp_pack_block_decode(const bp_pack_block *b, const uint8_t *stored,
 			 ZSTD_DCtx *dctx, const ZSTD_DDict *ddict,
 			 uint8_t *out, size_t out_cap, bp_pack_fault *fault);
+
+/*
+ * Decode one untrusted zstd frame, stored[0..stored_size), that must hold
+ * exactly raw_size bytes, into out (>= raw_size): the checks of
+ * bp_pack_block_decode between the two hashes, with ddict NULL for a
+ * frame without a dictionary. at is the frame's file offset, for the fault.
+ * @return 0 or -EBADMSG with fault set.
+ */
+int bp_pack_frame_decode(const uint8_t *stored, size_t stored_size, size_t raw_size,
+			 ZSTD_DCtx *dctx, const ZSTD_DDict *ddict, uint8_t *out, uint64_t at,
+			 bp_pack_fault *fault);
 
 /* Cap the window and set the DCtx up for untrusted frames. @return 0 or -ENOMEM. */
 int bp_pack_dctx_init(ZSTD_DCtx *dctx);
@@ -322,6 +376,7 @@ int bp_pack_block_encode(ZSTD_CCtx *cctx, const ZSTD_CDict *cdict, int level,
 void bp_pack_block_entry_encode(const bp_pack_block *b, uint8_t out[BP_PACK_BLOCK_ENTRY]);
 void bp_pack_sample_entry_encode(uint64_t offset, uint64_t size,
 				 uint8_t out[BP_PACK_SAMPLE_ENTRY]);
+void bp_pack_section_entry_encode(const bp_pack_section *s, uint8_t out[BP_PACK_SECTION_ENTRY]);
 
 /* Dataset fingerprint from the shards' fingerprints in order (PACK.md §Fingerprints). */
 uint64_t bp_pack_dataset_fingerprint(const uint64_t *shard_fps, size_t n);

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <zstd.h>
+
 #include "pack.h"
 #include "pack_file.h"
 
@@ -143,5 +145,117 @@ int bp_key_reader_get(bp_key_reader *r, uint64_t id, const char **ret_key, size_
  */
 int bp_key_reader_find(bp_key_reader *r, const char *key, size_t len, uint64_t *ret_id,
 		       bp_dataset_fault *fault);
+
+/* ---- one shard's sections (pure: caller-held bytes, no I/O) ---------- */
+
+#define BP_KEY_DIR_ENTRY      32u /* KEY_DIR: per key block */
+#define BP_KEY_HASH_ENTRY     16u /* KEY_HASH: (u64 hash, u64 id) per sample */
+#define BP_KEY_HASH_DIR_ENTRY 16u /* KEY_HASH_DIR: (u64 first hash, u64 page hash) per page */
+/* Raw bytes of one key block at most: its lengths and its keys. */
+#define BP_KEY_BLOCK_MAX      (BP_KEYS_PER_BLOCK * (4u + BP_KEY_MAX))
+
+/* A field's column in a shard: where its section's bytes are and what they span. */
+typedef struct bp_pack_column {
+	const uint8_t *data; /* COLUMN values; STR (sample_count + 1) u64 offsets then bytes; NULL for bytes */
+	uint64_t size;       /* bytes at data */
+	double min, max;     /* scalar fields: the smallest and largest value in the shard */
+} bp_pack_column;
+
+/* The validated sections of one shard that a reader needs per batch. */
+typedef struct bp_pack_fields {
+	bp_schema schema;        /* heap; a copy of bp_schema_default() for a shard before fields */
+	bp_pack_column *columns; /* schema.count entries */
+	const uint8_t *sizes;    /* SIZES (sample_count x bytes_fields u32), NULL with one bytes field */
+	uint32_t bytes_fields;
+	bool keys;               /* the shard has the four key sections */
+} bp_pack_fields;
+
+/*
+ * The file range holding the sections that open loads (SCHEMA, COLUMN,
+ * STR, SIZES: contiguous, at the start of the table) of a validated index;
+ * size 0 for a shard before fields.
+ */
+void bp_pack_fields_extent(const bp_pack_index *idx, uint64_t *ret_offset, uint64_t *ret_size);
+
+/*
+ * Check and map the loaded sections of a validated index: bytes holds the
+ * file's bytes [offset, offset + len), which must cover the extent. Checks
+ * each section's hash, decodes the schema, requires exactly the sections
+ * it implies (a column per scalar field, a str section per str field,
+ * SIZES with >= 2 bytes fields) at their exact sizes, int64 values within
+ * their class count, str offsets, sizes adding up to each sample and the
+ * schema's fixed sizes. ret's columns point into bytes (keep it alive).
+ * @return 0; -EBADMSG / -E2BIG / -ENOTSUP with fault naming the field and
+ * its file offset; -ENOMEM; -EINVAL when bytes does not cover the extent.
+ */
+int bp_pack_fields_parse(const bp_pack_index *idx, const uint8_t *bytes, uint64_t offset,
+			 uint64_t len, bp_pack_fields *ret, bp_pack_fault *fault);
+/* Free what a parse allocated; leaves pf empty. NULL is fine. */
+void bp_pack_fields_clear(bp_pack_fields *pf);
+/* Heap bytes of pf beside the section bytes it points into. */
+size_t bp_pack_fields_bytes(const bp_pack_fields *pf);
+
+/* One KEY_DIR entry. */
+typedef struct bp_pack_key_block {
+	uint64_t offset;      /* within the KEYS section */
+	uint32_t stored_size;
+	uint32_t raw_size;
+	uint32_t codec;       /* BP_CODEC_RAW or BP_CODEC_ZSTD */
+	uint32_t count;       /* keys it holds */
+	uint64_t hash;        /* XXH3-64 of the stored bytes */
+} bp_pack_key_block;
+
+/*
+ * Check the KEY_DIR section's bytes of a validated index with keys: the
+ * section hash, then every entry (blocks tile KEYS in order, BP_KEYS_PER_BLOCK
+ * keys each but the last, sizes within BP_KEY_BLOCK_MAX, codec rules).
+ * @return 0 or -EBADMSG / -ENOTSUP / -E2BIG with fault set.
+ */
+int bp_pack_key_dir_check(const bp_pack_index *idx, const uint8_t *dir, bp_pack_fault *fault);
+void bp_pack_key_dir_entry(const uint8_t *dir, uint64_t i, bp_pack_key_block *ret);
+/*
+ * Decode key block kb from its stored bytes (file offset at, for faults)
+ * into out (>= kb->raw_size bytes): hash, one zstd frame of the declared
+ * size under the window cap, then the lengths (1 .. BP_KEY_MAX each,
+ * adding up) and no NUL in a key. dctx as for bp_pack_block_decode.
+ * @return 0 or -EBADMSG with fault set; -EINVAL for a short out.
+ */
+int bp_pack_key_block_decode(const bp_pack_key_block *kb, uint64_t at, const uint8_t *stored,
+			     ZSTD_DCtx *dctx, uint8_t *out, size_t out_cap, bp_pack_fault *fault);
+/* Key i (< kb->count) of a decoded key block. */
+void bp_pack_key_block_key(const uint8_t *raw, uint32_t count, uint32_t i, const char **ret_key,
+			   size_t *ret_len);
+/*
+ * Check the KEY_HASH_DIR section's bytes of a validated index with keys:
+ * section hash, first hashes nondecreasing. @return 0 or -EBADMSG.
+ */
+int bp_pack_key_hash_dir_check(const bp_pack_index *idx, const uint8_t *dir,
+			       bp_pack_fault *fault);
+/*
+ * Check key-hash page p (its bytes, at file offset at) against the
+ * directory: page hash, entries sorted by (hash, id), ids in range, the
+ * first hash the directory's, the last not above the next page's first.
+ * @return 0 or -EBADMSG.
+ */
+int bp_pack_key_page_check(const bp_pack_index *idx, const uint8_t *dir, uint64_t p,
+			   const uint8_t *page, uint64_t at, bp_pack_fault *fault);
+
+/* Reads len bytes at file offset off of the shard being checked. @return 0 or -errno. */
+typedef int (*bp_pack_read_fn)(void *ctx, void *buf, size_t len, uint64_t off);
+/*
+ * Check every byte of a shard's key sections: both directories, every key
+ * block and key-hash page, every key's hash against its entry, every id
+ * once. Memory: 9 bytes a sample. @return 0; -EBADMSG / -ENOTSUP / -E2BIG
+ * with fault set; -ENOMEM; a read's -errno (fault "cannot read keys").
+ */
+int bp_pack_keys_verify(const bp_pack_index *idx, bp_pack_read_fn read, void *ctx,
+			ZSTD_DCtx *dctx, bp_pack_fault *fault);
+
+/* ---- lookups on an open dataset --------------------------------------- */
+
+/* Shard i's fields (i < bp_dataset_shard_count). */
+const bp_pack_fields *bp_dataset_shard_fields(const bp_dataset *ds, size_t i);
+/* The shard holding global id (< bp_dataset_samples), O(1). */
+size_t bp_dataset_shard_of(const bp_dataset *ds, uint64_t id);
 
 #endif

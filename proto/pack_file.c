@@ -21,6 +21,7 @@
 
 #include <xxhash.h>
 
+#include "pack_fields.h"
 #include "pack_file.h"
 
 struct bp_dataset {
@@ -31,6 +32,9 @@ struct bp_dataset {
 	uint64_t fingerprint;
 	bp_pack_ranges *shard_map; /* global sample id -> shard, without a search */
 	size_t lookup_bytes;       /* the shard map and every shard's lookup table */
+	bp_schema schema;          /* the shards' schema; fixed sizes where all shards agree */
+	bool keys;                 /* every shard has keys */
+	size_t field_bytes;        /* the shards' loaded sections and their tables */
 };
 
 /* Private per-shard storage lives after the public part. */
@@ -39,6 +43,8 @@ typedef struct shard_priv {
 	uint8_t *index_bytes;
 	uint8_t *dict_bytes;
 	bp_pack_lookup *lookup;  /* pub.index.lookup: sample -> block without a search */
+	uint8_t *section_bytes;  /* the sections loaded at open (bp_pack_fields_extent) */
+	bp_pack_fields fields;   /* pointing into section_bytes */
 } shard_priv;
 
 static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const char *what,
@@ -69,7 +75,41 @@ static void shard_release(shard_priv *s)
 	bp_pack_lookup_free(s->lookup);
 	free(s->index_bytes);
 	free(s->dict_bytes);
+	bp_pack_fields_clear(&s->fields);
+	free(s->section_bytes);
 	free(s->pub.name);
+}
+
+/*
+ * Read the sections a batch needs (schema, columns, sizes) of a validated
+ * shard and check them; *ret_bytes holds what *ret points into.
+ */
+static int fields_load(const bp_shard *sh, uint8_t **ret_bytes, bp_pack_fields *ret,
+		       bp_dataset_fault *fault)
+{
+	bp_pack_fault pf = { 0 };
+	uint64_t off, size;
+	uint8_t *bytes = NULL;
+	int r;
+
+	bp_pack_fields_extent(&sh->index, &off, &size);
+	if (size) {
+		bytes = malloc(size);
+		if (!bytes)
+			return -ENOMEM;
+		r = read_meta(sh->fd, bytes, size, off);
+		if (r < 0) {
+			free(bytes);
+			return fault_set(fault, sh->name, r, "cannot read sections", off, -1);
+		}
+	}
+	r = bp_pack_fields_parse(&sh->index, bytes, off, size, ret, &pf);
+	if (r < 0) {
+		free(bytes);
+		return pf.what ? fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block) : r;
+	}
+	*ret_bytes = bytes;
+	return 0;
 }
 
 /* Read and validate one shard's metadata. On failure the caller releases s. */
@@ -137,7 +177,7 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 	if (r < 0)
 		return r;
 	sh->index.lookup = s->lookup;
-	return 0;
+	return fields_load(sh, &s->section_bytes, &s->fields, fault);
 bad:
 	return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
 }
@@ -232,9 +272,57 @@ static int build_lookups(bp_dataset *ds)
 	return 0;
 }
 
+/* Whether two schemas have the same fields (names, types, classes), whatever their fixed sizes. */
+static bool same_fields(const bp_schema *a, const bp_schema *b)
+{
+	if (a->count != b->count)
+		return false;
+	for (uint32_t i = 0; i < a->count; i++) {
+		const bp_field *x = &a->fields[i], *y = &b->fields[i];
+
+		if (strcmp(x->name, y->name) != 0 || x->type != y->type ||
+		    x->class_count != y->class_count)
+			return false;
+		for (uint32_t c = 0; c < x->class_count; c++)
+			if (strcmp(x->classes[c], y->classes[c]) != 0)
+				return false;
+	}
+	return true;
+}
+
+/*
+ * The dataset's schema: every shard's must have the same fields; a bytes
+ * field keeps its fixed size only where every shard has that one.
+ */
+static int merge_schemas(bp_dataset *ds, bp_dataset_fault *fault)
+{
+	const shard_priv *shards = (const shard_priv *)ds->shards;
+	int r = bp_schema_copy(&shards[0].fields.schema, &ds->schema);
+
+	if (r < 0)
+		return r;
+	ds->keys = true;
+	for (size_t i = 0; i < ds->shard_count; i++) {
+		const bp_pack_fields *pf = &shards[i].fields;
+		uint64_t off, size;
+
+		if (!same_fields(&ds->schema, &pf->schema))
+			return fault_set(fault, shards[i].pub.name, -EBADMSG,
+					 "shards' schemas differ", shards[i].pub.index.data_end, -1);
+		for (uint32_t f = 0; f < ds->schema.count; f++)
+			if (ds->schema.fields[f].fixed_size != pf->schema.fields[f].fixed_size)
+				ds->schema.fields[f].fixed_size = 0;
+		ds->keys = ds->keys && pf->keys;
+		bp_pack_fields_extent(&shards[i].pub.index, &off, &size);
+		ds->field_bytes += size + bp_pack_fields_bytes(pf);
+	}
+	return 0;
+}
+
 static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 {
 	uint64_t *fps = malloc(ds->shard_count * sizeof(*fps));
+	int r;
 
 	if (!fps)
 		return -ENOMEM;
@@ -250,7 +338,7 @@ static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 		ds->samples += sh->footer.sample_count;
 		ds->blocks += sh->footer.block_count;
 		ds->raw_bytes += sh->footer.raw_bytes;
-		ds->stored_bytes += sh->footer.index_offset - sh->header.data_offset;
+		ds->stored_bytes += sh->index.data_end - sh->header.data_offset;
 		ds->framed += sh->index.framed;
 		if (sh->index.max_frames > ds->max_frames)
 			ds->max_frames = sh->index.max_frames;
@@ -267,7 +355,8 @@ static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 	}
 	ds->fingerprint = bp_pack_dataset_fingerprint(fps, ds->shard_count);
 	free(fps);
-	return build_lookups(ds);
+	r = merge_schemas(ds, fault);
+	return r < 0 ? r : build_lookups(ds);
 }
 
 int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_fault *fault)
@@ -469,6 +558,7 @@ void bp_dataset_close(bp_dataset *ds)
 		shard_release(&shards[i]);
 	free(shards);
 	bp_pack_ranges_free(ds->shard_map);
+	bp_schema_clear(&ds->schema);
 	free(ds);
 }
 
@@ -483,6 +573,20 @@ uint32_t bp_dataset_max_frames(const bp_dataset *ds) { return ds->max_frames; }
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds) { return ds->fingerprint; }
 size_t bp_dataset_shard_count(const bp_dataset *ds) { return ds->shard_count; }
 size_t bp_dataset_lookup_bytes(const bp_dataset *ds) { return ds->lookup_bytes; }
+
+const bp_schema *bp_dataset_schema(const bp_dataset *ds) { return &ds->schema; }
+bool bp_dataset_has_keys(const bp_dataset *ds) { return ds->keys; }
+size_t bp_dataset_field_bytes(const bp_dataset *ds) { return ds->field_bytes; }
+
+const bp_pack_fields *bp_dataset_shard_fields(const bp_dataset *ds, size_t i)
+{
+	return &((const shard_priv *)ds->shards)[i].fields;
+}
+
+size_t bp_dataset_shard_of(const bp_dataset *ds, uint64_t id)
+{
+	return (size_t)bp_pack_ranges_find(ds->shard_map, id);
+}
 
 const bp_shard *bp_dataset_shard(const bp_dataset *ds, size_t i)
 {
@@ -673,6 +777,39 @@ static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *store
 	return 0;
 }
 
+static int shard_pread(void *ctx, void *buf, size_t len, uint64_t off)
+{
+	int r = bp_pread_full(((const bp_shard *)ctx)->fd, buf, len, off);
+
+	return r == -ENODATA ? -EIO : r;
+}
+
+/*
+ * The sections, read again from the file: those loaded at open checked
+ * as open checks them, and every key block and key-hash page with them.
+ */
+static int verify_sections(const bp_shard *sh, bp_sample_reader *r, bp_dataset_fault *fault)
+{
+	bp_pack_fault pf = { 0 };
+	bp_pack_fields fields;
+	uint8_t *bytes = NULL;
+	int err;
+
+	if (sh->index.section_count == 0)
+		return 0;
+	err = fields_load(sh, &bytes, &fields, fault);
+	if (err < 0)
+		return err;
+	if (fields.keys) {
+		err = bp_pack_keys_verify(&sh->index, shard_pread, (void *)sh, r->dctx, &pf);
+		if (err < 0 && pf.what)
+			fault_set(fault, sh->name, err, pf.what, pf.offset, pf.block);
+	}
+	bp_pack_fields_clear(&fields);
+	free(bytes);
+	return err;
+}
+
 int bp_dataset_verify(const bp_dataset *ds,
 		      void (*progress)(void *ctx, uint64_t stored_done, uint64_t raw_done),
 		      void *ctx, bp_dataset_fault *fault)
@@ -686,6 +823,8 @@ int bp_dataset_verify(const bp_dataset *ds,
 		return err;
 	for (size_t i = 0; i < ds->shard_count; i++) {
 		err = verify_shard(bp_dataset_shard(ds, i), r, &stored_done, &raw_done, fault);
+		if (err == 0)
+			err = verify_sections(bp_dataset_shard(ds, i), r, fault);
 		if (err < 0)
 			break;
 		if (progress)

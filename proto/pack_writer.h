@@ -14,10 +14,12 @@
 #ifndef BATCHD_PROTO_PACK_WRITER_H
 #define BATCHD_PROTO_PACK_WRITER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "pack.h"
+#include "pack_fields.h"
 
 typedef struct bp_pack_writer bp_pack_writer;
 
@@ -69,8 +71,54 @@ uint64_t bp_pack_writer_offset(const bp_pack_writer *w);
 uint64_t bp_pack_writer_samples(const bp_pack_writer *w);
 
 /*
- * Write the index and footer. @return 0, -ENODATA when no block was added,
- * -EINVAL while a framed sample is incomplete (the writer is unchanged),
+ * Give the shard a schema (pack_fields.h, PACK.md §Fields), and keys when
+ * keys is true; s NULL means bp_schema_default(). Only before the first
+ * block. The writer keeps a copy; the schema's fixed sizes are ignored and
+ * computed at finish. From then on every sample needs its fields
+ * (bp_pack_writer_add_fields), and finish writes the sections and footer
+ * version 3.
+ * @return 0; -EINVAL (a block was added, a schema was set already, or s
+ * breaks a rule: fault, which may be NULL, names it); -ENOMEM.
+ */
+int bp_pack_writer_set_schema(bp_pack_writer *w, const bp_schema *s, bool keys);
+int bp_pack_writer_set_schema_checked(bp_pack_writer *w, const bp_schema *s, bool keys,
+				      bp_pack_fault *fault);
+
+/* One field's value of one sample, for bp_pack_writer_add_fields. */
+typedef struct bp_field_value {
+	const void *data;  /* str: its bytes (may be NULL when size is 0) */
+	uint64_t size;     /* bytes: the field's size within the sample; str: its length */
+	int64_t i64;       /* int64 */
+	double f64;        /* float32 (stored as float) and float64 */
+} bp_field_value;
+
+/*
+ * The fields of the next sample (in sample order, counting from 0; may run
+ * ahead of the blocks): vals[f] for every schema field, and its key
+ * (key_len bytes, 1 .. BP_KEY_MAX, no NUL) when keys were asked for, else
+ * key NULL. A sample's bytes fields, laid end to end in schema order, are
+ * its bytes in the blocks.
+ * @return 0; -EINVAL (no schema set, a key where none or none where one is
+ * due, a NUL in a key, an int64 outside its field's classes); -E2BIG (a
+ * size over a limit); -ENOMEM; the writer's sticky error. Refusals leave
+ * the writer as it was.
+ */
+int bp_pack_writer_add_fields(bp_pack_writer *w, const bp_field_value *vals, const char *key,
+			      size_t key_len);
+
+/*
+ * After finish returned -EEXIST: the key two samples share (valid until
+ * the writer is freed). @return 0, or -ENOENT when finish reported none.
+ */
+int bp_pack_writer_duplicate_key(const bp_pack_writer *w, const char **ret_key, size_t *ret_len);
+
+/*
+ * Write the sections (when a schema was set), the index and the footer.
+ * @return 0, -ENODATA when no block was added,
+ * -EINVAL while a framed sample is incomplete, or with a schema when some
+ * sample lacks its fields or its bytes fields do not add up to its size;
+ * -EEXIST when two samples have one key (bp_pack_writer_duplicate_key);
+ * -ENOMEM (these refusals leave the writer unchanged),
  * -errno from write(2) (sticky, as for bp_pack_writer_add). ret_footer (may be NULL) receives the footer.
  */
 int bp_pack_writer_finish(bp_pack_writer *w, bp_pack_footer *ret_footer);

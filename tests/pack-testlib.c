@@ -265,8 +265,24 @@ static int write_samples(bp_pack_writer *w, ZSTD_CCtx *cctx, const ZSTD_CDict *c
 	return r;
 }
 
-int pt_pack_write_framed(int fd, const pt_samples *s, size_t per_block, uint64_t frame_size,
-			 const void *dict, size_t dict_size, int level, bp_pack_footer *ret_footer)
+/* Every sample's fields and key, ahead of the blocks (the writer allows it). */
+static int write_fields(bp_pack_writer *w, const pt_samples *s, const pt_fields *fields)
+{
+	const bp_schema *schema = fields->schema ? fields->schema : bp_schema_default();
+	int r = bp_pack_writer_set_schema(w, schema, fields->keys != NULL);
+
+	for (size_t i = 0; r == 0 && i < s->n; i++) {
+		const char *key = fields->keys ? fields->keys[i] : NULL;
+
+		r = bp_pack_writer_add_fields(w, fields->vals + i * schema->count, key,
+					      key ? strlen(key) : 0);
+	}
+	return r;
+}
+
+static int write_pack(int fd, const pt_samples *s, size_t per_block, uint64_t frame_size,
+		      const void *dict, size_t dict_size, int level, const pt_fields *fields,
+		      bp_pack_footer *ret_footer)
 {
 	ZSTD_CCtx *cctx = NULL;
 	ZSTD_CDict *cdict = NULL;
@@ -288,7 +304,10 @@ int pt_pack_write_framed(int fd, const pt_samples *s, size_t per_block, uint64_t
 	r = bp_pack_writer_new(fd, dict_size > 0 ? dict : NULL, dict_size, &w);
 	if (r < 0)
 		goto free_cdict;
-	r = write_samples(w, cctx, cdict, level, s, per_block, frame_size);
+	if (fields)
+		r = write_fields(w, s, fields);
+	if (r == 0)
+		r = write_samples(w, cctx, cdict, level, s, per_block, frame_size);
 	if (r == 0)
 		r = bp_pack_writer_finish(w, ret_footer);
 	bp_pack_writer_free(w);
@@ -297,6 +316,113 @@ free_cdict:
 free_cctx:
 	ZSTD_freeCCtx(cctx);
 	return r;
+}
+
+int pt_pack_write_framed(int fd, const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const void *dict, size_t dict_size, int level, bp_pack_footer *ret_footer)
+{
+	return write_pack(fd, s, per_block, frame_size, dict, dict_size, level, NULL, ret_footer);
+}
+
+int pt_pack_write_fields(int fd, const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const pt_fields *fields, bp_pack_footer *ret_footer)
+{
+	return write_pack(fd, s, per_block, frame_size, NULL, 0, 3, fields, ret_footer);
+}
+
+int pt_pack_build_fields(const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const pt_fields *fields, uint8_t **ret_buf, size_t *ret_len)
+{
+	int fd, r;
+
+	fd = memfd_create("bpk-test", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	r = pt_pack_write_fields(fd, s, per_block, frame_size, fields, NULL);
+	if (r == 0)
+		r = pt_read_fd(fd, ret_buf, ret_len);
+	close(fd);
+	return r;
+}
+
+/* Where a v3 pack's section table is, from its footer (tests trust their own packs). */
+static uint8_t *section_table(uint8_t *buf, size_t len, uint64_t *ret_count)
+{
+	const uint8_t *ft = buf + len - BP_PACK_FOOTER_SIZE;
+	uint64_t tables = pt_le64(ft + FTR_BLOCK_COUNT) * BP_PACK_BLOCK_ENTRY +
+			  pt_le64(ft + FTR_SAMPLE_COUNT) * BP_PACK_SAMPLE_ENTRY;
+
+	*ret_count = (pt_le64(ft + FTR_INDEX_SIZE) - tables) / BP_PACK_SECTION_ENTRY;
+	return buf + pt_le64(ft + FTR_INDEX_OFFSET) + tables;
+}
+
+uint8_t *pt_section(uint8_t *buf, size_t len, uint32_t kind, uint32_t field, uint64_t *ret_size)
+{
+	uint64_t k;
+	uint8_t *t = section_table(buf, len, &k);
+
+	for (uint64_t i = 0; i < k; i++) {
+		uint8_t *e = t + i * BP_PACK_SECTION_ENTRY;
+
+		if (pt_le32(e) == kind && (field == BP_SECTION_NO_FIELD || pt_le32(e + 4) == field)) {
+			if (ret_size)
+				*ret_size = pt_le64(e + 16);
+			return buf + pt_le64(e + 8);
+		}
+	}
+	return NULL;
+}
+
+/* The key directories' hashes over the bytes they cover. */
+static void reseal_keys(uint8_t *buf, size_t len)
+{
+	uint64_t keys_size, dir_size, hash_size, hdir_size;
+	uint8_t *keys = pt_section(buf, len, BP_SECTION_KEYS, BP_SECTION_NO_FIELD, &keys_size);
+	uint8_t *dir = pt_section(buf, len, BP_SECTION_KEY_DIR, BP_SECTION_NO_FIELD, &dir_size);
+	uint8_t *hash = pt_section(buf, len, BP_SECTION_KEY_HASH, BP_SECTION_NO_FIELD, &hash_size);
+	uint8_t *hdir = pt_section(buf, len, BP_SECTION_KEY_HASH_DIR, BP_SECTION_NO_FIELD,
+				   &hdir_size);
+
+	if (!keys || !dir || !hash || !hdir)
+		return;
+	for (uint64_t i = 0; i < dir_size / BP_KEY_DIR_ENTRY; i++) {
+		uint8_t *e = dir + i * BP_KEY_DIR_ENTRY;
+		uint64_t off = pt_le64(e), n = pt_le32(e + 8);
+
+		if (off <= keys_size && n <= keys_size - off)
+			pt_put_le64(e + 24, XXH3_64bits(keys + off, n));
+	}
+	for (uint64_t p = 0; p < hdir_size / BP_KEY_HASH_DIR_ENTRY; p++) {
+		uint64_t first = p * BP_KEY_HASH_PAGE * BP_KEY_HASH_ENTRY;
+		uint64_t n = hash_size - first < BP_KEY_HASH_PAGE * BP_KEY_HASH_ENTRY
+				     ? hash_size - first
+				     : BP_KEY_HASH_PAGE * BP_KEY_HASH_ENTRY;
+
+		pt_put_le64(hdir + p * BP_KEY_HASH_DIR_ENTRY, pt_le64(hash + first));
+		pt_put_le64(hdir + p * BP_KEY_HASH_DIR_ENTRY + 8, XXH3_64bits(hash + first, n));
+	}
+}
+
+void pt_reseal(uint8_t *buf, size_t len, bool keys)
+{
+	uint8_t *ft = buf + len - BP_PACK_FOOTER_SIZE;
+	uint64_t k, index_offset = pt_le64(ft + FTR_INDEX_OFFSET);
+	uint8_t *t = section_table(buf, len, &k);
+
+	if (keys)
+		reseal_keys(buf, len);
+	for (uint64_t i = 0; i < k; i++) {
+		uint8_t *e = t + i * BP_PACK_SECTION_ENTRY;
+		uint32_t kind = pt_le32(e);
+		uint64_t off = pt_le64(e + 8), n = pt_le64(e + 16);
+
+		if (kind != BP_SECTION_KEYS && kind != BP_SECTION_KEY_HASH && off <= len &&
+		    n <= len - off)
+			pt_put_le64(e + 24, XXH3_64bits(buf + off, n));
+	}
+	pt_put_le64(ft + FTR_FINGERPRINT, XXH3_64bits(buf + index_offset,
+						      pt_le64(ft + FTR_INDEX_SIZE)));
+	pt_put_le64(ft + FTR_CHECKSUM, bp_pack_checksum(buf, ft));
 }
 
 int pt_pack_write(int fd, const pt_samples *s, size_t per_block, const void *dict,

@@ -24,7 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <stdbool.h>
+
 #include "pack.h"
+#include "pack_fields.h"
+#include "pack_writer.h"
 
 /*
  * Field offsets as PACK.md lays them out, restated here so the tests check
@@ -148,6 +152,41 @@ int pt_pack_build(const pt_samples *s, size_t per_block, const void *dict, size_
 int pt_pack_build_framed(const pt_samples *s, size_t per_block, uint64_t frame_size,
 			 const void *dict, size_t dict_size, int level, uint8_t **ret_buf,
 			 size_t *ret_len);
+
+/*
+ * Fields to write with a shard: the schema (NULL for the default), every
+ * sample's values (schema count a sample, sample-major) and its key
+ * (NUL-terminated; keys NULL for a shard without them). The samples' bytes
+ * are their bytes fields end to end.
+ */
+typedef struct pt_fields {
+	const bp_schema *schema;
+	const bp_field_value *vals;
+	const char *const *keys;
+} pt_fields;
+
+/*
+ * As pt_pack_write_framed (no dictionary, level 3), with the schema set
+ * and every sample's fields added before its blocks. @return 0 or the
+ * first negative errno from the pack API.
+ */
+int pt_pack_write_fields(int fd, const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const pt_fields *fields, bp_pack_footer *ret_footer);
+/* pt_pack_build of pt_pack_write_fields's shard. */
+int pt_pack_build_fields(const pt_samples *s, size_t per_block, uint64_t frame_size,
+			 const pt_fields *fields, uint8_t **ret_buf, size_t *ret_len);
+/*
+ * The bytes of the first section of kind (and field, unless
+ * BP_SECTION_NO_FIELD) of a version-3 pack in buf, *ret_size (may be NULL)
+ * its size; NULL when there is none.
+ */
+uint8_t *pt_section(uint8_t *buf, size_t len, uint32_t kind, uint32_t field, uint64_t *ret_size);
+/*
+ * Seal a version-3 pack again after a test changed bytes in it: with keys,
+ * the key-block hashes in KEY_DIR and the page entries of KEY_HASH_DIR
+ * first; then every section hash, the fingerprint and the checksum.
+ */
+void pt_reseal(uint8_t *buf, size_t len, bool keys);
 
 /* Read all of fd (from offset 0) into a malloc'd buffer. @return 0 or -errno. */
 int pt_read_fd(int fd, uint8_t **ret_buf, size_t *ret_len);

@@ -373,7 +373,7 @@ START_TEST(test_frames_footer_versions)
 	c.f.version = BP_PACK_VERSION_FRAMES;
 	ck_assert_int_eq(pt_forge_parse(&c, &f), -EBADMSG);
 	ck_assert_str_eq(f.what, "footer version 2 without framed samples");
-	c.f.version = 3;
+	c.f.version = BP_PACK_VERSION_SECTIONS + 1;
 	ck_assert_int_eq(pt_forge_parse(&c, &f), -ENOTSUP);
 	ck_assert_str_eq(f.what, "unsupported footer version");
 	pt_forge_free(&c);

@@ -334,12 +334,12 @@ START_TEST(test_footer_rejects)
 		buf[FTR_MAGIC + i] ^= 0x01;
 		ck_assert_int_eq(footer_result(buf, fs, &h), -EBADMSG);
 	}
-	/* Version 2 (framed samples) is known; the next one is not. */
+	/* Version 2 (framed samples) is known; the one after version 3 (sections) is not. */
 	bp_pack_footer_encode(&base, hdr, buf);
 	pt_put_le32(buf + FTR_VERSION, BP_PACK_VERSION_FRAMES);
 	ck_assert_int_eq(footer_result(buf, fs, &h), 0);
 	bp_pack_footer_encode(&base, hdr, buf);
-	pt_put_le32(buf + FTR_VERSION, BP_PACK_VERSION_FRAMES + 1);
+	pt_put_le32(buf + FTR_VERSION, BP_PACK_VERSION_SECTIONS + 1);
 	ck_assert_int_eq(footer_result(buf, fs, &h), -ENOTSUP);
 	bp_pack_footer_encode(&base, hdr, buf);
 	pt_put_le32(buf + FTR_SIZE, 72);
