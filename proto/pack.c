@@ -898,10 +898,10 @@ static int check_section_entry(const bp_pack_header *h, const bp_pack_footer *f,
 		 : sec->offset < h->data_offset || sec->offset > f->index_offset)
 		return fail(fault, -EBADMSG, "section does not start where the previous one ends",
 			    at + S_OFFSET, -1);
-	if (sec->size > f->index_offset - sec->offset)
-		return fail(fault, -EBADMSG, "section runs past the index", at + S_SIZE, -1);
 	if (sec->kind == BP_SECTION_SCHEMA && sec->size > BP_SCHEMA_MAX)
 		return fail(fault, -E2BIG, "schema section over the size limit", at + S_SIZE, -1);
+	if (sec->size > f->index_offset - sec->offset)
+		return fail(fault, -EBADMSG, "section runs past the index", at + S_SIZE, -1);
 	want = fixed_section_size(sec->kind, f->sample_count);
 	if (want && sec->size != want)
 		return fail(fault, -EBADMSG, "key section size does not match the sample count",

@@ -3,8 +3,11 @@
  * fuzz-pack.c - libFuzzer target for the pack parser and block decoder.
  *
  * Feeds arbitrary bytes to bp_pack_parse() as a whole shard and, when they
- * are accepted, does everything a reader would: locates every sample and
- * decodes every block. Beyond "no crash, no sanitizer report" it checks the
+ * are accepted, does everything a reader would: locates every sample,
+ * decodes every block and, in a shard with fields, maps its sections and
+ * reads every field of every sample. The same bytes also go to
+ * bp_schema_decode(), whose every accepted input must encode back to
+ * itself. Beyond "no crash, no sanitizer report" it checks the
  * promises pack.h makes: errors are documented negative errnos with a
  * reason, and after a successful parse every lookup is in bounds (a framed
  * sample's frames follow one another, name it and add up to it), the
@@ -33,6 +36,7 @@
 #include <zstd.h>
 
 #include "pack.h"
+#include "pack_fields.h"
 
 /* Blocks whose raw size is above this are located but not decoded. */
 #define FUZZ_MAX_RAW (UINT64_C(16) << 20)
@@ -61,6 +65,82 @@ static void put_le64(uint8_t *p, uint64_t v)
 {
 	for (int i = 0; i < 8; i++)
 		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Whether [off, off + len) lies in p[0..n). */
+static bool inside(uint64_t off, uint64_t len, size_t n)
+{
+	return off <= n && len <= n - off;
+}
+
+/* The key directories' block and page hashes, where KEYS, KEY_DIR, KEY_HASH and KEY_HASH_DIR lie in bounds. */
+static void reseal_keys(uint8_t *p, size_t n, const uint8_t *sec[9])
+{
+	uint64_t keys_off, keys_len, dir_len, hash_off, hash_len, hdir_len;
+	uint8_t *dir, *hdir;
+
+	if (!sec[5] || !sec[6] || !sec[7] || !sec[8])
+		return;
+	keys_off = le64(sec[5] + 8);
+	keys_len = le64(sec[5] + 16);
+	dir = p + le64(sec[6] + 8);
+	dir_len = le64(sec[6] + 16);
+	hash_off = le64(sec[7] + 8);
+	hash_len = le64(sec[7] + 16);
+	hdir = p + le64(sec[8] + 8);
+	hdir_len = le64(sec[8] + 16);
+	for (uint64_t i = 0; i < dir_len / 32; i++) {
+		uint8_t *e = dir + i * 32;
+		uint64_t off = le64(e), len = le32(e + 8);
+
+		if (off <= keys_len && len <= keys_len - off)
+			put_le64(e + 24, XXH3_64bits(p + keys_off + off, len));
+	}
+	for (uint64_t k = 0; k < hdir_len / 16 && k * 65536 < hash_len; k++) {
+		uint64_t at = k * 65536, len = hash_len - at < 65536 ? hash_len - at : 65536;
+
+		if (len >= 8)
+			put_le64(hdir + k * 16, le64(p + hash_off + at));
+		put_le64(hdir + k * 16 + 8, XXH3_64bits(p + hash_off + at, len));
+	}
+}
+
+/* A version-3 index's sections: the key directories, then each section's hash. */
+static void reseal_sections(uint8_t *p, size_t n, uint64_t io, uint64_t is, uint64_t bc,
+			    uint64_t sc)
+{
+	const uint8_t *sec[9] = { NULL };
+	uint64_t tables, count;
+	uint8_t *t;
+
+	if (le32(p + n - BP_PACK_FOOTER_SIZE + 56) != BP_PACK_VERSION_SECTIONS ||
+	    bc > is / BP_PACK_BLOCK_ENTRY || sc > is / BP_PACK_SAMPLE_ENTRY)
+		return;
+	tables = bc * BP_PACK_BLOCK_ENTRY + sc * BP_PACK_SAMPLE_ENTRY;
+	if (tables > is)
+		return;
+	t = p + io + tables;
+	count = (is - tables) / BP_PACK_SECTION_ENTRY;
+	for (uint64_t i = 0; i < count; i++) {
+		const uint8_t *e = t + i * BP_PACK_SECTION_ENTRY;
+		uint32_t kind = le32(e);
+
+		if (kind >= 5 && kind <= 8 && !sec[kind] && inside(le64(e + 8), le64(e + 16), n))
+			sec[kind] = e;
+	}
+	reseal_keys(p, n, sec);
+	for (uint64_t i = 0; i < count; i++) {
+		uint8_t *e = t + i * BP_PACK_SECTION_ENTRY;
+		uint32_t kind = le32(e);
+
+		if (kind != 5 && kind != 7 && inside(le64(e + 8), le64(e + 16), n))
+			put_le64(e + 24, XXH3_64bits(p + le64(e + 8), le64(e + 16)));
+	}
 }
 
 /*
@@ -96,6 +176,7 @@ static void reseal(uint8_t *p, size_t n)
 					put_le64(e + 40, h); /* raw blocks: raw_hash == stored_hash */
 			}
 		}
+		reseal_sections(p, n, io, is, bc, le64(ftr + 24));
 		put_le64(ftr + 48, XXH3_64bits(p + io, is));
 	}
 	memcpy(covered, p, BP_PACK_HEADER_SIZE);
@@ -222,6 +303,76 @@ static void check_blocks(const bp_pack_view *v, const uint8_t *data, size_t size
 	ZSTD_freeDDict(ddict);
 }
 
+/* A parsed shard's fields: every value of every sample within its section. */
+static void check_fields(const bp_pack_view *v, const uint8_t *data, size_t size)
+{
+	const bp_pack_index *idx = &v->index;
+	bp_pack_fault f = { .what = NULL };
+	bp_pack_fields pf;
+	int r = bp_pack_fields_parse(idx, data, 0, size, &pf, &f);
+
+	if (r == -ENOMEM)
+		abort();
+	require(r == 0, "accepted shard whose fields do not parse", (uint64_t)-r, 0);
+	require(pf.schema.count >= 1 && pf.schema.count <= BP_FIELD_MAX, "schema count", 0,
+		pf.schema.count);
+	for (uint32_t k = 0; k < pf.schema.count; k++) {
+		const bp_field *fd = &pf.schema.fields[k];
+		const bp_pack_column *col = &pf.columns[k];
+		size_t w = bp_field_scalar_size(fd->type);
+
+		if (fd->type == BP_FIELD_BYTES)
+			continue;
+		require(col->data >= data && col->size <= size &&
+				(size_t)(col->data - data) <= size - col->size,
+			"column outside the shard", k, col->size);
+		if (w)
+			require(col->size == idx->sample_count * w, "column size", k, col->size);
+		for (uint64_t id = 0; fd->type == BP_FIELD_STR && id < idx->sample_count; id++) {
+			uint64_t a = le64(col->data + id * 8), b = le64(col->data + id * 8 + 8);
+
+			require(a <= b && b <= col->size - (idx->sample_count + 1) * 8,
+				"str value outside its section", id, b);
+		}
+	}
+	for (uint64_t id = 0; pf.bytes_fields > 1 && id < idx->sample_count; id++) {
+		uint64_t sum = 0, off, sz;
+
+		for (uint32_t k = 0; k < pf.bytes_fields; k++)
+			sum += le32(pf.sizes + (id * pf.bytes_fields + k) * 4);
+		bp_pack_index_sample_span(idx, id, &off, &sz);
+		require(sum == sz, "field sizes do not add up", id, sum);
+	}
+	bp_pack_fields_clear(&pf);
+}
+
+/* Any bytes as a schema: what decodes encodes back to the same bytes. */
+static void check_schema(const uint8_t *data, size_t size)
+{
+	bp_pack_fault f = { .what = NULL };
+	bp_schema s;
+	uint8_t *again;
+	int r = bp_schema_decode(data, size, &s, &f);
+
+	if (r == -ENOMEM)
+		abort();
+	if (r < 0) {
+		require((r == -EINVAL || r == -E2BIG) && f.what && f.offset <= size,
+			"undocumented schema decode error", (uint64_t)-r, f.offset);
+		return;
+	}
+	require(bp_schema_check(&s, NULL) == 0, "decoded schema fails its check", s.count, 0);
+	require(bp_schema_encoded_size(&s) == size, "schema encodes to another size", size,
+		bp_schema_encoded_size(&s));
+	again = malloc(size);
+	if (!again)
+		abort();
+	bp_schema_encode(&s, again);
+	require(memcmp(again, data, size) == 0, "schema encodes to other bytes", size, 0);
+	free(again);
+	bp_schema_clear(&s);
+}
+
 static void check_pack(const uint8_t *data, size_t size)
 {
 	bp_pack_fault f = { .what = NULL };
@@ -246,6 +397,7 @@ static void check_pack(const uint8_t *data, size_t size)
 		v.header.dict_size, 0);
 	check_samples(&v);
 	check_blocks(&v, data, size);
+	check_fields(&v, data, size);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -253,6 +405,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *copy;
 
 	check_pack(data, size);
+	check_schema(data, size);
 	if (size < BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE)
 		return 0;
 	/* Exactly sized, so reads past the end are still caught. */

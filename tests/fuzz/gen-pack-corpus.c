@@ -6,8 +6,10 @@
  * at once instead of spending its time rediscovering the magic. This writes
  * a handful of small valid packs covering each shape (one sample, many
  * samples per block, one per block, dictionary, raw blocks, empty samples,
- * samples stored as frames among small ones) plus damaged ones (truncated,
- * garbage, a bad index byte, a bad block byte). The output is
+ * samples stored as frames among small ones, samples with fields and keys
+ * in every section kind) plus damaged ones (truncated, garbage, a bad
+ * index byte, a bad block byte, a bad section byte), and an encoded schema
+ * alone for bp_schema_decode. The output is
  * deterministic for a given zstd version; it is run by hand and the files
  * are committed:
  *
@@ -24,6 +26,7 @@
 
 #include "pack-testlib.h"
 #include "pack.h"
+#include "pack_fields.h"
 
 #define CORPUS_MAX_FILE (16u << 10)
 
@@ -89,6 +92,121 @@ static void pack(const char *name, size_t n, size_t min, size_t max, enum pt_kin
 	pack_framed(name, n, min, max, kind, per_block, 0, dict, dict_size, ret, ret_len);
 }
 
+static char *classes[] = { "cat", "dog", "fish" };
+static bp_field all_fields[] = {
+	{ .name = "image", .type = BP_FIELD_BYTES },
+	{ .name = "label", .type = BP_FIELD_INT64, .class_count = 3, .classes = classes },
+	{ .name = "score", .type = BP_FIELD_FLOAT32 },
+	{ .name = "weight", .type = BP_FIELD_FLOAT64 },
+	{ .name = "caption", .type = BP_FIELD_STR },
+	{ .name = "meta", .type = BP_FIELD_BYTES },
+};
+static const bp_schema all_schema = { .count = 6, .fields = all_fields };
+/* No bytes field: every sample is empty. */
+static const bp_schema scalar_schema = { .count = 2, .fields = all_fields + 3 };
+
+/* The values of sample i (size bytes) of schema sc, nb bytes fields: the first takes 2/3. */
+static void sample_values(const bp_schema *sc, uint32_t nb, size_t i, uint64_t size,
+			  bp_field_value *v)
+{
+	uint64_t left = size;
+
+	for (uint32_t f = 0, k = 0; f < sc->count; f++, v++) {
+		switch (sc->fields[f].type) {
+		case BP_FIELD_BYTES:
+			v->size = ++k == nb ? left : size * 2 / 3;
+			left -= v->size;
+			break;
+		case BP_FIELD_INT64:
+			v->i64 = (int64_t)(i % 3);
+			break;
+		case BP_FIELD_STR:
+			v->data = "a caption";
+			v->size = i % 10;
+			break;
+		default:
+			v->f64 = (double)i / 3;
+		}
+	}
+}
+
+/*
+ * A pack of n samples of up to max bytes with schema's fields (NULL: the
+ * default one) and, when keys, keys "train/<i>.jpg"; samples over
+ * frame_size (when not 0) in frames. Put as name; *ret (may be NULL) keeps it.
+ */
+static void pack_fields(const char *name, size_t n, size_t max, const bp_schema *schema,
+			bool keys, uint64_t frame_size, uint8_t **ret, size_t *ret_len)
+{
+	const bp_schema *sc = schema ? schema : bp_schema_default();
+	bp_field_value *vals = calloc(n * sc->count, sizeof(*vals));
+	char **names = calloc(n, sizeof(*names)), text[64];
+	uint64_t *sizes = calloc(n, sizeof(*sizes)), st = 99;
+	uint32_t nb = bp_schema_bytes_fields(sc);
+	pt_fields pf = { .schema = sc, .vals = vals };
+	pt_samples s;
+	uint8_t *buf;
+	size_t len;
+	int r;
+
+	if (!vals || !names || !sizes)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		sizes[i] = nb ? pt_rand_range(&st, 0, max) : 0;
+		if (frame_size && i == 1)
+			sizes[i] = 2 * frame_size + 100; /* three frames */
+		snprintf(text, sizeof(text), "train/%zu.jpg", i);
+		names[i] = strdup(text);
+		sample_values(sc, nb, i, sizes[i], vals + i * sc->count);
+	}
+	pf.keys = keys ? (const char *const *)names : NULL;
+	pt_samples_sized(&s, sizes, n, 0, 5);
+	r = pt_pack_build_fields(&s, 3, frame_size, &pf, &buf, &len);
+	if (r < 0) {
+		fprintf(stderr, "gen-pack-corpus: %s: %s\n", name, strerror(-r));
+		failed = 1;
+	} else {
+		put(name, buf, len);
+		if (ret) {
+			*ret = buf;
+			*ret_len = len;
+		} else {
+			free(buf);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	free(vals);
+	free(sizes);
+	pt_samples_free(&s);
+}
+
+/* Seeds of version 3: every section kind, and damage in one. */
+static void fields_seeds(void)
+{
+	uint8_t *full = NULL, *sec;
+	uint64_t size;
+	size_t len;
+
+	pack_fields("fields-all.bpk", 12, 200, &all_schema, true, 0, &full, &len);
+	pack_fields("fields-default-keys.bpk", 10, 100, NULL, true, 0, NULL, NULL);
+	pack_fields("fields-no-bytes.bpk", 7, 0, &scalar_schema, false, 0, NULL, NULL);
+	pack_fields("fields-frames.bpk", 3, 2000, &all_schema, true, BP_PACK_MIN_FRAME, NULL, NULL);
+	if (!full)
+		return;
+	sec = pt_section(full, len, BP_SECTION_COLUMN, 1, &size);
+	sec[3] ^= 0x20;
+	put("fields-bad-column-byte.bpk", full, len);
+	sec[3] ^= 0x20;
+	sec = pt_section(full, len, BP_SECTION_KEYS, BP_SECTION_NO_FIELD, &size);
+	sec[size - 1] ^= 0x01;
+	put("fields-bad-key-byte.bpk", full, len);
+	sec = pt_section(full, len, BP_SECTION_SCHEMA, BP_SECTION_NO_FIELD, &size);
+	put("schema.bin", sec, size);
+	free(full);
+}
+
 int main(int argc, char **argv)
 {
 	uint8_t dict[1024], garbage[600], *many, *copy;
@@ -115,6 +233,7 @@ int main(int argc, char **argv)
 		    NULL);
 	pack_framed("frames-raw.bpk", 2, 4500, 7000, PT_RANDOM, 1, BP_PACK_MIN_FRAME, NULL, 0,
 		    NULL, NULL);
+	fields_seeds();
 	if (failed)
 		return 1;
 
