@@ -337,6 +337,16 @@ void bp_pack_key_dir_entry(const uint8_t *dir, uint64_t i, bp_pack_key_block *re
 	ret->hash = bp_le64(e + KD_HASH);
 }
 
+void bp_pack_key_dir_entry_encode(const bp_pack_key_block *kb, uint8_t out[BP_KEY_DIR_ENTRY])
+{
+	bp_put_le64(out + KD_OFFSET, kb->offset);
+	bp_put_le32(out + KD_STORED, kb->stored_size);
+	bp_put_le32(out + KD_RAW, kb->raw_size);
+	bp_put_le32(out + KD_CODEC, kb->codec);
+	bp_put_le32(out + KD_COUNT, kb->count);
+	bp_put_le64(out + KD_HASH, kb->hash);
+}
+
 /* One KEY_DIR entry at file offset at, expected at `offset` in KEYS with `count` keys. */
 static int check_key_entry(const bp_pack_key_block *kb, uint64_t offset, uint64_t count,
 			   uint64_t keys_size, uint64_t at, bp_pack_fault *fault)
@@ -918,6 +928,10 @@ static int find_in_shard(bp_key_reader *r, size_t si, const char *key, size_t le
 		uint64_t entries = group_len(n, BP_KEY_HASH_PAGE, p);
 		uint64_t at = hs.offset + p * BP_KEY_HASH_PAGE * BP_KEY_HASH_ENTRY;
 		bp_pack_fault pf = { 0 };
+
+		/* A later page starting above h cannot continue h's run: no read for it. */
+		if (p > 0 && bp_le64(r->dirs[si].hdir + p * BP_KEY_HASH_DIR_ENTRY) > h)
+			return 0;
 
 		err = shard_read(sh, r->page, entries * BP_KEY_HASH_ENTRY, at, fault);
 		if (err < 0)

@@ -213,6 +213,7 @@ typedef struct bp_pack_key_block {
  */
 int bp_pack_key_dir_check(const bp_pack_index *idx, const uint8_t *dir, bp_pack_fault *fault);
 void bp_pack_key_dir_entry(const uint8_t *dir, uint64_t i, bp_pack_key_block *ret);
+void bp_pack_key_dir_entry_encode(const bp_pack_key_block *kb, uint8_t out[BP_KEY_DIR_ENTRY]);
 /*
  * Decode key block kb from its stored bytes (file offset at, for faults)
  * into out (>= kb->raw_size bytes): hash, one zstd frame of the declared

@@ -536,11 +536,11 @@ static int check_fields(bp_pack_writer *w)
 	if (w->field_samples != w->sample_count)
 		return -EINVAL;
 	for (uint64_t id = 0; id < w->sample_count; id++) {
-		const uint8_t *row = w->sizes.p + id * nb * 4;
 		uint64_t sum = 0;
 
+		/* Without bytes fields there is no row (and no buffer): every sample is empty. */
 		for (uint32_t k = 0; k < nb; k++)
-			sum += bp_le32(row + k * 4);
+			sum += bp_le32(w->sizes.p + (id * nb + k) * 4);
 		if (sum != bp_le64(w->samples + id * BP_PACK_SAMPLE_ENTRY + 8))
 			return -EINVAL;
 	}
@@ -648,7 +648,6 @@ static int write_key_blocks(bp_pack_writer *w, ZSTD_CCtx *cctx)
 									  : BP_KEYS_PER_BLOCK);
 		size_t len = (size_t)count * 4;
 		bp_pack_encoded enc;
-		uint8_t *e = dir + b * BP_KEY_DIR_ENTRY;
 
 		memcpy(raw, w->key_lens.p + first * 4, len);
 		for (uint32_t i = 0; i < count; i++)
@@ -661,12 +660,14 @@ static int write_key_blocks(bp_pack_writer *w, ZSTD_CCtx *cctx)
 			r = bp_write_full(w->fd, enc.stored, enc.stored_size);
 		if (r < 0)
 			break;
-		bp_put_le64(e, w->offset - start);
-		bp_put_le32(e + 8, (uint32_t)enc.stored_size);
-		bp_put_le32(e + 12, (uint32_t)len);
-		bp_put_le32(e + 16, enc.codec);
-		bp_put_le32(e + 20, count);
-		bp_put_le64(e + 24, enc.stored_hash);
+		bp_pack_key_dir_entry_encode(&(bp_pack_key_block){
+						     .offset = w->offset - start,
+						     .stored_size = (uint32_t)enc.stored_size,
+						     .raw_size = (uint32_t)len,
+						     .codec = enc.codec,
+						     .count = count,
+						     .hash = enc.stored_hash,
+					     }, dir + b * BP_KEY_DIR_ENTRY);
 		w->offset += enc.stored_size;
 	}
 	if (r == 0) {

@@ -118,8 +118,11 @@ int bp_pack_writer_duplicate_key(const bp_pack_writer *w, const char **ret_key, 
  * -EINVAL while a framed sample is incomplete, or with a schema when some
  * sample lacks its fields or its bytes fields do not add up to its size;
  * -EEXIST when two samples have one key (bp_pack_writer_duplicate_key);
- * -ENOMEM (these refusals leave the writer unchanged),
- * -errno from write(2) (sticky, as for bp_pack_writer_add). ret_footer (may be NULL) receives the footer.
+ * -ENOMEM (these refusals leave the writer unchanged, but an -ENOMEM once
+ * sections are being written, which sticks), -errno from write(2)
+ * (sticky, as for bp_pack_writer_add). ret_footer (may be NULL) receives
+ * the footer. Memory at finish with keys: 24 bytes a sample beside the
+ * keys themselves (the sorted key-hash table and the keys' offsets).
  */
 int bp_pack_writer_finish(bp_pack_writer *w, bp_pack_footer *ret_footer);
 

@@ -905,6 +905,15 @@ static void sections_pack(uint8_t **buf, size_t *len)
 	pt_samples_free(&s);
 }
 
+/* The sections pack, and a copy of it to restore between forgeries. */
+static void sections_pair(uint8_t **buf, uint8_t **orig, size_t *len)
+{
+	sections_pack(buf, len);
+	*orig = malloc(*len);
+	ck_assert_ptr_nonnull(*orig);
+	memcpy(*orig, *buf, *len);
+}
+
 /* Section-table entry i of a version-3 pack. */
 static uint8_t *sec_entry(uint8_t *buf, size_t len, size_t i)
 {
@@ -941,10 +950,7 @@ START_TEST(test_section_table_forged)
 	uint8_t *buf, *orig, *e;
 	size_t len;
 
-	sections_pack(&buf, &len);
-	orig = malloc(len);
-	ck_assert_ptr_nonnull(orig);
-	memcpy(orig, buf, len);
+	sections_pair(&buf, &orig, &len);
 	ck_assert_uint_eq(pt_le32(sec_entry(buf, len, 7)), BP_SECTION_KEY_HASH_DIR);
 
 	pt_put_le32(sec_entry(buf, len, 0), BP_SECTION_COLUMN);
@@ -1018,6 +1024,19 @@ START_TEST(test_section_table_missing)
 }
 END_TEST
 
+/* The dataset at path opens, and verify refuses it with err and what. */
+static void verify_refuses(const char *path, int err, const char *what)
+{
+	bp_dataset_fault fault = { 0 };
+	bp_dataset *ds;
+
+	ck_assert_int_eq(bp_dataset_openat(AT_FDCWD, path, &ds, &fault), 0);
+	ck_assert_int_eq(bp_dataset_verify(ds, NULL, NULL, &fault), err);
+	ck_assert_str_eq(fault.pack.what, what);
+	ck_assert_str_eq(fault.shard, path);
+	bp_dataset_close(ds);
+}
+
 /*
  * Forged keys: the dataset opens (keys are not read at open), the key
  * reader refuses the damaged directory, block or page with its reason and
@@ -1047,20 +1066,16 @@ static void expect_keys_refused(uint8_t *buf, size_t len, bool by_find, int err,
 	ck_assert_str_eq(fault.pack.what, what);
 	ck_assert_str_eq(fault.shard, t.path);
 	bp_key_reader_free(kr);
-	memset(&fault, 0, sizeof(fault));
-	ck_assert_int_eq(bp_dataset_verify(ds, NULL, NULL, &fault), err);
-	ck_assert_str_eq(fault.pack.what, what);
 	bp_dataset_close(ds);
+	verify_refuses(t.path, err, what);
 	tmp_done(&t);
 }
 
 /* Only verify can tell: the key reader's lookups still agree with themselves. */
 static void expect_verify_refused(uint8_t *buf, size_t len, const char *what)
 {
-	bp_dataset_fault fault = { 0 };
 	bp_pack_fault pf = { 0 };
 	bp_pack_view v;
-	bp_dataset *ds;
 	scratch_file t;
 
 	pt_reseal(buf, len, true);
@@ -1068,10 +1083,7 @@ static void expect_verify_refused(uint8_t *buf, size_t len, const char *what)
 	ck_assert_str_eq(pf.what, what);
 	tmp_make(&t);
 	write_file(t.path, buf, len);
-	ck_assert_int_eq(bp_dataset_openat(AT_FDCWD, t.path, &ds, &fault), 0);
-	ck_assert_int_eq(bp_dataset_verify(ds, NULL, NULL, &fault), -EBADMSG);
-	ck_assert_str_eq(fault.pack.what, what);
-	bp_dataset_close(ds);
+	verify_refuses(t.path, -EBADMSG, what);
 	tmp_done(&t);
 }
 
@@ -1081,10 +1093,7 @@ START_TEST(test_keys_forged)
 	uint64_t size;
 	size_t len;
 
-	sections_pack(&buf, &len);
-	orig = malloc(len);
-	ck_assert_ptr_nonnull(orig);
-	memcpy(orig, buf, len);
+	sections_pair(&buf, &orig, &len);
 	dir = pt_section(buf, len, BP_SECTION_KEY_DIR, BP_SECTION_NO_FIELD, &size);
 	ck_assert_uint_eq(size, 32);
 	/* One raw block: 6 lengths and the keys. */
@@ -1126,10 +1135,7 @@ START_TEST(test_key_hash_forged)
 	uint64_t size;
 	size_t len;
 
-	sections_pack(&buf, &len);
-	orig = malloc(len);
-	ck_assert_ptr_nonnull(orig);
-	memcpy(orig, buf, len);
+	sections_pair(&buf, &orig, &len);
 	keys = pt_section(buf, len, BP_SECTION_KEYS, BP_SECTION_NO_FIELD, &size);
 	hash = pt_section(buf, len, BP_SECTION_KEY_HASH, BP_SECTION_NO_FIELD, &size);
 	ck_assert_uint_eq(size, SEC_SAMPLES * 16);
