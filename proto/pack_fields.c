@@ -406,6 +406,11 @@ int bp_pack_key_block_decode(const bp_pack_key_block *kb, uint64_t at, const uin
 
 	if (out_cap < kb->raw_size || head > kb->raw_size)
 		return -EINVAL;
+	/* bp_pack_key_dir_check proved these; as strict for a caller's own entry. */
+	if (kb->codec != BP_CODEC_RAW && kb->codec != BP_CODEC_ZSTD)
+		return fail(fault, -ENOTSUP, "unknown key block codec", at);
+	if (kb->codec == BP_CODEC_RAW && kb->stored_size != kb->raw_size)
+		return fail(fault, -EBADMSG, "key block's stored size does not fit its codec", at);
 	if (XXH3_64bits(stored, kb->stored_size) != kb->hash)
 		return fail(fault, -EBADMSG, "key block checksum mismatch", at);
 	if (kb->codec == BP_CODEC_RAW) {

@@ -13,7 +13,9 @@
  * being skipped silently: a dataset is never quietly smaller than it looks.
  *
  * Opening reads each shard's header, dictionary, footer and index with
- * pread(2) and validates them completely; after a successful open every
+ * pread(2) and validates them completely, and in a shard with fields the
+ * sections a batch needs (schema, columns, sizes: pack_fields.h), never
+ * its keys; after a successful open every
  * sample id below bp_dataset_samples() resolves without further checks,
  * in constant time: opening also builds lookup tables (pack.h,
  * bp_pack_ranges and bp_pack_lookup) that map a global id to its shard and
@@ -171,7 +173,8 @@ int bp_sample_reader_get(bp_sample_reader *r, uint64_t id, const uint8_t **ret_d
 
 /*
  * Check every block of every shard: read the stored bytes, check both hashes,
- * decompress. progress (may be NULL) is called after each shard with the
+ * decompress; then every section of a shard with fields, read again, and
+ * every key block and key-hash page (bp_pack_keys_verify). progress (may be NULL) is called after each shard with the
  * stored bytes checked so far. @return 0 when sound; the first fault's
  * negative errno otherwise, with fault naming shard, block and offset.
  */

@@ -643,6 +643,29 @@ START_TEST(test_writer_refusals)
 	bp_pack_writer_free(w);
 	close(fd);
 
+	/* Values over their limits: a str value, a sample's bytes fields together. */
+	w = new_writer(&fd);
+	ck_assert_int_eq(bp_pack_writer_set_schema(w, &full_schema, false), 0);
+	{
+		static char text[BP_STR_MAX + 1];
+		bp_field_value fv[7] = { { .size = 1 }, { .i64 = 0 }, { .size = 16 }, { .f64 = 0 },
+					 { .data = text, .size = BP_STR_MAX + 1 }, { .f64 = 0 },
+					 { .size = 0 } };
+
+		ck_assert_int_eq(bp_pack_writer_add_fields(w, fv, NULL, 0), -E2BIG);
+		fv[4].size = BP_STR_MAX;
+		fv[6].size = BP_PACK_MAX_SAMPLE - 16;
+		ck_assert_int_eq(bp_pack_writer_add_fields(w, fv, NULL, 0), -E2BIG);
+		fv[4].data = NULL;
+		fv[6].size = 0;
+		ck_assert_int_eq(bp_pack_writer_add_fields(w, fv, NULL, 0), -EINVAL);
+		fv[4].data = text;
+		ck_assert_int_eq(bp_pack_writer_add_fields(w, fv, "k", 1), -EINVAL);
+		ck_assert_int_eq(bp_pack_writer_add_fields(w, fv, NULL, 0), 0);
+	}
+	bp_pack_writer_free(w);
+	close(fd);
+
 	/* A schema only before the first block. */
 	w = new_writer(&fd);
 	ck_assert_int_eq(add_raw(w, sizes, 2), 0);
@@ -1011,9 +1034,51 @@ START_TEST(test_bad_columns)
 	memcpy(buf, orig, len);
 	pt_put_le64(str + 8 * 10, pt_le64(str + 8 * 10) + 1);
 	expect_open_fails(buf, len, -EBADMSG, "str offsets do not end at the section's end");
+	memcpy(buf, orig, len);
+	pt_put_le64(str + 8, BP_STR_MAX + 1);
+	expect_open_fails(buf, len, -E2BIG, "str value over the size limit");
 	free(orig);
 	free(buf);
 	recs_free(&r);
+}
+END_TEST
+
+/* A key block entry that lies about its codec or its stored size, decoded directly. */
+START_TEST(test_key_block_decode)
+{
+	uint8_t raw[4 + 3] = { 3, 0, 0, 0, 'a', 'b', 'c' }, out[16];
+	bp_pack_key_block kb = { .stored_size = 7, .raw_size = 7, .codec = BP_CODEC_RAW, .count = 1,
+				 .hash = XXH3_64bits(raw, 7) };
+	ZSTD_DCtx *dctx = ZSTD_createDCtx();
+	bp_pack_fault pf;
+	const char *key;
+	size_t len;
+
+	ck_assert_int_eq(bp_pack_dctx_init(dctx), 0);
+	ck_assert_int_eq(bp_pack_key_block_decode(&kb, 100, raw, dctx, out, sizeof(out), &pf), 0);
+	bp_pack_key_block_key(out, 1, 0, &key, &len);
+	ck_assert_uint_eq(len, 3);
+	ck_assert_mem_eq(key, "abc", 3);
+	ck_assert_int_eq(bp_pack_key_block_decode(&kb, 100, raw, dctx, out, 6, &pf), -EINVAL);
+	kb.codec = 9;
+	ck_assert_int_eq(bp_pack_key_block_decode(&kb, 100, raw, dctx, out, sizeof(out), &pf),
+			 -ENOTSUP);
+	kb.codec = BP_CODEC_RAW;
+	kb.stored_size = 5;
+	ck_assert_int_eq(bp_pack_key_block_decode(&kb, 100, raw, dctx, out, sizeof(out), &pf),
+			 -EBADMSG);
+	ck_assert_uint_eq(pf.offset, 100);
+	kb.stored_size = 7;
+	kb.hash ^= 1;
+	ck_assert_int_eq(bp_pack_key_block_decode(&kb, 100, raw, dctx, out, sizeof(out), &pf),
+			 -EBADMSG);
+	ck_assert_str_eq(pf.what, "key block checksum mismatch");
+	kb.codec = BP_CODEC_ZSTD;
+	kb.hash ^= 1;
+	ck_assert_int_eq(bp_pack_key_block_decode(&kb, 100, raw, dctx, out, sizeof(out), &pf),
+			 -EBADMSG);
+	ck_assert_str_eq(pf.what, "block is not a zstd frame");
+	ZSTD_freeDCtx(dctx);
 }
 END_TEST
 
@@ -1040,6 +1105,7 @@ static Suite *pack_fields_suite(void)
 	tcase_add_test(tc, test_schema_hostile);
 	tcase_add_test(tc, test_schema_check);
 	tcase_add_test(tc, test_bad_columns);
+	tcase_add_test(tc, test_key_block_decode);
 	suite_add_tcase(s, tc);
 	return s;
 }
