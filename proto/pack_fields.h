@@ -15,7 +15,9 @@
  *
  * Thread rules: schemas, columns and a bp_dataset's field accessors are
  * read-only after open and may be used from any thread; a bp_key_reader
- * belongs to one thread at a time.
+ * belongs to one thread at a time. The functions on caller-held bytes
+ * (the schema codec, bp_pack_fields_parse, the key checks) are reentrant;
+ * a ZSTD_DCtx passed in must not be used by another thread meanwhile.
  */
 #ifndef BATCHD_PROTO_PACK_FIELDS_H
 #define BATCHD_PROTO_PACK_FIELDS_H
