@@ -776,11 +776,15 @@ END_TEST
 
 /* ---- every byte of the sections ---------------------------------------------------------- */
 
-/* Flip each byte from the first section to the index: the open or the verify fails. */
+/*
+ * Flip each byte of a shard with every section kind, the sections and
+ * everything else: the open or the verify fails (and the whole-shard
+ * parse refuses it outright, blocks aside, whose bytes it does not read).
+ */
 START_TEST(test_section_flips)
 {
 	bp_dataset_fault fault;
-	uint64_t data_end, index_offset;
+	uint64_t data_offset, data_end, index_offset;
 	bp_pack_view v;
 	uint8_t *buf;
 	size_t len;
@@ -789,22 +793,24 @@ START_TEST(test_section_flips)
 	recs_make(&r, &full_schema, 12, 8, true, "flip");
 	recs_build(&r, 3, 0, &buf, &len);
 	ck_assert_int_eq(bp_pack_parse(buf, len, &v, NULL), 0);
+	data_offset = v.header.data_offset;
 	data_end = v.index.data_end;
 	index_offset = v.footer.index_offset;
 	ck_assert_uint_lt(data_end, index_offset);
-	for (uint64_t at = data_end; at < index_offset; at++) {
+	for (uint64_t at = 0; at < len; at++) {
 		bp_dataset *ds;
 		int r1;
 
 		buf[at] ^= 0x10;
-		ck_assert_int_eq(bp_pack_parse(buf, len, &v, NULL), -EBADMSG);
+		if (at < data_offset || at >= data_end)
+			ck_assert_int_lt(bp_pack_parse(buf, len, &v, NULL), 0);
 		r1 = open_bytes(buf, len, &ds, &fault);
 		if (r1 == 0) {
 			ck_assert_int_eq(bp_dataset_verify(ds, NULL, NULL, &fault), -EBADMSG);
 			ck_assert_ptr_nonnull(fault.pack.what);
 			bp_dataset_close(ds);
 		} else {
-			ck_assert_int_eq(r1, -EBADMSG);
+			ck_assert(r1 == -EBADMSG || r1 == -ENOTSUP || r1 == -E2BIG);
 		}
 		buf[at] ^= 0x10;
 	}
