@@ -643,7 +643,21 @@ START_TEST(test_writer_refusals)
 	bp_pack_writer_free(w);
 	close(fd);
 
-	/* Values over their limits: a str value, a sample's bytes fields together. */
+	/* A schema only before the first block. */
+	w = new_writer(&fd);
+	ck_assert_int_eq(add_raw(w, sizes, 2), 0);
+	ck_assert_int_eq(bp_pack_writer_set_schema(w, &labelled_schema, false), -EINVAL);
+	bp_pack_writer_free(w);
+	close(fd);
+}
+END_TEST
+
+/* Values over their limits: a str value, a sample's bytes fields together; and a str without bytes. */
+START_TEST(test_writer_limits)
+{
+	bp_pack_writer *w;
+	int fd;
+
 	w = new_writer(&fd);
 	ck_assert_int_eq(bp_pack_writer_set_schema(w, &full_schema, false), 0);
 	{
@@ -663,13 +677,21 @@ START_TEST(test_writer_refusals)
 		ck_assert_int_eq(bp_pack_writer_add_fields(w, fv, "k", 1), -EINVAL);
 		ck_assert_int_eq(bp_pack_writer_add_fields(w, fv, NULL, 0), 0);
 	}
-	bp_pack_writer_free(w);
-	close(fd);
+	/* The refusals added nothing: one sample of 17 bytes finishes and reads back. */
+	{
+		uint64_t size = 17;
+		const uint8_t *text;
+		bp_dataset *ds;
+		uint64_t len;
 
-	/* A schema only before the first block. */
-	w = new_writer(&fd);
-	ck_assert_int_eq(add_raw(w, sizes, 2), 0);
-	ck_assert_int_eq(bp_pack_writer_set_schema(w, &labelled_schema, false), -EINVAL);
+		ck_assert_int_eq(add_raw(w, &size, 1), 0);
+		ck_assert_int_eq(bp_pack_writer_finish(w, NULL), 0);
+		ck_assert_int_eq(bp_dataset_fdopen(fd, "limits.bpk", &ds, NULL), 0);
+		ck_assert_uint_eq(bp_dataset_samples(ds), 1);
+		bp_dataset_field_str(ds, 0, 4, &text, &len);
+		ck_assert_uint_eq(len, BP_STR_MAX);
+		bp_dataset_close(ds);
+	}
 	bp_pack_writer_free(w);
 	close(fd);
 }
@@ -1102,6 +1124,7 @@ static Suite *pack_fields_suite(void)
 	tcase_add_test(tc, test_multi_shard_schemas);
 	tcase_add_test(tc, test_keys_many);
 	tcase_add_test(tc, test_writer_refusals);
+	tcase_add_test(tc, test_writer_limits);
 	tcase_add_test(tc, test_old_packs_unchanged);
 	tcase_add_test(tc, test_fingerprint_follows_fields);
 	suite_add_tcase(s, tc);
