@@ -56,10 +56,11 @@ enum {
 	OPEN_PLACEMENT = 60,
 	OPEN_SHUFFLE = 64,
 	OPEN_DROP_LAST = 65,
-	OPEN_RESERVED = 66,
+	OPEN_FLAGS = 66,
 	OPEN_DEVICE_UUID = 68,
 	OPEN_PATH_LEN = 84,
 	OPEN_PATH = 88,
+	OPEN_FIELDS = 92,            /* with BP_OPEN_FIELDS: the list, then the path */
 
 	READY_SESSION = 16,
 	READY_FINGERPRINT = 24,
@@ -94,6 +95,8 @@ enum {
 #define PROTO_WINDOW_MAX     (UINT32_C(1) << 20)
 #define PROTO_PLACEMENT_MAX  255
 #define PROTO_ERRNO_MAX      4095
+#define PROTO_FIELD_NAME_MAX 64u
+#define PROTO_FIELDS_MAX     64u
 
 static uint16_t le16(const uint8_t *p)
 {
@@ -162,13 +165,44 @@ static bool hello_ok_valid(const bp_msg_hello_ok *m)
 	       printable(m->server, m->server_len);
 }
 
+static bool name_byte(unsigned char ch)
+{
+	return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+	       ch == '_' || ch == '.' || ch == '-';
+}
+
+/*
+ * OPEN's field list: names of 1 .. 64 name bytes between single commas,
+ * at most 64 of them. Whether the dataset has them, and duplicates, are
+ * the daemon's to judge (its answer names the fields it has).
+ */
+static bool field_list_ok(const char *s, uint32_t len)
+{
+	uint32_t names = 1, run = 0;
+
+	if (!string_ok(s, len, BP_FIELD_LIST_MAX))
+		return false;
+	for (uint32_t i = 0; i < len; i++) {
+		if (s[i] == ',') {
+			if (run == 0)
+				return false;
+			run = 0;
+			names++;
+		} else if (!name_byte((unsigned char)s[i]) || ++run > PROTO_FIELD_NAME_MAX) {
+			return false;
+		}
+	}
+	return len == 0 || (run > 0 && names <= PROTO_FIELDS_MAX);
+}
+
 static bool open_valid(const bp_msg_open *m)
 {
 	return batch_size_ok(m->batch_size) && m->world >= 1 && m->world <= PROTO_WORLD_MAX &&
 	       m->rank < m->world && m->prefetch <= PROTO_PREFETCH_MAX &&
 	       m->window <= PROTO_WINDOW_MAX && placement_ok(m->placement) &&
 	       m->shuffle <= BP_SHUFFLE_BLOCK && m->path_len >= 1 &&
-	       string_ok(m->path, m->path_len, BP_PATH_MAX) && no_nul(m->path, m->path_len);
+	       string_ok(m->path, m->path_len, BP_PATH_MAX) && no_nul(m->path, m->path_len) &&
+	       field_list_ok(m->fields, m->fields_len);
 }
 
 /*
@@ -381,7 +415,7 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 
 	if (!m)
 		return -EINVAL;
-	len = (uint64_t)OPEN_PATH + m->path_len;
+	len = (uint64_t)OPEN_PATH + m->path_len + (m->fields_len ? 4u + m->fields_len : 0);
 	r = begin(open_valid(m), buf, cap, len);
 	if (r < 0)
 		return r;
@@ -397,21 +431,48 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	bp_put_le32(buf + OPEN_PLACEMENT, (uint32_t)m->placement);
 	buf[OPEN_SHUFFLE] = m->shuffle;
 	buf[OPEN_DROP_LAST] = m->drop_last ? 1 : 0;
-	put_le16(buf + OPEN_RESERVED, 0);
+	put_le16(buf + OPEN_FLAGS, (uint16_t)((m->fields_len ? BP_OPEN_FIELDS : 0) |
+					      (m->keys ? BP_OPEN_KEYS : 0)));
 	memcpy(buf + OPEN_DEVICE_UUID, m->device_uuid, sizeof(m->device_uuid));
-	put_string(buf + OPEN_PATH_LEN, m->path, m->path_len);
+	bp_put_le32(buf + OPEN_PATH_LEN, m->path_len);
+	if (m->fields_len) {
+		put_string(buf + OPEN_PATH, m->fields, m->fields_len);
+		memcpy(buf + OPEN_FIELDS + m->fields_len, m->path, m->path_len);
+	} else {
+		memcpy(buf + OPEN_PATH, m->path, m->path_len);
+	}
 	return (int)len;
 }
 
 int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
 {
-	bp_msg_open m;
+	bp_msg_open m = { .fields = NULL, .fields_len = 0 };
+	uint64_t path_at = OPEN_PATH;
+	bp_msg_header h;
+	uint16_t flags;
 
-	if (open_message(buf, len, BP_MSG_OPEN, OPEN_PATH, OPEN_PATH_LEN, &m.path_len) < 0)
+	/* Two strings at most (open_message knows one): the lengths are checked here. */
+	if (bp_msg_header_decode(buf, len, &h) < 0 || h.type != BP_MSG_OPEN || len < OPEN_PATH)
 		return -EBADMSG;
-	/* A bool byte other than 0/1 would not re-encode to itself. */
-	if (buf[OPEN_DROP_LAST] > 1 || le16(buf + OPEN_RESERVED) != 0)
+	flags = le16(buf + OPEN_FLAGS);
+	/* A bool byte other than 0/1, or an unknown flag, would not re-encode to itself. */
+	if (buf[OPEN_DROP_LAST] > 1 || (flags & ~(BP_OPEN_FIELDS | BP_OPEN_KEYS)))
 		return -EBADMSG;
+	m.path_len = bp_le32(buf + OPEN_PATH_LEN);
+	if (flags & BP_OPEN_FIELDS) {
+		if (len < OPEN_FIELDS)
+			return -EBADMSG;
+		m.fields_len = bp_le32(buf + OPEN_PATH);
+		m.fields = (const char *)buf + OPEN_FIELDS;
+		/* An empty list is written as no list: flag and length must agree. */
+		if (m.fields_len == 0)
+			return -EBADMSG;
+		path_at = (uint64_t)OPEN_FIELDS + m.fields_len;
+	}
+	/* len <= BP_MSG_MAX: neither sum wraps in 64 bits. */
+	if (path_at + m.path_len != len)
+		return -EBADMSG;
+	m.keys = (flags & BP_OPEN_KEYS) != 0;
 	m.seed = bp_le64(buf + OPEN_SEED);
 	m.start_epoch = bp_le64(buf + OPEN_START_EPOCH);
 	m.start_batch = bp_le64(buf + OPEN_START_BATCH);
@@ -424,7 +485,7 @@ int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
 	m.shuffle = buf[OPEN_SHUFFLE];
 	m.drop_last = buf[OPEN_DROP_LAST] == 1;
 	memcpy(m.device_uuid, buf + OPEN_DEVICE_UUID, sizeof(m.device_uuid));
-	m.path = (const char *)buf + OPEN_PATH;
+	m.path = (const char *)buf + path_at;
 	if (!open_valid(&m))
 		return -EBADMSG;
 	*ret = m;

@@ -33,6 +33,7 @@
 #define BP_PATH_MAX          4096u        /* dataset path bytes in OPEN */
 #define BP_NAME_MAX          64u          /* client name bytes in HELLO */
 #define BP_ERRMSG_MAX        1024u        /* message bytes in ERROR */
+#define BP_FIELD_LIST_MAX    4159u        /* OPEN's field list: 64 names of 64 bytes, 63 commas */
 #define BP_STATUS_MAX        (BP_MSG_MAX - BP_MSG_HEADER_SIZE - 8u) /* after code + length */
 #define BP_READY_FDS         4            /* data memfd, control memfd, released pipe (write end), published pipe (read end) */
 #define BP_READY_FDS_GPU     5            /* GPU sessions: those, then the device allocation (CUDA VMM POSIX fd) */
@@ -73,6 +74,10 @@ int bp_shuffle_parse(const char *name, enum bp_shuffle *ret);
 
 #define BP_PLACEMENT_HOST (-1)   /* else a CUDA device ordinal, 0..255 */
 
+/* OPEN flags (the u16 at offset 66). */
+#define BP_OPEN_FIELDS 0x1u      /* a field list comes before the path */
+#define BP_OPEN_KEYS   0x2u      /* batches carry the samples' keys */
+
 typedef struct bp_msg_header {
 	uint32_t magic;
 	uint16_t type;
@@ -112,6 +117,14 @@ typedef struct bp_msg_open {
 	 * processes under CUDA_VISIBLE_DEVICES; UUIDs do not.
 	 */
 	uint8_t device_uuid[16];
+	bool keys;                   /* flags BP_OPEN_KEYS: batches carry the sample keys */
+	/*
+	 * Flags BP_OPEN_FIELDS when fields_len > 0: the fields the session
+	 * selects, comma-separated names ([A-Za-z0-9_.-], 1 .. 64 bytes each,
+	 * at most 64 names); 0 = every field of the dataset.
+	 */
+	const char *fields;
+	uint32_t fields_len;         /* 0 .. BP_FIELD_LIST_MAX */
 	const char *path;            /* dataset, relative to a root or absolute */
 	uint32_t path_len;           /* 1 .. BP_PATH_MAX, no NUL bytes */
 } bp_msg_open;

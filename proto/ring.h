@@ -16,11 +16,28 @@
  *   [arena_offset, +arena_size) batch records, allocated as a byte ring
  *   [gpu_offset, +gpu_size)   GPU sessions only: the device table
  *                             (bp_ring_gpu, then one bp_ring_gpu_slot per slot)
+ *   [schema_offset, +schema_size) the dataset's schema: inside the header's
+ *                             page (at BP_RING_SCHEMA_INLINE) when it fits,
+ *                             else in pages after everything above
  * A batch record is its sample table (count x bp_ring_sample) followed,
  * at payload_offset (256-byte aligned), by the samples' bytes laid end to
  * end, so fixed-size samples form one dense [count, sample_bytes] array.
  * A failed batch has status < 0 and a NUL-terminated reason at its
  * record offset instead of samples.
+ *
+ * Fields (PROTOCOL.md, "Fields"): the header names the dataset's schema
+ * (encoded as proto/pack_fields.h's bp_schema_encode, at schema_offset)
+ * and the fields the session selected. A session that selected one bytes
+ * field and no keys has exactly the record above. Any other has, after
+ * the sample table (which then describes the first selected bytes field,
+ * the "lead": sizes 0 when none is selected), one bp_ring_span per
+ * selected field in schema order and one more for the keys when asked:
+ * the field's region of the payload. Then count x bp_ring_span for each
+ * other selected bytes field and each selected str field, in schema
+ * order, and for the keys last: each sample's value in the payload. The
+ * payload holds the lead's region first, then the other selected fields'
+ * in schema order, then the keys', each region 256-byte aligned; a scalar
+ * field's region is its dense [count] array.
  *
  * Publication: batch seq (0, 1, 2, ...) lives in descriptor seq % slots.
  * The daemon fills the record and the descriptor, then stores
@@ -69,6 +86,7 @@
 #define BP_RING_REASON_MAX   512u
 #define BP_RING_MAX_SLOTS    1024u
 #define BP_RING_WAIT_BUCKETS 13u
+#define BP_RING_SCHEMA_INLINE 256u /* schema_offset when the schema fits the header's page */
 
 enum bp_ring_state {
 	BP_RING_RUNNING = 0,
@@ -89,7 +107,12 @@ typedef struct bp_ring_header {
 	uint32_t batch_size;
 	uint64_t gpu_offset;   /* offset 64: the device table, 0 for host sessions */
 	uint64_t gpu_size;     /* its bytes (page-rounded) */
-	uint8_t pad0[128 - 80];
+	uint64_t schema_offset; /* offset 80: the encoded schema (bp_schema_encode) */
+	uint64_t schema_size;  /* its bytes */
+	uint64_t fields;       /* offset 96: selected fields, bit i = schema field i */
+	uint32_t flags;        /* offset 104: BP_RING_KEYS */
+	uint32_t pad2;
+	uint8_t pad0[128 - 112];
 	uint64_t produced;     /* offset 128: batches published (release store) */
 	uint8_t pad1[192 - 136];
 	uint32_t state;        /* offset 192: enum bp_ring_state */
@@ -114,6 +137,15 @@ typedef struct bp_ring_sample {
 	uint64_t offset;       /* from the payload start */
 	uint64_t size;
 } bp_ring_sample;
+
+/* Header flags: records carry the samples' keys. */
+#define BP_RING_KEYS 0x1u
+
+/* A field's region of the payload, or one sample's value (offset from the payload start). */
+typedef struct bp_ring_span {
+	uint64_t offset;
+	uint64_t size;
+} bp_ring_span;
 
 /* At offset 0 of the control memfd. Hostile to the daemon. */
 typedef struct bp_ring_ctrl {
