@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "pack_fields.h"
 #include "dataset_priv.h"
 #include "protocol.h"
 #include "io.h"
@@ -411,7 +412,10 @@ static void dataset_free(bd_dataset *d)
 	free(d);
 }
 
-/* The index, dictionary and lookup-table bytes a version holds: what keeping it costs. */
+/*
+ * The index, dictionary, lookup-table and field-column bytes a version
+ * holds: what keeping it costs.
+ */
 static uint64_t held_bytes(const bp_dataset *ds)
 {
 	uint64_t n = 0;
@@ -421,7 +425,8 @@ static uint64_t held_bytes(const bp_dataset *ds)
 
 		n += sh->footer.index_size + sh->header.dict_size;
 	}
-	return n + bp_dataset_lookup_bytes(ds);
+	/* The columns, text and field sizes are loaded whole at open (pack_fields.h). */
+	return n + bp_dataset_lookup_bytes(ds) + bp_dataset_field_bytes(ds);
 }
 
 /* Load the scanned shards into a new version; the scan's set, disk and place become its. */

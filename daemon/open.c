@@ -97,6 +97,7 @@ typedef struct open_work {
 	bp_msg_open m;
 	int device;             /* the daemon's CUDA ordinal, or -1: host */
 	char *path;
+	char *fields;           /* the OPEN's field list, or NULL: m.fields points here */
 	char **roots;
 	size_t nroots;
 	bd_read_policy policy;
@@ -136,6 +137,7 @@ static void open_work_free(open_work *ow)
 		free(ow->roots[i]);
 	free(ow->roots);
 	free(ow->path);
+	free(ow->fields);
 	free(ow);
 }
 
@@ -474,6 +476,13 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 	ow->roots = calloc(cfg->nroots + 1, sizeof(*ow->roots));
 	if (!ow->path || !ow->roots)
 		goto nomem;
+	/* The list lives in the receive buffer, which the next request reuses. */
+	if (m->fields_len) {
+		ow->fields = strndup(m->fields, m->fields_len);
+		if (!ow->fields)
+			goto nomem;
+		ow->m.fields = ow->fields;
+	}
 	for (; ow->nroots < cfg->nroots; ow->nroots++)
 		if (!(ow->roots[ow->nroots] = strdup(cfg->roots[ow->nroots])))
 			goto nomem;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "fields.h"
 #include "linger.h"
 #include "log.h"
 #include "session.h"
@@ -39,8 +40,20 @@ typedef struct slot {
 typedef struct loc {
 	uint32_t shard;
 	uint32_t frames;        /* blocks from `block` on: 1, or a framed sample's frames */
-	uint64_t block, src, size, dst_off;
+	uint64_t block, src, size;
 } loc;
+
+/*
+ * Where the regions of the batch being planned lie in its payload: per
+ * selected field (fields.h order) and the keys' after them, and per value
+ * slot the offset of its field's region.
+ */
+typedef struct layout {
+	uint64_t off[BP_FIELD_MAX + 1], size[BP_FIELD_MAX + 1];
+	uint64_t voff[BP_FIELD_MAX + 1];
+	uint64_t payload;
+	uint32_t nblocks;       /* blocks the batch reads, frames counted */
+} layout;
 
 struct bd_session {
 	bd_session_env env;
@@ -48,6 +61,9 @@ struct bd_session {
 	bd_dataset *dset;
 	bd_sampler sampler;
 	bp_msg_open req;
+	bd_selection sel;       /* the fields and keys its batches carry */
+	bp_key_reader *keys;    /* with sel.keys: reads the keys, on this thread */
+	uint64_t schema_off, schema_size; /* the encoded schema in the data memfd */
 	uid_t uid;              /* whose memory_per_uid the session counts against */
 	uint32_t slots;
 	uint64_t batches_per_epoch;
@@ -87,6 +103,9 @@ struct bd_session {
 	uint64_t *ids;          /* planning scratch, batch_size each */
 	loc *locs;
 	uint32_t *order;
+	bp_ring_span *vals;     /* ... and batch_size per value slot (fields.h), slot-major */
+	layout lay;             /* the batch the scratch describes */
+	uint64_t measured;      /* next_seq + 1 when the scratch describes batch next_seq; else 0 */
 
 	bd_wait_acct acct;      /* the client's wait counters as accepted so far (wait_acct.h) */
 
@@ -98,14 +117,15 @@ struct bd_session {
 	uint64_t progress_ns;   /* last time the client released a batch (or opened) */
 };
 
-static uint64_t table_bytes(uint32_t n)
+/* The record's tables: where its payload starts. */
+static uint64_t table_bytes(const bd_session *s, uint32_t n)
 {
-	return ALIGN_UP((uint64_t)n * sizeof(bp_ring_sample), BP_RING_PAYLOAD_ALIGN);
+	return bd_selection_head(&s->sel, n);
 }
 
-static uint64_t record_bytes(uint32_t n, uint64_t payload)
+static uint64_t record_bytes(const bd_session *s, uint32_t n, uint64_t payload)
 {
-	uint64_t r = table_bytes(n) + payload;
+	uint64_t r = table_bytes(s, n) + payload;
 
 	return ALIGN_UP(r > BP_RING_REASON_MAX ? r : BP_RING_REASON_MAX, BP_RING_RECORD_ALIGN);
 }
@@ -212,11 +232,13 @@ static void release_memory(bd_session *s)
 static void session_free(bd_session *s)
 {
 	release_memory(s);
+	bp_key_reader_free(s->keys);
 	bd_dataset_put(s->dset);
 	free(s->slot);
 	free(s->ids);
 	free(s->locs);
 	free(s->order);
+	free(s->vals);
 	free((char *)s->req.path);
 	free(s);
 }
@@ -240,6 +262,9 @@ static bd_session *session_alloc(const bd_session_env *env, uint64_t id, bd_data
 	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
 	s->gpu_fd = -1;
 	s->req.path = strndup(m->path, m->path_len);
+	/* The selection is parsed (bd_session_new); the list is the client's buffer. */
+	s->req.fields = NULL;
+	s->req.fields_len = 0;
 	if (!s->req.path) {
 		session_free(s);
 		return NULL;
@@ -297,6 +322,11 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 
 /* What malloc adds to each allocation (glibc: a size word, 16-byte rounding). */
 #define MALLOC_OVERHEAD 16u
+/*
+ * A zstd decompression context with its tables and input buffer (about
+ * 100 KiB in zstd 1.5; its exact size is in the static-linking-only API).
+ */
+#define DCTX_BYTES (UINT64_C(192) << 10)
 
 /*
  * How many batches may be in the pipeline at once: enough for about
@@ -315,23 +345,49 @@ static uint32_t jobs_in_flight(const bd_session *s)
 }
 
 /*
+ * The most a key reader holds (proto/pack_fields.h): the key-block and
+ * key-hash directories of every shard (32 and 16 bytes an entry), one
+ * key block stored and decoded (BP_KEYS_PER_BLOCK keys of at most
+ * BP_KEY_MAX bytes and their lengths), a key-hash page (16 bytes an
+ * entry) and a zstd decompression context.
+ */
+static uint64_t key_reader_bytes(const bp_dataset *ds)
+{
+	uint64_t samples = bp_dataset_samples(ds), shards = bp_dataset_shard_count(ds);
+	uint64_t dirs = 32 * (samples / BP_KEYS_PER_BLOCK + shards) +
+			16 * (samples / BP_KEY_HASH_PAGE + shards) + 16 * shards;
+
+	return dirs + 2 * (uint64_t)BP_KEYS_PER_BLOCK * (4 + BP_KEY_MAX) +
+	       16 * (uint64_t)BP_KEY_HASH_PAGE + DCTX_BYTES +
+	       (4 + 2 * shards) * MALLOC_OVERHEAD + 256;
+}
+
+/*
  * The daemon heap the session may hold at most, charged with its shared
  * memory: the session and its slots, the planner's scratch (batch_size
  * each), its jobs in flight (a batch touches at most min(batch_size x
  * the most frames of a sample, blocks) blocks; a job is freed when its
- * batch is decoded), the
- * pipeline's flow, and a GPU session's per-slot state and copies.
+ * batch is decoded), the value spans of the fields it selected, its key
+ * reader, the pipeline's flow, and a GPU session's per-slot state and
+ * copies.
  */
 static uint64_t heap_bytes(const bd_session *s, int device)
 {
-	/* A framed sample is a block and a piece per frame (proto/PACK.md, Frames). */
+	/*
+	 * A framed sample is a block and a piece per frame (proto/PACK.md,
+	 * Frames), and each selected bytes field of a sample a piece of its
+	 * own: a frame times a field bounds both.
+	 */
 	uint64_t n = s->req.batch_size, blocks = bp_dataset_blocks(s->dset->ds);
-	uint64_t pieces = n * bp_dataset_max_frames(s->dset->ds);
+	uint64_t pieces = n * bp_dataset_max_frames(s->dset->ds) * s->sel.bytes;
 	uint64_t job = bd_job_bytes((uint32_t)(blocks < pieces ? blocks : pieces), (uint32_t)pieces);
 	uint64_t b;
 
 	b = sizeof(bd_session) + s->req.path_len + 1 + (uint64_t)s->slots * sizeof(slot) +
 	    n * (sizeof(*s->ids) + sizeof(*s->locs) + sizeof(*s->order)) + 6 * MALLOC_OVERHEAD;
+	b += n * s->sel.values * sizeof(*s->vals) + MALLOC_OVERHEAD;
+	if (s->sel.keys)
+		b += key_reader_bytes(s->dset->ds);
 	b += (uint64_t)s->max_jobs * (job + MALLOC_OVERHEAD);
 	b += bd_pipeline_owner_bytes() + MALLOC_OVERHEAD;
 	if (device >= 0)
@@ -339,41 +395,138 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	return b;
 }
 
+/* What sizing a selection's batches needs: the keys' lengths when it read them. */
+typedef struct sizing {
+	const bd_dataset *d;
+	const bd_selection *sel;
+	uint16_t *keylen;       /* per global id; NULL: BP_KEY_MAX each */
+} sizing;
+
+/* The payload bytes sample id adds to a batch of z's selection, region padding aside. */
+static uint64_t sample_cost(const sizing *z, uint64_t id)
+{
+	const bd_selection *sel = z->sel;
+	uint64_t cost = sel->scalar_bytes;
+	uint32_t v = 0, named = sel->values - (sel->keys ? 1 : 0);
+
+	if (bd_selection_plain(sel)) {
+		bp_pack_sample ps;
+		size_t shard;
+
+		/* Ids come from the sampler and are < samples: locate cannot fail. */
+		bp_dataset_locate(z->d->ds, id, &shard, &ps);
+		return ps.size;
+	}
+	for (; v < named; v++)
+		cost += bd_selection_value_size(sel, z->d->ds, v, id);
+	if (sel->keys)
+		cost += z->keylen ? z->keylen[id] : BP_KEY_MAX;
+	return cost;
+}
+
 /* The payload of epoch e's largest batch (ids: batch_size of scratch). */
-static uint64_t epoch_largest(const bd_sampler *sp, const bd_dataset *d, uint64_t e, uint64_t *ids)
+static uint64_t epoch_largest(const bd_sampler *sp, const sizing *z, uint64_t e, uint64_t *ids)
 {
 	uint64_t most = 0, batches = bd_sampler_batches_per_epoch(sp);
 
 	for (uint64_t b = 0; b < batches; b++) {
 		uint32_t len = bd_sampler_batch_len(sp, b);
-		uint64_t sum = 0;
+		uint64_t sum = bd_selection_padding(z->sel);
 
 		bd_sampler_batch(sp, e, b, ids);
-		for (uint32_t i = 0; i < len; i++) {
-			bp_pack_sample ps;
-			size_t shard;
-
-			/* Ids come from the sampler and are < samples: locate cannot fail. */
-			bp_dataset_locate(d->ds, ids[i], &shard, &ps);
-			sum += ps.size;
-		}
+		for (uint32_t i = 0; i < len; i++)
+			sum += sample_cost(z, ids[i]);
 		if (sum > most)
 			most = sum;
 	}
 	return most;
 }
 
+/*
+ * The largest payload of n samples of any schedule: the n largest
+ * samples' selected bytes (no more than their whole bytes), every
+ * selected str field's longest value (found in a pass over the dataset
+ * when `scan`, else the longest a str value may be), the longest key
+ * possible.
+ */
+static uint64_t selection_bound(const bd_dataset *d, const bd_selection *sel, uint32_t n,
+				bool scan)
+{
+	uint64_t most = sel->bytes ? bd_dataset_batch_bound(d, n) : 0, samples;
+
+	if (bd_selection_plain(sel))
+		return most;
+	samples = bp_dataset_samples(d->ds);
+	most += bd_selection_padding(sel) + (uint64_t)n * sel->scalar_bytes;
+	for (uint32_t k = 0; k < sel->count; k++) {
+		uint32_t f = sel->field[k];
+		uint64_t longest = 0;
+
+		if (sel->schema->fields[f].type != BP_FIELD_STR)
+			continue;
+		if (!scan)
+			longest = BP_STR_MAX;
+		for (uint64_t id = 0; scan && id < samples; id++) {
+			uint64_t size = bd_selection_value_size(sel, d->ds, (uint32_t)sel->slot[k], id);
+
+			if (size > longest)
+				longest = size;
+		}
+		most += (uint64_t)n * longest;
+	}
+	if (sel->keys)
+		most += (uint64_t)n * BP_KEY_MAX;
+	return most;
+}
+
+/*
+ * Every sample's key length, read in id order (a key block decoded once):
+ * NULL when the dataset is too large for it to pay, or on any failure
+ * (the sizing then takes BP_KEY_MAX a key; the planner reports damage).
+ */
+static uint16_t *key_lengths(const bd_dataset *d)
+{
+	uint64_t samples = bp_dataset_samples(d->ds);
+	bp_key_reader *kr = NULL;
+	uint16_t *len;
+
+	if (samples > BD_SESSION_SIZING_SCAN || bp_key_reader_new(d->ds, &kr) < 0)
+		return NULL;
+	len = bd_calloc(samples, sizeof(*len));
+	for (uint64_t id = 0; len && id < samples; id++) {
+		bp_dataset_fault fault = { 0 };
+		const char *key;
+		size_t klen;
+
+		if (bp_key_reader_get(kr, id, &key, &klen, &fault) < 0 || klen > UINT16_MAX) {
+			free(len);
+			len = NULL;
+		} else {
+			len[id] = (uint16_t)klen;
+		}
+	}
+	bp_key_reader_free(kr);
+	return len;
+}
+
 int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret)
 {
 	bd_sampler_cfg sc = sampler_cfg(d, m);
 	uint64_t *ids, most = 0, per_rank, epochs;
+	bd_selection sel;
 	bd_sampler sp;
+	sizing z = { .d = d, .sel = &sel };
+	char err[8];
+	int r;
 
 	if (bd_sampler_init(&sp, &sc) < 0)
 		return -EINVAL;
+	/* A selection the dataset cannot give: bd_session_new says why. */
+	if ((r = bd_selection_parse(d->ds, m, &sel, err, sizeof(err))) < 0)
+		return r;
 	per_rank = bd_sampler_samples_per_rank(&sp);
 	if (per_rank > BD_SESSION_SIZING_SCAN) {
-		*ret = bd_dataset_batch_bound(d, m->batch_size);
+		*ret = selection_bound(d, &sel, m->batch_size, true);
 		return 0;
 	}
 	/* Unshuffled, every epoch is the same; else as many as SIZING_SAMPLES allow. */
@@ -385,20 +538,23 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
 	ids = bd_calloc(m->batch_size, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
+	if (sel.keys)
+		z.keylen = key_lengths(d);
 	for (uint64_t e = 0; e < epochs; e++) {
-		uint64_t x = epoch_largest(&sp, d, m->start_epoch + e, ids);
+		uint64_t x = epoch_largest(&sp, &z, m->start_epoch + e, ids);
 
 		if (x > most)
 			most = x;
 	}
+	free(z.keylen);
 	free(ids);
 	*ret = most;
 	return 0;
 }
 
 /*
- * Lay out the data memfd: descriptors, arena, and a GPU session's device
- * table; and count the heap the session will hold. `largest` is the
+ * Lay out the data memfd: descriptors, arena, a GPU session's device
+ * table and the schema; and count the heap the session will hold. `largest` is the
  * schedule's largest batch (bd_session_largest_batch). @return 0 or -ENODEV.
  */
 static int measure(bd_session *s, unsigned prefetch, int device, uint64_t largest, char *err,
@@ -408,9 +564,15 @@ static int measure(bd_session *s, unsigned prefetch, int device, uint64_t larges
 	uint32_t batch_size = s->req.batch_size;
 	uint64_t mean, most, max_rec, mean_rec;
 
-	mean = bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds);
-	max_rec = record_bytes(batch_size, largest);
-	mean_rec = record_bytes(batch_size, mean * batch_size) + BP_RING_RECORD_ALIGN;
+	mean = s->sel.bytes ? bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds) : 0;
+	/*
+	 * Text and keys have no mean at hand: the largest batch's stands in
+	 * for it (an overestimate of the prefetch staging only).
+	 */
+	if (!bd_selection_plain(&s->sel))
+		mean += s->sel.scalar_bytes + (s->sel.values > s->sel.bytes ? largest / batch_size : 0);
+	max_rec = record_bytes(s, batch_size, largest);
+	mean_rec = record_bytes(s, batch_size, mean * batch_size) + BP_RING_RECORD_ALIGN;
 	s->arena_off = bp_ring_arena_offset(s->slots);
 	/*
 	 * The trainer may hold two batches (slots = prefetch + 2) and must still
@@ -431,11 +593,20 @@ static int measure(bd_session *s, unsigned prefetch, int device, uint64_t larges
 		 * largest batch the sizing saw (no more than the largest possible):
 		 * margin for a batch of an epoch past the ones it read.
 		 */
-		most = bd_dataset_batch_bound(d, batch_size);
+		/* On the loop thread: no pass over the dataset; the bound only caps the margin. */
+		most = selection_bound(d, &s->sel, batch_size, false);
 		s->slot_bytes = ALIGN_UP((largest < most / 2 ? 2 * largest : most) + 1,
 					 BP_RING_DEVICE_ALIGN);
 		s->gpu_off = s->data_size;
 		s->data_size += bp_ring_gpu_size(s->slots);
+	}
+	/* The schema: in the header's page when it fits there (as a plain pack's always does). */
+	s->schema_size = bp_schema_encoded_size(s->sel.schema);
+	if (s->schema_size <= BP_RING_HEADER_SIZE - BP_RING_SCHEMA_INLINE) {
+		s->schema_off = BP_RING_SCHEMA_INLINE;
+	} else {
+		s->schema_off = s->data_size;
+		s->data_size += ALIGN_UP(s->schema_size, BP_RING_RECORD_ALIGN);
 	}
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
 	s->max_jobs = jobs_in_flight(s);
@@ -490,7 +661,10 @@ static int alloc_tables(bd_session *s)
 	s->ids = bd_calloc(n, sizeof(*s->ids));
 	s->locs = bd_calloc(n, sizeof(*s->locs));
 	s->order = bd_calloc(n, sizeof(*s->order));
-	return s->slot && s->ids && s->locs && s->order ? 0 : -ENOMEM;
+	s->vals = bd_calloc((size_t)n * (s->sel.values ? s->sel.values : 1), sizeof(*s->vals));
+	if (!s->slot || !s->ids || !s->locs || !s->order || !s->vals)
+		return -ENOMEM;
+	return s->sel.keys ? bp_key_reader_new(s->dset->ds, &s->keys) : 0;
 }
 
 /* The data and control memfds, mapped, and the two wake-up pipes. @return 0 or -errno. */
@@ -537,7 +711,12 @@ static void write_header(bd_session *s)
 		.batches_per_epoch = s->batches_per_epoch,
 		.slots = s->slots,
 		.batch_size = s->req.batch_size,
+		.schema_offset = s->schema_off,
+		.schema_size = s->schema_size,
+		.fields = s->sel.mask,
+		.flags = s->sel.keys ? BP_RING_KEYS : 0,
 	};
+	bp_schema_encode(s->sel.schema, s->data + s->schema_off);
 }
 
 static void on_job_event(void *owner, uint64_t seq, enum bd_job_event ev, int status,
@@ -600,7 +779,9 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 
 	if (!s)
 		return -ENOMEM;
-	r = schedule(s, prefetch, err, errlen);
+	r = bd_selection_parse(d->ds, m, &s->sel, err, errlen);
+	if (r == 0)
+		r = schedule(s, prefetch, err, errlen);
 	if (r == 0)
 		r = measure(s, prefetch, device, largest, err, errlen);
 	if (r == 0)
@@ -662,13 +843,13 @@ int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FD
 /* ---- planning -------------------------------------------------------------------------- */
 
 /*
- * Where batch (epoch, batch)'s n samples are, and where each goes in the
- * payload. @return the payload bytes.
+ * Where batch (epoch, batch)'s n samples are, and the size of each one's
+ * values but the key (value slots, fields.h).
  */
-static uint64_t locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
+static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 {
 	const bp_dataset *ds = s->dset->ds;
-	uint64_t payload = 0;
+	uint32_t named = s->sel.values - (s->sel.keys ? 1 : 0);
 
 	bd_sampler_batch(&s->sampler, epoch, batch, s->ids);
 	for (uint32_t i = 0; i < n; i++) {
@@ -678,11 +859,100 @@ static uint64_t locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n
 		/* Ids come from the sampler and are < samples: locate cannot fail. */
 		bp_dataset_locate(ds, s->ids[i], &shard, &ps);
 		s->locs[i] = (loc){ .shard = (uint32_t)shard, .frames = ps.frames, .block = ps.block,
-				    .src = ps.offset, .size = ps.size, .dst_off = payload };
-		payload += ps.size;
+				    .src = ps.offset, .size = ps.size };
 		s->order[i] = i;
+		if (bd_selection_plain(&s->sel))
+			s->vals[i].size = ps.size;
+		else
+			for (uint32_t v = 0; v < named; v++)
+				s->vals[(size_t)v * n + i].size =
+					bd_selection_value_size(&s->sel, ds, v, s->ids[i]);
 	}
-	return payload;
+}
+
+/*
+ * The keys of the n samples, in id order (s->order sorted: a key block is
+ * decoded once a batch): without dst, their lengths into the key slot;
+ * with dst (the keys' region), the keys themselves, each at its span.
+ * @return 0, or the key reader's error with why set.
+ */
+static int read_keys(bd_session *s, uint32_t n, uint8_t *dst, char *why, size_t whylen)
+{
+	bp_ring_span *span = s->vals + (size_t)(s->sel.values - 1) * n;
+
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = s->order[k];
+		bp_dataset_fault fault = { 0 };
+		const char *key;
+		size_t len;
+		int r = bp_key_reader_get(s->keys, s->ids[i], &key, &len, &fault);
+
+		if (r == 0 && dst && len != span[i].size)
+			r = -EBADMSG; /* read twice, different: the file changed under us */
+		if (r < 0) {
+			snprintf(why, whylen, "cannot read the key of sample %" PRIu64 ": %s%s%s%s%s",
+				 s->ids[i], strerror(-r), fault.shard[0] ? " in " : "", fault.shard,
+				 fault.pack.what ? ": " : "", fault.pack.what ? fault.pack.what : "");
+			return r;
+		}
+		if (dst)
+			memcpy(dst + span[i].offset, key, len);
+		else
+			span[i].size = len;
+	}
+	return 0;
+}
+
+/* One region of the payload: n values of slot v end to end, from *at (aligned). */
+static uint64_t place_values(bd_session *s, uint32_t v, uint32_t n, uint64_t *at)
+{
+	bp_ring_span *span = s->vals + (size_t)v * n;
+	uint64_t off = ALIGN_UP(*at, BP_RING_PAYLOAD_ALIGN), size = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		span[i].offset = size;
+		size += span[i].size;
+	}
+	s->lay.voff[v] = off;
+	*at = off + size;
+	return size;
+}
+
+/*
+ * Lay out the payload of n samples whose value sizes are known: the
+ * lead's region first, then the other selected fields' in schema order,
+ * then the keys'. @return the payload bytes.
+ */
+static uint64_t place_regions(bd_session *s, uint32_t n)
+{
+	const bd_selection *sel = &s->sel;
+	layout *lay = &s->lay;
+	uint64_t at = 0;
+
+	if (sel->lead >= 0) {
+		for (uint32_t k = 0; k < sel->count; k++)
+			if ((int32_t)sel->field[k] == sel->lead)
+				lay->size[k] = place_values(s, 0, n, &at), lay->off[k] = 0;
+	}
+	for (uint32_t k = 0; k < sel->count; k++) {
+		uint32_t type = sel->schema->fields[sel->field[k]].type;
+
+		if ((int32_t)sel->field[k] == sel->lead)
+			continue;
+		if (sel->slot[k] >= 0) {
+			lay->size[k] = place_values(s, (uint32_t)sel->slot[k], n, &at);
+			lay->off[k] = lay->voff[sel->slot[k]];
+			continue;
+		}
+		lay->off[k] = ALIGN_UP(at, BP_RING_PAYLOAD_ALIGN);
+		lay->size[k] = (uint64_t)n * bp_field_scalar_size(type);
+		at = lay->off[k] + lay->size[k];
+	}
+	if (sel->keys) {
+		lay->size[sel->count] = place_values(s, sel->values - 1, n, &at);
+		lay->off[sel->count] = lay->voff[sel->values - 1];
+	}
+	return at;
 }
 
 static bool same_block(const loc *a, const loc *b)
@@ -777,14 +1047,50 @@ static uint32_t group_by_block(bd_session *s, uint32_t n)
 }
 
 /*
+ * The pieces of sample i's selected bytes fields that a block holds: the
+ * block has the sample's bytes [lo, hi), sample byte x at raw offset
+ * x - base. A field's value is its span of the sample's bytes (fields.h),
+ * and goes to its place in its field's region. Without `skip_empty`
+ * every field gets a piece, empty or not (a whole block's samples: the
+ * block is read anyway). @return the pieces added (or, with job NULL,
+ * that would be).
+ */
+static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n, uint64_t base,
+			      uint64_t lo, uint64_t hi, bool skip_empty, uint8_t *payload)
+{
+	const bd_selection *sel = &s->sel;
+	uint32_t added = 0;
+
+	for (uint32_t k = 0; k < sel->count; k++) {
+		uint32_t f = sel->field[k], v = (uint32_t)sel->slot[k];
+		uint64_t so, ss, a, b;
+
+		if (sel->schema->fields[f].type != BP_FIELD_BYTES)
+			continue;
+		bp_dataset_field_span(s->dset->ds, s->ids[i], f, &so, &ss);
+		a = so > lo ? so : lo;
+		b = so + ss < hi ? so + ss : hi;
+		if (a > b || (skip_empty && a == b))
+			continue;
+		added++;
+		if (job)
+			bd_job_add_piece(job, a - base, b - a, payload + s->lay.voff[v] +
+					 s->vals[(size_t)v * n + i].offset + (a - so));
+	}
+	return added;
+}
+
+/*
  * The blocks of a framed sample taken `copies` times (o[0..copies), the
- * same id over and over): each frame is a block of its own whose piece
- * goes to the sample's place plus the frame's offset, so every frame
- * tiles its piece, decodes straight into the record and can do so on any
- * decode worker, in parallel with the sample's other frames.
+ * same id over and over): each frame is a block of its own whose pieces
+ * go to the sample's places plus the frame's offset, so a frame of a
+ * sample of one bytes field tiles its piece, decodes straight into the
+ * record and can do so on any decode worker, in parallel with the
+ * sample's other frames. A frame that holds nothing the session selected
+ * is not read.
  */
 static void add_frames(bd_session *s, bd_job *job, const uint32_t *o, uint32_t copies,
-		       uint8_t *payload)
+		       uint32_t n, uint8_t *payload)
 {
 	const loc *l = &s->locs[o[0]];
 	const bp_pack_index *idx = &bp_dataset_shard(s->dset->ds, l->shard)->index;
@@ -794,27 +1100,29 @@ static void add_frames(bd_session *s, bd_job *job, const uint32_t *o, uint32_t c
 		bp_pack_block b;
 
 		bp_pack_index_block(idx, l->block + f, &b);
-		bd_job_add_block(job, s->dset, l->shard, l->block + f);
-		for (uint32_t c = 0; c < copies; c++)
-			bd_job_add_piece(job, 0, b.raw_size, payload + s->locs[o[c]].dst_off + at);
+		if (sample_pieces(s, NULL, o[0], n, at, at, at + b.raw_size, true, payload)) {
+			bd_job_add_block(job, s->dset, l->shard, l->block + f);
+			for (uint32_t c = 0; c < copies; c++)
+				sample_pieces(s, job, o[c], n, at, at, at + b.raw_size, true, payload);
+		}
 		at += b.raw_size;
 	}
 }
 
 /*
- * The job reading the n samples into the record at rec, block by block
- * (nblocks of them, frames counted). @return 0 or -ENOMEM.
+ * The job reading the n samples' selected bytes fields into the record's
+ * payload, block by block (nblocks of them at most, frames counted).
+ * @return 0 or -ENOMEM.
  */
-static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *rec, bd_job **ret)
+static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *payload, bd_job **ret)
 {
-	uint8_t *payload = rec + table_bytes(n);
 	uint32_t npieces = 0;
 	bd_job *job;
 	int r;
 
-	/* A framed sample takes a piece per frame; no more pieces than blocks' worth of them. */
+	/* A framed sample takes a piece per frame and field at most. */
 	for (uint32_t i = 0; i < n; i++)
-		npieces += s->locs[i].frames;
+		npieces += s->locs[i].frames * s->sel.bytes;
 	r = bd_job_new(s, s->uid, on_job_event, s->next_seq, nblocks, npieces, &job);
 	if (r < 0)
 		return r;
@@ -824,89 +1132,191 @@ static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *rec, 
 		for (run = 1; i + run < n && same_block(l, &s->locs[s->order[i + run]]); run++)
 			;
 		if (l->frames > 1) {
-			add_frames(s, job, s->order + i, run, payload);
+			add_frames(s, job, s->order + i, run, n, payload);
 			continue;
 		}
 		bd_job_add_block(job, s->dset, l->shard, l->block);
 		for (uint32_t k = i; k < i + run; k++) {
-			const loc *p = &s->locs[s->order[k]];
+			uint32_t o = s->order[k];
 
-			bd_job_add_piece(job, p->src, p->size, payload + p->dst_off);
+			/* Sample byte x is raw byte src + x of the block. */
+			sample_pieces(s, job, o, n, -s->locs[o].src, 0, s->locs[o].size, false,
+				      payload);
 		}
 	}
 	*ret = job;
 	return 0;
 }
 
-/* The sample table at the head of the record: ids and places, in batch order. */
-static void write_table(const bd_session *s, uint32_t n, uint8_t *rec)
+/*
+ * The record's tables (fields.h): the sample table of the lead field, and
+ * for any other selection the region entries and the value tables.
+ */
+static void write_tables(const bd_session *s, uint32_t n, uint8_t *rec)
 {
+	const bd_selection *sel = &s->sel;
 	bp_ring_sample *table = (bp_ring_sample *)rec;
+	bp_ring_span *span = (bp_ring_span *)(table + n);
+	bool lead = sel->lead >= 0;
 
 	for (uint32_t i = 0; i < n; i++)
-		table[i] = (bp_ring_sample){ .id = s->ids[i], .offset = s->locs[i].dst_off,
-					     .size = s->locs[i].size };
+		table[i] = (bp_ring_sample){ .id = s->ids[i],
+					     .offset = lead ? s->vals[i].offset : 0,
+					     .size = lead ? s->vals[i].size : 0 };
+	if (!sel->regions)
+		return;
+	for (uint32_t k = 0; k < sel->regions; k++)
+		*span++ = (bp_ring_span){ .offset = s->lay.off[k], .size = s->lay.size[k] };
+	for (uint32_t v = lead ? 1 : 0; v < sel->values; v++)
+		for (uint32_t i = 0; i < n; i++) {
+			const bp_ring_span *x = &s->vals[(size_t)v * n + i];
+
+			*span++ = (bp_ring_span){ .offset = s->lay.voff[v] + x->offset,
+						  .size = x->size };
+		}
+}
+
+/*
+ * The values that come from the dataset's columns, not its blocks:
+ * scalars as dense arrays, str values end to end, and the keys.
+ * @return 0, or a key reader's error with why set.
+ */
+static int write_columns(bd_session *s, uint32_t n, uint8_t *payload, char *why, size_t whylen)
+{
+	const bd_selection *sel = &s->sel;
+	const bp_dataset *ds = s->dset->ds;
+
+	for (uint32_t k = 0; k < sel->count; k++) {
+		uint32_t f = sel->field[k], type = sel->schema->fields[f].type;
+		size_t size = bp_field_scalar_size(type);
+		uint8_t *dst = payload + s->lay.off[k];
+
+		if (type == BP_FIELD_STR) {
+			const bp_ring_span *x = s->vals + (size_t)sel->slot[k] * n;
+
+			for (uint32_t i = 0; i < n; i++) {
+				const uint8_t *data;
+				uint64_t len;
+
+				bp_dataset_field_str(ds, s->ids[i], f, &data, &len);
+				memcpy(dst + x[i].offset, data, len);
+			}
+		} else if (size) {
+			for (uint32_t i = 0; i < n; i++)
+				bp_dataset_field_scalar(ds, s->ids[i], f, dst + (size_t)i * size);
+		}
+	}
+	if (!sel->keys)
+		return 0;
+	return read_keys(s, n, payload + s->lay.off[sel->count], why, whylen);
 }
 
 static void publish(bd_session *s);
 static void record_final(bd_session *s, slot *sl);
 
 /*
- * The next batch can never fit the session's staging (the arena, or a
- * device slot): a batch of a later epoch of a shuffled schedule larger
- * than the sizing saw (bd_session_largest_batch). It is published failed, with the
- * reason in a record of its own, and nothing is read for it. @return 1
- * planned, 0 no room for the reason yet.
+ * The next batch fails before anything is staged for it: it can never fit
+ * the session's staging (the arena, or a device slot: a batch of a later
+ * epoch of a shuffled schedule larger than the sizing saw,
+ * bd_session_largest_batch), or its keys cannot be read. It is published
+ * failed, with the reason in a record of its own, and nothing is read for
+ * it. @return 1 planned, 0 no room for the reason yet.
  */
-static int plan_too_large(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n,
-			  uint64_t payload)
+static int plan_failed(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n, int status,
+		       const char *why)
 {
-	uint64_t rec = record_bytes(0, 0), off;
-	char why[BP_RING_REASON_MAX], a[32], b[32];
+	uint64_t rec = record_bytes(s, 0, 0), off;
 	slot *sl;
 
 	if (!bd_arena_alloc(&s->arena, rec, &off))
 		return 0;
 	sl = &s->slot[s->next_seq % s->slots];
 	*sl = (slot){ .epoch = epoch, .batch = batch, .count = n, .rec_off = off, .rec_size = rec };
-	snprintf(why, sizeof(why), "batch %" PRIu64 " of epoch %" PRIu64 " holds %s, more than the "
-		 "%s the session stages a batch in; open with a smaller batch_size", batch, epoch,
-		 bp_format_size(payload, a, sizeof(a)),
-		 bp_format_size(s->gpu ? s->slot_bytes : s->arena.size, b, sizeof(b)));
-	fail_slot(s, sl, -E2BIG, why);
+	fail_slot(s, sl, status, why);
 	s->next_seq++;
+	s->measured = 0;
 	record_final(s, sl);
 	publish(s);
 	return 1;
 }
 
-/* Build and submit the job for the next batch. @return 1 planned, 0 no room, <0 error. */
+/*
+ * Find the next batch's samples and lay out its payload, once: a batch
+ * that waits for room keeps what was found (its keys were read for it).
+ * @return 0, or a key reader's error with why set.
+ */
+static int measure_batch(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n, char *why,
+			 size_t whylen)
+{
+	int r;
+
+	if (s->measured == s->next_seq + 1)
+		return 0;
+	locate(s, epoch, batch, n);
+	/* Sorted by id for the blocks, and for the keys: one decode a key block. */
+	s->lay.nblocks = s->sel.bytes || s->sel.keys ? group_by_block(s, n) : 0;
+	if (!s->sel.bytes)
+		s->lay.nblocks = 0;
+	if (s->sel.keys && (r = read_keys(s, n, NULL, why, whylen)) < 0)
+		return r;
+	s->lay.payload = place_regions(s, n);
+	s->measured = s->next_seq + 1;
+	return 0;
+}
+
+/*
+ * Stage the next batch: its record's tables and column values now, its
+ * bytes fields through a job the pipeline reads (none when it selected
+ * no bytes field: the batch is final at once). @return 1 planned, 0 no
+ * room, <0 error.
+ */
 static int plan_one(bd_session *s)
 {
 	uint64_t g = s->req.start_batch + s->next_seq;
 	uint64_t epoch = s->req.start_epoch + g / s->batches_per_epoch;
 	uint64_t batch = g % s->batches_per_epoch, payload, rec, off;
 	uint32_t n = bd_sampler_batch_len(&s->sampler, batch);
+	char why[BP_RING_REASON_MAX], a[32], b[32];
+	bd_job *job = NULL;
 	uint8_t *base;
-	bd_job *job;
+	slot *sl;
 	int r;
 
-	payload = locate(s, epoch, batch, n);
-	rec = record_bytes(n, payload);
-	if (rec > s->arena.size || (s->gpu && payload > s->slot_bytes))
-		return plan_too_large(s, epoch, batch, n, payload);
+	if ((r = measure_batch(s, epoch, batch, n, why, sizeof(why))) < 0)
+		return plan_failed(s, epoch, batch, n, r, why);
+	payload = s->lay.payload;
+	rec = record_bytes(s, n, payload);
+	if (rec > s->arena.size || (s->gpu && payload > s->slot_bytes)) {
+		snprintf(why, sizeof(why), "batch %" PRIu64 " of epoch %" PRIu64 " holds %s, more "
+			 "than the %s the session stages a batch in; open with a smaller batch_size",
+			 batch, epoch, bp_format_size(payload, a, sizeof(a)),
+			 bp_format_size(s->gpu ? s->slot_bytes : s->arena.size, b, sizeof(b)));
+		return plan_failed(s, epoch, batch, n, -E2BIG, why);
+	}
 	if (!bd_arena_alloc(&s->arena, rec, &off))
 		return 0;
 	base = s->data + s->arena_off + off;
 	/* Out of memory closes the session: the record is never used. */
-	r = build_job(s, n, group_by_block(s, n), base, &job);
-	if (r < 0)
+	if (s->sel.bytes &&
+	    (r = build_job(s, n, s->lay.nblocks, base + table_bytes(s, n), &job)) < 0)
 		return r;
-	write_table(s, n, base);
-	s->slot[s->next_seq % s->slots] = (slot){ .epoch = epoch, .batch = batch, .count = n,
-						    .rec_off = off, .rec_size = rec,
-						    .payload = payload };
+	sl = &s->slot[s->next_seq % s->slots];
+	*sl = (slot){ .epoch = epoch, .batch = batch, .count = n, .rec_off = off, .rec_size = rec,
+		      .payload = payload };
 	s->next_seq++;
+	s->measured = 0;
+	write_tables(s, n, base);
+	if ((r = write_columns(s, n, base + table_bytes(s, n), why, sizeof(why))) < 0) {
+		/* The record is ours: the reason takes its tables' place. */
+		bd_job_free(job);
+		job = NULL;
+		fail_slot(s, sl, r, why);
+	}
+	if (!job) {
+		record_final(s, sl);
+		publish(s);
+		return 1;
+	}
 	s->inflight++;
 	bd_pipeline_submit(s->env.pipeline, job);
 	return 1;
@@ -993,7 +1403,7 @@ static void publish(bd_session *s)
 			.epoch = sl->epoch,
 			.batch = sl->batch,
 			.record = s->arena_off + sl->rec_off,
-			.payload = s->arena_off + sl->rec_off + table_bytes(sl->count),
+			.payload = s->arena_off + sl->rec_off + table_bytes(s, sl->count),
 			.count = sl->count,
 			.status = sl->status,
 			.device = s->gpu ? (seq % s->slots) * s->slot_bytes : 0,
@@ -1165,7 +1575,7 @@ static void queue_copies(bd_session *s)
 			int r;
 
 			/* Published once issued (ENQUEUED), reclaimable once done (COPIED). */
-			r = bd_gpu_copy(s->gpu, seq, record(s, sl) + table_bytes(sl->count),
+			r = bd_gpu_copy(s->gpu, seq, record(s, sl) + table_bytes(s, sl->count),
 					sl->payload);
 			if (r == 0) {
 				s->gpu_pending++;
@@ -1297,6 +1707,16 @@ bool bd_session_closing(const bd_session *s)
 const char *bd_session_tier(const bd_session *s)
 {
 	return bd_tier_name(s->dset->tier);
+}
+
+const char *bd_session_fields(const bd_session *s, char *buf, size_t len)
+{
+	return bd_selection_names(&s->sel, buf, len);
+}
+
+bool bd_session_keys(const bd_session *s)
+{
+	return s->sel.keys;
 }
 
 /* The client's last word on its waits, as far as it is possible. */

@@ -22,6 +22,7 @@
 #define BATCHD_DAEMON_SESSION_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -145,6 +146,10 @@ const char *bd_session_dataset(const bd_session *s);
 bool bd_session_closing(const bd_session *s);
 /* Where its dataset version is served from: "ram", "page" or "direct" (dataset.h). */
 const char *bd_session_tier(const bd_session *s);
+/* The fields its batches carry, comma-separated in schema order, into buf. @return buf. */
+const char *bd_session_fields(const bd_session *s, char *buf, size_t len);
+/* Do its batches carry the sample keys? */
+bool bd_session_keys(const bd_session *s);
 
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;

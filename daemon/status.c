@@ -22,6 +22,7 @@
 #include "batchd-build.h"
 #include "cache.h"
 #include "dataset.h"
+#include "pack_fields.h"
 #include "linger.h"
 #include "protocol.h"
 #include "server_state.h"
@@ -201,6 +202,14 @@ static void status_session(bd_text *t, const entry *e)
 	json_str(t, bd_session_dataset(e->s));
 	bd_text_printf(t, ", \"tier\": \"%s\", \"decode_amplification\": %.2f",
 		       bd_session_tier(e->s), e->amplification);
+	{
+		char names[BP_FIELD_MAX * (BP_FIELD_NAME_MAX + 1) + 1];
+
+		/* Names are [A-Za-z0-9_.-]: nothing to escape, but json_str says so itself. */
+		bd_text_printf(t, ", \"fields\": ");
+		json_str(t, bd_session_fields(e->s, names, sizeof(names)));
+		bd_text_printf(t, ", \"keys\": %s", bd_session_keys(e->s) ? "true" : "false");
+	}
 	bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
 		       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
