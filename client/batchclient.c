@@ -14,8 +14,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,11 @@ _Static_assert(BC_SHUFFLE_NONE == (int)BP_SHUFFLE_NONE && BC_SHUFFLE_GLOBAL == (
 	       "enum bc_shuffle must equal enum bp_shuffle");
 
 #define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
+
+/* The public field types are the pack's (proto/pack_fields.h), value for value. */
+_Static_assert(BC_FIELD_BYTES == (int)BP_FIELD_BYTES && BC_FIELD_INT64 == (int)BP_FIELD_INT64 &&
+	       BC_FIELD_FLOAT32 == (int)BP_FIELD_FLOAT32 && BC_FIELD_FLOAT64 == (int)BP_FIELD_FLOAT64 &&
+	       BC_FIELD_STR == (int)BP_FIELD_STR, "enum bc_field_type must equal enum bp_field_type");
 
 /* ---- socket ---------------------------------------------------------------------- */
 
@@ -334,6 +341,100 @@ int bc__bad_ring(bc_stream *s, const char *fmt, ...)
 	return -EBADMSG;
 }
 
+/*
+ * Where a record keeps each field, from the schema and the selection
+ * (ring.h, "Fields"): the rules the daemon lays records out by.
+ */
+static void layout_derive(bc_stream *s)
+{
+	const bp_schema *sc = &s->schema;
+	bc_layout *lay = &s->lay;
+	uint32_t selected = 0, region = 0, table = 0;
+
+	lay->lead = -1;
+	for (uint32_t i = 0; i < BP_FIELD_MAX + 1; i++)
+		lay->region[i] = lay->table[i] = -1;
+	for (uint32_t i = 0; i < sc->count; i++) {
+		if (!(s->fields & (UINT64_C(1) << i)))
+			continue;
+		selected++;
+		lay->region[i] = (int32_t)region++;
+		if (sc->fields[i].type == BP_FIELD_BYTES && lay->lead < 0)
+			lay->lead = (int32_t)i;
+		else if (sc->fields[i].type == BP_FIELD_BYTES || sc->fields[i].type == BP_FIELD_STR)
+			lay->table[i] = (int32_t)table++;
+	}
+	if (s->keys) {
+		lay->region[BP_FIELD_MAX] = (int32_t)region++;
+		lay->table[BP_FIELD_MAX] = (int32_t)table++;
+	}
+	lay->tables = table;
+	lay->regions = selected == 1 && lay->lead >= 0 && !s->keys ? 0 : region;
+}
+
+uint64_t bc__record_head(const bc_stream *s, uint32_t n)
+{
+	uint64_t b = (uint64_t)n * sizeof(bp_ring_sample);
+
+	if (s->lay.regions)
+		b += (uint64_t)s->lay.regions * sizeof(bp_ring_span) +
+		     (uint64_t)s->lay.tables * n * sizeof(bp_ring_span);
+	return b;
+}
+
+/*
+ * The schema and selection the ring header names, decoded from the data
+ * memfd and checked like anything else the daemon wrote. A header with
+ * no schema is from a daemon that predates fields: one bytes field.
+ */
+static int stream_schema(bc_stream *s)
+{
+	const bp_ring_header *h = s->hdr;
+	uint64_t off = h->schema_offset, size = h->schema_size, mask = h->fields;
+	bp_pack_fault fault = { 0 };
+	int r;
+
+	if (size == 0) {
+		r = bp_schema_copy(bp_schema_default(), &s->schema);
+		if (r < 0)
+			return r;
+		mask = 1;
+	} else {
+		if (off < sizeof(bp_ring_header) || off > s->r.data_size ||
+		    size > s->r.data_size - off || size > BP_SCHEMA_MAX)
+			return bc__bad_ring(s, "the ring header's schema (%" PRIu64 " bytes at %" PRIu64
+					    ") lies outside the session's memory", size, off);
+		r = bp_schema_decode(s->data + off, (size_t)size, &s->schema, &fault);
+		if (r == -ENOMEM)
+			return r;
+		if (r < 0)
+			return bc__bad_ring(s, "the session's schema is damaged: %s (byte %" PRIu64 ")",
+					    fault.what ? fault.what : strerror(-r), fault.offset);
+	}
+	if (mask == 0 || (s->schema.count < 64 && mask >> s->schema.count) ||
+	    (h->flags & ~BP_RING_KEYS) || (size == 0 && h->flags))
+		return bc__bad_ring(s, "the ring header's selection (fields %#" PRIx64 ", flags %#x) "
+				    "does not fit the schema's %u fields", mask, h->flags,
+				    s->schema.count);
+	s->fields = mask;
+	s->keys = (h->flags & BP_RING_KEYS) != 0;
+	s->info = calloc(s->schema.count, sizeof(*s->info));
+	if (!s->info)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->schema.count; i++) {
+		const bp_field *f = &s->schema.fields[i];
+
+		s->info[i] = (bc_field_info){ .name = f->name, .type = f->type,
+					      .class_count = f->class_count,
+					      .classes = f->class_count ? (const char *const *)f->classes
+								 : NULL,
+					      .fixed_size = f->fixed_size,
+					      .selected = (mask >> i) & 1 };
+	}
+	layout_derive(s);
+	return 0;
+}
+
 /* Map the session's memory, checking it is what the daemon said it is. */
 static int stream_map(bc_stream *s)
 {
@@ -363,7 +464,7 @@ static int stream_map(bc_stream *s)
 	if (s->hdr->magic != BP_RING_MAGIC || s->hdr->version != BP_RING_VERSION ||
 	    s->hdr->slots != s->r.slots || s->hdr->data_size != s->r.data_size)
 		return bc__bad_ring(s, "the ring header does not match READY");
-	return 0;
+	return stream_schema(s);
 }
 
 static void stream_free(bc_stream *s)
@@ -379,6 +480,8 @@ static void stream_free(bc_stream *s)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	free(s->batches);
+	free(s->info);
+	bp_schema_clear(&s->schema);
 	free(s);
 }
 
@@ -402,12 +505,24 @@ static int session_close(bc_client *c, uint64_t id)
 	return n < 0 ? n : reply_error(c, c->buf, n);
 }
 
+/* The options as the caller's struct_size has them, the defaults for what it lacks. */
+#define OPTS_FIRST_SIZE offsetof(bc_stream_opts, fields)
+
+static bool opts_copy(const bc_stream_opts *o, bc_stream_opts *ret)
+{
+	if (!o || o->struct_size < OPTS_FIRST_SIZE)
+		return false;
+	memset(ret, 0, sizeof(*ret));
+	memcpy(ret, o, o->struct_size < sizeof(*ret) ? o->struct_size : sizeof(*ret));
+	return true;
+}
+
 /* What bc_open refuses with -EINVAL before anything goes to the daemon. */
 static bool opts_valid(const bc_stream_opts *o)
 {
-	return o && o->dataset && o->struct_size >= sizeof(*o) && o->batch_size != 0 &&
-	       o->world != 0 && o->rank < o->world && (unsigned)o->shuffle <= BC_SHUFFLE_BLOCK &&
-	       o->device >= BC_HOST && o->device <= 255;
+	return o->dataset && o->batch_size != 0 && o->world != 0 && o->rank < o->world &&
+	       (unsigned)o->shuffle <= BC_SHUFFLE_BLOCK && o->device >= BC_HOST &&
+	       o->device <= 255 && (!o->fields || strlen(o->fields) <= BP_FIELD_LIST_MAX);
 }
 
 static bp_msg_open open_msg(const bc_stream_opts *o)
@@ -424,6 +539,9 @@ static bp_msg_open open_msg(const bc_stream_opts *o)
 		.placement = o->device,
 		.shuffle = (uint8_t)o->shuffle,
 		.drop_last = o->drop_last,
+		.keys = o->keys,
+		.fields = o->fields,
+		.fields_len = o->fields ? (uint32_t)strlen(o->fields) : 0,
 		.path = o->dataset,
 		.path_len = (uint32_t)strnlen(o->dataset, BP_PATH_MAX + 1),
 	};
@@ -450,7 +568,30 @@ static int open_send(bc_client *c, const bp_msg_open *m)
 {
 	int n = bp_msg_open_encode(m, c->buf, sizeof(c->buf));
 
+	if (n == -EINVAL && m->fields_len)
+		snprintf(c->err, sizeof(c->err), "field list \"%.*s\" is not comma-separated field "
+			 "names of [A-Za-z0-9_.-] (at most 64 of at most 64 bytes)",
+			 (int)(m->fields_len > 256 ? 256 : m->fields_len), m->fields);
 	return n < 0 ? n : send_all(c, c->buf, n);
+}
+
+/*
+ * A daemon from before fields takes the OPEN flags for reserved bytes and
+ * answers a malformed message: say what it did not understand. c->mu held.
+ */
+static void old_daemon(bc_client *c, const bp_msg_open *m, int r)
+{
+	static const char why[] = "the daemon refused the field selection or keys (a batchd from "
+				  "before fields?): ";
+	size_t keep = strlen(c->err), room = sizeof(c->err) - sizeof(why);
+
+	if (r != -EBADMSG || (!m->fields_len && !m->keys))
+		return;
+	/* Its own message after ours, cut to what fits. */
+	keep = keep < room ? keep : room;
+	memmove(c->err + sizeof(why) - 1, c->err, keep);
+	memcpy(c->err, why, sizeof(why) - 1);
+	c->err[sizeof(why) - 1 + keep] = '\0';
 }
 
 /*
@@ -533,8 +674,10 @@ static int open_session(bc_client *c, const bp_msg_open *m, bc_stream *s, const 
 		goto unlock;
 	}
 	if ((r = open_send(c, m)) < 0 || (r = ready_recv(c, s, fds, &nfds)) < 0 ||
-	    (r = ready_check(c, m, s, fds, nfds, no_gpu)) < 0)
+	    (r = ready_check(c, m, s, fds, nfds, no_gpu)) < 0) {
+		old_daemon(c, m, r);
 		goto unlock;
+	}
 	c->err[0] = '\0';
 	s->data_fd = fds[0];
 	s->ctrl_fd = fds[1];
@@ -579,16 +722,19 @@ static void stream_abandon(bc_stream *s, int err)
 	stream_free(s);
 }
 
-int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret)
+int bc_open(bc_client *c, const bc_stream_opts *caller, bc_stream **ret)
 {
 	char nocuda[256] = "";
 	const char *no_gpu = NULL;
+	bc_stream_opts opts, *o = &opts;
 	bp_msg_open m;
 	bc_stream *s;
 	int r;
 
-	if (!c || !ret || !opts_valid(o))
+	if (!c || !ret || !opts_copy(caller, &opts) || !opts_valid(o))
 		return -EINVAL;
+	if (o->fields && !*o->fields)
+		o->fields = NULL;
 	m = open_msg(o);
 	/*
 	 * Without a driver the OPEN still goes out, with a zero UUID: a daemon
@@ -631,6 +777,20 @@ uint64_t bc_stream_samples(const bc_stream *s) { return s ? s->r.samples : 0; }
 uint64_t bc_stream_fingerprint(const bc_stream *s) { return s ? s->r.fingerprint : 0; }
 uint64_t bc_stream_max_sample(const bc_stream *s) { return s ? s->r.max_sample : 0; }
 const char *bc_stream_error(const bc_stream *s) { return s ? s->err : ""; }
+
+const bc_field_info *bc_stream_schema(const bc_stream *s, uint32_t *ret_count)
+{
+	if (ret_count)
+		*ret_count = s ? s->schema.count : 0;
+	return s ? s->info : NULL;
+}
+
+int bc_stream_field_index(const bc_stream *s, const char *name)
+{
+	if (!s || !name)
+		return -EINVAL;
+	return bp_schema_find(&s->schema, name);
+}
 
 int bc_close(bc_stream *s)
 {

@@ -84,9 +84,20 @@ typedef struct bc_stream_opts {
 	uint32_t prefetch;      /* batches staged ahead; 0 = the daemon's default */
 	uint32_t window;        /* BC_SHUFFLE_BLOCK: blocks per window; 0 = default */
 	int device;             /* BC_HOST, or a CUDA device ordinal */
+	/*
+	 * The fields the batches carry: comma-separated names from the
+	 * dataset's schema ("image,label"); NULL or "" = every field. A
+	 * session of scalar and str fields only reads no block at all.
+	 */
+	const char *fields;
+	bool keys;              /* batches carry the sample keys (bc_batch_sample_key) */
 } bc_stream_opts;
 
-/* Defaults: batch_size 1, no shuffle, rank 0 of 1, host placement. NULL: does nothing. */
+/*
+ * Defaults: batch_size 1, no shuffle, rank 0 of 1, host placement, every
+ * field, no keys. NULL: does nothing. Programs built against an older
+ * bc_stream_opts (a smaller struct_size) get the defaults of what it lacks.
+ */
 BC_API void bc_stream_opts_init(bc_stream_opts *o);
 
 /*
@@ -123,12 +134,14 @@ BC_API int bc_metrics(bc_client *c, char **ret_text);
 
 /*
  * Open a stream. @return 0; the daemon's error (e.g. -ENOENT no such
- * dataset, -EACCES outside the roots, -EBADMSG corrupt pack, -ENOMEM
- * over the memory budget, -ENODEV no CUDA device, -EINVAL bad options)
- * with its message in bc_client_error(); -EPIPE when the daemon is gone;
- * -EINVAL for a NULL c or ret, or options it refuses before asking. On
- * success *ret is the stream; close it with bc_close(). On failure *ret
- * is untouched.
+ * dataset, or no such field: the message lists the dataset's fields;
+ * -ENODATA keys asked of a dataset that stores none; -EACCES outside the
+ * roots, -EBADMSG corrupt pack, -ENOMEM over the memory budget, -ENODEV
+ * no CUDA device, -EINVAL bad options) with its message in
+ * bc_client_error(); -EPIPE when the daemon is gone; -EINVAL for a NULL c
+ * or ret, or options it refuses before asking (a field list that is not
+ * comma-separated names of [A-Za-z0-9_.-]). On success *ret is the
+ * stream; close it with bc_close(). On failure *ret is untouched.
  */
 BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
 
@@ -178,8 +191,69 @@ BC_API int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data,
 /*
  * All samples' bytes, contiguous in sample order (a dense tensor for
  * fixed-size samples); *ret_len (may be NULL) their size. NULL b: NULL, 0.
+ * With fields, bc_batch_sample and bc_batch_data give the first selected
+ * bytes field (sizes 0 when none is selected).
  */
 BC_API const void *bc_batch_data(const bc_batch *b, size_t *ret_len);
+
+/* ---- fields ------------------------------------------------------------------------------ */
+
+/* Field types, as the dataset's schema gives them (proto/PACK.md, Fields). */
+enum bc_field_type {
+	BC_FIELD_BYTES = 1,     /* variable-length bytes (an image, a file) */
+	BC_FIELD_INT64 = 2,     /* one int64_t a sample (a label) */
+	BC_FIELD_FLOAT32 = 3,   /* one float a sample */
+	BC_FIELD_FLOAT64 = 4,   /* one double a sample */
+	BC_FIELD_STR = 5,       /* short text, not NUL-terminated (a class name, a caption) */
+};
+
+typedef struct bc_field_info {
+	const char *name;       /* NUL-terminated, [A-Za-z0-9_.-] */
+	uint32_t type;          /* enum bc_field_type */
+	uint32_t class_count;   /* int64 fields: values are 0 .. class_count-1, named classes[v] */
+	const char *const *classes; /* class_count NUL-terminated names, or NULL */
+	uint64_t fixed_size;    /* bytes fields: every sample's size when all are equal, else 0 */
+	bool selected;          /* the stream's batches carry it */
+} bc_field_info;
+
+/*
+ * The dataset's whole schema, in schema order, valid while s is open;
+ * *ret_count (may be NULL) fields. A dataset packed from plain files has
+ * one bytes field, "data". NULL s: NULL, 0.
+ */
+BC_API const bc_field_info *bc_stream_schema(const bc_stream *s, uint32_t *ret_count);
+
+/* The schema index of the field called name; -ENOENT, or -EINVAL for a NULL s or name. */
+BC_API int bc_stream_field_index(const bc_stream *s, const char *name);
+
+/*
+ * All samples' values of field `field` (a schema index), valid until
+ * bc_release(): a scalar field's dense [count] array (int64_t, float or
+ * double); a bytes or str field's values end to end in sample order (for
+ * a bytes field with fixed_size, a dense [count, fixed_size] array).
+ * @return 0; -ERANGE for no such field; -ENODATA for a field the stream
+ * did not select; -EINVAL for a NULL b, ret_data or ret_len; -EBADMSG
+ * for a record that does not hold together.
+ */
+BC_API int bc_batch_field(const bc_batch *b, uint32_t field, const void **ret_data,
+			  size_t *ret_len);
+
+/*
+ * Sample i's value of field `field`: its bytes or text, or its one
+ * scalar. @return 0; -ERANGE for i >= count or no such field; -ENODATA,
+ * -EINVAL, -EBADMSG as bc_batch_field.
+ */
+BC_API int bc_batch_field_sample(const bc_batch *b, uint32_t field, uint32_t i,
+				 const void **ret_data, size_t *ret_len);
+
+/*
+ * Sample i's key (its path in the source, or its WebDataset key; not
+ * NUL-terminated), valid until bc_release(). @return 0; -ENODATA when the
+ * stream was not opened with keys; -ERANGE for i >= count; -EINVAL,
+ * -EBADMSG as bc_batch_field.
+ */
+BC_API int bc_batch_sample_key(const bc_batch *b, uint32_t i, const char **ret_key,
+			       size_t *ret_len);
 
 /*
  * GPU streams (bc_stream_opts.device >= 0). Every batch is copied by the
@@ -206,7 +280,10 @@ BC_API int bc_stream_device(const bc_stream *s);
 
 /*
  * The batch's payload in device memory: all samples' bytes, contiguous in
- * sample order, at the same offsets as bc_batch_data(). NULL (and *ret_len
+ * sample order, at the same offsets as bc_batch_data(). With fields the
+ * whole payload comes over: bc_batch_data()'s bytes at its start, and
+ * every other selected field (labels too) as far from it as on the host
+ * (bc_batch_field's pointer minus bc_batch_data's). NULL (and *ret_len
  * 0) on host streams, for failed batches and for a NULL b. Valid until
  * bc_release(); read it only on a stream that waited with
  * bc_batch_wait_stream().

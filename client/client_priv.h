@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "batchclient.h"
+#include "pack_fields.h"
 #include "protocol.h"
 #include "ring.h"
 
@@ -38,11 +39,26 @@ struct bc_batch {
 	uint64_t seq;
 	bp_ring_desc d;          /* copy of the descriptor */
 	const bp_ring_sample *table;
+	const bp_ring_span *regions; /* fields (ring.h): region entries, NULL for a plain record */
+	const bp_ring_span *values;  /* ... and the value tables after them */
 	const uint8_t *payload;
 	void *dev;               /* GPU streams: the payload in device memory, else NULL */
 	void *stream;            /* CUstream last given to bc_batch_wait_stream; NULL: legacy default */
 	bool held;
 };
+
+/*
+ * Where a record of the stream's selection keeps each field (ring.h,
+ * "Fields"): derived from the schema and the selection the ring header
+ * names, the same way the daemon lays records out.
+ */
+typedef struct bc_layout {
+	int32_t lead;                 /* schema index of the first selected bytes field, or -1 */
+	uint32_t regions;             /* region entries in a record: 0 for a plain record */
+	uint32_t tables;              /* value tables after them (count entries each) */
+	int32_t region[BP_FIELD_MAX + 1]; /* per schema field (then the keys): its entry, -1 none */
+	int32_t table[BP_FIELD_MAX + 1];  /* ... its value table, -1 none (scalar, lead) */
+} bc_layout;
 
 /* A GPU stream's hold on the device allocation; defined in gpu_stream.c. */
 typedef struct bc_gpu bc_gpu;
@@ -64,6 +80,11 @@ struct bc_stream {
 	uint32_t held;
 	bool daemon_gone;        /* a release found nobody reading the released pipe */
 	bc_batch *batches;       /* one per slot */
+	bp_schema schema;        /* the dataset's, decoded from the data memfd */
+	bc_field_info *info;     /* schema.count, for bc_stream_schema */
+	uint64_t fields;         /* selected: bit i = schema field i */
+	bool keys;               /* records carry the keys */
+	bc_layout lay;
 	char err[BP_RING_REASON_MAX + 1];
 };
 
@@ -71,6 +92,9 @@ struct bc_stream {
 
 /* Say in s->err why the session's memory was refused (bc_open passes it on). @return -EBADMSG. */
 int bc__bad_ring(bc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Bytes of a record's tables for n samples: where its payload starts at the earliest. */
+uint64_t bc__record_head(const bc_stream *s, uint32_t n);
 
 /* gpu_stream.c. Without CUDA these are stubs: no stream is a GPU stream. */
 

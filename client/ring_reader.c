@@ -46,16 +46,47 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * The region entries of a record at rec for count samples: each inside
+ * the payload, a scalar's exactly its dense array. The entries are read
+ * from the daemon's mapping once here and used from ours (b->regions)
+ * later; a region is checked again at use, so a daemon rewriting it
+ * cannot lead us outside the payload either.
+ */
+static bool regions_ok(const bc_stream *s, const bp_ring_span *reg, const bp_ring_desc *d)
+{
+	for (uint32_t i = 0; i < s->schema.count + 1; i++) {
+		int32_t k = s->lay.region[i < s->schema.count ? i : BP_FIELD_MAX];
+		bp_ring_span x;
+		size_t scalar;
+
+		if (k < 0)
+			continue;
+		x = reg[k];
+		if (x.offset > d->payload_size || x.size > d->payload_size - x.offset)
+			return false;
+		scalar = i < s->schema.count ? bp_field_scalar_size(s->schema.fields[i].type) : 0;
+		if (scalar && x.size != (uint64_t)d->count * scalar)
+			return false;
+	}
+	return true;
+}
+
 /* Fill b from descriptor d of batch seq, checking every offset against the mappings. */
 static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t seq)
 {
-	uint64_t table = (uint64_t)d->count * sizeof(bp_ring_sample);
+	uint64_t head = bc__record_head(s, d->count);
+	const bp_ring_span *regions;
 	void *dev = NULL;
 	int r;
 
 	if (d->count > s->r.batch_size || d->record >= s->r.data_size ||
-	    table > s->r.data_size - d->record || d->payload > s->r.data_size ||
+	    head > s->r.data_size - d->record || d->payload > s->r.data_size ||
 	    d->payload_size > s->r.data_size - d->payload)
+		return -EBADMSG;
+	regions = (const bp_ring_span *)(s->data + d->record + (uint64_t)d->count *
+					 sizeof(bp_ring_sample));
+	if (s->lay.regions && !regions_ok(s, regions, d))
 		return -EBADMSG;
 	if ((r = bc__gpu_bind(s, d, seq, &dev)) < 0)
 		return r;
@@ -63,6 +94,8 @@ static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t
 	b->seq = seq;
 	b->d = *d;
 	b->table = (const bp_ring_sample *)(s->data + d->record);
+	b->regions = s->lay.regions ? regions : NULL;
+	b->values = s->lay.regions ? regions + s->lay.regions : NULL;
 	b->payload = s->data + d->payload;
 	b->dev = dev;
 	b->stream = NULL;
@@ -411,11 +444,126 @@ int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data, size_t
 	return 0;
 }
 
+/*
+ * Field f's region of b's payload (f = BP_FIELD_MAX: the keys'): the
+ * whole payload for a plain record. @return 0, -ERANGE, -ENODATA, or
+ * -EBADMSG for one outside the payload (the daemon's mapping changed).
+ */
+static int region(const bc_batch *b, uint32_t f, bp_ring_span *ret)
+{
+	const bc_stream *s = b->s;
+	bp_ring_span x;
+	int32_t k;
+
+	if (f >= s->schema.count && f != BP_FIELD_MAX)
+		return -ERANGE;
+	k = s->lay.region[f];
+	if (k < 0)
+		return -ENODATA;
+	if (!b->regions) {
+		*ret = (bp_ring_span){ .offset = 0, .size = b->d.payload_size };
+		return 0;
+	}
+	x = b->regions[k];
+	if (x.offset > b->d.payload_size || x.size > b->d.payload_size - x.offset)
+		return -EBADMSG;
+	*ret = x;
+	return 0;
+}
+
+/* Sample i's span of field f (a bytes or str field, or the keys), checked to lie in its region. */
+static int value(const bc_batch *b, uint32_t f, uint32_t i, bp_ring_span *ret)
+{
+	const bc_stream *s = b->s;
+	bp_ring_span reg, x;
+	int r = region(b, f, &reg);
+
+	if (r < 0)
+		return r;
+	if ((int32_t)f == s->lay.lead) {
+		x = (bp_ring_span){ .offset = b->table[i].offset, .size = b->table[i].size };
+	} else if (s->lay.table[f] >= 0 && b->values) {
+		x = b->values[(uint64_t)s->lay.table[f] * b->d.count + i];
+	} else {
+		return -EBADMSG;
+	}
+	if (x.offset < reg.offset || x.offset - reg.offset > reg.size ||
+	    x.size > reg.size - (x.offset - reg.offset))
+		return -EBADMSG;
+	*ret = x;
+	return 0;
+}
+
 const void *bc_batch_data(const bc_batch *b, size_t *ret_len)
 {
+	bp_ring_span lead = { 0 };
+
+	if (b && b->s->lay.lead >= 0 && region(b, (uint32_t)b->s->lay.lead, &lead) < 0)
+		lead.size = 0;
 	if (ret_len)
-		*ret_len = b ? (size_t)b->d.payload_size : 0;
-	return b ? b->payload : NULL;
+		*ret_len = (size_t)lead.size;
+	return b ? b->payload + lead.offset : NULL;
+}
+
+int bc_batch_field(const bc_batch *b, uint32_t field, const void **ret_data, size_t *ret_len)
+{
+	bp_ring_span reg;
+	int r;
+
+	if (!b || !ret_data || !ret_len)
+		return -EINVAL;
+	if (field >= b->s->schema.count)
+		return -ERANGE;
+	if ((r = region(b, field, &reg)) < 0)
+		return r;
+	*ret_data = b->payload + reg.offset;
+	*ret_len = (size_t)reg.size;
+	return 0;
+}
+
+int bc_batch_field_sample(const bc_batch *b, uint32_t field, uint32_t i, const void **ret_data,
+			  size_t *ret_len)
+{
+	bp_ring_span x;
+	size_t scalar;
+	int r;
+
+	if (!b || !ret_data || !ret_len)
+		return -EINVAL;
+	if (field >= b->s->schema.count || i >= b->d.count)
+		return -ERANGE;
+	scalar = bp_field_scalar_size(b->s->schema.fields[field].type);
+	if (scalar) {
+		/* Its region is exactly count values (regions_ok). */
+		if ((r = region(b, field, &x)) < 0)
+			return r;
+		if (x.size != (uint64_t)b->d.count * scalar)
+			return -EBADMSG;
+		x = (bp_ring_span){ .offset = x.offset + (uint64_t)i * scalar, .size = scalar };
+	} else if ((r = value(b, field, i, &x)) < 0) {
+		return r;
+	}
+	*ret_data = b->payload + x.offset;
+	*ret_len = (size_t)x.size;
+	return 0;
+}
+
+int bc_batch_sample_key(const bc_batch *b, uint32_t i, const char **ret_key, size_t *ret_len)
+{
+	bp_ring_span x;
+	int r;
+
+	if (!b || !ret_key || !ret_len)
+		return -EINVAL;
+	if (!b->s->keys)
+		return -ENODATA;
+	if (i >= b->d.count)
+		return -ERANGE;
+	if ((r = value(b, BP_FIELD_MAX, i, &x)) < 0)
+		return r;
+	*ret_key = (const char *)b->payload + x.offset;
+	*ret_len = (size_t)x.size;
+	return 0;
 }
 
 void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch)
