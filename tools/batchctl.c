@@ -7,6 +7,7 @@
  *            [--shuffle none|global|block] [--seed S] [--rank R --world W]
  *            [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]
  *            [--step-ms T] [--step-cpu-ms T] [--print-samples] [--device N] [--json]
+ *            [--fields NAME,...] [--keys]
  *
  * `consume` (batchctl_consume.c) is a real client through libbatchclient:
  * it takes batches, optionally "trains" for T ms on each, and measures how
@@ -43,7 +44,8 @@ static const char usage_text[] =
 	"       batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]\n"
 	"                [--shuffle none|global|block] [--seed S] [--rank R --world W]\n"
 	"                [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]\n"
-	"                [--step-ms T] [--step-cpu-ms T] [--print-samples] [--device N] [--json]\n";
+	"                [--step-ms T] [--step-cpu-ms T] [--print-samples] [--device N] [--json]\n"
+	"                [--fields NAME,...] [--keys]\n";
 
 int batchctl_connect(const char *sock, bc_client **c)
 {

@@ -49,10 +49,12 @@ typedef struct consume_run {
 	double cpu0, cpu;        /* this process's CPU seconds: at the start, used */
 	bool have_batch;
 	int rc;                  /* the exit status so far */
+	const bc_stream *s;      /* the stream (--print-samples reads its schema) */
 } consume_run;
 
 enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
-       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE, O_STEP_CPU };
+       O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE, O_STEP_CPU, O_FIELDS,
+       O_KEYS };
 
 static const struct option consume_options[] = {
 	{ "batch-size", required_argument, NULL, O_BATCH },
@@ -72,6 +74,8 @@ static const struct option consume_options[] = {
 	{ "window", required_argument, NULL, O_WINDOW },
 	{ "device", required_argument, NULL, O_DEVICE },
 	{ "step-cpu-ms", required_argument, NULL, O_STEP_CPU },
+	{ "fields", required_argument, NULL, O_FIELDS },
+	{ "keys", no_argument, NULL, O_KEYS },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -123,6 +127,8 @@ static int consume_parse(int argc, char **argv, consume_opts *co)
 			co->so.dataset = optarg;
 			continue;
 		case O_DROP: co->so.drop_last = true; continue;
+		case O_FIELDS: co->so.fields = optarg; continue;
+		case O_KEYS: co->so.keys = true; continue;
 		case O_PRINT: co->print = true; continue;
 		case O_JSON: co->json = true; continue;
 		case O_SHUFFLE: r = trainer_opt_shuffle(optarg, &co->so); break;
@@ -192,19 +198,67 @@ static int consume_open(const char *sock, const consume_opts *co, consume_run *r
 	*ret_c = c;
 	*ret_s = s;
 	*ret_gpu = gpu;
+	run->s = s;
 	return 0;
 }
 
-static void print_samples(const bc_batch *b)
+/* " name=value" for field f of sample i, a scalar one (a label also by its class name). */
+static void print_scalar(const bc_batch *b, const bc_field_info *fi, uint32_t f, uint32_t i)
 {
+	const void *p;
+	size_t len;
+	int64_t v;
+	double d;
+	float x;
+
+	if (bc_batch_field_sample(b, f, i, &p, &len) < 0)
+		return;
+	switch (fi->type) {
+	case BC_FIELD_INT64:
+		memcpy(&v, p, sizeof(v));
+		printf(" %s=%" PRId64, fi->name, v);
+		if (v >= 0 && (uint64_t)v < fi->class_count)
+			printf(":%s", fi->classes[v]);
+		break;
+	case BC_FIELD_FLOAT32:
+		memcpy(&x, p, sizeof(x));
+		printf(" %s=%.9g", fi->name, (double)x);
+		break;
+	case BC_FIELD_FLOAT64:
+		memcpy(&d, p, sizeof(d));
+		printf(" %s=%.17g", fi->name, d);
+		break;
+	}
+}
+
+/*
+ * EPOCH BATCH SAMPLE_ID XXH3 (of the first selected bytes field) per
+ * sample, then its selected scalar fields as name=value and, with --keys,
+ * key=KEY (bytes outside printable ASCII shown as '?').
+ */
+static void print_samples(const bc_stream *s, const bc_batch *b)
+{
+	uint32_t nf = 0;
+	const bc_field_info *fi = bc_stream_schema(s, &nf);
+
 	for (uint32_t i = 0; i < bc_batch_count(b); i++) {
+		const char *key;
 		const void *p;
 		size_t len;
 
 		bc_batch_sample(b, i, &p, &len);
-		printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %016llx\n", bc_batch_epoch(b),
+		printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %016llx", bc_batch_epoch(b),
 		       bc_batch_index(b), bc_batch_sample_id(b, i),
 		       (unsigned long long)XXH3_64bits(p, len));
+		for (uint32_t f = 0; f < nf; f++)
+			if (fi[f].selected)
+				print_scalar(b, &fi[f], f, i);
+		if (bc_batch_sample_key(b, i, &key, &len) == 0) {
+			printf(" key=");
+			for (size_t k = 0; k < len; k++)
+				putchar(key[k] > 0x20 && key[k] < 0x7f ? key[k] : '?');
+		}
+		putchar('\n');
 	}
 }
 
@@ -246,7 +300,7 @@ static int consume_batch(consume_run *run, const consume_opts *co, gpucheck *gpu
 	run->batches++;
 	run->samples += bc_batch_count(b);
 	if (co->print)
-		print_samples(b);
+		print_samples(run->s, b);
 	bc_batch_data(b, &len);
 	run->bytes += len;
 	r = gpu ? gpucheck_take(gpu, b, true, why, sizeof(why)) : 0;
