@@ -14,7 +14,9 @@
  * equal; a selection of a subset carries only what it names, and one of
  * scalars and text reads no block at all (the pipeline's counters say
  * so); an unknown field is refused with the dataset's fields listed, keys
- * of a pack without them with -ENODATA; a pack from before fields reads
+ * of a pack without them with -ENODATA; a damaged key block fails the
+ * batches that need it, with the reason, and the stream goes on past
+ * them (a stream without keys does not notice); a pack from before fields reads
  * byte for byte as before, as one bytes field "data". The OPEN field list
  * is attacked at the protocol level (every rule of PROTOCOL.md's OPEN
  * flags), and the client's distrust of the schema in the data memfd with
@@ -525,6 +527,69 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/*
+ * Flip one byte in the middle of the KEYS section of root/name: open
+ * still takes the pack (keys are read and checked on demand), the key
+ * block's hash no longer matches.
+ */
+static void damage_keys(const char *name)
+{
+	bp_dataset_fault fault = { 0 };
+	bp_pack_section keys;
+	bp_dataset *ds = NULL;
+	char path[PATH_MAX];
+	uint8_t byte;
+	off_t at;
+	int fd;
+
+	dt_root_path(&D, name, path, sizeof(path));
+	ck_assert_int_eq(bp_dataset_openat(AT_FDCWD, path, &ds, &fault), 0);
+	ck_assert_int_eq(bp_pack_index_find_section(&bp_dataset_shard(ds, 0)->index,
+						    BP_SECTION_KEYS, BP_SECTION_NO_FIELD, &keys), 0);
+	bp_dataset_close(ds);
+	at = (off_t)(keys.offset + keys.size / 2);
+	fd = open(path, O_RDWR | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pread(fd, &byte, 1, at), 1);
+	byte ^= 0x5a;
+	ck_assert_int_eq(pwrite(fd, &byte, 1, at), 1);
+	close(fd);
+}
+
+START_TEST(test_damaged_keys)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream *s;
+	bc_batch *b = NULL;
+	uint64_t failed = 0;
+	int r;
+
+	/* A copy with its one key block damaged (600 keys < BP_KEYS_PER_BLOCK). */
+	write_fields_pack("damaged.bpk", N_SAMPLES, true);
+	damage_keys("damaged.bpk");
+	/* Without keys the pack serves as it is. */
+	s = open_fields(c, "damaged.bpk", "label", false, 0, 1);
+	ck_assert_int_eq(bc_next(s, &b, WAIT_MS), 0);
+	check_batch(b, (want){ .mask = 1u << F_LABEL });
+	ck_assert_int_eq(bc_release(b), 0);
+	ck_assert_int_eq(bc_close(s), 0);
+	/* With keys every batch fails, saying why, and the stream goes on past each. */
+	s = open_fields(c, "damaged.bpk", "label", true, 0, 1);
+	for (uint64_t i = 0; i < bc_stream_batches_per_epoch(s); i++) {
+		r = bc_next(s, &b, WAIT_MS);
+		expect(r == -EBADMSG, "batch %" PRIu64 " with damaged keys: %s", i, bc_strerror(r));
+		expect(strstr(bc_stream_error(s), "cannot read the key of sample") &&
+		       strstr(bc_stream_error(s), "damaged.bpk"), "reason: %s", bc_stream_error(s));
+		failed++;
+	}
+	/* Those taken, and those staged ahead of them. */
+	expect(dt_session_u64(NULL, "failed") >= failed, "status counts %" PRIu64 " failed",
+	       dt_session_u64(NULL, "failed"));
+	ck_assert_int_eq(bc_close(s), 0);
+	bc_disconnect(c);
+}
+END_TEST
+
 /* A pack from before fields: one bytes field "data", byte for byte as before. */
 START_TEST(test_plain_pack)
 {
@@ -873,6 +938,7 @@ static Suite *fields_suite(void)
 	tcase_add_test(dt_tcase(s, "subset", setup), test_subset_reads_no_block);
 	tcase_add_test(dt_tcase(s, "refusals", setup), test_refusals);
 	tcase_add_test(dt_tcase(s, "plain", setup), test_plain_pack);
+	tcase_add_test(dt_tcase(s, "damaged-keys", setup), test_damaged_keys);
 	tc = dt_tcase(s, "protocol", setup_dir_only);
 	tcase_add_test(tc, test_protocol_open_fields);
 	tcase_add_test(tc, test_protocol_open_flags);
