@@ -431,6 +431,39 @@ START_TEST(test_all_fields)
 }
 END_TEST
 
+/* memory_heap of the session whose keys are `keys` in a status of two sessions. */
+static uint64_t heap_of(json_object *st, bool keys)
+{
+	json_object *list, *x, *k;
+
+	ck_assert(json_object_object_get_ex(st, "sessions", &list));
+	for (size_t i = 0; i < json_object_array_length(list); i++) {
+		x = json_object_array_get_idx(list, i);
+		if (json_object_object_get_ex(x, "keys", &k) && json_object_get_boolean(k) == keys)
+			return dt_ju64(x, "memory_heap");
+	}
+	ck_abort_msg("no session with keys %d in the status", keys);
+	return 0;
+}
+
+START_TEST(test_keys_charged)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream *plain = open_fields(c, FIELDS_DSET, "label", false, 0, 1);
+	bc_stream *keyed = open_fields(c, FIELDS_DSET, "label", true, 0, 1);
+	json_object *st = dt_status_json_ok();
+	uint64_t a = heap_of(st, false), b = heap_of(st, true);
+
+	/* The key reader may hold a key block of BP_KEYS_PER_BLOCK longest keys, raw and stored. */
+	expect(b >= a + 2 * (uint64_t)BP_KEYS_PER_BLOCK * BP_KEY_MAX,
+	       "keys charge %" PRIu64 " heap bytes more, not the key reader's", b - a);
+	json_object_put(st);
+	ck_assert_int_eq(bc_close(keyed), 0);
+	ck_assert_int_eq(bc_close(plain), 0);
+	bc_disconnect(c);
+}
+END_TEST
+
 START_TEST(test_schema)
 {
 	bc_client *c = dt_connect_ok();
@@ -935,6 +968,7 @@ static Suite *fields_suite(void)
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_all_fields);
 	tcase_add_test(dt_tcase(s, "schema", setup), test_schema);
+	tcase_add_test(dt_tcase(s, "keys-charged", setup), test_keys_charged);
 	tcase_add_test(dt_tcase(s, "subset", setup), test_subset_reads_no_block);
 	tcase_add_test(dt_tcase(s, "refusals", setup), test_refusals);
 	tcase_add_test(dt_tcase(s, "plain", setup), test_plain_pack);
