@@ -1061,6 +1061,17 @@ static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n
 	const bd_selection *sel = &s->sel;
 	uint32_t added = 0;
 
+	/* One bytes field: the sample's bytes are its value (the planner's hot path). */
+	if (bd_selection_plain(sel)) {
+		uint64_t size = s->locs[i].size, b = size < hi ? size : hi;
+
+		if (lo > b || (skip_empty && lo == b))
+			return 0;
+		if (job)
+			bd_job_add_piece(job, lo - base, b - lo,
+					 payload + s->vals[i].offset + lo);
+		return 1;
+	}
 	for (uint32_t k = 0; k < sel->count; k++) {
 		uint32_t f = sel->field[k], v = (uint32_t)sel->slot[k];
 		uint64_t so, ss, a, b;
