@@ -103,6 +103,7 @@ typedef struct open_work {
 	bd_read_policy policy;
 	bd_dataset *d;
 	uint64_t largest;       /* the schedule's largest batch (bd_session_largest_batch) */
+	bd_key_table *keys;     /* ... and the dataset's keys, when read whole; NULL: none */
 	uint64_t sized;         /* the version (bd_dataset uid) largest was found over; 0: none */
 	int r;
 	char err[BP_ERRMSG_MAX];
@@ -121,7 +122,10 @@ static void open_work_run(uv_work_t *w)
 	 */
 	if (ow->r < 0 || ow->d->uid == ow->sized)
 		return;
-	if (bd_session_largest_batch(ow->d, &ow->m, &ow->largest) == -ENOMEM) {
+	/* Another version: its own keys. */
+	bd_key_table_free(ow->keys);
+	ow->keys = NULL;
+	if (bd_session_largest_batch(ow->d, &ow->m, &ow->largest, &ow->keys) == -ENOMEM) {
 		bd_dataset_put(ow->d);
 		ow->d = NULL;
 		ow->r = -ENOMEM;
@@ -138,6 +142,7 @@ static void open_work_free(open_work *ow)
 	free(ow->roots);
 	free(ow->path);
 	free(ow->fields);
+	bd_key_table_free(ow->keys);
 	free(ow);
 }
 
@@ -319,8 +324,8 @@ static bool open_session(open_work *ow)
 
 	ow->m.path = ow->path;
 	/* The session takes the dataset reference, on failure too: a retry looks it up again. */
-	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, ow->largest, ow->device,
-			   &quota, &s, err, sizeof(err));
+	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, ow->largest, &ow->keys,
+			   ow->device, &quota, &s, err, sizeof(err));
 	if (r < 0)
 		ow->d = NULL;
 	if (r == -ENOMEM && wait_for_memory(ow))

@@ -62,7 +62,8 @@ struct bd_session {
 	bd_sampler sampler;
 	bp_msg_open req;
 	bd_selection sel;       /* the fields and keys its batches carry */
-	bp_key_reader *keys;    /* with sel.keys: reads the keys, on this thread */
+	bd_key_table *ktab;     /* with sel.keys: every key, read at open; or NULL and ... */
+	bp_key_reader *keys;    /* ... a reader of the keys a batch needs, on this thread */
 	uint64_t schema_off, schema_size; /* the encoded schema in the data memfd */
 	uid_t uid;              /* whose memory_per_uid the session counts against */
 	uint32_t slots;
@@ -233,6 +234,7 @@ static void session_free(bd_session *s)
 {
 	release_memory(s);
 	bp_key_reader_free(s->keys);
+	bd_key_table_free(s->ktab);
 	bd_dataset_put(s->dset);
 	free(s->slot);
 	free(s->ids);
@@ -387,7 +389,7 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	    n * (sizeof(*s->ids) + sizeof(*s->locs) + sizeof(*s->order)) + 6 * MALLOC_OVERHEAD;
 	b += n * s->sel.values * sizeof(*s->vals) + MALLOC_OVERHEAD;
 	if (s->sel.keys)
-		b += key_reader_bytes(s->dset->ds);
+		b += s->ktab ? bd_key_table_bytes(s->ktab) : key_reader_bytes(s->dset->ds);
 	b += (uint64_t)s->max_jobs * (job + MALLOC_OVERHEAD);
 	b += bd_pipeline_owner_bytes() + MALLOC_OVERHEAD;
 	if (device >= 0)
@@ -395,12 +397,27 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	return b;
 }
 
-/* What sizing a selection's batches needs: the keys' lengths when it read them. */
+/*
+ * Every key of a dataset, read at open (bd_session_largest_batch): key i
+ * is bytes[end[i - 1], end[i]) (end[-1] = 0).
+ */
+struct bd_key_table {
+	uint64_t count;
+	uint32_t *end;
+	char *bytes;
+};
+
+/* What sizing a selection's batches needs: the keys, when it read them. */
 typedef struct sizing {
 	const bd_dataset *d;
 	const bd_selection *sel;
-	uint16_t *keylen;       /* per global id; NULL: BP_KEY_MAX each */
+	const bd_key_table *keys; /* NULL: BP_KEY_MAX each */
 } sizing;
+
+static uint64_t key_table_len(const bd_key_table *t, uint64_t id)
+{
+	return t->end[id] - (id ? t->end[id - 1] : 0);
+}
 
 /* The payload bytes sample id adds to a batch of z's selection, region padding aside. */
 static uint64_t sample_cost(const sizing *z, uint64_t id)
@@ -420,7 +437,7 @@ static uint64_t sample_cost(const sizing *z, uint64_t id)
 	for (; v < named; v++)
 		cost += bd_selection_value_size(sel, z->d->ds, v, id);
 	if (sel->keys)
-		cost += z->keylen ? z->keylen[id] : BP_KEY_MAX;
+		cost += z->keys ? key_table_len(z->keys, id) : BP_KEY_MAX;
 	return cost;
 }
 
@@ -479,37 +496,89 @@ static uint64_t selection_bound(const bd_dataset *d, const bd_selection *sel, ui
 	return most;
 }
 
-/*
- * Every sample's key length, read in id order (a key block decoded once):
- * NULL when the dataset is too large for it to pay, or on any failure
- * (the sizing then takes BP_KEY_MAX a key; the planner reports damage).
- */
-static uint16_t *key_lengths(const bd_dataset *d)
+void bd_key_table_free(bd_key_table *t)
 {
-	uint64_t samples = bp_dataset_samples(d->ds);
+	if (!t)
+		return;
+	free(t->end);
+	free(t->bytes);
+	free(t);
+}
+
+uint64_t bd_key_table_bytes(const bd_key_table *t)
+{
+	if (!t)
+		return 0;
+	return sizeof(*t) + t->count * sizeof(*t->end) + (t->count ? t->end[t->count - 1] : 0) +
+	       3 * MALLOC_OVERHEAD;
+}
+
+/* Append key[0..len) to t (bytes of cap *cap). @return 0, or -E2BIG past the table's cap. */
+static int key_table_add(bd_key_table *t, uint64_t id, const char *key, size_t len,
+			 uint64_t *cap)
+{
+	uint64_t at = id ? t->end[id - 1] : 0;
+
+	if (at + len > BD_SESSION_KEY_TABLE_MAX)
+		return -E2BIG;
+	if (at + len > *cap) {
+		uint64_t want = *cap ? 2 * *cap : UINT64_C(1) << 16;
+		char *grown;
+
+		while (want < at + len)
+			want *= 2;
+		grown = realloc(t->bytes, want);
+		if (!grown)
+			return -ENOMEM;
+		t->bytes = grown;
+		*cap = want;
+	}
+	memcpy(t->bytes + at, key, len);
+	t->end[id] = (uint32_t)(at + len);
+	return 0;
+}
+
+/*
+ * Every key of the dataset, read in id order (one decode a key block):
+ * NULL when the dataset is too large for that to pay, its keys more than
+ * BD_SESSION_KEY_TABLE_MAX bytes, or on any failure (the sizing then takes
+ * BP_KEY_MAX a key, and the planner reads keys one by one and reports
+ * damage per batch).
+ */
+static bd_key_table *key_table(const bd_dataset *d)
+{
+	uint64_t samples = bp_dataset_samples(d->ds), cap = 0;
 	bp_key_reader *kr = NULL;
-	uint16_t *len;
+	bd_key_table *t;
+	int r = 0;
 
 	if (samples > BD_SESSION_SIZING_SCAN || bp_key_reader_new(d->ds, &kr) < 0)
 		return NULL;
-	len = bd_calloc(samples, sizeof(*len));
-	for (uint64_t id = 0; len && id < samples; id++) {
+	t = bd_calloc(1, sizeof(*t));
+	if (t)
+		t->end = bd_calloc(samples, sizeof(*t->end));
+	if (!t || !t->end)
+		r = -ENOMEM;
+	for (uint64_t id = 0; r == 0 && id < samples; id++) {
 		bp_dataset_fault fault = { 0 };
 		const char *key;
-		size_t klen;
+		size_t len;
 
-		if (bp_key_reader_get(kr, id, &key, &klen, &fault) < 0 || klen > UINT16_MAX) {
-			free(len);
-			len = NULL;
-		} else {
-			len[id] = (uint16_t)klen;
-		}
+		r = bp_key_reader_get(kr, id, &key, &len, &fault);
+		if (r == 0)
+			r = key_table_add(t, id, key, len, &cap);
 	}
 	bp_key_reader_free(kr);
-	return len;
+	if (r < 0) {
+		bd_key_table_free(t);
+		return NULL;
+	}
+	t->count = samples;
+	return t;
 }
 
-int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret)
+int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret,
+			     bd_key_table **ret_keys)
 {
 	bd_sampler_cfg sc = sampler_cfg(d, m);
 	uint64_t *ids, most = 0, per_rank, epochs;
@@ -527,6 +596,8 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
 	per_rank = bd_sampler_samples_per_rank(&sp);
 	if (per_rank > BD_SESSION_SIZING_SCAN) {
 		*ret = selection_bound(d, &sel, m->batch_size, true);
+		if (ret_keys)
+			*ret_keys = NULL;
 		return 0;
 	}
 	/* Unshuffled, every epoch is the same; else as many as SIZING_SAMPLES allow. */
@@ -539,16 +610,19 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
 	if (!ids)
 		return -ENOMEM;
 	if (sel.keys)
-		z.keylen = key_lengths(d);
+		z.keys = key_table(d);
 	for (uint64_t e = 0; e < epochs; e++) {
 		uint64_t x = epoch_largest(&sp, &z, m->start_epoch + e, ids);
 
 		if (x > most)
 			most = x;
 	}
-	free(z.keylen);
 	free(ids);
 	*ret = most;
+	if (ret_keys)
+		*ret_keys = (bd_key_table *)z.keys;
+	else
+		bd_key_table_free((bd_key_table *)z.keys);
 	return 0;
 }
 
@@ -664,7 +738,7 @@ static int alloc_tables(bd_session *s)
 	s->vals = bd_calloc((size_t)n * (s->sel.values ? s->sel.values : 1), sizeof(*s->vals));
 	if (!s->slot || !s->ids || !s->locs || !s->order || !s->vals)
 		return -ENOMEM;
-	return s->sel.keys ? bp_key_reader_new(s->dset->ds, &s->keys) : 0;
+	return s->sel.keys && !s->ktab ? bp_key_reader_new(s->dset->ds, &s->keys) : 0;
 }
 
 /* The data and control memfds, mapped, and the two wake-up pipes. @return 0 or -errno. */
@@ -770,8 +844,8 @@ static unsigned default_prefetch(const bd_session_env *env, const bd_dataset *d,
 }
 
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, uint64_t largest, int device, const bd_session_quota *q,
-		   bd_session **ret, char *err, size_t errlen)
+		   const bp_msg_open *m, uint64_t largest, bd_key_table **keys, int device,
+		   const bd_session_quota *q, bd_session **ret, char *err, size_t errlen)
 {
 	unsigned prefetch = m->prefetch ? m->prefetch : default_prefetch(env, d, m);
 	bd_session *s = session_alloc(env, id, d, m);
@@ -780,6 +854,11 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	if (!s)
 		return -ENOMEM;
 	r = bd_selection_parse(d->ds, m, &s->sel, err, errlen);
+	/* Taken now, for measure() to charge; handed back should the session fail. */
+	if (r == 0 && s->sel.keys && keys && *keys) {
+		s->ktab = *keys;
+		*keys = NULL;
+	}
 	if (r == 0)
 		r = schedule(s, prefetch, err, errlen);
 	if (r == 0)
@@ -812,6 +891,11 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	*ret = s;
 	return 0;
 fail:
+	/* A retry (waiting for memory) opens with the same keys. */
+	if (keys && s->ktab) {
+		*keys = s->ktab;
+		s->ktab = NULL;
+	}
 	session_free(s);
 	return r;
 }
@@ -885,8 +969,16 @@ static int read_keys(bd_session *s, uint32_t n, uint8_t *dst, char *why, size_t 
 		bp_dataset_fault fault = { 0 };
 		const char *key;
 		size_t len;
-		int r = bp_key_reader_get(s->keys, s->ids[i], &key, &len, &fault);
+		int r = 0;
 
+		if (s->ktab) {
+			uint64_t at = s->ids[i] ? s->ktab->end[s->ids[i] - 1] : 0;
+
+			key = s->ktab->bytes + at;
+			len = s->ktab->end[s->ids[i]] - at;
+		} else {
+			r = bp_key_reader_get(s->keys, s->ids[i], &key, &len, &fault);
+		}
 		if (r == 0 && dst && len != span[i].size)
 			r = -EBADMSG; /* read twice, different: the file changed under us */
 		if (r < 0) {

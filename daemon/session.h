@@ -73,6 +73,21 @@ typedef struct bd_session_quota {
 	uint64_t uid_limit;         /* 0: no per-uid limit */
 } bd_session_quota;
 
+/*
+ * Every key of a dataset, read once at open so that a session with keys
+ * copies them from memory instead of decoding key blocks as its batches
+ * need them (a shuffled batch touches nearly a key block a sample). Only
+ * for datasets of at most BD_SESSION_SIZING_SCAN samples whose keys come
+ * to at most BD_SESSION_KEY_TABLE_MAX bytes; charged to the session that
+ * holds it.
+ */
+typedef struct bd_key_table bd_key_table;
+#define BD_SESSION_KEY_TABLE_MAX (UINT64_C(64) << 20)
+/* NULL is fine. */
+void bd_key_table_free(bd_key_table *t);
+/* Heap bytes it holds (0 for NULL). */
+uint64_t bd_key_table_bytes(const bd_key_table *t);
+
 /* bd_session_largest_batch: an epoch of more samples per rank is not read. */
 #define BD_SESSION_SIZING_SCAN (UINT64_C(1) << 20)
 /* ... and it reads epochs while their samples add up to no more than this, at most: */
@@ -88,18 +103,26 @@ typedef struct bd_session_quota {
  * at most BD_SESSION_SIZING_EPOCHS). An epoch of more than
  * BD_SESSION_SIZING_SCAN samples per rank is not read: it gets the bound
  * of the batch_size largest samples (which such datasets of small samples
- * afford). A batch of a later epoch larger than this waits for room, or is
+ * afford). Sizing covers the fields and keys m selects; with keys, the
+ * dataset's keys are read whole when a key table pays (bd_key_table):
+ * *ret_keys (may be NULL: not kept) is that table, or NULL, for
+ * bd_session_new. A batch of a later epoch larger than this waits for room, or is
  * delivered failed with its reason when it can never fit. Costs one
  * sampler step and sample lookup per sample read; any thread (d's tables
  * are read only), so the open's lookup runs it on the thread pool.
  * @return 0; -EINVAL (an invalid schedule: bd_session_new says what is
  * wrong); -ENOMEM.
  */
-int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret);
+int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret,
+			     bd_key_table **ret_keys);
 
 /*
  * Create a session over dataset d (the session takes the reference) for
- * request m, its largest batch `largest` (bd_session_largest_batch), delivering to host memory (device < 0) or to the daemon's
+ * request m, its largest batch `largest` and key table *keys (both from
+ * bd_session_largest_batch; keys may be NULL or hold NULL: the session
+ * reads keys as its batches need them; on success the session has taken
+ * the table and *keys is NULL, on failure it is left there), delivering
+ * to host memory (device < 0) or to the daemon's
  * CUDA device `device` (env->gpu must be set). On success *ret is the
  * session. On failure err names what was wrong. @return 0; -EINVAL (a
  * field the dataset cannot satisfy, e.g. drop_last leaving no batch),
@@ -107,8 +130,8 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
  * -ENODEV / -EIO (CUDA), -errno.
  */
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, uint64_t largest, int device, const bd_session_quota *q,
-		   bd_session **ret, char *err, size_t errlen);
+		   const bp_msg_open *m, uint64_t largest, bd_key_table **keys, int device,
+		   const bd_session_quota *q, bd_session **ret, char *err, size_t errlen);
 
 /*
  * The READY message for s, and its descriptors in the order PROTOCOL.md
