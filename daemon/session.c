@@ -369,9 +369,9 @@ static uint64_t key_reader_bytes(const bp_dataset *ds)
  * memory: the session and its slots, the planner's scratch (batch_size
  * each), its jobs in flight (a batch touches at most min(batch_size x
  * the most frames of a sample, blocks) blocks; a job is freed when its
- * batch is decoded), the value spans of the fields it selected, its key
- * reader, the pipeline's flow, and a GPU session's per-slot state and
- * copies.
+ * batch is decoded), the value spans of the fields it selected, its
+ * keys (the table read at open, or the reader), the pipeline's flow, and
+ * a GPU session's per-slot state and copies.
  */
 static uint64_t heap_bytes(const bd_session *s, int device)
 {
@@ -574,6 +574,13 @@ static bd_key_table *key_table(const bd_dataset *d)
 		return NULL;
 	}
 	t->count = samples;
+	/* What the table is charged is what it holds: no growth room. */
+	if (cap > t->end[samples - 1]) {
+		char *fit = realloc(t->bytes, t->end[samples - 1] ? t->end[samples - 1] : 1);
+
+		if (fit)
+			t->bytes = fit;
+	}
 	return t;
 }
 
