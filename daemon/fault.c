@@ -13,6 +13,7 @@
 static bd_fault_read reads;
 static int uring_setup;
 static bool direct_off;
+static bool key_table_off;
 static uint64_t alloc_countdown, alloc_after, alloc_calls;
 
 static int errno_named(const char *s)
@@ -71,6 +72,8 @@ static int parse_rule(char *rule)
 			uring_setup = errno_named(v);
 		else if (!strcmp(kind, "direct") && !strcmp(opt, "off"))
 			direct_off = true;
+		else if (!strcmp(kind, "keys") && !strcmp(opt, "no_table"))
+			key_table_off = true;
 		else
 			return bad(opt);
 	}
@@ -82,7 +85,8 @@ static int parse_rule(char *rule)
 		reads.shard_err = err;
 	} else if (!strcmp(kind, "read")) {
 		reads.err = err;
-	} else if (strcmp(kind, "alloc") && strcmp(kind, "uring") && strcmp(kind, "direct")) {
+	} else if (strcmp(kind, "alloc") && strcmp(kind, "uring") && strcmp(kind, "direct") &&
+		   strcmp(kind, "keys")) {
 		return bad(kind);
 	}
 	return 0;
@@ -115,6 +119,11 @@ const bd_fault_read *bd_fault_reads(void)
 int bd_fault_uring_setup(void)
 {
 	return uring_setup;
+}
+
+bool bd_fault_key_table_off(void)
+{
+	return key_table_off;
 }
 
 bool bd_fault_direct_off(void)

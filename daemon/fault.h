@@ -19,6 +19,8 @@
  *   alloc:after=N                every allocation after the Nth fails
  *   uring:setup=EPERM            io_uring setup fails (pread fallback)
  *   direct:off                   O_DIRECT is "unsupported" (buffered reads)
+ *   keys:no_table                sessions read keys as batches need them, never
+ *                                a dataset's keys whole at open (session.h)
  *
  * Thread rules: bd_fault_init at startup on the main thread; queries from
  * any thread (atomic counters).
@@ -48,6 +50,7 @@ int bd_fault_init(void);
 const bd_fault_read *bd_fault_reads(void);
 int bd_fault_uring_setup(void);   /* positive errno to force, 0 none */
 bool bd_fault_direct_off(void);
+bool bd_fault_key_table_off(void);
 /* Should this allocation fail? Counts every call (util.h's allocators ask). */
 bool bd_fault_alloc_fails(void);
 #else
@@ -55,6 +58,7 @@ static inline int bd_fault_init(void) { return 0; }
 static inline const bd_fault_read *bd_fault_reads(void) { return NULL; }
 static inline int bd_fault_uring_setup(void) { return 0; }
 static inline bool bd_fault_direct_off(void) { return false; }
+static inline bool bd_fault_key_table_off(void) { return false; }
 #endif
 
 #endif

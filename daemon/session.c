@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "arena.h"
+#include "fault.h"
 #include "fields.h"
 #include "linger.h"
 #include "log.h"
@@ -105,6 +106,10 @@ struct bd_session {
 	loc *locs;
 	uint32_t *order;
 	bp_ring_span *vals;     /* ... and batch_size per value slot (fields.h), slot-major */
+	uint64_t *kpos;         /* keys without a table: each sample's key in kbuf, ... */
+	char *kbuf;             /* ... which holds the batch's keys (kcap bytes, at most
+				 * batch_size x BP_KEY_MAX: charged so) */
+	uint64_t kcap;
 	layout lay;             /* the batch the scratch describes */
 	uint64_t measured;      /* next_seq + 1 when the scratch describes batch next_seq; else 0 */
 
@@ -241,6 +246,8 @@ static void session_free(bd_session *s)
 	free(s->locs);
 	free(s->order);
 	free(s->vals);
+	free(s->kpos);
+	free(s->kbuf);
 	free((char *)s->req.path);
 	free(s);
 }
@@ -370,8 +377,9 @@ static uint64_t key_reader_bytes(const bp_dataset *ds)
  * each), its jobs in flight (a batch touches at most min(batch_size x
  * the most frames of a sample, blocks) blocks; a job is freed when its
  * batch is decoded), the value spans of the fields it selected, its
- * keys (the table read at open, or the reader), the pipeline's flow, and
- * a GPU session's per-slot state and copies.
+ * keys (the table read at open, or the reader and a batch of the longest
+ * keys), the pipeline's flow, and a GPU session's per-slot state and
+ * copies.
  */
 static uint64_t heap_bytes(const bd_session *s, int device)
 {
@@ -388,8 +396,11 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	b = sizeof(bd_session) + s->req.path_len + 1 + (uint64_t)s->slots * sizeof(slot) +
 	    n * (sizeof(*s->ids) + sizeof(*s->locs) + sizeof(*s->order)) + 6 * MALLOC_OVERHEAD;
 	b += n * s->sel.values * sizeof(*s->vals) + MALLOC_OVERHEAD;
-	if (s->sel.keys)
-		b += s->ktab ? bd_key_table_bytes(s->ktab) : key_reader_bytes(s->dset->ds);
+	if (s->sel.keys && s->ktab)
+		b += bd_key_table_bytes(s->ktab);
+	else if (s->sel.keys)
+		b += key_reader_bytes(s->dset->ds) + n * (BP_KEY_MAX + sizeof(*s->kpos)) +
+		     2 * MALLOC_OVERHEAD;
 	b += (uint64_t)s->max_jobs * (job + MALLOC_OVERHEAD);
 	b += bd_pipeline_owner_bytes() + MALLOC_OVERHEAD;
 	if (device >= 0)
@@ -552,7 +563,8 @@ static bd_key_table *key_table(const bd_dataset *d)
 	bd_key_table *t;
 	int r = 0;
 
-	if (samples > BD_SESSION_SIZING_SCAN || bp_key_reader_new(d->ds, &kr) < 0)
+	if (samples > BD_SESSION_SIZING_SCAN || bd_fault_key_table_off() ||
+	    bp_key_reader_new(d->ds, &kr) < 0)
 		return NULL;
 	t = bd_calloc(1, sizeof(*t));
 	if (t)
@@ -745,7 +757,10 @@ static int alloc_tables(bd_session *s)
 	s->vals = bd_calloc((size_t)n * (s->sel.values ? s->sel.values : 1), sizeof(*s->vals));
 	if (!s->slot || !s->ids || !s->locs || !s->order || !s->vals)
 		return -ENOMEM;
-	return s->sel.keys && !s->ktab ? bp_key_reader_new(s->dset->ds, &s->keys) : 0;
+	if (!s->sel.keys || s->ktab)
+		return 0;
+	s->kpos = bd_calloc(n, sizeof(*s->kpos));
+	return s->kpos ? bp_key_reader_new(s->dset->ds, &s->keys) : -ENOMEM;
 }
 
 /* The data and control memfds, mapped, and the two wake-up pipes. @return 0 or -errno. */
@@ -961,45 +976,91 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 	}
 }
 
+/* Sample id's key from the key table read at open. */
+static void table_key(const bd_key_table *t, uint64_t id, const char **ret_key, size_t *ret_len)
+{
+	uint64_t at = id ? t->end[id - 1] : 0;
+
+	*ret_key = t->bytes + at;
+	*ret_len = t->end[id] - at;
+}
+
 /*
- * The keys of the n samples, in id order (s->order sorted: a key block is
- * decoded once a batch): without dst, their lengths into the key slot;
- * with dst (the keys' region), the keys themselves, each at its span.
+ * Keep key[0..len) of sample i in the batch's key scratch (the reader's
+ * buffer is its until the next call). @return 0 or -ENOMEM.
+ */
+static int keep_key(bd_session *s, uint32_t i, const char *key, size_t len, uint64_t *at)
+{
+	if (*at + len > s->kcap) {
+		uint64_t want = s->kcap ? 2 * s->kcap : UINT64_C(1) << 12;
+		char *grown;
+
+		while (want < *at + len)
+			want *= 2;
+		grown = realloc(s->kbuf, want);
+		if (!grown)
+			return -ENOMEM;
+		s->kbuf = grown;
+		s->kcap = want;
+	}
+	memcpy(s->kbuf + *at, key, len);
+	s->kpos[i] = *at;
+	*at += len;
+	return 0;
+}
+
+/*
+ * The keys of the n samples, their lengths into the key slot. Without a
+ * key table they are read in id order (s->order sorted: a key block is
+ * decoded once a batch) and kept in the key scratch for copy_keys.
  * @return 0, or the key reader's error with why set.
  */
-static int read_keys(bd_session *s, uint32_t n, uint8_t *dst, char *why, size_t whylen)
+static int read_keys(bd_session *s, uint32_t n, char *why, size_t whylen)
 {
 	bp_ring_span *span = s->vals + (size_t)(s->sel.values - 1) * n;
+	uint64_t at = 0;
 
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t i = s->order[k];
 		bp_dataset_fault fault = { 0 };
 		const char *key;
 		size_t len;
-		int r = 0;
+		int r;
 
 		if (s->ktab) {
-			uint64_t at = s->ids[i] ? s->ktab->end[s->ids[i] - 1] : 0;
-
-			key = s->ktab->bytes + at;
-			len = s->ktab->end[s->ids[i]] - at;
-		} else {
-			r = bp_key_reader_get(s->keys, s->ids[i], &key, &len, &fault);
+			table_key(s->ktab, s->ids[i], &key, &len);
+			span[i].size = len;
+			continue;
 		}
-		if (r == 0 && dst && len != span[i].size)
-			r = -EBADMSG; /* read twice, different: the file changed under us */
+		r = bp_key_reader_get(s->keys, s->ids[i], &key, &len, &fault);
+		if (r == 0)
+			r = keep_key(s, i, key, len, &at);
 		if (r < 0) {
 			snprintf(why, whylen, "cannot read the key of sample %" PRIu64 ": %s%s%s%s%s",
 				 s->ids[i], strerror(-r), fault.shard[0] ? " in " : "", fault.shard,
 				 fault.pack.what ? ": " : "", fault.pack.what ? fault.pack.what : "");
 			return r;
 		}
-		if (dst)
-			memcpy(dst + span[i].offset, key, len);
-		else
-			span[i].size = len;
+		span[i].size = len;
 	}
 	return 0;
+}
+
+/* The keys read_keys found, each to its span of the keys' region dst. */
+static void copy_keys(const bd_session *s, uint32_t n, uint8_t *dst)
+{
+	const bp_ring_span *span = s->vals + (size_t)(s->sel.values - 1) * n;
+
+	for (uint32_t i = 0; i < n; i++) {
+		const char *key;
+		size_t len;
+
+		if (s->ktab)
+			table_key(s->ktab, s->ids[i], &key, &len);
+		else
+			key = s->kbuf + s->kpos[i], len = (size_t)span[i].size;
+		memcpy(dst + span[i].offset, key, len);
+	}
 }
 
 /* One region of the payload: n values of slot v end to end, from *at (aligned). */
@@ -1289,9 +1350,8 @@ static void write_tables(const bd_session *s, uint32_t n, uint8_t *rec)
 /*
  * The values that come from the dataset's columns, not its blocks:
  * scalars as dense arrays, str values end to end, and the keys.
- * @return 0, or a key reader's error with why set.
  */
-static int write_columns(bd_session *s, uint32_t n, uint8_t *payload, char *why, size_t whylen)
+static void write_columns(bd_session *s, uint32_t n, uint8_t *payload)
 {
 	const bd_selection *sel = &s->sel;
 	const bp_dataset *ds = s->dset->ds;
@@ -1316,9 +1376,8 @@ static int write_columns(bd_session *s, uint32_t n, uint8_t *payload, char *why,
 				bp_dataset_field_scalar(ds, s->ids[i], f, dst + (size_t)i * size);
 		}
 	}
-	if (!sel->keys)
-		return 0;
-	return read_keys(s, n, payload + s->lay.off[sel->count], why, whylen);
+	if (sel->keys)
+		copy_keys(s, n, payload + s->lay.off[sel->count]);
 }
 
 static void publish(bd_session *s);
@@ -1367,7 +1426,7 @@ static int measure_batch(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t
 	s->lay.nblocks = s->sel.bytes || s->sel.keys ? group_by_block(s, n) : 0;
 	if (!s->sel.bytes)
 		s->lay.nblocks = 0;
-	if (s->sel.keys && (r = read_keys(s, n, NULL, why, whylen)) < 0)
+	if (s->sel.keys && (r = read_keys(s, n, why, whylen)) < 0)
 		return r;
 	s->lay.payload = place_regions(s, n);
 	s->measured = s->next_seq + 1;
@@ -1416,12 +1475,7 @@ static int plan_one(bd_session *s)
 	s->next_seq++;
 	s->measured = 0;
 	write_tables(s, n, base);
-	if ((r = write_columns(s, n, base + table_bytes(s, n), why, sizeof(why))) < 0) {
-		/* The record is ours: the reason takes its tables' place. */
-		bd_job_free(job);
-		job = NULL;
-		fail_slot(s, sl, r, why);
-	}
+	write_columns(s, n, base + table_bytes(s, n));
 	if (!job) {
 		record_final(s, sl);
 		publish(s);

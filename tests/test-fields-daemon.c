@@ -39,6 +39,7 @@
 #include <json-c/json.h>
 #include <zstd.h>
 
+#include "batchd-build.h"
 #include "daemon-testlib.h"
 #include "pack.h"
 #include "pack_fields.h"
@@ -235,6 +236,19 @@ static void setup(void)
 	write_fields_pack(NOKEYS_DSET, NOKEYS_SAMPLES, false);
 	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not start");
 }
+
+#if BATCHD_FAULT_INJECTION
+/* setup, with sessions that read keys as batches need them (no key table: fault.h). */
+static void setup_key_reader(void)
+{
+	static const char *const env[] = { "BATCHD_FAULTS=keys:no_table", NULL };
+
+	dt_setup_dir();
+	write_fields_pack(FIELDS_DSET, N_SAMPLES, true);
+	D.env = env;
+	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not start");
+}
+#endif
 
 /* ---- checking a batch ---------------------------------------------------------------- */
 
@@ -647,6 +661,28 @@ START_TEST(test_damaged_keys)
 }
 END_TEST
 
+#if BATCHD_FAULT_INJECTION
+/*
+ * Keys read as batches need them, a key block at a time (what a dataset
+ * too large for a key table gets): every key as written across ranks and
+ * epochs, and the reader and a batch of the longest keys charged.
+ */
+START_TEST(test_key_reader)
+{
+	want all = { .mask = (1u << FIELD_COUNT) - 1, .keys = true };
+	bc_client *c;
+	uint64_t a, b;
+
+	every_sample_once(3, all, NULL);
+	c = dt_connect_ok();
+	heaps(c, FIELDS_DSET, &a, &b);
+	expect(b >= a + 2 * (uint64_t)BP_KEYS_PER_BLOCK * BP_KEY_MAX + 8 * (uint64_t)BP_KEY_MAX,
+	       "keys charge %" PRIu64 " heap bytes more, not the reader's and a batch's", b - a);
+	bc_disconnect(c);
+}
+END_TEST
+#endif
+
 /* A pack from before fields: one bytes field "data", byte for byte as before. */
 START_TEST(test_plain_pack)
 {
@@ -997,6 +1033,9 @@ static Suite *fields_suite(void)
 	tcase_add_test(dt_tcase(s, "refusals", setup), test_refusals);
 	tcase_add_test(dt_tcase(s, "plain", setup), test_plain_pack);
 	tcase_add_test(dt_tcase(s, "damaged-keys", setup), test_damaged_keys);
+#if BATCHD_FAULT_INJECTION
+	tcase_add_test(dt_tcase(s, "key-reader", setup_key_reader), test_key_reader);
+#endif
 	tc = dt_tcase(s, "protocol", setup_dir_only);
 	tcase_add_test(tc, test_protocol_open_fields);
 	tcase_add_test(tc, test_protocol_open_flags);
