@@ -745,6 +745,30 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 	return 0;
 }
 
+/*
+ * Over the budget with every key in memory: when reading keys as batches
+ * need them costs less (keys longer than a key block's worth of the
+ * longest), give the table back to *keys and charge that instead.
+ * @return charge()'s result, or -ENOMEM as it was.
+ */
+static int charge_without_keys(bd_session *s, bd_key_table **keys, int device,
+			       const bd_session_quota *q, unsigned prefetch, char *err,
+			       size_t errlen)
+{
+	bd_key_table *t = s->ktab;
+	uint64_t with = s->heap;
+
+	s->ktab = NULL;
+	s->heap = heap_bytes(s, device);
+	if (s->heap >= with) {
+		s->ktab = t;
+		s->heap = with;
+		return -ENOMEM;
+	}
+	*keys = t;
+	return charge(s, q, prefetch, err, errlen);
+}
+
 /* The slots and the planner's scratch. @return 0 or -ENOMEM. */
 static int alloc_tables(bd_session *s)
 {
@@ -887,6 +911,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		r = measure(s, prefetch, device, largest, err, errlen);
 	if (r == 0)
 		r = charge(s, q, prefetch, err, errlen);
+	if (r == -ENOMEM && s->ktab && keys)
+		r = charge_without_keys(s, keys, device, q, prefetch, err, errlen);
 	if (r == 0)
 		r = alloc_tables(s);
 	if (r == 0)

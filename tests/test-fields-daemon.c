@@ -106,9 +106,19 @@ static size_t caption_of(uint64_t id, char *buf, size_t len)
 	return at;
 }
 
+/* Bytes a key is padded with: 0 but for the long-keys pack. */
+static size_t key_pad;
+#define KEY_BUF (BP_KEY_MAX + 1)
+
 static size_t key_of(uint64_t id, char *buf, size_t len)
 {
-	return (size_t)snprintf(buf, len, "dir%02u/sample-%05" PRIu64 ".jpg", (unsigned)(id % 7), id);
+	size_t n = (size_t)snprintf(buf, len, "dir%02u/sample-%05" PRIu64 ".jpg", (unsigned)(id % 7),
+				    id);
+
+	for (size_t i = 0; i < key_pad && n + 1 < len; i++)
+		buf[n++] = (char)('a' + (id + i) % 26);
+	buf[n] = '\0';
+	return n;
 }
 
 /* ---- writing the packs --------------------------------------------------------------- */
@@ -139,7 +149,7 @@ static size_t sample_bytes(uint64_t id, uint8_t *out)
 
 static void add_fields(bp_pack_writer *w, uint64_t id, bool keys)
 {
-	char caption[128], key[64];
+	char caption[128], key[KEY_BUF];
 	size_t clen = caption_of(id, caption, sizeof(caption)), klen = key_of(id, key, sizeof(key));
 	bp_field_value v[FIELD_COUNT] = {
 		[F_IMG] = { .size = img_size(id) },
@@ -345,7 +355,7 @@ static void check_batch(const bc_batch *b, want w)
 	}
 	for (uint32_t i = 0; i < count; i++) {
 		uint64_t id = bc_batch_sample_id(b, i);
-		char kwant[64];
+		char kwant[KEY_BUF];
 		const char *key;
 		size_t klen, kn = key_of(id, kwant, sizeof(kwant));
 		const void *sp, *fp;
@@ -481,7 +491,7 @@ START_TEST(test_keys_charged)
 {
 	bc_client *c = dt_connect_ok();
 	uint64_t a, b, key_bytes = 0;
-	char key[64];
+	char key[KEY_BUF];
 
 	/* A small dataset's keys are read whole at open: the session holds them all. */
 	for (uint64_t id = 0; id < N_SAMPLES; id++)
@@ -682,6 +692,44 @@ START_TEST(test_key_reader)
 }
 END_TEST
 #endif
+
+/*
+ * Long keys whose table does not fit the budget while reading them as
+ * batches need them does: the session opens that way, keys as written.
+ */
+#define LONG_KEYS 6000u
+
+static void setup_long_keys(void)
+{
+	dt_setup_dir();
+	key_pad = 3900;
+	write_fields_pack("long.bpk", LONG_KEYS, true);
+	D.memory = "20M";
+	ck_assert_msg(dt_daemon_start(&D) == 0, "batchd did not start");
+}
+
+START_TEST(test_keys_over_budget)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream *s = open_fields(c, "long.bpk", "label", true, 0, 1);
+	uint64_t heap = dt_session_u64(NULL, "memory_heap");
+	bc_batch *b = NULL;
+
+	/* The table would hold 6000 keys of 3900+ bytes, over the budget: the session holds a reader. */
+	expect(heap < (uint64_t)LONG_KEYS * 3900, "heap %" PRIu64 ": the key table", heap);
+	expect(heap > 2 * (uint64_t)BP_KEYS_PER_BLOCK * BP_KEY_MAX, "heap %" PRIu64
+	       ": no key reader", heap);
+	for (int k = 0; k < 3; k++) {
+		int r = bc_next(s, &b, WAIT_MS);
+
+		expect(r == 0, "bc_next: %s (%s)", bc_strerror(r), bc_stream_error(s));
+		check_batch(b, (want){ .mask = 1u << F_LABEL, .keys = true });
+		ck_assert_int_eq(bc_release(b), 0);
+	}
+	ck_assert_int_eq(bc_close(s), 0);
+	bc_disconnect(c);
+}
+END_TEST
 
 /* A pack from before fields: one bytes field "data", byte for byte as before. */
 START_TEST(test_plain_pack)
@@ -1033,6 +1081,7 @@ static Suite *fields_suite(void)
 	tcase_add_test(dt_tcase(s, "refusals", setup), test_refusals);
 	tcase_add_test(dt_tcase(s, "plain", setup), test_plain_pack);
 	tcase_add_test(dt_tcase(s, "damaged-keys", setup), test_damaged_keys);
+	tcase_add_test(dt_tcase(s, "keys-over-budget", setup_long_keys), test_keys_over_budget);
 #if BATCHD_FAULT_INJECTION
 	tcase_add_test(dt_tcase(s, "key-reader", setup_key_reader), test_key_reader);
 #endif
