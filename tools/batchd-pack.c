@@ -3,9 +3,11 @@
  * batchd-pack - create, inspect, verify and read batchd datasets.
  *
  *   batchd-pack create OUT INPUT... [options]
+ *   batchd-pack create OUT --manifest FILE [options]
  *   batchd-pack info PATH [--json]
  *   batchd-pack verify PATH
- *   batchd-pack cat PATH ID
+ *   batchd-pack ls PATH [--range A:B]
+ *   batchd-pack cat PATH ID|KEY [--field NAME]
  *
  * Exit status: 0 success, 1 failure (message on stderr naming the file),
  * 2 usage error.
@@ -28,18 +30,33 @@
 #include "pack.h"
 #include "pack_create.h"
 #include "pack_file.h"
+#include "pack_read.h"
+#include "pack_scan.h"
 #include "progress.h"
 #include "units.h"
 
 static const char usage_text[] =
 	"usage: batchd-pack create OUT INPUT... [options]\n"
+	"       batchd-pack create OUT --manifest FILE.csv|FILE.jsonl [--column NAME:TYPE]...\n"
 	"       batchd-pack info PATH [--json]\n"
 	"       batchd-pack verify PATH\n"
-	"       batchd-pack cat PATH ID\n"
+	"       batchd-pack ls PATH [--range A:B]\n"
+	"       batchd-pack cat PATH ID|KEY [--id N|--key K] [--field NAME]\n"
 	"\n"
 	"create: INPUT is a directory (every regular file below it is a sample, in\n"
-	"bytewise order of relative path), a .tar archive (regular members in archive\n"
-	"order) or --records SIZE FILE (fixed-size records).\n"
+	"bytewise order of relative path, keyed by that path), a .tar archive (regular\n"
+	"members in archive order, keyed by member path) or --records SIZE FILE\n"
+	"(fixed-size records, no keys). A sample's bytes are the field \"data\".\n"
+	"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
+	"                     among DIR's subdirectories in bytewise order (names kept)\n"
+	"  --group-by key     TAR in the WebDataset layout: members KEY.EXT form a sample,\n"
+	"                     a field per EXT (cls, label: int64; else bytes)\n"
+	"  --allow-missing    --group-by: a sample lacking a bytes field stores it empty\n"
+	"  --missing-int N    --group-by --allow-missing: a lacking int64 field is N\n"
+	"  --manifest FILE    a row per sample: path (relative to FILE's directory) and\n"
+	"                     columns typed by their values (int64, float64, else str)\n"
+	"  --column NAME:TYPE --manifest: column NAME as int64, float32, float64 or str\n"
+	"  --no-keys          store no keys (plain inputs: the pack bytes of before keys)\n"
 	"  --level N          zstd level (default 3)\n"
 	"  --block-size SIZE  target raw bytes per block; 0 = one sample per block (default)\n"
 	"  --frame-size SIZE  store a larger sample as frames of SIZE bytes, a block each,\n"
@@ -48,11 +65,19 @@ static const char usage_text[] =
 	"  --threads N        compression threads (default: all cores)\n"
 	"  --shard-size SIZE  write OUT as a directory of shards of about SIZE stored bytes\n"
 	"  --records SIZE FILE  add FILE as records of SIZE bytes (repeatable)\n"
-	"SIZE takes K, M, G, T suffixes (powers of 1024).\n";
+	"SIZE takes K, M, G, T suffixes (powers of 1024).\n"
+	"ls: a line per sample, ID KEY FIELD=VALUE... (KEY - without keys; bytes fields\n"
+	"as NAME=<N bytes>; a key or text holding blanks, quotes or control bytes is\n"
+	"printed quoted with C escapes).\n"
+	"cat: a field's bytes to stdout (default the first bytes field; a scalar as\n"
+	"text). An operand of digits is an id, else a key; --id and --key say which.\n";
 
 /* ---- create ---------------------------------------------------------------- */
 
-enum { O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS };
+enum {
+	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
+	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
+};
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
 static int create_size(pack_create_opts *o, int c, const char *arg)
@@ -87,6 +112,63 @@ static int create_records(pack_inputs *in, const char *out, const char *arg, int
 	return pack_inputs_add(in, argv[optind++], v, true) < 0 ? 1 : 0;
 }
 
+/* The options that give samples fields. @return 0, 1 (said why) or the usage exit status. */
+static int create_fields(pack_inputs *in, int c, const char *arg)
+{
+	enum pack_layout want = c == O_LABELS ? LAYOUT_LABELS
+			      : c == O_GROUP ? LAYOUT_GROUPS : LAYOUT_MANIFEST;
+	int64_t v;
+
+	switch (c) {
+	case O_NOKEYS: in->fo.no_keys = true; return 0;
+	case O_MISSING: in->fo.allow_missing = true; return 0;
+	case O_COLUMN: return pack_inputs_add_column(in, arg) < 0 ? 2 : 0;
+	case O_MISSING_INT:
+		if (pack__parse_i64(arg, strlen(arg), false, &v) < 0)
+			return cli_usage("--missing-int: '%s' is not an int64", arg);
+		in->fo.missing_int = v;
+		in->fo.missing_int_set = true;
+		return 0;
+	}
+	if (in->fo.layout != LAYOUT_FILES && in->fo.layout != want)
+		return cli_usage("create: --labels, --group-by and --manifest exclude each other");
+	if (c == O_LABELS && strcmp(arg, "dirname"))
+		return cli_usage("--labels: '%s' is not a labelling; 'dirname' is the one there is",
+				 arg);
+	if (c == O_GROUP && strcmp(arg, "key"))
+		return cli_usage("--group-by: '%s' is not a grouping; 'key' is the one there is",
+				 arg);
+	in->fo.layout = want;
+	return c == O_MANIFEST && pack_inputs_add_manifest(in, arg) < 0 ? 1 : 0;
+}
+
+/* The inputs and options together make sense. @return 0 or the usage exit status. */
+static int create_check(const pack_inputs *in)
+{
+	const pack_fields_opts *fo = &in->fo;
+	size_t manifests = 0, records = 0;
+
+	for (size_t i = 0; i < in->n; i++) {
+		manifests += in->v[i].kind == INPUT_MANIFEST;
+		records += in->v[i].kind == INPUT_RECORDS;
+	}
+	if (fo->layout == LAYOUT_LABELS && (in->n != 1 || in->v[0].kind != INPUT_DIR))
+		return cli_usage("--labels dirname: expected one INPUT, a directory of class folders");
+	if (fo->layout == LAYOUT_GROUPS && (in->n != 1 || in->v[0].kind != INPUT_TAR))
+		return cli_usage("--group-by key: expected one INPUT, a tar archive");
+	if (fo->layout == LAYOUT_MANIFEST && (in->n != 1 || manifests != 1))
+		return cli_usage("--manifest: expected one manifest and no other INPUT");
+	if (fo->ncolumns && fo->layout != LAYOUT_MANIFEST)
+		return cli_usage("--column: only with --manifest");
+	if ((fo->allow_missing || fo->missing_int_set) && fo->layout != LAYOUT_GROUPS)
+		return cli_usage("--allow-missing, --missing-int: only with --group-by key");
+	if (fo->missing_int_set && !fo->allow_missing)
+		return cli_usage("--missing-int: only with --allow-missing");
+	if (records && fo->layout != LAYOUT_FILES)
+		return cli_usage("--records: not with --labels, --group-by or --manifest");
+	return 0;
+}
+
 /* argv into o, in and *out. @return 0, 1 (an input that cannot be used, said) or the usage exit status. */
 static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs *in,
 			const char **out)
@@ -100,6 +182,13 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "shard-size", required_argument, NULL, O_SHARD },
 		{ "records", required_argument, NULL, O_RECORDS },
+		{ "labels", required_argument, NULL, O_LABELS },
+		{ "group-by", required_argument, NULL, O_GROUP },
+		{ "manifest", required_argument, NULL, O_MANIFEST },
+		{ "column", required_argument, NULL, O_COLUMN },
+		{ "no-keys", no_argument, NULL, O_NOKEYS },
+		{ "allow-missing", no_argument, NULL, O_MISSING },
+		{ "missing-int", required_argument, NULL, O_MISSING_INT },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t v;
@@ -135,6 +224,15 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		case O_RECORDS:
 			r = create_records(in, *out, optarg, argc, argv);
 			break;
+		case O_LABELS:
+		case O_GROUP:
+		case O_MANIFEST:
+		case O_COLUMN:
+		case O_NOKEYS:
+		case O_MISSING:
+		case O_MISSING_INT:
+			r = create_fields(in, c, optarg);
+			break;
 		default:
 			return cli_usage(NULL);
 		}
@@ -145,7 +243,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		return cli_usage("create: missing OUT");
 	if (in->n == 0)
 		return cli_usage("create: missing INPUT");
-	return 0;
+	return create_check(in);
 }
 
 static int cmd_create(int argc, char **argv)
@@ -164,28 +262,6 @@ static int cmd_create(int argc, char **argv)
 }
 
 /* ---- info ------------------------------------------------------------------ */
-
-static int open_dataset(const char *path, bp_dataset **ret)
-{
-	bp_dataset_fault fault = { 0 };
-	char msg[512];
-	int r;
-
-	r = bp_dataset_openat(AT_FDCWD, path, ret, &fault);
-	if (r == 0)
-		return 0;
-	if (fault.pack.what && (r == -EBADMSG || r == -ENOTSUP || r == -E2BIG)) {
-		bp_dataset_fault_format(&fault, msg, sizeof(msg));
-		fprintf(stderr, "batchd-pack: %s: %s\n", path, msg);
-	} else if (fault.pack.what) {
-		fprintf(stderr, "batchd-pack: %s: %s%s%s: %s\n", path,
-			strcmp(fault.shard, path) ? fault.shard : "",
-			strcmp(fault.shard, path) ? ": " : "", fault.pack.what, strerror(-r));
-	} else {
-		fprintf(stderr, "batchd-pack: %s: %s\n", path, strerror(-r));
-	}
-	return r;
-}
 
 /* Blocks by codec, the largest dictionary, and the codecs used ("zstd,zstd+dict"). */
 typedef struct info_codecs {
@@ -264,7 +340,7 @@ static void info_json(const bp_dataset *ds, const info_codecs *ic)
 	       "\"max_sample\": %" PRIu64 ", \"mean_sample\": %.1f, "
 	       "\"max_block\": %" PRIu64 ", \"framed_samples\": %" PRIu64 ", "
 	       "\"frame_blocks\": %" PRIu64 ", \"fingerprint\": \"%016" PRIx64 "\", "
-	       "\"samples_per_block\": %.2f}\n",
+	       "\"samples_per_block\": %.2f, ",
 	       bp_dataset_samples(ds), bp_dataset_blocks(ds), bp_dataset_shard_count(ds),
 	       bp_dataset_raw_bytes(ds), bp_dataset_stored_bytes(ds), raw_ratio(ds), ic->names,
 	       ic->blocks[0], ic->blocks[1], ic->blocks[2], ic->dict_bytes,
@@ -272,6 +348,8 @@ static void info_json(const bp_dataset *ds, const info_codecs *ic)
 	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds),
 	       bp_dataset_max_block(ds), bp_dataset_framed(ds), ic->frames,
 	       bp_dataset_fingerprint(ds), per_block(ds));
+	pack_info_fields_json(ds, true);
+	printf("}\n");
 }
 
 static void info_text(const char *path, const bp_dataset *ds, const info_codecs *ic)
@@ -297,6 +375,7 @@ static void info_text(const char *path, const bp_dataset *ds, const info_codecs 
 	printf("framed        %" PRIu64 " samples in %" PRIu64 " frames\n", bp_dataset_framed(ds),
 	       ic->frames);
 	printf("fingerprint   %016" PRIx64 "\n", bp_dataset_fingerprint(ds));
+	pack_info_fields_text(ds);
 	info_shuffle(ds);
 }
 
@@ -325,7 +404,7 @@ static int cmd_info(int argc, char **argv)
 	}
 	if (!path)
 		return cli_usage("info: missing PATH");
-	if (open_dataset(path, &ds) < 0)
+	if (pack_open_dataset(path, &ds) < 0)
 		return 1;
 	count_codecs(ds, &ic);
 	if (json)
@@ -357,7 +436,7 @@ static int cmd_verify(int argc, char **argv)
 		return cli_usage("verify: expected exactly one PATH");
 	path = argv[1];
 	t0 = cli_now();
-	if (open_dataset(path, &ds) < 0)
+	if (pack_open_dataset(path, &ds) < 0)
 		return 1;
 	progress_start(&prog, "verifying", bp_dataset_stored_bytes(ds));
 	r = bp_dataset_verify(ds, verify_progress, &prog, &fault);
@@ -382,47 +461,6 @@ static int cmd_verify(int argc, char **argv)
 	return 0;
 }
 
-/* ---- cat ------------------------------------------------------------------- */
-
-static int cmd_cat(int argc, char **argv)
-{
-	bp_dataset_fault fault = { 0 };
-	bp_sample_reader *rd = NULL;
-	const uint8_t *data;
-	uint64_t id, size;
-	bp_dataset *ds;
-	char msg[512];
-	int r;
-
-	if (argc != 3)
-		return cli_usage("cat: expected PATH ID");
-	if (cli_parse_u64(argv[2], &id) < 0)
-		return cli_usage("cat: '%s' is not a sample id", argv[2]);
-	if (open_dataset(argv[1], &ds) < 0)
-		return 1;
-	r = bp_sample_reader_new(ds, &rd);
-	if (r == 0)
-		r = bp_sample_reader_get(rd, id, &data, &size, &fault);
-	if (r == -ERANGE) {
-		fprintf(stderr, "batchd-pack: %s: no sample %" PRIu64 " (the dataset has %" PRIu64
-				")\n", argv[1], id, bp_dataset_samples(ds));
-	} else if (r < 0 && fault.pack.what) {
-		bp_dataset_fault_format(&fault, msg, sizeof(msg));
-		fprintf(stderr, "batchd-pack: %s: %s\n", argv[1], msg);
-	} else if (r < 0) {
-		fprintf(stderr, "batchd-pack: %s: %s\n", argv[1], strerror(-r));
-	} else {
-		r = bp_write_full(STDOUT_FILENO, data, size);
-		if (r < 0) {
-			fprintf(stderr, "batchd-pack: writing to stdout: %s\n", strerror(-r));
-			r = -EIO;
-		}
-	}
-	bp_sample_reader_free(rd);
-	bp_dataset_close(ds);
-	return r < 0 ? 1 : 0;
-}
-
 int main(int argc, char **argv)
 {
 	cli_init("batchd-pack", usage_text);
@@ -442,7 +480,9 @@ int main(int argc, char **argv)
 		return cmd_info(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "verify"))
 		return cmd_verify(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "ls"))
+		return pack_cmd_ls(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "cat"))
-		return cmd_cat(argc - 1, argv + 1);
+		return pack_cmd_cat(argc - 1, argv + 1);
 	return cli_usage("unknown command '%s'", argv[1]);
 }

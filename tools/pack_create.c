@@ -11,6 +11,11 @@
  * its previous block and writes it, which both keeps the output ordered and
  * bounds memory to (2 x threads) blocks in flight.
  *
+ * Samples with fields (a schema beyond the bytes of old): the writer gets
+ * each sample's values and key when the block holding it is written, from
+ * what the scan kept (pack_inputs_fields), so values need no trip through
+ * the workers, and a shard's writer gets exactly its own samples' values.
+ *
  * Output goes to a hidden temporary name beside OUT (".OUT.tmp-XXXXXX",
  * which dataset readers ignore), is fsynced, and is renamed into place
  * without replacing anything; on any failure or signal it is removed.
@@ -64,6 +69,7 @@ typedef struct job {
 	uint64_t *sizes;         /* sample sizes in this block */
 	size_t n, sizes_cap;
 	uint64_t framed;         /* a frame: the size of the sample it is part of; else 0 */
+	uint64_t first;          /* global id of its first sample (a frame: of its sample) */
 	bp_pack_encoded enc;
 	int err;
 } job;
@@ -189,6 +195,8 @@ static void pool_submit(pool *p, job *j)
 
 typedef struct output {
 	const char *final;       /* OUT as given */
+	const pack_inputs *in;   /* the schema, keys and each sample's values */
+	bp_field_value vals[BP_FIELD_MAX];
 	char *tmp;               /* temporary file or directory beside it */
 	bool sharded;
 	int dirfd;               /* sharded: the temporary directory */
@@ -228,6 +236,16 @@ static mode_t less_umask(mode_t mode)
 	return mode & ~mask;
 }
 
+/* A shard's writer on o->fd, with the schema and keys when the inputs have them. */
+static int writer_new(output *o)
+{
+	int r = bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
+
+	if (r == 0 && o->in->fields)
+		r = bp_pack_writer_set_schema(o->w, &o->in->schema, o->in->keys);
+	return r;
+}
+
 static int output_open(output *o)
 {
 	o->tmp = tmp_name_beside(o->final);
@@ -247,20 +265,18 @@ static int output_open(output *o)
 		return -errno;
 	if (fchmod(o->fd, less_umask(0644)) < 0)
 		return -errno;
-	return bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
+	return writer_new(o);
 }
 
 static int shard_begin(output *o)
 {
 	char name[32];
-	int r;
 
 	snprintf(name, sizeof(name), "part-%06u.bpk", o->shard);
 	o->fd = openat(o->dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (o->fd < 0)
 		return -errno;
-	r = bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
-	return r;
+	return writer_new(o);
 }
 
 static int shard_end(output *o)
@@ -279,12 +295,31 @@ static int shard_end(output *o)
 	return r;
 }
 
+/* The values and keys of samples first .. first+n-1, handed to the writer ahead of their block. */
+static int output_fields(output *o, uint64_t first, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *key;
+		size_t len;
+		int r;
+
+		pack_inputs_fields(o->in, first + i, o->vals, &key, &len);
+		r = bp_pack_writer_add_fields(o->w, o->vals, key, len);
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
 /* Write one finished block. */
 static int output_block(output *o, const job *j)
 {
 	int r;
 
 	if (!o->w && (r = shard_begin(o)) < 0)
+		return r;
+	if (o->in->fields &&
+	    (r = output_fields(o, j->first, j->framed ? bp_pack_writer_owed(o->w) == 0 : j->n)) < 0)
 		return r;
 	if (j->framed) {
 		/* The writer counts a framed sample once, at its first frame. */
@@ -609,7 +644,7 @@ static int submit(pool *p, job *j, uint64_t *seq)
  * read whole into *buf first, since inputs read a sample at a time.
  */
 static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output *out,
-		       uint64_t size, uint64_t *seq, uint8_t **buf, size_t *cap)
+		       uint64_t size, uint64_t id, uint64_t *seq, uint8_t **buf, size_t *cap)
 {
 	int r = bp_buf_reserve(buf, cap, size);
 
@@ -627,6 +662,7 @@ static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output
 		memcpy(j->raw, *buf + at, n);
 		j->raw_size = n;
 		j->framed = size;
+		j->first = id;
 		r = submit(p, j, seq);
 		at += n;
 	}
@@ -664,7 +700,7 @@ static int drain(pool *p, output *out, uint64_t seq)
 
 static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, output *out)
 {
-	uint64_t seq = 0, size;
+	uint64_t seq = 0, size, id = 0;
 	uint8_t *big = NULL;
 	size_t big_cap = 0;
 	pack_iter *it;
@@ -682,7 +718,7 @@ static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, out
 		}
 		if (size > o->frame_size) {
 			/* The block before it was closed when its size was seen: j is NULL. */
-			r = pack_framed(it, o, p, out, size, &seq, &big, &big_cap);
+			r = pack_framed(it, o, p, out, size, id++, &seq, &big, &big_cap);
 			if (r < 0)
 				goto out;
 			more = pack_iter_next(it, &size);
@@ -690,6 +726,9 @@ static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, out
 		}
 		if (!j && (r = take_slot(p, out, seq, &j)) < 0)
 			goto out;
+		if (j->n == 0)
+			j->first = id;
+		id++;
 		r = add_sample(it, j, size);
 		if (r < 0)
 			goto out;
@@ -728,6 +767,11 @@ static void print_summary(const char *path, const pack_inputs *in, const output 
 	       out->stored ? (double)in->raw_bytes / (double)out->stored : 1.0);
 	if (dict_size)
 		printf("; dictionary %zu bytes", dict_size);
+	for (uint32_t f = 0; in->fields && f < in->schema.count; f++)
+		printf("%s%s:%s", f ? "," : "; fields ", in->schema.fields[f].name,
+		       bp_field_type_name(in->schema.fields[f].type));
+	if (in->fields)
+		printf("; %s", in->keys ? "keys" : "no keys");
 	printf("; %" PRIu64 " zstd, %" PRIu64 " zstd+dict, %" PRIu64 " raw blocks",
 	       out->by_codec[BP_CODEC_ZSTD], out->by_codec[BP_CODEC_ZSTD_DICT],
 	       out->by_codec[BP_CODEC_RAW]);
@@ -738,8 +782,8 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 {
 	struct sigaction sa = { .sa_handler = on_signal }, old[3];
 	static const int sigs[3] = { SIGINT, SIGTERM, SIGHUP };
-	output out = { .final = path, .sharded = o->shard_size != 0, .fd = -1, .dirfd = -1,
-		       .shard_size = o->shard_size };
+	output out = { .final = path, .in = in, .sharded = o->shard_size != 0, .fd = -1,
+		       .dirfd = -1, .shard_size = o->shard_size };
 	ZSTD_CDict *cdict = NULL;
 	void *dict = NULL;
 	double t0 = cli_now();

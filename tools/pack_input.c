@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pack_input.c - enumerate and read batchd-pack's inputs (see pack_input.h).
+ * pack_input.c - enumerate and read batchd-pack's inputs (see pack_input.h):
+ * directories, tar archives member by member, record files; the schema of
+ * plain inputs, and the check that keys are unique. Class folders, grouped
+ * tars and manifests are scanned by pack_labels.c, pack_group.c and
+ * pack_manifest.c.
  *
  * Files can change between the scan and the packing pass; every read checks
  * it got exactly the size the scan saw, so a changed file stops the pack
@@ -8,9 +12,11 @@
  */
 #include <archive.h>
 #include <archive_entry.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,9 +26,10 @@
 #include "pack.h"
 #include "pack_file.h"
 #include "pack_input.h"
+#include "pack_scan.h"
 #include "units.h"
 
-static int err_msg(int err, const char *path, const char *what)
+int pack__err(int err, const char *path, const char *what)
 {
 	fprintf(stderr, "batchd-pack: %s: %s%s%s\n", path, what, err ? ": " : "",
 		err ? strerror(-err) : "");
@@ -39,48 +46,171 @@ static int too_big(const char *path, const char *member, uint64_t size)
 	return -E2BIG;
 }
 
+/* The next slot of in->v, zeroed. */
+static pack_input *input_push(pack_inputs *in)
+{
+	pack_input *v = realloc(in->v, (in->n + 1) * sizeof(*v));
+
+	if (!v)
+		return NULL;
+	in->v = v;
+	memset(&v[in->n], 0, sizeof(*v));
+	return &v[in->n++];
+}
+
 int pack_inputs_add(pack_inputs *in, const char *path, uint64_t record_size, bool records)
 {
-	pack_input *v, *p;
+	pack_input *p;
 	struct stat st;
 
 	if (stat(path, &st) < 0)
-		return err_msg(-errno, path, "cannot open input");
+		return pack__err(-errno, path, "cannot open input");
 	if (records && !S_ISREG(st.st_mode))
-		return err_msg(0, path, "--records needs a regular file");
+		return pack__err(0, path, "--records needs a regular file");
 	if (!records && !S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
-		return err_msg(0, path, "input is neither a directory nor a tar file");
+		return pack__err(0, path, "input is neither a directory nor a tar file");
 
-	v = realloc(in->v, (in->n + 1) * sizeof(*v));
-	if (!v)
-		return -ENOMEM;
-	in->v = v;
-	p = &v[in->n];
-	memset(p, 0, sizeof(*p));
-	p->path = strdup(path);
-	if (!p->path)
+	p = input_push(in);
+	if (!p || !(p->path = strdup(path)))
 		return -ENOMEM;
 	/* "dir/" and "dir" name the same samples. */
 	for (size_t n = strlen(p->path); n > 1 && p->path[n - 1] == '/'; n--)
 		p->path[n - 1] = '\0';
 	p->kind = records ? INPUT_RECORDS : S_ISDIR(st.st_mode) ? INPUT_DIR : INPUT_TAR;
 	p->record_size = record_size;
-	in->n++;
 	return 0;
 }
 
-static int entry_push(pack_input *in, size_t *cap, char *name, uint64_t size)
+int pack_inputs_add_manifest(pack_inputs *in, const char *path)
+{
+	size_t len = strlen(path);
+	pack_input *p;
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return pack__err(-errno, path, "cannot open manifest");
+	if (!S_ISREG(st.st_mode))
+		return pack__err(0, path, "a manifest is a regular .csv or .jsonl file");
+	if (!(len > 4 && !strcmp(path + len - 4, ".csv")) &&
+	    !(len > 6 && !strcmp(path + len - 6, ".jsonl")))
+		return pack__err(0, path, "a manifest's name ends in .csv or .jsonl (its format)");
+	p = input_push(in);
+	if (!p || !(p->path = strdup(path)))
+		return -ENOMEM;
+	p->kind = INPUT_MANIFEST;
+	return 0;
+}
+
+int pack_inputs_add_column(pack_inputs *in, const char *spec)
+{
+	const char *colon = strrchr(spec, ':');
+	pack_column *v;
+	uint32_t type;
+
+	type = colon ? bp_field_type_parse(colon + 1) : 0;
+	if (!colon || !pack__field_name_ok(spec, (size_t)(colon - spec)) || type == 0 ||
+	    type == BP_FIELD_BYTES) {
+		fprintf(stderr, "batchd-pack: --column '%s': expected NAME:TYPE, NAME of "
+				"[A-Za-z0-9_.-] (up to %u bytes), TYPE one of int64, float32, "
+				"float64, str\n", spec, BP_FIELD_NAME_MAX);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < in->fo.ncolumns; i++) {
+		if (strlen(in->fo.columns[i].name) == (size_t)(colon - spec) &&
+		    !memcmp(in->fo.columns[i].name, spec, (size_t)(colon - spec))) {
+			fprintf(stderr, "batchd-pack: --column '%s': column given twice\n", spec);
+			return -EINVAL;
+		}
+	}
+	v = realloc(in->fo.columns, (in->fo.ncolumns + 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	in->fo.columns = v;
+	v[in->fo.ncolumns].type = type;
+	v[in->fo.ncolumns].name = strndup(spec, (size_t)(colon - spec));
+	if (!v[in->fo.ncolumns].name)
+		return -ENOMEM;
+	in->fo.ncolumns++;
+	return 0;
+}
+
+int pack__entry_push(pack_input *in, size_t *cap, const pack_entry *e)
 {
 	if (in->count == *cap) {
 		size_t n = *cap ? *cap * 2 : 1024;
-		pack_entry *e = realloc(in->entries, n * sizeof(*e));
+		pack_entry *v = realloc(in->entries, n * sizeof(*v));
 
-		if (!e)
+		if (!v)
 			return -ENOMEM;
-		in->entries = e;
+		in->entries = v;
 		*cap = n;
 	}
-	in->entries[in->count++] = (pack_entry){ .name = name, .size = size };
+	in->entries[in->count++] = *e;
+	return 0;
+}
+
+/* ---- schemas and values ------------------------------------------------- */
+
+bool pack__field_name_ok(const char *name, size_t len)
+{
+	if (len == 0 || len > BP_FIELD_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (!isalnum((unsigned char)name[i]) && !strchr("_.-", name[i]))
+			return false;
+	}
+	return true;
+}
+
+int pack__schema_add(bp_schema *s, const char *name, uint32_t type)
+{
+	bp_field *v = realloc(s->fields, (s->count + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	s->fields = v;
+	memset(&v[s->count], 0, sizeof(*v));
+	snprintf(v[s->count].name, sizeof(v[s->count].name), "%s", name);
+	v[s->count].type = type;
+	return (int)s->count++;
+}
+
+void pack__schema_free(bp_schema *s)
+{
+	for (uint32_t f = 0; s->fields && f < s->count; f++) {
+		for (uint32_t c = 0; s->fields[f].classes && c < s->fields[f].class_count; c++)
+			free(s->fields[f].classes[c]);
+		free(s->fields[f].classes);
+	}
+	free(s->fields);
+	memset(s, 0, sizeof(*s));
+}
+
+int pack__parse_i64(const char *s, size_t len, bool trim, int64_t *ret)
+{
+	char buf[32], *end;
+	long long v;
+
+	while (trim && len && isspace((unsigned char)*s)) {
+		s++;
+		len--;
+	}
+	while (trim && len && isspace((unsigned char)s[len - 1]))
+		len--;
+	if (len == 0 || len >= sizeof(buf))
+		return len ? -ERANGE : -EINVAL;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	/* strtoll alone would take leading blanks and a "+". */
+	if (!isdigit((unsigned char)buf[buf[0] == '-']))
+		return -EINVAL;
+	errno = 0;
+	v = strtoll(buf, &end, 10);
+	if (*end)
+		return -EINVAL;
+	if (errno == ERANGE)
+		return -ERANGE;
+	*ret = v;
 	return 0;
 }
 
@@ -98,7 +228,7 @@ static int walk_one(const char *fpath, const struct stat *sb, int type, struct F
 	char *name;
 
 	if (type == FTW_DNR || type == FTW_NS) {
-		walk.err = err_msg(-EACCES, fpath, "cannot read");
+		walk.err = pack__err(-EACCES, fpath, "cannot read");
 		return 1;
 	}
 	if (type != FTW_F || !S_ISREG(sb->st_mode))
@@ -108,7 +238,8 @@ static int walk_one(const char *fpath, const struct stat *sb, int type, struct F
 		return 1;
 	}
 	name = strdup(fpath + walk.root_len);
-	if (!name || entry_push(walk.in, &walk.cap, name, (uint64_t)sb->st_size) < 0) {
+	if (!name || pack__entry_push(walk.in, &walk.cap,
+				      &(pack_entry){ .name = name, .size = (uint64_t)sb->st_size }) < 0) {
 		free(name);
 		walk.err = -ENOMEM;
 		return 1;
@@ -131,18 +262,18 @@ static int scan_dir(pack_input *in)
 	/* Names start after the root and its separator (a root ending in '/', as "/", has its own). */
 	walk.root_len = len && in->path[len - 1] == '/' ? len : len + 1;
 	if (nftw(in->path, walk_one, 64, FTW_PHYS) < 0 && !walk.err)
-		return err_msg(-errno, in->path, "cannot walk directory");
+		return pack__err(-errno, in->path, "cannot walk directory");
 	if (walk.err)
 		return walk.err;
 	if (in->count == 0)
-		return err_msg(0, in->path, "directory holds no regular files");
+		return pack__err(0, in->path, "directory holds no regular files");
 	qsort(in->entries, in->count, sizeof(*in->entries), by_name);
 	return 0;
 }
 
 /* ---- tar archives --------------------------------------------------------- */
 
-static int tar_open(const char *path, struct archive **ret)
+int pack__tar_open(const char *path, struct archive **ret)
 {
 	struct archive *a = archive_read_new();
 
@@ -162,7 +293,7 @@ static int tar_open(const char *path, struct archive **ret)
 }
 
 /* Next regular member: 1, 0 at the end, negative on error (message printed). */
-static int tar_next(struct archive *a, const char *path, struct archive_entry **ret)
+int pack__tar_next(struct archive *a, const char *path, struct archive_entry **ret)
 {
 	struct archive_entry *e;
 	int r;
@@ -179,6 +310,7 @@ static int tar_next(struct archive *a, const char *path, struct archive_entry **
 	return -EINVAL;
 }
 
+/* Each regular member a sample, its path the key. */
 static int scan_tar(pack_input *in)
 {
 	struct archive_entry *e;
@@ -186,25 +318,31 @@ static int scan_tar(pack_input *in)
 	size_t cap = 0;
 	int r;
 
-	r = tar_open(in->path, &a);
+	r = pack__tar_open(in->path, &a);
 	if (r < 0)
 		return r;
-	while ((r = tar_next(a, in->path, &e)) == 1) {
+	while ((r = pack__tar_next(a, in->path, &e)) == 1) {
 		uint64_t size = archive_entry_size_is_set(e) ? (uint64_t)archive_entry_size(e) : 0;
+		const char *name = archive_entry_pathname(e);
+		char *copy;
 
 		if (size > BP_PACK_MAX_SAMPLE) {
-			r = too_big(in->path, archive_entry_pathname(e), size);
+			r = too_big(in->path, name, size);
 			break;
 		}
-		r = entry_push(in, &cap, NULL, size);
-		if (r < 0)
+		copy = strdup(name ? name : "");
+		r = copy ? pack__entry_push(in, &cap, &(pack_entry){ .name = copy, .size = size })
+			 : -ENOMEM;
+		if (r < 0) {
+			free(copy);
 			break;
+		}
 	}
 	archive_read_free(a);
 	if (r < 0)
 		return r;
 	if (in->count == 0)
-		return err_msg(0, in->path, "tar archive holds no regular files");
+		return pack__err(0, in->path, "tar archive holds no regular files");
 	return 0;
 }
 
@@ -215,13 +353,13 @@ static int scan_records(pack_input *in)
 	struct stat st;
 
 	if (in->record_size == 0)
-		return err_msg(0, in->path, "record size must be at least 1 byte");
+		return pack__err(0, in->path, "record size must be at least 1 byte");
 	if (in->record_size > BP_PACK_MAX_SAMPLE)
 		return too_big(in->path, NULL, in->record_size);
 	if (stat(in->path, &st) < 0)
-		return err_msg(-errno, in->path, "cannot stat");
+		return pack__err(-errno, in->path, "cannot stat");
 	if (st.st_size == 0)
-		return err_msg(0, in->path, "record file is empty");
+		return pack__err(0, in->path, "record file is empty");
 	if ((uint64_t)st.st_size % in->record_size) {
 		fprintf(stderr, "batchd-pack: %s: size %lld is not a multiple of the record size %llu\n",
 			in->path, (long long)st.st_size, (unsigned long long)in->record_size);
@@ -243,16 +381,154 @@ uint64_t pack_inputs_size(const pack_inputs *in, uint64_t i)
 	return 0;
 }
 
+void pack_inputs_fields(const pack_inputs *in, uint64_t i, bp_field_value *vals,
+			const char **ret_key, size_t *ret_len)
+{
+	for (size_t k = 0; k < in->n; k++) {
+		const pack_input *p = &in->v[k];
+		const pack_entry *e;
+
+		if (i >= p->count) {
+			i -= p->count;
+			continue;
+		}
+		e = &p->entries[i];
+		if (e->vals)
+			memcpy(vals, e->vals, in->schema.count * sizeof(*vals));
+		else
+			vals[0] = (bp_field_value){ .size = e->size };
+		*ret_key = in->keys ? (e->key ? e->key : e->name) : NULL;
+		*ret_len = in->keys ? strlen(*ret_key) : 0;
+		return;
+	}
+}
+
+/* ---- keys ------------------------------------------------------------------ */
+
+typedef struct key_ref {
+	const char *key;
+	const pack_input *p;
+	const pack_entry *e;
+	uint64_t id;             /* sample order, so duplicates are named first one first */
+} key_ref;
+
+static int by_key(const void *a, const void *b)
+{
+	const key_ref *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	return c ? c : x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* "DIR/NAME", "TAR:MEMBER" (grouped: "TAR:KEY"), "MANIFEST:LINE" for a key's message. */
+static void key_where(const key_ref *k, char *buf, size_t len)
+{
+	if (k->p->kind == INPUT_MANIFEST)
+		snprintf(buf, len, "%s:%u", k->p->path, k->e->line);
+	else if (k->p->kind == INPUT_DIR)
+		snprintf(buf, len, "%s/%s", k->p->path, k->e->name);
+	else
+		snprintf(buf, len, "%s:%s", k->p->path, k->e->name);
+}
+
+/* A key must be 1..BP_KEY_MAX bytes; say which sample's is not. */
+static int key_check(const key_ref *k)
+{
+	size_t len = strlen(k->key);
+	char where[4352];
+
+	if (len >= 1 && len <= BP_KEY_MAX)
+		return 0;
+	key_where(k, where, sizeof(where));
+	fprintf(stderr, "batchd-pack: %s: key '%.64s%s' is %zu bytes; keys are 1 to %u bytes "
+			"(or pass --no-keys)\n", where, k->key, len > 64 ? "..." : "", len, BP_KEY_MAX);
+	return -EINVAL;
+}
+
+int pack__check_keys(const pack_inputs *in)
+{
+	char a[4352], b[4352];
+	uint64_t n = 0, total = 1;
+	key_ref *v;
+	int r = 0;
+
+	for (size_t k = 0; k < in->n; k++)
+		total += in->v[k].count;
+	v = malloc(total * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t k = 0; k < in->n; k++) {
+		for (uint64_t i = 0; i < in->v[k].count; i++) {
+			const pack_entry *e = &in->v[k].entries[i];
+
+			v[n] = (key_ref){ .key = e->key ? e->key : e->name, .p = &in->v[k], .e = e,
+					  .id = n };
+			if ((r = key_check(&v[n++])) < 0)
+				goto out;
+		}
+	}
+	qsort(v, n, sizeof(*v), by_key);
+	for (uint64_t i = 1; i < n; i++) {
+		if (strcmp(v[i - 1].key, v[i].key))
+			continue;
+		key_where(&v[i - 1], a, sizeof(a));
+		key_where(&v[i], b, sizeof(b));
+		if (in->fo.layout == LAYOUT_GROUPS)
+			fprintf(stderr, "batchd-pack: %s: duplicate key '%s': a sample's members "
+					"must be adjacent in the archive\n", v[i].p->path, v[i].key);
+		else
+			fprintf(stderr, "batchd-pack: duplicate key '%s' (%s and %s); keys must be "
+					"unique: rename one, or pass --no-keys\n", v[i].key, a, b);
+		r = -EEXIST;
+		goto out;
+	}
+out:
+	free(v);
+	return r;
+}
+
+/* ---- the scan ----------------------------------------------------------------- */
+
+static int scan_one(pack_inputs *in, pack_input *p)
+{
+	int r;
+
+	switch (p->kind) {
+	case INPUT_DIR:
+		r = scan_dir(p);
+		return r == 0 && in->fo.layout == LAYOUT_LABELS ? pack__labels_scan(in, p) : r;
+	case INPUT_TAR:
+		return in->fo.layout == LAYOUT_GROUPS ? pack__group_scan(in, p) : scan_tar(p);
+	case INPUT_MANIFEST:
+		return pack__manifest_scan(in, p);
+	case INPUT_RECORDS:
+		return scan_records(p);
+	}
+	return -EINVAL;
+}
+
+/* Plain files and members: one bytes field "data" and keys, unless records have none. */
+static int settle_plain(pack_inputs *in)
+{
+	for (size_t k = 0; k < in->n; k++) {
+		if (in->v[k].kind == INPUT_RECORDS)
+			return 0;
+	}
+	if (in->fo.no_keys)
+		return 0;
+	in->fields = in->keys = true;
+	return pack__schema_add(&in->schema, "data", BP_FIELD_BYTES) < 0 ? -ENOMEM : 0;
+}
+
 int pack_inputs_scan(pack_inputs *in)
 {
+	int r;
+
 	in->samples = in->raw_bytes = in->max_sample = 0;
 	for (size_t k = 0; k < in->n; k++) {
 		pack_input *p = &in->v[k];
-		int r = p->kind == INPUT_DIR ? scan_dir(p)
-		      : p->kind == INPUT_TAR ? scan_tar(p)
-					     : scan_records(p);
 
-		if (r < 0)
+		if ((r = scan_one(in, p)) < 0)
 			return r;
 		in->samples += p->count;
 		if (p->kind == INPUT_RECORDS) {
@@ -267,7 +543,15 @@ int pack_inputs_scan(pack_inputs *in)
 				in->max_sample = p->entries[i].size;
 		}
 	}
-	return 0;
+	if (in->fo.layout == LAYOUT_FILES) {
+		r = settle_plain(in);
+	} else {
+		in->fields = true;
+		in->keys = !in->fo.no_keys;
+		r = 0;
+	}
+	/* A grouped tar's keys were checked before its values (pack__group_scan). */
+	return r == 0 && in->keys && in->fo.layout != LAYOUT_GROUPS ? pack__check_keys(in) : r;
 }
 
 void pack_inputs_free(pack_inputs *in)
@@ -275,11 +559,25 @@ void pack_inputs_free(pack_inputs *in)
 	for (size_t k = 0; k < in->n; k++) {
 		pack_input *p = &in->v[k];
 
-		for (uint64_t i = 0; p->entries && i < p->count; i++)
-			free(p->entries[i].name);
+		for (uint64_t i = 0; p->entries && i < p->count; i++) {
+			pack_entry *e = &p->entries[i];
+
+			for (uint32_t f = 0; e->vals && f < in->schema.count; f++) {
+				if (in->schema.fields[f].type == BP_FIELD_STR)
+					free((void *)e->vals[f].data);
+			}
+			free(e->vals);
+			free(e->name);
+			free(e->key);
+		}
 		free(p->entries);
 		free(p->path);
+		free(p->root);
 	}
+	for (size_t c = 0; c < in->fo.ncolumns; c++)
+		free(in->fo.columns[c].name);
+	free(in->fo.columns);
+	pack__schema_free(&in->schema);
 	free(in->v);
 	memset(in, 0, sizeof(*in));
 }
@@ -291,9 +589,10 @@ struct pack_iter {
 	size_t input;            /* current input */
 	uint64_t i;              /* sample within it; valid after next() */
 	bool started;
-	int fd;                  /* INPUT_RECORDS: the file; INPUT_DIR: the root */
+	int fd;                  /* INPUT_RECORDS: the file; INPUT_DIR, INPUT_MANIFEST: the root */
 	struct archive *tar;
 	struct archive_entry *entry;
+	uint32_t unread;         /* grouped tar: members of the current sample not yet read */
 	char name[4352];
 };
 
@@ -318,6 +617,7 @@ static void iter_close_input(pack_iter *it)
 		archive_read_free(it->tar);
 	it->tar = NULL;
 	it->started = false;
+	it->unread = 0;
 }
 
 void pack_iter_free(pack_iter *it)
@@ -330,14 +630,41 @@ void pack_iter_free(pack_iter *it)
 
 static int iter_open_input(pack_iter *it, const pack_input *p)
 {
+	const char *dir = p->kind == INPUT_MANIFEST ? p->root : p->path;
+
 	it->i = 0;
 	it->started = true;
 	if (p->kind == INPUT_TAR)
-		return tar_open(p->path, &it->tar);
-	it->fd = open(p->path, O_RDONLY | O_CLOEXEC | (p->kind == INPUT_DIR ? O_DIRECTORY : 0));
+		return pack__tar_open(p->path, &it->tar);
+	it->fd = open(dir, O_RDONLY | O_CLOEXEC | (p->kind == INPUT_RECORDS ? 0 : O_DIRECTORY));
 	if (it->fd < 0)
-		return err_msg(-errno, p->path, "cannot open input");
+		return pack__err(-errno, dir, "cannot open input");
 	return 0;
+}
+
+static bool grouped(const pack_iter *it, const pack_input *p)
+{
+	return p->kind == INPUT_TAR && it->in->fo.layout == LAYOUT_GROUPS;
+}
+
+/* Position the archive at the current sample's member (a grouped sample's are read by read()). */
+static int iter_tar_step(pack_iter *it, const pack_input *p)
+{
+	int r;
+
+	if (grouped(it, p)) {
+		/* Skip what a skipped sample left unread; libarchive skips its data. */
+		for (; it->unread; it->unread--) {
+			if ((r = pack__tar_next(it->tar, p->path, &it->entry)) <= 0)
+				return r < 0 ? r : pack__err(0, p->path, "archive changed while packing");
+		}
+		it->unread = p->entries[it->i].members;
+		return 0;
+	}
+	r = pack__tar_next(it->tar, p->path, &it->entry);
+	if (r < 0)
+		return r;
+	return r == 0 ? pack__err(0, p->path, "archive changed while packing") : 0;
 }
 
 int pack_iter_next(pack_iter *it, uint64_t *ret_size)
@@ -354,13 +681,8 @@ int pack_iter_next(pack_iter *it, uint64_t *ret_size)
 			it->i++;
 		}
 		if (it->i < p->count) {
-			if (p->kind == INPUT_TAR) {
-				r = tar_next(it->tar, p->path, &it->entry);
-				if (r < 0)
-					return r;
-				if (r == 0)
-					return err_msg(0, p->path, "archive changed while packing");
-			}
+			if (p->kind == INPUT_TAR && (r = iter_tar_step(it, p)) < 0)
+				return r;
 			*ret_size = p->kind == INPUT_RECORDS ? p->record_size : p->entries[it->i].size;
 			return 1;
 		}
@@ -376,6 +698,11 @@ const char *pack_iter_name(pack_iter *it)
 
 	if (p->kind == INPUT_DIR)
 		snprintf(it->name, sizeof(it->name), "%s/%s", p->path, p->entries[it->i].name);
+	else if (p->kind == INPUT_MANIFEST)
+		snprintf(it->name, sizeof(it->name), "%s/%s (%s:%u)", p->root, p->entries[it->i].name,
+			 p->path, p->entries[it->i].line);
+	else if (grouped(it, p))
+		snprintf(it->name, sizeof(it->name), "%s: key %s", p->path, p->entries[it->i].name);
 	else if (p->kind == INPUT_TAR)
 		snprintf(it->name, sizeof(it->name), "%s:%s", p->path,
 			 archive_entry_pathname(it->entry));
@@ -391,18 +718,19 @@ static int read_file(pack_iter *it, const pack_input *p, uint8_t *dst)
 	uint8_t probe;
 	int fd, r;
 
+	/* Manifest paths were resolved at the scan: no symlink is left to follow. */
 	fd = openat(it->fd, p->entries[it->i].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
-		return err_msg(-errno, pack_iter_name(it), "cannot open");
+		return pack__err(-errno, pack_iter_name(it), "cannot open");
 	r = bp_pread_full(fd, dst, size, 0);
 	/* One more byte must not exist: the file must not have grown either. */
 	if (r == 0 && pread(fd, &probe, 1, (off_t)size) != 0)
 		r = -ENODATA;
 	close(fd);
 	if (r == -ENODATA)
-		return err_msg(0, pack_iter_name(it), "file changed size while packing");
+		return pack__err(0, pack_iter_name(it), "file changed size while packing");
 	if (r < 0)
-		return err_msg(r, pack_iter_name(it), "cannot read");
+		return pack__err(r, pack_iter_name(it), "cannot read");
 	return 0;
 }
 
@@ -413,12 +741,18 @@ int pack_iter_read(pack_iter *it, uint8_t *dst)
 
 	switch (p->kind) {
 	case INPUT_DIR:
+	case INPUT_MANIFEST:
 		return read_file(it, p, dst);
 	case INPUT_RECORDS:
 		r = bp_pread_full(it->fd, dst, p->record_size, it->i * p->record_size);
-		return r < 0 ? err_msg(r == -ENODATA ? -EIO : r, pack_iter_name(it), "cannot read")
+		return r < 0 ? pack__err(r == -ENODATA ? -EIO : r, pack_iter_name(it), "cannot read")
 			     : 0;
 	case INPUT_TAR:
+		if (grouped(it, p)) {
+			r = pack__group_read(it->in, p, &p->entries[it->i], it->tar, dst);
+			it->unread = 0;
+			return r;
+		}
 		for (uint64_t got = 0, size = p->entries[it->i].size; got < size;) {
 			la_ssize_t n = archive_read_data(it->tar, dst + got, size - got);
 

@@ -1,13 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pack_input.h - the samples batchd-pack packs: files below a directory,
- * members of a tar archive, fixed-size records of a file.
+ * members of a tar archive, fixed-size records of a file, the rows of a
+ * manifest; and, for each sample, its key and the values of its fields.
  *
  * Packing walks the inputs more than once (a scan for sizes and limits, a
  * pass over a few samples to train a dictionary, the packing pass), always
  * in the same order, so each input is described once (pack_inputs_scan) and
  * then iterated as often as needed. Iteration is sequential because tar
  * members can only be read in archive order; skipping a sample is cheap.
+ *
+ * The scan also settles the schema (README.md, batchd-pack): one bytes
+ * field "data" for plain files and members, "data" and an int64 "label"
+ * for class folders, one field per extension for WebDataset-style tars,
+ * "data" and a field per column for manifests. Every value but the bytes
+ * themselves is read at the scan and kept with its entry, so the packing
+ * pass can hand the writer any sample's fields when its block is written.
  *
  * Thread rules: single-threaded.
  */
@@ -18,11 +26,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum pack_input_kind { INPUT_DIR, INPUT_TAR, INPUT_RECORDS };
+#include "pack_fields.h"
+#include "pack_writer.h"
+
+enum pack_input_kind { INPUT_DIR, INPUT_TAR, INPUT_RECORDS, INPUT_MANIFEST };
+
+/* How samples get their fields (create's --labels, --group-by, --manifest). */
+enum pack_layout {
+	LAYOUT_FILES,            /* one bytes field "data" */
+	LAYOUT_LABELS,           /* "data" and "label": the index of the first-level directory */
+	LAYOUT_GROUPS,           /* tar members sharing a key form a sample, a field per extension */
+	LAYOUT_MANIFEST,         /* a manifest's rows: "data" from the path column, the other columns */
+};
 
 typedef struct pack_entry {
-	char *name;              /* INPUT_DIR: path relative to the root; else NULL */
-	uint64_t size;
+	char *name;              /* DIR, MANIFEST: path below the root; TAR: member path;
+				  * grouped TAR: the key; RECORDS: NULL */
+	char *key;               /* MANIFEST: the path as the manifest writes it; else NULL (the key is name) */
+	uint64_t size;           /* raw bytes: the sample's bytes fields end to end */
+	bp_field_value *vals;    /* a value per schema field; NULL for a schema of "data" alone */
+	uint32_t members;        /* grouped TAR: the sample's members in the archive */
+	uint32_t line;           /* MANIFEST: the line its row starts on */
 } pack_entry;
 
 typedef struct pack_input {
@@ -31,22 +55,51 @@ typedef struct pack_input {
 	uint64_t record_size;    /* INPUT_RECORDS */
 	/* Filled by the scan. */
 	uint64_t count;          /* samples */
-	pack_entry *entries;     /* INPUT_DIR (bytewise name order), INPUT_TAR */
+	pack_entry *entries;     /* every kind but INPUT_RECORDS, in sample order */
+	char *root;              /* INPUT_MANIFEST: the directory its paths are relative to */
 } pack_input;
+
+/* --column NAME:TYPE for a manifest. */
+typedef struct pack_column {
+	char *name;
+	uint32_t type;           /* enum bp_field_type, not bytes */
+} pack_column;
+
+/* What create's options ask of the scan; zero is plain files with keys. */
+typedef struct pack_fields_opts {
+	enum pack_layout layout;
+	bool no_keys;            /* --no-keys */
+	bool allow_missing;      /* --allow-missing: a group's missing bytes field is empty */
+	bool missing_int_set;    /* --missing-int VALUE: a group's missing int64 field */
+	int64_t missing_int;
+	pack_column *columns;    /* --column, in command-line order */
+	size_t ncolumns;
+} pack_fields_opts;
 
 typedef struct pack_inputs {
 	pack_input *v;
 	size_t n;
+	pack_fields_opts fo;     /* set before the scan */
+	/* Filled by the scan. */
 	uint64_t samples, raw_bytes, max_sample;
+	bool fields;             /* the pack gets a schema (footer v3); else the bytes of old */
+	bool keys;               /* ... and keys */
+	bp_schema schema;        /* when fields */
 } pack_inputs;
 
 /* Add an input: a directory or tar file (kind chosen by stat), or records. */
 int pack_inputs_add(pack_inputs *in, const char *path, uint64_t record_size, bool records);
+/* Add a manifest (.csv or .jsonl; message printed on error). */
+int pack_inputs_add_manifest(pack_inputs *in, const char *path);
+/* Add --column SPEC ("NAME:TYPE"). @return 0, -EINVAL (message printed), -ENOMEM. */
+int pack_inputs_add_column(pack_inputs *in, const char *spec);
 
 /*
- * Scan every input: list files, read tar headers, size record files. Checks
- * every sample against the pack limits. On error prints a message naming
- * the input and returns a negative errno.
+ * Scan every input: list files, read tar headers (and the values of
+ * integer members), parse manifests, size record files; settle the schema
+ * and check keys for duplicates. Checks every sample against the pack
+ * limits. On error prints a message naming the input (and the line, key or
+ * member) and returns a negative errno.
  */
 int pack_inputs_scan(pack_inputs *in);
 
@@ -54,6 +107,14 @@ void pack_inputs_free(pack_inputs *in);
 
 /* Size of global sample i (0 <= i < in->samples), for choosing training samples. */
 uint64_t pack_inputs_size(const pack_inputs *in, uint64_t i);
+
+/*
+ * The writer's view of global sample i when in->fields: a value per schema
+ * field into vals, and its key (*ret_key, *ret_len; NULL and 0 without keys).
+ * Pointers stay valid until pack_inputs_free.
+ */
+void pack_inputs_fields(const pack_inputs *in, uint64_t i, bp_field_value *vals,
+			const char **ret_key, size_t *ret_len);
 
 /* Sequential iteration over all samples of all inputs. */
 typedef struct pack_iter pack_iter;
