@@ -239,10 +239,15 @@ static mode_t less_umask(mode_t mode)
 /* A shard's writer on o->fd, with the schema and keys when the inputs have them. */
 static int writer_new(output *o)
 {
+	bp_pack_fault fault = { 0 };
 	int r = bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
 
 	if (r == 0 && o->in->fields)
-		r = bp_pack_writer_set_schema(o->w, &o->in->schema, o->in->keys);
+		r = bp_pack_writer_set_schema_checked(o->w, &o->in->schema, o->in->keys, &fault);
+	/* The scan checked names and counts; what is left is a limit, such as the schema's size. */
+	if (r == -EINVAL && fault.what)
+		fprintf(stderr, "batchd-pack: %s: the pack format refuses this schema: %s\n",
+			o->final, fault.what);
 	return r;
 }
 
@@ -282,6 +287,12 @@ static int shard_begin(output *o)
 static int shard_end(output *o)
 {
 	int r = bp_pack_writer_finish(o->w, NULL);
+	const char *key;
+	size_t len;
+
+	/* The scan refused duplicate keys; this is the writer's own check agreeing. */
+	if (r == -EEXIST && bp_pack_writer_duplicate_key(o->w, &key, &len) == 0)
+		fprintf(stderr, "batchd-pack: %s: duplicate key '%.*s'\n", o->final, (int)len, key);
 
 	if (r == 0 && fsync(o->fd) < 0)
 		r = -errno;
