@@ -427,6 +427,24 @@ if [[ $RC -eq 0 ]]; then
 else
 	bad "--column label:str: exit $RC $(err)"
 fi
+# The same rows with CRLF line ends and a byte-order mark, as spreadsheets write them: the same pack.
+python3 - "$M" <<'PY'
+import csv, json, os, sys
+d = sys.argv[1]
+rows = json.load(open(os.path.join(d, "m-good.want")))
+with open(os.path.join(d, "m-crlf.csv"), "w", newline="", encoding="utf-8-sig") as f:
+    w = csv.writer(f, lineterminator="\r\n", quoting=csv.QUOTE_ALL)
+    w.writerow(["path", "label", "score", "caption"])
+    for r in rows:
+        w.writerow([r["path"], r["label"], repr(r["score"]), r["caption"]])
+PY
+run create "$M/out/crlf.bpk" --manifest "$M/m-crlf.csv" --column label:int64 --column score:float64
+expect "CSV with CRLF, a BOM and every field quoted: the same pack bytes as the plain CSV: exit $RC $(err)" \
+	cmp -s "$M/out/crlf.bpk" "$M/out/g-csv.bpk"
+rm -f "$M/out/crlf.bpk"
+printf '{"path": "files/sub/BSD",\n "label": 1}\n' >"$M/m-split.jsonl"
+refused "JSONL: an object over two lines" "$M/out/x.bpk" "$M/m-split.jsonl:1: not one JSON object: it does not end on this line" --manifest "$M/m-split.jsonl"
+
 # Bad inputs: each refused naming the file and line (the header is line 1; bad rows are the 4th data row).
 for mode in missing dotdot absolute symlink notint overflow dup columns; do
 	python3 "$T/lib.py" "$T/mkman.py" "$M" "$mode" >/dev/null
