@@ -489,7 +489,7 @@ static int check_columns(const pack_inputs *in, const table *t, size_t *ret_path
 static int resolve(const table *t, size_t row, const cell *x, const char *root, char **ret_name,
 		   uint64_t *ret_size)
 {
-	char *joined = NULL, *real = NULL;
+	char *joined = NULL, *real = NULL, *name = NULL;
 	size_t rl = strlen(root);
 	struct stat st;
 	int r = -EINVAL;
@@ -510,12 +510,14 @@ static int resolve(const table *t, size_t row, const cell *x, const char *root, 
 	else if ((uint64_t)st.st_size > BP_PACK_MAX_SAMPLE)
 		r = fail(t, t->lines[row], "path '%.*s': over the 256 MiB sample limit", (int)x->len,
 			 x->s);
-	else if (!(*ret_name = strdup(real + rl + 1)))
+	else if (!(name = strdup(real + rl + 1)))
 		r = -ENOMEM;
 	else
 		r = 0;
-	if (r == 0)
+	if (r == 0) {
+		*ret_name = name;
 		*ret_size = (uint64_t)st.st_size;
+	}
 	free(joined);
 	free(real);
 	return r;
