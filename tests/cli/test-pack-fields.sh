@@ -288,6 +288,14 @@ for tf in wd.tar wd.tar.gz; do
 		bad "$tf --group-by key: exit $RC $(err)"
 	fi
 done
+if command -v zstd >/dev/null; then
+	zstd -q -f "$WD/wd.tar" -o "$WD/wd.tar.zst"
+	run create "$WD/out/wd.tar.zst.bpk" "$WD/wd.tar.zst" --group-by key
+	expect "wd.tar.zst --group-by key: the same pack bytes as from wd.tar: exit $RC $(err)" \
+		cmp -s "$WD/out/wd.tar.zst.bpk" "$WD/out/wd.tar.bpk"
+else
+	skip "wd.tar.zst (no zstd command)"
+fi
 run verify "$WD/out/wd.tar.bpk"
 expect "verify a grouped pack: exit $RC $(err)" test "$RC" -eq 0
 python3 "$T/lib.py" "$T/mktar.py" "$WD/missing.tar" missing >/dev/null
