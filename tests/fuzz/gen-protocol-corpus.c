@@ -5,7 +5,8 @@
  * A fuzzer that starts from one valid message of each type reaches every
  * body decoder's field checks at once instead of rediscovering the magic,
  * the type numbers and the exact-length rule. This writes one valid message
- * per type (two OPENs: device and host placement) plus damaged ones: empty,
+ * per type (three OPENs: device and host placement, and one selecting
+ * fields and keys) plus damaged ones: empty,
  * a short header, a bad magic, a future version, an unknown type, a length
  * that disagrees with the datagram, a trailing byte, a NUL in a path, a
  * non-printable client name. Deterministic; run by hand, output committed:
@@ -97,6 +98,12 @@ int main(int argc, char **argv)
 				  .placement = BP_PLACEMENT_HOST, .shuffle = BP_SHUFFLE_GLOBAL,
 				  .path = "shards", .path_len = 6 };
 	put_encoded("open-host.bin", bp_msg_open_encode(&open_host, buf, sizeof(buf)), buf);
+
+	bp_msg_open open_fields = { .seed = 11, .batch_size = 64, .rank = 1, .world = 3,
+				    .placement = BP_PLACEMENT_HOST, .shuffle = BP_SHUFFLE_GLOBAL,
+				    .keys = true, .fields = "jpg,label", .fields_len = 9,
+				    .path = "imagefolder.bpk", .path_len = 15 };
+	put_encoded("open-fields.bin", bp_msg_open_encode(&open_fields, buf, sizeof(buf)), buf);
 
 	bp_msg_ready ready = { .session = 42, .fingerprint = 0xfeedfacecafebeefu,
 			       .samples = 1281167, .batches_per_epoch = 625,
