@@ -63,8 +63,7 @@ struct bd_session {
 	bd_sampler sampler;
 	bp_msg_open req;
 	bd_selection sel;       /* the fields and keys its batches carry */
-	bd_key_table *ktab;     /* with sel.keys: every key, read at open; or NULL and ... */
-	bp_key_reader *keys;    /* ... a reader of the keys a batch needs, on this thread */
+	bd_batch_keys keys;     /* with sel.keys: where its batches' keys come from */
 	uint64_t schema_off, schema_size; /* the encoded schema in the data memfd */
 	uid_t uid;              /* whose memory_per_uid the session counts against */
 	uint32_t slots;
@@ -106,10 +105,6 @@ struct bd_session {
 	loc *locs;
 	uint32_t *order;
 	bp_ring_span *vals;     /* ... and batch_size per value slot (fields.h), slot-major */
-	uint64_t *kpos;         /* keys without a table: each sample's key in kbuf, ... */
-	char *kbuf;             /* ... which holds the batch's keys (kcap bytes, at most
-				 * batch_size x BP_KEY_MAX: charged so) */
-	uint64_t kcap;
 	layout lay;             /* the batch the scratch describes */
 	uint64_t measured;      /* next_seq + 1 when the scratch describes batch next_seq; else 0 */
 
@@ -238,16 +233,13 @@ static void release_memory(bd_session *s)
 static void session_free(bd_session *s)
 {
 	release_memory(s);
-	bp_key_reader_free(s->keys);
-	bd_key_table_free(s->ktab);
+	bd_batch_keys_clear(&s->keys);
 	bd_dataset_put(s->dset);
 	free(s->slot);
 	free(s->ids);
 	free(s->locs);
 	free(s->order);
 	free(s->vals);
-	free(s->kpos);
-	free(s->kbuf);
 	free((char *)s->req.path);
 	free(s);
 }
@@ -329,13 +321,6 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 	return 0;
 }
 
-/* What malloc adds to each allocation (glibc: a size word, 16-byte rounding). */
-#define MALLOC_OVERHEAD 16u
-/*
- * A zstd decompression context with its tables and input buffer (about
- * 100 KiB in zstd 1.5; its exact size is in the static-linking-only API).
- */
-#define DCTX_BYTES (UINT64_C(192) << 10)
 
 /*
  * How many batches may be in the pipeline at once: enough for about
@@ -351,24 +336,6 @@ static uint32_t jobs_in_flight(const bd_session *s)
 	uint32_t n = s->req.batch_size, j = (BD_SESSION_JOB_PIECES + n - 1) / n;
 
 	return j < 2 ? 2 : j > s->slots ? s->slots : j;
-}
-
-/*
- * The most a key reader holds (proto/pack_fields.h): the key-block and
- * key-hash directories of every shard (32 and 16 bytes an entry), one
- * key block stored and decoded (BP_KEYS_PER_BLOCK keys of at most
- * BP_KEY_MAX bytes and their lengths), a key-hash page (16 bytes an
- * entry) and a zstd decompression context.
- */
-static uint64_t key_reader_bytes(const bp_dataset *ds)
-{
-	uint64_t samples = bp_dataset_samples(ds), shards = bp_dataset_shard_count(ds);
-	uint64_t dirs = 32 * (samples / BP_KEYS_PER_BLOCK + shards) +
-			16 * (samples / BP_KEY_HASH_PAGE + shards) + 16 * shards;
-
-	return dirs + 2 * (uint64_t)BP_KEYS_PER_BLOCK * (4 + BP_KEY_MAX) +
-	       16 * (uint64_t)BP_KEY_HASH_PAGE + DCTX_BYTES +
-	       (4 + 2 * shards) * MALLOC_OVERHEAD + 256;
 }
 
 /*
@@ -394,29 +361,16 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	uint64_t b;
 
 	b = sizeof(bd_session) + s->req.path_len + 1 + (uint64_t)s->slots * sizeof(slot) +
-	    n * (sizeof(*s->ids) + sizeof(*s->locs) + sizeof(*s->order)) + 6 * MALLOC_OVERHEAD;
-	b += n * s->sel.values * sizeof(*s->vals) + MALLOC_OVERHEAD;
-	if (s->sel.keys && s->ktab)
-		b += bd_key_table_bytes(s->ktab);
-	else if (s->sel.keys)
-		b += key_reader_bytes(s->dset->ds) + n * (BP_KEY_MAX + sizeof(*s->kpos)) +
-		     2 * MALLOC_OVERHEAD;
-	b += (uint64_t)s->max_jobs * (job + MALLOC_OVERHEAD);
-	b += bd_pipeline_owner_bytes() + MALLOC_OVERHEAD;
+	    n * (sizeof(*s->ids) + sizeof(*s->locs) + sizeof(*s->order)) + 6 * BD_MALLOC_OVERHEAD;
+	b += n * s->sel.values * sizeof(*s->vals) + BD_MALLOC_OVERHEAD;
+	if (s->sel.keys)
+		b += bd_batch_keys_bytes(&s->keys, s->dset->ds, s->req.batch_size);
+	b += (uint64_t)s->max_jobs * (job + BD_MALLOC_OVERHEAD);
+	b += bd_pipeline_owner_bytes() + BD_MALLOC_OVERHEAD;
 	if (device >= 0)
 		b += bd_gpu_session_bytes(s->slots);
 	return b;
 }
-
-/*
- * Every key of a dataset, read at open (bd_session_largest_batch): key i
- * is bytes[end[i - 1], end[i]) (end[-1] = 0).
- */
-struct bd_key_table {
-	uint64_t count;
-	uint32_t *end;
-	char *bytes;
-};
 
 /* What sizing a selection's batches needs: the keys, when it read them. */
 typedef struct sizing {
@@ -424,11 +378,6 @@ typedef struct sizing {
 	const bd_selection *sel;
 	const bd_key_table *keys; /* NULL: BP_KEY_MAX each */
 } sizing;
-
-static uint64_t key_table_len(const bd_key_table *t, uint64_t id)
-{
-	return t->end[id] - (id ? t->end[id - 1] : 0);
-}
 
 /* The payload bytes sample id adds to a batch of z's selection, region padding aside. */
 static uint64_t sample_cost(const sizing *z, uint64_t id)
@@ -448,7 +397,7 @@ static uint64_t sample_cost(const sizing *z, uint64_t id)
 	for (; v < named; v++)
 		cost += bd_selection_value_size(sel, z->d->ds, v, id);
 	if (sel->keys)
-		cost += z->keys ? key_table_len(z->keys, id) : BP_KEY_MAX;
+		cost += z->keys ? bd_key_table_len(z->keys, id) : BP_KEY_MAX;
 	return cost;
 }
 
@@ -507,95 +456,6 @@ static uint64_t selection_bound(const bd_dataset *d, const bd_selection *sel, ui
 	return most;
 }
 
-void bd_key_table_free(bd_key_table *t)
-{
-	if (!t)
-		return;
-	free(t->end);
-	free(t->bytes);
-	free(t);
-}
-
-uint64_t bd_key_table_bytes(const bd_key_table *t)
-{
-	if (!t)
-		return 0;
-	return sizeof(*t) + t->count * sizeof(*t->end) + (t->count ? t->end[t->count - 1] : 0) +
-	       3 * MALLOC_OVERHEAD;
-}
-
-/* Append key[0..len) to t (bytes of cap *cap). @return 0, or -E2BIG past the table's cap. */
-static int key_table_add(bd_key_table *t, uint64_t id, const char *key, size_t len,
-			 uint64_t *cap)
-{
-	uint64_t at = id ? t->end[id - 1] : 0;
-
-	if (at + len > BD_SESSION_KEY_TABLE_MAX)
-		return -E2BIG;
-	if (at + len > *cap) {
-		uint64_t want = *cap ? 2 * *cap : UINT64_C(1) << 16;
-		char *grown;
-
-		while (want < at + len)
-			want *= 2;
-		grown = realloc(t->bytes, want);
-		if (!grown)
-			return -ENOMEM;
-		t->bytes = grown;
-		*cap = want;
-	}
-	memcpy(t->bytes + at, key, len);
-	t->end[id] = (uint32_t)(at + len);
-	return 0;
-}
-
-/*
- * Every key of the dataset, read in id order (one decode a key block):
- * NULL when the dataset is too large for that to pay, its keys more than
- * BD_SESSION_KEY_TABLE_MAX bytes, or on any failure (the sizing then takes
- * BP_KEY_MAX a key, and the planner reads keys one by one and reports
- * damage per batch).
- */
-static bd_key_table *key_table(const bd_dataset *d)
-{
-	uint64_t samples = bp_dataset_samples(d->ds), cap = 0;
-	bp_key_reader *kr = NULL;
-	bd_key_table *t;
-	int r = 0;
-
-	if (samples > BD_SESSION_SIZING_SCAN || bd_fault_key_table_off() ||
-	    bp_key_reader_new(d->ds, &kr) < 0)
-		return NULL;
-	t = bd_calloc(1, sizeof(*t));
-	if (t)
-		t->end = bd_calloc(samples, sizeof(*t->end));
-	if (!t || !t->end)
-		r = -ENOMEM;
-	for (uint64_t id = 0; r == 0 && id < samples; id++) {
-		bp_dataset_fault fault = { 0 };
-		const char *key;
-		size_t len;
-
-		r = bp_key_reader_get(kr, id, &key, &len, &fault);
-		if (r == 0)
-			r = key_table_add(t, id, key, len, &cap);
-	}
-	bp_key_reader_free(kr);
-	if (r < 0) {
-		bd_key_table_free(t);
-		return NULL;
-	}
-	t->count = samples;
-	/* What the table is charged is what it holds: no growth room. */
-	if (cap > t->end[samples - 1]) {
-		char *fit = realloc(t->bytes, t->end[samples - 1] ? t->end[samples - 1] : 1);
-
-		if (fit)
-			t->bytes = fit;
-	}
-	return t;
-}
-
 int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret,
 			     bd_key_table **ret_keys)
 {
@@ -629,7 +489,7 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
 	if (!ids)
 		return -ENOMEM;
 	if (sel.keys)
-		z.keys = key_table(d);
+		z.keys = bd_key_table_read(d->ds, BD_SESSION_SIZING_SCAN);
 	for (uint64_t e = 0; e < epochs; e++) {
 		uint64_t x = epoch_largest(&sp, &z, m->start_epoch + e, ids);
 
@@ -755,13 +615,13 @@ static int charge_without_keys(bd_session *s, bd_key_table **keys, int device,
 			       const bd_session_quota *q, unsigned prefetch, char *err,
 			       size_t errlen)
 {
-	bd_key_table *t = s->ktab;
+	bd_key_table *t = s->keys.table;
 	uint64_t with = s->heap;
 
-	s->ktab = NULL;
+	s->keys.table = NULL;
 	s->heap = heap_bytes(s, device);
 	if (s->heap >= with) {
-		s->ktab = t;
+		s->keys.table = t;
 		s->heap = with;
 		return -ENOMEM;
 	}
@@ -781,10 +641,7 @@ static int alloc_tables(bd_session *s)
 	s->vals = bd_calloc((size_t)n * (s->sel.values ? s->sel.values : 1), sizeof(*s->vals));
 	if (!s->slot || !s->ids || !s->locs || !s->order || !s->vals)
 		return -ENOMEM;
-	if (!s->sel.keys || s->ktab)
-		return 0;
-	s->kpos = bd_calloc(n, sizeof(*s->kpos));
-	return s->kpos ? bp_key_reader_new(s->dset->ds, &s->keys) : -ENOMEM;
+	return s->sel.keys ? bd_batch_keys_start(&s->keys, s->dset->ds, n) : 0;
 }
 
 /* The data and control memfds, mapped, and the two wake-up pipes. @return 0 or -errno. */
@@ -902,7 +759,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	r = bd_selection_parse(d->ds, m, &s->sel, err, errlen);
 	/* Taken now, for measure() to charge; handed back should the session fail. */
 	if (r == 0 && s->sel.keys && keys && *keys) {
-		s->ktab = *keys;
+		s->keys.table = *keys;
 		*keys = NULL;
 	}
 	if (r == 0)
@@ -911,7 +768,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		r = measure(s, prefetch, device, largest, err, errlen);
 	if (r == 0)
 		r = charge(s, q, prefetch, err, errlen);
-	if (r == -ENOMEM && s->ktab && keys)
+	if (r == -ENOMEM && s->keys.table && keys)
 		r = charge_without_keys(s, keys, device, q, prefetch, err, errlen);
 	if (r == 0)
 		r = alloc_tables(s);
@@ -940,9 +797,9 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	return 0;
 fail:
 	/* A retry (waiting for memory) opens with the same keys. */
-	if (keys && s->ktab) {
-		*keys = s->ktab;
-		s->ktab = NULL;
+	if (keys && s->keys.table) {
+		*keys = s->keys.table;
+		s->keys.table = NULL;
 	}
 	session_free(s);
 	return r;
@@ -999,93 +856,6 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 			for (uint32_t v = 0; v < named; v++)
 				s->vals[(size_t)v * n + i].size =
 					bd_selection_value_size(&s->sel, ds, v, s->ids[i]);
-	}
-}
-
-/* Sample id's key from the key table read at open. */
-static void table_key(const bd_key_table *t, uint64_t id, const char **ret_key, size_t *ret_len)
-{
-	uint64_t at = id ? t->end[id - 1] : 0;
-
-	*ret_key = t->bytes + at;
-	*ret_len = t->end[id] - at;
-}
-
-/*
- * Keep key[0..len) of sample i in the batch's key scratch (the reader's
- * buffer is its until the next call). @return 0 or -ENOMEM.
- */
-static int keep_key(bd_session *s, uint32_t i, const char *key, size_t len, uint64_t *at)
-{
-	if (*at + len > s->kcap) {
-		uint64_t want = s->kcap ? 2 * s->kcap : UINT64_C(1) << 12;
-		char *grown;
-
-		while (want < *at + len)
-			want *= 2;
-		grown = realloc(s->kbuf, want);
-		if (!grown)
-			return -ENOMEM;
-		s->kbuf = grown;
-		s->kcap = want;
-	}
-	memcpy(s->kbuf + *at, key, len);
-	s->kpos[i] = *at;
-	*at += len;
-	return 0;
-}
-
-/*
- * The keys of the n samples, their lengths into the key slot. Without a
- * key table they are read in id order (s->order sorted: a key block is
- * decoded once a batch) and kept in the key scratch for copy_keys.
- * @return 0, or the key reader's error with why set.
- */
-static int read_keys(bd_session *s, uint32_t n, char *why, size_t whylen)
-{
-	bp_ring_span *span = s->vals + (size_t)(s->sel.values - 1) * n;
-	uint64_t at = 0;
-
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = s->order[k];
-		bp_dataset_fault fault = { 0 };
-		const char *key;
-		size_t len;
-		int r;
-
-		if (s->ktab) {
-			table_key(s->ktab, s->ids[i], &key, &len);
-			span[i].size = len;
-			continue;
-		}
-		r = bp_key_reader_get(s->keys, s->ids[i], &key, &len, &fault);
-		if (r == 0)
-			r = keep_key(s, i, key, len, &at);
-		if (r < 0) {
-			snprintf(why, whylen, "cannot read the key of sample %" PRIu64 ": %s%s%s%s%s",
-				 s->ids[i], strerror(-r), fault.shard[0] ? " in " : "", fault.shard,
-				 fault.pack.what ? ": " : "", fault.pack.what ? fault.pack.what : "");
-			return r;
-		}
-		span[i].size = len;
-	}
-	return 0;
-}
-
-/* The keys read_keys found, each to its span of the keys' region dst. */
-static void copy_keys(const bd_session *s, uint32_t n, uint8_t *dst)
-{
-	const bp_ring_span *span = s->vals + (size_t)(s->sel.values - 1) * n;
-
-	for (uint32_t i = 0; i < n; i++) {
-		const char *key;
-		size_t len;
-
-		if (s->ktab)
-			table_key(s->ktab, s->ids[i], &key, &len);
-		else
-			key = s->kbuf + s->kpos[i], len = (size_t)span[i].size;
-		memcpy(dst + span[i].offset, key, len);
 	}
 }
 
@@ -1403,7 +1173,8 @@ static void write_columns(bd_session *s, uint32_t n, uint8_t *payload)
 		}
 	}
 	if (sel->keys)
-		copy_keys(s, n, payload + s->lay.off[sel->count]);
+		bd_batch_keys_copy(&s->keys, s->ids, n, s->vals + (size_t)(sel->values - 1) * n,
+				   payload + s->lay.off[sel->count]);
 }
 
 static void publish(bd_session *s);
@@ -1452,7 +1223,9 @@ static int measure_batch(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t
 	s->lay.nblocks = s->sel.bytes || s->sel.keys ? group_by_block(s, n) : 0;
 	if (!s->sel.bytes)
 		s->lay.nblocks = 0;
-	if (s->sel.keys && (r = read_keys(s, n, why, whylen)) < 0)
+	if (s->sel.keys &&
+	    (r = bd_batch_keys_read(&s->keys, s->ids, s->order, n,
+				    s->vals + (size_t)(s->sel.values - 1) * n, why, whylen)) < 0)
 		return r;
 	s->lay.payload = place_regions(s, n);
 	s->measured = s->next_seq + 1;

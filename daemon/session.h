@@ -31,6 +31,7 @@
 #include "cuda_probe.h"
 #include "dataset.h"
 #include "gpu.h"
+#include "keys.h"
 #include "pipeline.h"
 #include "protocol.h"
 #include "ring.h"
@@ -72,21 +73,6 @@ typedef struct bd_session_quota {
 	uint64_t uid_used;          /* shared memory the uid's sessions hold now */
 	uint64_t uid_limit;         /* 0: no per-uid limit */
 } bd_session_quota;
-
-/*
- * Every key of a dataset, read once at open so that a session with keys
- * copies them from memory instead of decoding key blocks as its batches
- * need them (a shuffled batch touches nearly a key block a sample). Only
- * for datasets of at most BD_SESSION_SIZING_SCAN samples whose keys come
- * to at most BD_SESSION_KEY_TABLE_MAX bytes; charged to the session that
- * holds it.
- */
-typedef struct bd_key_table bd_key_table;
-#define BD_SESSION_KEY_TABLE_MAX (UINT64_C(64) << 20)
-/* NULL is fine. */
-void bd_key_table_free(bd_key_table *t);
-/* Heap bytes it holds (0 for NULL). */
-uint64_t bd_key_table_bytes(const bd_key_table *t);
 
 /* bd_session_largest_batch: an epoch of more samples per rank is not read. */
 #define BD_SESSION_SIZING_SCAN (UINT64_C(1) << 20)

@@ -40,6 +40,9 @@ void bd_text_printf(bd_text *t, const char *fmt, ...);
 /* Free the buffer and reset t to empty. */
 void bd_text_free(bd_text *t);
 
+/* What malloc adds to each allocation (glibc: a size word, 16-byte rounding). */
+#define BD_MALLOC_OVERHEAD 16u
+
 #if BATCHD_FAULT_INJECTION
 /* As malloc, calloc, realloc; NULL with errno ENOMEM when a fault rule says so. */
 void *bd_malloc(size_t n);

@@ -223,7 +223,9 @@ static int link_dir(const char *from, const char *to)
 
 /* ---- datasets ----------------------------------------------------------------- */
 
-static int make_pack(const char *out, const char *in, const char *block, const char *shard)
+/* keys: the samples' file names as keys (batchd-pack's default); else a pack before fields. */
+static int make_pack(const char *out, const char *in, const char *block, const char *shard,
+		     bool keys)
 {
 	char log[PATH_MAX];
 	char *argv[16];
@@ -244,6 +246,8 @@ static int make_pack(const char *out, const char *in, const char *block, const c
 		argv[n++] = "--shard-size";
 		argv[n++] = (char *)shard;
 	}
+	if (!keys)
+		argv[n++] = "--no-keys";
 	argv[n] = NULL;
 	if (run_tool(argv, log) != 0) {
 		fprintf(stderr, "test-daemon: batchd-pack create %s failed; see %s\n", out, log);
@@ -293,15 +297,15 @@ int dt_global_setup(void)
 	pt_samples_free(&s);
 
 	snprintf(path, sizeof(path), "%s/" DSET_ONE, dt_g.packs);
-	if (make_pack(path, in, NULL, NULL) < 0)
+	if (make_pack(path, in, NULL, NULL, true) < 0)
 		return -1;
 	snprintf(path, sizeof(path), "%s/" DSET_BLK, dt_g.packs);
-	if (make_pack(path, in, "16K", NULL) < 0 || stat(path, &st) < 0)
+	if (make_pack(path, in, "16K", NULL, false) < 0 || stat(path, &st) < 0)
 		return -1;
 	/* A bit over a third of the stored bytes per shard: three shards. */
 	snprintf(shard, sizeof(shard), "%lld", (long long)(st.st_size / 3 + st.st_size / 16));
 	snprintf(path, sizeof(path), "%s/" DSET_SHARDS, dt_g.packs);
-	if (make_pack(path, in, "16K", shard) < 0)
+	if (make_pack(path, in, "16K", shard, true) < 0)
 		return -1;
 	if (bp_dataset_openat(AT_FDCWD, path, &ds, &fault) < 0)
 		return -1;

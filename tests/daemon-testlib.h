@@ -45,9 +45,14 @@
 #include "ring.h"
 
 /* The test datasets, by their names under a daemon root. */
-#define DSET_ONE    "one.bpk"     /* 1000 samples, one per block */
-#define DSET_BLK    "blk.bpk"     /* 1000 samples in 16 KiB blocks */
-#define DSET_SHARDS "shards"      /* 1000 samples, 16 KiB blocks, 3 shards */
+/*
+ * DSET_ONE and DSET_SHARDS store keys (file names), as batchd-pack does by
+ * default; DSET_BLK is a pack as written before fields (--no-keys), so
+ * both kinds are served through every test that reads them.
+ */
+#define DSET_ONE    "one.bpk"     /* 1000 samples, one per block; keys */
+#define DSET_BLK    "blk.bpk"     /* 1000 samples in 16 KiB blocks; no keys, footer version 1 */
+#define DSET_SHARDS "shards"      /* 1000 samples, 16 KiB blocks, 3 shards; keys */
 #define DSET_SAMPLES 1000u
 
 typedef struct dt_global {
