@@ -15,7 +15,17 @@ Python with no copy. Switching a PyTorch loop over is three lines:
 
 What a batch offers (batchclient.batch.Batch): ids, epoch, index, data
 (one memoryview), samples (a memoryview per sample), numpy(dtype, shape)
-and torch(dtype, shape) for fixed-size samples. Views stay valid while
+and torch(dtype, shape) for fixed-size samples; for datasets with fields
+(labels, several bytes fields, text, keys):
+
+    loader = batchclient.Loader("train", 256, fields=["data", "label"], keys=True)
+    loader.classes                      # the label field's class names
+    for batch in loader:
+        y = batch.torch("label")        # int64 [B], no copy
+        images = batch["data"]          # B memoryviews (or one [B, n] array)
+        names = batch.keys              # each sample's relative path
+
+Views stay valid while
 they live; the batch's own memoryviews are revoked when it is released
 (at the next step of the iteration, at batch.release() or Loader.close()),
 see batchclient.batch for the full lifetime rules.
@@ -33,10 +43,11 @@ from .batch import Batch, ReleasedError
 from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError,
                      PinnedBatchError)
 from .loader import Loader, WaitTimeout, rank_and_world, status
+from .schema import Field
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Batch", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Loader",
+    "Batch", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Field", "Loader",
     "PinnedBatchError", "ReleasedError", "WaitTimeout", "rank_and_world", "status",
 ]

@@ -46,7 +46,28 @@ class StreamOpts(ctypes.Structure):
         ("prefetch", ctypes.c_uint32),
         ("window", ctypes.c_uint32),
         ("device", ctypes.c_int),
+        ("fields", ctypes.c_char_p),
+        ("keys", ctypes.c_bool),
         ("_reserve", ctypes.c_uint8 * 512),
+    ]
+
+
+# bc_stream_opts_init's struct_size when the library knows .fields and .keys.
+OPTS_FIELDS_SIZE = StreamOpts.keys.offset + ctypes.sizeof(ctypes.c_bool)
+
+# enum bc_field_type
+FIELD_TYPES = {1: "bytes", 2: "int64", 3: "float32", 4: "float64", 5: "str"}
+
+
+class FieldInfo(ctypes.Structure):
+    """struct bc_field_info, one per schema field (bc_stream_schema)."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("type", ctypes.c_uint32),
+        ("class_count", ctypes.c_uint32),
+        ("classes", ctypes.POINTER(ctypes.c_char_p)),
+        ("fixed_size", ctypes.c_uint64),
+        ("selected", ctypes.c_bool),
     ]
 
 
@@ -80,6 +101,21 @@ _SIGNATURES = {
     "bc_batch_wait_stream": (ctypes.c_int, [_p, _p]),
     "bc_close": (ctypes.c_int, [_p]),
     "bc_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+}
+
+# Samples with fields (schema, field arrays, keys). A library older than
+# them still serves one-field datasets: these are looked up when present,
+# and need_fields() names those missing when a caller asks for fields.
+_OPTIONAL = {
+    "bc_stream_schema": (ctypes.POINTER(FieldInfo), [_p, ctypes.POINTER(ctypes.c_uint32)]),
+    "bc_stream_field_index": (ctypes.c_int, [_p, ctypes.c_char_p]),
+    "bc_batch_field": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.POINTER(_p),
+                                      ctypes.POINTER(ctypes.c_size_t)]),
+    "bc_batch_field_sample": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.c_uint32,
+                                             ctypes.POINTER(_p),
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+    "bc_batch_sample_key": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.POINTER(_p),
+                                           ctypes.POINTER(ctypes.c_size_t)]),
 }
 
 _lock = threading.Lock()
@@ -143,12 +179,34 @@ def lib():
                                       "or too old") from None
                 fn.restype = res
                 fn.argtypes = args
+            so.missing = []
+            for name, (res, args) in _OPTIONAL.items():
+                fn = getattr(so, name, None)
+                if fn is None:
+                    so.missing.append(name)
+                else:
+                    fn.restype = res
+                    fn.argtypes = args
             so.path = path
             _libc = ctypes.CDLL(None)
             _libc.free.argtypes = [_p]
             _libc.free.restype = None
             _lib = so
     return _lib
+
+
+def has_fields():
+    """Whether the loaded library serves fields (schema, field arrays, keys)."""
+    return not lib().missing
+
+
+def need_fields(what):
+    """The library, or NotImplementedError when it predates fields."""
+    so = lib()
+    if so.missing:
+        raise NotImplementedError(f"{what} needs a libbatchclient with fields; {so.path} lacks "
+                                  f"{', '.join(so.missing)}: install a newer batchd")
+    return so
 
 
 def free(ptr):

@@ -8,8 +8,9 @@ tensors), yet must never read a slot after it was reused or unmapped.
 
 The lifetime scheme ("pinning"):
 
-* Every view of a batch is built on one ctypes array over the batch's
-  payload, the *exporter*. Each memoryview on it, and everything made from
+* Every view of a batch is built on a ctypes array over the batch's
+  payload, the *exporter* (one per contiguous region: the payload, and
+  each field's values that batch[name] shows). Each memoryview on it, and everything made from
   such a memoryview (slices, casts, NumPy arrays from np.frombuffer, arrays
   derived from those, tensors from torch.from_numpy), keeps a reference
   chain to the exporter. The batch keeps only a weak reference to it, so
@@ -17,7 +18,8 @@ The lifetime scheme ("pinning"):
 * Releasing a batch (batch.release(), the next step of the iteration, or
   closing the loader) *revokes* the views the batch handed out itself:
   batch.data and batch.samples are memoryview.release()d, so using them
-  raises ValueError, and the batch's methods raise ReleasedError.
+  raises ValueError, and the batch's methods raise ReleasedError. The
+  memoryviews batch[name] gives for a bytes field are revoked the same way.
 * Views the batch cannot revoke (NumPy arrays and tensors, memoryviews the
   caller sliced or cast from batch.samples) *pin* the batch: while the
   exporter is alive the loader does not give the slot back to the daemon,
@@ -85,6 +87,14 @@ def _stream_handle(stream):
     return handle or None
 
 
+def _from_numpy(arr):
+    import torch
+    with warnings.catch_warnings():
+        # "The given NumPy array is not writable": known, and documented.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(arr)
+
+
 class Batch:
     """A batch delivered by batchd, valid until released.
 
@@ -93,6 +103,12 @@ class Batch:
     (bytes in device memory: nbytes on GPU streams, else 0). len(batch) is
     the number of samples. Views: data, samples, numpy(), torch(); on GPU
     streams also device_ptr, wait_stream() and __cuda_array_interface__.
+    data, samples, numpy() and torch(dtype, shape) show the first selected
+    bytes field (the whole sample of a pack made from plain files).
+
+    Fields: batch[name] (arrays for scalars and fixed-size bytes, lists
+    otherwise), torch(name), `name in batch`, fields (the selected names)
+    and keys (with Loader(keys=True)).
     """
 
     def __init__(self, stream, handle):
@@ -113,12 +129,15 @@ class Batch:
         self._dev = dev or None   # device address, None for host batches
         self.device_nbytes = n.value if dev else 0
         self._released = False
-        self._exp = None          # weakref to the exporter
+        self._exps = {}           # region ("data" or a field index) -> weakref to its exporter
         self._views = []          # memoryviews to revoke at release
         self._data = None
         self._samples = None
         self._np_mv = None
         self._spans = None        # (offset, size) per sample
+        self._fviews = {}         # field index -> memoryview of its region
+        self._fvalues = {}        # field index -> list of sample views, or of str
+        self._keys = None
 
     def __len__(self):
         return self._count
@@ -142,7 +161,10 @@ class Batch:
     @property
     def pinned(self):
         """True while a view of this batch is alive (see the module doc)."""
-        return self._exp is not None and self._exp() is not None
+        return bool(self._live_exporters())
+
+    def _live_exporters(self):
+        return [e for e in (r() for r in self._exps.values()) if e is not None]
 
     # ---- views ---------------------------------------------------------------------
 
@@ -151,21 +173,27 @@ class Batch:
             raise ReleasedError(f"batch {self.epoch}:{self.index} was released; its views "
                                 "are gone (copy what you need before releasing)")
 
-    def _exporter(self):
+    def _exporter(self, region, addr, nbytes):
+        """The exporter of one contiguous region: the payload ("data") or a
+        field's values (its index). Each region has its own, so a view of
+        any of them pins the batch."""
         self._check()
-        exp = self._exp() if self._exp is not None else None
+        ref = self._exps.get(region)
+        exp = ref() if ref is not None else None
         if exp is None:
-            if self.nbytes == 0:
+            if nbytes == 0:
                 exp = (ctypes.c_ubyte * 0)()
             else:
-                exp = (ctypes.c_ubyte * self.nbytes).from_address(self._addr)
-            self._exp = weakref.ref(exp)
+                exp = (ctypes.c_ubyte * nbytes).from_address(addr)
+            self._exps[region] = weakref.ref(exp)
         return exp
 
-    def _memoryview(self):
-        """A fresh read-only byte memoryview of the payload (its own buffer
-        export), recorded for revocation."""
-        exp = self._exporter()
+    def _memoryview(self, region="data", addr=None, nbytes=None):
+        """A fresh read-only byte memoryview of a region (its own buffer
+        export; the payload by default), recorded for revocation."""
+        if region == "data":
+            addr, nbytes = self._addr, self.nbytes
+        exp = self._exporter(region, addr, nbytes)
         w = memoryview(exp)
         ro = w.toreadonly().cast("B")
         w.release()
@@ -270,21 +298,162 @@ class Batch:
         """The batch as a torch tensor of shape (len(batch), *shape) over the
         shared memory (no copy; torch.from_numpy of numpy()). dtype is a
         torch dtype (default torch.uint8). The memory is read-only: do not
-        modify the tensor in place (see the module doc)."""
+        modify the tensor in place (see the module doc).
+
+        torch(name) is field `name` as a tensor, the same memory as
+        batch[name]: int64 [B] for a label, float32/float64 [B], uint8
+        [B, fixed_size] for a fixed-size bytes field."""
         self._check()
+        if isinstance(dtype, str):
+            return self._field_tensor(dtype, shape)
         import numpy as np
         import torch
         dtype = torch.uint8 if dtype is None else dtype
         itemsize = torch.empty((), dtype=dtype).element_size()
         sb, shape = self._sample_bytes(itemsize, shape)
-        arr = self.numpy(np.uint8, (sb,))
-        with warnings.catch_warnings():
-            # "The given NumPy array is not writable": known, and documented.
-            warnings.simplefilter("ignore", UserWarning)
-            t = torch.from_numpy(arr)
+        t = _from_numpy(self.numpy(np.uint8, (sb,)))
         if dtype != torch.uint8:
             t = t.view(dtype)
         return t.reshape((self._count,) + tuple(shape))
+
+    def _field_tensor(self, name, shape):
+        if shape is not None:
+            raise TypeError(f"torch({name!r}) takes no shape: a field's shape is in the schema "
+                            f"(reshape the tensor instead)")
+        f = self._field(name)
+        values = self[name]
+        if isinstance(values, list):
+            what = "text" if f.type == "str" else "bytes of differing sizes"
+            raise ValueError(f"field {name!r} holds {what}: torch() needs a scalar field or a "
+                             f"bytes field of fixed size; use batch[{name!r}] (a list)")
+        return _from_numpy(values)
+
+    # ---- fields ------------------------------------------------------------------------
+
+    @property
+    def fields(self):
+        """The names of the fields this batch carries (the Loader's selection,
+        in schema order)."""
+        self._check()
+        return self._stream.selected
+
+    def __contains__(self, name):
+        return isinstance(name, str) and name in self._stream.selected
+
+    # A batch is not a sequence of samples: batch[name] is a field.
+    __iter__ = None
+
+    def __getitem__(self, name):
+        """Field `name` of every sample of the batch, with no copy where the
+        values are contiguous in shared memory:
+
+        int64 / float32 / float64: a read-only NumPy array of shape [B];
+        bytes of fixed size (Field.fixed_size): a uint8 array [B, fixed_size];
+        bytes of varying size: a list of B read-only memoryviews;
+        str: a list of B str (UTF-8; undecodable bytes kept as surrogates).
+
+        Arrays and memoryviews follow the lifetime rules of the module doc
+        (they pin the batch; the memoryviews are revoked at release).
+        KeyError for a field the dataset lacks or the Loader did not select."""
+        f = self._field(name)
+        if f.type == "str":
+            return list(self._values(f))
+        if f.type == "bytes" and not f.fixed_size:
+            return list(self._values(f))
+        shape = (f.fixed_size,) if f.type == "bytes" else ()
+        return self._dense(f, f.dtype or "uint8", shape)
+
+    def _field(self, name):
+        self._check()
+        return self._stream.field(name)
+
+    def _where(self, f):
+        return f"field {f.name!r} of batch {self.epoch}:{self.index}"
+
+    def _field_region(self, f):
+        """(address, bytes) of field f's values in the batch."""
+        L = _lib.lib()
+        p = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        r = L.bc_batch_field(self._h, f.index, ctypes.byref(p), ctypes.byref(n))
+        if r < 0:
+            raise BatchdError(-r, _lib.text(L.bc_strerror(r)), self._where(f))
+        return p.value or 0, n.value
+
+    def _field_view(self, f):
+        """(address, memoryview) of field f's values."""
+        got = self._fviews.get(f.index)
+        if got is None:
+            addr, n = self._field_region(f)
+            got = self._fviews[f.index] = (addr, self._memoryview(f.index, addr, n))
+        return got
+
+    def _dense(self, f, dtype, shape):
+        try:
+            import numpy as np
+        except ImportError:
+            raise ImportError(f"batch[{f.name!r}] is a NumPy array: install NumPy "
+                              "(python3-numpy)") from None
+        dt = np.dtype(dtype)
+        per = dt.itemsize * math.prod(shape)
+        mv = self._field_view(f)[1]
+        if len(mv) != per * self._count:
+            raise BatchdError(74, f"{len(mv)} bytes are not {self._count} values of {per} "  # EBADMSG
+                              "bytes", self._where(f))
+        flat = np.frombuffer(mv, dtype=dt, count=len(mv) // dt.itemsize)
+        return flat.reshape((self._count,) + shape)
+
+    def _values(self, f):
+        """Field f's per-sample values: memoryviews (bytes) or str (str)."""
+        out = self._fvalues.get(f.index)
+        if out is not None:
+            return out
+        L = _lib.lib()
+        p = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        addr, base = self._field_view(f) if f.type == "bytes" else (0, None)
+        out = []
+        for i in range(self._count):
+            r = L.bc_batch_field_sample(self._h, f.index, i, ctypes.byref(p), ctypes.byref(n))
+            if r < 0:
+                raise BatchdError(-r, _lib.text(L.bc_strerror(r)), f"sample {i} of {self._where(f)}")
+            if base is None:
+                out.append(ctypes.string_at(p.value, n.value).decode("utf-8", "surrogateescape")
+                           if n.value else "")
+                continue
+            off = (p.value or addr) - addr
+            if off < 0 or off + n.value > len(base):
+                raise BatchdError(74, "sample lies outside its field's values",  # EBADMSG
+                                  f"sample {i} of {self._where(f)}")
+            v = base[off:off + n.value]
+            self._views.append(v)
+            out.append(v)
+        self._fvalues[f.index] = out
+        return out
+
+    @property
+    def keys(self):
+        """Each sample's key (a list of str: its relative path, or its
+        WebDataset key; UTF-8, undecodable bytes kept as surrogates, like
+        os.fsdecode). Needs a Loader made with keys=True."""
+        self._check()
+        if self._keys is None:
+            if not self._stream.keys:
+                raise ValueError("sample keys were not asked for: make the Loader with "
+                                 "keys=True to receive them")
+            L = _lib.lib()
+            p = ctypes.c_void_p()
+            n = ctypes.c_size_t()
+            keys = []
+            for i in range(self._count):
+                r = L.bc_batch_sample_key(self._h, i, ctypes.byref(p), ctypes.byref(n))
+                if r < 0:
+                    raise BatchdError(-r, self._stream.error() or _lib.text(L.bc_strerror(r)),
+                                      f"key of sample {i} of batch {self.epoch}:{self.index}")
+                keys.append(ctypes.string_at(p.value, n.value).decode("utf-8", "surrogateescape")
+                            if n.value else "")
+            self._keys = keys
+        return list(self._keys)
 
     # ---- device memory (GPU streams) -------------------------------------------------
 
@@ -349,6 +518,8 @@ class Batch:
                 pass
         self._views = []
         self._data = self._samples = self._np_mv = None
+        self._fviews = {}
+        self._fvalues = {}
 
     def release(self):
         """Give the batch back. Its memoryviews are revoked now; arrays and

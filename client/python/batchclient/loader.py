@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 
-from . import _lib
+from . import _lib, schema
 from .batch import Batch
 from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError, PinnedBatchError,
                      from_code)
@@ -92,6 +92,29 @@ def _device(device):
     if n < -1 or n > 255:
         raise ValueError(f"device {n}: CUDA ordinals are 0 .. 255 (-1 = host)")
     return n
+
+
+def _fields(fields):
+    """None (every field) or a tuple of field names."""
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        fields = [fields]
+    try:
+        names = tuple(fields)
+    except TypeError:
+        raise ValueError(f"fields {fields!r}: give a list of field names (or None for all)") \
+            from None
+    if not names:
+        raise ValueError("fields=[] selects no field: name at least one (None means all)")
+    for n in names:
+        if not isinstance(n, str) or not n or "," in n or "\0" in n:
+            raise ValueError(f"fields: {n!r} is not a field name (names are non-empty, with no "
+                             "',' or NUL; give a list such as ['jpg', 'cls'])")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"fields: {', '.join(map(repr, dup))} named more than once")
+    return names
 
 
 def _shuffle(shuffle):
@@ -167,11 +190,19 @@ class _Stream:
         o.prefetch = cfg["prefetch"] or 0
         o.window = cfg["window"] or 0
         o.device = cfg["device"]
+        if cfg["fields"] is not None or cfg["keys"]:
+            what = "Loader(fields=...)" if cfg["fields"] is not None else "Loader(keys=True)"
+            _lib.need_fields(what)
+            if o.struct_size < _lib.OPTS_FIELDS_SIZE:
+                raise BatchdError(errno.EOVERFLOW, f"{what}: libbatchclient's bc_stream_opts "
+                                  f"({o.struct_size} bytes) has no fields/keys members")
+            if cfg["fields"] is not None:
+                o.fields = ",".join(cfg["fields"]).encode()
+            o.keys = cfg["keys"]
         h = ctypes.c_void_p()
         r = L.bc_open(client.h, ctypes.byref(o), ctypes.byref(h))
         if r < 0:
             raise from_code(r, client.error(), f"cannot open dataset {cfg['dataset']!r}")
-        client.ref()
         self.client = client
         self.h = h.value
         self.dataset = cfg["dataset"]
@@ -180,6 +211,18 @@ class _Stream:
         self.fingerprint = L.bc_stream_fingerprint(self.h)
         self.max_sample = L.bc_stream_max_sample(self.h)
         self.device = L.bc_stream_device(self.h)     # BC_HOST or the CUDA ordinal
+        self.keys = cfg["keys"]
+        self.schema = None       # a tuple of schema.Field, where the library has fields
+        self.selected = ()
+        if _lib.has_fields():
+            try:
+                self.schema = schema.read(self.h)
+            except BaseException:
+                L.bc_close(self.h)
+                raise
+            self.selected = tuple(f.name for f in self.schema if f.selected)
+            self._by_name = {f.name: f for f in self.schema}
+        client.ref()
         self.held = []           # taken, not yet given back (user-held or pinned)
         self.closed = False      # close() was asked for
         self._freed = False      # bc_close done
@@ -195,6 +238,23 @@ class _Stream:
 
     def error(self):
         return _lib.text(_lib.lib().bc_stream_error(self.h))
+
+    def field(self, name):
+        """The selected field called name (a schema.Field); KeyError saying
+        why when there is none."""
+        if not isinstance(name, str):
+            raise TypeError(f"batch[{name!r}]: a batch is indexed by field name (batch.fields "
+                            "lists them); batch.samples[i] is sample i's bytes")
+        if self.schema is None:
+            _lib.need_fields(f"batch[{name!r}]")
+        f = self._by_name.get(name)
+        if f is None:
+            raise KeyError(f"{self.dataset!r} has no field {name!r}; its fields: "
+                           + ", ".join(x.name for x in self.schema))
+        if not f.selected:
+            raise KeyError(f"field {name!r} of {self.dataset!r} was not selected: add it to the "
+                           f"Loader's fields (now {list(self.selected)})")
+        return f
 
     # -- giving batches back --
 
@@ -289,8 +349,7 @@ class _Stream:
             self.closed = True
             for b in self.held:
                 b._revoke()
-            exporters = [b._exp() for b in self.held if b._exp is not None]
-            exporters = [e for e in exporters if e is not None]
+            exporters = [e for b in self.held for e in b._live_exporters()]
             for e in exporters:
                 weakref.finalize(e, self._maybe_free)
             del exporters
@@ -344,6 +403,16 @@ class Loader:
     collate: if given, iteration yields collate(batch) instead of the batch
         (the batch is still released at the next step).
     timeout: seconds to wait for one batch before WaitTimeout (None: no limit).
+    fields: the names of the fields to deliver (None: all of the schema's);
+        batch[name] reads one (see Batch.__getitem__), and a Loader that
+        selects only scalar fields (labels) has the daemon read no block
+        at all. A name the dataset lacks: BatchdError ENOENT naming its fields.
+    keys: deliver each sample's key too (batch.keys). A dataset packed
+        without keys (--no-keys): BatchdError ENODATA.
+
+    loader.schema describes the dataset's fields (a tuple of Field: name,
+    type, classes, fixed_size, selected); loader.classes the class names of
+    its label field.
 
     Raises ConnectError when no daemon answers, BatchdError (with the
     daemon's message) when the dataset cannot be opened, ValueError for bad
@@ -352,7 +421,7 @@ class Loader:
 
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
                  drop_last=False, prefetch=None, device=None, socket=None, *, window=None,
-                 collate=None, timeout=None):
+                 collate=None, timeout=None, fields=None, keys=False):
         self._stream = None
         self._client = None
         self._closed = True
@@ -386,6 +455,8 @@ class Loader:
             "prefetch": prefetch,
             "window": window,
             "device": _device(device),
+            "fields": _fields(fields),
+            "keys": bool(keys),
         }
         self._collate = collate
         self._timeout = timeout
@@ -435,6 +506,26 @@ class Loader:
     def max_sample(self):
         """The largest sample's size in bytes."""
         return self._live().max_sample
+
+    @property
+    def schema(self):
+        """The dataset's fields in schema order, a tuple of batchclient.Field
+        (name, type, classes, fixed_size, selected, index). A pack made
+        from plain files has one bytes field, "data"."""
+        s = self._live()
+        if s.schema is None:
+            _lib.need_fields("Loader.schema")
+        return s.schema
+
+    @property
+    def classes(self):
+        """The class names of the dataset's label field (the first int64
+        field with class names, e.g. `label` of `batchd-pack create
+        --labels dirname`): a tuple, value i is classes[i]. None if none."""
+        for f in self.schema:
+            if f.type == "int64" and f.classes is not None:
+                return f.classes
+        return None
 
     @property
     def position(self):
