@@ -60,6 +60,7 @@ until the batch is released, that is until the next step: .clone() what
 you keep longer. The host views above stay available on GPU batches too.
 """
 import ctypes
+import errno
 import math
 import warnings
 import weakref
@@ -398,8 +399,8 @@ class Batch:
         per = dt.itemsize * math.prod(shape)
         mv = self._field_view(f)[1]
         if len(mv) != per * self._count:
-            raise BatchdError(74, f"{len(mv)} bytes are not {self._count} values of {per} "  # EBADMSG
-                              "bytes", self._where(f))
+            raise BatchdError(errno.EBADMSG, f"{len(mv)} bytes are not {self._count} values "
+                              f"of {per} bytes", self._where(f))
         flat = np.frombuffer(mv, dtype=dt, count=len(mv) // dt.itemsize)
         return flat.reshape((self._count,) + shape)
 
@@ -416,14 +417,15 @@ class Batch:
         for i in range(self._count):
             r = L.bc_batch_field_sample(self._h, f.index, i, ctypes.byref(p), ctypes.byref(n))
             if r < 0:
-                raise BatchdError(-r, _lib.text(L.bc_strerror(r)), f"sample {i} of {self._where(f)}")
+                raise BatchdError(-r, _lib.text(L.bc_strerror(r)),
+                                  f"sample {i} of {self._where(f)}")
             if base is None:
                 out.append(ctypes.string_at(p.value, n.value).decode("utf-8", "surrogateescape")
                            if n.value else "")
                 continue
             off = (p.value or addr) - addr
             if off < 0 or off + n.value > len(base):
-                raise BatchdError(74, "sample lies outside its field's values",  # EBADMSG
+                raise BatchdError(errno.EBADMSG, "sample lies outside its field's values",
                                   f"sample {i} of {self._where(f)}")
             v = base[off:off + n.value]
             self._views.append(v)
