@@ -120,6 +120,47 @@ def cat(path, sample_id):
     return p.stdout
 
 
+def real_files(patterns, count, min_size=1):
+    """Up to count existing files matching the glob patterns, in sorted
+    order, each at least min_size bytes: the installed system's own files
+    (licences, copyright notices, images), bytes no test wrote. Exits 77
+    when fewer than count exist."""
+    import glob
+    out, seen = [], set()
+    for pat in patterns:
+        for p in sorted(glob.glob(pat, recursive=True)):
+            real = os.path.realpath(p)
+            if real in seen or not os.path.isfile(real) or os.path.getsize(real) < min_size:
+                continue
+            seen.add(real)
+            out.append(real)
+            if len(out) == count:
+                return out
+    skip(f"only {len(out)} files match {patterns}, {count} wanted")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def same_bytes(tc, got, want, ctx):
+    """tc.fail unless got == want, saying where they part (not both reprs:
+    samples are kilobytes)."""
+    got, want = bytes(got), bytes(want)
+    if got != want:
+        at = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y),
+                  min(len(got), len(want)))
+        tc.fail(f"{ctx}: {len(got)} bytes, expected {len(want)}; they differ from byte {at}")
+
+
+def pack_fails(out, *args):
+    """Run `batchd-pack create OUT ARGS...` expecting a refusal. @return (exit status, stderr)."""
+    argv = [BATCHD_PACK, "create", out, *args]
+    p = subprocess.run(argv, capture_output=True, text=True)
+    return p.returncode, p.stderr
+
+
 # ---- the daemon --------------------------------------------------------------------------------
 
 
