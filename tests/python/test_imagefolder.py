@@ -200,6 +200,11 @@ class ImageFolder(T.DaemonCase):
             self.assertNotIn("data", b)
             with self.assertRaisesRegex(KeyError, "'data'.*not selected"):
                 b["data"]
+            for view in ("data", "samples", "sizes"):
+                with self.assertRaisesRegex(ValueError, "selected no bytes field"):
+                    getattr(b, view)
+            with self.assertRaisesRegex(ValueError, "selected no bytes field"):
+                b.numpy()
             for k, label in zip(b.keys, b["label"]):
                 self.assertEqual(int(label), self.expect[k][0], k)
                 seen[k] += 1

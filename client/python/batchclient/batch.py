@@ -174,6 +174,16 @@ class Batch:
             raise ReleasedError(f"batch {self.epoch}:{self.index} was released; its views "
                                 "are gone (copy what you need before releasing)")
 
+    def _check_payload(self):
+        """The sample views show the first selected bytes field: refuse them,
+        rather than show empty samples, when the Loader selected none."""
+        self._check()
+        if not self._stream.has_bytes:
+            raise ValueError(f"the Loader selected no bytes field (fields="
+                             f"{list(self._stream.selected)}): data, samples, numpy() and "
+                             "torch(dtype) show the first selected bytes field; read the "
+                             "fields with batch[name]")
+
     def _exporter(self, region, addr, nbytes):
         """The exporter of one contiguous region: the payload ("data") or a
         field's values (its index). Each region has its own, so a view of
@@ -204,7 +214,7 @@ class Batch:
     @property
     def data(self):
         """All samples' bytes, back to back, as a read-only memoryview (no copy)."""
-        self._check()
+        self._check_payload()
         if self._data is None:
             self._data = self._memoryview()
         return self._data
@@ -231,13 +241,13 @@ class Batch:
     @property
     def sizes(self):
         """Each sample's size in bytes (a tuple)."""
-        self._check()
+        self._check_payload()
         return tuple(s for _, s in self._load_spans())
 
     @property
     def samples(self):
         """One read-only memoryview per sample (no copy), revoked at release."""
-        self._check()
+        self._check_payload()
         if self._samples is None:
             base = self.data
             views = [base[o:o + s] for o, s in self._load_spans()]
@@ -285,7 +295,7 @@ class Batch:
         means 1-D (bytes per sample / itemsize). Needs fixed-size samples.
         The array pins the batch while it lives (see the module doc)."""
         import numpy as np
-        self._check()
+        self._check_payload()
         dt = np.dtype(dtype)
         if dt.itemsize == 0 or dt.hasobject:
             raise ValueError(f"dtype {dt}: need a fixed-size plain data type")
@@ -307,6 +317,7 @@ class Batch:
         self._check()
         if isinstance(dtype, str):
             return self._field_tensor(dtype, shape)
+        self._check_payload()
         import numpy as np
         import torch
         dtype = torch.uint8 if dtype is None else dtype

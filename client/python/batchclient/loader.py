@@ -214,6 +214,7 @@ class _Stream:
         self.keys = cfg["keys"]
         self.schema = None       # a tuple of schema.Field, where the library has fields
         self.selected = ()
+        self.has_bytes = True    # a bytes field is selected: data/samples show the first
         if _lib.has_fields():
             try:
                 self.schema = schema.read(self.h)
@@ -221,6 +222,7 @@ class _Stream:
                 L.bc_close(self.h)
                 raise
             self.selected = tuple(f.name for f in self.schema if f.selected)
+            self.has_bytes = any(f.selected and f.type == "bytes" for f in self.schema)
             self._by_name = {f.name: f for f in self.schema}
         client.ref()
         self.held = []           # taken, not yet given back (user-held or pinned)
