@@ -4,7 +4,8 @@
 through batchclient: real files from /usr/share copied into class
 subfolders. Every delivered sample's label is its subfolder's index in
 bytewise order, its bytes are the file's, its key the relative path, over
-two shuffled epochs, for one rank and for three (the union exact); the
+two shuffled epochs (global and block shuffles, one shard and several),
+for one rank and for three (the union exact); the
 schema and class names; batch["label"] and torch("label") over the shared
 memory; field selection, unknown fields and keys asked of a pack without
 them refused; a fixed-size bytes field as one [B, n] array; the lifetime
@@ -94,14 +95,14 @@ class ImageFolder(T.DaemonCase):
             T.same_bytes(self, view, want, k)
             self.assertEqual(seen.setdefault(sid, k), k, f"sample {sid} changed its key")
 
-    def epochs(self, dataset, world, epochs=2):
+    def epochs(self, dataset, world, mode, epochs=2):
         """[Counter of keys per epoch], and the key order rank 0 saw per epoch."""
         counts = [collections.Counter() for _ in range(epochs)]
         order = [[] for _ in range(epochs)]
         seen = {}
         for rank in range(world):
-            ld = self.loader(dataset, 16, shuffle="global", seed=5, rank=rank, world=world,
-                             keys=True)
+            ld = self.loader(dataset, 16, shuffle=mode, seed=5, rank=rank, world=world,
+                             keys=True, window=2)
             for e in range(epochs):
                 ld.set_epoch(e)
                 for b in ld:
@@ -115,12 +116,13 @@ class ImageFolder(T.DaemonCase):
 
     def test_every_sample_exact_two_epochs_world_1_and_3(self):
         n = len(self.expect)
-        for dataset in ("folder.bpk", "folder-shards"):
+        for dataset, mode in (("folder.bpk", "global"), ("folder-shards", "global"),
+                              ("folder-shards", "block")):
             for world in (1, 3):
-                counts, order = self.epochs(dataset, world)
+                counts, order = self.epochs(dataset, world, mode)
                 per_rank = -(-n // world)
                 for e, c in enumerate(counts):
-                    ctx = f"{dataset} world {world} epoch {e}"
+                    ctx = f"{dataset} {mode} world {world} epoch {e}"
                     self.assertEqual(set(c), set(self.expect), ctx)
                     # The padding repeats world * per_rank - n samples once more.
                     self.assertEqual(sum(c.values()), world * per_rank, ctx)
@@ -128,7 +130,8 @@ class ImageFolder(T.DaemonCase):
                     if world == 1:
                         self.assertTrue(all(v == 1 for v in c.values()), ctx)
                 if world == 1:
-                    self.assertNotEqual(order[0], order[1], f"{dataset}: epochs not reshuffled")
+                    self.assertNotEqual(order[0], order[1],
+                                        f"{dataset} {mode}: epochs not reshuffled")
                     self.assertEqual(sorted(order[0]), sorted(order[1]))
 
     def test_schema_and_classes(self):

@@ -5,7 +5,8 @@ through batchclient: members jpg, cls, json and seg.png made with Python's
 tarfile from real files. Every sample's key and every field exact (the
 decimal cls as an int64 array, the others as bytes), a selection of
 fields, the same through a gzip tar, and a member set missing a field
-refused by the packer (its exit status and message, no output left)."""
+refused by the packer (its exit status and message, no output left), or
+stored empty with --allow-missing."""
 import collections
 import io
 import os
@@ -119,6 +120,17 @@ class WebDataset(T.DaemonCase):
         self.assertIn(key_of(7), err)
         self.assertIn("json", err)
         self.assertFalse(os.path.exists(out), "a refused pack left its output behind")
+        # --allow-missing stores the lacking bytes field empty; nothing else changes.
+        T.pack(self.daemon.path("allow.bpk"), self.broken, extra=["--group-by", "key",
+                                                                    "--allow-missing"])
+        got = {}
+        for b in self.loader("allow.bpk", 16, shuffle="global", seed=8, keys=True):
+            for k, cls, doc in zip(b.keys, b["cls"], b["json"]):
+                got[k] = (int(cls), bytes(doc))
+        self.assertEqual(sorted(got), sorted(self.by_key))
+        for k, (cls, doc) in got.items():
+            self.assertEqual(cls, int(self.by_key[k]["cls"]), k)
+            T.same_bytes(self, doc, b"" if k == key_of(7) else self.by_key[k]["json"], k)
 
 
 if __name__ == "__main__":
