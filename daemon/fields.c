@@ -103,6 +103,7 @@ static void derive(bd_selection *sel)
 		sel->vfield[sel->slot[k]] = sel->field[k];
 	}
 	sel->values = slot + (sel->keys ? 1 : 0);
+	sel->whole = bp_schema_bytes_fields(s) == 1;
 	sel->regions = sel->count == 1 && sel->lead >= 0 && !sel->keys ? 0
 		       : sel->count + (sel->keys ? 1 : 0);
 }

@@ -40,6 +40,7 @@ typedef struct bd_selection {
 	uint32_t values;              /* value slots: bytes and str fields, and the key */
 	uint32_t regions;             /* region entries in a record: 0 for the plain record */
 	uint64_t scalar_bytes;        /* a sample's selected scalars */
+	bool whole;                   /* the schema has one bytes field: its span is the whole sample */
 } bd_selection;
 
 /*

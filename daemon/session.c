@@ -850,12 +850,18 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 		s->locs[i] = (loc){ .shard = (uint32_t)shard, .frames = ps.frames, .block = ps.block,
 				    .src = ps.offset, .size = ps.size };
 		s->order[i] = i;
-		if (bd_selection_plain(&s->sel))
+		if (bd_selection_plain(&s->sel)) {
 			s->vals[i].size = ps.size;
-		else
-			for (uint32_t v = 0; v < named; v++)
-				s->vals[(size_t)v * n + i].size =
-					bd_selection_value_size(&s->sel, ds, v, s->ids[i]);
+			continue;
+		}
+		for (uint32_t v = 0; v < named; v++) {
+			const bp_field *fd = &s->sel.schema->fields[s->sel.vfield[v]];
+
+			/* The one bytes field is the whole sample: no second lookup. */
+			s->vals[(size_t)v * n + i].size =
+				s->sel.whole && fd->type == BP_FIELD_BYTES
+					? ps.size : bd_selection_value_size(&s->sel, ds, v, s->ids[i]);
+		}
 	}
 }
 
@@ -1034,7 +1040,10 @@ static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n
 
 		if (sel->schema->fields[f].type != BP_FIELD_BYTES)
 			continue;
-		bp_dataset_field_span(s->dset->ds, s->ids[i], f, &so, &ss);
+		if (sel->whole)
+			so = 0, ss = s->locs[i].size;
+		else
+			bp_dataset_field_span(s->dset->ds, s->ids[i], f, &so, &ss);
 		a = so > lo ? so : lo;
 		b = so + ss < hi ? so + ss : hi;
 		if (a > b || (skip_empty && a == b))
