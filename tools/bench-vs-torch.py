@@ -62,6 +62,8 @@ import sys
 import tempfile
 import time
 
+import bench_daemon
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEBS = {"numpy": "python3-numpy", "torch": "python3-torch", "zstandard": "python3-zstandard"}
 PEERS = ("raw", "zst", "bpk")
@@ -482,18 +484,7 @@ def start_batchd(args, root, sock, log):
         argv += ["--memory", args.memory]
     if args.direct:
         argv += ["--direct", args.direct]
-    p = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
-    import batchclient
-    for _ in range(500):
-        if p.poll() is not None:
-            raise RuntimeError(f"batchd exited with {p.returncode}; see {log.name}")
-        try:
-            batchclient.status(sock)
-            return p
-        except batchclient.ConnectError:
-            time.sleep(0.01)
-    p.kill()
-    raise RuntimeError(f"batchd did not answer on {sock}")
+    return bench_daemon.start_batchd(argv, sock, log)
 
 
 def peer_datasets(m, args):

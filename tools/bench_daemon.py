@@ -1,0 +1,27 @@
+# SPDX-License-Identifier: MIT
+"""What the Python benchmarks under tools/ share: a batchd of their own.
+
+The scripts run from the source tree (tools/ is on their sys.path as the
+directory of the script), with batchclient importable from
+client/python.
+"""
+import subprocess
+import time
+
+
+def start_batchd(argv, sock, log):
+    """Start batchd with argv (its socket is sock, its output goes to log)
+    and wait until it answers a status request; the Popen. RuntimeError
+    when it exits or does not answer within 5 s."""
+    import batchclient
+    p = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    for _ in range(500):
+        if p.poll() is not None:
+            raise RuntimeError(f"batchd exited with {p.returncode}; see {log.name}")
+        try:
+            batchclient.status(sock)
+            return p
+        except batchclient.ConnectError:
+            time.sleep(0.01)
+    p.kill()
+    raise RuntimeError(f"batchd did not answer on {sock}")
