@@ -243,8 +243,16 @@ class BpkDataset:
             if foot[72:80] != b"BPKINDEX":
                 raise ValueError(f"{path}: no .bpk footer")
             index_off, index_size, blocks, samples = struct.unpack_from("<QQQQ", foot, 0)
-            if index_size != 56 * blocks + 16 * samples:
+            version = struct.unpack_from("<I", foot, 56)[0]
+            # Version 3 ends the index with a section table (PACK.md, Fields): 32 bytes
+            # a section; the samples' bytes stay where they are.
+            tables = 56 * blocks + 16 * samples
+            if version not in (1, 2, 3) or index_size < tables or (
+                    (index_size - tables) % 32 if version == 3 else index_size != tables):
                 raise ValueError(f"{path}: index size does not match its counts")
+            if version == 3 and self._one_bytes_field(f, index_off + tables,
+                                                      index_size - tables) is False:
+                raise ValueError(f"{path}: samples of more than one bytes field")
             f.seek(index_off)
             index = f.read(index_size)
             f.seek(dict_off)
@@ -255,6 +263,25 @@ class BpkDataset:
         st = np.frombuffer(index, self.SAMPLE, samples, 56 * blocks)
         return {"path": path, "samples": samples, "dict": dictionary,
                 "first": bt["first"].astype(np.int64), "blocks": bt, "table": st}
+
+    @staticmethod
+    def _one_bytes_field(f, table_off, table_size):
+        """Whether the schema (the first section, kind 1) has one bytes field
+        (type 1): then a sample is its bytes, as in a pack before fields."""
+        f.seek(table_off)
+        kind, _, off, size, _ = struct.unpack("<IIQQQ", f.read(32))
+        if kind != 1 or table_size < 32:
+            return False
+        f.seek(off)
+        schema = f.read(size)
+        at, nbytes = 4, 0
+        for _ in range(struct.unpack_from("<I", schema, 0)[0]):
+            ftype, _, name_len, classes, _ = struct.unpack_from("<BBHIQ", schema, at)
+            at += 16 + name_len
+            for _ in range(classes):
+                at += 2 + struct.unpack_from("<H", schema, at)[0]
+            nbytes += ftype == 1
+        return nbytes == 1
 
     def __len__(self):
         return int(self.starts[-1])
