@@ -6,11 +6,14 @@ str columns typed by their values, and a float32 column typed by
 --column. batch[...] gives every value exactly (int64 beyond 2^53,
 float64 to the bit, float32 as the packer rounded it, text with commas,
 quotes, newlines and non-ASCII), keyed by the path as written; selecting
-only the scalar and str fields gives the same values."""
+only the scalar and str fields gives the same values. The C client
+(`batchctl consume --print-samples`, libbatchclient's bc_batch_field_sample
+and bc_batch_sample_key) prints the same values and the bytes' XXH3."""
 import csv
 import json
 import os
 import shutil
+import subprocess
 
 import numpy as np
 
@@ -113,6 +116,33 @@ class Manifest(T.DaemonCase):
         fields = ["caption", "score", "weight", "label"]
         self.check_values("train-csv.bpk", fields)
         self.check_values("train-jsonl.bpk", fields)
+
+    def test_c_client_values(self):
+        """The same values through libbatchclient's C API, as batchctl prints them."""
+        import xxhash
+        batchctl = os.path.join(os.path.dirname(T.BATCHD_PACK), "batchctl")
+        by_path = {r["path"]: r for r in self.rows}
+        for dataset in ("train-csv.bpk", "train-jsonl.bpk"):
+            out = subprocess.run([batchctl, "-s", self.daemon.sock, "consume", dataset,
+                                  "--batch-size", "10", "--epochs", "1", "--shuffle", "global",
+                                  "--keys", "--print-samples"], capture_output=True, text=True,
+                                 check=True, timeout=60).stdout
+            seen = set()
+            for line in out.splitlines():
+                words = line.split()
+                values = dict(w.split("=", 1) for w in words[4:])
+                row = by_path[values["key"]]
+                ctx = f"{dataset} {values['key']}"
+                self.assertNotIn(values["key"], seen, ctx)
+                seen.add(values["key"])
+                self.assertEqual(int(words[3], 16),
+                                 xxhash.xxh3_64_intdigest(self.data[row["path"]]), ctx)
+                self.assertEqual(int(values["label"]), row["label"], ctx)
+                self.assertEqual(np.float64(float(values["weight"])).tobytes(),
+                                 np.float64(row["weight"]).tobytes(), ctx)
+                self.assertEqual(np.float32(float(values["score"])).tobytes(),
+                                 np.float32(row["score"]).tobytes(), ctx)
+            self.assertEqual(seen, set(by_path), dataset)
 
 
 if __name__ == "__main__":
