@@ -9,16 +9,26 @@ signatures lives here; the rest of the package calls `lib()`.
 
 Where the library is found, first hit wins:
   1. $BATCHCLIENT_LIB, a path to the shared object (tests point it at the
-     build tree);
-  2. the path recorded at install time (_buildconfig.py, written by meson);
-  3. a build tree next to the package's source checkout
-     (<src>/build/client/libbatchclient.so.0, for PYTHONPATH=client/python);
-  4. ctypes.util.find_library('batchclient'), then 'libbatchclient.so.0'
-     through the dynamic loader (LD_LIBRARY_PATH, ld.so.cache).
+     build tree). An explicit choice: when it does not load, that is the
+     error, with no fall-back to some other copy;
+  2. the path recorded at install time in _buildconfig.py: meson install
+     writes the installed library's; a wheel (pip) records none;
+  3. the installed library by its soname, through the dynamic loader
+     (LD_LIBRARY_PATH, ld.so.cache, /lib and /usr/lib), then
+     ctypes.util.find_library('batchclient') where it names another file;
+  4. pkg-config's libdir of batchclient.pc (--variable=libdir), for a
+     prefix the loader does not search (PKG_CONFIG_PATH=<prefix>/lib/...);
+  5. a build tree next to the package's source checkout
+     (<src>/build/client/libbatchclient.so.0, for PYTHONPATH=client/python
+     and pip install -e).
+No copy of the library ships inside the wheel: it must match the daemon it
+talks to, which is installed with it. When nothing loads, ImportError
+names every place tried and why each failed.
 """
 import ctypes
 import ctypes.util
 import os
+import subprocess
 import threading
 
 BC_EPOCH_END = 1
@@ -123,44 +133,88 @@ _lib = None
 _libc = None
 
 
-def _candidates():
-    env = os.environ.get("BATCHCLIENT_LIB")
-    if env:
-        # An explicit choice: use it or fail, never fall back silently.
-        return [env], True
-    out = []
+def _recorded():
+    """Step 2: (place, path or None, why not)."""
+    place = "the path recorded at install time (batchclient/_buildconfig.py)"
     try:
-        from . import _buildconfig  # written by meson at install time
-        out.append(_buildconfig.LIBRARY)
+        from . import _buildconfig
     except ImportError:
-        pass
+        return place, None, "none: this copy of the package was not installed"
+    path = getattr(_buildconfig, "LIBRARY", "")
+    return place, path or None, "none: installed by pip, which records no path"
+
+
+def _pkg_config():
+    """Step 4: (place, path or None, why not)."""
+    place = "pkg-config --variable=libdir batchclient"
+    try:
+        p = subprocess.run(["pkg-config", "--variable=libdir", "batchclient"],
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as e:
+        return place, None, f"pkg-config did not run: {e}"
+    libdir = p.stdout.strip()
+    if p.returncode != 0 or not libdir:
+        return place, None, "no batchclient.pc on pkg-config's path"
+    return place, os.path.join(libdir, SONAME), ""
+
+
+def _build_tree():
+    """Step 5: (place, path or None, why not)."""
+    place = "the build tree of a source checkout"
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.dirname(os.path.dirname(here))          # <src>/client
-    if os.path.exists(os.path.join(src, "batchclient.h")):
-        out.append(os.path.join(os.path.dirname(src), "build", "client", SONAME))
+    if not os.path.exists(os.path.join(src, "batchclient.h")):
+        return place, None, f"{here} is not in a batchd checkout"
+    return place, os.path.join(os.path.dirname(src), "build", "client", SONAME), ""
+
+
+def _places():
+    """Where to look after $BATCHCLIENT_LIB: (place, path or None, why not),
+    in order; a step computes its path only when the earlier ones failed."""
+    yield _recorded()
+    yield "the dynamic loader (LD_LIBRARY_PATH, ld.so.cache)", SONAME, ""
     found = ctypes.util.find_library("batchclient")
-    if found:
-        out.append(found)
-    out.append(SONAME)
-    return out, False
+    if found and found != SONAME:
+        yield "ctypes.util.find_library('batchclient')", found, ""
+    yield _pkg_config()
+    yield _build_tree()
+
+
+def _try(path, tried, place):
+    """ctypes.CDLL(path), or None with the failure appended to tried."""
+    if os.sep in path and not os.path.exists(path):
+        tried.append(f"{place}: {path} (no such file)")
+        return None
+    try:
+        return ctypes.CDLL(path)
+    except OSError as e:
+        tried.append(f"{place}: {path} ({e})")
+        return None
 
 
 def _load():
     tried = []
-    paths, explicit = _candidates()
-    for path in paths:
-        if os.sep in path and not os.path.exists(path):
-            tried.append(f"{path} (no such file)")
+    env = os.environ.get("BATCHCLIENT_LIB")
+    if env:
+        so = _try(env, tried, "$BATCHCLIENT_LIB")
+        if so is not None:
+            return so, env
+        raise ImportError("batchclient: cannot load libbatchclient: $BATCHCLIENT_LIB is set "
+                          "but does not load, and an explicit choice has no fall-back: point it "
+                          "at a built libbatchclient.so.0 (<build>/client/libbatchclient.so.0) "
+                          "or unset it to search the installed places; tried: " + tried[0])
+    tried.append("$BATCHCLIENT_LIB (not set)")
+    for place, path, why in _places():
+        if path is None:
+            tried.append(f"{place} ({why})")
             continue
-        try:
-            return ctypes.CDLL(path), path
-        except OSError as e:
-            tried.append(f"{path} ({e})")
-    hint = ("$BATCHCLIENT_LIB is set but unusable" if explicit else
-            "install batchd (meson install) or set BATCHCLIENT_LIB to the built "
-            "libbatchclient.so.0")
-    raise ImportError(f"batchclient: cannot load libbatchclient: {hint}; tried: "
-                      + "; ".join(tried))
+        so = _try(path, tried, place)
+        if so is not None:
+            return so, path
+    raise ImportError("batchclient: cannot load libbatchclient.so.0: build batchd and install "
+                      "it (meson setup build && ninja -C build && meson install -C build), or "
+                      "set BATCHCLIENT_LIB to the built <build>/client/libbatchclient.so.0; "
+                      "tried: " + "; ".join(tried))
 
 
 def lib():
