@@ -45,7 +45,29 @@ from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError,
 from .loader import Loader, WaitTimeout, rank_and_world, status
 from .schema import Field
 
-__version__ = "0.1.0"
+
+
+def _version():
+    """The meson project version: recorded in _buildconfig.py by meson
+    install or the wheel builder; in a source checkout (PYTHONPATH or
+    pip install -e), read from the checkout's meson.build."""
+    try:
+        from ._buildconfig import VERSION
+        return VERSION
+    except ImportError:
+        pass
+    import os
+    import re
+    meson = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, os.pardir, "meson.build")
+    try:
+        with open(meson, encoding="utf-8") as f:
+            m = re.search(r"project\s*\((?:[^()]|\([^()]*\))*?\bversion\s*:\s*'([^']+)'", f.read())
+    except OSError:
+        m = None
+    return m.group(1) if m else "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "Batch", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Field", "Loader",
