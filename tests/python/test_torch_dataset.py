@@ -4,10 +4,10 @@
 epoch delivers exactly this rank's batches (each sample's bytes checked)
 for num_workers 0, 1, 2 and 3 and for world 1 and 3, with len() what the
 DataLoader yields; set_epoch reaches persistent workers and changes the
-order, and an epoch without it moves on by itself; spawned workers;
-pin_memory; labels of an ImageFolder pack through to_tensors and
-to_dict, copied out of shared memory in workers and zero-copy without;
-rank and world from torchrun's
+order, and an epoch without it moves on by itself (a break with workers
+repeats it); idle workers; spawned workers; pin_memory; labels of an
+ImageFolder pack through to_tensors and to_dict, copied out of shared
+memory in workers and zero-copy without; rank and world from torchrun's
 and Slurm's variables; state_dict exact at epoch boundaries with workers
 and anywhere without, in Loader's format; collate results that cannot
 leave a worker refused; `import batchclient` without torch.
@@ -140,6 +140,34 @@ class TorchDataset(T.DaemonCase):
                 self.assertEqual(ds.position, (epoch, 0), ctx)
                 self.assert_same_batches(self.epoch_ids(dl), self.reference(epoch, seed=5),
                                          f"{ctx}, epoch {epoch}")
+            del dl
+            ds.close()
+
+    def test_fewer_batches_than_workers(self):
+        # 100 samples in batches of 60: two batches, so worker 2 of 3 has none to give.
+        ds = self.dataset(batch_size=60, seed=2)
+        want = [list(b.ids) for b in self.loader("rec.bpk", 60, seed=2)]
+        dl = DataLoader(ds, batch_size=None, num_workers=3)
+        got = [ids_of(x) for x in dl]
+        self.assertEqual((len(ds), len(want)), (2, 2))
+        self.assert_same_batches(got, want, "2 batches, 3 workers")
+        self.assertEqual(ds.position, (1, 0))        # the idle worker counted as done
+
+    def test_a_break_with_workers_repeats_the_epoch(self):
+        for persistent in (False, True):
+            ctx = f"persistent_workers={persistent}"
+            ds = self.dataset(seed=7)
+            dl = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=persistent)
+            for n, _ in enumerate(dl):
+                # The ninth batch: with 4 asked ahead, worker 0 (batches 0-6) has been
+                # asked for 7 and worker 1 (7-14) for 6, so neither has finished its share.
+                if n == 8:
+                    break
+            self.assertEqual(ds.position, (0, 0), ctx)
+            for epoch in (0, 1):
+                self.assert_same_batches(self.epoch_ids(dl), self.reference(epoch, seed=7),
+                                         f"{ctx}, epoch {epoch}")
+                self.assertEqual(ds.position, (epoch + 1, 0), ctx)
             del dl
             ds.close()
 
