@@ -31,7 +31,10 @@ world*N slices are padded differently and their union is not this rank's
 slice.) DataLoader takes one batch from each worker in turn, so the epoch
 arrives interleaved; each worker's stream stages up to `prefetch` batches
 past its run that it does not use. num_workers=0 is the fast path: one
-stream, in the training process.
+stream, in the training process, no copy. A worker's batch reaches the
+training process the way DataLoader moves every tensor, through new shared
+memory per tensor (a copy and fresh pages, several times a memcpy), so
+workers pay off where a CPU transform costs more than that.
 
 Lifetimes. With num_workers=0 the collate hook's output is yielded as the
 Loader yields batches: zero-copy views of shared memory, valid until the
