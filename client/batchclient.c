@@ -457,6 +457,24 @@ static int stream_map(bc_stream *s)
 		return -errno;
 	s->data = m;
 	s->hdr = m;
+	/*
+	 * The same memory once more, copy-on-write, for the writable views
+	 * (batchclient.h, bc_batch_data_writable). F_SEAL_FUTURE_WRITE refuses
+	 * writable shared mappings only; a private one reads the daemon's
+	 * pages until the trainer writes one, which then becomes its own copy.
+	 * A kernel that refuses it costs the trainer only those views.
+	 */
+	if ((uint64_t)sysconf(_SC_PAGESIZE) > BP_RING_RECORD_ALIGN) {
+		/* Batches could share a page: dropping one's copies would drop another's. */
+		s->wdata_err = -EOPNOTSUPP;
+	} else {
+		m = mmap(NULL, s->r.data_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE,
+			 s->data_fd, 0);
+		if (m == MAP_FAILED)
+			s->wdata_err = -errno;
+		else
+			s->wdata = m;
+	}
 	m = mmap(NULL, s->r.ctrl_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->ctrl_fd, 0);
 	if (m == MAP_FAILED)
 		return -errno;
@@ -472,6 +490,8 @@ static void stream_free(bc_stream *s)
 	bc__gpu_free(s);
 	if (s->data)
 		munmap((void *)s->data, s->r.data_size);
+	if (s->wdata)
+		munmap(s->wdata, s->r.data_size);
 	if (s->ctrl)
 		munmap(s->ctrl, s->r.ctrl_size);
 	const int fds[] = { s->data_fd, s->ctrl_fd, s->released_fd, s->published_fd, s->gpu_fd };

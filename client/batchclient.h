@@ -196,6 +196,28 @@ BC_API int bc_batch_sample(const bc_batch *b, uint32_t i, const void **ret_data,
  */
 BC_API const void *bc_batch_data(const bc_batch *b, size_t *ret_len);
 
+/*
+ * bc_batch_data's bytes through a writable view: the trainer may modify
+ * them in place (normalise, zero), and only it sees the change. The view
+ * is a copy-on-write mapping of the same memory: it shows the daemon's
+ * bytes until the trainer writes a page, which then becomes the trainer's
+ * own copy; the daemon and other sessions never see it. bc_release drops
+ * those copies, and the first writable view of each batch starts from the
+ * daemon's bytes, so later batches are exact even after a write through a
+ * pointer kept past bc_release (that write is still a use after release:
+ * it may show in a batch the trainer holds on the same memory). The
+ * read-only pointers (bc_batch_data, bc_batch_sample, bc_batch_field)
+ * never show the trainer's writes. Costs a page fault per page written
+ * and a madvise(2) at the first writable view and at release of each
+ * batch that had one. GPU streams: the host staging copy only.
+ * @return 0 with *ret_data and *ret_len set; -EINVAL for a released (or
+ * NULL) b, ret_data or ret_len; -EOPNOTSUPP when the machine's pages are
+ * larger than BP_RING_RECORD_ALIGN, or the errno mmap(2) gave when the
+ * kernel refused the mapping (said in bc_stream_error()): copy instead.
+ * Thread: the stream's.
+ */
+BC_API int bc_batch_data_writable(bc_batch *b, void **ret_data, size_t *ret_len);
+
 /* ---- fields ------------------------------------------------------------------------------ */
 
 /* Field types, as the dataset's schema gives them (proto/PACK.md, Fields). */
@@ -237,6 +259,14 @@ BC_API int bc_stream_field_index(const bc_stream *s, const char *name);
  */
 BC_API int bc_batch_field(const bc_batch *b, uint32_t field, const void **ret_data,
 			  size_t *ret_len);
+
+/*
+ * bc_batch_field's values through the writable view bc_batch_data_writable
+ * describes. @return 0; bc_batch_field's errors; then
+ * bc_batch_data_writable's.
+ */
+BC_API int bc_batch_field_writable(bc_batch *b, uint32_t field, void **ret_data,
+				   size_t *ret_len);
 
 /*
  * Sample i's value of field `field`: its bytes or text, or its one

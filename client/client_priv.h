@@ -45,6 +45,7 @@ struct bc_batch {
 	void *dev;               /* GPU streams: the payload in device memory, else NULL */
 	void *stream;            /* CUstream last given to bc_batch_wait_stream; NULL: legacy default */
 	bool held;
+	bool writable;           /* a writable view was handed out: drop its private pages at release */
 };
 
 /*
@@ -71,6 +72,8 @@ struct bc_stream {
 	int gpu_fd;              /* GPU streams: the VMM handle, until it is mapped */
 	bc_gpu *gpu;             /* GPU streams once mapped; always NULL without CUDA */
 	const uint8_t *data;
+	uint8_t *wdata;          /* the data memfd again, MAP_PRIVATE and writable; NULL: refused */
+	int wdata_err;           /* why it is NULL: the negative errno mmap gave */
 	const bp_ring_header *hdr;
 	bp_ring_ctrl *ctrl;
 	uint64_t start_epoch, start_batch;

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,6 +101,58 @@ static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t
 	b->dev = dev;
 	b->stream = NULL;
 	b->held = true;
+	b->writable = false;
+	return 0;
+}
+
+/*
+ * Drop the trainer's private copies of b's pages in the writable mapping,
+ * so that it shows the daemon's bytes there again. A batch's bytes,
+ * [record, payload + payload_size), share no page with another batch's:
+ * records start on a BP_RING_RECORD_ALIGN boundary and stream_map maps
+ * the writable view only where pages are no larger. The bounds were
+ * checked against data_size by batch_bind.
+ */
+static void drop_private(const bc_batch *b)
+{
+	const bc_stream *s = b->s;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+	uint64_t lo = b->d.record < b->d.payload ? b->d.record : b->d.payload;
+	uint64_t hi = b->d.payload + b->d.payload_size;
+	uint64_t rec_end = b->d.record + bc__record_head(s, b->d.count);
+
+	if (rec_end > hi)
+		hi = rec_end;
+	lo &= ~(page - 1);
+	hi = (hi + page - 1) & ~(page - 1);
+	/* Cannot fail on a range inside our own mapping (its end is rounded to a page too). */
+	(void)madvise(s->wdata + lo, hi - lo, MADV_DONTNEED);
+}
+
+/*
+ * Make b's writable view fresh, the first time one is asked for: pages a
+ * write after an earlier bc_release privatised (the trainer kept a
+ * pointer) are dropped, so the view starts as the daemon's bytes.
+ * @return 0; -EINVAL for a released batch; the mapping's errno, with the
+ * reason in the stream's error, when there is no writable view.
+ */
+static int make_writable(bc_batch *b)
+{
+	bc_stream *s = b->s;
+
+	if (!b->held)
+		return -EINVAL;
+	if (!s->wdata) {
+		snprintf(s->err, sizeof(s->err), "no writable view of the batches: %s; copy a batch "
+			 "to write into it", s->wdata_err == -EOPNOTSUPP
+			 ? "this machine's pages are larger than the ring's record alignment"
+			 : strerror(-s->wdata_err));
+		return s->wdata_err;
+	}
+	if (!b->writable) {
+		drop_private(b);
+		b->writable = true;
+	}
 	return 0;
 }
 
@@ -402,6 +455,11 @@ int bc_release(bc_batch *b)
 	 */
 	if (b->dev)
 		r = bc__gpu_record_release(b);
+	/* Before the mark: the daemon may reuse the memory right after it. */
+	if (b->writable) {
+		drop_private(b);
+		b->writable = false;
+	}
 	b->held = false;
 	s->held--;
 	ring_release(s, b->seq);
@@ -518,6 +576,43 @@ int bc_batch_field(const bc_batch *b, uint32_t field, const void **ret_data, siz
 		return r;
 	*ret_data = b->payload + reg.offset;
 	*ret_len = (size_t)reg.size;
+	return 0;
+}
+
+/* p, a pointer into b's read-only view, in the writable one. */
+static void *in_writable(const bc_batch *b, const void *p)
+{
+	return b->s->wdata + ((const uint8_t *)p - b->s->data);
+}
+
+int bc_batch_data_writable(bc_batch *b, void **ret_data, size_t *ret_len)
+{
+	const void *p;
+	size_t n;
+	int r;
+
+	if (!b || !ret_data || !ret_len)
+		return -EINVAL;
+	if ((r = make_writable(b)) < 0)
+		return r;
+	p = bc_batch_data(b, &n);
+	*ret_data = in_writable(b, p);
+	*ret_len = n;
+	return 0;
+}
+
+int bc_batch_field_writable(bc_batch *b, uint32_t field, void **ret_data, size_t *ret_len)
+{
+	const void *p;
+	size_t n;
+	int r;
+
+	if (!b || !ret_data || !ret_len)
+		return -EINVAL;
+	if ((r = bc_batch_field(b, field, &p, &n)) < 0 || (r = make_writable(b)) < 0)
+		return r;
+	*ret_data = in_writable(b, p);
+	*ret_len = n;
 	return 0;
 }
 

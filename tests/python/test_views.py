@@ -61,12 +61,20 @@ class Views(T.DaemonCase):
         self.assertEqual(address(a), address(w))
         self.assertEqual(address(a), address(d))
         self.assertEqual(address(s3), address(a) + 3 * SIZE)
-        self.assertEqual(address(a), b._addr)            # what bc_batch_data() returned
+        self.assertEqual(address(a), b._addr)            # what bc_batch_data_writable() returned
         self.assertFalse(a.flags.owndata)
-        # The bytes live in the daemon's sealed memfd, mapped shared and read-only.
+        # The bytes live in the daemon's sealed memfd, mapped shared and read-only by
+        # bc_batch_data(); the views show them through this process's copy-on-write mapping
+        # of the same memfd (bc_batch_data_writable), at the same offset.
+        ro = mapping_of(b._ro_addr)
+        self.assertIn("memfd:", ro)
+        self.assertTrue(ro.split()[1].startswith("r-") and ro.split()[1].endswith("s"), ro)
         m = mapping_of(address(a))
         self.assertIn("memfd:", m)
-        self.assertTrue(m.split()[1].startswith("r-") and m.split()[1].endswith("s"), m)
+        self.assertEqual(m.split()[1], "rw-p", m)
+        self.assertEqual(m.split()[3:], ro.split()[3:])  # the same memfd (device, inode, name)
+        self.assertEqual(address(a) - int(m.split("-")[0], 16),
+                         b._ro_addr - int(ro.split("-")[0], 16))
         self.assertFalse(a.flags.writeable)
         with self.assertRaises(ValueError):
             a[0, 0] = 1

@@ -35,11 +35,19 @@ The lifetime scheme ("pinning"):
   raises PinnedBatchError otherwise, instead of waiting forever. Keep data
   beyond one step with arr.copy(), tensor.clone() or bytes(view).
 
-The memory is mapped read-only (the daemon seals it), so every view is
-read-only: NumPy arrays have writeable=False. torch has no read-only
-tensors: writing into a tensor from Batch.torch() (an in-place op such as
-t.div_()) is a segmentation fault. Ops that make new tensors (t.float(),
-t / 255) are what a training step does anyway.
+In-place ops: the views show the batch through libbatchclient's
+writable view (bc_batch_data_writable): a copy-on-write mapping of the
+session's memory, private to this process. Tensors from torch() and
+torch(name), and arrays from numpy(..., writable=True), may be modified in
+place (t.sub_(mean), t[:] = 0, relu(t, inplace=True)); a page written
+becomes this process's own copy, so the daemon, other sessions and later
+batches never see the change, and every view of the same batch (data,
+samples, numpy(), batch[name]) does. The other views are read-only
+(memoryviews, NumPy arrays with writeable=False), so a stray write there
+raises instead. Releasing the batch drops the written copies; since a
+live tensor pins its batch (above), no tensor can write memory that a
+later batch uses. Where the kernel refuses such a mapping, torch() and
+numpy(writable=True) return a copy instead (with a RuntimeWarning).
 
 GPU batches (a Loader opened with device=N) are also in that GPU's memory,
 copied there by batchd asynchronously:
@@ -90,10 +98,7 @@ def _stream_handle(stream):
 
 def _from_numpy(arr):
     import torch
-    with warnings.catch_warnings():
-        # "The given NumPy array is not writable": known, and documented.
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(arr)
+    return torch.from_numpy(arr)
 
 
 class Batch:
@@ -124,7 +129,8 @@ class Batch:
         sid = L.bc_batch_sample_id
         self.ids = tuple(sid(handle, i) for i in range(count))
         self._count = count
-        self._addr = addr or 0
+        self._ro_addr = addr or 0  # the read-only view's address, which the C calls speak of
+        self._wdelta = None       # writable view's address minus the read-only's, once known
         self.nbytes = n.value
         dev = L.bc_batch_device_data(handle, ctypes.byref(n))
         self._dev = dev or None   # device address, None for host batches
@@ -135,8 +141,9 @@ class Batch:
         self._data = None
         self._samples = None
         self._np_mv = None
+        self._np_wmv = None
         self._spans = None        # (offset, size) per sample
-        self._fviews = {}         # field index -> memoryview of its region
+        self._fviews = {}         # (field index, writable) -> (address, memoryview) of its region
         self._fvalues = {}        # field index -> list of sample views, or of str
         self._keys = None
 
@@ -174,6 +181,36 @@ class Batch:
             raise ReleasedError(f"batch {self.epoch}:{self.index} was released; its views "
                                 "are gone (copy what you need before releasing)")
 
+    def _delta(self):
+        """How far the writable view lies from the read-only one: every view
+        of the batch is made there (see the module doc), so they all show
+        the same bytes. None where the kernel refused the mapping: the
+        views are then over the read-only memory."""
+        if self._wdelta is None:
+            self._check()
+            L = _lib.lib()
+            p = ctypes.c_void_p()
+            n = ctypes.c_size_t()
+            r = L.bc_batch_data_writable(self._h, ctypes.byref(p), ctypes.byref(n))
+            if r == -errno.EINVAL:
+                raise BatchdError(-r, _lib.text(L.bc_strerror(r)),
+                                  f"writable view of batch {self.epoch}:{self.index}")
+            self._wdelta = (p.value or 0) - self._ro_addr if r == 0 else False
+            if r < 0:
+                self._no_writable = self._stream.error() or _lib.text(L.bc_strerror(r))
+        return self._wdelta if self._wdelta is not False else None
+
+    @property
+    def _addr(self):
+        """The payload's address in the memory the views show."""
+        return self._ro_addr + (self._delta() or 0)
+
+    def _copy_instead(self, arr):
+        """A writable copy of arr, where the batch has no writable view."""
+        warnings.warn(f"batch {self.epoch}:{self.index} has no writable view "
+                      f"({self._no_writable}): a copy is returned", RuntimeWarning, stacklevel=3)
+        return arr.copy()
+
     def _check_payload(self):
         """The sample views show the first selected bytes field: refuse them,
         rather than show empty samples, when the Loader selected none."""
@@ -199,17 +236,18 @@ class Batch:
             self._exps[region] = weakref.ref(exp)
         return exp
 
-    def _memoryview(self, region="data", addr=None, nbytes=None):
-        """A fresh read-only byte memoryview of a region (its own buffer
-        export; the payload by default), recorded for revocation."""
+    def _memoryview(self, region="data", addr=None, nbytes=None, writable=False):
+        """A fresh byte memoryview of a region (its own buffer export; the
+        payload by default), read-only unless writable, recorded for
+        revocation."""
         if region == "data":
             addr, nbytes = self._addr, self.nbytes
         exp = self._exporter(region, addr, nbytes)
         w = memoryview(exp)
-        ro = w.toreadonly().cast("B")
+        v = (w if writable else w.toreadonly()).cast("B")
         w.release()
-        self._views.append(ro)
-        return ro
+        self._views.append(v)
+        return v
 
     @property
     def data(self):
@@ -230,7 +268,7 @@ class Batch:
                 if r < 0:
                     raise BatchdError(-r, _lib.text(L.bc_strerror(r)),
                                       f"sample {i} of batch {self.epoch}:{self.index}")
-                off = (p.value or self._addr) - self._addr
+                off = (p.value or self._ro_addr) - self._ro_addr
                 if off < 0 or off + n.value > self.nbytes:
                     raise BatchdError(74, "sample lies outside its batch",  # EBADMSG
                                       f"sample {i} of batch {self.epoch}:{self.index}")
@@ -289,27 +327,36 @@ class Batch:
             shape = (sb // itemsize,)
         return sb, shape
 
-    def numpy(self, dtype="uint8", shape=None):
-        """The batch as a read-only NumPy array of shape (len(batch), *shape),
-        over the shared memory (no copy). shape is one sample's shape; None
+    def numpy(self, dtype="uint8", shape=None, writable=False):
+        """The batch as a NumPy array of shape (len(batch), *shape), over
+        the shared memory (no copy). shape is one sample's shape; None
         means 1-D (bytes per sample / itemsize). Needs fixed-size samples.
-        The array pins the batch while it lives (see the module doc)."""
+        Read-only (writeable=False) unless writable: then in-place ops
+        change this process's view only (see the module doc). The array
+        pins the batch while it lives."""
         import numpy as np
         self._check_payload()
         dt = np.dtype(dtype)
         if dt.itemsize == 0 or dt.hasobject:
             raise ValueError(f"dtype {dt}: need a fixed-size plain data type")
         sb, shape = self._sample_bytes(dt.itemsize, shape)
-        if self._np_mv is None:
-            self._np_mv = self._memoryview()
-        flat = np.frombuffer(self._np_mv, dtype=dt, count=self.nbytes // dt.itemsize)
-        return flat.reshape((self._count,) + tuple(shape))
+        if writable and self._delta() is not None:
+            if self._np_wmv is None:
+                self._np_wmv = self._memoryview(writable=True)
+            mv = self._np_wmv
+        else:
+            if self._np_mv is None:
+                self._np_mv = self._memoryview()
+            mv = self._np_mv
+        flat = np.frombuffer(mv, dtype=dt, count=self.nbytes // dt.itemsize)
+        arr = flat.reshape((self._count,) + tuple(shape))
+        return self._copy_instead(arr) if writable and not arr.flags.writeable else arr
 
     def torch(self, dtype=None, shape=None):
         """The batch as a torch tensor of shape (len(batch), *shape) over the
         shared memory (no copy; torch.from_numpy of numpy()). dtype is a
-        torch dtype (default torch.uint8). The memory is read-only: do not
-        modify the tensor in place (see the module doc).
+        torch dtype (default torch.uint8). In-place ops on the tensor change
+        this process's view of the batch only (see the module doc).
 
         torch(name) is field `name` as a tensor, the same memory as
         batch[name]: int64 [B] for a label, float32/float64 [B], uint8
@@ -323,7 +370,7 @@ class Batch:
         dtype = torch.uint8 if dtype is None else dtype
         itemsize = torch.empty((), dtype=dtype).element_size()
         sb, shape = self._sample_bytes(itemsize, shape)
-        t = _from_numpy(self.numpy(np.uint8, (sb,)))
+        t = _from_numpy(self.numpy(np.uint8, (sb,), writable=True))
         if dtype != torch.uint8:
             t = t.view(dtype)
         return t.reshape((self._count,) + tuple(shape))
@@ -333,12 +380,12 @@ class Batch:
             raise TypeError(f"torch({name!r}) takes no shape: a field's shape is in the schema "
                             f"(reshape the tensor instead)")
         f = self._field(name)
-        values = self[name]
-        if isinstance(values, list):
+        if f.type == "str" or (f.type == "bytes" and not f.fixed_size):
             what = "text" if f.type == "str" else "bytes of differing sizes"
             raise ValueError(f"field {name!r} holds {what}: torch() needs a scalar field or a "
                              f"bytes field of fixed size; use batch[{name!r}] (a list)")
-        return _from_numpy(values)
+        shape = (f.fixed_size,) if f.type == "bytes" else ()
+        return _from_numpy(self._dense(f, f.dtype or "uint8", shape, writable=True))
 
     # ---- fields ------------------------------------------------------------------------
 
@@ -390,17 +437,18 @@ class Batch:
         r = L.bc_batch_field(self._h, f.index, ctypes.byref(p), ctypes.byref(n))
         if r < 0:
             raise BatchdError(-r, _lib.text(L.bc_strerror(r)), self._where(f))
-        return p.value or 0, n.value
+        return (p.value + (self._delta() or 0) if p.value else 0), n.value
 
-    def _field_view(self, f):
-        """(address, memoryview) of field f's values."""
-        got = self._fviews.get(f.index)
+    def _field_view(self, f, writable=False):
+        """(address, memoryview) of field f's values, read-only unless writable."""
+        key = (f.index, writable)
+        got = self._fviews.get(key)
         if got is None:
             addr, n = self._field_region(f)
-            got = self._fviews[f.index] = (addr, self._memoryview(f.index, addr, n))
+            got = self._fviews[key] = (addr, self._memoryview(f.index, addr, n, writable))
         return got
 
-    def _dense(self, f, dtype, shape):
+    def _dense(self, f, dtype, shape, writable=False):
         try:
             import numpy as np
         except ImportError:
@@ -408,12 +456,13 @@ class Batch:
                               "(python3-numpy)") from None
         dt = np.dtype(dtype)
         per = dt.itemsize * math.prod(shape)
-        mv = self._field_view(f)[1]
+        mv = self._field_view(f, writable and self._delta() is not None)[1]
         if len(mv) != per * self._count:
             raise BatchdError(errno.EBADMSG, f"{len(mv)} bytes are not {self._count} values "
                               f"of {per} bytes", self._where(f))
         flat = np.frombuffer(mv, dtype=dt, count=len(mv) // dt.itemsize)
-        return flat.reshape((self._count,) + shape)
+        arr = flat.reshape((self._count,) + shape)
+        return self._copy_instead(arr) if writable and not arr.flags.writeable else arr
 
     def _values(self, f):
         """Field f's per-sample values: memoryviews (bytes) or str (str)."""
@@ -434,7 +483,8 @@ class Batch:
                 out.append(ctypes.string_at(p.value, n.value).decode("utf-8", "surrogateescape")
                            if n.value else "")
                 continue
-            off = (p.value or addr) - addr
+            # The C call names the read-only view; base is the writable one (_delta).
+            off = (p.value + (self._delta() or 0) if p.value else addr) - addr
             if off < 0 or off + n.value > len(base):
                 raise BatchdError(errno.EBADMSG, "sample lies outside its field's values",
                                   f"sample {i} of {self._where(f)}")
@@ -530,7 +580,7 @@ class Batch:
             except BufferError:
                 pass
         self._views = []
-        self._data = self._samples = self._np_mv = None
+        self._data = self._samples = self._np_mv = self._np_wmv = None
         self._fviews = {}
         self._fvalues = {}
 
