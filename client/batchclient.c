@@ -474,6 +474,9 @@ static int stream_map(bc_stream *s)
 			s->wdata_err = -errno;
 		else
 			s->wdata = m;
+		/* Without it every release drops the batch's pages, copied or not (ring_reader.c). */
+		if (s->wdata)
+			s->pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
 	}
 	m = mmap(NULL, s->r.ctrl_size, PROT_READ | PROT_WRITE, MAP_SHARED, s->ctrl_fd, 0);
 	if (m == MAP_FAILED)
@@ -494,7 +497,8 @@ static void stream_free(bc_stream *s)
 		munmap(s->wdata, s->r.data_size);
 	if (s->ctrl)
 		munmap(s->ctrl, s->r.ctrl_size);
-	const int fds[] = { s->data_fd, s->ctrl_fd, s->released_fd, s->published_fd, s->gpu_fd };
+	const int fds[] = { s->data_fd, s->ctrl_fd, s->released_fd, s->published_fd, s->gpu_fd,
+			    s->pagemap_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -577,6 +581,7 @@ static bc_stream *stream_new(bc_client *c, const bc_stream_opts *o)
 	s->c = c;
 	s->device = o->device;
 	s->data_fd = s->ctrl_fd = s->released_fd = s->published_fd = s->gpu_fd = -1;
+	s->pagemap_fd = -1;
 	s->epoch = o->start_epoch;
 	s->start_epoch = o->start_epoch;
 	s->start_batch = o->start_batch;

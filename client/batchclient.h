@@ -208,8 +208,10 @@ BC_API const void *bc_batch_data(const bc_batch *b, size_t *ret_len);
  * it may show in a batch the trainer holds on the same memory). The
  * read-only pointers (bc_batch_data, bc_batch_sample, bc_batch_field)
  * never show the trainer's writes. Costs a page fault per page written
- * and a madvise(2) at the first writable view and at release of each
- * batch that had one. GPU streams: the host staging copy only.
+ * (a copy of it), one pread(2) of /proc/self/pagemap at the first
+ * writable view and at the release of each batch that had one, and a
+ * madvise(2) there when the batch's pages hold copies; pages only read
+ * stay mapped. GPU streams: the host staging copy only.
  * @return 0 with *ret_data and *ret_len set; -EINVAL for a released (or
  * NULL) b, ret_data or ret_len; -EOPNOTSUPP when the machine's pages are
  * larger than BP_RING_RECORD_ALIGN, or the errno mmap(2) gave when the

@@ -74,6 +74,7 @@ struct bc_stream {
 	const uint8_t *data;
 	uint8_t *wdata;          /* the data memfd again, MAP_PRIVATE and writable; NULL: refused */
 	int wdata_err;           /* why it is NULL: the negative errno mmap gave */
+	int pagemap_fd;          /* /proc/self/pagemap, to see which of wdata's pages are ours; -1 */
 	const bp_ring_header *hdr;
 	bp_ring_ctrl *ctrl;
 	uint64_t start_epoch, start_batch;

@@ -105,6 +105,39 @@ static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t
 	return 0;
 }
 
+#define PAGEMAP_PRESENT (1ull << 63)
+#define PAGEMAP_SWAPPED (1ull << 62)
+#define PAGEMAP_FILE    (1ull << 61)  /* a page of the file (or shared), not a private copy */
+
+/*
+ * Whether any page of [lo, hi) in the writable mapping is a private copy
+ * (present or swapped, and not the file's page), read from
+ * /proc/self/pagemap. A range whose pages are all the file's needs no
+ * madvise, which would also unmap the pages only read and make the next
+ * batch there fault them in again. true when pagemap cannot tell.
+ */
+static bool has_copies(const bc_stream *s, uint64_t lo, uint64_t hi, uint64_t page)
+{
+	uint64_t ent[512];
+	uint64_t first = (uint64_t)(uintptr_t)(s->wdata + lo) / page, pages = (hi - lo) / page;
+
+	if (s->pagemap_fd < 0)
+		return true;
+	for (uint64_t i = 0; i < pages;) {
+		uint64_t n = pages - i < 512 ? pages - i : 512;
+		ssize_t got = pread(s->pagemap_fd, ent, n * sizeof(ent[0]),
+				    (off_t)((first + i) * sizeof(ent[0])));
+
+		if (got != (ssize_t)(n * sizeof(ent[0])))
+			return true;
+		for (uint64_t k = 0; k < n; k++)
+			if ((ent[k] & (PAGEMAP_PRESENT | PAGEMAP_SWAPPED)) && !(ent[k] & PAGEMAP_FILE))
+				return true;
+		i += n;
+	}
+	return false;
+}
+
 /*
  * Drop the trainer's private copies of b's pages in the writable mapping,
  * so that it shows the daemon's bytes there again. A batch's bytes,
@@ -126,7 +159,8 @@ static void drop_private(const bc_batch *b)
 	lo &= ~(page - 1);
 	hi = (hi + page - 1) & ~(page - 1);
 	/* Cannot fail on a range inside our own mapping (its end is rounded to a page too). */
-	(void)madvise(s->wdata + lo, hi - lo, MADV_DONTNEED);
+	if (has_copies(s, lo, hi, page))
+		(void)madvise(s->wdata + lo, hi - lo, MADV_DONTNEED);
 }
 
 /*

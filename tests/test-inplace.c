@@ -15,6 +15,7 @@
  * BATCHD and BATCHD_PACK name the binaries (meson sets them).
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -144,6 +145,56 @@ START_TEST(test_write_in_place)
 }
 END_TEST
 
+/* The kB of private (copied) pages in the mapping holding p, from /proc/self/smaps. */
+static long anon_kb(const void *p)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool in = false;
+	long kb = -1;
+
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (in && sscanf(line, "Anonymous: %ld kB", &kb) == 1)
+			break;
+	}
+	fclose(f);
+	ck_assert_int_ge(kb, 0);
+	return kb;
+}
+
+/* What a batch's writes copied, its release gives back: the mapping holds no copy after. */
+START_TEST(test_release_drops_copies)
+{
+	bc_client *c = dt_connect_ok();
+	bc_stream_opts o;
+	bc_stream *s;
+
+	small_ring(&o);
+	s = dt_open_ok(c, &o);
+	for (uint64_t i = 0; i < 5; i++) {
+		bc_batch *b = next_ok(s, i);
+		size_t len;
+		uint8_t *w = writable_ok(s, b, i, &len);
+
+		expect(anon_kb(w) == 0, "batch %llu: %ld kB copied before any write",
+		       (unsigned long long)i, anon_kb(w));
+		memset(w, 0, len);
+		expect((size_t)anon_kb(w) * 1024 >= len / 4096 * 4096, "batch %llu: %zu bytes "
+		       "written, %ld kB copied", (unsigned long long)i, len, anon_kb(w));
+		ck_assert_int_eq(bc_release(b), 0);
+		expect(anon_kb(w) == 0, "batch %llu: %ld kB still copied after release",
+		       (unsigned long long)i, anon_kb(w));
+	}
+	ck_assert_int_eq(bc_close(s), 0);
+	bc_disconnect(c);
+}
+END_TEST
+
 /* The calls' refusals: NULL arguments, a field the dataset lacks. */
 START_TEST(test_refusals)
 {
@@ -173,6 +224,7 @@ static Suite *inplace_suite(void)
 	Suite *s = suite_create("inplace");
 
 	tcase_add_test(dt_tcase(s, "write_in_place", setup), test_write_in_place);
+	tcase_add_test(dt_tcase(s, "release_drops_copies", setup), test_release_drops_copies);
 	tcase_add_test(dt_tcase(s, "refusals", setup), test_refusals);
 	return s;
 }
