@@ -2,7 +2,9 @@
 /*
  * ring_reader.c - the trainer's side of a stream's ring (proto/ring.h):
  * bc_next takes published batches, bc_release gives them back, and the
- * bc_batch_ calls read them.
+ * bc_batch_ calls read them, through the read-only mapping or, for
+ * bc_batch_*_writable, the trainer's private copy-on-write one, whose
+ * copies each batch drops at release (drop_private).
  *
  * Taking a ready batch costs no system call: the daemon's release store of
  * `produced` makes the descriptor and record readable, and everything read
@@ -144,7 +146,8 @@ static bool has_copies(const bc_stream *s, uint64_t lo, uint64_t hi, uint64_t pa
  * [record, payload + payload_size), share no page with another batch's:
  * records start on a BP_RING_RECORD_ALIGN boundary and stream_map maps
  * the writable view only where pages are no larger. The bounds were
- * checked against data_size by batch_bind.
+ * checked against data_size by batch_bind; a daemon that lies in them can
+ * only make the trainer lose its own writes to another batch it holds.
  */
 static void drop_private(const bc_batch *b)
 {
@@ -158,7 +161,7 @@ static void drop_private(const bc_batch *b)
 		hi = rec_end;
 	lo &= ~(page - 1);
 	hi = (hi + page - 1) & ~(page - 1);
-	/* Cannot fail on a range inside our own mapping (its end is rounded to a page too). */
+	/* madvise cannot fail on a range inside our own mapping (its end is page-rounded too). */
 	if (has_copies(s, lo, hi, page))
 		(void)madvise(s->wdata + lo, hi - lo, MADV_DONTNEED);
 }
