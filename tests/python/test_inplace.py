@@ -8,6 +8,7 @@ enough that batches reuse the same memory; a second session on the same
 dataset sees none of the writes; numpy() stays read-only unless
 writable=True. Exits 77 (skip) when PyTorch is not installed."""
 import csv
+import errno
 import os
 
 import batchd_testlib as T
@@ -18,6 +19,8 @@ try:
 except ImportError:
     T.skip("PyTorch is not installed (apt-get install python3-torch)")
 import numpy as np
+
+from batchclient import _lib
 
 N, SIZE, B = 256, 64, 16
 
@@ -153,6 +156,27 @@ class InPlace(T.DaemonCase):
         self.assertEqual(bytes(a[4]), bytes((v - 1) & 0xff for v in self.records[4]))
         t = b.torch()
         self.assertEqual(t.data_ptr(), a.__array_interface__["data"][0])
+
+    def test_without_a_writable_view(self):
+        # A kernel that refuses the private mapping: tensors are copies, with a warning,
+        # and the views read the read-only memory.
+        L = _lib.lib()
+        real = L.bc_batch_data_writable
+        L.bc_batch_data_writable = lambda h, p, n: -errno.EPERM
+        self.addCleanup(setattr, L, "bc_batch_data_writable", real)
+        it = iter(self.loader("rec.bpk", B, shuffle="none"))
+        b = next(it)
+        with self.assertWarnsRegex(RuntimeWarning, "has no writable view .*a copy is returned"):
+            t = b.torch(torch.float32)
+        a = b.numpy()
+        self.assertEqual(a.__array_interface__["data"][0], b._ro_addr)
+        self.assertNotEqual(t.data_ptr(), b._ro_addr)
+        t.zero_()
+        self.expect_exact(b, "after writing a copy")
+        with self.assertWarns(RuntimeWarning):
+            w = b.numpy(writable=True)
+        self.assertTrue(w.flags.writeable and w.flags.owndata)
+        self.expect_exact(next(it), "the next batch")
 
 
 if __name__ == "__main__":
