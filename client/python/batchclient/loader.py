@@ -373,6 +373,24 @@ class _Stream:
 # ---- the loader ------------------------------------------------------------------------------
 
 
+def check_state(state, mine, batches_per_epoch):
+    """The (epoch, batch) of a saved state that resumes the schedule `mine`
+    (a state_dict() of now) exactly; ValueError naming what differs (a
+    changed world size cannot resume exactly) or a position outside an
+    epoch of batches_per_epoch batches."""
+    if state.get("version") != STATE_VERSION:
+        raise ValueError(f"state version {state.get('version')!r}: expected {STATE_VERSION}")
+    diff = [k for k in ("fingerprint", "batch_size", "shuffle", "seed", "rank", "world",
+                        "drop_last") if state.get(k) != mine[k]]
+    if diff:
+        raise ValueError("cannot resume exactly: the state was saved with a different "
+                         + ", ".join(f"{k} ({state.get(k)!r}, now {mine[k]!r})" for k in diff))
+    e, b = _int(state["epoch"], "epoch"), _int(state["batch"], "batch")
+    if e < 0 or b < 0 or b >= batches_per_epoch:
+        raise ValueError(f"position {e}:{b} is outside an epoch of {batches_per_epoch} batches")
+    return e, b
+
+
 class Loader:
     """Batches of a dataset served by batchd, one epoch per iteration.
 
@@ -581,21 +599,7 @@ class Loader:
         one: dataset fingerprint, batch size, shuffle, seed, rank, world and
         drop_last must match, else ValueError (a changed world size cannot
         resume exactly)."""
-        s = self._live()
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r}: expected {STATE_VERSION}")
-        mine = self.state_dict()
-        diff = [k for k in ("fingerprint", "batch_size", "shuffle", "seed", "rank", "world",
-                            "drop_last") if state.get(k) != mine[k]]
-        if diff:
-            raise ValueError("cannot resume exactly: the state was saved with a different "
-                             + ", ".join(f"{k} ({state.get(k)!r}, now {mine[k]!r})"
-                                         for k in diff))
-        e, b = _int(state["epoch"], "epoch"), _int(state["batch"], "batch")
-        if e < 0 or b < 0 or b >= s.batches_per_epoch:
-            raise ValueError(f"position {e}:{b} is outside an epoch of "
-                             f"{s.batches_per_epoch} batches")
-        self._want = (e, b)
+        self._want = check_state(state, self.state_dict(), self._live().batches_per_epoch)
 
     def _settle(self):
         """Reopen the stream at the wanted position unless it stands there."""

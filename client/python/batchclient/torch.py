@@ -91,7 +91,7 @@ except ImportError as e:     # pragma: no cover - exercised where torch is missi
                       "`pip install torch`, or use batchclient.Loader") from None
 
 from . import _lib
-from .loader import Loader, rank_and_world, _int
+from .loader import Loader, check_state, rank_and_world, _int
 
 __all__ = ["BatchdDataset", "to_tensors", "to_dict"]
 
@@ -325,18 +325,7 @@ class BatchdDataset(IterableDataset):
     def load_state_dict(self, state):
         """Resume at a state_dict() position (of this dataset or of a Loader
         with the same schedule): ValueError naming what differs otherwise."""
-        version = self._state["version"]
-        if state.get("version") != version:
-            raise ValueError(f"state version {state.get('version')!r}: expected {version}")
-        diff = [k for k in ("fingerprint", "batch_size", "shuffle", "seed", "rank", "world",
-                            "drop_last") if state.get(k) != self._state[k]]
-        if diff:
-            raise ValueError("cannot resume exactly: the state was saved with a different "
-                             + ", ".join(f"{k} ({state.get(k)!r}, now {self._state[k]!r})"
-                                         for k in diff))
-        e, b = _int(state["epoch"], "epoch"), _int(state["batch"], "batch")
-        if e < 0 or b < 0 or b >= self._len:
-            raise ValueError(f"position {e}:{b} is outside an epoch of {self._len} batches")
+        e, b = check_state(state, self._state, self._len)
         with self._pos.get_lock():
             self._put(e, b)
 
