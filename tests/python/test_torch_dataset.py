@@ -293,6 +293,23 @@ class TorchDataset(T.DaemonCase):
         self.assert_same_batches(got, want[4:], "the rest of epoch 0")
         self.assertEqual(rest.position, (1, 0))
 
+    def test_set_epoch_after_load_resumes_the_saved_epoch(self):
+        want = self.reference(0)
+        state = dict(self.dataset().state_dict(), epoch=0, batch=4)
+        for other in (1, 2):
+            ds = self.dataset()
+            ds.load_state_dict(state)
+            with self.assertRaisesRegex(ValueError, "the state resumes epoch 0 at batch 4"):
+                ds.set_epoch(other)
+        ds = self.dataset()
+        ds.load_state_dict(state)
+        got = []
+        for epoch in range(ds.epoch, 2):
+            ds.set_epoch(epoch)           # epoch 0 from batch 4 (two workers), then epoch 1
+            got.append(self.epoch_ids(DataLoader(ds, batch_size=None, num_workers=2)))
+        self.assert_same_batches(got[0], want[4:], "the rest of epoch 0")
+        self.assert_same_batches(got[1], self.reference(1), "epoch 1")
+
     def test_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "collate 3 must be callable"):
             self.dataset(collate=3)

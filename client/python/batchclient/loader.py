@@ -373,6 +373,24 @@ class _Stream:
 # ---- the loader ------------------------------------------------------------------------------
 
 
+def resume_guard(epoch, resume, position):
+    """What set_epoch(epoch) does while a loaded state is pending: True when
+    it must keep the position (epoch is the saved one), False when no state
+    is pending (resume is None, or an iteration has moved on from it: the
+    position is no longer the saved one); ValueError when epoch is another
+    epoch, which would replay or skip part of the saved epoch's rest."""
+    if resume is None or tuple(position) != tuple(resume):
+        return False
+    e, b = resume
+    if epoch == e:
+        return True
+    what = "replay" if epoch < e else "skip"
+    raise ValueError(f"set_epoch({epoch}) after load_state_dict: the state resumes epoch {e} "
+                     f"at batch {b}, and epoch {epoch} would {what} part of the schedule; "
+                     f"call set_epoch({e}) for the saved epoch (loop over epochs from "
+                     f"loader.position[0]), or iterate without set_epoch")
+
+
 def check_state(state, mine, batches_per_epoch):
     """The (epoch, batch) of a saved state that resumes the schedule `mine`
     (a state_dict() of now) exactly; ValueError naming what differs (a
@@ -481,6 +499,7 @@ class Loader:
         self._collate = collate
         self._timeout = timeout
         self._want = None        # position asked for by set_epoch / load_state_dict
+        self._resume = None      # the position load_state_dict asked for (resume_guard)
         self._current = None     # the batch yielded last, until the next step
         self._last = None        # the batch yielded last (may stay pinned)
         self._gen = 0
@@ -576,11 +595,17 @@ class Loader:
     # -- positioning --
 
     def set_epoch(self, epoch):
-        """Make the next iteration yield epoch `epoch` from its first batch."""
+        """Make the next iteration yield epoch `epoch` from its first batch.
+        Right after load_state_dict, the saved epoch resumes where the state
+        was taken instead, and any other epoch is a ValueError (it would
+        replay or skip part of the schedule): see resume_guard."""
         epoch = _int(epoch, "epoch")
         if epoch < 0:
             raise ValueError(f"epoch {epoch} must be >= 0")
         self._live()
+        if resume_guard(epoch, self._resume, self.position):
+            return
+        self._resume = None
         self._want = (epoch, 0)
 
     def state_dict(self):
@@ -600,6 +625,7 @@ class Loader:
         drop_last must match, else ValueError (a changed world size cannot
         resume exactly)."""
         self._want = check_state(state, self.state_dict(), self._live().batches_per_epoch)
+        self._resume = self._want
 
     def _settle(self):
         """Reopen the stream at the wanted position unless it stands there."""

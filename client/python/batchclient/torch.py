@@ -91,7 +91,7 @@ except ImportError as e:     # pragma: no cover - exercised where torch is missi
                       "`pip install torch`, or use batchclient.Loader") from None
 
 from . import _lib
-from .loader import Loader, check_state, rank_and_world, _int
+from .loader import Loader, check_state, rank_and_world, resume_guard, _int
 
 __all__ = ["BatchdDataset", "to_tensors", "to_dict"]
 
@@ -272,6 +272,7 @@ class BatchdDataset(IterableDataset):
         self._loader = None      # the stream of the process that iterates, opened there
         self._pid = None
         self._runs = 0           # iterations this worker started (its copy of the dataset)
+        self._resume = None      # the position load_state_dict asked for (loader.resume_guard)
 
     def __getstate__(self):
         s = self.__dict__.copy()
@@ -309,11 +310,16 @@ class BatchdDataset(IterableDataset):
 
     def set_epoch(self, epoch):
         """Make the next iteration run epoch `epoch` from its first batch, in
-        this process and in DataLoader workers (persistent ones too)."""
+        this process and in DataLoader workers (persistent ones too). Right
+        after load_state_dict the saved epoch resumes where the state was
+        taken, and another epoch is a ValueError (loader.resume_guard)."""
         epoch = _int(epoch, "epoch")
         if epoch < 0:
             raise ValueError(f"epoch {epoch} must be >= 0")
         with self._pos.get_lock():
+            if resume_guard(epoch, self._resume, (self._pos[_EPOCH], self._pos[_BATCH])):
+                return
+            self._resume = None
             self._put(epoch, 0)
 
     def state_dict(self):
@@ -328,6 +334,7 @@ class BatchdDataset(IterableDataset):
         e, b = check_state(state, self._state, self._len)
         with self._pos.get_lock():
             self._put(e, b)
+        self._resume = (e, b)
 
     def close(self):
         """Close this process's stream, if it opened one (iterating again reopens it)."""
