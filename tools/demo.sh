@@ -60,3 +60,8 @@ echo "   per sample (best of num_workers 0/1/2/4) against batchd with its defaul
 echo "   warm page cache, shuffled, every byte checked (tools/bench-vs-torch.py)"
 /usr/bin/python3 tools/bench-vs-torch.py --samples 10000 --repeat 3 --peers raw,zst --epochs 2 ||
 	echo "   (skipped: tools/bench-vs-torch.py says what it needs above)"
+echo "== a small CNN on real PNG images (class folders from /usr/share, PIL decode to 32x32):"
+echo "   epoch time and data wait with DataLoader over the files (best of 0/2/4 workers) and"
+echo "   with batchd, decoding in the collate hook and in 2 workers (train_cnn.py --short)"
+/usr/bin/python3 client/python/examples/train_cnn.py --short ||
+	echo "   (skipped: client/python/examples/train_cnn.py says what it needs above)"
