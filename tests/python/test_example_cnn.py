@@ -57,7 +57,7 @@ class ExampleCnn(unittest.TestCase):
         with tempfile.TemporaryDirectory() as empty:
             r = example("--source", empty)
         self.assertEqual(r.returncode, 2, r.stderr)
-        self.assertIn(f"too few images: 0 PNG files over 2 KiB in 0 classes", r.stderr)
+        self.assertIn("too few images: 0 PNG files over 2 KiB in 0 classes", r.stderr)
         self.assertIn(empty, r.stderr)
 
     def test_no_build_tree(self):
