@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """client/python/examples/train_cnn.py, the example the demo runs, end to
-end on a few real PNG files from /usr/share: it packs them, starts its own
+end on a few real PNG files from /usr/share (adwaita-icon-theme, which
+tools/deps.sh installs, has hundreds): it packs them, starts its own
 batchd from the build tree and trains with all three loaders; the table
 has one row per loader with a positive epoch time, a wait fraction within
 0-100% and a finite loss, over exactly the images it was given. Too few
