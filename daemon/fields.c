@@ -9,8 +9,7 @@
 
 #include "fields.h"
 #include "ring.h"
-
-#define ALIGN_UP(x, a) (((x) + ((uint64_t)(a) - 1)) & ~((uint64_t)(a) - 1))
+#include "util.h"
 
 /* "image (bytes), label (int64)" into buf: what a refusal lists. */
 static void list_fields(const bp_schema *s, char *buf, size_t len)
@@ -144,7 +143,7 @@ uint64_t bd_selection_head(const bd_selection *sel, uint32_t n)
 		b += (uint64_t)sel->regions * sizeof(bp_ring_span) +
 		     (uint64_t)tables * n * sizeof(bp_ring_span);
 	}
-	return ALIGN_UP(b, BP_RING_PAYLOAD_ALIGN);
+	return BD_ALIGN_UP(b, BP_RING_PAYLOAD_ALIGN);
 }
 
 uint64_t bd_selection_value_size(const bd_selection *sel, const bp_dataset *ds, uint32_t v,

@@ -23,8 +23,6 @@
 #include "util.h"
 #include "wait_acct.h"
 
-#define ALIGN_UP(x, a) (((x) + ((uint64_t)(a) - 1)) & ~((uint64_t)(a) - 1))
-
 typedef struct slot {
 	bool done;              /* the record is final, not yet published */
 	bool failed;            /* published as a failed batch */
@@ -128,7 +126,7 @@ static uint64_t record_bytes(const bd_session *s, uint32_t n, uint64_t payload)
 {
 	uint64_t r = table_bytes(s, n) + payload;
 
-	return ALIGN_UP(r > BP_RING_REASON_MAX ? r : BP_RING_REASON_MAX, BP_RING_RECORD_ALIGN);
+	return BD_ALIGN_UP(r > BP_RING_REASON_MAX ? r : BP_RING_REASON_MAX, BP_RING_RECORD_ALIGN);
 }
 
 /* The bytes of a slot's record. */
@@ -548,7 +546,7 @@ static int measure(bd_session *s, unsigned prefetch, int device, uint64_t larges
 		 */
 		/* On the loop thread: no pass over the dataset; the bound only caps the margin. */
 		most = selection_bound(d, &s->sel, batch_size, false);
-		s->slot_bytes = ALIGN_UP((largest < most / 2 ? 2 * largest : most) + 1,
+		s->slot_bytes = BD_ALIGN_UP((largest < most / 2 ? 2 * largest : most) + 1,
 					 BP_RING_DEVICE_ALIGN);
 		s->gpu_off = s->data_size;
 		s->data_size += bp_ring_gpu_size(s->slots);
@@ -559,7 +557,7 @@ static int measure(bd_session *s, unsigned prefetch, int device, uint64_t larges
 		s->schema_off = BP_RING_SCHEMA_INLINE;
 	} else {
 		s->schema_off = s->data_size;
-		s->data_size += ALIGN_UP(s->schema_size, BP_RING_RECORD_ALIGN);
+		s->data_size += BD_ALIGN_UP(s->schema_size, BP_RING_RECORD_ALIGN);
 	}
 	s->ctrl_size = bp_ring_ctrl_size(s->slots);
 	s->max_jobs = jobs_in_flight(s);
@@ -869,7 +867,7 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 static uint64_t place_values(bd_session *s, uint32_t v, uint32_t n, uint64_t *at)
 {
 	bp_ring_span *span = s->vals + (size_t)v * n;
-	uint64_t off = ALIGN_UP(*at, BP_RING_PAYLOAD_ALIGN), size = 0;
+	uint64_t off = BD_ALIGN_UP(*at, BP_RING_PAYLOAD_ALIGN), size = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
 		span[i].offset = size;
@@ -906,7 +904,7 @@ static uint64_t place_regions(bd_session *s, uint32_t n)
 			lay->off[k] = lay->voff[sel->slot[k]];
 			continue;
 		}
-		lay->off[k] = ALIGN_UP(at, BP_RING_PAYLOAD_ALIGN);
+		lay->off[k] = BD_ALIGN_UP(at, BP_RING_PAYLOAD_ALIGN);
 		lay->size[k] = (uint64_t)n * bp_field_scalar_size(type);
 		at = lay->off[k] + lay->size[k];
 	}

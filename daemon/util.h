@@ -40,6 +40,9 @@ void bd_text_printf(bd_text *t, const char *fmt, ...);
 /* Free the buffer and reset t to empty. */
 void bd_text_free(bd_text *t);
 
+/* x rounded up to a multiple of a (a power of two). */
+#define BD_ALIGN_UP(x, a) (((x) + ((uint64_t)(a) - 1)) & ~((uint64_t)(a) - 1))
+
 /* What malloc adds to each allocation (glibc: a size word, 16-byte rounding). */
 #define BD_MALLOC_OVERHEAD 16u
 
