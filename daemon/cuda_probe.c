@@ -1,10 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cuda_probe.c - probe the CUDA runtime (see cuda_probe.h).
+ *
+ * The runtime's own words for a machine it cannot use ("CUDA driver
+ * version is insufficient for CUDA runtime version") cover a machine with
+ * no driver, an old driver and a driver without its kernel module alike,
+ * and say nothing of what to do. The probe tells those apart, and devices
+ * hidden by an environment variable or locked by their compute mode, and
+ * says what to change, keeping CUDA's error number for searching.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "batchd-build.h"
 #include "cuda_probe.h"
@@ -15,12 +25,114 @@
 
 #include "cudrv.h"
 
+/* The NVIDIA kernel module's own file: present exactly when the module is loaded. */
+#ifndef BD_NVIDIA_PROC_VERSION
+#define BD_NVIDIA_PROC_VERSION "/proc/driver/nvidia/version"
+#endif
+
+/* A CUDA version number (major * 1000 + minor * 10) as "X.Y". */
+static const char *version_str(int v, char *buf, size_t len)
+{
+	snprintf(buf, len, "%d.%d", v / 1000, v % 1000 / 10);
+	return buf;
+}
+
+static bool kernel_module_loaded(void)
+{
+	return access(BD_NVIDIA_PROC_VERSION, F_OK) == 0;
+}
+
+/*
+ * Why the runtime's "insufficient driver" (35): no driver at all (the
+ * runtime reports driver version 0 when libcuda.so.1 cannot be loaded), a
+ * driver older than the runtime, or a driver library without its module.
+ */
+static void explain_driver(bd_cuda_state *st, cudaError_t e)
+{
+	char d[16], rt[16];
+
+	if (st->driver_version == 0)
+		snprintf(st->reason, sizeof(st->reason), "no NVIDIA driver on this machine "
+			 "(libcuda.so.1 cannot be loaded%s): serving host memory only (CUDA error %d)",
+			 kernel_module_loaded() ? "" : ", no " BD_NVIDIA_PROC_VERSION, (int)e);
+	else if (st->driver_version < st->runtime_version)
+		snprintf(st->reason, sizeof(st->reason), "NVIDIA driver %s is older than the CUDA %s "
+			 "runtime batchd was built with: update the driver (CUDA error %d)",
+			 version_str(st->driver_version, d, sizeof(d)),
+			 version_str(st->runtime_version, rt, sizeof(rt)), (int)e);
+	else if (!kernel_module_loaded())
+		snprintf(st->reason, sizeof(st->reason), "the NVIDIA kernel module is not loaded "
+			 "(no " BD_NVIDIA_PROC_VERSION "): load it (modprobe nvidia) or reinstall the "
+			 "driver (CUDA error %d)", (int)e);
+	else
+		snprintf(st->reason, sizeof(st->reason), "%s (CUDA error %d)", cudaGetErrorString(e),
+			 (int)e);
+}
+
+/*
+ * Names the variable hiding the devices, if one is set: CUDA's own
+ * CUDA_VISIBLE_DEVICES, or NVIDIA_VISIBLE_DEVICES, which the container
+ * runtime reads to decide which devices a container gets at all.
+ * @return true when reason was written.
+ */
+static bool explain_hidden(bd_cuda_state *st, cudaError_t e)
+{
+	static const char *const vars[] = { "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES" };
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+
+		if (!v)
+			continue;
+		snprintf(st->reason, sizeof(st->reason), "%s=\"%.64s\" hides every CUDA device from "
+			 "batchd: unset it or name a device that exists (CUDA error %d)", vars[i], v,
+			 (int)e);
+		return true;
+	}
+	return false;
+}
+
+/* Fill st->reason for a failed cudaGetDeviceCount. */
+static void explain(bd_cuda_state *st, cudaError_t e)
+{
+	switch (e) {
+	case cudaErrorInsufficientDriver:
+		explain_driver(st, e);
+		return;
+	case cudaErrorNoDevice:
+		if (explain_hidden(st, e))
+			return;
+		if (!kernel_module_loaded())
+			snprintf(st->reason, sizeof(st->reason), "no CUDA device: the NVIDIA kernel "
+				 "module is not loaded (no " BD_NVIDIA_PROC_VERSION "): load it (modprobe "
+				 "nvidia) or reinstall the driver (CUDA error %d)", (int)e);
+		else
+			snprintf(st->reason, sizeof(st->reason), "the NVIDIA driver sees no CUDA "
+				 "device: check that nvidia-smi lists one (CUDA error %d)", (int)e);
+		return;
+	case cudaErrorDevicesUnavailable:
+		snprintf(st->reason, sizeof(st->reason), "every CUDA device is busy or unavailable: "
+			 "another process holds it in compute mode Exclusive_Process, or the mode is "
+			 "Prohibited (nvidia-smi -q -d COMPUTE; nvidia-smi -c DEFAULT) (CUDA error %d)",
+			 (int)e);
+		return;
+	case cudaErrorSystemDriverMismatch:
+		snprintf(st->reason, sizeof(st->reason), "libcuda.so.1 and the NVIDIA kernel module "
+			 "come from different driver versions: reboot, or reinstall the driver (CUDA "
+			 "error %d)", (int)e);
+		return;
+	default:
+		snprintf(st->reason, sizeof(st->reason), "%s (CUDA error %d)", cudaGetErrorString(e),
+			 (int)e);
+	}
+}
+
 int bd_cuda_probe(bd_cuda_state *st)
 {
 	const bp_cudrv *drv;
 	char why[256];
 	cudaError_t e;
-	int n = 0;
+	int n = 0, prohibited = 0;
 
 	memset(st, 0, sizeof(*st));
 	cudaRuntimeGetVersion(&st->runtime_version);
@@ -28,12 +140,13 @@ int bd_cuda_probe(bd_cuda_state *st)
 	e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
-		snprintf(st->reason, sizeof(st->reason), "%s (CUDA error %d)",
-			 cudaGetErrorString(e), (int)e);
+		explain(st, e);
 		return -ENODEV;
 	}
 	if (n == 0) {
-		snprintf(st->reason, sizeof(st->reason), "the driver reports no device");
+		if (!explain_hidden(st, cudaErrorNoDevice))
+			snprintf(st->reason, sizeof(st->reason), "the NVIDIA driver sees no CUDA "
+				 "device: check that nvidia-smi lists one");
 		return -ENODEV;
 	}
 	/* Device memory crosses to trainers through driver calls (cudrv.h). */
@@ -47,7 +160,7 @@ int bd_cuda_probe(bd_cuda_state *st)
 	for (int i = 0; i < n; i++) {
 		bd_cuda_device *d = &st->dev[i];
 		struct cudaDeviceProp p;
-		int vmm = 0, fd = 0, ipc = 0;
+		int vmm = 0, fd = 0, ipc = 0, mode = 0;
 		CUuuid uuid;
 		CUdevice cu;
 
@@ -57,6 +170,11 @@ int bd_cuda_probe(bd_cuda_state *st)
 			continue;
 		}
 		snprintf(d->name, sizeof(d->name), "%.95s", p.name);
+		if (cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, i) == cudaSuccess)
+			d->prohibited = mode == cudaComputeModeProhibited;
+		else
+			cudaGetLastError();
+		prohibited += d->prohibited;
 		memcpy(d->uuid, p.uuid.bytes, sizeof(d->uuid));
 		d->memory = p.totalGlobalMem;
 		d->pci_bus = p.pciBusID;
@@ -72,6 +190,11 @@ int bd_cuda_probe(bd_cuda_state *st)
 		    drv->DeviceGetAttribute(&ipc, CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, cu) ==
 		    CUDA_SUCCESS)
 			d->shareable = vmm && fd && ipc;
+	}
+	if (prohibited == n) {
+		snprintf(st->reason, sizeof(st->reason), "every CUDA device is in compute mode "
+			 "Prohibited, which lets no process use it: nvidia-smi -c DEFAULT");
+		return -ENODEV;
 	}
 	st->devices = n;
 	return 0;
@@ -115,6 +238,12 @@ int bd_cuda_pick(const bd_cuda_state *st, const uint8_t uuid[16], int placement,
 			return -ENODEV;
 		}
 		dev = placement;
+	}
+	if (st->dev[dev].prohibited) {
+		snprintf(err, errlen, "CUDA device %d (%s) is in compute mode Prohibited, which lets "
+			 "no process use it: nvidia-smi -i %d -c DEFAULT, or ask for another device",
+			 dev, st->dev[dev].name, dev);
+		return -EBUSY;
 	}
 	if (!st->dev[dev].shareable) {
 		snprintf(err, errlen, "CUDA device %d (%s) cannot export memory to other processes "

@@ -26,6 +26,8 @@ typedef struct bd_cuda_device {
 	int pci_bus;
 	/* GPU sessions export device memory as CUDA VMM allocations to POSIX fds. */
 	bool shareable;
+	/* Compute mode Prohibited: no process may make a context on it. */
+	bool prohibited;
 } bd_cuda_device;
 
 typedef struct bd_cuda_state {
@@ -36,14 +38,21 @@ typedef struct bd_cuda_state {
 	bd_cuda_device dev[BD_CUDA_MAX_DEVICES];
 } bd_cuda_state;
 
-/* Fill st. @return 0 when at least one device answers, else -ENODEV. */
+/*
+ * Fill st. @return 0 when at least one device answers and may be used,
+ * else -ENODEV with st->reason saying, in words, what is missing and what
+ * to do (no driver, an old one, no kernel module, devices hidden by
+ * CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES, busy or prohibited by
+ * their compute mode), ending with CUDA's error number when it gave one.
+ */
 int bd_cuda_probe(bd_cuda_state *st);
 
 /*
  * The daemon's ordinal for a GPU session request: the device with `uuid`
  * (the client's view), or, when uuid is all zero, `placement` itself.
  * @return the ordinal, or a negative errno with err saying why:
- * -ENODEV (no such device), -EOPNOTSUPP (it cannot share memory).
+ * -ENODEV (no such device), -EBUSY (its compute mode is Prohibited),
+ * -EOPNOTSUPP (it cannot share memory).
  */
 int bd_cuda_pick(const bd_cuda_state *st, const uint8_t uuid[16], int placement, char *err,
 		 size_t errlen);

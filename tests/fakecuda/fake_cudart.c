@@ -26,6 +26,16 @@
  * $FAKE_CUDA_PIN_FAIL makes cudaHostRegister fail (out of memory), as
  * under a low RLIMIT_MEMLOCK.
  *
+ * Machines CUDA cannot use, for the probe's messages (daemon/cuda_probe.c),
+ * read at every call: $FAKE_CUDA_NO_DRIVER acts as if libcuda.so.1 could not
+ * be loaded (driver version 0, cudaErrorInsufficientDriver);
+ * $FAKE_CUDA_DRIVER_VERSION (e.g. 12020) is the driver's version, and one
+ * older than this runtime fails as the real runtime does
+ * (cudaErrorInsufficientDriver); $FAKE_CUDA_ERROR=N makes cudaGetDeviceCount
+ * fail with cudaError_t N (100 no device, 46 devices busy, ...);
+ * $FAKE_CUDA_COMPUTE_MODE=N is every device's cudaDevAttrComputeMode (2:
+ * Prohibited).
+ *
  * Thread rules: any thread, as the runtime; one lock guards the tables.
  * The current device and the last error are per thread.
  */
@@ -107,8 +117,24 @@ static void load_driver(void)
 
 static int driver(void)
 {
+	if (getenv("FAKE_CUDA_NO_DRIVER"))
+		return 0;
 	pthread_once(&g_once, load_driver);
 	return g_have_driver;
+}
+
+/* $name as a number, or def when unset. */
+static int env_int(const char *name, int def)
+{
+	const char *s = getenv(name);
+
+	return s && *s ? atoi(s) : def;
+}
+
+/* The driver's version: $FAKE_CUDA_DRIVER_VERSION, else this runtime's; 0 without a driver. */
+static int driver_version(void)
+{
+	return driver() ? env_int("FAKE_CUDA_DRIVER_VERSION", CUDART_VERSION) : 0;
 }
 
 /* Record e as the thread's last error. @return e. */
@@ -131,7 +157,7 @@ static cudaError_t misuse(cudaError_t e, const char *call, const char *what)
 /* The first call on a thread makes device 0 current, as the runtime's implicit context. */
 static cudaError_t ready(void)
 {
-	if (!driver())
+	if (driver_version() < CUDART_VERSION)
 		return fail(cudaErrorInsufficientDriver);
 	if (g_set_current)
 		g_set_current(t_device);
@@ -273,6 +299,10 @@ static const struct {
 	{ cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver",
 	  "CUDA driver version is insufficient for CUDA runtime version" },
 	{ cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected" },
+	{ cudaErrorDevicesUnavailable, "cudaErrorDevicesUnavailable",
+	  "CUDA-capable device(s) is/are busy or unavailable" },
+	{ cudaErrorSystemDriverMismatch, "cudaErrorSystemDriverMismatch",
+	  "system has unsupported display driver / cuda driver combination" },
 	{ cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal" },
 	{ cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
 	  "invalid resource handle" },
@@ -314,7 +344,7 @@ cudaError_t cudaPeekAtLastError(void)
 
 cudaError_t cudaDriverGetVersion(int *v)
 {
-	*v = driver() ? CUDART_VERSION : 0;
+	*v = driver_version();
 	return cudaSuccess;
 }
 
@@ -330,6 +360,8 @@ cudaError_t cudaGetDeviceCount(int *n)
 {
 	cudaError_t e = ready();
 
+	if (e == cudaSuccess && getenv("FAKE_CUDA_ERROR"))
+		e = fail((cudaError_t)env_int("FAKE_CUDA_ERROR", 0));
 	*n = e == cudaSuccess ? fake_cuda_devices() : 0;
 	return e;
 }
@@ -373,6 +405,22 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
 	p->minor = 0;
 	p->multiProcessorCount = 1;
 	p->pciBusID = 0x10 + dev;
+	return cudaSuccess;
+}
+
+/* Only what batchd asks: the compute mode ($FAKE_CUDA_COMPUTE_MODE). */
+cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
+{
+	cudaError_t e = ready();
+
+	if (e != cudaSuccess)
+		return e;
+	if (dev < 0 || dev >= fake_cuda_devices())
+		return fail(cudaErrorInvalidDevice);
+	if (a != cudaDevAttrComputeMode)
+		return misuse(cudaErrorInvalidValue, "cudaDeviceGetAttribute",
+			      "an attribute the fake does not model");
+	*v = env_int("FAKE_CUDA_COMPUTE_MODE", cudaComputeModeDefault);
 	return cudaSuccess;
 }
 
