@@ -176,6 +176,7 @@ void bc_stream_opts_init(bc_stream_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->struct_size = sizeof(*o);
 	o->batch_size = 1;
+	o->shuffle = BC_SHUFFLE_GLOBAL;
 	o->world = 1;
 	o->device = BC_HOST;
 }

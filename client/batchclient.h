@@ -75,7 +75,7 @@ typedef struct bc_stream_opts {
 	uint32_t struct_size;   /* set by bc_stream_opts_init; lets the struct grow */
 	const char *dataset;    /* relative to a daemon root, or absolute under one */
 	uint32_t batch_size;    /* samples per batch, >= 1 */
-	enum bc_shuffle shuffle;
+	enum bc_shuffle shuffle; /* bc_stream_opts_init: BC_SHUFFLE_GLOBAL, as everywhere */
 	uint64_t seed;
 	uint64_t start_epoch;   /* resume: first epoch */
 	uint64_t start_batch;   /* resume: batches of start_epoch already consumed */
@@ -94,9 +94,11 @@ typedef struct bc_stream_opts {
 } bc_stream_opts;
 
 /*
- * Defaults: batch_size 1, no shuffle, rank 0 of 1, host placement, every
- * field, no keys. NULL: does nothing. Programs built against an older
- * bc_stream_opts (a smaller struct_size) get the defaults of what it lacks.
+ * Defaults: batch_size 1, BC_SHUFFLE_GLOBAL (seed 0; the default of
+ * batchctl consume, batchd-bench and the Python Loader too), rank 0 of 1,
+ * host placement, every field, no keys. NULL: does nothing. Programs built
+ * against an older bc_stream_opts (a smaller struct_size) get the defaults
+ * of what it lacks.
  */
 BC_API void bc_stream_opts_init(bc_stream_opts *o);
 
