@@ -158,15 +158,85 @@ static int reply_error(bc_client *c, const uint8_t *buf, int len)
 
 /* ---- connection ------------------------------------------------------------------- */
 
+/* How bc_connect chose its socket, said in its error. */
+enum socket_source { SOCK_ARG, SOCK_ENV, SOCK_RUN, SOCK_XDG };
+
+static const char *const source_names[] = {
+	[SOCK_ARG] = "the socket path given",
+	[SOCK_ENV] = "from $BATCHD_SOCKET",
+	[SOCK_RUN] = "the system default: $BATCHD_SOCKET is unset",
+	[SOCK_XDG] = "$XDG_RUNTIME_DIR/batchd.sock: $BATCHD_SOCKET is unset and there is no "
+		     "/run/batchd/batchd.sock",
+};
+
+/*
+ * Why the last bc_connect on this thread failed: there is no client to hold
+ * it, and a thread's own slot keeps concurrent connects from mixing words.
+ */
+static _Thread_local char t_connect_err[BP_ERRMSG_MAX + 512];
+
+/* Write the default socket's path to buf. @return its enum socket_source, or -ENAMETOOLONG. */
 static int default_socket(char *buf, size_t len)
 {
 	const char *env = getenv("BATCHD_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
 
 	if (env && *env)
-		return snprintf(buf, len, "%s", env) < (int)len ? 0 : -ENAMETOOLONG;
+		return snprintf(buf, len, "%s", env) < (int)len ? SOCK_ENV : -ENAMETOOLONG;
 	if (access("/run/batchd/batchd.sock", F_OK) == 0 || !xdg || !*xdg)
-		return snprintf(buf, len, "/run/batchd/batchd.sock") < (int)len ? 0 : -ENAMETOOLONG;
-	return snprintf(buf, len, "%s/batchd.sock", xdg) < (int)len ? 0 : -ENAMETOOLONG;
+		return snprintf(buf, len, "/run/batchd/batchd.sock") < (int)len ? SOCK_RUN :
+		       -ENAMETOOLONG;
+	return snprintf(buf, len, "%s/batchd.sock", xdg) < (int)len ? SOCK_XDG : -ENAMETOOLONG;
+}
+
+/* What to do about connect error r; daemon: the daemon's refusal, "" if it said none. */
+static const char *connect_fix(int r, const char *daemon, char *buf, size_t len)
+{
+	switch (-r) {
+	case ENOENT:
+	case ECONNREFUSED:
+		return "is batchd running? (systemctl start batchd, or batchd --socket PATH)";
+	case EACCES:
+	case EPERM:
+		if (*daemon)
+			return "ask its administrator to allow you in batchd.conf [access]";
+		return "join the batchd group (usermod -aG batchd $USER, then log in again)";
+	case EPROTONOSUPPORT:
+		snprintf(buf, len, "this libbatchclient speaks protocol versions %u..%u: upgrade "
+			 "whichever of batchd and libbatchclient is older", BP_PROTO_MIN_VERSION,
+			 BP_PROTO_VERSION);
+		return buf;
+	case ENAMETOOLONG:
+		snprintf(buf, len, "a socket path holds at most %zu bytes: use a shorter one",
+			 sizeof(((struct sockaddr_un *)NULL)->sun_path) - 1);
+		return buf;
+	case ETIMEDOUT:
+	case EAGAIN:
+		snprintf(buf, len, "batchd did not answer within %d s: is it stuck? (batchctl "
+			 "status, journalctl -u batchd)", REPLY_TIMEOUT_S);
+		return buf;
+	case ENOTSOCK:
+	case EBADMSG:
+		return "that path is not batchd's socket: check --socket or $BATCHD_SOCKET";
+	case ESHUTDOWN:
+	case EPIPE:
+		return "batchd hung up before answering: its log says why (journalctl -u batchd)";
+	default:
+		return NULL;
+	}
+}
+
+/* Keep why connecting to path (chosen by src) failed with r. @return r. */
+static int connect_failed(int r, const char *path, enum socket_source src, const char *daemon)
+{
+	char buf[160];
+	const char *fix = connect_fix(r, daemon, buf, sizeof(buf));
+
+	snprintf(t_connect_err, sizeof(t_connect_err), "cannot connect to batchd at %s (%s): "
+		 "%s%s%s%s%s", path, source_names[src], *daemon ? "batchd refused: " : "",
+		 *daemon ? daemon : strerror(-r), fix ? ": " : "", fix ? fix : "",
+		 src == SOCK_RUN && (-r == ENOENT || -r == ECONNREFUSED) ?
+		 "; a batchd of your own: set $BATCHD_SOCKET to its socket" : "");
+	return r;
 }
 
 void bc_stream_opts_init(bc_stream_opts *o)
@@ -181,47 +251,24 @@ void bc_stream_opts_init(bc_stream_opts *o)
 	o->device = BC_HOST;
 }
 
-int bc_connect(const char *socket_path, bc_client **ret)
+/* Connect c's socket to path and say HELLO. @return 0 or a negative errno (reason in c->err). */
+static int hello(bc_client *c, const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = REPLY_TIMEOUT_S };
 	bp_msg_hello h = { .min_version = BP_PROTO_MIN_VERSION, .max_version = BP_PROTO_VERSION,
 			   .name = "libbatchclient", .name_len = 14 };
 	bp_msg_hello_ok ok;
-	char path[sizeof(sa.sun_path)];
-	bc_client *c;
 	int n, nfds, r;
 
-	if (!ret)
-		return -EINVAL;
-	if (socket_path) {
-		if (strlen(socket_path) >= sizeof(path))
-			return -ENAMETOOLONG;
-		strcpy(path, socket_path);
-	} else if ((r = default_socket(path, sizeof(path))) < 0) {
-		return r;
-	}
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
-	pthread_mutex_init(&c->mu, NULL);
-	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (c->fd < 0) {
-		r = -errno;
-		goto fail;
-	}
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		r = -errno;
-		goto fail;
-	}
+	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		return -errno;
 	setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 
 	n = bp_msg_hello_encode(&h, c->buf, sizeof(c->buf));
-	if (n < 0) {
-		r = n;
-		goto fail;
-	}
+	if (n < 0)
+		return n;
 	/*
 	 * A daemon that refuses us ([access]) answers ERROR and hangs up, maybe
 	 * before our HELLO went out: read its answer either way.
@@ -231,21 +278,50 @@ int bc_connect(const char *socket_path, bc_client **ret)
 	n = recv_reply(c, NULL, 0, &nfds);
 	if (n < 0 && r < 0)
 		n = r;
-	if (n < 0) {
-		r = n;
-		goto fail;
-	}
+	if (n < 0)
+		return n;
 	if ((r = reply_error(c, c->buf, n)) < 0)
-		goto fail;
-	if (bp_msg_hello_ok_decode(c->buf, (size_t)n, &ok) < 0) {
-		r = -EBADMSG;
-		goto fail;
+		return r;
+	if (bp_msg_hello_ok_decode(c->buf, (size_t)n, &ok) < 0)
+		return -EBADMSG;
+	return 0;
+}
+
+int bc_connect(const char *socket_path, bc_client **ret)
+{
+	char path[sizeof(((struct sockaddr_un *)NULL)->sun_path)];
+	enum socket_source src = SOCK_ARG;
+	bc_client *c;
+	int r;
+
+	t_connect_err[0] = '\0';
+	if (!ret)
+		return -EINVAL;
+	if (socket_path) {
+		if (strlen(socket_path) >= sizeof(path))
+			return connect_failed(-ENAMETOOLONG, socket_path, src, "");
+		strcpy(path, socket_path);
+	} else if ((r = default_socket(path, sizeof(path))) < 0) {
+		const char *env = getenv("BATCHD_SOCKET");
+
+		return connect_failed(r, env && *env ? env : "$XDG_RUNTIME_DIR/batchd.sock",
+				      env && *env ? SOCK_ENV : SOCK_XDG, "");
+	} else {
+		src = (enum socket_source)r;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return connect_failed(-ENOMEM, path, src, "");
+	pthread_mutex_init(&c->mu, NULL);
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	r = c->fd < 0 ? -errno : hello(c, path);
+	if (r < 0) {
+		connect_failed(r, path, src, c->err);
+		bc_disconnect(c);
+		return r;
 	}
 	*ret = c;
 	return 0;
-fail:
-	bc_disconnect(c);
-	return r;
 }
 
 void bc_disconnect(bc_client *c)
@@ -260,7 +336,7 @@ void bc_disconnect(bc_client *c)
 
 const char *bc_client_error(const bc_client *c)
 {
-	return c ? c->err : "";
+	return c ? c->err : t_connect_err;
 }
 
 /*

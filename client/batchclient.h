@@ -105,18 +105,32 @@ BC_API void bc_stream_opts_init(bc_stream_opts *o);
 /*
  * Connect to batchd at socket_path, or, when NULL, at $BATCHD_SOCKET, else
  * /run/batchd/batchd.sock if it exists, else $XDG_RUNTIME_DIR/batchd.sock.
- * @return 0; -ENOENT / -ECONNREFUSED (no daemon there); -EPROTONOSUPPORT
- * (no common protocol version); -ETIMEDOUT; -ENOMEM; -EINVAL (ret NULL).
+ * @return 0; -ENOENT / -ECONNREFUSED (no daemon there); -EACCES (not
+ * allowed to the socket, or refused by the daemon's [access]);
+ * -EPROTONOSUPPORT (no common protocol version); -ETIMEDOUT; -ENAMETOOLONG;
+ * -ENOMEM; -EINVAL (ret NULL).
  * On success *ret is the client; free it with bc_disconnect(). On failure
- * *ret is untouched and there is no client to ask: the return value is
- * the reason (bc_client_error(NULL) is "").
+ * *ret is untouched and there is no client to ask: bc_client_error(NULL)
+ * then says, in one sentence, which socket was tried and how it was chosen
+ * (the argument, $BATCHD_SOCKET, /run/batchd/batchd.sock or
+ * $XDG_RUNTIME_DIR), why it failed and the likely fix ("is batchd
+ * running?", "join the batchd group", the protocol versions this library
+ * speaks). That message is the calling thread's own and stays until its
+ * next bc_connect, which clears it (for -EINVAL it stays "").
+ * Thread: any; concurrent connects from different threads keep their own
+ * messages.
  */
 BC_API int bc_connect(const char *socket_path, bc_client **ret);
 
 /* Close the connection. Streams must be closed first. NULL is fine. */
 BC_API void bc_disconnect(bc_client *c);
 
-/* The daemon's message for the last failed request on c ("" if none, and for NULL). */
+/*
+ * The daemon's message for the last failed request on c ("" if none). For
+ * NULL: why the calling thread's last bc_connect failed ("" after one that
+ * succeeded). The string stays valid until the next request on c (NULL:
+ * the thread's next bc_connect).
+ */
 BC_API const char *bc_client_error(const bc_client *c);
 
 /*

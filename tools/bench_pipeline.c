@@ -91,7 +91,7 @@ typedef struct pl_opts {
 typedef struct pl_client {
 	_Atomic uint64_t live_bytes;   /* for the progress line */
 	int rc;                        /* 0 ok, else an errno */
-	char msg[256];
+	char msg[640];                 /* room for bc_connect's whole explanation */
 	uint64_t batches, samples, bytes, failed;
 	uint64_t mismatches;           /* --touch: batches whose device bytes differ */
 	double wall, waited, first_batch;
@@ -130,7 +130,7 @@ static int client_open(const pl_opts *o, const char *sock, unsigned rank, pl_cli
 	r = bc_connect(sock, &c);
 	if (r < 0) {
 		out->rc = -r;
-		snprintf(out->msg, sizeof(out->msg), "connect %s: %s", sock, bc_strerror(r));
+		snprintf(out->msg, sizeof(out->msg), "%s", bc_client_error(NULL));
 		return -1;
 	}
 	r = bc_open(c, &so, &s);

@@ -69,6 +69,46 @@ class Errors(T.DaemonCase):
                 batchclient.Loader("rec.bpk", 8, socket=sock)
             self.assertIn(sock, str(cm.exception))
             self.assertEqual(cm.exception.errno, err, str(cm.exception))
+            # libbatchclient's words: how the path was chosen and what to do.
+            self.assertIn("(the socket path given)", cm.exception.message)
+            self.assertIn("is batchd running? (systemctl start batchd, or batchd --socket PATH)",
+                          cm.exception.message)
+
+    def test_no_daemon_at_batchd_socket(self):
+        sock = os.path.join(self.tmp, "env-nothing-here")
+        old = os.environ.get("BATCHD_SOCKET")
+        os.environ["BATCHD_SOCKET"] = sock
+        try:
+            with self.assertRaises(batchclient.ConnectError) as cm:
+                batchclient.Loader("rec.bpk", 8)
+        finally:
+            if old is None:
+                del os.environ["BATCHD_SOCKET"]
+            else:
+                os.environ["BATCHD_SOCKET"] = old
+        e = cm.exception
+        self.assertEqual(e.errno, errno.ENOENT, str(e))
+        self.assertIn(f"cannot connect to batchd at {sock} (from $BATCHD_SOCKET)", str(e))
+        self.assertIn("is batchd running?", str(e))
+
+    def test_socket_not_allowed(self):
+        # A listening socket with mode 0: EACCES, and the fix is the group.
+        # root passes any mode, so there it cannot be provoked.
+        if os.geteuid() == 0:
+            self.skipTest("running as root: a socket of mode 0 still lets root in")
+        import socket
+        path = os.path.join(self.tmp, "mode0.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.addCleanup(srv.close)
+        srv.bind(path)
+        srv.listen(1)
+        os.chmod(path, 0)
+        with self.assertRaises(batchclient.ConnectError) as cm:
+            batchclient.Loader("rec.bpk", 8, socket=path)
+        self.assertEqual(cm.exception.errno, errno.EACCES, str(cm.exception))
+        self.assertIn(path, str(cm.exception))
+        self.assertIn("join the batchd group (usermod -aG batchd $USER, then log in again)",
+                      str(cm.exception))
 
     def test_killed_daemon(self):
         d = self.private_daemon()

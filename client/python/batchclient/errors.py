@@ -33,7 +33,10 @@ class BatchdError(OSError):
 
 
 class ConnectError(BatchdError):
-    """No batchd answered at the socket (not running, wrong path, refused)."""
+    """No batchd answered at the socket (not running, wrong path, refused).
+    `message` is libbatchclient's: the socket tried, how it was chosen
+    (the argument, $BATCHD_SOCKET, /run/batchd/batchd.sock or
+    $XDG_RUNTIME_DIR) and the likely fix."""
 
 
 class DaemonGoneError(BatchdError):
@@ -74,3 +77,13 @@ def from_code(r, message, context="", cls=None):
         else:
             cls = BatchdError
     return cls(-r, message, context)
+
+
+def connect_error(r, where):
+    """The ConnectError for bc_connect's negative errno r, with the
+    library's own explanation (bc_client_error(NULL), read on the thread
+    that called bc_connect); `where` names the socket if it gave none."""
+    message = _lib.text(_lib.lib().bc_client_error(None))
+    if not message:
+        return from_code(r, "", f"cannot connect to batchd at {where}", ConnectError)
+    return ConnectError(-r, message)

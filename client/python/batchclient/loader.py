@@ -30,8 +30,8 @@ import weakref
 
 from . import _lib, schema
 from .batch import Batch
-from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError, PinnedBatchError,
-                     from_code)
+from .errors import (BatchdError, BatchError, DaemonGoneError, PinnedBatchError,
+                     connect_error, from_code)
 
 STATE_VERSION = 1
 _WAIT_SLICE_MS = 200   # bc_next waits in slices so that Ctrl-C and timeouts work
@@ -141,10 +141,7 @@ class _Client:
         path = os.fspath(socket) if socket is not None else None
         r = L.bc_connect(path.encode() if path is not None else None, ctypes.byref(h))
         if r < 0:
-            where = path or os.environ.get("BATCHD_SOCKET") or "the default socket"
-            cls = ConnectError if -r in (errno.ENOENT, errno.ECONNREFUSED, errno.EACCES,
-                                          errno.ENOTSOCK, errno.ETIMEDOUT) else None
-            raise from_code(r, "", f"cannot connect to batchd at {where}", cls or ConnectError)
+            raise connect_error(r, path or os.environ.get("BATCHD_SOCKET") or "the default socket")
         self.h = h.value
         self._users = 1
         self._lock = threading.Lock()
