@@ -840,6 +840,25 @@ static int parse_args(int argc, char **argv, pl_opts *o)
 	return 0;
 }
 
+/*
+ * The name a running daemon gets for what the user typed. The daemon takes
+ * a name relative to one of its roots, or an absolute path under one, and
+ * resolves a relative name against its roots, never our directory: so a
+ * relative path that names a file or directory here is made absolute (the
+ * user meant that one), and anything else goes as written, a name under
+ * the daemon's roots.
+ */
+static const char *dataset_name(const char *arg, char *buf, size_t len)
+{
+	char cwd[PATH_MAX];
+
+	if (arg[0] == '/' || access(arg, F_OK) != 0 || !getcwd(cwd, sizeof(cwd)))
+		return arg;
+	if (snprintf(buf, len, "%s/%s", cwd, arg) >= (int)len)
+		return arg;
+	return buf;
+}
+
 /* Start our own batchd on the dataset's directory, run the clients, stop it. */
 static int run_own_daemon(pl_opts *o)
 {
@@ -874,7 +893,9 @@ int bench_cmd_pipeline(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (o.socket) {
-		o.so.dataset = o.dataset;
+		char abs[PATH_MAX];
+
+		o.so.dataset = dataset_name(o.dataset, abs, sizeof(abs));
 		return run_clients(&o, o.socket, false);
 	}
 	return run_own_daemon(&o);

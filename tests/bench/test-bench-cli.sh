@@ -288,9 +288,21 @@ run pipeline one.bpk --socket "$T/d.sock" --clients 3 --batch-size 10 --epochs 1
 cp "$T/out" "$T/pl.json"
 expect "pipeline --socket uses the running batchd" \
 	py 'not j["own_daemon"] and j["total"]["samples"] == 240 and j["total"]["bytes"] == j2["raw_bytes"]' "$T/pl.json" "$T/one.bpk.info.json"
+# A path the user can see goes to the daemon absolute, whether written so or
+# relative to the current directory (the test runs in T's parent).
+for ds in "$T/one.bpk" "$(basename "$T")/one.bpk"; do
+	run pipeline "$ds" --socket "$T/d.sock" --clients 1 --batch-size 10 --epochs 1 --json
+	cp "$T/out" "$T/pl.json"
+	expect "pipeline --socket $ds: the dataset as the user named it" \
+		py 'not j["own_daemon"] and j["total"]["samples"] == 240' "$T/pl.json"
+done
 kill "$DAEMON_PID"
 wait "$DAEMON_PID" || true
 DAEMON_PID=""
+run pipeline one.bpk --socket "$T/none.sock" --epochs 1
+expect "pipeline --socket with no daemon there: says which socket and what to do" \
+	eval '[[ $RC -ne 0 ]] && grep -qF "cannot connect to batchd at $T/none.sock (the socket path given)" "$T/err" &&
+	      grep -qF "is batchd running?" "$T/err"'
 run pipeline "$T/big.bpk" --batchd "$T/no-such-batchd" --epochs 1
 expect "pipeline with a batchd that cannot run fails cleanly" eval '[[ $RC -eq 1 && -s $T/err ]]'
 if [[ $TMPDIR_CHECK -eq 1 ]]; then
