@@ -273,6 +273,13 @@ static int scan_dir(pack_input *in)
 
 /* ---- tar archives --------------------------------------------------------- */
 
+/* libarchive's errno for "not a format it reads" (its ARCHIVE_ERRNO_FILE_FORMAT, not public). */
+#ifdef EFTYPE
+#define NOT_AN_ARCHIVE EFTYPE
+#else
+#define NOT_AN_ARCHIVE EILSEQ
+#endif
+
 int pack__tar_open(const char *path, struct archive **ret)
 {
 	struct archive *a = archive_read_new();
@@ -283,8 +290,14 @@ int pack__tar_open(const char *path, struct archive **ret)
 	archive_read_support_format_tar(a);
 	archive_read_support_format_gnutar(a);
 	if (archive_read_open_filename(a, path, 1 << 20) != ARCHIVE_OK) {
-		fprintf(stderr, "batchd-pack: %s: cannot read tar archive: %s\n", path,
-			archive_error_string(a));
+		/* A plain file given as INPUT is the common case: say what it could be. */
+		if (archive_errno(a) == NOT_AN_ARCHIVE)
+			fprintf(stderr, "batchd-pack: %s is not a tar archive (libarchive: %s): for a "
+				"file of fixed-size records use --records SIZE %s; for a directory of "
+				"files pass the directory\n", path, archive_error_string(a), path);
+		else
+			fprintf(stderr, "batchd-pack: %s: cannot read tar archive (libarchive: %s)\n",
+				path, archive_error_string(a));
 		archive_read_free(a);
 		return -EINVAL;
 	}

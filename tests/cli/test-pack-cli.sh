@@ -730,6 +730,13 @@ fi
 head -c 5000 /dev/urandom >"$E/junk.tar"
 run create "$E/out/a.bpk" "$E/junk.tar"
 expect "not a tar archive: exit $RC, names it: $(err)" eval 'clean_fail && err_has "$E/junk.tar"'
+# A plain file of lines: not a tar, and the message says what to pass instead.
+printf 'first line\nsecond line\n' >"$E/lines.txt"
+run create "$E/out/a.bpk" "$E/lines.txt"
+expect "plain file: exit $RC, says it is not a tar and suggests --records or a directory: $(err)" \
+	eval 'clean_fail && err_has "$E/lines.txt is not a tar archive (libarchive: " &&
+	      err_has "use --records SIZE $E/lines.txt" && err_has "for a directory of files pass the directory" &&
+	      [[ -z $(listing "$E/out") ]]'
 (cd "$E/emptyin" && tar -cf "$E/noregular.tar" .)
 run create "$E/out/a.bpk" "$E/noregular.tar"
 expect "tar with no regular members: exit $RC, names it: $(err)" eval 'clean_fail && err_has "$E/noregular.tar"'
