@@ -152,7 +152,7 @@ not_number:
 	return -EINVAL;
 }
 
-/* A limit as it is written in the file: "64K", "1M", or a plain number of bytes. */
+/* A limit as it is written in the file: "64K", "1M" (binary), or a plain number of bytes. */
 static const char *size_name(uint64_t n, char *buf, size_t len)
 {
 	static const char suffix[] = "KMGT";
@@ -186,8 +186,7 @@ int bd__config_parse_size(const char *v, uint64_t min, uint64_t max, uint64_t *r
 		return -EINVAL;
 	}
 	if (r < 0) {
-		msg(what, wlen, "%s is not a size (a number with an optional K, M, G or T suffix, e.g. 512M, 4G)",
-		    quote(q, sizeof(q), v));
+		msg(what, wlen, "%s is not a size (%s)", quote(q, sizeof(q), v), BP_SIZE_FORMS);
 		return -EINVAL;
 	}
 	if (n < min) {

@@ -1,79 +1,100 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * units.c - parse and print byte sizes (see units.h).
+ *
+ * The parse is exact integer arithmetic (a 128-bit product for the
+ * fraction), so "1.5GiB" is 1610612736 bytes on every machine and a size
+ * that overflows is refused instead of wrapping. A fraction that does not
+ * come to whole bytes is rounded down.
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "units.h"
 
-static int suffix_shift(const char *s, unsigned *ret)
-{
-	static const char units[] = "KMGT";
-	const char *u;
+/* GCC and Clang have it on every target batchd builds for. */
+__extension__ typedef unsigned __int128 u128;
 
-	if (*s == '\0') {
-		*ret = 0;
+#define MAX_FRAC_DIGITS 18   /* 10^18 fits a uint64_t; later digits cannot change a byte count */
+
+/*
+ * The unit at s (already past the blanks): "" and "B" are bytes; K, M, G,
+ * T alone or with "iB" are powers of 1024; with "B" alone, powers of 1000.
+ * Letters in any case. @return 0 with the multiplier in *ret, -EINVAL.
+ */
+static int unit(const char *s, uint64_t *ret)
+{
+	static const char letters[] = "KMGT";
+	const char *u;
+	uint64_t base, m = 1;
+
+	if (*s == '\0' || !strcasecmp(s, "B")) {
+		*ret = 1;
 		return 0;
 	}
-	u = strchr(units, toupper((unsigned char)*s));
+	/* strchr() finds the terminator too: s is not empty here. */
+	u = strchr(letters, toupper((unsigned char)*s));
 	if (!u)
 		return -EINVAL;
 	s++;
-	/* Accept K, KB, KiB (all binary). */
-	if (*s == 'i' || *s == 'I')
-		s++;
-	if (*s == 'b' || *s == 'B')
-		s++;
-	if (*s != '\0')
+	if (*s == '\0' || !strcasecmp(s, "iB"))
+		base = 1024;
+	else if (!strcasecmp(s, "B"))
+		base = 1000;
+	else
 		return -EINVAL;
-	*ret = 10u * (unsigned)(u - units + 1);
+	for (const char *p = letters; p <= u; p++)
+		m *= base;
+	*ret = m;
 	return 0;
 }
 
 int bp_parse_size(const char *s, uint64_t *ret)
 {
-	uint64_t whole = 0, frac_num = 0, frac_den = 1, v;
-	unsigned shift;
+	uint64_t whole = 0, frac_num = 0, frac_den = 1, mult;
+	u128 v;
+	bool frac = false, over = false;
 	const char *p = s;
 
 	if (!s || !isdigit((unsigned char)*p))
 		return -EINVAL;
 	for (; isdigit((unsigned char)*p); p++) {
-		if (whole > (UINT64_MAX - 9) / 10)
-			return -ERANGE;
-		whole = whole * 10 + (uint64_t)(*p - '0');
+		/* Keep scanning past an overflow: junk after it is still -EINVAL. */
+		if (whole > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+			over = true;
+		else
+			whole = whole * 10 + (uint64_t)(*p - '0');
 	}
 	if (*p == '.') {
 		p++;
 		if (!isdigit((unsigned char)*p))
 			return -EINVAL;
-		for (; isdigit((unsigned char)*p); p++) {
-			if (frac_den < UINT64_C(1000000000000)) {
+		frac = true;
+		for (unsigned n = 0; isdigit((unsigned char)*p); p++, n++) {
+			if (n < MAX_FRAC_DIGITS) {
 				frac_num = frac_num * 10 + (uint64_t)(*p - '0');
 				frac_den *= 10;
 			}
 		}
 	}
-	while (*p == ' ')
+	while (*p == ' ' || *p == '\t')
 		p++;
-	if (suffix_shift(p, &shift) < 0)
+	if (unit(p, &mult) < 0)
 		return -EINVAL;
-	if (shift && whole > (UINT64_MAX >> shift))
+	/* "1.5" bytes, or "1.5 B": a fraction needs a unit it divides. */
+	if (frac && mult == 1)
+		return -EINVAL;
+	if (over)
 		return -ERANGE;
-	v = whole << shift;
-	if (frac_num) {
-		/* The fraction of a unit: exact for the precisions people write. */
-		uint64_t extra = (uint64_t)((long double)frac_num / (long double)frac_den *
-					    (long double)(UINT64_C(1) << shift));
-		if (v > UINT64_MAX - extra)
-			return -ERANGE;
-		v += extra;
-	}
-	*ret = v;
+	v = (u128)whole * mult +
+	    (u128)frac_num * mult / frac_den;
+	if (v > UINT64_MAX)
+		return -ERANGE;
+	*ret = (uint64_t)v;
 	return 0;
 }
 

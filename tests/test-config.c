@@ -28,6 +28,7 @@
 #include <check.h>
 
 #include "config.h"
+#include "units.h"
 
 #ifndef BATCHD_DAEMON_CONFIG_H
 #error "config.h is not daemon/config.h: check the include path"
@@ -492,7 +493,7 @@ static const struct bad_case {
 	{ "[session]\nprefetch = 100\n", 2, "[session] prefetch = 100 is above max_prefetch = 64" },
 	{ "[session]\nmax_prefetch = 4\n\n", 2, "[session] prefetch = 8 is above max_prefetch = 4" },
 	{ "[session]\nmax_prefetch = 4\nprefetch = 5\n", 3, "[session] prefetch = 5 is above max_prefetch = 4" },
-	{ "[memory]\nbudget = 12Q\n", 2, "[memory] budget: '12Q' is not a size (a number with an optional K, M, G or T suffix" },
+	{ "[memory]\nbudget = 12Q\n", 2, "[memory] budget: '12Q' is not a size (" BP_SIZE_FORMS ")" },
 	{ "[memory]\nbudget = -1G\n", 2, "[memory] budget: '-1G' is not a size" },
 	{ "[memory]\nbudget = 1GG\n", 2, "[memory] budget: '1GG' is not a size" },
 	{ "[memory]\nbudget =\n", 2, "[memory] budget: '' is not a size" },
@@ -1054,7 +1055,7 @@ static const struct args_case {
 	int r;
 	const char *message;     /* the whole message, or its start when ending in "..." */
 } args_cases[] = {
-	{ { "--memory", "12Q" }, -EINVAL, "--memory: '12Q' is not a size (a number with an optional K, M, G or T suffix, e.g. 512M, 4G)" },
+	{ { "--memory", "12Q" }, -EINVAL, "--memory: '12Q' is not a size (" BP_SIZE_FORMS ")" },
 	{ { "--memory", "1M" }, -EINVAL, "--memory: '1M' is below the minimum of 16M" },
 	{ { "--memory", "" }, -EINVAL, "--memory: '' is not a size..." },
 	{ { "--io-engine", "uring" }, -EINVAL, "--io-engine: 'uring' is not one of auto, io_uring, pread" },

@@ -44,6 +44,7 @@ static const char usage_text[] =
 	"                    [--batchd PATH] [--memory SIZE] [--device N [--touch] | --in-memory]\n"
 	"                    [--json]\n"
 	"       batchd-bench h2d [--size SIZE] [--reps N] [--device N] [--json]\n"
+	BP_SIZE_HELP
 	"\n"
 	"disk: without --runtime, reads the first --size bytes of FILE (all of it by\n"
 	"default) once; with it, reads for that long. FILE is created at --size if absent.\n"
@@ -97,7 +98,7 @@ int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
 		return 0;
 	case BENCH_O_BS:
 		if (bp_parse_size(arg, &v) < 0 || v == 0 || v > BENCH_DISK_MAX_BS)
-			return cli_usage("--bs: '%s' is not a size from 1 byte to 1 GiB", arg);
+			return cli_usage("--bs: '%s' is not a size from 1 byte to 1 GiB (" BP_SIZE_FORMS ")", arg);
 		o->bs = (uint32_t)v;
 		return 0;
 	case BENCH_O_QD:
@@ -124,7 +125,7 @@ int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
 		return 0;
 	case BENCH_O_SIZE:
 		if (bp_parse_size(arg, &v) < 0 || v == 0 || v > (UINT64_C(1) << 62))
-			return cli_usage("--size: '%s' is not a size", arg);
+			return cli_usage("--size: '%s' is not a size above 0 (" BP_SIZE_FORMS ")", arg);
 		o->size = v;
 		return 0;
 	case BENCH_O_RUNTIME:

@@ -65,7 +65,7 @@ static const char usage_text[] =
 	"  --threads N        compression threads (default: all cores)\n"
 	"  --shard-size SIZE  write OUT as a directory of shards of about SIZE stored bytes\n"
 	"  --records SIZE FILE  add FILE as records of SIZE bytes (repeatable)\n"
-	"SIZE takes K, M, G, T suffixes (powers of 1024).\n"
+	BP_SIZE_HELP
 	"ls: a line per sample, ID KEY FIELD=VALUE... (KEY - without keys; bytes fields\n"
 	"as NAME=<N bytes>; a key or text holding blanks, quotes or control bytes is\n"
 	"printed quoted with C escapes).\n"
@@ -84,17 +84,17 @@ static int create_size(pack_create_opts *o, int c, const char *arg)
 {
 	if (c == O_BLOCK) {
 		if (bp_parse_size(arg, &o->block_size) < 0 || o->block_size > BP_PACK_MAX_BLOCK)
-			return cli_usage("--block-size: '%s' is not a size up to 256M", arg);
+			return cli_usage("--block-size: '%s' is not a size up to 256M (" BP_SIZE_FORMS ")", arg);
 		return 0;
 	}
 	if (c == O_FRAME) {
 		if (bp_parse_size(arg, &o->frame_size) < 0 || o->frame_size < BP_PACK_MIN_FRAME ||
 		    o->frame_size > BP_PACK_MAX_BLOCK)
-			return cli_usage("--frame-size: '%s' is not a size from 4K to 256M", arg);
+			return cli_usage("--frame-size: '%s' is not a size from 4K to 256M (" BP_SIZE_FORMS ")", arg);
 		return 0;
 	}
 	if (bp_parse_size(arg, &o->shard_size) < 0 || o->shard_size == 0)
-		return cli_usage("--shard-size: '%s' is not a size above 0", arg);
+		return cli_usage("--shard-size: '%s' is not a size above 0 (" BP_SIZE_FORMS ")", arg);
 	return 0;
 }
 
@@ -104,7 +104,7 @@ static int create_records(pack_inputs *in, const char *out, const char *arg, int
 	uint64_t v;
 
 	if (bp_parse_size(arg, &v) < 0 || v == 0)
-		return cli_usage("--records: '%s' is not a record size above 0", arg);
+		return cli_usage("--records: '%s' is not a record size above 0 (" BP_SIZE_FORMS ")", arg);
 	if (optind >= argc)
 		return cli_usage("--records %s: missing FILE", arg);
 	if (!out)

@@ -340,7 +340,7 @@ static int parse_args(int argc, char **argv, dec_args *a)
 			break;
 		case O_ROUND:
 			if (bp_parse_size(optarg, &v) < 0 || v == 0 || v > MAX_ROUND_BYTES)
-				return cli_usage("--round-size: '%s' is not a size from 1 byte to 1T",
+				return cli_usage("--round-size: '%s' is not a size from 1 byte to 1T (" BP_SIZE_FORMS ")",
 						 optarg);
 			a->round_bytes = v;
 			break;

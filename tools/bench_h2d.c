@@ -207,7 +207,7 @@ int bench_cmd_h2d(int argc, char **argv)
 			return cli_usage("h2d: unexpected argument '%s'", optarg);
 		case O_SIZE:
 			if (bp_parse_size(optarg, &v) < 0 || v == 0 || v > (UINT64_C(64) << 30))
-				return cli_usage("--size: '%s' is not a size from 1 byte to 64 GiB", optarg);
+				return cli_usage("--size: '%s' is not a size from 1 byte to 64 GiB (" BP_SIZE_FORMS ")", optarg);
 			o.size = v;
 			break;
 		case O_REPS:

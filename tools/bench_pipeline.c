@@ -785,7 +785,7 @@ static int parse_other(pl_opts *o, int ch, const char *arg, char **argv, bool *s
 		return 0;
 	case O_MEMORY:
 		if (bp_parse_size(arg, &v) < 0)
-			return cli_usage("--memory: '%s' is not a size", arg);
+			return cli_usage("--memory: '%s' is not a size (" BP_SIZE_FORMS ")", arg);
 		o->memory = arg;
 		return 0;
 	case O_JSON:
