@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ini.h>
@@ -65,6 +66,7 @@ void bd_config_free(bd_config *c)
 {
 	if (!c)
 		return;
+	free(c->file);
 	free(c->socket);
 	free(c->socket_group);
 	free(c->metrics_listen);
@@ -73,6 +75,7 @@ void bd_config_free(bd_config *c)
 	free(c->admin_uids);
 	free(c->admin_gids);
 	bd__config_roots_free(c->roots, c->nroots);
+	free(c->root_lines);
 	*c = (bd_config){ 0 };
 }
 
@@ -121,6 +124,7 @@ static void keep_ids(uint32_t **mine, size_t *n, uint32_t **theirs, size_t *tn)
  */
 void bd__config_commit(bd_config *c, bd_config *next)
 {
+	keep_str(&next->file, &c->file);
 	keep_str(&next->socket, &c->socket);
 	keep_str(&next->socket_group, &c->socket_group);
 	keep_str(&next->metrics_listen, &c->metrics_listen);
@@ -128,12 +132,16 @@ void bd__config_commit(bd_config *c, bd_config *next)
 	keep_ids(&next->allow_gids, &next->nallow_gids, &c->allow_gids, &c->nallow_gids);
 	keep_ids(&next->admin_uids, &next->nadmin_uids, &c->admin_uids, &c->nadmin_uids);
 	keep_ids(&next->admin_gids, &next->nadmin_gids, &c->admin_gids, &c->nadmin_gids);
+	/* The roots and the lines they came from travel together. */
 	if (next->nroots) {
 		bd__config_roots_free(c->roots, c->nroots);
+		free(c->root_lines);
 	} else {
 		free(next->roots);
+		free(next->root_lines);
 		next->roots = c->roots;
 		next->nroots = c->nroots;
+		next->root_lines = c->root_lines;
 	}
 	if (!next->decode_threads)
 		next->decode_threads = usable_cpus();
@@ -145,9 +153,11 @@ bd_config bd__config_scalars(const bd_config *c)
 {
 	bd_config s = *c;
 
+	s.file = NULL;
 	s.socket = NULL;
 	s.roots = NULL;
 	s.nroots = 0;
+	s.root_lines = NULL;
 	s.socket_group = NULL;
 	s.metrics_listen = NULL;
 	s.allow_uids = s.allow_gids = NULL;
@@ -490,10 +500,26 @@ static char *line_reader(char *str, int num, void *stream)
 	return str;
 }
 
+/* The line of the root just added, for bd_config_check_roots()'s messages. */
+static int root_line(struct load *l)
+{
+	bd_config *n = &l->next;
+	unsigned *grown = realloc(n->root_lines, n->nroots * sizeof(*grown));
+
+	if (!grown) {
+		load_fail(l, -ENOMEM, "out of memory");
+		return -ENOMEM;
+	}
+	grown[n->nroots - 1] = (unsigned)l->lineno;
+	n->root_lines = grown;
+	return 0;
+}
+
 static int handle_key(struct load *l, const char *section, const char *name,
 		      const char *value)
 {
 	char what[512], q[BD__CONFIG_QBUF], known[128];
+	size_t nroots = l->next.nroots;
 	const struct key *k;
 	int r;
 
@@ -523,6 +549,8 @@ static int handle_key(struct load *l, const char *section, const char *name,
 		load_fail(l, r, "[%s] %s: %s", k->section, k->name, what);
 		return 0;
 	}
+	if (l->next.nroots > nroots && root_line(l) < 0)
+		return 0;
 	if (k->id == KEY_PREFETCH)
 		l->prefetch_line = l->lineno;
 	else if (k->id == KEY_MAX_PREFETCH)
@@ -595,6 +623,8 @@ int bd_config_load_string(bd_config *c, const char *name, const char *text, size
 	}
 	if (!l.err_line)
 		load_check(&l);
+	if (!l.err_line && !(l.next.file = strdup(name)))
+		load_fail(&l, -ENOMEM, "out of memory");
 	if (l.err_line) {
 		bd_config_free(&l.next);
 		return l.err_errno;
@@ -663,4 +693,57 @@ int bd_config_load_file(bd_config *c, const char *path, char *err, size_t errlen
 	r = bd_config_load_string(c, path, text, len, err, errlen);
 	free(text);
 	return r;
+}
+
+/* ---- roots on disk ------------------------------------------------------ */
+
+/* What to do about a root that cannot be served, by errno. */
+static const char *root_fix(int r, bool flag)
+{
+	switch (r) {
+	case -ENOENT:
+		return flag ? "create it or drop the flag" : "create it or remove the line";
+	case -ENOTDIR:
+		return flag ? "name the directory that holds the datasets or drop the flag"
+			    : "name the directory that holds the datasets or remove the line";
+	case -EACCES:
+	case -EPERM:
+		return flag ? "let the daemon's user read and search it (r-x) or drop the flag"
+			    : "let the daemon's user read and search it (r-x) or remove the line";
+	default:
+		return flag ? "fix it or drop the flag" : "fix it or remove the line";
+	}
+}
+
+static int root_usable(const char *root)
+{
+	struct stat st;
+
+	if (stat(root, &st) < 0)
+		return -errno;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	/* The effective ids: the ones the daemon opens datasets with. */
+	if (faccessat(AT_FDCWD, root, R_OK | X_OK, AT_EACCESS) < 0)
+		return -errno;
+	return 0;
+}
+
+int bd_config_check_roots(const bd_config *c, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < c->nroots; i++) {
+		unsigned line = c->root_lines ? c->root_lines[i] : 0;
+		int r = root_usable(c->roots[i]);
+
+		if (r == 0)
+			continue;
+		if (line)
+			bd__config_msg(err, errlen, "[datasets] root %s (%s:%u): %s: %s", c->roots[i],
+				       c->file ? c->file : "?", line, strerror(-r), root_fix(r, false));
+		else
+			bd__config_msg(err, errlen, "--root %s: %s: %s", c->roots[i], strerror(-r),
+				       root_fix(r, true));
+		return r;
+	}
+	return 0;
 }

@@ -89,10 +89,13 @@ typedef enum bd_config_tier {
 #define BD_CONFIG_MAX_REQ_UID       1000000u
 
 typedef struct bd_config {
+	char *file;              /* the configuration file read (-c, or the default file); NULL = none */
+	bool no_file;            /* --no-config: no file read on purpose (the default file was not looked for) */
 	char *socket;            /* [daemon] socket; NULL = default (bd_config_default_socket) */
 	int log_level;           /* [daemon] log_level: err|warning|notice|info|debug as syslog LOG_*; default info */
 	char **roots;            /* [datasets] root, repeatable: absolute, normalized, no duplicates, file order */
 	size_t nroots;
+	unsigned *root_lines;    /* per root, its line in file; NULL when the roots came from --root */
 	uint64_t memory_budget;  /* [memory] budget; at least 16M; 0 = auto (default): half of the memory available when the daemon starts (MemAvailable, or the room under its cgroup limit when lower), at least 1G */
 	uint64_t cache_size;     /* [memory] cache: the decoded-block cache; BD_CONFIG_CACHE_AUTO (default) = half the budget; below the budget */
 	bd_config_tier tier;     /* [memory] tier = auto|ram|page|direct; default auto */
@@ -169,15 +172,17 @@ int bd_config_load_string(bd_config *c, const char *name, const char *text, size
 
 /*
  * Apply batchd's command line to c (call bd_config_init() first):
- *   batchd [-c FILE] [--socket PATH] [--root DIR]... [--memory SIZE]
- *          [--io-engine auto|io_uring|pread] [--direct auto|on|off]
- *          [--log-level LEVEL] [--help] [--version]
- * All flags are validated first; then FILE (the last -c/--config, if any)
- * is loaded as by bd_config_load_file(), then the flags override it,
- * whatever their order. The --root flags together replace the file's
- * roots. The caller decides whether a default file such as
- * /etc/batchd/batchd.conf is loaded beforehand. decode_threads is resolved
- * as in bd_config_load_file().
+ *   batchd [-c FILE | --no-config] [--socket PATH] [--root DIR]...
+ *          [--memory SIZE] [--io-engine auto|io_uring|pread]
+ *          [--direct auto|on|off] [--log-level LEVEL] [--help] [--version]
+ * All flags are validated first; then a file is loaded as by
+ * bd_config_load_file(): FILE (the last -c/--config), which must exist;
+ * or, with neither -c nor --no-config, default_file when it exists (absent
+ * is not an error: c keeps the defaults; NULL: look for none); then the
+ * flags override it, whatever their order. c->file says which file was
+ * read, c->no_file whether --no-config was given. The --root flags
+ * together replace the file's roots. decode_threads is resolved as in
+ * bd_config_load_file(). Of -c and --no-config, the later wins.
  *
  * --help and --version print to stdout and return 1 (exit 0). argv is not
  * permuted; positional arguments are refused.
@@ -188,7 +193,19 @@ int bd_config_load_string(bd_config *c, const char *name, const char *text, size
  * bd_config_load_file(); -ENOMEM.
  * Thread: main thread only (getopt).
  */
-int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t errlen);
+int bd_config_from_args(bd_config *c, int argc, char **argv, const char *default_file,
+			char *err, size_t errlen);
+
+/*
+ * Check that every root of c is a directory the daemon can read and
+ * search (it is opened with access(2)'s real ids, as the daemon's user).
+ * @return 0, or the first failure's negative errno with
+ * "[datasets] root /x (FILE:LINE): No such file or directory: create it or
+ * remove the line" (or "--root /x: ...") in err (written only on error,
+ * may be NULL).
+ * Thread: any; reads the filesystem.
+ */
+int bd_config_check_roots(const bd_config *c, char *err, size_t errlen);
 
 /*
  * Where the socket goes when the configuration names none:

@@ -29,10 +29,12 @@ enum {
 	OPT_IO_ENGINE,
 	OPT_DIRECT,
 	OPT_LOG_LEVEL,
+	OPT_NO_CONFIG,
 };
 
 static const struct option options[] = {
 	{ "config", required_argument, NULL, 'c' },
+	{ "no-config", no_argument, NULL, OPT_NO_CONFIG },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "root", required_argument, NULL, OPT_ROOT },
 	{ "memory", required_argument, NULL, OPT_MEMORY },
@@ -44,17 +46,23 @@ static const struct option options[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-static const char usage[] =
+/* usage_head, the default file's path, usage_tail. */
+static const char usage_head[] =
 	"Usage: batchd [OPTION]...\n"
 	"Plan, read, decompress and stage training batches for local trainers.\n"
 	"\n"
-	"  -c, --config FILE       read FILE first; the options below override it\n"
+	"  -c, --config FILE       read FILE first (it must exist); the options below\n"
+	"                          override it. Without -c: ";
+static const char usage_tail[] =
+	",\n                          when it exists\n"
+	"      --no-config         read no configuration file (only defaults and flags)\n"
 	"      --socket PATH       control socket (default: $RUNTIME_DIRECTORY/batchd.sock,\n"
 	"                          else /run/batchd/batchd.sock as root,\n"
 	"                          else $XDG_RUNTIME_DIR/batchd.sock)\n"
 	"      --root DIR          serve datasets below DIR (absolute); repeat for more;\n"
 	"                          replaces the roots of the file\n"
-	"      --memory SIZE       memory budget, e.g. 512M, 4G (at least 16M), or auto\n"
+	"      --memory SIZE       memory budget, e.g. 512M, 4G (at least 16M), or auto;\n"
+	"                          K, M, G, T, KiB.. are powers of 1024, KB, MB, GB, TB of 1000\n"
 	"      --io-engine ENGINE  auto, io_uring or pread\n"
 	"      --direct MODE       O_DIRECT reads: auto, on or off\n"
 	"      --log-level LEVEL   err, warning, notice, info or debug\n"
@@ -64,6 +72,7 @@ static const char usage[] =
 /* Flags seen, validated, not yet applied. */
 struct flags {
 	const char *config;
+	bool no_config;
 	char *socket;
 	char **roots;
 	size_t nroots;
@@ -101,6 +110,8 @@ static const char *opt_name(int val)
 		return "--direct";
 	case OPT_LOG_LEVEL:
 		return "--log-level";
+	case OPT_NO_CONFIG:
+		return "--no-config";
 	default:
 		return NULL;
 	}
@@ -110,8 +121,14 @@ static const char *opt_name(int val)
 static int parse_flag(struct flags *f, int opt, const char *arg, char *what, size_t wlen)
 {
 	switch (opt) {
+	/* The later of -c and --no-config wins, as for any repeated flag. */
 	case 'c':
 		f->config = arg;
+		f->no_config = false;
+		return 0;
+	case OPT_NO_CONFIG:
+		f->config = NULL;
+		f->no_config = true;
 		return 0;
 	case OPT_SOCKET:
 		return bd__config_set_socket(&f->socket, arg, what, wlen);
@@ -153,10 +170,32 @@ static void flags_apply(struct flags *f, bd_config *c)
 		next.direct = f->direct;
 	if (f->level_set)
 		next.log_level = f->level;
+	next.no_file = f->no_config;
 	bd__config_commit(c, &next);
 }
 
-int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t errlen)
+/*
+ * The file the flags ask for: -c FILE (must exist), none (--no-config), or
+ * default_file when it is there. @return 0 or load errors.
+ */
+static int load(bd_config *c, const struct flags *f, const char *default_file, char *err,
+		size_t errlen)
+{
+	if (f->config)
+		return bd_config_load_file(c, f->config, err, errlen);
+	if (f->no_config || !default_file)
+		return 0;
+	/*
+	 * Absent is the one failure that means "no file": anything else (a
+	 * file batchd may not read, a directory) is an operator's mistake.
+	 */
+	if (access(default_file, F_OK) < 0 && errno == ENOENT)
+		return 0;
+	return bd_config_load_file(c, default_file, err, errlen);
+}
+
+int bd_config_from_args(bd_config *c, int argc, char **argv, const char *default_file,
+			char *err, size_t errlen)
 {
 	struct flags f = { 0 };
 	char what[512];
@@ -169,7 +208,8 @@ int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t e
 	while ((opt = getopt_long(argc, argv, "+:c:hV", options, NULL)) != -1) {
 		switch (opt) {
 		case 'h':
-			fputs(usage, stdout);
+			printf("%s%s%s", usage_head, default_file ? default_file : "no file",
+			       usage_tail);
 			r = 1;
 			goto out;
 		case 'V':
@@ -210,11 +250,9 @@ int bd_config_from_args(bd_config *c, int argc, char **argv, char *err, size_t e
 		r = -EINVAL;
 		goto out;
 	}
-	if (f.config) {
-		r = bd_config_load_file(c, f.config, err, errlen);
-		if (r < 0)
-			goto out;
-	}
+	r = load(c, &f, default_file, err, errlen);
+	if (r < 0)
+		goto out;
 	flags_apply(&f, c);
 out:
 	flags_free(&f);

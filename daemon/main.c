@@ -2,9 +2,13 @@
 /*
  * main.c - batchd: serve mini-batches to trainers.
  *
- *   batchd [-c FILE] [--socket PATH] [--root DIR]... [--memory SIZE]
- *          [--io-engine auto|io_uring|pread] [--direct auto|on|off]
- *          [--log-level LEVEL]
+ *   batchd [-c FILE | --no-config] [--socket PATH] [--root DIR]...
+ *          [--memory SIZE] [--io-engine auto|io_uring|pread]
+ *          [--direct auto|on|off] [--log-level LEVEL]
+ *
+ * Without -c it reads BATCHD_CONFIG_FILE (SYSCONFDIR/batchd/batchd.conf,
+ * from daemon/meson.build) when that exists, so an installed daemon
+ * started by hand serves what the service would.
  *
  * Runs in the foreground, logs to stderr, reloads its configuration on
  * SIGHUP and stops cleanly on SIGTERM/SIGINT (server.h).
@@ -23,6 +27,22 @@
 #include "log.h"
 #include "server.h"
 
+#ifndef BATCHD_CONFIG_FILE
+#error "define BATCHD_CONFIG_FILE (-DBATCHD_CONFIG_FILE=\"/etc/batchd/batchd.conf\")"
+#endif
+
+/* The startup line that says where the configuration came from. */
+static void log_source(const bd_config *cfg)
+{
+	if (cfg->file)
+		bd_log(LOG_NOTICE, "configuration file %s", cfg->file);
+	else if (cfg->no_file)
+		bd_log(LOG_NOTICE, "no configuration file (--no-config): defaults");
+	else
+		bd_log(LOG_NOTICE, "no configuration file (%s absent): defaults",
+		       BATCHD_CONFIG_FILE);
+}
+
 int main(int argc, char **argv)
 {
 	bd_cuda_state cuda;
@@ -33,11 +53,13 @@ int main(int argc, char **argv)
 	int r;
 
 	bd_config_init(&cfg);
-	r = bd_config_from_args(&cfg, argc, argv, err, sizeof(err));
+	r = bd_config_from_args(&cfg, argc, argv, BATCHD_CONFIG_FILE, err, sizeof(err));
 	if (r == 1) {
 		bd_config_free(&cfg);
 		return 0;
 	}
+	if (r == 0)
+		r = bd_config_check_roots(&cfg, err, sizeof(err));
 	if (r < 0) {
 		fprintf(stderr, "batchd: %s\n", err);
 		bd_config_free(&cfg);
@@ -48,6 +70,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	bd_log_init(cfg.log_level);
+	log_source(&cfg);
 	if (cfg.nroots == 0)
 		bd_log(LOG_WARNING, "no dataset roots configured ([datasets] root or --root): every "
 		       "open will be refused");

@@ -31,6 +31,10 @@
 #include "service.h"
 #include "util.h"
 
+#ifndef BATCHD_CONFIG_FILE
+#error "define BATCHD_CONFIG_FILE (daemon/meson.build)"
+#endif
+
 #define STOP_GRACE_MS 10000
 #define RATELOG_NS (UINT64_C(10) * 1000000000u)
 #define BACKOFF_MIN_MS 100u     /* accepting paused after running out of fds: doubling */
@@ -435,7 +439,9 @@ static void reload(bd_server *srv)
 
 	bd_service_notify("RELOADING=1");
 	bd_config_init(&next);
-	r = bd_config_from_args(&next, srv->argc, srv->argv, err, sizeof(err));
+	r = bd_config_from_args(&next, srv->argc, srv->argv, BATCHD_CONFIG_FILE, err, sizeof(err));
+	if (r == 0)
+		r = bd_config_check_roots(&next, err, sizeof(err));
 	if (r != 0) {
 		reload_refused(srv, &next, "%s", r < 0 ? err : "unexpected --help/--version");
 		return;

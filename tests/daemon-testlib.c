@@ -418,6 +418,8 @@ static void daemon_argv(const dt_daemon *d, char **argv, size_t cap)
 		argv[n++] = "-c";
 		argv[n++] = (char *)d->config;
 	} else {
+		/* Never the machine's SYSCONFDIR/batchd/batchd.conf. */
+		argv[n++] = "--no-config";
 		argv[n++] = "--socket";
 		argv[n++] = (char *)d->sock;
 		argv[n++] = "--root";

@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -902,7 +904,17 @@ static int from_args(bd_config *c, char **argv)
 
 	while (argv[argc])
 		argc++;
-	return bd_config_from_args(c, argc, argv, err, sizeof(err));
+	return bd_config_from_args(c, argc, argv, NULL, err, sizeof(err));
+}
+
+/* from_args() with default_file standing for SYSCONFDIR/batchd/batchd.conf. */
+static int from_args_default(bd_config *c, char **argv, const char *default_file)
+{
+	int argc = 0;
+
+	while (argv[argc])
+		argc++;
+	return bd_config_from_args(c, argc, argv, default_file, err, sizeof(err));
 }
 
 static const char site_conf[] =
@@ -951,6 +963,159 @@ START_TEST(test_args_override_file)
 		assert_roots(&c, site_roots, 2);               /* no --root: the file's */
 		bd_config_free(&c);
 	}
+	remove_tmp("site.conf");
+	rmdir(tmpdir);
+}
+END_TEST
+
+/* Run bd_config_check_roots(c) as nobody (uid/gid 65534): @return its result. */
+static int check_roots_as_nobody(const bd_config *c)
+{
+	pid_t pid = fork();
+	int status;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+		    setresuid(65534, 65534, 65534) < 0)
+			_exit(100);
+		_exit(-bd_config_check_roots(c, NULL, 0));
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_ne(WEXITSTATUS(status), 100);
+	return -WEXITSTATUS(status);
+}
+
+/* Roots on disk: each failure names the root, where it was set, why and what to change. */
+START_TEST(test_roots_checked)
+{
+	char text[4 * PATH_MAX], want[4 * PATH_MAX], ok[PATH_MAX + 8], gone[PATH_MAX + 8], file[PATH_MAX + 8];
+	bd_config c;
+
+	make_tmpdir();
+	snprintf(ok, sizeof(ok), "%s/ok", tmpdir);
+	snprintf(gone, sizeof(gone), "%s/gone", tmpdir);
+	snprintf(file, sizeof(file), "%s/plain", tmpdir);
+	ck_assert_int_eq(mkdir(ok, 0755), 0);
+	write_tmp("plain", "", 0);
+
+	bd_config_init(&c);
+	snprintf(text, sizeof(text), "[datasets]\nroot = %s\n\nroot = %s\n", ok, gone);
+	ck_assert_msg(load(&c, text) == 0, "%s", err);
+	ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), -ENOENT);
+	snprintf(want, sizeof(want), "[datasets] root %s (" NAME ":4): No such file or directory: "
+		 "create it or remove the line", gone);
+	ck_assert_str_eq(err, want);
+
+	snprintf(text, sizeof(text), "[datasets]\nroot = %s\nroot = %s\n", ok, file);
+	ck_assert_msg(load(&c, text) == 0, "%s", err);
+	ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), -ENOTDIR);
+	snprintf(want, sizeof(want), "[datasets] root %s (" NAME ":3): Not a directory: name the "
+		 "directory that holds the datasets or remove the line", file);
+	ck_assert_str_eq(err, want);
+	bd_config_free(&c);
+
+	/* --root replaces the file's roots and their lines */
+	bd_config_init(&c);
+	ck_assert_msg(from_args(&c, ARGV("--root", ok, "--root", gone)) == 0, "%s", err);
+	ck_assert_ptr_null(c.root_lines);
+	ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), -ENOENT);
+	snprintf(want, sizeof(want), "--root %s: No such file or directory: create it or drop the "
+		 "flag", gone);
+	ck_assert_str_eq(err, want);
+	bd_config_free(&c);
+
+	/* a directory the daemon's user may not search */
+	bd_config_init(&c);
+	ck_assert_msg(from_args(&c, ARGV("--root", ok)) == 0, "%s", err);
+	ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), 0);
+	ck_assert_int_eq(chmod(ok, 0700), 0);
+	if (geteuid() == 0) {
+		ck_assert_int_eq(check_roots_as_nobody(&c), -EACCES);
+	} else {
+		ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), 0);
+		ck_assert_int_eq(chmod(ok, 0300), 0);
+		ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), -EACCES);
+		snprintf(want, sizeof(want), "--root %s: Permission denied: let the daemon's user "
+			 "read and search it (r-x) or drop the flag", ok);
+		ck_assert_str_eq(err, want);
+	}
+	bd_config_free(&c);
+	rmdir(ok);
+	remove_tmp("plain");
+	rmdir(tmpdir);
+}
+END_TEST
+
+/* No -c: the default file when it is there, defaults when it is not; never with --no-config. */
+START_TEST(test_args_default_file)
+{
+	char path[PATH_MAX + 64], absent[PATH_MAX + 64];
+	bd_config c;
+
+	make_tmpdir();
+	snprintf(path, sizeof(path), "%s", write_tmp("site.conf", site_conf, sizeof(site_conf) - 1));
+	snprintf(absent, sizeof(absent), "%s/absent.conf", tmpdir);
+
+	bd_config_init(&c);
+	ck_assert_msg(from_args_default(&c, ARGV("--log-level", "debug"), path) == 0, "%s", err);
+	ck_assert_str_eq(c.file, path);
+	ck_assert(!c.no_file);
+	ck_assert_uint_eq(c.memory_budget, UINT64_C(2) << 30);   /* the file's */
+	ck_assert_int_eq(c.log_level, LOG_DEBUG);                 /* the flag wins */
+	bd_config_free(&c);
+
+	bd_config_init(&c);
+	ck_assert_msg(from_args_default(&c, ARGV("--log-level", "debug"), absent) == 0, "%s", err);
+	ck_assert_ptr_null(c.file);
+	ck_assert(!c.no_file);
+	ck_assert_uint_eq(c.memory_budget, 0);
+	bd_config_free(&c);
+
+	bd_config_init(&c);
+	ck_assert_msg(from_args_default(&c, ARGV("--no-config"), path) == 0, "%s", err);
+	ck_assert_ptr_null(c.file);
+	ck_assert(c.no_file);
+	assert_defaults(&c, usable_cpus());
+	bd_config_free(&c);
+
+	/* -c /dev/null: an empty file, the other way to ask for none */
+	bd_config_init(&c);
+	ck_assert_msg(from_args_default(&c, ARGV("-c", "/dev/null"), path) == 0, "%s", err);
+	ck_assert_str_eq(c.file, "/dev/null");
+	assert_defaults(&c, usable_cpus());
+	bd_config_free(&c);
+
+	/* an explicit file that is missing stays an error, default or not */
+	init_marked(&c);
+	ck_assert_int_eq(from_args_default(&c, ARGV("-c", absent), path), -ENOENT);
+	{
+		char want[PATH_MAX + 128];
+
+		snprintf(want, sizeof(want), "%s: No such file or directory", absent);
+		ck_assert_str_eq(err, want);
+	}
+	assert_marked(&c);
+	bd_config_free(&c);
+
+	/* the later of -c and --no-config wins */
+	bd_config_init(&c);
+	ck_assert_msg(from_args_default(&c, ARGV("--no-config", "-c", path), NULL) == 0, "%s", err);
+	ck_assert_str_eq(c.file, path);
+	ck_assert(!c.no_file);
+	bd_config_free(&c);
+	bd_config_init(&c);
+	ck_assert_msg(from_args_default(&c, ARGV("-c", path, "--no-config"), path) == 0, "%s", err);
+	ck_assert_ptr_null(c.file);
+	ck_assert(c.no_file);
+	bd_config_free(&c);
+
+	/* a default file that is there but not a file batchd can read is an error */
+	init_marked(&c);
+	ck_assert_int_eq(from_args_default(&c, ARGV("--memory", "1G"), tmpdir), -EISDIR);
+	assert_marked(&c);
+	bd_config_free(&c);
 	remove_tmp("site.conf");
 	rmdir(tmpdir);
 }
@@ -1284,6 +1449,7 @@ static Suite *config_suite(void)
 	tc = tcase_create("roots");
 	tcase_add_test(tc, test_relative_root);
 	tcase_add_test(tc, test_roots_keep_order);
+	tcase_add_test(tc, test_roots_checked);
 	tcase_add_test(tc, test_roots_replace_on_reload);
 	tcase_add_test(tc, test_roots_limit);
 	suite_add_tcase(s, tc);
@@ -1301,6 +1467,7 @@ static Suite *config_suite(void)
 
 	tc = tcase_create("command_line");
 	tcase_add_test(tc, test_args_override_file);
+	tcase_add_test(tc, test_args_default_file);
 	tcase_add_test(tc, test_args_root_replaces);
 	tcase_add_test(tc, test_args_none);
 	tcase_add_test(tc, test_args_help_version);

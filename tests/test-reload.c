@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -123,6 +124,52 @@ START_TEST(test_reload)
 	bc_disconnect(c);
 	dt_ref_close(&ref_one);
 	dt_ref_close(&ref_blk);
+}
+END_TEST
+
+/*
+ * A [datasets] root that is not there: batchd refuses to start, naming the
+ * root, the file and line, and what to do; once running, a reload that
+ * names one is refused and the old roots keep serving.
+ */
+START_TEST(test_reload_missing_root)
+{
+	char gone[PATH_MAX], needle[2 * PATH_MAX];
+	bc_stream_opts o;
+	bc_stream *st;
+	dt_ref ref;
+	bc_client *c;
+
+	snprintf(gone, sizeof(gone), "%s/not-there", D.dir);
+	snprintf(needle, sizeof(needle), "[datasets] root %s (%s:6): No such file or directory: "
+		 "create it or remove the line", gone, sv_conf);
+	sv_conf_write("# test-service: missing root\n[daemon]\nsocket = %s\n[datasets]\n"
+		      "root = %s\nroot = %s\n", D.sock, D.root, gone);
+	D.may_exit = true;
+	ck_assert_int_eq(dt_daemon_start(&D), 1);
+	D.may_exit = false;
+	expect(WIFEXITED(D.exit_status) && WEXITSTATUS(D.exit_status) == 2,
+	       "batchd with a missing root: wait status %d, expected exit 2", D.exit_status);
+	expect(dt_log_contains(&D, needle), "the start refusal does not say \"%s\"", needle);
+
+	sv_conf_basic("info", NULL);
+	sv_start_ok();
+	sv_conf_write("# test-service: missing root\n[daemon]\nsocket = %s\n[datasets]\n"
+		      "root = %s\nroot = %s\n", D.sock, D.root, gone);
+	sv_hup_and_wait(0, 1);
+	snprintf(needle, sizeof(needle), "reload refused, the running configuration stays: "
+		 "[datasets] root %s (%s:6): No such file or directory: create it or remove the line",
+		 gone, sv_conf);
+	expect(dt_log_contains(&D, needle), "the reload refusal does not say \"%s\"", needle);
+	expect(dt_status_u64("reloads") == 0, "status counts the refused reload as applied");
+	dt_ref_ok(&ref, DSET_ONE);
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_ONE, 7, BC_SHUFFLE_NONE, 0);
+	st = dt_open_ok(c, &o);
+	sv_consume_ok(st, &ref, 3, "a session on the old root after the refused reload");
+	ck_assert_int_eq(bc_close(st), 0);
+	bc_disconnect(c);
+	dt_ref_close(&ref);
 }
 END_TEST
 
@@ -341,6 +388,7 @@ static Suite *reload_suite(void)
 
 	tcase_add_test(sv_tcase(s, "reload"), test_reload);
 	tcase_add_test(sv_tcase(s, "reload_budget"), test_reload_budget);
+	tcase_add_test(sv_tcase(s, "reload_missing_root"), test_reload_missing_root);
 	tcase_add_test(sv_tcase(s, "sigterm_drain"), test_sigterm_drain);
 	return s;
 }

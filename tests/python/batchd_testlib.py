@@ -181,7 +181,8 @@ class Daemon:
         return os.path.join(self.root, name)
 
     def start(self):
-        argv = [BATCHD, "--socket", self.sock, "--root", self.root, "--log-level", "debug",
+        # --no-config: never the machine's SYSCONFDIR/batchd/batchd.conf.
+        argv = [BATCHD, "--no-config", "--socket", self.sock, "--root", self.root, "--log-level", "debug",
                 "--memory", self.memory, "--direct", self.direct]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
