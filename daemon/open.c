@@ -18,6 +18,7 @@
 #include "log.h"
 #include "machine.h"
 #include "server_state.h"
+#include "units.h"
 
 _Static_assert((int)BD_CFG_TIER_RAM == (int)BD_TIER_RAM && (int)BD_CFG_TIER_PAGE == (int)BD_TIER_PAGE &&
 	       (int)BD_CFG_TIER_DIRECT == (int)BD_TIER_DIRECT, "[memory] tier names the tiers in order");
@@ -163,6 +164,30 @@ static bd_session_quota uid_quota(bd_server *srv, uid_t uid)
 		quota.uid_used += si.memory;
 	}
 	return quota;
+}
+
+/*
+ * charge() (session.c) refuses against what sessions may use and knows no
+ * more; add what that is made of and the settings that change it.
+ */
+static void budget_note(const bd_server *srv, char *err, size_t len)
+{
+	static const char prefix[] = "memory budget:";   /* charge()'s budget refusal */
+	uint64_t cache = srv->budget > srv->env.budget_total ? srv->budget - srv->env.budget_total
+							      : 0;
+	const char *how = srv->cfg.memory_budget ? "" : ", auto: half the memory available";
+	size_t n = strlen(err);
+	char a[32], b[32];
+
+	if (strncmp(err, prefix, sizeof(prefix) - 1) || n + 1 >= len)
+		return;
+	bp_format_size(srv->budget, a, sizeof(a));
+	if (cache)
+		snprintf(err + n, len - n, ", raise [memory] budget (%s%s, of which the block cache, "
+			 "[memory] cache, takes %s) or lower [memory] cache", a, how,
+			 bp_format_size(cache, b, sizeof(b)));
+	else
+		snprintf(err + n, len - n, " or raise [memory] budget (%s%s; no block cache)", a, how);
 }
 
 /* The server's entry for a new session. @return it, or NULL when out of memory. */
@@ -330,6 +355,8 @@ static bool open_session(open_work *ow)
 		ow->d = NULL;
 	if (r == -ENOMEM && wait_for_memory(ow))
 		return false;
+	if (r == -ENOMEM)
+		budget_note(srv, err, sizeof(err));
 	if (r < 0) {
 		if (ow->device >= 0 && r != -ENOMEM)
 			refuse_device(c, r, "%s", err[0] ? err : strerror(-r));
@@ -431,13 +458,20 @@ static int check_limits(client *c, const bp_msg_open *m)
 	unsigned mine;
 
 	if (m->batch_size > MAX_BATCH_SIZE) {
-		refuse(c, -EINVAL, "batch size %u is over the limit of %u", m->batch_size,
-		       MAX_BATCH_SIZE);
+		refuse(c, -EINVAL, "batch size %u is over the limit of %u (fixed, not a setting): "
+		       "open with a smaller batch", m->batch_size, MAX_BATCH_SIZE);
 		return -EINVAL;
 	}
-	if (c->sessions >= MAX_SESSIONS_PER_CLIENT || srv->nsessions + srv->opening >= MAX_SESSIONS) {
-		refuse(c, -EMFILE, "too many sessions (%u per connection, %u in all)",
-		       MAX_SESSIONS_PER_CLIENT, MAX_SESSIONS);
+	if (c->sessions >= MAX_SESSIONS_PER_CLIENT) {
+		refuse(c, -EMFILE, "too many sessions: this connection holds %u, the most one connection may "
+		       "(fixed, not a setting): close one, or open it on another connection",
+		       c->sessions);
+		return -EMFILE;
+	}
+	if (srv->nsessions + srv->opening >= MAX_SESSIONS) {
+		refuse(c, -EMFILE, "too many sessions: the daemon holds %u (with those opening), the "
+		       "most it may (fixed, not a setting): close sessions or wait for some to end",
+		       srv->nsessions + srv->opening);
 		return -EMFILE;
 	}
 	if (!srv->cfg.sessions_per_uid)
@@ -445,7 +479,8 @@ static int check_limits(client *c, const bp_msg_open *m)
 	mine = uid_sessions(srv, c->uid);
 	if (mine >= srv->cfg.sessions_per_uid) {
 		refuse(c, -EUSERS, "uid %u already holds %u sessions, the limit per user "
-		       "([limits] sessions_per_uid)", (unsigned)c->uid, mine);
+		       "([limits] sessions_per_uid = %u): close one of them or raise [limits] "
+		       "sessions_per_uid", (unsigned)c->uid, mine, srv->cfg.sessions_per_uid);
 		return -EUSERS;
 	}
 	return 0;

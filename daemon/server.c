@@ -29,6 +29,7 @@
 #include "machine.h"
 #include "server_state.h"
 #include "service.h"
+#include "units.h"
 #include "util.h"
 
 #ifndef BATCHD_CONFIG_FILE
@@ -526,11 +527,16 @@ static uint64_t cache_budget(const bd_server *srv)
 	uint64_t want = srv->cfg.cache_size == BD_CONFIG_CACHE_AUTO ? srv->budget / 2
 							      : srv->cfg.cache_size;
 	uint64_t most = srv->budget - BD_CONFIG_MIN_BUDGET;
+	char a[32], b[32], c[32], d[32];
 
 	if (want > most) {
-		bd_log(LOG_WARNING, "[memory] cache = %" PRIu64 " MiB leaves sessions less than %"
-		       PRIu64 " MiB of the %" PRIu64 " MiB budget: the cache gets %" PRIu64 " MiB",
-		       want >> 20, BD_CONFIG_MIN_BUDGET >> 20, srv->budget >> 20, most >> 20);
+		bd_log(LOG_WARNING, "[memory] cache = %s leaves sessions less than %s of the %s "
+		       "[memory] budget%s: the cache gets %s; lower [memory] cache or raise "
+		       "[memory] budget", bp_format_size(want, a, sizeof(a)),
+		       bp_format_size(BD_CONFIG_MIN_BUDGET, b, sizeof(b)),
+		       bp_format_size(srv->budget, c, sizeof(c)),
+		       srv->cfg.memory_budget ? "" : " (auto: half the memory available)",
+		       bp_format_size(most, d, sizeof(d)));
 		want = most;
 	}
 	return want;

@@ -579,13 +579,18 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 	/* Memory ended sessions' clients let go of since the loop last looked is free now. */
 	bd_linger_drain(l);
 
-	/* After a reload that lowered the budget, used may exceed total. */
+	/*
+	 * After a reload that lowered the budget, used may exceed total. The
+	 * message names the figures and the session's own remedies; the
+	 * server (open.c) adds where total comes from and the settings.
+	 */
 	if (*env->budget_used > total || need > total - *env->budget_used) {
 		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
-			 "%s of %s in use", name, batch_size, prefetch,
+			 "sessions may use %s and %s of it is in use: open with a smaller prefetch "
+			 "or batch", name, batch_size, prefetch,
 			 bp_format_size(need, a, sizeof(a)),
-			 bp_format_size(*env->budget_used, b, sizeof(b)),
-			 bp_format_size(total, c, sizeof(c)));
+			 bp_format_size(total, c, sizeof(c)),
+			 bp_format_size(*env->budget_used, b, sizeof(b)));
 		return -ENOMEM;
 	}
 	if (!q || !q->uid_limit)
@@ -594,8 +599,10 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 	uid_used = q->uid_used + bd_linger_uid_bytes(l, q->uid);
 	if (need > (q->uid_limit > uid_used ? q->uid_limit - uid_used : 0)) {
 		snprintf(err, errlen, "memory limit per user: dataset %s with batch %u and prefetch %u "
-			 "needs %s; uid %u holds %s of %s ([limits] memory_per_uid)", name,
-			 batch_size, prefetch, bp_format_size(need, a, sizeof(a)), (unsigned)q->uid,
+			 "needs %s; uid %u holds %s of the %s [limits] memory_per_uid allows: open "
+			 "with a smaller prefetch or batch, close one of its sessions, or raise "
+			 "[limits] memory_per_uid", name, batch_size, prefetch,
+			 bp_format_size(need, a, sizeof(a)), (unsigned)q->uid,
 			 bp_format_size(uid_used, b, sizeof(b)),
 			 bp_format_size(q->uid_limit, c, sizeof(c)));
 		return -ENOMEM;

@@ -6,6 +6,10 @@
  * the opens arrive together, before any answer), and closing one makes
  * room; memory_per_uid refuses with -ENOMEM a session that would take a
  * user over it, whatever the global budget, and counts what it holds.
+ * [memory] budget refuses a session over what the block cache leaves, and
+ * a cache that leaves too little is cut with a warning. Every refusal
+ * gives its figures and the setting that would change it (or says the
+ * limit is fixed).
  *
  * One of the service suites (service-testlib.h): a real batchd started with
  * `-c FILE` on a temporary socket, real clients through libbatchclient and
@@ -59,6 +63,10 @@ START_TEST(test_sessions_per_uid)
 	snprintf(uid, sizeof(uid), "uid %u", (unsigned)getuid());
 	expect(strstr(msg, "sessions_per_uid") && strstr(msg, uid), "third session's refusal does not "
 	       "name the limit and the user: \"%s\"", msg);
+	snprintf(uid, sizeof(uid), "uid %u already holds 2 sessions", (unsigned)getuid());
+	expect(strstr(msg, uid) && strstr(msg, "([limits] sessions_per_uid = 2)") &&
+	       strstr(msg, "raise [limits] sessions_per_uid"), "the refusal does not give the "
+	       "figures and the setting to raise: \"%s\"", msg);
 	msg = dt_open_fails(c2, &o, -EUSERS);
 	expect(strstr(msg, "sessions_per_uid"), "refusal on the second connection: \"%s\"", msg);
 	expect(dt_status_u64("refused.limit") == 2, "status refused.limit is not 2");
@@ -166,6 +174,11 @@ START_TEST(test_memory_per_uid)
 	msg = dt_open_fails(c, &big, -ENOMEM);
 	expect(strstr(msg, "memory limit per user") && strstr(msg, "memory_per_uid") &&
 	       !strstr(msg, "memory budget"), "refusal of a 4096-sample session: \"%s\"", msg);
+	expect(strstr(msg, "dataset " DSET_ONE " with batch 4096 and prefetch 8 needs ") &&
+	       strstr(msg, " holds 0 B of the 32.0 MiB [limits] memory_per_uid allows: open with a "
+		      "smaller prefetch or batch, close one of its sessions, or raise [limits] "
+		      "memory_per_uid"), "the refusal does not give the figures and the settings: "
+	       "\"%s\"", msg);
 
 	/* Same-sized small sessions up to the limit, then one more is refused. */
 	dt_opts(&o, DSET_ONE, 256, BC_SHUFFLE_NONE, 0);
@@ -211,6 +224,75 @@ START_TEST(test_memory_per_uid)
 }
 END_TEST
 
+/*
+ * The memory budget: a cache that leaves sessions too little is cut, with a
+ * warning that names both settings; a session over what is left is refused
+ * with its need, what sessions may use, the budget and the cache, and what
+ * to change.
+ */
+START_TEST(test_memory_budget)
+{
+	bc_stream_opts big;
+	bc_client *c;
+	const char *msg;
+
+	sv_conf_basic("info", "[memory]\nbudget = 64M\ncache = 60M\n");
+	sv_start_ok();
+	expect(dt_log_contains(&D, "[memory] cache = 60.0 MiB leaves sessions less than 16.0 MiB of "
+			       "the 64.0 MiB [memory] budget: the cache gets 48.0 MiB; lower [memory] "
+			       "cache or raise [memory] budget"), "no warning naming the cache, the "
+	       "budget and what to change");
+	c = dt_connect_ok();
+	dt_opts(&big, DSET_ONE, 4096, BC_SHUFFLE_NONE, 0);
+	big.prefetch = 8;
+	msg = dt_open_fails(c, &big, -ENOMEM);
+	expect(!strncmp(msg, "memory budget: dataset " DSET_ONE " with batch 4096 and prefetch 8 "
+			"needs ", strlen("memory budget: dataset " DSET_ONE " with batch 4096 and "
+					 "prefetch 8 needs ")), "refusal: \"%s\"", msg);
+	/* 16 MiB less the cache's bucket table, a few KiB */
+	expect(strstr(msg, "; sessions may use 16.0 MiB and 0 B of it is in use: "
+	       "open with a smaller prefetch or batch, raise [memory] budget (64.0 MiB, of which the "
+	       "block cache, [memory] cache, takes 48.") && strstr(msg, " MiB) or lower [memory] "
+	       "cache"), "the refusal does not give the figures and the settings: \"%s\"", msg);
+	expect(dt_status_u64("refused.memory") == 1, "status refused.memory is not 1");
+	bc_disconnect(c);
+}
+END_TEST
+
+/*
+ * The limits that are not settings say so: a batch over the largest, and
+ * more sessions on one connection than it may hold.
+ */
+START_TEST(test_fixed_limits)
+{
+	bc_stream *s[64];
+	bc_stream_opts o;
+	bc_client *c;
+	const char *msg;
+	size_t n = 0;
+
+	sv_conf_basic("info", NULL);
+	sv_start_ok();
+	c = dt_connect_ok();
+	dt_opts(&o, DSET_ONE, 65537, BC_SHUFFLE_NONE, 0);
+	msg = dt_open_fails(c, &o, -EINVAL);
+	expect(!strcmp(msg, "batch size 65537 is over the limit of 65536 (fixed, not a setting): "
+		       "open with a smaller batch"), "refusal of batch 65537: \"%s\"", msg);
+
+	dt_opts(&o, DSET_ONE, 1, BC_SHUFFLE_NONE, 0);
+	o.prefetch = 1;
+	while (n < ARRAY_SIZE(s))
+		s[n++] = dt_open_ok(c, &o);
+	msg = dt_open_fails(c, &o, -EMFILE);
+	expect(!strcmp(msg, "too many sessions: this connection holds 64, the most one connection "
+		       "may (fixed, not a setting): close one, or open it on another connection"),
+	       "refusal of the 65th session: \"%s\"", msg);
+	while (n)
+		ck_assert_int_eq(bc_close(s[--n]), 0);
+	bc_disconnect(c);
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------------------------------ */
 
 static Suite *limits_suite(void)
@@ -220,6 +302,8 @@ static Suite *limits_suite(void)
 	tcase_add_test(sv_tcase(s, "sessions_per_uid"), test_sessions_per_uid);
 	tcase_add_test(sv_tcase(s, "sessions_per_uid_concurrent"), test_sessions_per_uid_concurrent);
 	tcase_add_test(sv_tcase(s, "memory_per_uid"), test_memory_per_uid);
+	tcase_add_test(sv_tcase(s, "memory_budget"), test_memory_budget);
+	tcase_add_test(sv_tcase(s, "fixed_limits"), test_fixed_limits);
 	return s;
 }
 

@@ -177,6 +177,11 @@ START_TEST(test_linger)
 	expect(r == -ENOMEM, "a second session over the limit, the first one's memory kept: %s (%d)",
 	       bc_strerror(r), r);
 	expect(dt_log_contains(&D, "memory limit per user"), "the refusal does not name the limit");
+	/* What the ended session's kept memory holds counts against the 16 MiB limit. */
+	expect(dt_log_contains(&D, " of the 16.0 MiB [limits] memory_per_uid allows: open with a "
+			       "smaller prefetch or batch, close one of its sessions, or raise "
+			       "[limits] memory_per_uid"), "the refusal does not give the limit and "
+	       "the setting to raise");
 
 	/* The descriptor goes, the mapping stays: still charged. */
 	close(keep);
