@@ -987,6 +987,18 @@ static int check_roots_as_nobody(const bd_config *c)
 	return -WEXITSTATUS(status);
 }
 
+/* text loads, and its roots are refused with r and the message want. */
+static void assert_root_refused(const char *text, int r, const char *want)
+{
+	bd_config c;
+
+	bd_config_init(&c);
+	ck_assert_msg(load(&c, text) == 0, "%s", err);
+	ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), r);
+	ck_assert_str_eq(err, want);
+	bd_config_free(&c);
+}
+
 /* Roots on disk: each failure names the root, where it was set, why and what to change. */
 START_TEST(test_roots_checked)
 {
@@ -1000,21 +1012,14 @@ START_TEST(test_roots_checked)
 	ck_assert_int_eq(mkdir(ok, 0755), 0);
 	write_tmp("plain", "", 0);
 
-	bd_config_init(&c);
 	snprintf(text, sizeof(text), "[datasets]\nroot = %s\n\nroot = %s\n", ok, gone);
-	ck_assert_msg(load(&c, text) == 0, "%s", err);
-	ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), -ENOENT);
 	snprintf(want, sizeof(want), "[datasets] root %s (" NAME ":4): No such file or directory: "
 		 "create it or remove the line", gone);
-	ck_assert_str_eq(err, want);
-
+	assert_root_refused(text, -ENOENT, want);
 	snprintf(text, sizeof(text), "[datasets]\nroot = %s\nroot = %s\n", ok, file);
-	ck_assert_msg(load(&c, text) == 0, "%s", err);
-	ck_assert_int_eq(bd_config_check_roots(&c, err, sizeof(err)), -ENOTDIR);
 	snprintf(want, sizeof(want), "[datasets] root %s (" NAME ":3): Not a directory: name the "
 		 "directory that holds the datasets or remove the line", file);
-	ck_assert_str_eq(err, want);
-	bd_config_free(&c);
+	assert_root_refused(text, -ENOTDIR, want);
 
 	/* --root replaces the file's roots and their lines */
 	bd_config_init(&c);
