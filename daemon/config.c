@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -201,6 +202,7 @@ enum key_id {
 	KEY_ADMIN_GID,
 	KEY_METRICS_SESSIONS,
 	KEY_DECODE_AUTOTUNE,
+	KEY_GPU_HOUR_PRICE,
 };
 
 static const struct key {
@@ -240,6 +242,7 @@ static const struct key {
 	{ "access", "admin_gid", KEY_ADMIN_GID, 0, 0 },
 	{ "metrics", "listen", KEY_METRICS_LISTEN, 0, 0 },
 	{ "metrics", "sessions", KEY_METRICS_SESSIONS, 0, 0 },
+	{ "metrics", "gpu_hour_price", KEY_GPU_HOUR_PRICE, 0, 0 },
 };
 
 static bool section_known(const char *section)
@@ -314,6 +317,26 @@ static unsigned *uint_field(bd_config *c, enum key_id id)
 	}
 }
 
+/* [metrics] gpu_hour_price: a plain decimal number, finite and >= 0 ("2.50"). */
+static int parse_price(const char *v, double *ret, char *what, size_t wlen)
+{
+	char q[BD__CONFIG_QBUF], *end;
+	double d;
+
+	d = strtod(v, &end);
+	if (!*v || *end || end == v) {
+		bd__config_msg(what, wlen, "%s is not a number (a GPU-hour's price, e.g. 2.50)",
+			       bd__config_quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	if (!isfinite(d) || d < 0) {
+		bd__config_msg(what, wlen, "%s is not a price: give a finite number >= 0 (0: no cost "
+			       "figures)", bd__config_quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	*ret = d == 0 ? 0 : d;   /* "-0" is 0 */
+	return 0;
+}
 
 /* Set one key of next from its value. @return 0, -EINVAL, -ENOMEM. */
 static int apply(bd_config *next, const struct key *k, const char *v,
@@ -371,6 +394,8 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 		return bd__config_parse_bool(v, &next->metrics_sessions, what, wlen);
 	case KEY_DECODE_AUTOTUNE:
 		return bd__config_parse_bool(v, &next->decode_autotune, what, wlen);
+	case KEY_GPU_HOUR_PRICE:
+		return parse_price(v, &next->gpu_hour_price, what, wlen);
 	default:
 		return bd__config_parse_uint(v, k->min, k->max, uint_field(next, k->id), what,
 					     wlen);

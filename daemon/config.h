@@ -128,6 +128,7 @@ typedef struct bd_config {
 	size_t nadmin_gids;
 	char *metrics_listen;    /* [metrics] listen = HOST:PORT of a loopback HTTP /metrics; NULL = off */
 	bool metrics_sessions;   /* [metrics] sessions: per-session series over HTTP too; default no (totals only) */
+	double gpu_hour_price;   /* [metrics] gpu_hour_price: what one GPU-hour costs, no currency, finite, >= 0; 0 (default) = no stall cost figures */
 } bd_config;
 
 /*
