@@ -44,10 +44,52 @@
 
 /* ---- sessions ---------------------------------------------------------------------------- */
 
+/*
+ * A session's last line: why it ended, whose it was, what it delivered and
+ * what waiting for data cost its trainer (the stall, as status.c reports it).
+ */
+static void log_ended(const bd_server *srv, bd_session *s, const bd_session_info *si, uid_t uid)
+{
+	double age = (double)si->age_ns / 1e9, stall = (double)si->wait_ns / 1e9;
+	double price = srv->cfg.gpu_hour_price;
+	char size[32], cost[48] = "";
+	const char *why;
+
+	switch (si->end_reason) {
+	case 0:
+		why = "closed by its client";
+		break;
+	case -EPIPE:
+		why = "client gone";
+		break;
+	case -ETIME:
+		why = "lease expired";
+		break;
+	case -EPROTO:
+		why = "ring protocol violation";
+		break;
+	case -ESHUTDOWN:
+		why = "batchd stopping";
+		break;
+	default:
+		why = strerror(-si->end_reason);
+	}
+	if (price > 0)
+		snprintf(cost, sizeof(cost), " (cost %.4f)",
+			 price / 3600.0 * stall * BD_SESSION_TRAINER_GPUS);
+	bd_log(LOG_INFO, "session %" PRIu64 " ended (%s): uid %u, dataset %s, %" PRIu64 " batches, "
+	       "%s, %.1f MB/s mean, stall %.1f%%, lost GPU-time %.*f s%s", si->id, why,
+	       (unsigned)uid, bd_session_dataset(s), si->delivered,
+	       bp_format_size(si->delivered_bytes, size, sizeof(size)),
+	       age > 0 ? (double)si->delivered_bytes / age / 1e6 : 0.0, 100.0 * si->stall_ratio,
+	       stall < 10 ? 2 : stall < 1000 ? 1 : 0, stall * BD_SESSION_TRAINER_GPUS, cost);
+}
+
 static void on_session_ended(bd_session *s, void *ctx)
 {
 	bd_server *srv = ctx;
 	bd_session_info si;
+	uid_t uid = (uid_t)-1;
 
 	/* Fold the session's counters into the totals before it goes. */
 	bd_session_get_info(s, &si);
@@ -62,12 +104,13 @@ static void on_session_ended(bd_session *s, void *ctx)
 			continue;
 		if (e->c)
 			e->c->sessions--;
+		uid = e->uid;
 		*p = e->next;
 		free(e);
 		srv->nsessions--;
 		break;
 	}
-	bd_log(LOG_DEBUG, "session %" PRIu64 " ended", bd_session_id(s));
+	log_ended(srv, s, &si, uid);
 	if (!srv->stopping)
 		bd__server_notify_status(srv);
 	bd__server_stop_if_drained(srv);

@@ -110,6 +110,7 @@ struct bd_session {
 
 	uv_poll_t released_poll;
 	bool poll_started, closing, ended, violation;
+	int close_reason;       /* what bd_session_close was given */
 	bool detached;          /* the client closed the session or went away */
 	bool released;          /* release_memory() has run */
 	uint64_t opened_ns;
@@ -1519,6 +1520,7 @@ void bd_session_close(bd_session *s, int reason)
 			return; /* the marks broke the protocol: reclaim() closed it */
 	}
 	s->closing = true;
+	s->close_reason = reason;
 	s->hdr->error = reason;
 	__atomic_store_n(&s->hdr->state, BP_RING_STOPPED, __ATOMIC_RELEASE);
 	poke_client(s);
@@ -1738,6 +1740,9 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.waits = s->acct.waits,
 	};
 	memcpy(ret->wait_hist, s->acct.wait_hist, sizeof(ret->wait_hist));
+	/* wait_ns was clamped to an age taken before this one: at most 1. */
+	ret->stall_ratio = ret->age_ns ? (double)ret->wait_ns / (double)ret->age_ns : 0;
+	ret->end_reason = s->close_reason;
 	if (s->gpu) {
 		bd_gpu_session_get_info(s->gpu, &ret->gpu);
 		ret->device = ret->gpu.device;

@@ -182,7 +182,18 @@ typedef struct bd_session_info {
 	 */
 	uint64_t consumed, wait_ns, waits;
 	uint64_t wait_hist[BP_RING_WAIT_BUCKETS];
+	/*
+	 * The share of its life the trainer spent stalled on data: wait_ns /
+	 * age_ns, 0..1 (0: never waited; ~1: always in bc_next).
+	 */
+	double stall_ratio;
+	int end_reason;             /* once closing: bd_session_close's reason (0: a normal close) */
 } bd_session_info;
+/*
+ * GPUs a session's trainer is taken to hold: lost GPU-time is its stall
+ * time times this (one trainer process per GPU, one session each).
+ */
+#define BD_SESSION_TRAINER_GPUS 1u
 /*
  * s's figures. memory is every byte charged to the session: its shared
  * memory and the daemon heap it may hold (sample tables, jobs in flight,

@@ -12,6 +12,16 @@
  * only admins see other users' sessions; totals are everyone's. Keeping the formats here leaves the
  * request handling in connection.c free of them; the field names are
  * what batchctl and Prometheus scrapers read.
+ *
+ * The cost of waiting: a session's stall is the time its trainer spent in
+ * bc_next (the client's account, clamped: wait_acct.h), its stall ratio
+ * that time over the session's age, and its cost the stall times
+ * BD_SESSION_TRAINER_GPUS GPUs at [metrics] gpu_hour_price (the price in
+ * force when the report is made; no cost series while it is 0). The
+ * metrics list at most BD_METRICS_SESSIONS sessions one by one (the
+ * oldest of those the asker may see), so a host crowded with sessions
+ * does not flood the scraper with series; the totals count every session,
+ * ended ones included.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -27,6 +37,9 @@
 #include "protocol.h"
 #include "server_state.h"
 #include "util.h"
+
+/* Sessions the metrics list one by one, at most (the rest only in the totals). */
+#define BD_METRICS_SESSIONS 256u
 
 static const char *const cut_names[BD_CUT_KINDS] = {
 	[BD_CUT_QUEUE] = "queue",
@@ -65,6 +78,12 @@ static bd_totals totals_now(bd_server *srv)
 		bd__totals_add(&sum, &si);
 	}
 	return sum;
+}
+
+/* What stall_s seconds of a session's trainer cost at the price in force. */
+static double stall_cost(const bd_server *srv, double stall_s)
+{
+	return srv->cfg.gpu_hour_price / 3600.0 * stall_s * BD_SESSION_TRAINER_GPUS;
 }
 
 /* ---- JSON --------------------------------------------------------------------- */
@@ -190,10 +209,25 @@ static void status_totals(bd_text *t, bd_server *srv)
 	/* Everyone's, whatever "sessions" lists: what batchctl stats adds up. */
 	bd_text_printf(t, "\"all_sessions\": {\"open\": %u, \"batches\": %" PRIu64 ", \"bytes\": %"
 		       PRIu64 "}, ", srv->nsessions, sum.batches, sum.bytes);
+	bd_text_printf(t, "\"stall\": {\"seconds\": %.6f, \"cost\": %.9g, \"gpu_hour_price\": %.9g, "
+		       "\"gpus_per_session\": %u}, ", (double)sum.wait.sum_ns / 1e9,
+		       stall_cost(srv, (double)sum.wait.sum_ns / 1e9), srv->cfg.gpu_hour_price,
+		       BD_SESSION_TRAINER_GPUS);
+}
+
+/* The dataset versions open now and since start (dataset.h). */
+static void status_datasets(bd_text *t)
+{
+	bd_dataset_stats ds;
+
+	bd_dataset_cache_stats(&ds);
+	bd_text_printf(t, "\"datasets\": {\"held\": %zu, \"unused\": %zu, \"unused_index_bytes\": %"
+		       PRIu64 ", \"loaded\": %" PRIu64 ", \"freed\": %" PRIu64 "}, ", ds.held,
+		       ds.unused, ds.unused_bytes, ds.loaded, ds.freed);
 }
 
 /* One element of "sessions". */
-static void status_session(bd_text *t, const entry *e)
+static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 {
 	bd_session_info si;
 
@@ -224,6 +258,9 @@ static void status_session(bd_text *t, const entry *e)
 		       si.failed, si.bytes, si.memory, si.memory_heap, si.slots, si.planned,
 		       si.inflight, (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9,
 		       si.waits, si.device);
+	bd_text_printf(t, ", \"stall_seconds\": %.6f, \"stall_ratio\": %.6f, \"stall_cost\": %.9g",
+		       (double)si.wait_ns / 1e9, si.stall_ratio,
+		       stall_cost(srv, (double)si.wait_ns / 1e9));
 	if (si.device >= 0)
 		bd_text_printf(t, ", \"gpu\": {\"device\": %d, \"device_bytes\": %" PRIu64
 			       ", \"pinned\": %s, \"copies\": %" PRIu64 ", \"copy_bytes\": %"
@@ -244,6 +281,7 @@ void bd__server_status(bd_server *srv, const bd_view *v, bd_text *t)
 	status_cuda(t, srv);
 	status_resources(t, srv, &ps);
 	status_totals(t, srv);
+	status_datasets(t);
 	bd_text_printf(t, "\"sessions_shown\": \"%s\", \"sessions\": [",
 		       v->all ? "all" : v->mine ? "own" : "none");
 	for (entry *e = srv->entries; e; e = e->next) {
@@ -252,7 +290,7 @@ void bd__server_status(bd_server *srv, const bd_view *v, bd_text *t)
 		if (!first)
 			bd_text_printf(t, ", ");
 		first = false;
-		status_session(t, e);
+		status_session(t, srv, e);
 	}
 	bd_text_printf(t, "]}");
 }
@@ -271,8 +309,15 @@ static void gauge(bd_text *t, const char *name, const char *help, uint64_t v)
 	bd_prom_u64(t, name, NULL, v);
 }
 
-/* Per-session series: one family at a time, one line per session. */
-typedef uint64_t (*session_value)(const bd_session_info *si);
+/*
+ * Per-session series: one family at a time, one line per session listed.
+ * A value is a count (u) or a real number (f, which may need the server:
+ * the price).
+ */
+typedef struct session_value {
+	uint64_t (*u)(const bd_session_info *si);
+	double (*f)(const bd_server *srv, const bd_session_info *si);
+} session_value;
 
 static uint64_t v_delivered(const bd_session_info *si) { return si->delivered; }
 static uint64_t v_delivered_bytes(const bd_session_info *si) { return si->delivered_bytes; }
@@ -282,9 +327,39 @@ static uint64_t v_memory(const bd_session_info *si) { return si->memory; }
 static uint64_t v_epoch(const bd_session_info *si) { return si->epoch; }
 static uint64_t v_gpu_copy_bytes(const bd_session_info *si) { return si->gpu.copy_bytes; }
 
-static void session_family(bd_text *t, bd_server *srv, const bd_view *v, const char *name,
-			   const char *type, const char *help, session_value f)
+static double v_stall(const bd_server *srv, const bd_session_info *si)
 {
+	(void)srv;
+	return (double)si->wait_ns / 1e9;
+}
+
+static double v_stall_ratio(const bd_server *srv, const bd_session_info *si)
+{
+	(void)srv;
+	return si->stall_ratio;
+}
+
+static double v_stall_cost(const bd_server *srv, const bd_session_info *si)
+{
+	return stall_cost(srv, (double)si->wait_ns / 1e9);
+}
+
+/* v's sessions the metrics leave out: all but the oldest BD_METRICS_SESSIONS. */
+static unsigned sessions_omitted(const bd_server *srv, const bd_view *v)
+{
+	unsigned n = 0;
+
+	for (const entry *e = srv->entries; e; e = e->next)
+		n += visible(v, e);
+	return n > BD_METRICS_SESSIONS ? n - BD_METRICS_SESSIONS : 0;
+}
+
+static void family(bd_text *t, bd_server *srv, const bd_view *v, const char *name,
+		   const char *type, const char *help, session_value f)
+{
+	/* The list is newest first: skipping its first ones keeps the oldest. */
+	unsigned skip = sessions_omitted(srv, v);
+
 	bd_prom_head(t, name, type, help);
 	for (entry *e = srv->entries; e; e = e->next) {
 		bd_session_info si;
@@ -292,12 +367,33 @@ static void session_family(bd_text *t, bd_server *srv, const bd_view *v, const c
 
 		if (!visible(v, e))
 			continue;
+		if (skip) {
+			skip--;
+			continue;
+		}
 		bd_session_get_info(e->s, &si);
 		snprintf(labels, sizeof(labels), "session=\"%" PRIu64 "\",dataset=\"%s\",uid=\"%u\",pid=\"%d\"",
 			 si.id, bd_prom_escape(bd_session_dataset(e->s), ds, sizeof(ds)),
 			 (unsigned)e->uid, (int)e->pid);
-		bd_prom_u64(t, name, labels, f(&si));
+		if (f.f)
+			bd_prom_f64(t, name, labels, f.f(srv, &si));
+		else
+			bd_prom_u64(t, name, labels, f.u(&si));
 	}
+}
+
+static void session_family(bd_text *t, bd_server *srv, const bd_view *v, const char *name,
+			   const char *type, const char *help,
+			   uint64_t (*f)(const bd_session_info *si))
+{
+	family(t, srv, v, name, type, help, (session_value){ .u = f });
+}
+
+static void session_family_f64(bd_text *t, bd_server *srv, const bd_view *v, const char *name,
+			       const char *type, const char *help,
+			       double (*f)(const bd_server *srv, const bd_session_info *si))
+{
+	family(t, srv, v, name, type, help, (session_value){ .f = f });
 }
 
 void bd__totals_add(bd_totals *t, const bd_session_info *si)
@@ -338,6 +434,27 @@ static void metrics_server(bd_text *t, bd_server *srv, const bd_totals *sum)
 		sum->failed);
 }
 
+/* The cost of waiting, all sessions, ended and open: seconds, and money at the price set. */
+static void metrics_stall(bd_text *t, bd_server *srv, const bd_view *v, const bd_totals *sum)
+{
+	double stall = (double)sum->wait.sum_ns / 1e9;
+	char help[160];
+
+	bd_prom_head(t, "batchd_stall_seconds_total", "counter",
+		     "Time trainers spent in bc_next waiting for data (data stall), all sessions; "
+		     "lost GPU-time at 1 GPU a session.");
+	bd_prom_f64(t, "batchd_stall_seconds_total", NULL, stall);
+	if (srv->cfg.gpu_hour_price > 0) {
+		bd_prom_head(t, "batchd_stall_cost_total", "counter",
+			     "What the data stall cost: [metrics] gpu_hour_price / 3600 x stall seconds "
+			     "x 1 GPU a session (no currency; priced at the price in force).");
+		bd_prom_f64(t, "batchd_stall_cost_total", NULL, stall_cost(srv, stall));
+	}
+	snprintf(help, sizeof(help), "Open sessions left out of the per-session series: the oldest %u "
+		 "are listed (the totals count them all).", BD_METRICS_SESSIONS);
+	gauge(t, "batchd_metrics_sessions_omitted", help, sessions_omitted(srv, v));
+}
+
 static void metrics_sessions(bd_text *t, bd_server *srv, const bd_view *v)
 {
 	session_family(t, srv, v, "batchd_session_batches_delivered_total", "counter",
@@ -353,6 +470,16 @@ static void metrics_sessions(bd_text *t, bd_server *srv, const bd_view *v)
 		       v_memory);
 	session_family(t, srv, v, "batchd_session_epoch", "gauge",
 		       "Epoch of the next batch this session will publish.", v_epoch);
+	session_family_f64(t, srv, v, "batchd_session_stall_seconds_total", "counter",
+			   "Time this session's trainer spent in bc_next waiting for data (data stall).",
+			   v_stall);
+	session_family_f64(t, srv, v, "batchd_session_stall_ratio", "gauge",
+			   "This session's stall seconds over its age: 0 never waited, 1 always "
+			   "waiting.", v_stall_ratio);
+	if (srv->cfg.gpu_hour_price > 0)
+		session_family_f64(t, srv, v, "batchd_session_stall_cost_total", "counter",
+				   "What this session's data stall cost: [metrics] gpu_hour_price / "
+				   "3600 x stall seconds x 1 GPU (no currency).", v_stall_cost);
 }
 
 /* Client waits, block reads and decodes: the three histograms, then the pipeline's counters. */
@@ -498,6 +625,7 @@ void bd__server_metrics(bd_server *srv, const bd_view *v, bd_text *t)
 
 	bd_pipeline_get_stats(srv->pipeline, &ps);
 	metrics_server(t, srv, &sum);
+	metrics_stall(t, srv, v, &sum);
 	metrics_sessions(t, srv, v);
 	metrics_pipeline(t, srv, &sum, &ps);
 	metrics_cache(t, srv, &ps);

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -35,6 +36,7 @@
 #include "daemon-testlib.h"
 #include "json_path.h"
 #include "service-testlib.h"
+#include "units.h"
 
 static dt_daemon D;
 static char E[2048];             /* why dt_* failed */
@@ -43,6 +45,37 @@ static char E[2048];             /* why dt_* failed */
 #define expect dt_expect
 
 /* ---- 4. metrics parsed back and checked against known traffic ---------------------------- */
+
+/*
+ * Our session's stall (match: its labels) is what our bc_next calls took,
+ * as the status has it, a ratio in 0..1; no price, no cost series.
+ */
+static void expect_our_stall(const sv_prom *p, const char *match)
+{
+	json_object *st = dt_status_json_ok();
+	json_object *se = sv_session_by_pid(sv_sessions_of(st), getpid(), DSET_ONE);
+	double v = NAN, ratio = NAN;
+
+	expect(sv_prom_get(p, "batchd_session_stall_seconds_total", match, &v) &&
+	       fabs(v - json_object_get_double(json_path_get(se, "wait_s"))) < 1e-6 && v > 0,
+	       "batchd_session_stall_seconds_total %g, status: %s", v, json_object_to_json_string(se));
+	expect(sv_prom_get(p, "batchd_session_stall_ratio", match, &ratio) && ratio >= 0 && ratio <= 1,
+	       "batchd_session_stall_ratio %g", ratio);
+	json_object_put(st);
+	expect(sv_prom_count(p, "batchd_session_stall_cost_total") == 0 &&
+	       sv_prom_count(p, "batchd_stall_cost_total") == 0,
+	       "stall cost series without [metrics] gpu_hour_price");
+}
+
+/* The stall total is the clients' waits summed (batchd_client_wait_seconds_sum), and not 0. */
+static void expect_stall_total_is_waits(const sv_prom *p)
+{
+	double sum = NAN, v = NAN;
+
+	expect(sv_prom_get(p, "batchd_client_wait_seconds_sum", NULL, &sum) &&
+	       sv_prom_get(p, "batchd_stall_seconds_total", NULL, &v) && v == sum && v > 0,
+	       "batchd_stall_seconds_total %g, the clients waited %g s in all", v, sum);
+}
 
 START_TEST(test_metrics_traffic)
 {
@@ -108,6 +141,7 @@ START_TEST(test_metrics_traffic)
 	expect(sv_prom_get(&p, "batchd_sessions", NULL, &v) && v == 1, "batchd_sessions %g", v);
 	expect(sv_prom_get(&p, "batchd_session_memory_bytes", match, &v) && v > 0,
 	       "batchd_session_memory_bytes of our session: %g", v);
+	expect_our_stall(&p, match);
 	sv_prom_free(&p);
 	ck_assert_int_eq(bc_close(s), 0);
 
@@ -121,6 +155,7 @@ START_TEST(test_metrics_traffic)
 	       "batchd_bytes_delivered_total %g, the client received %" PRIu64 " bytes", v, bytes1);
 	count = sv_prom_check_hist(&p, "batchd_client_wait_seconds", E, sizeof(E));
 	expect(count == (double)N, "batchd_client_wait_seconds: %s", count < 0 ? E : "count is not N");
+	expect_stall_total_is_waits(&p);
 	expect(sv_prom_get(&p, "batchd_sessions_ended_total", NULL, &v) && v == 1,
 	       "batchd_sessions_ended_total %g", v);
 	expect(sv_prom_count(&p, "batchd_session_batches_delivered_total") == 0,
@@ -320,6 +355,49 @@ static json_object *parse_json_ok(const char *text, json_type type, const char *
 	return o;
 }
 
+/*
+ * batchctl status --json (the daemon's document), status (for people: no
+ * JSON) and top --count 1, whose cache figure must be the cache's, with
+ * our session (pid: " PID ") open.
+ */
+static void status_and_top(const char *pid)
+{
+	char *out, line[320], cache[32], cache_budget[32], memory[32];
+	json_object *j;
+	int r;
+
+	r = batchctl(&out, (const char *[]){ "status", "--json", NULL });
+	expect(r == 0, "batchctl status --json exited %d", r);
+	j = parse_json_ok(out, json_type_object, "status --json");
+	expect(dt_ju64(j, "pid") == (uint64_t)D.pid, "batchctl status --json: pid %" PRIu64 ", batchd is %d",
+	       dt_ju64(j, "pid"), (int)D.pid);
+	/* What top must show under "cache": the cache's bytes and budget, not the memory's. */
+	bp_format_size(dt_ju64(j, "cache.bytes"), cache, sizeof(cache));
+	bp_format_size(dt_ju64(j, "cache.budget"), cache_budget, sizeof(cache_budget));
+	bp_format_size(dt_ju64(j, "memory.used"), memory, sizeof(memory));
+	json_object_put(j);
+	free(out);
+
+	/* For people: the daemon, its resources and sessions, and no JSON. */
+	r = batchctl(&out, (const char *[]){ "status", NULL });
+	snprintf(line, sizeof(line), "%-22s %s\n", "socket", D.sock);
+	expect(r == 0 && strstr(out, line) && strstr(out, "memory budget") &&
+	       strstr(out, "I/O engine") && strstr(out, "CUDA") && strstr(out, "block cache") &&
+	       strstr(out, "1 open, 0 ended; 4 batches") && strstr(out, DSET_ONE " (1 session)") &&
+	       strstr(out, pid) && strstr(out, "STALL%") && !strchr(out, '{'),
+	       "batchctl status (exit %d): %s", r, out);
+	free(out);
+
+	r = batchctl(&out, (const char *[]){ "top", "--count", "1", NULL });
+	snprintf(line, sizeof(line), "  cache %s / %s\n", cache, cache_budget);
+	expect(r == 0 && strstr(out, "UID") && strstr(out, "DATASET") && strstr(out, pid) &&
+	       strstr(out, DSET_ONE) && strstr(out, "STALL%") && !strstr(out, "\033[") &&
+	       strstr(out, line) && !strstr(out, "GPU 0"),
+	       "batchctl top --count 1 (exit %d, not a TTY: no escapes; cache %s of %s, memory %s; "
+	       "no GPU telemetry: no GPU lines): %s", r, cache, cache_budget, memory, out);
+	free(out);
+}
+
 START_TEST(test_batchctl)
 {
 	bc_stream_opts o;
@@ -360,8 +438,9 @@ START_TEST(test_batchctl)
 
 	r = batchctl(&out, (const char *[]){ "sessions", NULL });
 	snprintf(pid, sizeof(pid), " %d ", (int)getpid());
-	expect(r == 0 && strstr(out, "PID") && strstr(out, pid) && strstr(out, DSET_ONE),
-	       "batchctl sessions (exit %d) does not show our pid: %s", r, out);
+	expect(r == 0 && strstr(out, "PID") && strstr(out, pid) && strstr(out, DSET_ONE) &&
+	       strstr(out, "STALL%") && strstr(out, "LOST-GPU-s") && !strstr(out, "COST"),
+	       "batchctl sessions (exit %d, no price: no cost) does not show our pid: %s", r, out);
 	free(out);
 
 	r = batchctl(&out, (const char *[]){ "stats", "--json", NULL });
@@ -375,16 +454,9 @@ START_TEST(test_batchctl)
 	free(out);
 
 	r = batchctl(&out, (const char *[]){ "stats", NULL });
-	expect(r == 0 && strstr(out, "delivered") && strstr(out, "4 batches"),
-	       "batchctl stats (exit %d): %s", r, out);
-	free(out);
-
-	r = batchctl(&out, (const char *[]){ "status", "--json", NULL });
-	expect(r == 0, "batchctl status --json exited %d", r);
-	j = parse_json_ok(out, json_type_object, "status --json");
-	expect(dt_ju64(j, "pid") == (uint64_t)D.pid, "batchctl status --json: pid %" PRIu64 ", batchd is %d",
-	       dt_ju64(j, "pid"), (int)D.pid);
-	json_object_put(j);
+	expect(r == 0 && strstr(out, "delivered") && strstr(out, "4 batches") &&
+	       strstr(out, "s of GPU-time lost (1 GPU a session)\n"),
+	       "batchctl stats (exit %d, no price: no cost): %s", r, out);
 	free(out);
 
 	r = batchctl(&out, (const char *[]){ "metrics", NULL });
@@ -401,11 +473,7 @@ START_TEST(test_batchctl)
 	sv_prom_free(&p);
 	free(out);
 
-	r = batchctl(&out, (const char *[]){ "top", "--count", "1", NULL });
-	expect(r == 0 && strstr(out, "UID") && strstr(out, "DATASET") && strstr(out, pid) &&
-	       strstr(out, DSET_ONE) && !strstr(out, "\033["),
-	       "batchctl top --count 1 (exit %d, not a TTY: no escapes): %s", r, out);
-	free(out);
+	status_and_top(pid);
 	r = batchctl(&out, (const char *[]){ "top", "--count", "2", "--interval-ms", "50", NULL });
 	expect(r == 0 && strstr(out, "sessions 1"), "batchctl top --count 2 (exit %d): %s", r, out);
 	free(out);
@@ -483,6 +551,340 @@ START_TEST(test_report_escaping)
 }
 END_TEST
 
+/* ---- 10. the cost of waiting ----------------------------------------------------------------- */
+
+/* The element of a status document's "sessions" with this id, or NULL (borrowed). */
+static json_object *session_by_id(json_object *st, uint64_t id)
+{
+	json_object *list = sv_sessions_of(st);
+
+	for (size_t i = 0; list && i < json_object_array_length(list); i++)
+		if (dt_ju64(json_object_array_get_idx(list, i), "id") == id)
+			return json_object_array_get_idx(list, i);
+	return NULL;
+}
+
+static double jf64(json_object *o, const char *path)
+{
+	json_object *v = json_path_get(o, path);
+
+	return v ? json_object_get_double(v) : NAN;
+}
+
+/* A raw session on DSET_ONE (its control memory mapped into *ret_ctrl), once it published 2. */
+static int stall_session(bp_msg_ready *ready, bp_ring_ctrl **ret_ctrl, int fds[BP_READY_FDS])
+{
+	bp_msg_open m = { .seed = 1, .batch_size = 10, .world = 1, .prefetch = 4,
+			  .placement = BP_PLACEMENT_HOST, .shuffle = BP_SHUFFLE_NONE,
+			  .path = DSET_ONE, .path_len = (uint32_t)strlen(DSET_ONE) };
+	int conn = dt_raw_connect(D.sock), r;
+
+	expect(conn >= 0 && dt_raw_hello(conn, NULL) == 0, "raw connection");
+	r = dt_raw_open(conn, &m, ready, fds);
+	expect(r == 0, "raw OPEN: %s (%d)", bc_strerror(r), r);
+	*ret_ctrl = mmap(NULL, ready->ctrl_size, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1], 0);
+	ck_assert_ptr_ne(*ret_ctrl, MAP_FAILED);
+	for (int i = 0; i < TRIES; i++) {
+		json_object *st = dt_status_json_ok();
+		uint64_t published = dt_ju64(session_by_id(st, ready->session), "published");
+
+		json_object_put(st);
+		if (published >= 2)
+			return conn;
+		dt_sleep_ms(10);
+	}
+	expect(0, "session %" PRIu64 " published fewer than 2 batches", ready->session);
+	return -1;
+}
+
+static void stall_session_end(int conn, const bp_msg_ready *ready, bp_ring_ctrl *ctrl,
+			      int fds[BP_READY_FDS])
+{
+	munmap(ctrl, ready->ctrl_size);
+	for (int i = 0; i < BP_READY_FDS; i++)
+		close(fds[i]);
+	close(conn);
+	expect(dt_wait_sessions(D.sock, 0, TRIES), "session %" PRIu64 " is still listed",
+	       ready->session);
+}
+
+/* The session's series of family name in p, NAN when missing. */
+static double session_series(const sv_prom *p, const char *name, uint64_t id)
+{
+	char match[48];
+	double v;
+
+	snprintf(match, sizeof(match), "session=\"%" PRIu64 "\"", id);
+	return sv_prom_get(p, name, match, &v) ? v : NAN;
+}
+
+/* batchctl sessions, stats and stats --json with one session that waited 0.25 s, at 36 a GPU-hour. */
+static void expect_stall_in_batchctl(void)
+{
+	char *out;
+	int r;
+
+	r = batchctl(&out, (const char *[]){ "sessions", NULL });
+	expect(r == 0 && strstr(out, "LOST-GPU-s") && strstr(out, "COST") && strstr(out, " 0.25 ") &&
+	       strstr(out, " 0.0025"), "batchctl sessions (exit %d) with a price: %s", r, out);
+	free(out);
+	r = batchctl(&out, (const char *[]){ "stats", NULL });
+	expect(r == 0 && strstr(out, "0.250 s waiting for data = 0.250 s of GPU-time lost") &&
+	       strstr(out, "cost 0.0025 at 36 a GPU-hour"), "batchctl stats (exit %d): %s", r, out);
+	free(out);
+	r = batchctl(&out, (const char *[]){ "stats", "--json", NULL });
+	{
+		json_object *j = parse_json_ok(out, json_type_object, "stats --json");
+
+		expect(r == 0 && jf64(j, "stall_seconds") == 0.25 && jf64(j, "lost_gpu_seconds") == 0.25 &&
+		       fabs(jf64(j, "stall_cost") - 0.0025) < 1e-12 && jf64(j, "gpu_hour_price") == 36,
+		       "batchctl stats --json: %s", out);
+		json_object_put(j);
+	}
+	free(out);
+}
+
+/* A trainer always waiting reads ~1; the totals then hold its stall and its cost (0.01 a second). */
+static void expect_always_waiting(void)
+{
+	int fds[BP_READY_FDS], conn;
+	bp_msg_ready ready;
+	bp_ring_ctrl *ctrl;
+	sv_prom p;
+	double v;
+
+	conn = stall_session(&ready, &ctrl, fds);
+	ctrl->wait_ns = UINT64_C(1) << 62;
+	dt_sleep_ms(50);
+	sv_metrics_ok(&p);
+	v = session_series(&p, "batchd_session_stall_ratio", ready.session);
+	expect(v > 0.99 && v <= 1, "a trainer always waiting: stall ratio %g", v);
+	sv_prom_free(&p);
+	stall_session_end(conn, &ready, ctrl, fds);
+	sv_metrics_ok(&p);
+	expect(sv_prom_get(&p, "batchd_stall_seconds_total", NULL, &v) && v > 0.25 + 0.05,
+	       "batchd_stall_seconds_total %g after a session in bc_next for over 50 ms", v);
+	{
+		double cost = NAN;
+
+		expect(sv_prom_get(&p, "batchd_stall_cost_total", NULL, &cost) &&
+		       fabs(cost - 0.01 * v) < 1e-9 * v, "batchd_stall_cost_total %g for %g s", cost, v);
+	}
+	sv_prom_free(&p);
+}
+
+/*
+ * A trainer that says it waited 0.25 s: its stall seconds, ratio and cost
+ * (at 36 a GPU-hour, 0.01 a second) in the metrics, the status and
+ * batchctl, and in the totals and the log line once it ended; one that
+ * never waited reads 0, one always waiting ~1.
+ */
+START_TEST(test_stall_cost)
+{
+	int fds[BP_READY_FDS], conn;
+	bp_msg_ready ready;
+	bp_ring_ctrl *ctrl;
+	json_object *st, *se;
+	char line[256];
+	double v, age;
+	sv_prom p;
+
+	sv_conf_basic("info", "[metrics]\ngpu_hour_price = 36\n");
+	sv_start_ok();
+	conn = stall_session(&ready, &ctrl, fds);
+	sv_metrics_ok(&p);
+	v = session_series(&p, "batchd_session_stall_ratio", ready.session);
+	expect(v == 0, "a trainer that never waited: stall ratio %g", v);
+	v = session_series(&p, "batchd_session_stall_seconds_total", ready.session);
+	expect(v == 0, "a trainer that never waited: %g stall seconds", v);
+	sv_prom_free(&p);
+
+	/* 0.25 s of waiting, in a session older than that (the daemon clamps to its age). */
+	dt_sleep_ms(400);
+	ctrl->consumed = 2;
+	ctrl->waits = 2;
+	ctrl->wait_hist[BP_RING_WAIT_BUCKETS - 1] = 2;
+	ctrl->wait_ns = 250000000;
+	sv_metrics_ok(&p);
+	v = session_series(&p, "batchd_session_stall_seconds_total", ready.session);
+	expect(v == 0.25, "batchd_session_stall_seconds_total %g, the trainer waited 0.25 s", v);
+	v = session_series(&p, "batchd_session_stall_cost_total", ready.session);
+	expect(fabs(v - 0.0025) < 1e-12, "batchd_session_stall_cost_total %g, expected 0.0025 "
+	       "(36 / 3600 x 0.25 s x 1 GPU)", v);
+	v = session_series(&p, "batchd_session_stall_ratio", ready.session);
+	expect(v > 0 && v < 0.25 / 0.4, "batchd_session_stall_ratio %g: 0.25 s in over 0.4 s", v);
+	expect(sv_prom_get(&p, "batchd_stall_seconds_total", NULL, &v) && v == 0.25,
+	       "batchd_stall_seconds_total %g with one session that waited 0.25 s", v);
+	expect(sv_prom_get(&p, "batchd_stall_cost_total", NULL, &v) && fabs(v - 0.0025) < 1e-12,
+	       "batchd_stall_cost_total %g", v);
+	expect(sv_prom_get(&p, "batchd_metrics_sessions_omitted", NULL, &v) && v == 0,
+	       "batchd_metrics_sessions_omitted %g with one session", v);
+	sv_prom_free(&p);
+
+	st = dt_status_json_ok();
+	se = session_by_id(st, ready.session);
+	age = jf64(se, "age_s");
+	expect(jf64(se, "stall_seconds") == 0.25 && fabs(jf64(se, "stall_cost") - 0.0025) < 1e-12 &&
+	       fabs(jf64(se, "stall_ratio") * age - 0.25) < 1e-3,   /* age_s is to the ms */
+	       "status, the session: %s", json_object_to_json_string(se));
+	expect(jf64(st, "stall.seconds") == 0.25 && jf64(st, "stall.gpu_hour_price") == 36 &&
+	       dt_ju64(st, "stall.gpus_per_session") == 1, "status stall: %s",
+	       json_object_to_json_string(json_path_get(st, "stall")));
+	json_object_put(st);
+
+	expect_stall_in_batchctl();
+
+	/* Ended: the totals keep it, the log says it. */
+	stall_session_end(conn, &ready, ctrl, fds);
+	sv_metrics_ok(&p);
+	expect(sv_prom_get(&p, "batchd_stall_seconds_total", NULL, &v) && v == 0.25,
+	       "batchd_stall_seconds_total %g after the session ended", v);
+	expect(sv_prom_count(&p, "batchd_session_stall_seconds_total") == 0,
+	       "the ended session's stall series remain");
+	sv_prom_free(&p);
+	snprintf(line, sizeof(line), "session %" PRIu64 " ended (closed by its client): uid %u, dataset "
+		 DSET_ONE ", 0 batches, 0 B, 0.0 MB/s mean, stall ", ready.session, (unsigned)getuid());
+	expect(dt_log_contains(&D, line), "no line \"%s...\" in the log", line);
+	expect(dt_log_contains(&D, "%, lost GPU-time 0.25 s (cost 0.0025)"),
+	       "the session's last line does not give its lost GPU-time and cost");
+
+	expect_always_waiting();
+}
+END_TEST
+
+/* [metrics] gpu_hour_price: a bad one is refused at reload and the old price stays; 0 ends the cost series. */
+START_TEST(test_stall_price)
+{
+	static const char *const bad[][2] = {
+		{ "-1", "[metrics] gpu_hour_price: '-1' is not a price" },
+		{ "nan", "[metrics] gpu_hour_price: 'nan' is not a price" },
+		{ "inf", "[metrics] gpu_hour_price: 'inf' is not a price" },
+		{ "1e999", "[metrics] gpu_hour_price: '1e999' is not a price" },
+		{ "2.50 EUR", "[metrics] gpu_hour_price: '2.50 EUR' is not a number" },
+		{ "", "[metrics] gpu_hour_price: '' is not a number" },
+	};
+	char extra[96];
+	sv_prom p;
+	double v;
+
+	sv_conf_basic("info", "[metrics]\ngpu_hour_price = 2.50\n");
+	sv_start_ok();
+	for (size_t i = 0; i < ARRAY_SIZE(bad); i++) {
+		snprintf(extra, sizeof(extra), "[metrics]\ngpu_hour_price = %s\n", bad[i][0]);
+		sv_conf_basic("info", extra);
+		sv_hup_and_wait(0, (double)(i + 1));
+		expect(dt_log_contains(&D, bad[i][1]), "gpu_hour_price = %s: no \"%s\" in the log",
+		       bad[i][0], bad[i][1]);
+	}
+	{
+		json_object *st = dt_status_json_ok();
+
+		expect(jf64(st, "stall.gpu_hour_price") == 2.5, "the price after refused reloads: %s",
+		       json_object_to_json_string(json_path_get(st, "stall")));
+		json_object_put(st);
+	}
+	sv_metrics_ok(&p);
+	expect(sv_prom_get(&p, "batchd_stall_cost_total", NULL, &v) && v == 0,
+	       "batchd_stall_cost_total %g at 2.50 before any stall", v);
+	sv_prom_free(&p);
+
+	sv_conf_basic("info", "[metrics]\ngpu_hour_price = 0\n");
+	sv_hup_and_wait(1, (double)ARRAY_SIZE(bad));
+	sv_metrics_ok(&p);
+	expect(sv_prom_count(&p, "batchd_stall_cost_total") == 0, "cost series with no price");
+	expect(sv_prom_get(&p, "batchd_stall_seconds_total", NULL, &v) && v == 0,
+	       "batchd_stall_seconds_total %g with no price", v);
+	sv_prom_free(&p);
+}
+END_TEST
+
+/* Descriptors for need more: raise the soft limit if we may. @return whether there is room. */
+static bool fd_room(size_t need, const char *test)
+{
+	struct rlimit rl;
+
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < need) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur >= need)
+		return true;
+	fprintf(stderr, "test-metrics: SKIP %s: RLIMIT_NOFILE %lu is under %zu\n", test,
+		(unsigned long)rl.rlim_cur, need);
+	return false;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * More sessions than the metrics list one by one (256): the oldest 256
+ * are listed in every per-session family, the others counted as omitted,
+ * the totals count all.
+ */
+START_TEST(test_session_bound)
+{
+	enum { BOUND = 256, EXTRA = 3, N = BOUND + EXTRA, PER_CONN = 50 };
+	bc_client *c[(N + PER_CONN - 1) / PER_CONN] = { 0 };
+	static const char *const families[] = {
+		"batchd_session_memory_bytes", "batchd_session_batches_delivered_total",
+		"batchd_session_stall_seconds_total", "batchd_session_stall_ratio",
+	};
+	bc_stream *st[N];
+	bc_stream_opts o;
+	uint64_t ids[N];
+	json_object *j, *list;
+	sv_prom p;
+	double v;
+
+	if (!fd_room(6 * N + 4 * N + 256, "session_bound"))
+		return;
+	sv_conf_basic("info", NULL);
+	sv_start_ok();
+	dt_opts(&o, DSET_ONE, 1, BC_SHUFFLE_NONE, 0);
+	o.prefetch = 1;
+	for (size_t i = 0; i < N; i++) {
+		if (i % PER_CONN == 0)
+			c[i / PER_CONN] = dt_connect_ok();
+		st[i] = dt_open_ok(c[i / PER_CONN], &o);
+	}
+	j = dt_status_json_ok();
+	list = sv_sessions_of(j);
+	expect(list && json_object_array_length(list) == N, "status lists %zu sessions, not %d",
+	       list ? json_object_array_length(list) : 0, N);
+	for (size_t i = 0; i < N; i++)
+		ids[i] = dt_ju64(json_object_array_get_idx(list, i), "id");
+	json_object_put(j);
+	qsort(ids, N, sizeof(ids[0]), cmp_u64);
+
+	sv_metrics_ok(&p);
+	for (size_t k = 0; k < ARRAY_SIZE(families); k++)
+		expect(sv_prom_count(&p, families[k]) == BOUND, "%s: %zu series with %d sessions open, "
+		       "expected %d", families[k], sv_prom_count(&p, families[k]), N, BOUND);
+	expect(sv_prom_get(&p, "batchd_metrics_sessions_omitted", NULL, &v) && v == EXTRA,
+	       "batchd_metrics_sessions_omitted %g, expected %d", v, EXTRA);
+	expect(sv_prom_get(&p, "batchd_sessions", NULL, &v) && v == N, "batchd_sessions %g", v);
+	/* The oldest are listed, the newest left out. */
+	for (size_t i = 0; i < N; i++) {
+		bool listed = !isnan(session_series(&p, "batchd_session_memory_bytes", ids[i]));
+
+		expect(listed == (i < BOUND), "session %" PRIu64 " (%zu of %d by age) is %s", ids[i],
+		       i + 1, N, listed ? "listed" : "not listed");
+	}
+	sv_prom_free(&p);
+	for (size_t i = 0; i < N; i++)
+		ck_assert_int_eq(bc_close(st[i]), 0);
+	for (size_t i = 0; i < ARRAY_SIZE(c); i++)
+		bc_disconnect(c[i]);
+}
+END_TEST
+
 /*
  * A raw request for a text report (status or metrics) from a client that
  * is slow to read: it sleeps before reading, as a busy trainer's thread
@@ -537,7 +939,6 @@ START_TEST(test_large_reports)
 	bc_client **c;
 	bc_stream **st;
 	bc_stream_opts o;
-	struct rlimit rl;
 	json_object *j;
 	char *text;
 	FILE *f;
@@ -568,18 +969,8 @@ START_TEST(test_large_reports)
 	nsess = (size_t)(3 * wmem / 3500) + 1;
 	nconn = (nsess + PER_CONN - 1) / PER_CONN;
 	/* Four descriptors per stream here, six per session in batchd (which inherits the limit). */
-	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	if (rl.rlim_cur < 6 * nsess + 256) {
-		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 6 * nsess + 256
-			      ? 6 * nsess + 256 : rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-		getrlimit(RLIMIT_NOFILE, &rl);
-		if (rl.rlim_cur < 6 * nsess + 256) {
-			fprintf(stderr, "test-metrics: SKIP large_reports: RLIMIT_NOFILE %lu is under "
-				"%zu\n", (unsigned long)rl.rlim_cur, 6 * nsess + 256);
-			return;
-		}
-	}
+	if (!fd_room(6 * nsess + 256, "large_reports"))
+		return;
 
 	sv_conf_basic("info", NULL);
 	sv_start_ok();
@@ -633,6 +1024,9 @@ static Suite *metrics_suite(void)
 	tcase_add_test(sv_tcase(s, "batchctl"), test_batchctl);
 	tcase_add_test(sv_tcase(s, "report_escaping"), test_report_escaping);
 	tcase_add_test(sv_tcase(s, "large_reports"), test_large_reports);
+	tcase_add_test(sv_tcase(s, "stall_cost"), test_stall_cost);
+	tcase_add_test(sv_tcase(s, "stall_price"), test_stall_price);
+	tcase_add_test(sv_tcase(s, "session_bound"), test_session_bound);
 	return s;
 }
 

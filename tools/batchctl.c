@@ -2,7 +2,9 @@
 /*
  * batchctl - operate batchd and consume from it like a trainer would.
  *
- *   batchctl [-s SOCKET] status [--json]
+ *   batchctl [-s SOCKET] status|stats|sessions [--json]
+ *   batchctl [-s SOCKET] metrics
+ *   batchctl [-s SOCKET] top [--interval-ms MS] [--count N]
  *   batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]
  *            [--shuffle none|global|block] [--seed S] [--rank R --world W]
  *            [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]
@@ -130,6 +132,90 @@ static void print_cuda(json_object *o)
 	}
 }
 
+/* ---- the GPUs' telemetry (NVML), when the daemon reports it ------------------------ */
+
+/* The "gpus" array, at the top or in "cuda"; NULL when the daemon has none. */
+static json_object *gpu_list(json_object *o)
+{
+	json_object *g = json_path_get(o, "gpus");
+
+	if (!g)
+		g = json_path_get(o, "cuda.gpus");
+	return g && json_object_is_type(g, json_type_array) ? g : NULL;
+}
+
+/*
+ * A GPU's utilization in percent, or -1 when it is not given. NVML counts
+ * whole percents (an integer); a real number up to 1 is a ratio; an object
+ * gives the GPU's under "gpu".
+ */
+static double gpu_util_pct(json_object *g)
+{
+	json_object *u = json_path_get(g, "utilization");
+	double d;
+
+	if (u && json_object_is_type(u, json_type_object))
+		u = json_path_get(u, "gpu");
+	if (!u || !(json_object_is_type(u, json_type_int) || json_object_is_type(u, json_type_double)))
+		return -1;
+	d = json_object_get_double(u);
+	return json_object_is_type(u, json_type_double) && d <= 1.0 ? 100.0 * d : d;
+}
+
+/* One GPU's figures, those it has, as ", util 87%, mem 40.0 GiB / 139 GiB, 61 C, 300 W". */
+static void gpu_figures(json_object *g, bool full, char *buf, size_t len)
+{
+	double util = gpu_util_pct(g);
+	size_t o = 0;
+	char a[32], b[32];
+
+	buf[0] = '\0';
+#define ADD(...) \
+	do { \
+		int n_ = snprintf(buf + o, len - o, __VA_ARGS__); \
+		if (n_ > 0 && (size_t)n_ < len - o) \
+			o += (size_t)n_; \
+	} while (0)
+	if (util >= 0)
+		ADD(", util %.0f%%", util);
+	if (json_path_get(g, "memory_total"))
+		ADD(", mem %s / %s", bp_format_size(get_u64(g, "memory_used"), a, sizeof(a)),
+		    bp_format_size(get_u64(g, "memory_total"), b, sizeof(b)));
+	if (json_path_get(g, "temperature"))
+		ADD(", %.0f C", get_f64(g, "temperature"));
+	if (full && json_path_get(g, "power_watts"))
+		ADD(", %.0f W", get_f64(g, "power_watts"));
+#undef ADD
+}
+
+/*
+ * A line per GPU ("  GPU 0" in a column of width, then its name and
+ * figures; `full`: its power and what throttles it too, and why there is
+ * no telemetry when NVML is missing). Nothing at all when the daemon
+ * reports no GPU telemetry.
+ */
+static void print_gpus(json_object *o, int width, bool full)
+{
+	json_object *list = gpu_list(o), *nvml = json_path_get(o, "nvml");
+
+	if (full && nvml && !json_object_get_boolean(json_path_get(nvml, "available")))
+		printf("%-*s unavailable: %s\n", width, "GPU telemetry", get_str(nvml, "reason"));
+	for (size_t i = 0; list && i < json_object_array_length(list); i++) {
+		json_object *g = json_object_array_get_idx(list, i);
+		json_object *why = json_path_get(g, "throttle_reasons");
+		char label[32], fig[160];
+
+		snprintf(label, sizeof(label), "%sGPU %zu", width > 10 ? "  " : "", i);
+		gpu_figures(g, full, fig, sizeof(fig));
+		printf("%-*s %s%s", width, label, get_str(g, "name"), fig);
+		for (size_t k = 0; full && why && json_object_is_type(why, json_type_array) &&
+		     k < json_object_array_length(why); k++)
+			printf("%s%s", k ? ", " : ", throttled: ",
+			       json_object_get_string(json_object_array_get_idx(why, k)));
+		printf("\n");
+	}
+}
+
 /* Connect, fetch the status document, disconnect. NULL after saying why. */
 static json_object *status_of(const char *sock)
 {
@@ -153,24 +239,124 @@ static bool want_json(int argc, char **argv, const char *cmd, int *ret)
 	return true;
 }
 
-static int cmd_status(const char *sock, int argc, char **argv)
+/* ---- sessions ---------------------------------------------------------------------- */
+
+/* Per-session rates: over the last interval when prev is given, else over the session's life. */
+static void session_rates(json_object *se, json_object *prev, double dt, double *ret_mbs,
+			  double *ret_stall)
 {
-	json_object *o;
+	double bytes = (double)get_u64(se, "delivered_bytes"), wait = get_f64(se, "wait_s");
+	double span = get_f64(se, "age_s");
+
+	if (prev && dt > 0) {
+		bytes -= (double)get_u64(prev, "delivered_bytes");
+		wait -= get_f64(prev, "wait_s");
+		span = dt;
+	}
+	*ret_mbs = span > 0 ? bytes / span / 1e6 : 0;
+	*ret_stall = span > 0 ? 100.0 * wait / span : 0;
+	if (*ret_stall > 100)
+		*ret_stall = 100;
+}
+
+static json_object *find_session(json_object *sessions, uint64_t id)
+{
+	for (size_t i = 0; sessions && i < json_object_array_length(sessions); i++) {
+		json_object *se = json_object_array_get_idx(sessions, i);
+
+		if (get_u64(se, "id") == id)
+			return se;
+	}
+	return NULL;
+}
+
+/* The price of a GPU-hour the daemon charges stall at (0: none set). */
+static double gpu_hour_price(json_object *o)
+{
+	return get_f64(o, "stall.gpu_hour_price");
+}
+
+/* GPUs a session's trainer is taken to hold (the daemon says; 1 before it did). */
+static double gpus_per_session(json_object *o)
+{
+	return json_path_get(o, "stall.gpus_per_session") ? get_f64(o, "stall.gpus_per_session") : 1;
+}
+
+/*
+ * The sessions table: rates over the last dt seconds when prev_sessions
+ * has the session (top), else over its life; the GPU-time its trainer
+ * lost waiting for data, and what that cost when the daemon has a price.
+ */
+static void print_sessions(json_object *o, json_object *sessions, json_object *prev_sessions,
+			   double dt)
+{
+	bool priced = gpu_hour_price(o) > 0;
+
+	printf("%6s %6s %8s %-28s %-6s %9s %-8s %6s %8s %9s %6s %9s%s\n", "ID", "UID", "PID",
+	       "DATASET", "MODE", "RANK", "TO", "EPOCH", "BATCH", "MB/s", "STALL%", "LOST-GPU-s",
+	       priced ? "       COST" : "");
+	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+		json_object *se = json_object_array_get_idx(sessions, i);
+		double mbs, stall;
+		json_object *gpu = json_path_get(se, "gpu");
+		char rank[24], to[24];
+
+		session_rates(se, find_session(prev_sessions, get_u64(se, "id")), dt, &mbs, &stall);
+		snprintf(rank, sizeof(rank), "%" PRIu64 "/%" PRIu64, get_u64(se, "rank"),
+			 get_u64(se, "world"));
+		/* GPU sessions: "cuda:N", and a "!" when staging could not be pinned. */
+		if (gpu)
+			snprintf(to, sizeof(to), "cuda:%" PRIu64 "%s", get_u64(gpu, "device"),
+				 json_object_get_boolean(json_path_get(gpu, "pinned")) ? "" : "!");
+		else
+			snprintf(to, sizeof(to), "host");
+		printf("%6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %-28.28s %-6s %9s %-8s %6" PRIu64 " %8"
+		       PRIu64 " %9.1f %6.1f %10.2f", get_u64(se, "id"), get_u64(se, "uid"),
+		       get_u64(se, "pid"), get_str(se, "dataset"), get_str(se, "shuffle"), rank, to,
+		       get_u64(se, "epoch"), get_u64(se, "batch"), mbs, stall,
+		       get_f64(se, "wait_s") * gpus_per_session(o));
+		if (priced)
+			printf(" %10.4f", get_f64(se, "stall_cost"));
+		printf("\n");
+	}
+}
+
+static int cmd_sessions(const char *sock, int argc, char **argv)
+{
+	json_object *o, *sessions;
 	int json;
 
-	if (!want_json(argc, argv, "status", &json))
+	if (!want_json(argc, argv, "sessions", &json))
 		return json;
 	if (!(o = status_of(sock)))
 		return 1;
-	printf("%s\n", json_object_to_json_string_ext(o, json ? JSON_C_TO_STRING_PLAIN
-							    : JSON_C_TO_STRING_PRETTY));
+	if (!json_object_object_get_ex(o, "sessions", &sessions)) {
+		json_object_put(o);
+		return 1;
+	}
+	if (json) {
+		for (size_t i = 0; i < json_object_array_length(sessions); i++) {
+			json_object *se = json_object_array_get_idx(sessions, i);
+			double mbs, stall;
+
+			session_rates(se, NULL, 0, &mbs, &stall);
+			json_object_object_add(se, "mb_per_s", json_object_new_double(mbs));
+			json_object_object_add(se, "stall_pct", json_object_new_double(stall));
+		}
+		printf("%s\n", json_object_to_json_string_ext(sessions, JSON_C_TO_STRING_PLAIN));
+	} else {
+		print_sessions(o, sessions, NULL, 0);
+	}
 	json_object_put(o);
 	return 0;
 }
 
+/* ---- stats --------------------------------------------------------------------------- */
+
 /* Totals over the ended sessions and the live ones. */
 typedef struct stats_totals {
 	uint64_t batches, bytes, sessions, hits, misses;
+	double stall_s, stall_cost;
 } stats_totals;
 
 static void stats_sum(json_object *o, stats_totals *t)
@@ -179,6 +365,8 @@ static void stats_sum(json_object *o, stats_totals *t)
 
 	t->hits = get_u64(o, "cache.hits");
 	t->misses = get_u64(o, "cache.misses");
+	t->stall_s = get_f64(o, "stall.seconds");
+	t->stall_cost = get_f64(o, "stall.cost");
 	/* Every user's sessions, where the daemon lists only the asker's own. */
 	if (json_path_get(o, "all_sessions")) {
 		t->batches = get_u64(o, "all_sessions.batches");
@@ -223,6 +411,11 @@ static void stats_json(json_object *o, const stats_totals *t)
 	json_object_object_add(out, "bytes_delivered", json_object_new_int64((int64_t)t->bytes));
 	json_object_object_add(out, "cache_hit_ratio",
 			       json_object_new_double(looked ? (double)t->hits / (double)looked : 0));
+	json_object_object_add(out, "stall_seconds", json_object_new_double(t->stall_s));
+	json_object_object_add(out, "lost_gpu_seconds",
+			       json_object_new_double(t->stall_s * gpus_per_session(o)));
+	json_object_object_add(out, "stall_cost", json_object_new_double(t->stall_cost));
+	json_object_object_add(out, "gpu_hour_price", json_object_new_double(gpu_hour_price(o)));
 	for (size_t i = 0; i < sizeof(copied) / sizeof(copied[0]); i++)
 		json_object_object_add(out, copied[i][0],
 				       json_object_new_int64((int64_t)get_u64(o, copied[i][1])));
@@ -263,6 +456,26 @@ static void stats_text_pipeline(json_object *o)
 	       get_u64(o, "refused.device"));
 }
 
+/* Seconds as "0.005", "4.21", "1234": three figures or more. */
+static const char *secs(double s, char *buf, size_t len)
+{
+	snprintf(buf, len, "%.*f", s < 10 ? 3 : s < 1000 ? 1 : 0, s);
+	return buf;
+}
+
+/* "stall  4.2 s waiting for data = 4.2 s of GPU-time lost (1 GPU a session), cost ..." */
+static void print_stall(json_object *o, double stall_s, double cost)
+{
+	double gpus = gpus_per_session(o);
+	char a[32], b[32];
+
+	printf("%-22s %s s waiting for data = %s s of GPU-time lost (%g GPU a session)", "stall",
+	       secs(stall_s, a, sizeof(a)), secs(stall_s * gpus, b, sizeof(b)), gpus);
+	if (gpu_hour_price(o) > 0)
+		printf(", cost %.4f at %g a GPU-hour", cost, gpu_hour_price(o));
+	printf("\n");
+}
+
 static void stats_text(json_object *o, const stats_totals *t)
 {
 	uint64_t looked = t->hits + t->misses;
@@ -272,10 +485,12 @@ static void stats_text(json_object *o, const stats_totals *t)
 	       get_f64(o, "uptime_s"), get_u64(o, "pid"));
 	printf("%-22s %s, O_DIRECT %s\n", "I/O engine", get_str(o, "io_engine"), get_str(o, "direct"));
 	print_cuda(o);
+	print_gpus(o, 22, true);
 	printf("%-22s %" PRIu64 " sessions, %" PRIu64 " clients\n", "serving", t->sessions,
 	       get_u64(o, "clients"));
 	printf("%-22s %" PRIu64 " batches, %s\n", "delivered", t->batches,
 	       bp_format_size(t->bytes, a, sizeof(a)));
+	print_stall(o, t->stall_s, t->stall_cost);
 	printf("%-22s %s of %s\n", "memory", bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
 	       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)));
 	printf("%-22s %" PRIu64 " hits, %" PRIu64 " misses (%.1f%%), %s cached\n", "block cache",
@@ -303,87 +518,91 @@ static int cmd_stats(const char *sock, int argc, char **argv)
 	return 0;
 }
 
-/* Per-session rates: over the last interval when prev is given, else over the session's life. */
-static void session_rates(json_object *se, json_object *prev, double dt, double *ret_mbs,
-			  double *ret_stall)
-{
-	double bytes = (double)get_u64(se, "delivered_bytes"), wait = get_f64(se, "wait_s");
-	double span = get_f64(se, "age_s");
+/* ---- status -------------------------------------------------------------------------- */
 
-	if (prev && dt > 0) {
-		bytes -= (double)get_u64(prev, "delivered_bytes");
-		wait -= get_f64(prev, "wait_s");
-		span = dt;
+/* "train.bpk (2 sessions), val.bpk (1 session)": the datasets the listed sessions read. */
+static void print_datasets(json_object *o)
+{
+	json_object *sessions = json_path_get(o, "sessions");
+	size_t n = sessions ? json_object_array_length(sessions) : 0, shown = 0;
+	char a[32];
+
+	printf("%-22s ", "datasets");
+	for (size_t i = 0; i < n; i++) {
+		const char *name = get_str(json_object_array_get_idx(sessions, i), "dataset");
+		size_t users = 0, k;
+
+		for (k = 0; k < i; k++)
+			if (!strcmp(name, get_str(json_object_array_get_idx(sessions, k), "dataset")))
+				break;
+		if (k < i)
+			continue;   /* counted at its first session */
+		for (k = i; k < n; k++)
+			users += !strcmp(name, get_str(json_object_array_get_idx(sessions, k), "dataset"));
+		printf("%s%s (%zu session%s)", shown++ ? ", " : "", name, users, users == 1 ? "" : "s");
 	}
-	*ret_mbs = span > 0 ? bytes / span / 1e6 : 0;
-	*ret_stall = span > 0 ? 100.0 * wait / span : 0;
-	if (*ret_stall > 100)
-		*ret_stall = 100;
+	printf("%s%" PRIu64 " version%s open, %" PRIu64 " kept unused (%s of index)\n",
+	       shown ? "; " : "", get_u64(o, "datasets.held"),
+	       get_u64(o, "datasets.held") == 1 ? "" : "s", get_u64(o, "datasets.unused"),
+	       bp_format_size(get_u64(o, "datasets.unused_index_bytes"), a, sizeof(a)));
 }
 
-static json_object *find_session(json_object *sessions, uint64_t id)
+/* `status` for people: the daemon, its resources, its sessions. */
+static void status_text(json_object *o)
 {
-	for (size_t i = 0; sessions && i < json_object_array_length(sessions); i++) {
-		json_object *se = json_object_array_get_idx(sessions, i);
+	json_object *sessions = json_path_get(o, "sessions");
+	uint64_t hits = get_u64(o, "cache.hits"), looked = hits + get_u64(o, "cache.misses");
+	char a[32], b[32], c[32], d[32], e[32];
 
-		if (get_u64(se, "id") == id)
-			return se;
+	printf("%-22s %s (up %.0f s, pid %" PRIu64 ")\n", "batchd", get_str(o, "version"),
+	       get_f64(o, "uptime_s"), get_u64(o, "pid"));
+	printf("%-22s %s\n", "socket", get_str(o, "socket"));
+	printf("%-22s %s, O_DIRECT %s, tier %s, %" PRIu64 " read buffers of %s on %s pages\n",
+	       "I/O engine", get_str(o, "io_engine"), get_str(o, "direct"), get_str(o, "tier"),
+	       get_u64(o, "read_buffers.count"),
+	       bp_format_size(get_u64(o, "read_buffers.size"), a, sizeof(a)),
+	       get_str(o, "read_buffers.pages"));
+	print_cuda(o);
+	print_gpus(o, 22, true);
+	printf("%-22s %s used of %s (sessions %s, block cache %s, lingering %s)\n", "memory budget",
+	       bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
+	       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)),
+	       bp_format_size(get_u64(o, "memory.sessions"), c, sizeof(c)),
+	       bp_format_size(get_u64(o, "memory.cache"), d, sizeof(d)),
+	       bp_format_size(get_u64(o, "memory.lingering"), e, sizeof(e)));
+	printf("%-22s %s of %s, %.1f%% hits (%" PRIu64 " of %" PRIu64 "), %" PRIu64 " evictions\n",
+	       "block cache", bp_format_size(get_u64(o, "cache.bytes"), a, sizeof(a)),
+	       bp_format_size(get_u64(o, "cache.budget"), b, sizeof(b)),
+	       looked ? 100.0 * (double)hits / (double)looked : 0, hits, looked,
+	       get_u64(o, "cache.evictions"));
+	printf("%-22s %" PRIu64 " clients; threads: %" PRIu64 " I/O, %" PRIu64 " decode (%" PRIu64
+	       " active)\n", "clients", get_u64(o, "clients"), get_u64(o, "threads.io"),
+	       get_u64(o, "threads.decode"), get_u64(o, "threads.decode_active"));
+	printf("%-22s %" PRIu64 " open, %" PRIu64 " ended; %" PRIu64 " batches, %s delivered\n",
+	       "sessions", get_u64(o, "all_sessions.open"), get_u64(o, "ended.sessions"),
+	       get_u64(o, "all_sessions.batches"),
+	       bp_format_size(get_u64(o, "all_sessions.bytes"), a, sizeof(a)));
+	print_stall(o, get_f64(o, "stall.seconds"), get_f64(o, "stall.cost"));
+	print_datasets(o);
+	if (sessions && json_object_array_length(sessions)) {
+		printf("\n");
+		print_sessions(o, sessions, NULL, 0);
 	}
-	return NULL;
 }
 
-static void print_sessions(json_object *sessions, json_object *prev_sessions, double dt)
+static int cmd_status(const char *sock, int argc, char **argv)
 {
-	printf("%6s %6s %8s %-28s %-6s %9s %-8s %6s %8s %9s %6s\n", "ID", "UID", "PID", "DATASET",
-	       "MODE", "RANK", "TO", "EPOCH", "BATCH", "MB/s", "STALL%");
-	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
-		json_object *se = json_object_array_get_idx(sessions, i);
-		double mbs, stall;
-		json_object *gpu = json_path_get(se, "gpu");
-		char rank[24], to[24];
-
-		session_rates(se, find_session(prev_sessions, get_u64(se, "id")), dt, &mbs, &stall);
-		snprintf(rank, sizeof(rank), "%" PRIu64 "/%" PRIu64, get_u64(se, "rank"),
-			 get_u64(se, "world"));
-		/* GPU sessions: "cuda:N", and a "!" when staging could not be pinned. */
-		if (gpu)
-			snprintf(to, sizeof(to), "cuda:%" PRIu64 "%s", get_u64(gpu, "device"),
-				 json_object_get_boolean(json_path_get(gpu, "pinned")) ? "" : "!");
-		else
-			snprintf(to, sizeof(to), "host");
-		printf("%6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %-28.28s %-6s %9s %-8s %6" PRIu64 " %8"
-		       PRIu64 " %9.1f %6.1f\n", get_u64(se, "id"), get_u64(se, "uid"), get_u64(se, "pid"),
-		       get_str(se, "dataset"), get_str(se, "shuffle"), rank, to, get_u64(se, "epoch"),
-		       get_u64(se, "batch"), mbs, stall);
-	}
-}
-
-static int cmd_sessions(const char *sock, int argc, char **argv)
-{
-	json_object *o, *sessions;
+	json_object *o;
 	int json;
 
-	if (!want_json(argc, argv, "sessions", &json))
+	if (!want_json(argc, argv, "status", &json))
 		return json;
 	if (!(o = status_of(sock)))
 		return 1;
-	if (!json_object_object_get_ex(o, "sessions", &sessions)) {
-		json_object_put(o);
-		return 1;
-	}
-	if (json) {
-		for (size_t i = 0; i < json_object_array_length(sessions); i++) {
-			json_object *se = json_object_array_get_idx(sessions, i);
-			double mbs, stall;
-
-			session_rates(se, NULL, 0, &mbs, &stall);
-			json_object_object_add(se, "mb_per_s", json_object_new_double(mbs));
-			json_object_object_add(se, "stall_pct", json_object_new_double(stall));
-		}
-		printf("%s\n", json_object_to_json_string_ext(sessions, JSON_C_TO_STRING_PLAIN));
-	} else {
-		print_sessions(sessions, NULL, 0);
-	}
+	if (json)
+		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
+	else
+		status_text(o);
 	json_object_put(o);
 	return 0;
 }
@@ -410,6 +629,22 @@ static int cmd_metrics(const char *sock, int argc, char **argv)
 }
 
 static volatile sig_atomic_t top_stop;
+
+/* top's first lines: the daemon, its memory and cache, its GPUs when it reports them. */
+static void top_head(json_object *o, json_object *sessions)
+{
+	char a[32], b[32], c[32], d[32];
+
+	printf("batchd %s  up %.0f s  %s  sessions %zu  clients %" PRIu64 "  memory %s / %s  "
+	       "cache %s / %s\n", get_str(o, "version"), get_f64(o, "uptime_s"),
+	       get_str(o, "io_engine"), sessions ? json_object_array_length(sessions) : 0,
+	       get_u64(o, "clients"), bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
+	       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)),
+	       bp_format_size(get_u64(o, "cache.bytes"), c, sizeof(c)),
+	       bp_format_size(get_u64(o, "cache.budget"), d, sizeof(d)));
+	print_gpus(o, 5, false);
+	printf("\n");
+}
 
 static void on_top_signal(int sig)
 {
@@ -443,7 +678,6 @@ static int cmd_top(const char *sock, int argc, char **argv)
 	for (uint64_t n = 0; !top_stop && (!count || n < count); n++) {
 		json_object *o = fetch_status(c), *sessions = NULL, *prev_sessions = NULL;
 		double t = cli_now();
-		char a[32], b[32];
 
 		if (!o)
 			break;
@@ -452,14 +686,9 @@ static int cmd_top(const char *sock, int argc, char **argv)
 			json_object_object_get_ex(prev, "sessions", &prev_sessions);
 		if (tty)
 			printf("\033[H\033[2J");
-		printf("batchd %s  up %.0f s  %s  sessions %zu  clients %" PRIu64 "  memory %s / %s  "
-		       "cache %s\n\n", get_str(o, "version"), get_f64(o, "uptime_s"),
-		       get_str(o, "io_engine"), sessions ? json_object_array_length(sessions) : 0,
-		       get_u64(o, "clients"), bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
-		       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)),
-		       bp_format_size(get_u64(o, "cache.bytes"), a, sizeof(a)));
+		top_head(o, sessions);
 		if (sessions)
-			print_sessions(sessions, prev_sessions, prev ? t - t_prev : 0);
+			print_sessions(o, sessions, prev_sessions, prev ? t - t_prev : 0);
 		if (!tty)
 			printf("\n");
 		fflush(stdout);
