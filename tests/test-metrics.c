@@ -816,6 +816,35 @@ static bool fd_room(size_t need, const char *test)
 	return false;
 }
 
+/* Sessions a connection holds in the tests with many sessions. */
+#define SESSIONS_PER_CONN 50u
+
+/*
+ * n sessions on path, batch 1, prefetch 1, SESSIONS_PER_CONN to a
+ * connection: c gets ceil(n / SESSIONS_PER_CONN) connections, st n streams.
+ */
+static void open_many(bc_client **c, bc_stream **st, size_t n, const char *path)
+{
+	bc_stream_opts o;
+
+	dt_opts(&o, path, 1, BC_SHUFFLE_NONE, 0);
+	o.prefetch = 1;
+	for (size_t i = 0; i < n; i++) {
+		if (i % SESSIONS_PER_CONN == 0)
+			c[i / SESSIONS_PER_CONN] = dt_connect_ok();
+		st[i] = dt_open_ok(c[i / SESSIONS_PER_CONN], &o);
+	}
+}
+
+/* Close what open_many opened. */
+static void close_many(bc_client **c, bc_stream **st, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		ck_assert_int_eq(bc_close(st[i]), 0);
+	for (size_t i = 0; i < (n + SESSIONS_PER_CONN - 1) / SESSIONS_PER_CONN; i++)
+		bc_disconnect(c[i]);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -830,14 +859,13 @@ static int cmp_u64(const void *a, const void *b)
  */
 START_TEST(test_session_bound)
 {
-	enum { BOUND = 256, EXTRA = 3, N = BOUND + EXTRA, PER_CONN = 50 };
-	bc_client *c[(N + PER_CONN - 1) / PER_CONN] = { 0 };
+	enum { BOUND = 256, EXTRA = 3, N = BOUND + EXTRA };
+	bc_client *c[(N + SESSIONS_PER_CONN - 1) / SESSIONS_PER_CONN] = { 0 };
 	static const char *const families[] = {
 		"batchd_session_memory_bytes", "batchd_session_batches_delivered_total",
 		"batchd_session_stall_seconds_total", "batchd_session_stall_ratio",
 	};
 	bc_stream *st[N];
-	bc_stream_opts o;
 	uint64_t ids[N];
 	json_object *j, *list;
 	sv_prom p;
@@ -847,13 +875,7 @@ START_TEST(test_session_bound)
 		return;
 	sv_conf_basic("info", NULL);
 	sv_start_ok();
-	dt_opts(&o, DSET_ONE, 1, BC_SHUFFLE_NONE, 0);
-	o.prefetch = 1;
-	for (size_t i = 0; i < N; i++) {
-		if (i % PER_CONN == 0)
-			c[i / PER_CONN] = dt_connect_ok();
-		st[i] = dt_open_ok(c[i / PER_CONN], &o);
-	}
+	open_many(c, st, N, DSET_ONE);
 	j = dt_status_json_ok();
 	list = sv_sessions_of(j);
 	expect(list && json_object_array_length(list) == N, "status lists %zu sessions, not %d",
@@ -878,10 +900,7 @@ START_TEST(test_session_bound)
 		       i + 1, N, listed ? "listed" : "not listed");
 	}
 	sv_prom_free(&p);
-	for (size_t i = 0; i < N; i++)
-		ck_assert_int_eq(bc_close(st[i]), 0);
-	for (size_t i = 0; i < ARRAY_SIZE(c); i++)
-		bc_disconnect(c[i]);
+	close_many(c, st, N);
 }
 END_TEST
 
@@ -932,13 +951,12 @@ static char *slow_report(int fd, bool metrics, int sleep_before_ms)
  */
 START_TEST(test_large_reports)
 {
-	enum { PER_CONN = 50, LEVEL = 200 };
+	enum { LEVEL = 200 };
 	char rel[BP_PATH_MAX], path[PATH_MAX], a[PATH_MAX], comp[LEVEL + 1];
 	long wmem = 212992;
 	size_t nsess, nconn, at = 0;
 	bc_client **c;
 	bc_stream **st;
-	bc_stream_opts o;
 	json_object *j;
 	char *text;
 	FILE *f;
@@ -967,7 +985,7 @@ START_TEST(test_large_reports)
 		fclose(f);
 	}
 	nsess = (size_t)(3 * wmem / 3500) + 1;
-	nconn = (nsess + PER_CONN - 1) / PER_CONN;
+	nconn = (nsess + SESSIONS_PER_CONN - 1) / SESSIONS_PER_CONN;
 	/* Four descriptors per stream here, six per session in batchd (which inherits the limit). */
 	if (!fd_room(6 * nsess + 256, "large_reports"))
 		return;
@@ -977,13 +995,7 @@ START_TEST(test_large_reports)
 	c = calloc(nconn, sizeof(*c));
 	st = calloc(nsess, sizeof(*st));
 	ck_assert(c && st);
-	dt_opts(&o, rel, 1, BC_SHUFFLE_NONE, 0);
-	o.prefetch = 1;
-	for (size_t i = 0; i < nsess; i++) {
-		if (i % PER_CONN == 0)
-			c[i / PER_CONN] = dt_connect_ok();
-		st[i] = dt_open_ok(c[i / PER_CONN], &o);
-	}
+	open_many(c, st, nsess, rel);
 
 	fd = dt_raw_connect(D.sock);
 	expect(fd >= 0 && dt_raw_hello(fd, NULL) == 0, "raw connection");
@@ -1004,10 +1016,7 @@ START_TEST(test_large_reports)
 	free(text);
 	close(fd);
 
-	for (size_t i = 0; i < nsess; i++)
-		ck_assert_int_eq(bc_close(st[i]), 0);
-	for (size_t i = 0; i < nconn; i++)
-		bc_disconnect(c[i]);
+	close_many(c, st, nsess);
 	free(st);
 	free(c);
 }
