@@ -89,6 +89,8 @@ struct bd_gpu_session {
 	int fd;
 	uint8_t *host;
 	uint64_t host_len, pinned_len;
+	uint64_t session;                    /* the session's id, for the log */
+	char unpinned_why[160];              /* why staging is pageable ("" when pinned) */
 	bool cancelled;                      /* atomic: loop writes, GPU thread reads */
 
 	/* GPU thread only: this pass already met an older op of ours that must go first. */
@@ -422,35 +424,88 @@ void bd_gpu_session_cancel(bd_gpu_session *gs)
 }
 
 /* Pin the staging in chunks; on any failure undo it all and stage unpinned. */
-static void pin(bd_gpu_session *gs)
+/*
+ * Why staging could not be pinned, into why: the device cannot register
+ * host memory at all, or cudaHostRegister's own error. The driver pins
+ * registered memory without charging RLIMIT_MEMLOCK, so the limit is never
+ * the reason; what fails in practice is a device or platform without the
+ * capability (some virtualised GPUs) or the driver running out of memory
+ * for the page tables.
+ */
+static cudaError_t register_staging(bd_gpu_session *gs, char *why, size_t len)
 {
-	static bool logged;
-	uint64_t off;
-	cudaError_t e = cudaSuccess;
+	cudaError_t e;
+	int ok = 0;
 
-	for (off = 0; off < gs->host_len; off += PIN_CHUNK) {
+	e = cudaDeviceGetAttribute(&ok, cudaDevAttrHostRegisterSupported, gs->device);
+	if (e == cudaSuccess && !ok) {
+		snprintf(why, len, "device %d cannot register host memory "
+			 "(cudaDevAttrHostRegisterSupported is 0)", gs->device);
+		return cudaErrorNotSupported;
+	}
+	for (uint64_t off = 0; off < gs->host_len; off += PIN_CHUNK) {
 		uint64_t n = gs->host_len - off < PIN_CHUNK ? gs->host_len - off : PIN_CHUNK;
 
 		e = cudaHostRegister(gs->host + off, n, cudaHostRegisterDefault);
-		if (e != cudaSuccess)
-			break;
+		if (e != cudaSuccess) {
+			snprintf(why, len, "cudaHostRegister: %s (CUDA error %d)",
+				 cudaGetErrorString(e), (int)e);
+			return e;
+		}
 		gs->pinned_len = off + n;
 	}
-	if (e == cudaSuccess)
+	return cudaSuccess;
+}
+
+/* Pin the session's staging arena, or say why it stays pageable. */
+static void pin(bd_gpu_session *gs)
+{
+	static bool logged;
+	char why[160] = "", a[32];
+
+	if (register_staging(gs, why, sizeof(why)) == cudaSuccess)
 		return;
 	cudaGetLastError();
-	for (off = 0; off < gs->pinned_len; off += PIN_CHUNK)
+	for (uint64_t off = 0; off < gs->pinned_len; off += PIN_CHUNK)
 		cudaHostUnregister(gs->host + off);
 	gs->pinned_len = 0;
+	snprintf(gs->unpinned_why, sizeof(gs->unpinned_why), "%s", why);
 	if (!logged) {
-		char a[32];
-
 		logged = true;
-		bd_log(LOG_WARNING, "cannot pin %s of staging memory for a GPU session (%s, CUDA "
-		       "error %d): staging unpinned, so host-to-device copies are slower; raise "
-		       "LimitMEMLOCK / ulimit -l (logged once; see `batchctl status`)",
-		       bp_format_size(gs->host_len, a, sizeof(a)), cudaGetErrorString(e), (int)e);
+		bd_log(LOG_WARNING, "cannot pin %s of staging memory for a GPU session (%s): staging "
+		       "stays pageable, so host-to-device copies are slower and not asynchronous "
+		       "(logged once; `batchctl status` counts unpinned sessions)",
+		       bp_format_size(gs->host_len, a, sizeof(a)), why);
 	}
+}
+
+/* What the session stages from, one line per GPU session (tests/gpu/run.sh reads it). */
+static void log_start(const bd_gpu_session *gs)
+{
+	char a[32], b[32];
+
+	bp_format_size(gs->host_len, a, sizeof(a));
+	bp_format_size(gs->size, b, sizeof(b));
+	if (gs->pinned_len)
+		bd_log(LOG_INFO, "session %" PRIu64 ": GPU %d, %u device slots (%s), staging %s "
+		       "pinned", gs->session, gs->device, gs->slots, b, a);
+	else
+		bd_log(LOG_INFO, "session %" PRIu64 ": GPU %d, %u device slots (%s), staging %s "
+		       "pageable: %s", gs->session, gs->device, gs->slots, b, a,
+		       gs->unpinned_why[0] ? gs->unpinned_why : "nothing to stage");
+}
+
+/* The copies the session made: count, bytes, and their rate while copying. */
+static void log_end(bd_gpu_session *gs)
+{
+	uint64_t n = STAT_GET(&gs->copies), bytes = STAT_GET(&gs->copy_bytes);
+	uint64_t ns = STAT_GET(&gs->copy_ns);
+	char a[32];
+
+	bd_log(LOG_INFO, "session %" PRIu64 ": GPU %d copies: %" PRIu64 " (%s) at %.2f GB/s "
+	       "(bytes over summed copy time), staging %s", gs->session, gs->device, n,
+	       bp_format_size(bytes, a, sizeof(a)), ns ? (double)bytes / (double)ns : 0.0,
+	       gs->pinned_len ? "pinned" : "pageable");
 }
 
 static int make_events(bd_gpu_session *gs, bp_ring_gpu_slot *slots, char *err, size_t errlen)
@@ -557,6 +612,8 @@ void bd_gpu_session_free(bd_gpu_session *gs)
 
 	if (!gs)
 		return;
+	if (gs->g)
+		log_end(gs);
 	cudaSetDevice(gs->device);
 	/* Our stream waits on nothing outside this process: this always returns. */
 	if (gs->stream) {
@@ -613,6 +670,7 @@ int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *ta
 		return -ENOMEM;
 	gs->event = cfg->event;
 	gs->owner = cfg->owner;
+	gs->session = cfg->session;
 	gs->device = cfg->device;
 	gs->slots = cfg->slots;
 	gs->slot_bytes = cfg->slot_bytes;
@@ -642,6 +700,7 @@ int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *ta
 	if (r < 0)
 		goto fail;
 	pin(gs);
+	log_start(gs);
 
 	*table = (bp_ring_gpu){
 		.magic = BP_RING_GPU_MAGIC,

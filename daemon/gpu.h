@@ -64,6 +64,7 @@ typedef struct bd_gpu_session_cfg {
 	uint64_t host_len;      /* ... and its bytes */
 	bd_job_event_fn event;  /* where ENQUEUED and COPIED go ... */
 	void *owner;            /* ... with this */
+	uint64_t session;       /* the session's id, for the log */
 } bd_gpu_session_cfg;
 
 /*

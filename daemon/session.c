@@ -716,6 +716,7 @@ static int attach_gpu(bd_session *s, int device, char *err, size_t errlen)
 		.host_len = s->arena.size,
 		.owner = s,
 		.event = on_job_event,
+		.session = s->id,
 	};
 
 	memcpy(gc.uuid, s->env.cuda->dev[device].uuid, sizeof(gc.uuid));

@@ -7,9 +7,12 @@
  * copy to the GPU runs at the link's speed; this mode shows what that buys
  * on this machine (PCIe generation, NUMA placement) against a trainer that
  * copies from ordinary pageable memory. Three sources of the same size:
- * cudaMallocHost (pinned), malloc + cudaHostRegister (what batchd does
- * with its staging memory) and plain malloc (pageable). Each copy is one
- * cudaMemcpyAsync on a stream, timed with CUDA events around it.
+ * cudaMallocHost (pinned), a MAP_SHARED memfd mapping + cudaHostRegister
+ * (what batchd does with a session's staging arena, which lives in the
+ * memfd it shares with the trainer: a shared file mapping is registered
+ * differently by the driver than anonymous memory, so only that case
+ * measures batchd's own staging) and plain malloc (pageable). Each copy is
+ * one cudaMemcpyAsync on a stream, timed with CUDA events around it.
  *
  * Without CUDA (not built with it, no driver, no device) it says why and
  * exits 77, the "cannot run here" status tests and scripts skip on.
@@ -20,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "batchd-build.h"
 #include "bench.h"
@@ -131,17 +136,51 @@ static void print_results(const h2d_opts *o, const char *dev_name, const bd_cuda
 		printf("  pinned is %.2fx pageable\n", ratio);
 }
 
+/*
+ * A MAP_SHARED mapping of a new memfd of `size` bytes, as batchd maps a
+ * session's data memfd. @return it, or NULL with errno set.
+ */
+static void *shared_memfd(uint64_t size)
+{
+	int fd = memfd_create("batchd-bench-h2d", MFD_CLOEXEC);
+	void *p = MAP_FAILED;
+
+	if (fd < 0)
+		return NULL;
+	if (ftruncate(fd, (off_t)size) == 0)
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* The registered case: o->size of shared memfd memory, registered, timed. */
+static int time_registered(const h2d_opts *o, void *dev, void *reg, cudaStream_t st,
+			   h2d_result *r)
+{
+	cudaError_t e = cudaHostRegister(reg, o->size, cudaHostRegisterDefault);
+	int rc;
+
+	if (e != cudaSuccess) {
+		snprintf(r->why, sizeof(r->why), "cudaHostRegister: %s (CUDA error %d)",
+			 cudaGetErrorString(e), (int)e);
+		(void)cudaGetLastError();   /* not sticky: clear it */
+		return 0;
+	}
+	rc = time_copies(o, dev, reg, st, r);
+	cudaHostUnregister(reg);
+	return rc;
+}
+
 static int run_h2d(const h2d_opts *o, const bd_cuda_state *cs)
 {
 	h2d_result r[3] = {
 		{ .name = "pinned", .how = "(cudaMallocHost)" },
-		{ .name = "registered", .how = "(malloc + cudaHostRegister)" },
+		{ .name = "registered", .how = "(shared memfd + cudaHostRegister)" },
 		{ .name = "pageable", .how = "(malloc)" },
 	};
 	struct cudaDeviceProp prop;
 	void *dev = NULL, *pinned = NULL, *reg = NULL, *pageable = NULL;
 	cudaStream_t st;
-	cudaError_t e;
 	int rc = -EIO;
 
 	CK(cudaSetDevice(o->device));
@@ -149,7 +188,7 @@ static int run_h2d(const h2d_opts *o, const bd_cuda_state *cs)
 	CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 	if (cudaMalloc(&dev, o->size) != cudaSuccess ||
 	    cudaMallocHost(&pinned, o->size) != cudaSuccess ||
-	    posix_memalign(&reg, 4096, o->size) != 0 ||
+	    !(reg = shared_memfd(o->size)) ||
 	    posix_memalign(&pageable, 4096, o->size) != 0) {
 		fprintf(stderr, "batchd-bench: h2d: cannot allocate %" PRIu64 " bytes\n", o->size);
 		goto out;
@@ -159,25 +198,17 @@ static int run_h2d(const h2d_opts *o, const bd_cuda_state *cs)
 	memset(reg, 2, o->size);
 	memset(pageable, 3, o->size);
 
-	if (time_copies(o, dev, pinned, st, &r[0]) < 0)
-		goto out;
-	e = cudaHostRegister(reg, o->size, cudaHostRegisterDefault);
-	if (e == cudaSuccess) {
-		if (time_copies(o, dev, reg, st, &r[1]) < 0)
-			goto out;
-		cudaHostUnregister(reg);
-	} else {
-		snprintf(r[1].why, sizeof(r[1].why), "cudaHostRegister: %s", cudaGetErrorString(e));
-		(void)cudaGetLastError();   /* not sticky: clear it */
-	}
-	if (time_copies(o, dev, pageable, st, &r[2]) < 0)
+	if (time_copies(o, dev, pinned, st, &r[0]) < 0 ||
+	    time_registered(o, dev, reg, st, &r[1]) < 0 ||
+	    time_copies(o, dev, pageable, st, &r[2]) < 0)
 		goto out;
 	print_results(o, prop.name, cs, r, 3);
 	rc = 0;
 out:
 	cudaFree(dev);
 	cudaFreeHost(pinned);
-	free(reg);
+	if (reg)
+		munmap(reg, o->size);
 	free(pageable);
 	cudaStreamDestroy(st);
 	return rc;

@@ -408,7 +408,11 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
 	return cudaSuccess;
 }
 
-/* Only what batchd asks: the compute mode ($FAKE_CUDA_COMPUTE_MODE). */
+/*
+ * The attributes batchd asks: the compute mode ($FAKE_CUDA_COMPUTE_MODE,
+ * default Default), and whether the device can register host memory (yes
+ * unless $FAKE_CUDA_NO_HOST_REGISTER is set).
+ */
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
 {
 	cudaError_t e = ready();
@@ -417,10 +421,15 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
 		return e;
 	if (dev < 0 || dev >= fake_cuda_devices())
 		return fail(cudaErrorInvalidDevice);
-	if (a != cudaDevAttrComputeMode)
+	if (!v)
+		return fail(cudaErrorInvalidValue);
+	if (a == cudaDevAttrComputeMode)
+		*v = env_int("FAKE_CUDA_COMPUTE_MODE", cudaComputeModeDefault);
+	else if (a == cudaDevAttrHostRegisterSupported)
+		*v = getenv("FAKE_CUDA_NO_HOST_REGISTER") ? 0 : 1;
+	else
 		return misuse(cudaErrorInvalidValue, "cudaDeviceGetAttribute",
 			      "an attribute the fake does not model");
-	*v = env_int("FAKE_CUDA_COMPUTE_MODE", cudaComputeModeDefault);
 	return cudaSuccess;
 }
 
