@@ -3,10 +3,29 @@
  * json_path.c - a value of a json-c document by a dotted path (see
  * json_path.h).
  */
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "json_path.h"
+
+/* One step: key in an object, or a decimal index in an array. */
+static json_object *child(json_object *o, const char *key)
+{
+	json_object *v;
+	char *end;
+	unsigned long i;
+
+	if (json_object_is_type(o, json_type_array)) {
+		if (!isdigit((unsigned char)key[0]))
+			return NULL;
+		i = strtoul(key, &end, 10);
+		return *end || i >= json_object_array_length(o) ? NULL :
+			json_object_array_get_idx(o, i);
+	}
+	return json_object_object_get_ex(o, key, &v) ? v : NULL;
+}
 
 json_object *json_path_get(json_object *o, const char *path)
 {
@@ -15,9 +34,8 @@ json_object *json_path_get(json_object *o, const char *path)
 
 	while (o && (dot = strchr(path, '.'))) {
 		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		if (!json_object_object_get_ex(o, key, &o))
-			return NULL;
+		o = child(o, key);
 		path = dot + 1;
 	}
-	return o && json_object_object_get_ex(o, path, &o) ? o : NULL;
+	return o ? child(o, path) : NULL;
 }

@@ -13,9 +13,11 @@
 #include <json-c/json.h>
 
 /*
- * The value at path: object keys separated by '.' (each under 64 bytes),
- * followed from o. @return it (borrowed: o owns it), or NULL when o is
- * NULL or a key along the way is missing or not in an object.
+ * The value at path: steps separated by '.' (each under 64 bytes),
+ * followed from o; a step is an object's key, or a decimal index into an
+ * array ("sessions.0.gpu.pinned"). @return it (borrowed: o owns it), or
+ * NULL when o is NULL or a step along the way is missing (no such key, an
+ * index past the end, a key into an array or into a scalar).
  */
 json_object *json_path_get(json_object *o, const char *path);
 
