@@ -185,9 +185,13 @@ BC_API int bc_next(bc_stream *s, bc_batch **ret, int timeout_ms);
  * Give a batch back; its memory is reused. Memory is reused in batch
  * order, so a trainer should release batches in the order it took them and
  * hold at most two at a time. On GPU streams, also records the release
- * event on the batch's stream (see bc_batch_wait_stream). @return 0, or
- * -EINVAL if already released (or NULL); -EIO if the release event could
- * not be recorded (the batch is released anyway). A release once the
+ * event on the batch's stream (see bc_batch_wait_stream); where that record
+ * fails (a stream of another CUDA context), it waits for the stream to
+ * drain instead. @return 0, or -EINVAL if already released (or NULL);
+ * -EIO if neither the record nor the drain worked: the batch is then kept
+ * from the daemon, which must not reuse memory the stream may still read,
+ * and the stream delivers nothing more (bc_next -EIO, the reason in
+ * bc_stream_error()). A release once the
  * daemon is gone still returns 0: the stream's next bc_next reports it.
  */
 BC_API int bc_release(bc_batch *b);
@@ -345,6 +349,15 @@ BC_API void *bc_batch_device_data(const bc_batch *b, size_t *ret_len);
  * released, or NULL; -EIO for a CUDA error (named in bc_stream_error()).
  */
 BC_API int bc_batch_wait_stream(bc_batch *b, void *stream);
+
+/*
+ * Block the calling thread until the batch's copy into device memory has
+ * completed: for consumers that take the device pointer with no stream to
+ * order on (__cuda_array_interface__ with stream None). @return 0; -EINVAL
+ * for a host batch, one already released, or NULL; -EIO for a CUDA error
+ * (named in bc_stream_error()).
+ */
+BC_API int bc_batch_sync(bc_batch *b);
 
 /*
  * The next batch bc_next() will return, as (epoch, batch): reopen there to

@@ -83,6 +83,7 @@ struct bc_stream {
 	bool epoch_end_said;
 	uint32_t held;
 	bool daemon_gone;        /* a release found nobody reading the released pipe */
+	bool gpu_broken;         /* a release could not be ordered after the batch's last use */
 	bc_batch *batches;       /* one per slot */
 	bp_schema schema;        /* the dataset's, decoded from the data memfd */
 	bc_field_info *info;     /* schema.count, for bc_stream_schema */
@@ -140,5 +141,11 @@ int bc__gpu_bind(bc_stream *s, const bp_ring_desc *d, uint64_t seq, void **ret_d
  * the reason in the stream's err.
  */
 int bc__gpu_record_release(bc_batch *b);
+
+/*
+ * Block until b's copy into device memory has completed (the slot's ready
+ * event). @return 0 or -EIO (CUDA's reason in s->err).
+ */
+int bc__gpu_sync(bc_batch *b);
 
 #endif

@@ -365,14 +365,49 @@ int bc__gpu_record_release(bc_batch *b)
 {
 	bc_stream *s = b->s;
 	bc_gpu *g = s->gpu;
-	CUresult e;
+	CUresult e, es;
 
 	if (gpu_enter(s) < 0)
 		return -EIO;
 	e = g->d->EventRecord(g->released[b->seq % g->slots], (CUstream)b->stream);
+	if (e == CUDA_SUCCESS) {
+		gpu_leave(g);
+		return 0;
+	}
+	/*
+	 * The record fails where the stream is not the event's context's (a
+	 * green or non-primary context: CUDA_ERROR_INVALID_HANDLE). Storing
+	 * the mark anyway would let the daemon overwrite memory kernels still
+	 * read; waiting for the stream to drain makes it true instead.
+	 */
+	es = g->d->StreamSynchronize((CUstream)b->stream);
+	gpu_leave(g);
+	if (es == CUDA_SUCCESS)
+		return 0;
+	{
+		char a[160], b2[160];
+
+		snprintf(s->err, sizeof(s->err), "CUDA device %d: batch %" PRIu64 " stays held from "
+			 "batchd (it must not reuse the device slot while the stream may read it): "
+			 "cuEventRecord (release): %s; cuStreamSynchronize: %s; release on a stream of "
+			 "the device's primary context", s->device, b->seq,
+			 bp_cudrv_strerror(g->d, e, a, sizeof(a)), bp_cudrv_strerror(g->d, es, b2, sizeof(b2)));
+	}
+	return -EIO;
+}
+
+int bc__gpu_sync(bc_batch *b)
+{
+	bc_stream *s = b->s;
+	bc_gpu *g = s->gpu;
+	CUresult e;
+
+	if (gpu_enter(s) < 0)
+		return -EIO;
+	e = g->d->EventSynchronize(g->ready[b->seq % g->slots]);
 	gpu_leave(g);
 	if (e != CUDA_SUCCESS) {
-		gpu_fail(s, g->d, "cuEventRecord (release)", e);
+		gpu_fail(s, g->d, "cuEventSynchronize (ready)", e);
 		return -EIO;
 	}
 	return 0;
@@ -430,6 +465,11 @@ int bc__gpu_bind(bc_stream *s, const bp_ring_desc *d, uint64_t seq, void **ret_d
 int bc__gpu_record_release(bc_batch *b)
 {
 	return 0;
+}
+
+int bc__gpu_sync(bc_batch *b)
+{
+	return -EINVAL;
 }
 
 int bc_batch_wait_stream(bc_batch *b, void *stream)

@@ -448,6 +448,9 @@ static int next_batch(bc_stream *s, bc_batch **ret, int timeout_ms)
 	for (;;) {
 		int wait, r;
 
+		/* s->err still says which batch could not be handed back, and why. */
+		if (s->gpu_broken)
+			return -EIO;
 		/* Acquire: pairs with the daemon's release store, the batch is whole (ring.h). */
 		if (__atomic_load_n(&s->hdr->produced, __ATOMIC_ACQUIRE) > s->consumed)
 			return take_published(s, ret);
@@ -487,8 +490,10 @@ int bc_release(bc_batch *b)
 	s = b->s;
 	/*
 	 * The event before the mark: once the daemon sees the mark it waits
-	 * for the event, which must then stand for our last use. A failed
-	 * record still releases (the caller cannot undo bc_release).
+	 * for the event, which must then stand for our last use. When neither
+	 * the record nor draining the stream works, the mark is never stored:
+	 * a slot kept from the daemon only stops this stream, a slot handed
+	 * back early lets it overwrite memory a kernel still reads.
 	 */
 	if (b->dev)
 		r = bc__gpu_record_release(b);
@@ -499,8 +504,19 @@ int bc_release(bc_batch *b)
 	}
 	b->held = false;
 	s->held--;
+	if (r < 0) {
+		s->gpu_broken = true;
+		return r;
+	}
 	ring_release(s, b->seq);
-	return r;
+	return 0;
+}
+
+int bc_batch_sync(bc_batch *b)
+{
+	if (!b || !b->held || !b->dev)
+		return -EINVAL;
+	return bc__gpu_sync(b);
 }
 
 /* The accessors take NULL (what a failed bc_next leaves in a NULL-initialised pointer). */

@@ -36,7 +36,7 @@ static void load(void)
 		SYM(MemImportFromShareableHandle), SYM(MemAddressReserve), SYM(MemAddressFree),
 		SYM(MemMap), SYM(MemUnmap), SYM(MemSetAccess), SYM(IpcOpenEventHandle),
 		SYM(EventRecord), SYM(EventQuery), SYM(EventSynchronize), SYM(EventDestroy), SYM(StreamWaitEvent),
-		SYM(MemcpyDtoH),
+		SYM(StreamSynchronize), SYM(MemcpyDtoH),
 #undef SYM
 	};
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);

@@ -61,6 +61,7 @@ typedef struct bp_cudrv {
 	CUresult (*EventSynchronize)(CUevent ev);
 	CUresult (*EventDestroy)(CUevent ev);
 	CUresult (*StreamWaitEvent)(CUstream stream, CUevent ev, unsigned int flags);
+	CUresult (*StreamSynchronize)(CUstream stream);
 	CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t n);
 } bp_cudrv;
 

@@ -72,9 +72,10 @@ struct fake_cuda_counts {
 	int no_ctx;      /* calls made with no context current */
 	int bad_calls;   /* calls the real driver would refuse or that break a promise */
 	int imports;     /* cuMemImportFromShareableHandle calls that succeeded */
+	int stream_syncs; /* cuStreamSynchronize calls that succeeded */
 };
 
-/* The Python tests read a prefix of this, up to record_device: add fields after it. */
+/* The Python tests read a prefix of this, up to syncs: add fields after it. */
 struct fake_cuda_event {
 	int used;
 	int remote;            /* opened from a fake runtime's handle: freed on destroy */
@@ -83,6 +84,7 @@ struct fake_cuda_event {
 	void *wait_stream;     /* the stream of the last wait */
 	unsigned wait_flags;
 	int record_device;     /* the device current at the last record */
+	long syncs;            /* cuEventSynchronize calls on it */
 	struct fake_cuda_shm *shm;               /* remote: the exporter's table, mapped, or NULL */
 	struct fake_cuda_shm_event *shared;      /* its entry in shm */
 };
@@ -114,6 +116,7 @@ API const struct fake_cuda_event *fake_cuda_event(int index);
 API void fake_cuda_event_free(int index);
 API void fake_cuda_on_record(void (*cb)(int index, void *stream));
 API void fake_cuda_fail(const char *name, int code, int skip);
+API void fake_cuda_fail_also(const char *name, int code);
 /* The fake runtime's hooks (fake_cuda.h). */
 API int fake_cuda_device_range(uintptr_t p, size_t len);
 API void fake_cuda_set_current(int dev);
@@ -129,6 +132,8 @@ static _Thread_local int t_runtime_dev = -1;     /* made current by the fake run
 /* The range table: the fake runtime reads it from any thread (fake_cuda_device_range). */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_fail_name[64];
+static char g_fail2_name[64];      /* a second call to fail once (fake_cuda_fail_also) */
+static CUresult g_fail2_code;
 static CUresult g_fail_code;
 static int g_fail_skip;
 static void (*g_on_record)(int index, void *stream);
@@ -191,6 +196,12 @@ API void fake_cuda_fail(const char *name, int code, int skip)
 	g_fail_skip = skip;
 }
 
+API void fake_cuda_fail_also(const char *name, int code)
+{
+	snprintf(g_fail2_name, sizeof(g_fail2_name), "%s", name ? name : "");
+	g_fail2_code = (CUresult)code;
+}
+
 API int fake_cuda_device_range(uintptr_t p, size_t len)
 {
 	int ok = 0;
@@ -213,22 +224,28 @@ API void fake_cuda_set_current(int dev)
 
 /* ---- the driver -------------------------------------------------------------------- */
 
-static int fail_now(const char *name)
+/* The code `name` fails with now (once per arming), or CUDA_SUCCESS. */
+static CUresult fail_now(const char *name)
 {
+	if (g_fail2_name[0] && strcmp(name, g_fail2_name) == 0) {
+		g_fail2_name[0] = '\0';
+		return g_fail2_code;
+	}
 	if (!g_fail_name[0] || strcmp(name, g_fail_name) != 0)
-		return 0;
+		return CUDA_SUCCESS;
 	if (g_fail_skip > 0) {
 		g_fail_skip--;
-		return 0;
+		return CUDA_SUCCESS;
 	}
 	g_fail_name[0] = '\0';
-	return 1;
+	return g_fail_code;
 }
 
-#define FAIL_POINT(name)                  \
-	do {                              \
-		if (fail_now(name))       \
-			return g_fail_code; \
+#define FAIL_POINT(name)                           \
+	do {                                       \
+		CUresult fail_ = fail_now(name);   \
+		if (fail_ != CUDA_SUCCESS)         \
+			return fail_;              \
 	} while (0)
 
 /* $FAKE_CUDA_STRICT: a misuse ends the process, naming the call. */
@@ -796,6 +813,7 @@ static CUresult f_EventSynchronize(CUevent ev)
 	need_ctx();
 	if (!o)
 		return bad(CUDA_ERROR_INVALID_HANDLE);
+	g_ev[o->index].syncs++;
 	if (g_ev[o->index].shared)
 		fake_cuda_shm_wait(g_ev[o->index].shared);
 	return CUDA_SUCCESS;
@@ -831,6 +849,15 @@ static CUresult f_StreamWaitEvent(CUstream stream, CUevent ev, unsigned int flag
 	return CUDA_SUCCESS;
 }
 
+/* Streams are synchronous here: everything queued on one has run. */
+static CUresult f_StreamSynchronize(CUstream stream)
+{
+	FAIL_POINT("cuStreamSynchronize");
+	need_ctx();
+	g_n.stream_syncs++;
+	return CUDA_SUCCESS;
+}
+
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
 				  cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
@@ -847,7 +874,7 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
 		F(MemAddressReserve), F(MemAddressFree), F(MemMap), F(MemUnmap), F(MemSetAccess),
 		F(IpcOpenEventHandle), F(EventRecord), F(EventQuery), F(EventSynchronize),
 		F(EventDestroy),
-		F(StreamWaitEvent), F(MemcpyDtoH),
+		F(StreamWaitEvent), F(StreamSynchronize), F(MemcpyDtoH),
 #undef F
 	};
 

@@ -46,14 +46,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 class Counts(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("ctx_refs", "handles", "reserved", "mapped",
-                                            "events", "no_ctx", "bad_calls", "imports")]
+                                            "events", "no_ctx", "bad_calls", "imports",
+                                            "stream_syncs")]
 
 
 class Event(ctypes.Structure):
     _fields_ = [("used", ctypes.c_int), ("pad", ctypes.c_int), ("records", ctypes.c_long),
                 ("waits", ctypes.c_long), ("record_stream", ctypes.c_void_p),
                 ("wait_stream", ctypes.c_void_p), ("wait_flags", ctypes.c_uint),
-                ("record_device", ctypes.c_int)]
+                ("record_device", ctypes.c_int), ("syncs", ctypes.c_long)]
 
 
 RECORD_CB = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p)
@@ -69,6 +70,7 @@ class FakeDriver:
         lib.fake_cuda_event.restype = ctypes.POINTER(Event)
         lib.fake_cuda_event.argtypes = [ctypes.c_int]
         lib.fake_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
+        lib.fake_cuda_fail_also.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.fake_cuda_on_record.argtypes = [RECORD_CB]
         lib.fake_cuda_uuid.argtypes = [ctypes.c_int, ctypes.c_void_p]
 
@@ -96,6 +98,10 @@ class FakeDriver:
 
     def fail(self, name, code, skip=0):
         self.lib.fake_cuda_fail(name.encode(), code, skip)
+
+    def fail_also(self, name, code):
+        """A second call failing once, beside fail()'s."""
+        self.lib.fake_cuda_fail_also(name.encode(), code)
 
     def ctx_depth(self):
         return self.lib.fake_cuda_ctx_depth()
@@ -191,9 +197,13 @@ class GpuStreams(Base):
             base = b.device_ptr if base is None else base
             self.assertEqual(b.device_ptr, base + k * s.slot_bytes)
             self.assertEqual(ctypes.string_at(b.device_ptr, len(body)), body)
+            # stream None tells consumers no synchronisation is needed: the
+            # export waits (on the host) for the slot's ready event first.
+            self.assertEqual(self.drv.event(s.ready[k]).syncs, 0)
             self.assertEqual(b.__cuda_array_interface__,
                              {"version": 3, "shape": (len(body),), "typestr": "|u1",
                               "data": (b.device_ptr, False), "strides": None, "stream": None})
+            self.assertEqual(self.drv.event(s.ready[k]).syncs, 1)
             self.assertIn("cuda:0", repr(b))
             self.assertEqual(self.drv.event(s.ready[k]).waits, 0)
             if streams[k] != "no wait":
@@ -333,18 +343,37 @@ class GpuStreams(Base):
         with self.assertRaises(TypeError):
             next(it).wait_stream("stream")
 
-    def test_a_failed_release_record_still_releases(self):
+    def test_a_failed_release_record_waits_for_the_stream(self):
+        # A record that fails (a stream of another context) must not let the
+        # daemon reuse the slot before the stream is done with it: the
+        # client drains the stream, then stores the mark.
         ld = self.loader(0)
         s = self.the_session()
         it = iter(ld)
         next(it).wait_stream(0x99)
-        self.drv.fail("cuEventRecord", LAUNCH_FAILED)
+        syncs = self.drv.counts()["stream_syncs"]
+        self.drv.fail("cuEventRecord", INVALID_HANDLE)
+        self.assertEqual(next(it).index, 1)                        # no error: made safe
+        self.assertEqual(self.drv.counts()["stream_syncs"], syncs + 1)
+        self.assertEqual(s.mark(0), 1)                             # released after the drain
+
+    def test_a_release_that_cannot_be_ordered_keeps_the_slot(self):
+        ld = self.loader(0)
+        s = self.the_session()
+        it = iter(ld)
+        next(it).wait_stream(0x99)
+        self.drv.fail("cuEventRecord", INVALID_HANDLE)
+        self.drv.fail_also("cuStreamSynchronize", INVALID_HANDLE)
         with self.assertRaises(batchclient.BatchdError) as cm:
             next(it)
         self.assertEqual(cm.exception.errno, errno.EIO)
-        self.assertIn("cuEventRecord", cm.exception.message)
-        self.assertEqual(s.mark(0), 1)                             # released all the same
-        self.assertEqual(next(it).index, 1)                        # and the epoch goes on
+        for part in ("cuEventRecord", "cuStreamSynchronize", "stays held"):
+            self.assertIn(part, cm.exception.message)
+        self.assertEqual(s.mark(0), 0)                             # never handed back
+        with self.assertRaises(batchclient.BatchdError) as cm:    # and the stream is over
+            next(it)
+        self.assertEqual(cm.exception.errno, errno.EIO)
+        self.assertIn("stays held", cm.exception.message)
 
     def test_the_c_calls(self):
         ld = self.loader(0)

@@ -113,6 +113,7 @@ _SIGNATURES = {
     "bc_stream_device": (ctypes.c_int, [_p]),
     "bc_batch_device_data": (_p, [_p, ctypes.POINTER(ctypes.c_size_t)]),
     "bc_batch_wait_stream": (ctypes.c_int, [_p, _p]),
+    "bc_batch_sync": (ctypes.c_int, [_p]),
     "bc_close": (ctypes.c_int, [_p]),
     "bc_strerror": (ctypes.c_char_p, [ctypes.c_int]),
 }

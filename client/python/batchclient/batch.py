@@ -58,8 +58,10 @@ copied there by batchd asynchronously:
 
 wait_stream() must come before any work that reads the device bytes, on
 the stream that does it (kernels on other streams must be ordered after
-that stream by the caller); __cuda_array_interface__ says stream None,
-so consumers do not synchronize on their own. Releasing the batch records,
+that stream by the caller). __cuda_array_interface__ (torch.as_tensor,
+cupy.asarray) first waits on the host until the copy has landed, so the
+"stream": None it exports (version 3: the consumer need not synchronize)
+is true. Releasing the batch records,
 on that stream, the event batchd waits for before it copies another batch
 into the same device memory: work queued on the stream before the release
 is safe, anything later is not. Device views do not pin the batch (the
@@ -556,12 +558,21 @@ class Batch:
         """The device bytes for CUDA array consumers (version 3): a 1-D uint8
         array of device_nbytes, so torch.as_tensor(batch, device='cuda') or
         cupy.asarray(batch) is a view with no copy; view/reshape it to the
-        samples' type. stream is None: call wait_stream() on the consuming
-        stream first. Absent (AttributeError) on host batches."""
+        samples' type. Under version 3, stream None means the consumer
+        need not synchronize, so this first blocks until the batch's copy
+        has completed (bc_batch_sync; usually long done, batches are staged
+        ahead); wait_stream() on the consuming stream stays the way to order
+        without blocking. Absent (AttributeError) on host batches; BatchdError
+        (EIO) when CUDA refuses the wait."""
         if self._dev is None:
             raise AttributeError("a host batch has no __cuda_array_interface__: open the "
                                  "Loader with device=... for batches in GPU memory")
         self._check()
+        L = _lib.lib()
+        r = L.bc_batch_sync(self._h)
+        if r < 0:
+            raise BatchdError(-r, self._stream.error() or _lib.text(L.bc_strerror(r)),
+                              f"batch {self.epoch}:{self.index}: waiting for its copy")
         return {"version": 3, "shape": (self.device_nbytes,), "typestr": "|u1",
                 "data": (self._dev, False), "strides": None, "stream": None}
 
