@@ -153,7 +153,9 @@ BC_API int bc_metrics(bc_client *c, char **ret_text);
  * dataset, or no such field: the message lists the dataset's fields;
  * -ENODATA keys asked of a dataset that stores none; -EACCES outside the
  * roots, -EBADMSG corrupt pack, -ENOMEM over the memory budget, -ENODEV
- * no CUDA device, -EINVAL bad options) with its message in
+ * no CUDA device, -EINVAL bad options; -EOPNOTSUPP a GPU stream from
+ * another PID namespace than batchd's, where CUDA IPC events do not
+ * open) with its message in
  * bc_client_error(); -EPIPE when the daemon is gone; -EINVAL for a NULL c
  * or ret, or options it refuses before asking (a field list that is not
  * comma-separated names of [A-Za-z0-9_.-]). On success *ret is the

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "batchd-build.h"
@@ -226,6 +227,25 @@ static int gpu_map(bc_stream *s, const bp_ring_gpu_slot *slots)
  * map the allocation and open the events. On failure s->err names the
  * failing call and bc__gpu_free undoes what was done.
  */
+/*
+ * CUDA IPC event handles open only in the PID namespace that made them:
+ * refuse a session the trainer could map but never order on, before
+ * anything is opened. @return 0, or -EOPNOTSUPP with the reason in s->err.
+ */
+static int same_pid_ns(bc_stream *s, const bp_ring_gpu *t)
+{
+	struct stat st;
+
+	if (!t->pid_ns || stat("/proc/self/ns/pid", &st) < 0 || (uint64_t)st.st_ino == t->pid_ns)
+		return 0;
+	snprintf(s->err, sizeof(s->err), "CUDA device %d: this trainer runs in another PID "
+		 "namespace than batchd (pid:[%" PRIu64 "], batchd's pid:[%" PRIu64 "]), and CUDA IPC "
+		 "events do not cross PID namespaces: run the trainer in batchd's (Kubernetes "
+		 "hostPID: true, docker --pid=host) or open the stream in host memory", s->device,
+		 (uint64_t)st.st_ino, t->pid_ns);
+	return -EOPNOTSUPP;
+}
+
 static int gpu_open(bc_stream *s, const bp_cudrv *d, const uint8_t want[16])
 {
 	const bp_ring_gpu_slot *slots = NULL;
@@ -236,6 +256,8 @@ static int gpu_open(bc_stream *s, const bp_cudrv *d, const uint8_t want[16])
 	int r;
 
 	if ((r = gpu_table(s, &t, &slots)) < 0)
+		return r;
+	if ((r = same_pid_ns(s, &t)) < 0)
 		return r;
 	g = calloc(1, sizeof(*g));
 	if (!g)

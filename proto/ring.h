@@ -181,7 +181,8 @@ typedef struct bp_ring_gpu {
 	uint32_t pinned;       /* 1: staged from pinned host memory; 0: pageable (slower copies) */
 	int32_t ordinal;       /* the daemon's ordinal of the device (informational) */
 	uint32_t pad0;
-	uint8_t pad1[128 - 56];
+	uint64_t pid_ns;       /* inode of the daemon's PID namespace (0: unknown) */
+	uint8_t pad1[128 - 64];
 } bp_ring_gpu;
 
 /* Right after bp_ring_gpu, one per slot. */

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define FAKE_CUDA_MAX_DEVICES 8
@@ -37,7 +38,9 @@
  * IPC event handles made by the fake runtime (cudaIpcGetEventHandle):
  * this magic, then the creating process's pid, the event's serial number
  * and its index in that process's shared event table (-1: none), all
- * int32/uint32 in native endian; the rest zero.
+ * int32/uint32 in native endian, then at byte 24 the inode of its PID
+ * namespace (uint64); the rest zero. Like the real driver's, such a handle
+ * opens only in a process of the same PID namespace.
  */
 #define FAKE_CUDA_RT_IPC_MAGIC "FAKERTEV"
 
@@ -73,6 +76,14 @@ struct fake_cuda_shm {
 	char magic[8];
 	struct fake_cuda_shm_event ev[FAKE_CUDA_SHM_EVENTS];
 };
+
+/* The inode of this process's PID namespace, 0 when /proc cannot say. */
+static inline uint64_t fake_cuda_pid_ns(void)
+{
+	struct stat st;
+
+	return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
 
 static inline int64_t fake_cuda_now_ns(void)
 {

@@ -834,5 +834,10 @@ cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev)
 	memcpy(h->reserved + 8, &pid, sizeof(pid));
 	memcpy(h->reserved + 12, &serial, sizeof(serial));
 	memcpy(h->reserved + 16, &index, sizeof(index));
+	{
+		uint64_t ns = fake_cuda_pid_ns();
+
+		memcpy(h->reserved + 24, &ns, sizeof(ns));
+	}
 	return cudaSuccess;
 }

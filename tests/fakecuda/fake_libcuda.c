@@ -731,6 +731,12 @@ static CUresult f_IpcOpenEventHandle(CUevent *ev, CUipcEventHandle h)
 	FAIL_POINT("cuIpcOpenEventHandle");
 	need_ctx();
 	if (memcmp(h.reserved, rt_magic, sizeof(rt_magic)) == 0) {
+		uint64_t ns;
+
+		/* CUDA IPC handles do not cross PID namespaces (a trainer in another container). */
+		memcpy(&ns, h.reserved + 24, sizeof(ns));
+		if (ns && ns != fake_cuda_pid_ns())
+			return CUDA_ERROR_INVALID_HANDLE;
 		/* A fake runtime's event in another process: its state is in that one's table. */
 		if (open_shared(&h, &shm) < 0)
 			return CUDA_ERROR_INVALID_VALUE;   /* destroyed: not the client's fault */
