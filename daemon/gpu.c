@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "batchd-build.h"
+#include "cuda_probe.h"
 #include "gpu.h"
 #include "log.h"
 #include "metrics.h"
@@ -74,6 +75,13 @@ struct bd_gpu {
 	/* Loop thread only. */
 	uint64_t device_bytes;
 	uint32_t sessions, unpinned;
+
+	/*
+	 * Devices lost to a sticky error: set once by the GPU thread (reason
+	 * first, then the flag with release), read by both threads.
+	 */
+	bool dead[BD_CUDA_MAX_DEVICES];
+	char dead_why[BD_CUDA_MAX_DEVICES][192];
 };
 
 struct bd_gpu_session {
@@ -140,6 +148,49 @@ static int cuda_errno(cudaError_t e)
 	}
 }
 
+/*
+ * CUDA's sticky errors: the device's context is corrupt (a kernel faulted,
+ * the hardware failed) and every later call on it fails the same way
+ * until the process exits. Retrying is pointless and every batch would fail.
+ */
+static bool sticky(cudaError_t e)
+{
+	switch (e) {
+	case cudaErrorIllegalAddress:
+	case cudaErrorLaunchTimeout:
+	case cudaErrorAssert:
+	case cudaErrorHardwareStackError:
+	case cudaErrorIllegalInstruction:
+	case cudaErrorMisalignedAddress:
+	case cudaErrorInvalidAddressSpace:
+	case cudaErrorInvalidPc:
+	case cudaErrorLaunchFailure:
+	case cudaErrorECCUncorrectable:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static bool is_dead(const bd_gpu *g, int device)
+{
+	return device >= 0 && device < BD_CUDA_MAX_DEVICES &&
+	       __atomic_load_n(&g->dead[device], __ATOMIC_ACQUIRE);
+}
+
+/* GPU thread: e on device is sticky; stop using the device, once, saying why. */
+static void kill_device(bd_gpu *g, int device, cudaError_t e)
+{
+	if (device < 0 || device >= BD_CUDA_MAX_DEVICES || is_dead(g, device))
+		return;
+	snprintf(g->dead_why[device], sizeof(g->dead_why[device]), "CUDA device %d is unusable "
+		 "after a sticky error (%s, CUDA error %d): restart batchd to use it again", device,
+		 cudaGetErrorString(e), (int)e);
+	__atomic_store_n(&g->dead[device], true, __ATOMIC_RELEASE);
+	bd_log(LOG_CRIT, "%s; its GPU sessions end, new ones are refused, host sessions carry on",
+	       g->dead_why[device]);
+}
+
 static cudaError_t issue(op *o)
 {
 	bd_gpu_session *gs = o->gs;
@@ -203,6 +254,12 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 		cudaError_t e;
 
 		next = o->next;
+		if (is_dead(g, gs->device)) {
+			status = -EIO;
+			snprintf(reason, sizeof(reason), "%s", g->dead_why[gs->device]);
+			kind = o->state == OP_WAITING ? BD_JOB_ENQUEUED : BD_JOB_COPIED;
+			goto finish;
+		}
 		if (o->state == OP_WAITING) {
 			if (gs->waiting_pass == g->pass)
 				goto keep;      /* an older copy of the session waits: keep order */
@@ -225,6 +282,8 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 				e = issue(o);
 			if (e != cudaSuccess) {
 				cudaGetLastError();
+				if (sticky(e))
+					kill_device(g, gs->device, e);
 				status = cuda_errno(e);
 				snprintf(reason, sizeof(reason), "CUDA copy into device slot %u: %s", slot,
 					 cudaGetErrorString(e));
@@ -251,6 +310,8 @@ static bool step(bd_gpu *g, op **list, op ***tail)
 			STAT_ADD(&gs->copy_ns, bd_now_ns() - o->issued_ns);
 		} else {
 			cudaGetLastError();
+			if (sticky(e))
+				kill_device(g, gs->device, e);
 			status = cuda_errno(e);
 			snprintf(reason, sizeof(reason), "CUDA copy into device slot %u failed: %s", slot,
 				 cudaGetErrorString(e));
@@ -677,6 +738,11 @@ int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *ta
 
 	if (!gs)
 		return -ENOMEM;
+	if (is_dead(g, cfg->device)) {
+		snprintf(err, errlen, "%s (host sessions are served)", g->dead_why[cfg->device]);
+		free(gs);
+		return -ENODEV;
+	}
 	gs->event = cfg->event;
 	gs->owner = cfg->owner;
 	gs->session = cfg->session;
@@ -747,6 +813,11 @@ void bd_gpu_session_get_info(const bd_gpu_session *gs, bd_gpu_session_info *ret)
 	};
 }
 
+const char *bd_gpu_device_lost(const bd_gpu *g, int device)
+{
+	return g && is_dead(g, device) ? g->dead_why[device] : NULL;
+}
+
 void bd_gpu_totals(const bd_gpu *g, uint64_t *ret_device_bytes, uint32_t *ret_sessions,
 		   uint32_t *ret_unpinned)
 {
@@ -806,6 +877,13 @@ void bd_gpu_session_get_info(const bd_gpu_session *gs, bd_gpu_session_info *ret)
 {
 	(void)gs;
 	memset(ret, 0, sizeof(*ret));
+}
+
+const char *bd_gpu_device_lost(const bd_gpu *g, int device)
+{
+	(void)g;
+	(void)device;
+	return NULL;
 }
 
 void bd_gpu_totals(const bd_gpu *g, uint64_t *ret_device_bytes, uint32_t *ret_sessions,

@@ -109,6 +109,13 @@ typedef struct bd_gpu_session_info {
 } bd_gpu_session_info;
 void bd_gpu_session_get_info(const bd_gpu_session *gs, bd_gpu_session_info *ret);
 
+/*
+ * Why `device` is lost to a sticky CUDA error (its GPU sessions ended, new
+ * ones are refused until batchd restarts), or NULL while it is usable (and
+ * for a NULL g). Loop thread.
+ */
+const char *bd_gpu_device_lost(const bd_gpu *g, int device);
+
 /* Device bytes held by live sessions, and sessions staging from unpinned memory. */
 void bd_gpu_totals(const bd_gpu *g, uint64_t *ret_device_bytes, uint32_t *ret_sessions,
 		   uint32_t *ret_unpinned);

@@ -24,7 +24,11 @@
  * never registered, an IPC handle for an event made without
  * cudaEventInterprocess. $FAKE_CUDA_STRICT turns those into an abort.
  * $FAKE_CUDA_PIN_FAIL makes cudaHostRegister fail (out of memory), as
- * under a low RLIMIT_MEMLOCK.
+ * under a low RLIMIT_MEMLOCK. $FAKE_CUDA_STICKY_AFTER=N: the copy after the
+ * first N host-to-device copies fails with cudaErrorIllegalAddress, a
+ * sticky error, as when a kernel faulted: from then on every call that
+ * touches the device fails with it and cudaGetLastError does not clear it,
+ * for the rest of the process, as with a corrupted context.
  *
  * Machines CUDA cannot use, for the probe's messages (daemon/cuda_probe.c),
  * read at every call: $FAKE_CUDA_NO_DRIVER acts as if libcuda.so.1 could not
@@ -137,6 +141,15 @@ static int driver_version(void)
 	return driver() ? env_int("FAKE_CUDA_DRIVER_VERSION", CUDART_VERSION) : 0;
 }
 
+/* Set (never cleared) by the copy $FAKE_CUDA_STICKY_AFTER allows no more. */
+static int g_sticky;
+
+/* cudaErrorIllegalAddress once a sticky error happened, else cudaSuccess. */
+static cudaError_t sticky(void)
+{
+	return __atomic_load_n(&g_sticky, __ATOMIC_ACQUIRE) ? cudaErrorIllegalAddress : cudaSuccess;
+}
+
 /* Record e as the thread's last error. @return e. */
 static cudaError_t fail(cudaError_t e)
 {
@@ -159,6 +172,8 @@ static cudaError_t ready(void)
 {
 	if (driver_version() < CUDART_VERSION)
 		return fail(cudaErrorInsufficientDriver);
+	if (sticky())
+		return fail(sticky());
 	if (g_set_current)
 		g_set_current(t_device);
 	return cudaSuccess;
@@ -311,6 +326,9 @@ static const struct {
 	  "part or all of the requested memory range is already mapped" },
 	{ cudaErrorHostMemoryNotRegistered, "cudaErrorHostMemoryNotRegistered",
 	  "pointer does not correspond to a registered memory region" },
+	{ cudaErrorIllegalAddress, "cudaErrorIllegalAddress",
+	  "an illegal memory access was encountered" },
+	{ cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported" },
 };
 
 const char *cudaGetErrorName(cudaError_t e)
@@ -333,8 +351,9 @@ cudaError_t cudaGetLastError(void)
 {
 	cudaError_t e = t_error;
 
-	t_error = cudaSuccess;
-	return e;
+	/* A sticky error stays: the context is unusable. */
+	t_error = sticky();
+	return e != cudaSuccess ? e : sticky();
 }
 
 cudaError_t cudaPeekAtLastError(void)
@@ -626,6 +645,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+	if (sticky())
+		return fail(sticky());
 	return check_stream(s, __func__);
 }
 
@@ -647,6 +668,18 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 	return cudaSuccess;
 }
 
+/* Is this host-to-device copy the one $FAKE_CUDA_STICKY_AFTER makes fault? */
+static int sticky_now(void)
+{
+	static long copies;
+	const char *after = getenv("FAKE_CUDA_STICKY_AFTER");
+
+	if (!after || __atomic_add_fetch(&copies, 1, __ATOMIC_RELAXED) <= atol(after))
+		return 0;
+	__atomic_store_n(&g_sticky, 1, __ATOMIC_RELEASE);
+	return 1;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
 			    cudaStream_t s)
 {
@@ -666,6 +699,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 	if (src_dev && !is_device(src, n))
 		return misuse(cudaErrorInvalidValue, __func__,
 			      "the source is not device memory (or the copy runs past its end)");
+	if (kind == cudaMemcpyHostToDevice && sticky_now())
+		return fail(cudaErrorIllegalAddress);
 	if (n)
 		memcpy(dst, src, n);
 	return cudaSuccess;
@@ -736,6 +771,8 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
 	struct event *x;
 	int ok;
 
+	if (sticky())
+		return fail(sticky());
 	pthread_mutex_lock(&g_lock);
 	x = event_of(ev);
 	ok = stream_ok(s);
@@ -761,6 +798,8 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
 	struct event *x;
 	int done = 1;
 
+	if (sticky())
+		return fail(sticky());
 	pthread_mutex_lock(&g_lock);
 	x = event_of(ev);
 	if (x && x->shared)
@@ -776,6 +815,8 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 	struct fake_cuda_shm_event *shared = NULL;
 	struct event *x;
 
+	if (sticky())
+		return fail(sticky());
 	pthread_mutex_lock(&g_lock);
 	x = event_of(ev);
 	if (x)
