@@ -33,7 +33,7 @@ mkdir -p "$tmp/data"
 head -c 4M /dev/urandom >"$tmp/raw"
 "$pack" create "$tmp/data/d.bpk" --records 4096 "$tmp/raw" >/dev/null
 sock=$tmp/batchd.sock
-"$batchd" --socket "$sock" --root "$tmp/data" --log-level info >"$tmp/batchd.log" 2>&1 &
+"$batchd" --no-config --socket "$sock" --root "$tmp/data" --log-level info >"$tmp/batchd.log" 2>&1 &
 daemon=$!
 for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done
 

@@ -20,7 +20,7 @@ mkdir -p "$tmp/data"
 head -c 8M /dev/urandom >"$tmp/raw"
 "$pack" create "$tmp/data/d.bpk" --records 4096 "$tmp/raw" >/dev/null
 sock=$tmp/batchd.sock
-FAKE_CUDA_STICKY_AFTER=6 "$batchd" --socket "$sock" --root "$tmp/data" --log-level info \
+FAKE_CUDA_STICKY_AFTER=6 "$batchd" --no-config --socket "$sock" --root "$tmp/data" --log-level info \
 	>"$tmp/batchd.log" 2>&1 &
 daemon=$!
 for _ in $(seq 200); do [[ -S $sock ]] && break; sleep 0.05; done

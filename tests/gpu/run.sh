@@ -248,7 +248,7 @@ export -f make_data
 DAEMON_UP=0
 CUDA=0
 if step data 120 bash -c 'set -euo pipefail; make_data'; then
-	"$BATCHD" --socket "$SOCK" --root "$WORK/data" --memory 8G --log-level info \
+	"$BATCHD" --no-config --socket "$SOCK" --root "$WORK/data" --memory 8G --log-level info \
 		>"$OUT/batchd.log" 2>&1 </dev/null &
 	DAEMON_PID=$!
 	t=$SECONDS
