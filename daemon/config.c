@@ -60,6 +60,7 @@ void bd_config_init(bd_config *c)
 		.connections_per_uid = BD_CONFIG_DEFAULT_CONN_UID,
 		.max_connections = BD_CONFIG_DEFAULT_MAX_CONN,
 		.requests_per_uid = BD_CONFIG_DEFAULT_REQ_UID,
+		.gpu_interval = BD_CONFIG_DEFAULT_GPU_INTERVAL,
 	};
 }
 
@@ -203,6 +204,7 @@ enum key_id {
 	KEY_METRICS_SESSIONS,
 	KEY_DECODE_AUTOTUNE,
 	KEY_GPU_HOUR_PRICE,
+	KEY_GPU_INTERVAL,
 };
 
 static const struct key {
@@ -243,6 +245,7 @@ static const struct key {
 	{ "metrics", "listen", KEY_METRICS_LISTEN, 0, 0 },
 	{ "metrics", "sessions", KEY_METRICS_SESSIONS, 0, 0 },
 	{ "metrics", "gpu_hour_price", KEY_GPU_HOUR_PRICE, 0, 0 },
+	{ "metrics", "gpu_interval", KEY_GPU_INTERVAL, 0, BD_CONFIG_MAX_GPU_INTERVAL },
 };
 
 static bool section_known(const char *section)
@@ -304,6 +307,8 @@ static unsigned *uint_field(bd_config *c, enum key_id id)
 		return &c->sessions_per_uid;
 	case KEY_LEASE_TIMEOUT:
 		return &c->lease_timeout;
+	case KEY_GPU_INTERVAL:
+		return &c->gpu_interval;
 	case KEY_HANDSHAKE_TIMEOUT:
 		return &c->handshake_timeout;
 	case KEY_CONNECTIONS_PER_UID:

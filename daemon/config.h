@@ -81,6 +81,8 @@ typedef enum bd_config_tier {
 #define BD_CONFIG_MIN_CLIENT_Q      (UINT64_C(64) << 10)
 #define BD_CONFIG_MAX_CLIENT_Q      (UINT64_C(1) << 30)
 #define BD_CONFIG_DEFAULT_HANDSHAKE 5u     /* seconds */
+#define BD_CONFIG_DEFAULT_GPU_INTERVAL 5u  /* seconds */
+#define BD_CONFIG_MAX_GPU_INTERVAL 3600u
 #define BD_CONFIG_MAX_HANDSHAKE     3600u
 #define BD_CONFIG_DEFAULT_CONN_UID  64u
 #define BD_CONFIG_DEFAULT_MAX_CONN  1024u
@@ -129,6 +131,7 @@ typedef struct bd_config {
 	char *metrics_listen;    /* [metrics] listen = HOST:PORT of a loopback HTTP /metrics; NULL = off */
 	bool metrics_sessions;   /* [metrics] sessions: per-session series over HTTP too; default no (totals only) */
 	double gpu_hour_price;   /* [metrics] gpu_hour_price: what one GPU-hour costs, no currency, finite, >= 0; 0 (default) = no stall cost figures */
+	unsigned gpu_interval;   /* [metrics] gpu_interval: seconds between NVML samples of the GPUs, 1..3600, default 5; 0 = no GPU telemetry */
 } bd_config;
 
 /*

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * server.c - the control plane's life: start (socket, pipeline, GPU
- * thread, metrics listener, signals and timers), accepting connections
- * (and riding out a shortage of file descriptors), reload on SIGHUP, the
- * end of sessions, and an orderly stop (see server.h). The clients and
+ * thread, NVML sampler, metrics listener, signals and timers), accepting
+ * connections (and riding out a shortage of file descriptors), reload on
+ * SIGHUP, the end of sessions, and an orderly stop (see server.h). The clients and
  * their requests are in connection.c and open.c; the protocol is
  * proto/PROTOCOL.md.
  */
@@ -27,6 +27,7 @@
 #include "http.h"
 #include "log.h"
 #include "machine.h"
+#include "nvml.h"
 #include "server_state.h"
 #include "service.h"
 #include "units.h"
@@ -506,6 +507,7 @@ static void reload(bd_server *srv)
 	srv->env.default_prefetch = srv->cfg.prefetch;
 	srv->env.max_prefetch = srv->cfg.max_prefetch;
 	bd__clients_handshake_arm(srv);
+	bd_nvml_set_interval(srv->cfg.gpu_interval);
 	srv->totals.reloads++;
 	bd_log(LOG_NOTICE, "configuration reloaded: %zu dataset root%s, memory budget %" PRIu64
 	       " MiB, log level %s", srv->cfg.nroots, srv->cfg.nroots == 1 ? "" : "s",
@@ -768,6 +770,8 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 	if (r < 0)
 		goto fail;
 	start_gpu(srv);
+	/* Telemetry is optional: without NVML the status says why, and batchd serves on. */
+	bd_nvml_start(&srv->cuda, srv->cfg.gpu_interval);
 	session_env(srv);
 	r = open_socket(srv, path);
 	if (r < 0)
@@ -780,6 +784,7 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 	*ret = srv;
 	return 0;
 fail:
+	bd_nvml_stop();
 	bd_gpu_free(srv->gpu);
 	bd_pipeline_free(srv->pipeline);
 	bd_config_free(&srv->cfg);
@@ -836,6 +841,7 @@ void bd_server_stop(bd_server *srv)
 	srv->pipeline = NULL;
 	bd_gpu_free(srv->gpu);
 	srv->gpu = NULL;
+	bd_nvml_stop();
 }
 
 void bd__server_stop_if_drained(bd_server *srv)

@@ -11,7 +11,8 @@
  * who asks (bd_view): a session names its user, process and dataset, so
  * only admins see other users' sessions; totals are everyone's. Keeping the formats here leaves the
  * request handling in connection.c free of them; the field names are
- * what batchctl and Prometheus scrapers read.
+ * what batchctl and Prometheus scrapers read. The GPUs' telemetry comes
+ * from the NVML sampler's latest figures (nvml.h), copied out per request.
  *
  * The cost of waiting: a session's stall is the time its trainer spent in
  * bc_next (the client's account, clamped: wait_acct.h), its stall ratio
@@ -34,6 +35,7 @@
 #include "dataset.h"
 #include "pack_fields.h"
 #include "linger.h"
+#include "nvml.h"
 #include "protocol.h"
 #include "server_state.h"
 #include "util.h"
@@ -147,6 +149,71 @@ static void status_cuda(bd_text *t, bd_server *srv)
 			       d->memory, d->pci_bus, d->shareable ? "true" : "false");
 	}
 	bd_text_printf(t, "]}, ");
+}
+
+/* A figure NVML may not have: its value, or null. */
+static void json_opt_u64(bd_text *t, const char *key, bool has, uint64_t v)
+{
+	if (has)
+		bd_text_printf(t, ", \"%s\": %" PRIu64, key, v);
+	else
+		bd_text_printf(t, ", \"%s\": null", key);
+}
+
+/* One element of "gpus": NVML's figures for one device (nulls where it had none). */
+static void status_gpu(bd_text *t, const bd_nvml_gpu *g)
+{
+	bool first = true;
+
+	bd_text_printf(t, "{\"index\": %d, \"ordinal\": %d, \"uuid\": ", g->index, g->ordinal);
+	json_str(t, g->uuid);
+	bd_text_printf(t, ", \"name\": ");
+	json_str(t, g->name);
+	json_opt_u64(t, "utilization", g->has_util, g->util_gpu);
+	json_opt_u64(t, "memory_utilization", g->has_util, g->util_memory);
+	json_opt_u64(t, "memory_used", g->has_memory, g->memory_used);
+	json_opt_u64(t, "memory_total", g->has_memory, g->memory_total);
+	json_opt_u64(t, "temperature", g->has_temperature, g->temperature);
+	if (g->has_power)
+		bd_text_printf(t, ", \"power_watts\": %.3f", (double)g->power_mw / 1000.0);
+	else
+		bd_text_printf(t, ", \"power_watts\": null");
+	json_opt_u64(t, "throttle_mask", g->has_throttle, g->throttle);
+	bd_text_printf(t, ", \"throttle_reasons\": [");
+	for (int b = 0; b < 64 && g->has_throttle; b++) {
+		const char *name = bd_nvml_throttle_name(b);
+
+		if (!(g->throttle & (UINT64_C(1) << b)))
+			continue;
+		bd_text_printf(t, "%s\"%s\"", first ? "" : ", ", name ? name : "other");
+		first = false;
+		if (!name)
+			break;   /* "other" once, for every bit newer than this batchd */
+	}
+	bd_text_printf(t, "]");
+	json_opt_u64(t, "ecc_corrected", g->has_ecc, g->ecc_corrected);
+	json_opt_u64(t, "ecc_uncorrected", g->has_ecc, g->ecc_uncorrected);
+	bd_text_printf(t, "}");
+}
+
+/* "nvml": whether there is telemetry and why not; "gpus": each device NVML sees. */
+static void status_gpus(bd_text *t)
+{
+	bd_nvml_snapshot n;
+
+	bd_nvml_read(&n);
+	bd_text_printf(t, "\"nvml\": {\"available\": %s, \"reason\": ",
+		       n.available ? "true" : "false");
+	json_str(t, n.available ? "" : n.reason);
+	bd_text_printf(t, ", \"devices\": %d, \"interval_s\": %u, \"samples\": %" PRIu64
+		       ", \"sample_s\": %.6f}, \"gpus\": [", n.ngpus, n.interval_s, n.samples,
+		       (double)n.sample_ns / 1e9);
+	for (int i = 0; i < n.ngpus; i++) {
+		if (i)
+			bd_text_printf(t, ", ");
+		status_gpu(t, &n.gpu[i]);
+	}
+	bd_text_printf(t, "], ");
 }
 
 /* The block cache's charge: its blocks and its bucket table. */
@@ -279,6 +346,7 @@ void bd__server_status(bd_server *srv, const bd_view *v, bd_text *t)
 	bd_pipeline_get_stats(srv->pipeline, &ps);
 	status_daemon(t, srv);
 	status_cuda(t, srv);
+	status_gpus(t);
 	status_resources(t, srv, &ps);
 	status_totals(t, srv);
 	status_datasets(t);
@@ -618,6 +686,157 @@ static void metrics_cuda(bd_text *t, bd_server *srv, const bd_view *v)
 		       v_gpu_copy_bytes);
 }
 
+/* Per-GPU series: one family at a time, a line per device that has the figure. */
+typedef bool (*gpu_value)(const bd_nvml_gpu *g, double *ret);
+
+static bool g_util(const bd_nvml_gpu *g, double *ret)
+{
+	*ret = g->util_gpu / 100.0;
+	return g->has_util;
+}
+
+static bool g_mem_util(const bd_nvml_gpu *g, double *ret)
+{
+	*ret = g->util_memory / 100.0;
+	return g->has_util;
+}
+
+static bool g_mem_used(const bd_nvml_gpu *g, double *ret)
+{
+	*ret = (double)g->memory_used;
+	return g->has_memory;
+}
+
+static bool g_mem_total(const bd_nvml_gpu *g, double *ret)
+{
+	*ret = (double)g->memory_total;
+	return g->has_memory;
+}
+
+static bool g_temperature(const bd_nvml_gpu *g, double *ret)
+{
+	*ret = g->temperature;
+	return g->has_temperature;
+}
+
+static bool g_power(const bd_nvml_gpu *g, double *ret)
+{
+	*ret = g->power_mw / 1000.0;
+	return g->has_power;
+}
+
+static void gpu_labels(const bd_nvml_gpu *g, char *buf, size_t len)
+{
+	char u[2 * sizeof(g->uuid) + 1];
+
+	snprintf(buf, len, "uuid=\"%s\",index=\"%d\"", bd_prom_escape(g->uuid, u, sizeof(u)),
+		 g->index);
+}
+
+/*
+ * A family only when some device has the figure: absent, not zero, where
+ * NVML has none. whole: the figure is a count (bytes, degrees), written
+ * in full rather than to 9 digits (exact: every count NVML has is under 2^53).
+ */
+static void gpu_family(bd_text *t, const bd_nvml_snapshot *n, const char *name, const char *help,
+		       gpu_value f, bool whole)
+{
+	bool head = false;
+
+	for (int i = 0; i < n->ngpus; i++) {
+		char labels[256];
+		double v;
+
+		if (!f(&n->gpu[i], &v))
+			continue;
+		if (!head)
+			bd_prom_head(t, name, "gauge", help);
+		head = true;
+		gpu_labels(&n->gpu[i], labels, sizeof(labels));
+		if (whole)
+			bd_prom_u64(t, name, labels, (uint64_t)v);
+		else
+			bd_prom_f64(t, name, labels, v);
+	}
+}
+
+/*
+ * Throttle reasons: a series per reason NVML defines, 1 while it holds
+ * the clocks down, so a query needs no bit arithmetic and no series comes
+ * and goes; bits newer than this batchd add up in reason="other".
+ */
+static void gpu_throttle(bd_text *t, const bd_nvml_snapshot *n)
+{
+	const uint64_t known = (UINT64_C(1) << BD_NVML_THROTTLE_BITS) - 1;
+	bool head = false;
+
+	for (int i = 0; i < n->ngpus; i++) {
+		const bd_nvml_gpu *g = &n->gpu[i];
+		char base[256], labels[320];
+
+		if (!g->has_throttle)
+			continue;
+		if (!head)
+			bd_prom_head(t, "batchd_gpu_throttle_reasons", "gauge",
+				     "1 while the reason holds the GPU's clocks down (NVML clock "
+				     "throttle reasons), else 0.");
+		head = true;
+		gpu_labels(g, base, sizeof(base));
+		for (int b = 0; b <= BD_NVML_THROTTLE_BITS; b++) {
+			bool on = b < BD_NVML_THROTTLE_BITS ? g->throttle >> b & 1 : g->throttle & ~known;
+
+			snprintf(labels, sizeof(labels), "%s,reason=\"%s\"", base,
+				 b < BD_NVML_THROTTLE_BITS ? bd_nvml_throttle_name(b) : "other");
+			bd_prom_u64(t, "batchd_gpu_throttle_reasons", labels, on);
+		}
+	}
+}
+
+static void gpu_ecc(bd_text *t, const bd_nvml_snapshot *n)
+{
+	bool head = false;
+
+	for (int i = 0; i < n->ngpus; i++) {
+		const bd_nvml_gpu *g = &n->gpu[i];
+		char base[256], labels[320];
+
+		if (!g->has_ecc)
+			continue;
+		if (!head)
+			bd_prom_head(t, "batchd_gpu_ecc_errors_total", "counter",
+				     "Device memory ECC errors over the GPU's life (NVML aggregate "
+				     "counts); absent where ECC is unsupported or off.");
+		head = true;
+		gpu_labels(g, base, sizeof(base));
+		snprintf(labels, sizeof(labels), "%s,type=\"corrected\"", base);
+		bd_prom_u64(t, "batchd_gpu_ecc_errors_total", labels, g->ecc_corrected);
+		snprintf(labels, sizeof(labels), "%s,type=\"uncorrected\"", base);
+		bd_prom_u64(t, "batchd_gpu_ecc_errors_total", labels, g->ecc_uncorrected);
+	}
+}
+
+/* NVML's figures for each GPU, every [metrics] gpu_interval; none at all without NVML. */
+static void metrics_gpus(bd_text *t)
+{
+	bd_nvml_snapshot n;
+
+	bd_nvml_read(&n);
+	if (!n.available)
+		return;
+	gpu_family(t, &n, "batchd_gpu_utilization_ratio",
+		   "Fraction of NVML's last sample period a kernel ran on the GPU.", g_util, false);
+	gpu_family(t, &n, "batchd_gpu_memory_utilization_ratio",
+		   "Fraction of NVML's last sample period device memory was read or written.",
+		   g_mem_util, false);
+	gpu_family(t, &n, "batchd_gpu_memory_used_bytes", "Device memory in use, every process's.",
+		   g_mem_used, true);
+	gpu_family(t, &n, "batchd_gpu_memory_total_bytes", "Device memory in all.", g_mem_total, true);
+	gpu_family(t, &n, "batchd_gpu_temperature_celsius", "GPU die temperature.", g_temperature, true);
+	gpu_family(t, &n, "batchd_gpu_power_watts", "Power drawn by the whole board.", g_power, false);
+	gpu_throttle(t, &n);
+	gpu_ecc(t, &n);
+}
+
 void bd__server_metrics(bd_server *srv, const bd_view *v, bd_text *t)
 {
 	bd_totals sum = totals_now(srv);
@@ -633,6 +852,7 @@ void bd__server_metrics(bd_server *srv, const bd_view *v, bd_text *t)
 	metrics_errors(t, srv, &ps);
 	metrics_connections(t, srv);
 	metrics_cuda(t, srv, v);
+	metrics_gpus(t);
 	counter(t, "batchd_reloads_total", "Configuration reloads applied (SIGHUP).",
 		srv->totals.reloads);
 	counter(t, "batchd_reload_failures_total", "Reloads rejected for a bad configuration.",
