@@ -149,8 +149,13 @@ static int load(void)
 		path = "libnvidia-ml.so.1";
 	S.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	if (!S.dl) {
-		bd_log(LOG_INFO, "NVML: %s", dlerror());
-		snprintf(why, wl, "%s not found: no NVIDIA driver", path);
+		const char *e = dlerror();
+
+		/* Absent is the common case; anything else (a broken install) says what broke. */
+		if (!e || strstr(e, "No such file"))
+			snprintf(why, wl, "%s not found: no NVIDIA driver", path);
+		else
+			snprintf(why, wl, "cannot load %.100s: %.140s", path, e);
 		return -ENOENT;
 	}
 	for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {

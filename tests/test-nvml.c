@@ -12,8 +12,8 @@
  * One of the service suites (service-testlib.h): a real batchd started
  * with `-c FILE` and $BATCHD_NVML_LIBRARY naming the fake.
  *
- * BATCHD and BATCHD_PACK name the binaries, FAKE_NVML_LIB the fake NVML,
- * FAKE_CUDA_DIR (where CUDA's headers were) the fake CUDA's directory.
+ * BATCHD and BATCHD_PACK name the binaries; the arguments are the fake
+ * NVML library and (where CUDA's headers were) the fake CUDA's directory.
  */
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +30,7 @@
 #include "service-testlib.h"
 
 static dt_daemon D;
+static const char *fake_nvml, *fake_cuda;   /* argv[1], argv[2] (NULL: none) */
 
 #define expect dt_expect
 
@@ -55,7 +56,7 @@ static const char *envv[8];
 /* The daemon's environment: the NVML library lib, FAKE_NVML_INIT_FAIL=fail unless NULL. */
 static void daemon_env(const char *lib, const char *fail)
 {
-	const char *cuda = getenv("FAKE_CUDA_DIR");
+	const char *cuda = fake_cuda;
 	size_t n = 0;
 
 	snprintf(env_lib, sizeof(env_lib), "BATCHD_NVML_LIBRARY=%s", lib);
@@ -93,10 +94,9 @@ static void write_figures(const char *text)
 
 static const char *fake_lib(void)
 {
-	const char *lib = getenv("FAKE_NVML_LIB");
-
-	ck_assert_msg(lib != NULL, "FAKE_NVML_LIB is not set (meson sets it)");
-	return lib;
+	ck_assert_msg(fake_nvml != NULL, "usage: test-nvml FAKE_NVML_LIB [FAKE_CUDA_DIR] "
+		      "(meson passes them)");
+	return fake_nvml;
 }
 
 /* Start the daemon on the fake NVML with gpu_interval = 1. */
@@ -248,7 +248,7 @@ END_TEST
 
 START_TEST(test_figures_status)
 {
-	bool cuda = getenv("FAKE_CUDA_DIR") != NULL;
+	bool cuda = fake_cuda != NULL;
 	json_object *st, *g;
 	char buf[256];
 
@@ -399,7 +399,9 @@ static Suite *nvml_suite(void)
 	return s;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	fake_nvml = argc > 1 ? argv[1] : NULL;
+	fake_cuda = argc > 2 ? argv[2] : NULL;
 	return dt_check_main(&D, nvml_suite);
 }
