@@ -5,7 +5,7 @@
  * fake's figures, a device without a power sensor or ECC left out of those
  * series (not reported as 0), the devices matched to the fake CUDA's by
  * UUID rather than by position, figures that follow the device between
- * samples, and no telemetry at all, with the reason in the status, when
+ * samples, a reload's new gpu_interval, and no telemetry at all, with the reason in the status, when
  * NVML is missing, when nvmlInit fails, and when [metrics] gpu_interval
  * is 0. The metric names pass `promtool check metrics` where promtool is.
  *
@@ -320,6 +320,28 @@ START_TEST(test_resample)
 }
 END_TEST
 
+/* A reload applies a new gpu_interval; turning telemetry off waits for a restart, and says so. */
+START_TEST(test_reload_interval)
+{
+	json_object *st;
+
+	start_fake(NULL);
+	ck_assert_uint_eq(dt_status_u64("nvml.interval_s"), 1);
+	sv_conf_basic("info", "[metrics]\ngpu_interval = 7\n");
+	sv_hup_and_wait(1, 0);
+	ck_assert_uint_eq(dt_status_u64("nvml.interval_s"), 7);
+	sv_conf_basic("info", "[metrics]\ngpu_interval = 0\n");
+	sv_hup_and_wait(2, 0);
+	ck_assert_uint_eq(dt_status_u64("nvml.interval_s"), 7);
+	st = dt_status_json_ok();
+	expect(json_object_get_boolean(json_path_get(st, "nvml.available")),
+	       "telemetry went off at a reload: %s", json_object_to_json_string(st));
+	json_object_put(st);
+	expect(dt_log_contains(&D, "gpu_interval turned GPU telemetry off; that takes effect at "
+			       "restart"), "the reload did not say gpu_interval = 0 waits for a restart");
+}
+END_TEST
+
 /* ---- no telemetry ----------------------------------------------------------------------- */
 
 /* NVML unavailable for reason: said in the status, no GPU series at all, batchd serving. */
@@ -393,6 +415,7 @@ static Suite *nvml_suite(void)
 	tcase_add_test(sv_tcase(s, "figures_metrics"), test_figures_metrics);
 	tcase_add_test(sv_tcase(s, "figures_status"), test_figures_status);
 	tcase_add_test(sv_tcase(s, "resample"), test_resample);
+	tcase_add_test(sv_tcase(s, "reload_interval"), test_reload_interval);
 	tcase_add_test(sv_tcase(s, "no_library"), test_no_library);
 	tcase_add_test(sv_tcase(s, "init_fails"), test_init_fails);
 	tcase_add_test(sv_tcase(s, "interval_off"), test_interval_off);
