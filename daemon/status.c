@@ -145,8 +145,14 @@ static void status_cuda(bd_text *t, bd_server *srv)
 		bd_text_printf(t, "%s{\"ordinal\": %d, \"name\": ", i ? ", " : "", i);
 		json_str(t, d->name);
 		bd_text_printf(t, ", \"uuid\": \"%s\", \"memory\": %" PRIu64 ", \"pci_bus\": %d, "
-			       "\"shareable\": %s}", bp_cuda_uuid_str(d->uuid, uuid, sizeof(uuid)),
+			       "\"shareable\": %s, \"lost\": ", bp_cuda_uuid_str(d->uuid, uuid, sizeof(uuid)),
 			       d->memory, d->pci_bus, d->shareable ? "true" : "false");
+		/* A sticky CUDA error took the device (gpu.h): why, else null. */
+		if (bd_gpu_device_lost(srv->gpu, i))
+			json_str(t, bd_gpu_device_lost(srv->gpu, i));
+		else
+			bd_text_printf(t, "null");
+		bd_text_printf(t, "}");
 	}
 	bd_text_printf(t, "]}, ");
 }
@@ -681,6 +687,18 @@ static void metrics_cuda(bd_text *t, bd_server *srv, const bd_view *v)
 	      "Device memory batchd holds for GPU sessions' slots.", dev_bytes);
 	gauge(t, "batchd_gpu_unpinned_sessions",
 	      "GPU sessions staging from pageable memory (pinning failed).", unpinned);
+	if (srv->cuda.devices) {
+		bd_prom_head(t, "batchd_cuda_device_lost", "gauge",
+			     "1 once a sticky CUDA error made the device unusable until batchd restarts.");
+		for (int i = 0; i < srv->cuda.devices; i++) {
+			char uuid[48], labels[96];
+
+			snprintf(labels, sizeof(labels), "ordinal=\"%d\",uuid=\"%s\"", i,
+				 bp_cuda_uuid_str(srv->cuda.dev[i].uuid, uuid, sizeof(uuid)));
+			bd_prom_u64(t, "batchd_cuda_device_lost", labels,
+				    bd_gpu_device_lost(srv->gpu, i) != NULL);
+		}
+	}
 	session_family(t, srv, v, "batchd_session_gpu_copy_bytes_total", "counter",
 		       "Bytes copied host-to-device for the session (0 for host sessions).",
 		       v_gpu_copy_bytes);

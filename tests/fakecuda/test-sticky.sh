@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # A sticky CUDA error in batchd (a faulted context: every later call on the
 # device fails): the GPU session in flight ends with the reason, a new GPU
-# session is refused with it, host sessions keep being served, and batchd
-# stops cleanly. On the fake CUDA, whose $FAKE_CUDA_STICKY_AFTER makes a
+# session is refused with it, status and metrics mark the device lost, host
+# sessions keep being served, and batchd stops cleanly. On the fake CUDA, whose $FAKE_CUDA_STICKY_AFTER makes a
 # copy fault with cudaErrorIllegalAddress and every call after it fail.
 #
 #   test-sticky.sh BATCHD BATCHD_PACK BATCHCTL
@@ -46,6 +46,17 @@ if [[ $rc -ne 0 && $rc -lt 124 ]] && grep -q "unusable after a sticky error" "$t
 else
 	bad "GPU session after the sticky error: exit $rc: $(tail -n 3 "$tmp/gpu2.out")"
 fi
+
+# status and metrics say it, per device.
+"$ctl" -s "$sock" status --json >"$tmp/status.json"
+lost=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["cuda"]["device_list"][0]["lost"])' \
+	"$tmp/status.json" 2>&1 || true)
+[[ $lost == *"unusable after a sticky error"* ]] && ok "status: device 0 lost: $lost" ||
+	bad "status: device 0's lost is '$lost'"
+"$ctl" -s "$sock" metrics >"$tmp/metrics.txt"
+grep -Eq '^batchd_cuda_device_lost\{ordinal="0",uuid="GPU-[0-9a-f-]+"\} 1$' "$tmp/metrics.txt" &&
+	ok "metrics: batchd_cuda_device_lost 1" ||
+	bad "metrics: $(grep batchd_cuda_device_lost "$tmp/metrics.txt" || echo no batchd_cuda_device_lost)"
 
 rc=0
 consume --json >"$tmp/host.json" 2>"$tmp/host.err" || rc=$?
