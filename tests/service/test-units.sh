@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The systemd units pass `systemd-analyze verify`, and `meson install`
-# puts every file where the README says. Exit 77 (skip) without
-# systemd-analyze, for the unit part only.
+# `meson install` puts every file where the README says: the exact paths
+# `meson introspect --installed` reports for this build, and for two fresh
+# configurations of the source tree (--prefix=/usr, where systemd looks,
+# and --prefix=/opt/batchd-test, which must keep everything inside it).
+# The systemd units pass `systemd-analyze verify`.
+# Exit 77 (skip) without systemd-analyze, for the unit part only.
 #
 #   test-units.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -15,7 +18,9 @@ fail=0
 ok() { echo "ok - $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL - $*"; fail=$((fail + 1)); }
 
-# 1. meson install into a staging directory: every file lands.
+# 1. meson install into a staging directory: every file lands. (It exists
+# even when the install fails, so that the checks below report each file.)
+mkdir "$tmp/root"
 if DESTDIR="$tmp/root" meson install -C "$build" --no-rebuild >"$tmp/install.log" 2>&1; then
 	ok "meson install"
 else
@@ -27,6 +32,12 @@ for want in sbin/batchd bin/batchd-pack bin/batchctl include/batchclient.h \
 	lib/x86_64-linux-gnu/pkgconfig/batchclient.pc etc/batchd/batchd.conf; do
 	found=$(find "$tmp/root" -path "*/$want" -print -quit 2>/dev/null || true)
 	[ -n "$found" ] && ok "installed $want" || bad "not installed: $want"
+done
+# The systemd files, at the exact paths systemd searches under the prefix.
+for want in lib/systemd/system/batchd.service lib/systemd/system/batchd.socket \
+	lib/sysusers.d/batchd.conf lib/tmpfiles.d/batchd.conf; do
+	[ -f "$tmp/root$prefix/$want" ] && ok "installed $prefix/$want" ||
+		bad "not installed: $prefix/$want (found: $(find "$tmp/root" -name "${want##*/}" | sed "s|^$tmp/root||"))"
 done
 for f in batchd.service batchd.socket; do
 	[ -n "$(find "$tmp/root" -path "*systemd/system/$f" -print -quit)" ] && ok "installed unit $f" ||
@@ -44,10 +55,62 @@ if [ -n "$lib" ]; then
 else
 	bad "no libbatchclient.so.0"
 fi
-grep -q "ExecStart=$prefix/sbin/batchd" "$(find "$tmp/root" -name batchd.service -print -quit)" &&
+grep -qs "ExecStart=$prefix/sbin/batchd" "$(find "$tmp/root" -name batchd.service -print -quit)" &&
 	ok "unit runs the installed batchd" || bad "unit ExecStart does not point into the prefix"
 
-# 2. systemd-analyze verify on the units (the test copy runs the build tree's batchd).
+# 2. The exact install path of each file, from the introspection of a
+# build directory: the prefix's sbin/, systemd's own layout under the
+# prefix, and sysconfdir as the directory was configured.
+layout() {
+	local dir=$1 line
+	while IFS= read -r line; do
+		case $line in
+		ok\ *) ok "${line#ok }" ;;
+		*) bad "$line" ;;
+		esac
+	done < <(meson introspect "$dir" --installed --buildoptions | /usr/bin/python3 -c '
+import json, os, sys
+intro = json.load(sys.stdin)
+opt = {o["name"]: o["value"] for o in intro["buildoptions"]}
+prefix = opt["prefix"]
+under = lambda d: d if d.startswith("/") else os.path.join(prefix, d)
+want = {
+    "daemon/batchd": os.path.join(under(opt["sbindir"]), "batchd"),
+    "conf/batchd.service": prefix + "/lib/systemd/system/batchd.service",
+    "conf/batchd.socket": prefix + "/lib/systemd/system/batchd.socket",
+    "conf/batchd.sysusers": prefix + "/lib/sysusers.d/batchd.conf",
+    "conf/batchd.tmpfiles": prefix + "/lib/tmpfiles.d/batchd.conf",
+    "conf/batchd.conf": os.path.join(under(opt["sysconfdir"]), "batchd", "batchd.conf"),
+}
+for name, path in want.items():
+    got = [v for k, v in intro["installed"].items() if k.endswith("/" + name)]
+    if got == [path]:
+        print(f"ok prefix {prefix}: {name} -> {path}")
+    else:
+        where = ", ".join(got) or "nowhere"
+        print(f"prefix {prefix}: {name} installs to {where}, not {path}")
+')
+}
+layout "$build"
+# Configure only (introspection needs no compiling), without the tests and
+# CUDA probes that conf/ does not depend on, to keep this quick.
+for p in /usr /opt/batchd-test; do
+	dir="$tmp/setup${p//\//-}"
+	if meson setup --prefix="$p" -Dtests=false -Dcuda=disabled "$src" "$dir" >"$dir.log" 2>&1; then
+		layout "$dir"
+	else
+		bad "meson setup --prefix=$p: $(tail -3 "$dir.log")"
+	fi
+done
+# What an operator's `systemctl enable batchd` finds: spelled out for /usr.
+usr=$(meson introspect "$tmp/setup-usr" --installed 2>/dev/null || true)
+for path in /usr/lib/systemd/system/batchd.service /usr/lib/systemd/system/batchd.socket \
+	/usr/lib/sysusers.d/batchd.conf /usr/lib/tmpfiles.d/batchd.conf /usr/sbin/batchd \
+	/etc/batchd/batchd.conf; do
+	grep -qF "\"$path\"" <<<"$usr" && ok "--prefix=/usr installs $path" ||
+		bad "--prefix=/usr does not install $path"
+done
+# 3. systemd-analyze verify on the units (the test copy runs the build tree's batchd).
 if ! command -v systemd-analyze >/dev/null; then
 	echo "$pass passed, $fail failed"
 	echo "skip: systemd-analyze is not installed"
@@ -56,11 +119,15 @@ fi
 mkdir "$tmp/units"
 cp "$build/conf/batchd-test.service" "$tmp/units/batchd.service"
 cp "$src/conf/batchd.socket" "$tmp/units/batchd.socket"
-if out=$(cd "$tmp/units" && SYSTEMD_LOG_LEVEL=notice systemd-analyze verify batchd.service batchd.socket 2>&1) &&
-	! grep -qiE "unknown|invalid|failed|error" <<<"$out"; then
-	ok "systemd-analyze verify batchd.service batchd.socket"
-else
-	bad "systemd-analyze verify: $out"
-fi
+verify() {
+	local dir=$1 what=$2 out
+	if out=$(cd "$dir" && SYSTEMD_LOG_LEVEL=notice systemd-analyze verify batchd.service batchd.socket 2>&1) &&
+		! grep -qiE "unknown|invalid|failed|error" <<<"$out"; then
+		ok "systemd-analyze verify $what"
+	else
+		bad "systemd-analyze verify $what: $out"
+	fi
+}
+verify "$tmp/units" "batchd.service batchd.socket"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
