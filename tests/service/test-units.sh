@@ -4,7 +4,8 @@
 # `meson introspect --installed` reports for this build, and for two fresh
 # configurations of the source tree (--prefix=/usr, where systemd looks,
 # and --prefix=/opt/batchd-test, which must keep everything inside it).
-# The systemd units pass `systemd-analyze verify`.
+# The systemd units pass `systemd-analyze verify`, with and without the
+# metrics drop-in, and `systemd-analyze security` rates them 3.0 or better.
 # Exit 77 (skip) without systemd-analyze, for the unit part only.
 #
 #   test-units.sh BUILD_DIR SOURCE_DIR
@@ -35,7 +36,7 @@ for want in sbin/batchd bin/batchd-pack bin/batchctl include/batchclient.h \
 done
 # The systemd files, at the exact paths systemd searches under the prefix.
 for want in lib/systemd/system/batchd.service lib/systemd/system/batchd.socket \
-	lib/sysusers.d/batchd.conf lib/tmpfiles.d/batchd.conf; do
+	lib/sysusers.d/batchd.conf lib/tmpfiles.d/batchd.conf share/batchd/batchd-metrics.conf; do
 	[ -f "$tmp/root$prefix/$want" ] && ok "installed $prefix/$want" ||
 		bad "not installed: $prefix/$want (found: $(find "$tmp/root" -name "${want##*/}" | sed "s|^$tmp/root||"))"
 done
@@ -60,7 +61,7 @@ grep -qs "ExecStart=$prefix/sbin/batchd" "$(find "$tmp/root" -name batchd.servic
 
 # 2. The exact install path of each file, from the introspection of a
 # build directory: the prefix's sbin/, systemd's own layout under the
-# prefix, and sysconfdir as the directory was configured.
+# prefix, sysconfdir and datadir as the directory was configured.
 layout() {
 	local dir=$1 line
 	while IFS= read -r line; do
@@ -81,6 +82,7 @@ want = {
     "conf/batchd.sysusers": prefix + "/lib/sysusers.d/batchd.conf",
     "conf/batchd.tmpfiles": prefix + "/lib/tmpfiles.d/batchd.conf",
     "conf/batchd.conf": os.path.join(under(opt["sysconfdir"]), "batchd", "batchd.conf"),
+    "conf/batchd-metrics.conf": os.path.join(under(opt["datadir"]), "batchd", "batchd-metrics.conf"),
 }
 for name, path in want.items():
     got = [v for k, v in intro["installed"].items() if k.endswith("/" + name)]
@@ -106,7 +108,7 @@ done
 usr=$(meson introspect "$tmp/setup-usr" --installed 2>/dev/null || true)
 for path in /usr/lib/systemd/system/batchd.service /usr/lib/systemd/system/batchd.socket \
 	/usr/lib/sysusers.d/batchd.conf /usr/lib/tmpfiles.d/batchd.conf /usr/sbin/batchd \
-	/etc/batchd/batchd.conf; do
+	/etc/batchd/batchd.conf /usr/share/batchd/batchd-metrics.conf; do
 	grep -qF "\"$path\"" <<<"$usr" && ok "--prefix=/usr installs $path" ||
 		bad "--prefix=/usr does not install $path"
 done
@@ -129,5 +131,39 @@ verify() {
 	fi
 }
 verify "$tmp/units" "batchd.service batchd.socket"
+# The unit as the README has the operator extend it for [metrics] listen.
+mkdir -p "$tmp/units-metrics/batchd.service.d"
+cp "$tmp/units/batchd.service" "$tmp/units/batchd.socket" "$tmp/units-metrics/"
+cp "$src/conf/batchd-metrics.conf" "$tmp/units-metrics/batchd.service.d/metrics.conf"
+verify "$tmp/units-metrics" "batchd.service batchd.socket with batchd-metrics.conf"
+
+# 4. systemd's own rating of the sandbox, 0 (safe) .. 10 (exposed): at most
+# 3.0 with and without the metrics drop-in. Where systemd-analyze is too
+# old for --offline, this part is skipped.
+exposure() {
+	(cd "$1" && systemd-analyze security --offline=true --no-pager ./batchd.service 2>&1) |
+		sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\) .*/\1/p'
+}
+if systemd-analyze security --help 2>/dev/null | grep -q -- --offline; then
+	declare -A levels
+	for dir in units units-metrics; do
+		level=$(exposure "$tmp/$dir")
+		levels[$dir]=$level
+		if [ -z "$level" ]; then
+			bad "$dir: no \"Overall exposure level\" from systemd-analyze security --offline=true"
+		elif awk -v l="$level" 'BEGIN { exit !(l <= 3.0) }'; then
+			ok "$dir: systemd-analyze security exposure $level (at most 3.0)"
+		else
+			bad "$dir: systemd-analyze security exposure $level, above 3.0:
+$(cd "$tmp/$dir" && systemd-analyze security --offline=true --no-pager ./batchd.service | grep '✗')"
+		fi
+	done
+	# The drop-in was read: it opens the network, so the rating rises.
+	awk -v a="${levels[units]:-0}" -v b="${levels[units-metrics]:-0}" 'BEGIN { exit !(b > a) }' &&
+		ok "batchd-metrics.conf applies (exposure ${levels[units]} -> ${levels[units-metrics]})" ||
+		bad "batchd-metrics.conf changes nothing systemd-analyze security sees"
+else
+	echo "skip: systemd-analyze security has no --offline here"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
