@@ -3,7 +3,8 @@
 # `meson install` puts every file where the README says: the exact paths
 # `meson introspect --installed` reports for this build, and for two fresh
 # configurations of the source tree (--prefix=/usr, where systemd looks,
-# and --prefix=/opt/batchd-test, which must keep everything inside it).
+# and --prefix=/opt/batchd-test, which must keep everything inside it,
+# with systemd.pc and without).
 # The systemd units pass `systemd-analyze verify`, with and without the
 # metrics drop-in, and `systemd-analyze security` rates them 3.0 or better.
 # Exit 77 (skip) without systemd-analyze, for the unit part only.
@@ -104,6 +105,19 @@ for p in /usr /opt/batchd-test; do
 		bad "meson setup --prefix=$p: $(tail -3 "$dir.log")"
 	fi
 done
+# Without systemd.pc (a pkg-config that knows every package but systemd):
+# systemd's layout under the prefix all the same.
+printf '#!/bin/sh\nfor a; do [ "$a" = systemd ] && exit 1; done\nexec pkg-config "$@"\n' >"$tmp/pkg-config"
+chmod +x "$tmp/pkg-config"
+dir="$tmp/setup-no-systemd-pc"
+if PKG_CONFIG="$tmp/pkg-config" meson setup --prefix=/opt/batchd-test -Dtests=false -Dcuda=disabled \
+	"$src" "$dir" >"$dir.log" 2>&1; then
+	grep -q 'Run-time dependency systemd found: NO' "$dir.log" &&
+		ok "configured without systemd.pc" || bad "systemd.pc was found through the wrapper"
+	layout "$dir"
+else
+	bad "meson setup without systemd.pc: $(tail -3 "$dir.log")"
+fi
 # What an operator's `systemctl enable batchd` finds: spelled out for /usr.
 usr=$(meson introspect "$tmp/setup-usr" --installed 2>/dev/null || true)
 for path in /usr/lib/systemd/system/batchd.service /usr/lib/systemd/system/batchd.socket \
