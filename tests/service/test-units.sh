@@ -37,7 +37,8 @@ for want in sbin/batchd bin/batchd-pack bin/batchctl include/batchclient.h \
 done
 # The systemd files, at the exact paths systemd searches under the prefix.
 for want in lib/systemd/system/batchd.service lib/systemd/system/batchd.socket \
-	lib/sysusers.d/batchd.conf lib/tmpfiles.d/batchd.conf share/batchd/batchd-metrics.conf; do
+	lib/sysusers.d/batchd.conf lib/tmpfiles.d/batchd.conf share/batchd/batchd-metrics.conf \
+	share/batchd/batchd-alerts.yml share/batchd/batchd-grafana.json; do
 	[ -f "$tmp/root$prefix/$want" ] && ok "installed $prefix/$want" ||
 		bad "not installed: $prefix/$want (found: $(find "$tmp/root" -name "${want##*/}" | sed "s|^$tmp/root||"))"
 done
@@ -84,6 +85,8 @@ want = {
     "conf/batchd.tmpfiles": prefix + "/lib/tmpfiles.d/batchd.conf",
     "conf/batchd.conf": os.path.join(under(opt["sysconfdir"]), "batchd", "batchd.conf"),
     "conf/batchd-metrics.conf": os.path.join(under(opt["datadir"]), "batchd", "batchd-metrics.conf"),
+    "conf/prometheus/batchd-alerts.yml": os.path.join(under(opt["datadir"]), "batchd", "batchd-alerts.yml"),
+    "conf/grafana/batchd.json": os.path.join(under(opt["datadir"]), "batchd", "batchd-grafana.json"),
 }
 for name, path in want.items():
     got = [v for k, v in intro["installed"].items() if k.endswith("/" + name)]
@@ -122,7 +125,8 @@ fi
 usr=$(meson introspect "$tmp/setup-usr" --installed 2>/dev/null || true)
 for path in /usr/lib/systemd/system/batchd.service /usr/lib/systemd/system/batchd.socket \
 	/usr/lib/sysusers.d/batchd.conf /usr/lib/tmpfiles.d/batchd.conf /usr/sbin/batchd \
-	/etc/batchd/batchd.conf /usr/share/batchd/batchd-metrics.conf; do
+	/etc/batchd/batchd.conf /usr/share/batchd/batchd-metrics.conf \
+	/usr/share/batchd/batchd-alerts.yml /usr/share/batchd/batchd-grafana.json; do
 	grep -qF "\"$path\"" <<<"$usr" && ok "--prefix=/usr installs $path" ||
 		bad "--prefix=/usr does not install $path"
 done
