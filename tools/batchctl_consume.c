@@ -5,7 +5,11 @@
  *
  * It "trains" on each batch, --step-cpu-ms of CPU time burnt on its own
  * core and then --step-ms asleep, and measures every wait in bc_next
- * (mean, p99, stall share), the first batch's latency and its own CPU time. With --device N
+ * (mean, p50, p99 and max, exact from every wait: trainer.h), the first
+ * batch's latency and its own CPU time. The stall share (time in bc_next
+ * over the run) is printed only for a run with a step: without one the
+ * run does nothing but wait, and its stall says nothing about a trainer's.
+ * With --device N
  * the stream is a GPU stream: this process's own CUDA stream waits for
  * each batch's copy (gpucheck.h), the batch is copied back and compared
  * with the host staging copy, and any mismatch fails the run.
@@ -26,13 +30,6 @@
 #include "gpucheck.h"
 #include "trainer.h"
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* What `consume` was asked for. */
 typedef struct consume_opts {
 	bc_stream_opts so;
@@ -43,8 +40,7 @@ typedef struct consume_opts {
 /* What a `consume` run measured. */
 typedef struct consume_run {
 	uint64_t batches, samples, bytes, failed, mismatches;
-	double *waits;           /* seconds blocked in bc_next, per batch taken */
-	size_t nwaits, capwaits;
+	trainer_waits waits;     /* seconds blocked in bc_next, per batch taken */
 	double t0, t_first, waited, secs;
 	double cpu0, cpu;        /* this process's CPU seconds: at the start, used */
 	bool have_batch;
@@ -265,18 +261,10 @@ static void print_samples(const bc_stream *s, const bc_batch *b)
 /* Note how long the batch was waited for. @return 0, or -ENOMEM after saying so. */
 static int record_wait(consume_run *run, double wait)
 {
-	if (run->nwaits == run->capwaits) {
-		double *w;
-
-		run->capwaits = run->capwaits ? 2 * run->capwaits : 1024;
-		w = realloc(run->waits, run->capwaits * sizeof(*w));
-		if (!w) {
-			fprintf(stderr, "batchctl: out of memory\n");
-			return -ENOMEM;
-		}
-		run->waits = w;
+	if (trainer_waits_add(&run->waits, wait) < 0) {
+		fprintf(stderr, "batchctl: out of memory\n");
+		return -ENOMEM;
 	}
-	run->waits[run->nwaits++] = wait;
 	return 0;
 }
 
@@ -359,37 +347,65 @@ static int consume_loop(consume_run *run, const consume_opts *co, bc_stream *s, 
 	return 0;
 }
 
-static void consume_report(const consume_run *run, const consume_opts *co)
+/* secs as "12.3 us", "4.56 ms" or "1.23 s": waits span microseconds to seconds. */
+static const char *fmt_secs(double secs, char *buf, size_t len)
 {
-	double secs = run->secs, waited = run->waited;
-	double mean = run->nwaits ? waited / (double)run->nwaits : 0;
-	double p99 = run->nwaits ? run->waits[(size_t)((double)(run->nwaits - 1) * 0.99)] : 0;
-	double first = run->have_batch ? run->t_first * 1e3 : 0;
+	if (secs < 1e-3)
+		snprintf(buf, len, "%.1f us", secs * 1e6);
+	else if (secs < 1)
+		snprintf(buf, len, "%.2f ms", secs * 1e3);
+	else
+		snprintf(buf, len, "%.2f s", secs);
+	return buf;
+}
+
+static void report_json(const consume_run *run, const consume_opts *co,
+			const trainer_wait_stats *w)
+{
+	double secs = run->secs;
+
+	printf("{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
+	       ", \"failed\": %" PRIu64 ", \"seconds\": %.6f, \"mb_per_s\": %.3f, "
+	       "\"wait_us_mean\": %.1f, \"wait_us_p50\": %.1f, \"wait_us_p99\": %.1f, "
+	       "\"wait_us_max\": %.1f, \"stall_pct\": %.3f, \"first_batch_ms\": %.3f, "
+	       "\"cpu_s\": %.6f",
+	       run->batches, run->samples, run->bytes, run->failed, secs,
+	       secs > 0 ? (double)run->bytes / secs / 1e6 : 0, w->mean * 1e6, w->p50 * 1e6,
+	       w->p99 * 1e6, w->max * 1e6, secs > 0 ? 100.0 * run->waited / secs : 0,
+	       run->have_batch ? run->t_first * 1e3 : 0, run->cpu);
+	if (co->so.device != BC_HOST)
+		printf(", \"device\": %d, \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
+		       co->so.device, secs > 0 ? (double)run->bytes / secs / 1e9 : 0,
+		       run->mismatches);
+	printf("}\n");
+}
+
+static void consume_report(consume_run *run, const consume_opts *co)
+{
+	double secs = run->secs;
 	uint64_t bytes = run->bytes, mismatches = run->mismatches;
 	int device = co->so.device;
 	FILE *out = co->print ? stderr : stdout;
+	char p50[32], p99[32], max[32], mean[32], stall[64] = "";
+	trainer_wait_stats w;
 
+	trainer_waits_stats(&run->waits, &w);
 	if (co->json) {
-		printf("{\"batches\": %" PRIu64 ", \"samples\": %" PRIu64 ", \"bytes\": %" PRIu64
-		       ", \"failed\": %" PRIu64 ", \"seconds\": %.6f, \"mb_per_s\": %.3f, "
-		       "\"wait_us_mean\": %.1f, \"wait_us_p99\": %.1f, \"stall_pct\": %.3f, "
-		       "\"first_batch_ms\": %.3f, \"cpu_s\": %.6f",
-		       run->batches, run->samples, bytes, run->failed, secs,
-		       secs > 0 ? (double)bytes / secs / 1e6 : 0, mean * 1e6, p99 * 1e6,
-		       secs > 0 ? 100.0 * waited / secs : 0, first, run->cpu);
-		if (device != BC_HOST)
-			printf(", \"device\": %d, \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
-			       device, secs > 0 ? (double)bytes / secs / 1e9 : 0, mismatches);
-		printf("}\n");
+		report_json(run, co, &w);
 		return;
 	}
+	if (co->step_ms || co->step_cpu_ms)
+		snprintf(stall, sizeof(stall), ", stall %.1f%% of the run",
+			 secs > 0 ? 100.0 * run->waited / secs : 0);
 	fprintf(out, "%" PRIu64 " batches, %" PRIu64 " samples, %.1f MB in %.2f s: %.1f MB/s, "
-		"%.0f samples/s; wait mean %.1f us, p99 %.1f us, stall %.1f%%; first batch "
+		"%.0f samples/s; wait p50 %s, p99 %s, max %s, mean %s%s; first batch "
 		"after %.1f ms; CPU %.2f s%s\n",
 		run->batches, run->samples, (double)bytes / 1e6, secs,
 		secs > 0 ? (double)bytes / secs / 1e6 : 0,
-		secs > 0 ? (double)run->samples / secs : 0, mean * 1e6, p99 * 1e6,
-		secs > 0 ? 100.0 * waited / secs : 0, first, run->cpu,
+		secs > 0 ? (double)run->samples / secs : 0, fmt_secs(w.p50, p50, sizeof(p50)),
+		fmt_secs(w.p99, p99, sizeof(p99)), fmt_secs(w.max, max, sizeof(max)),
+		fmt_secs(w.mean, mean, sizeof(mean)), stall,
+		run->have_batch ? run->t_first * 1e3 : 0, run->cpu,
 		run->failed ? "; some batches FAILED" : "");
 	if (device != BC_HOST)
 		fprintf(out, "device %d: %.2f GB/s delivered, copied back and compared: %" PRIu64
@@ -422,11 +438,8 @@ int batchctl_consume(const char *sock, int argc, char **argv)
 	bc_close(s);
 	bc_disconnect(c);
 	gpucheck_free(gpu);
-	if (r == 0) {
-		if (run.nwaits)
-			qsort(run.waits, run.nwaits, sizeof(*run.waits), cmp_double);
+	if (r == 0)
 		consume_report(&run, &co);
-	}
-	free(run.waits);
+	trainer_waits_free(&run.waits);
 	return r < 0 ? 1 : run.rc;
 }

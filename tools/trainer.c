@@ -4,6 +4,7 @@
  * pipeline share (see trainer.h).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "cli.h"
@@ -77,4 +78,71 @@ double trainer_cpu_s(void)
 	uint64_t ns;
 
 	return clock_ns(CLOCK_PROCESS_CPUTIME_ID, &ns) < 0 ? 0 : (double)ns / 1e9;
+}
+
+int trainer_waits_add(trainer_waits *w, double secs)
+{
+	if (w->n == w->cap) {
+		size_t cap = w->cap ? 2 * w->cap : 1024;
+		double *v = realloc(w->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		w->v = v;
+		w->cap = cap;
+	}
+	w->v[w->n++] = secs;
+	w->sum += secs;
+	return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double trainer_percentile(const double *sorted, size_t n, double p)
+{
+	double want;
+	size_t rank;
+
+	if (!n)
+		return 0;
+	if (p <= 0)
+		return sorted[0];
+	if (p >= 100)
+		return sorted[n - 1];
+	/* ceil(p % of n), at least 1, without libm (batchctl does not link it);
+	 * the epsilon keeps 99 % of 100 at rank 99. */
+	want = p / 100.0 * (double)n - 1e-9;
+	rank = (size_t)want;
+	if ((double)rank < want)
+		rank++;
+	if (rank < 1)
+		rank = 1;
+	return sorted[(rank > n ? n : rank) - 1];
+}
+
+void trainer_waits_stats(trainer_waits *w, trainer_wait_stats *ret)
+{
+	trainer_wait_stats st = { .n = w->n };
+
+	if (w->n) {
+		qsort(w->v, w->n, sizeof(*w->v), cmp_double);
+		st.mean = w->sum / (double)w->n;
+		st.p50 = trainer_percentile(w->v, w->n, 50);
+		st.p99 = trainer_percentile(w->v, w->n, 99);
+		st.max = w->v[w->n - 1];
+	}
+	*ret = st;
+}
+
+void trainer_waits_free(trainer_waits *w)
+{
+	if (!w)
+		return;
+	free(w->v);
+	*w = (trainer_waits){ 0 };
 }

@@ -14,13 +14,19 @@
  * does); only the second shows what the daemon's threads take from the
  * trainer's cores.
  *
- * Thread rules: any thread; the functions keep no state (the option
- * parsers print through cli_usage, for single-threaded tools).
+ * A run's waits in bc_next are kept whole (trainer_waits): a trainer run
+ * takes thousands of batches, not millions, so 8 bytes a wait is cheap and
+ * the percentiles are exact instead of a histogram's estimate.
+ *
+ * Thread rules: any thread; the functions keep no global state (the option
+ * parsers print through cli_usage, for single-threaded tools); one
+ * trainer_waits per thread.
  */
 #ifndef BATCHD_TOOLS_TRAINER_H
 #define BATCHD_TOOLS_TRAINER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "batchclient.h"
@@ -63,5 +69,40 @@ void trainer_burn_cpu_ms(uint64_t ms);
 
 /* This process's CPU time in seconds (all its threads), or 0 where it cannot be read. */
 double trainer_cpu_s(void);
+
+/* ---- waits in bc_next --------------------------------------------------------------- */
+
+/* Every wait of a run, in seconds. Zero-initialised is empty. */
+typedef struct trainer_waits {
+	double *v;               /* in arrival order until trainer_waits_stats sorts them */
+	size_t n, cap;
+	double sum;
+} trainer_waits;
+
+/* What a run's waits add up to, in seconds (all 0 without a wait). */
+typedef struct trainer_wait_stats {
+	size_t n;
+	double mean, p50, p99, max;
+} trainer_wait_stats;
+
+/* Keep one wait of secs seconds. @return 0, or -ENOMEM (w unchanged). */
+int trainer_waits_add(trainer_waits *w, double secs);
+
+/*
+ * The mean, p50, p99 and maximum of w's waits into *ret (sorting w->v).
+ * Percentiles are nearest rank, as bench_stats.h's: the p-th is the
+ * smallest wait with at least p % of the waits at or below it. So below
+ * 100 waits p99 is the maximum, and a tail of a few slow waits among fast
+ * ones (a first batch read cold while the rest take microseconds) shows in
+ * p99 instead of hiding under the mean. From 100 waits on, a tail thinner
+ * than 1 % can still hold the mean above p99: print max beside it.
+ */
+void trainer_waits_stats(trainer_waits *w, trainer_wait_stats *ret);
+
+/* The nearest-rank p-th percentile (0 <= p <= 100) of sorted[0..n); 0 when n is 0. */
+double trainer_percentile(const double *sorted, size_t n, double p);
+
+/* Free w's waits and empty it; w may be NULL. */
+void trainer_waits_free(trainer_waits *w);
 
 #endif
