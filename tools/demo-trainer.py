@@ -36,7 +36,7 @@ the epoch), then a verdict line.
     ./demo-trainer.py --files DIR                 # packs DIR, runs a batchd of its own
     ./demo-trainer.py --socket S --dataset NAME --files DIR   # a running batchd serving
                                                               # NAME, a pack of DIR
-    ./demo-trainer.py --files DIR --short         # 1 measured round (tools/demo.sh)
+    ./demo-trainer.py --files DIR --short         # 2 measured rounds (tools/demo.sh)
 
 Exit status: 0 done; 1 failed (a loader broke, the loaders disagreed);
 2 usage or no build tree; 77 when PyTorch or NumPy is not installed.
@@ -334,7 +334,7 @@ def parse_args():
     p.add_argument("--dataset", help="with --socket: the pack of --files, as that batchd names it")
     p.add_argument("--build", default=os.path.join(ROOT, "build"),
                    help="meson build tree with batchd, batchd-pack, libbatchclient (default: build/)")
-    p.add_argument("--short", action="store_true", help="1 measured round instead of 3")
+    p.add_argument("--short", action="store_true", help="2 measured rounds instead of 5")
     p.add_argument("--rounds", type=int, help="measured rounds (one epoch per loader each)")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--features", type=int, default=1024, help="bytes of a sample the model reads")
@@ -348,7 +348,7 @@ def parse_args():
     p.add_argument("--json", metavar="FILE", help="also write the rows to FILE as JSON")
     args = p.parse_args()
     if args.rounds is None:
-        args.rounds = 1 if args.short else 3
+        args.rounds = 2 if args.short else 5
     for name in ("rounds", "batch_size", "features", "hidden", "threads", "warmup"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
