@@ -249,6 +249,7 @@ void bc_stream_opts_init(bc_stream_opts *o)
 	o->shuffle = BC_SHUFFLE_GLOBAL;
 	o->world = 1;
 	o->device = BC_HOST;
+	o->batch_stride = 1;
 }
 
 /* Connect c's socket to path and say HELLO. @return 0 or a negative errno (reason in c->err). */
@@ -608,6 +609,7 @@ static int session_close(bc_client *c, uint64_t id)
 
 /* The options as the caller's struct_size has them, the defaults for what it lacks. */
 #define OPTS_FIRST_SIZE offsetof(bc_stream_opts, fields)
+#define OPTS_STRIDE_END (offsetof(bc_stream_opts, batch_stride) + sizeof(uint32_t))
 
 static bool opts_copy(const bc_stream_opts *o, bc_stream_opts *ret)
 {
@@ -615,15 +617,46 @@ static bool opts_copy(const bc_stream_opts *o, bc_stream_opts *ret)
 		return false;
 	memset(ret, 0, sizeof(*ret));
 	memcpy(ret, o, o->struct_size < sizeof(*ret) ? o->struct_size : sizeof(*ret));
+	/* A caller from before batch_stride takes every batch. */
+	if (o->struct_size < OPTS_STRIDE_END)
+		ret->batch_stride = 1;
 	return true;
 }
 
-/* What bc_open refuses with -EINVAL before anything goes to the daemon. */
-static bool opts_valid(const bc_stream_opts *o)
+/*
+ * What bc_open refuses with -EINVAL before anything goes to the daemon:
+ * c->err says which value and what is allowed. @return 0 or -EINVAL.
+ */
+static int opts_check(bc_client *c, const bc_stream_opts *o)
 {
-	return o->dataset && o->batch_size != 0 && o->world != 0 && o->rank < o->world &&
-	       (unsigned)o->shuffle <= BC_SHUFFLE_BLOCK && o->device >= BC_HOST &&
-	       o->device <= 255 && (!o->fields || strlen(o->fields) <= BP_FIELD_LIST_MAX);
+	char why[sizeof(c->err)] = "";
+
+	if (!o->dataset)
+		snprintf(why, sizeof(why), "no dataset: set bc_stream_opts.dataset");
+	else if (o->batch_size == 0)
+		snprintf(why, sizeof(why), "batch_size 0: a batch holds at least 1 sample");
+	else if (o->world == 0)
+		snprintf(why, sizeof(why), "world 0: a job has at least 1 rank");
+	else if (o->rank >= o->world)
+		snprintf(why, sizeof(why), "rank %u is not below world %u", o->rank, o->world);
+	else if ((unsigned)o->shuffle > BC_SHUFFLE_BLOCK)
+		snprintf(why, sizeof(why), "shuffle %d is not BC_SHUFFLE_NONE (0), _GLOBAL (1) or "
+			 "_BLOCK (2)", (int)o->shuffle);
+	else if (o->device < BC_HOST || o->device > 255)
+		snprintf(why, sizeof(why), "device %d is neither BC_HOST (-1) nor a CUDA ordinal "
+			 "0 .. 255", o->device);
+	else if (o->fields && strlen(o->fields) > BP_FIELD_LIST_MAX)
+		snprintf(why, sizeof(why), "field list of %zu bytes is over the %u allowed",
+			 strlen(o->fields), BP_FIELD_LIST_MAX);
+	else if (o->batch_stride == 0 || o->batch_stride > BP_STRIDE_MAX)
+		snprintf(why, sizeof(why), "batch_stride %u must be 1 .. %u", o->batch_stride,
+			 BP_STRIDE_MAX);
+	else
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	memcpy(c->err, why, sizeof(why));
+	pthread_mutex_unlock(&c->mu);
+	return -EINVAL;
 }
 
 static bp_msg_open open_msg(const bc_stream_opts *o)
@@ -645,6 +678,8 @@ static bp_msg_open open_msg(const bc_stream_opts *o)
 		.fields_len = o->fields ? (uint32_t)strlen(o->fields) : 0,
 		.path = o->dataset,
 		.path_len = (uint32_t)strnlen(o->dataset, BP_PATH_MAX + 1),
+		.start_sample = o->start_sample,
+		.batch_stride = o->batch_stride,
 	};
 }
 
@@ -662,6 +697,7 @@ static bc_stream *stream_new(bc_client *c, const bc_stream_opts *o)
 	s->epoch = o->start_epoch;
 	s->start_epoch = o->start_epoch;
 	s->start_batch = o->start_batch;
+	s->stride = o->batch_stride;
 	return s;
 }
 
@@ -670,10 +706,8 @@ static int open_send(bc_client *c, const bp_msg_open *m)
 {
 	int n = bp_msg_open_encode(m, c->buf, sizeof(c->buf));
 
-	if (n == -EINVAL && m->fields_len)
-		snprintf(c->err, sizeof(c->err), "field list \"%.*s\" is not comma-separated field "
-			 "names of [A-Za-z0-9_.-] (at most 64 of at most 64 bytes)",
-			 (int)(m->fields_len > 256 ? 256 : m->fields_len), m->fields);
+	if (n == -EINVAL)
+		bp_msg_open_why(m, c->err, sizeof(c->err));
 	return n < 0 ? n : send_all(c, c->buf, n);
 }
 
@@ -824,6 +858,26 @@ static void stream_abandon(bc_stream *s, int err)
 	stream_free(s);
 }
 
+/*
+ * The start epoch's batches, from the one schedule the daemon computes
+ * too (proto/schedule.h): READY gives the samples. With drop_last it may
+ * hold none, and the first batch is then of the next epoch. @return 0, or
+ * -EBADMSG with s->err set for a READY that cannot answer the OPEN.
+ */
+static int stream_schedule(bc_stream *s, const bc_stream_opts *o)
+{
+	bp_schedule p;
+
+	if (bp_schedule_init(&p, s->r.samples, o->start_sample, o->world, o->batch_size,
+			     o->drop_last) < 0)
+		return bc__bad_ring(s, "READY's %" PRIu64 " samples do not hold start_sample %"
+				    PRIu64, s->r.samples, o->start_sample);
+	s->first_batches = p.batches;
+	if (p.batches == 0)
+		s->epoch = s->start_epoch + 1;
+	return 0;
+}
+
 int bc_open(bc_client *c, const bc_stream_opts *caller, bc_stream **ret)
 {
 	char nocuda[256] = "";
@@ -833,8 +887,22 @@ int bc_open(bc_client *c, const bc_stream_opts *caller, bc_stream **ret)
 	bc_stream *s;
 	int r;
 
-	if (!c || !ret || !opts_copy(caller, &opts) || !opts_valid(o))
+	if (!c)
 		return -EINVAL;
+	if (!ret || !opts_copy(caller, &opts)) {
+		pthread_mutex_lock(&c->mu);
+		if (!ret || !caller)
+			snprintf(c->err, sizeof(c->err), "%s", !ret ? "no pointer to return the "
+				 "stream in" : "no options: fill a bc_stream_opts with "
+				 "bc_stream_opts_init()");
+		else
+			snprintf(c->err, sizeof(c->err), "bc_stream_opts.struct_size %u is too small: "
+				 "fill the options with bc_stream_opts_init()", caller->struct_size);
+		pthread_mutex_unlock(&c->mu);
+		return -EINVAL;
+	}
+	if ((r = opts_check(c, o)) < 0)
+		return r;
 	if (o->fields && !*o->fields)
 		o->fields = NULL;
 	m = open_msg(o);
@@ -858,7 +926,9 @@ int bc_open(bc_client *c, const bc_stream_opts *caller, bc_stream **ret)
 		free(s);
 		return r;
 	}
-	r = stream_attach(s, m.device_uuid);
+	r = stream_schedule(s, o);
+	if (r == 0)
+		r = stream_attach(s, m.device_uuid);
 	if (r < 0) {
 		stream_abandon(s, r);
 		return r;
@@ -875,6 +945,13 @@ int bc_stream_device(const bc_stream *s)
 }
 
 uint64_t bc_stream_batches_per_epoch(const bc_stream *s) { return s ? s->r.batches_per_epoch : 0; }
+
+uint64_t bc_stream_epoch_batches(const bc_stream *s, uint64_t epoch)
+{
+	if (!s || epoch < s->start_epoch)
+		return 0;
+	return epoch == s->start_epoch ? s->first_batches : s->r.batches_per_epoch;
+}
 uint64_t bc_stream_samples(const bc_stream *s) { return s ? s->r.samples : 0; }
 uint64_t bc_stream_fingerprint(const bc_stream *s) { return s ? s->r.fingerprint : 0; }
 uint64_t bc_stream_max_sample(const bc_stream *s) { return s ? s->r.max_sample : 0; }

@@ -91,14 +91,31 @@ typedef struct bc_stream_opts {
 	 */
 	const char *fields;
 	bool keys;              /* batches carry the sample keys (bc_batch_sample_key) */
+	/*
+	 * Elastic resume. Ranks stripe each epoch's global order (README.md,
+	 * "Plan"), so after k lockstep steps of batch_size B at world W the
+	 * ranks have consumed the first k*B*W positions of the epoch: resume
+	 * at any world size with start_sample = that count (and start_batch
+	 * 0). start_epoch's batches are then counted from start_sample
+	 * (bc_stream_epoch_batches); with drop_last it may have none, and the
+	 * stream begins with the next epoch.
+	 */
+	uint64_t start_sample;  /* resume: global position in start_epoch's order (samples all ranks consumed) */
+	/*
+	 * Serve every batch_stride-th batch from start_batch (DataLoader
+	 * workers); 1 = all; 1 .. 4096. N streams of one rank with start_batch
+	 * k = 0 .. N-1 and batch_stride N between them deliver the rank's
+	 * batches, worker k taking batches k, k+N, ... across epochs.
+	 */
+	uint32_t batch_stride;
 } bc_stream_opts;
 
 /*
  * Defaults: batch_size 1, BC_SHUFFLE_GLOBAL (seed 0; the default of
  * batchctl consume, batchd-bench and the Python Loader too), rank 0 of 1,
- * host placement, every field, no keys. NULL: does nothing. Programs built
- * against an older bc_stream_opts (a smaller struct_size) get the defaults
- * of what it lacks.
+ * host placement, every field, no keys, start_sample 0, batch_stride 1.
+ * NULL: does nothing. Programs built against an older bc_stream_opts (a
+ * smaller struct_size) get the defaults of what it lacks.
  */
 BC_API void bc_stream_opts_init(bc_stream_opts *o);
 
@@ -157,9 +174,12 @@ BC_API int bc_metrics(bc_client *c, char **ret_text);
  * another PID namespace than batchd's, where CUDA IPC events do not
  * open) with its message in
  * bc_client_error(); -EPIPE when the daemon is gone; -EINVAL for a NULL c
- * or ret, or options it refuses before asking (a field list that is not
- * comma-separated names of [A-Za-z0-9_.-]). On success *ret is the
- * stream; close it with bc_close(). On failure *ret is untouched.
+ * or ret, or options it refuses before asking (batch_size 0, rank not
+ * below world, batch_stride outside 1 .. 4096, a field list that is not
+ * comma-separated names of [A-Za-z0-9_.-], ...), every one of them but a
+ * NULL c with its reason, naming the value and what is allowed, in
+ * bc_client_error(). On success *ret is the stream; close it with
+ * bc_close(). On failure *ret is untouched.
  */
 BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
 
@@ -362,12 +382,24 @@ BC_API int bc_batch_wait_stream(bc_batch *b, void *stream);
 BC_API int bc_batch_sync(bc_batch *b);
 
 /*
- * The next batch bc_next() will return, as (epoch, batch): reopen there to
- * resume. Either pointer may be NULL; a NULL s gives (0, 0).
+ * The next batch bc_next() will return, as (epoch, batch): with the
+ * stream's batch_stride it is the one after the last taken's stride. The
+ * batch index counts within that epoch's schedule (start_epoch's from
+ * start_sample). To resume one stream of stride 1 at the same world and
+ * batch size, reopen there; to resume at another world, reopen with
+ * start_sample = the samples all ranks consumed (see bc_stream_opts).
+ * Either pointer may be NULL; a NULL s gives (0, 0).
  */
 BC_API void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch);
-/* What READY said of the stream: 0 for a NULL s. */
+/* What READY said of the stream: a full epoch's batches; 0 for a NULL s. */
 BC_API uint64_t bc_stream_batches_per_epoch(const bc_stream *s);
+/*
+ * Batches this stream's schedule has in `epoch`: fewer in start_epoch when
+ * start_sample > 0 (0 when drop_last leaves none), 0 before start_epoch,
+ * bc_stream_batches_per_epoch() after. Stride aside: every batch_stride-th
+ * of them is this stream's. 0 for a NULL s. Any thread.
+ */
+BC_API uint64_t bc_stream_epoch_batches(const bc_stream *s, uint64_t epoch);
 BC_API uint64_t bc_stream_samples(const bc_stream *s);       /* in the dataset */
 BC_API uint64_t bc_stream_fingerprint(const bc_stream *s);
 BC_API uint64_t bc_stream_max_sample(const bc_stream *s);

@@ -78,6 +78,8 @@ struct bc_stream {
 	const bp_ring_header *hdr;
 	bp_ring_ctrl *ctrl;
 	uint64_t start_epoch, start_batch;
+	uint64_t first_batches;  /* start_epoch's, from start_sample (bp_schedule) */
+	uint32_t stride;         /* batch_stride, >= 1 */
 	uint64_t consumed;       /* batches taken */
 	uint64_t epoch;          /* epoch of the last batch taken */
 	bool epoch_end_said;

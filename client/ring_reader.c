@@ -716,15 +716,16 @@ int bc_batch_sample_key(const bc_batch *b, uint32_t i, const char **ret_key, siz
 
 void bc_stream_position(const bc_stream *s, uint64_t *ret_epoch, uint64_t *ret_batch)
 {
-	uint64_t g, epoch = 0, batch = 0;
+	uint64_t epoch = 0, batch = 0;
 
-	/* The next batch is seq `consumed` of a stream that began at (start_epoch, start_batch). */
-	if (s) {
-		g = s->start_batch + s->consumed;
-		/* The daemon opens no stream of 0 batches an epoch, but READY is not trusted. */
-		epoch = s->start_epoch + (s->r.batches_per_epoch ? g / s->r.batches_per_epoch : 0);
-		batch = s->r.batches_per_epoch ? g % s->r.batches_per_epoch : g;
-	}
+	/*
+	 * The next batch is seq `consumed` of a stream that began at
+	 * (start_epoch, start_batch) and takes every stride-th; READY's
+	 * batches_per_epoch is never 0 (bp_msg_ready_decode).
+	 */
+	if (s)
+		bp_schedule_locate(s->start_epoch, s->first_batches, s->r.batches_per_epoch,
+				   s->start_batch + s->consumed * s->stride, &epoch, &batch);
 	if (ret_epoch)
 		*ret_epoch = epoch;
 	if (ret_batch)

@@ -263,16 +263,21 @@ static void warn_amplification(const open_work *ow, entry *e)
 static void log_opened(const open_work *ow, const bp_msg_ready *ready)
 {
 	const client *c = ow->c;
-	char to[32];
+	char to[32], resume[80] = "";
 
 	if (ow->device >= 0)
 		snprintf(to, sizeof(to), "CUDA device %d", ow->device);
 	else
 		snprintf(to, sizeof(to), "host memory");
+	/* Elastic resume and strides, only when asked for: the line of before otherwise. */
+	if (ow->m.start_sample || ow->m.batch_stride > 1)
+		snprintf(resume, sizeof(resume), ", epoch %" PRIu64 " from sample %" PRIu64
+			 ", batch stride %u", ow->m.start_epoch, ow->m.start_sample,
+			 ow->m.batch_stride ? ow->m.batch_stride : 1);
 	bd_log(LOG_INFO, "session %" PRIu64 ": client pid %d uid %u opened %s (batch %u, %s, rank %u/%u, "
-	       "%" PRIu64 " batches/epoch, to %s)", ready->session, (int)c->pid, (unsigned)c->uid,
+	       "%" PRIu64 " batches/epoch%s, to %s)", ready->session, (int)c->pid, (unsigned)c->uid,
 	       ow->path, ow->m.batch_size, bp_shuffle_name(ow->m.shuffle), ow->m.rank, ow->m.world,
-	       ready->batches_per_epoch, to);
+	       ready->batches_per_epoch, resume, to);
 }
 
 /*

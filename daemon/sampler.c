@@ -230,7 +230,7 @@ static uint64_t epoch_position(epoch_state *e, uint64_t id)
 int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 {
 	bd_sampler t = { 0 };
-	uint64_t n = cfg->samples, world = cfg->world, window;
+	uint64_t n = cfg->samples, window;
 
 	if (n == 0 || n > BD_SAMPLER_MAX_SAMPLES || cfg->world == 0 ||
 	    cfg->rank >= cfg->world || cfg->batch_size == 0)
@@ -249,25 +249,16 @@ int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 
 	t.n = n;
 	t.mode = cfg->mode;
-	t.batch_size = cfg->batch_size;
 	t.key = absorb(absorb(TAG, cfg->fingerprint), cfg->seed);
 
-	/*
-	 * world * per_rank < n + world <= 2^63 + 2^32: no overflow below, and
-	 * rank * per_rank + per_rank <= world * per_rank.
-	 */
-	t.per_rank = n / world;
-	if (!cfg->drop_last && n % world)
-		t.per_rank++;
-	t.first = (uint64_t)cfg->rank * t.per_rank;
-	t.batches = t.per_rank / cfg->batch_size;
-	t.last_len = cfg->batch_size;
-	if (!cfg->drop_last && t.per_rank % cfg->batch_size) {
-		t.last_len = (uint32_t)(t.per_rank % cfg->batch_size);
-		t.batches++;
-	}
-	if (t.batches == 0)
+	if (bp_schedule_init(&t.full, n, 0, cfg->world, cfg->batch_size, cfg->drop_last) < 0 ||
+	    bp_schedule_init(&t.first, n, cfg->start_sample, cfg->world, cfg->batch_size,
+			     cfg->drop_last) < 0)
+		return -EINVAL;
+	if (t.full.batches == 0)
 		return -ERANGE;
+	t.start_epoch = cfg->start_epoch;
+	t.rank = cfg->rank;
 
 	if (t.mode == BP_SHUFFLE_GLOBAL)
 		t.global_half = half_bits(n);
@@ -290,34 +281,54 @@ int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg)
 	return 0;
 }
 
+static const bp_schedule *epoch_schedule(const bd_sampler *s, uint64_t epoch)
+{
+	return epoch == s->start_epoch ? &s->first : &s->full;
+}
+
 uint64_t bd_sampler_batches_per_epoch(const bd_sampler *s)
 {
-	return s->batches;
+	return s->full.batches;
+}
+
+uint64_t bd_sampler_epoch_batches(const bd_sampler *s, uint64_t epoch)
+{
+	return epoch_schedule(s, epoch)->batches;
 }
 
 uint64_t bd_sampler_samples_per_rank(const bd_sampler *s)
 {
-	return s->per_rank;
+	return s->full.per_rank;
 }
 
 uint32_t bd_sampler_batch_len(const bd_sampler *s, uint64_t batch)
 {
-	if (batch >= s->batches)
-		return 0;
-	return batch == s->batches - 1 ? s->last_len : s->batch_size;
+	return bp_schedule_batch_len(&s->full, batch);
+}
+
+uint32_t bd_sampler_epoch_batch_len(const bd_sampler *s, uint64_t epoch, uint64_t batch)
+{
+	return bp_schedule_batch_len(epoch_schedule(s, epoch), batch);
+}
+
+void bd_sampler_locate(const bd_sampler *s, uint64_t g, uint64_t *ret_epoch, uint64_t *ret_batch)
+{
+	bp_schedule_locate(s->start_epoch, s->first.batches, s->full.batches, g, ret_epoch,
+			   ret_batch);
 }
 
 void bd_sampler_batch(const bd_sampler *s, uint64_t epoch, uint64_t batch, uint64_t *ids)
 {
-	uint32_t len = bd_sampler_batch_len(s, batch);
+	const bp_schedule *p = epoch_schedule(s, epoch);
+	uint32_t len = bp_schedule_batch_len(p, batch);
 	uint64_t pos;
 	epoch_state e;
 
 	if (len == 0)
 		return;
 	epoch_init(&e, s, epoch);
-	/* batch * batch_size < per_rank, so pos < world * per_rank: no overflow. */
-	pos = s->first + batch * s->batch_size;
+	/* The run of len positions lies below n + world * per_rank < 2^64 (schedule.c). */
+	pos = bp_schedule_batch_first(p, s->rank, batch);
 	for (uint32_t i = 0; i < len; i++, pos++)
 		ids[i] = epoch_order(&e, pos < s->n ? pos : pos % s->n);
 }

@@ -37,20 +37,35 @@
  *                      with each epoch. Degenerate case: when chunk > n there
  *                      is no full chunk and the order is the identity.
  *
- * Ranks: the split is contiguous. per_rank = drop_last ? floor(n / world) :
- * ceil(n / world); rank r takes epoch positions [r * per_rank, (r + 1) *
- * per_rank), and positions >= n wrap modulo n (that is pos - n whenever
- * world <= n), padding the last ranks with the first samples of the epoch
- * order. batches = drop_last ? floor(per_rank / B) : ceil(per_rank / B);
- * every batch holds B samples except, without drop_last, the final one,
- * which holds per_rank - (batches - 1) * B, the same on every rank. So all
- * ranks get the same number of batches of the same sizes; the union over
- * ranks of one epoch is every sample exactly once plus world * per_rank - n
- * padding samples (without drop_last), or every sample at most once (with
- * drop_last).
+ * Ranks stripe the global order (proto/schedule.h has the arithmetic, shared
+ * with libbatchclient). An epoch's schedule starts at global position S:
+ * S = start_sample for start_epoch, 0 for every other epoch. With rem =
+ * n - S: per_rank = drop_last ? floor(rem / world) : ceil(rem / world);
+ * batches = drop_last ? floor(per_rank / B) : ceil(per_rank / B); every
+ * batch holds B samples except, without drop_last, the final one, which
+ * holds last_len = per_rank - (batches - 1) * B, the same on every rank.
+ * Batch j of rank r holds positions S + j*B*world + r*B + i (i < B); the
+ * final batch without drop_last holds base + r*last_len + i (i < last_len)
+ * with base = S + (batches - 1)*B*world. Positions >= n wrap modulo n,
+ * padding with the first samples of the epoch order. So all ranks get the
+ * same number of batches of the same sizes; the union over ranks of one
+ * epoch is every position of [S, n) exactly once plus world * per_rank -
+ * rem padding samples (without drop_last), or at most once (with
+ * drop_last); and after k < batches lockstep steps the ranks have consumed
+ * exactly the positions [S, S + k*B*world).
  *
  * Resume: any (epoch, batch) is computed directly; nothing depends on the
- * batches before it.
+ * batches before it. A checkpoint is (epoch, samples consumed by all
+ * ranks): resuming with start_sample S + k*B*world at the same world and
+ * batch size gives exactly the batches that continuing would have; at any
+ * other world or batch size it covers [S + k*B*world, n) exactly once.
+ * drop_last with start_sample > 0 may leave start_epoch no batch: the
+ * stream then begins with the next epoch.
+ *
+ * Locality: a rank reads runs of B consecutive positions, and the ranks of
+ * one step read B*world consecutive positions between them, so in block
+ * mode the sessions of one node read the same blocks at about the same
+ * time and the daemon's shared reads serve each block once.
  *
  * Complexity: init O(1); order/position O(1) (a few dozen 64-bit multiplies,
  * amortised over cycle walking); bd_sampler_batch O(batch_len); no
@@ -66,6 +81,7 @@
 #include <stdint.h>
 
 #include "protocol.h"   /* enum bp_shuffle */
+#include "schedule.h"
 
 /* The largest dataset the sampler accepts. */
 #define BD_SAMPLER_MAX_SAMPLES  (UINT64_C(1) << 63)
@@ -83,6 +99,8 @@ typedef struct bd_sampler_cfg {
 	enum bp_shuffle mode;
 	uint64_t chunk;         /* block mode: samples per chunk (>= 1), e.g. mean samples per pack block; ignored otherwise */
 	uint32_t window;        /* block mode: chunks per shuffle window (0 = BD_SAMPLER_DEFAULT_WINDOW); ignored otherwise */
+	uint64_t start_epoch;   /* the epoch whose schedule starts at start_sample */
+	uint64_t start_sample;  /* < samples: global positions of start_epoch already consumed */
 } bd_sampler_cfg;
 
 /*
@@ -92,11 +110,10 @@ typedef struct bd_sampler_cfg {
 typedef struct bd_sampler {
 	uint64_t n;
 	uint64_t key;            /* absorbed (fingerprint, seed) */
-	uint64_t per_rank;       /* epoch positions per rank */
-	uint64_t first;          /* rank * per_rank: this rank's first position */
-	uint64_t batches;        /* per epoch, every rank */
-	uint32_t batch_size;
-	uint32_t last_len;       /* samples in the final batch */
+	bp_schedule full;        /* every epoch but start_epoch */
+	bp_schedule first;       /* start_epoch, from start_sample */
+	uint64_t start_epoch;
+	uint32_t rank;
 	enum bp_shuffle mode;
 	uint32_t global_half;    /* global: Feistel half width in bits */
 	/* block mode */
@@ -115,27 +132,44 @@ typedef struct bd_sampler {
  * Validate cfg and fill s with the derived constants. Any thread.
  * @return 0; -EINVAL when a field is out of range (samples 0 or > 2^63,
  * world 0, rank >= world, batch_size 0, unknown mode, block mode with
- * chunk 0); -ERANGE when drop_last leaves no batch (n < world * batch_size).
+ * chunk 0, start_sample >= samples); -ERANGE when drop_last leaves a full
+ * epoch no batch (n < world * batch_size).
  * s is written only on success.
  */
 int bd_sampler_init(bd_sampler *s, const bd_sampler_cfg *cfg);
 
-/* Batches per epoch, >= 1 and the same for every rank. */
+/* Batches of a full epoch (start_sample 0), >= 1 and the same for every rank. */
 uint64_t bd_sampler_batches_per_epoch(const bd_sampler *s);
 
-/* Epoch positions per rank (including padding), the same for every rank. */
+/*
+ * Batches of `epoch`: fewer for start_epoch when start_sample > 0 (0 when
+ * drop_last leaves none), bd_sampler_batches_per_epoch() for every other.
+ */
+uint64_t bd_sampler_epoch_batches(const bd_sampler *s, uint64_t epoch);
+
+/* Positions per rank of a full epoch (including padding), the same for every rank. */
 uint64_t bd_sampler_samples_per_rank(const bd_sampler *s);
 
 /*
- * Samples in batch `batch` of an epoch: batch_size, except the final batch
- * without drop_last, which may be shorter. 0 when batch >= batches.
+ * Samples in batch `batch` of a full epoch: batch_size, except the final
+ * batch without drop_last, which may be shorter. 0 when batch >= batches.
  */
 uint32_t bd_sampler_batch_len(const bd_sampler *s, uint64_t batch);
 
+/* The same for batch `batch` of `epoch` (start_epoch has its own schedule). */
+uint32_t bd_sampler_epoch_batch_len(const bd_sampler *s, uint64_t epoch, uint64_t batch);
+
 /*
- * Write the sample ids of batch `batch` (< batches_per_epoch) of `epoch` for
- * this rank into ids[0 .. batch_len(batch)). O(batch_len), no allocation.
- * Writes nothing when batch is out of range.
+ * Where the g-th batch counted from (start_epoch, 0) lies, the start
+ * epoch having bd_sampler_epoch_batches(start_epoch) batches: writes its
+ * (epoch, batch within that epoch).
+ */
+void bd_sampler_locate(const bd_sampler *s, uint64_t g, uint64_t *ret_epoch, uint64_t *ret_batch);
+
+/*
+ * Write the sample ids of batch `batch` (< bd_sampler_epoch_batches(epoch))
+ * of `epoch` for this rank into ids[0 .. epoch_batch_len(epoch, batch)).
+ * O(batch_len), no allocation. Writes nothing when batch is out of range.
  */
 void bd_sampler_batch(const bd_sampler *s, uint64_t epoch, uint64_t batch, uint64_t *ids);
 

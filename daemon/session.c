@@ -286,7 +286,32 @@ static bd_sampler_cfg sampler_cfg(const bd_dataset *d, const bp_msg_open *m)
 		.mode = (enum bp_shuffle)m->shuffle,
 		.chunk = d->samples_per_block ? d->samples_per_block : 1,
 		.window = m->window,
+		.start_epoch = m->start_epoch,
+		.start_sample = m->start_sample,
 	};
+}
+
+/* OPEN's stride, 0 taken as 1 (protocol.h). */
+static uint64_t stride(const bp_msg_open *m)
+{
+	return m->batch_stride ? m->batch_stride : 1;
+}
+
+/* Why bd_sampler_init refused sc (r): what the request asked that d cannot give. */
+static void schedule_error(const bd_dataset *d, const bd_sampler_cfg *sc, int r, char *err,
+			   size_t errlen)
+{
+	if (sc->start_sample >= sc->samples && sc->samples > 0)
+		snprintf(err, errlen, "start_sample %" PRIu64 " is past the end of the epoch (%" PRIu64
+			 " samples): resume at the next epoch with start_sample 0", sc->start_sample,
+			 sc->samples);
+	else if (r == -ERANGE)
+		snprintf(err, errlen, "dataset %s: %" PRIu64 " samples leave no full batch of %u for "
+			 "rank %u of %u with drop_last", d->name, sc->samples, sc->batch_size, sc->rank,
+			 sc->world);
+	else
+		snprintf(err, errlen, "dataset %s: invalid schedule (%" PRIu64 " samples, batch %u, "
+			 "rank %u of %u)", d->name, sc->samples, sc->batch_size, sc->rank, sc->world);
 }
 
 /* The sampler and the slots: what the request asks of the dataset. @return 0 or -EINVAL. */
@@ -297,12 +322,10 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 	bd_sampler_cfg sc = sampler_cfg(d, m);
 	unsigned max = s->env.max_prefetch;
 	int r = bd_sampler_init(&s->sampler, &sc);
+	uint64_t first;
 
 	if (r < 0) {
-		snprintf(err, errlen, r == -ERANGE
-			 ? "dataset %s: %" PRIu64 " samples leave no full batch of %u for rank %u of %u with drop_last"
-			 : "dataset %s: invalid schedule (%" PRIu64 " samples, batch %u, rank %u of %u)",
-			 d->name, sc.samples, m->batch_size, m->rank, m->world);
+		schedule_error(d, &sc, r, err, errlen);
 		return -EINVAL;
 	}
 	if (prefetch < 1 || prefetch > max || prefetch + 2 > BP_RING_MAX_SLOTS) {
@@ -311,15 +334,17 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	s->batches_per_epoch = bd_sampler_batches_per_epoch(&s->sampler);
-	if (m->start_batch >= s->batches_per_epoch) {
+	first = bd_sampler_epoch_batches(&s->sampler, m->start_epoch);
+	/* drop_last may leave start_sample's epoch no batch: start_batch then counts in the next. */
+	if (m->start_batch >= (first ? first : s->batches_per_epoch)) {
 		snprintf(err, errlen, "start batch %" PRIu64 " is past the end of an epoch (%" PRIu64
-			 " batches)", m->start_batch, s->batches_per_epoch);
+			 " batches%s)", m->start_batch, first ? first : s->batches_per_epoch,
+			 m->start_sample ? " from start_sample" : "");
 		return -EINVAL;
 	}
 	s->slots = prefetch + 2; /* the trainer may hold a couple of batches */
 	return 0;
 }
-
 
 /*
  * How many batches may be in the pipeline at once: enough for about
@@ -400,22 +425,49 @@ static uint64_t sample_cost(const sizing *z, uint64_t id)
 	return cost;
 }
 
-/* The payload of epoch e's largest batch (ids: batch_size of scratch). */
-static uint64_t epoch_largest(const bd_sampler *sp, const sizing *z, uint64_t e, uint64_t *ids)
+/*
+ * The payload of the largest batch m's stream takes in its first `epochs`
+ * epochs: the batches its stride visits, no others (ids: batch_size of
+ * scratch).
+ */
+static uint64_t stream_largest(const bd_sampler *sp, const bp_msg_open *m, const sizing *z,
+			       uint64_t epochs, uint64_t *ids)
 {
-	uint64_t most = 0, batches = bd_sampler_batches_per_epoch(sp);
+	uint64_t most = 0, epoch, batch;
 
-	for (uint64_t b = 0; b < batches; b++) {
-		uint32_t len = bd_sampler_batch_len(sp, b);
+	for (uint64_t g = m->start_batch;; g += stride(m)) {
 		uint64_t sum = bd_selection_padding(z->sel);
+		uint32_t len;
 
-		bd_sampler_batch(sp, e, b, ids);
+		bd_sampler_locate(sp, g, &epoch, &batch);
+		if (epoch - m->start_epoch >= epochs)
+			break;
+		len = bd_sampler_epoch_batch_len(sp, epoch, batch);
+		bd_sampler_batch(sp, epoch, batch, ids);
 		for (uint32_t i = 0; i < len; i++)
 			sum += sample_cost(z, ids[i]);
 		if (sum > most)
 			most = sum;
 	}
 	return most;
+}
+
+/*
+ * How many epochs from start_epoch sizing reads. Unshuffled, every full
+ * epoch is the same, and a stride's visits repeat after `stride` of them:
+ * the start epoch and that many more (about two epochs' samples whatever
+ * the stride). Shuffled, as many as SIZING_SAMPLES visited samples allow.
+ */
+static uint64_t sizing_epochs(const bp_msg_open *m, uint64_t per_rank)
+{
+	uint64_t visited = per_rank / stride(m), epochs;
+
+	if (m->shuffle == BP_SHUFFLE_NONE)
+		return (m->start_sample ? 1 : 0) + (stride(m) > 1 ? stride(m) : 1);
+	epochs = BD_SESSION_SIZING_SAMPLES / (visited ? visited : 1);
+	if (epochs < 1)
+		epochs = 1;
+	return epochs > BD_SESSION_SIZING_EPOCHS ? BD_SESSION_SIZING_EPOCHS : epochs;
 }
 
 /*
@@ -478,23 +530,13 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
 			*ret_keys = NULL;
 		return 0;
 	}
-	/* Unshuffled, every epoch is the same; else as many as SIZING_SAMPLES allow. */
-	epochs = BD_SESSION_SIZING_SAMPLES / per_rank;
-	if (m->shuffle == BP_SHUFFLE_NONE || epochs < 1)
-		epochs = 1;
-	if (epochs > BD_SESSION_SIZING_EPOCHS)
-		epochs = BD_SESSION_SIZING_EPOCHS;
+	epochs = sizing_epochs(m, per_rank);
 	ids = bd_calloc(m->batch_size, sizeof(*ids));
 	if (!ids)
 		return -ENOMEM;
 	if (sel.keys)
 		z.keys = bd_key_table_read(d->ds, BD_SESSION_SIZING_SCAN);
-	for (uint64_t e = 0; e < epochs; e++) {
-		uint64_t x = epoch_largest(&sp, &z, m->start_epoch + e, ids);
-
-		if (x > most)
-			most = x;
-	}
+	most = stream_largest(&sp, m, &z, epochs, ids);
 	free(ids);
 	*ret = most;
 	if (ret_keys)
@@ -1256,16 +1298,17 @@ static int measure_batch(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t
  */
 static int plan_one(bd_session *s)
 {
-	uint64_t g = s->req.start_batch + s->next_seq;
-	uint64_t epoch = s->req.start_epoch + g / s->batches_per_epoch;
-	uint64_t batch = g % s->batches_per_epoch, payload, rec, off;
-	uint32_t n = bd_sampler_batch_len(&s->sampler, batch);
+	uint64_t epoch, batch, payload, rec, off;
+	uint32_t n;
 	char why[BP_RING_REASON_MAX], a[32], b[32];
 	bd_job *job = NULL;
 	uint8_t *base;
 	slot *sl;
 	int r;
 
+	bd_sampler_locate(&s->sampler, s->req.start_batch + s->next_seq * stride(&s->req), &epoch,
+			  &batch);
+	n = bd_sampler_epoch_batch_len(&s->sampler, epoch, batch);
 	if ((r = measure_batch(s, epoch, batch, n, why, sizeof(why))) < 0)
 		return plan_failed(s, epoch, batch, n, r, why);
 	payload = s->lay.payload;
@@ -1708,8 +1751,10 @@ static void fold_client(bd_session *s)
 
 void bd_session_get_info(bd_session *s, bd_session_info *ret)
 {
-	uint64_t g = s->req.start_batch + s->published;
+	uint64_t epoch, batch;
 
+	bd_sampler_locate(&s->sampler, s->req.start_batch + s->published * stride(&s->req), &epoch,
+			  &batch);
 	fold_client(s);
 
 	*ret = (bd_session_info){
@@ -1723,8 +1768,8 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.memory = s->memory,
 		.memory_heap = s->memory ? s->heap : 0,
 		.planned = s->next_seq,
-		.epoch = s->req.start_epoch + g / s->batches_per_epoch,
-		.batch = g % s->batches_per_epoch,
+		.epoch = epoch,
+		.batch = batch,
 		.batch_size = s->req.batch_size,
 		.slots = s->slots,
 		.inflight = s->inflight,

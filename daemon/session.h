@@ -83,10 +83,12 @@ typedef struct bd_session_quota {
 /*
  * The payload bytes of the largest batch request m's schedule over d holds
  * in its first epochs, summed from the sample tables: what a session's
- * arena and device slots are sized from. Unshuffled, every epoch holds the
- * same batches and the first is read; shuffled, as many epochs from the
- * start epoch on as BD_SESSION_SIZING_SAMPLES samples allow (at least one,
- * at most BD_SESSION_SIZING_EPOCHS). An epoch of more than
+ * arena and device slots are sized from. Only the batches the stream
+ * takes count (every batch_stride-th from start_batch, the start epoch
+ * from start_sample). Unshuffled, every full epoch holds the same batches:
+ * the start epoch and batch_stride more are read; shuffled, as many epochs
+ * from the start epoch on as BD_SESSION_SIZING_SAMPLES visited samples
+ * allow (at least one, at most BD_SESSION_SIZING_EPOCHS). An epoch of more than
  * BD_SESSION_SIZING_SCAN samples per rank is not read: it gets the bound
  * of the batch_size largest samples (which such datasets of small samples
  * afford). Sizing covers the fields and keys m selects; with keys, the

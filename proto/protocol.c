@@ -61,6 +61,10 @@ enum {
 	OPEN_PATH_LEN = 84,
 	OPEN_PATH = 88,
 	OPEN_FIELDS = 92,            /* with BP_OPEN_FIELDS: the list, then the path */
+	/* With BP_OPEN_RESUME, after the path: */
+	OPEN_RESUME_SAMPLE = 0,      /* u64 start_sample */
+	OPEN_RESUME_STRIDE = 8,      /* u32 batch_stride, 1 .. BP_STRIDE_MAX */
+	OPEN_RESUME_SIZE = 12,
 
 	READY_SESSION = 16,
 	READY_FINGERPRINT = 24,
@@ -202,7 +206,13 @@ static bool open_valid(const bp_msg_open *m)
 	       m->window <= PROTO_WINDOW_MAX && placement_ok(m->placement) &&
 	       m->shuffle <= BP_SHUFFLE_BLOCK && m->path_len >= 1 &&
 	       string_ok(m->path, m->path_len, BP_PATH_MAX) && no_nul(m->path, m->path_len) &&
-	       field_list_ok(m->fields, m->fields_len);
+	       field_list_ok(m->fields, m->fields_len) && m->batch_stride <= BP_STRIDE_MAX;
+}
+
+/* Whether OPEN needs its BP_OPEN_RESUME trailer: a stride of 0 is taken as 1. */
+static bool open_resumes(const bp_msg_open *m)
+{
+	return m->start_sample != 0 || m->batch_stride > 1;
 }
 
 /*
@@ -408,6 +418,39 @@ int bp_msg_hello_ok_decode(const uint8_t *buf, size_t len, bp_msg_hello_ok *ret)
 
 /* ---- OPEN -------------------------------------------------------------- */
 
+bool bp_msg_open_why(const bp_msg_open *m, char *buf, size_t len)
+{
+	if (!batch_size_ok(m->batch_size))
+		snprintf(buf, len, "batch_size %u must be 1 .. %u", m->batch_size,
+			 PROTO_BATCH_SIZE_MAX);
+	else if (m->world < 1 || m->world > PROTO_WORLD_MAX || m->rank >= m->world)
+		snprintf(buf, len, "rank %u of world %u: world must be 1 .. %u and rank below it",
+			 m->rank, m->world, PROTO_WORLD_MAX);
+	else if (m->prefetch > PROTO_PREFETCH_MAX)
+		snprintf(buf, len, "prefetch %u is over %u", m->prefetch, PROTO_PREFETCH_MAX);
+	else if (m->window > PROTO_WINDOW_MAX)
+		snprintf(buf, len, "window %u is over %u", m->window, PROTO_WINDOW_MAX);
+	else if (!placement_ok(m->placement))
+		snprintf(buf, len, "placement %d is neither host (-1) nor a device 0 .. %d",
+			 m->placement, PROTO_PLACEMENT_MAX);
+	else if (m->shuffle > BP_SHUFFLE_BLOCK)
+		snprintf(buf, len, "shuffle %u is not none (0), global (1) or block (2)", m->shuffle);
+	else if (m->path_len < 1 || !string_ok(m->path, m->path_len, BP_PATH_MAX) ||
+		 !no_nul(m->path, m->path_len))
+		snprintf(buf, len, "dataset path of %u bytes must be 1 .. %u bytes without NUL",
+			 m->path_len, BP_PATH_MAX);
+	else if (!field_list_ok(m->fields, m->fields_len))
+		snprintf(buf, len, "field list \"%.*s\" is not comma-separated field names of "
+			 "[A-Za-z0-9_.-] (at most %u of at most %u bytes)",
+			 (int)(m->fields_len > 256 ? 256 : m->fields_len), m->fields ? m->fields : "",
+			 PROTO_FIELDS_MAX, PROTO_FIELD_NAME_MAX);
+	else if (m->batch_stride > BP_STRIDE_MAX)
+		snprintf(buf, len, "batch_stride %u must be 1 .. %u", m->batch_stride, BP_STRIDE_MAX);
+	else
+		return false;
+	return true;
+}
+
 int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 {
 	uint64_t len;
@@ -415,7 +458,8 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 
 	if (!m)
 		return -EINVAL;
-	len = (uint64_t)OPEN_PATH + m->path_len + (m->fields_len ? 4u + m->fields_len : 0);
+	len = (uint64_t)OPEN_PATH + m->path_len + (m->fields_len ? 4u + m->fields_len : 0) +
+	      (open_resumes(m) ? OPEN_RESUME_SIZE : 0);
 	r = begin(open_valid(m), buf, cap, len);
 	if (r < 0)
 		return r;
@@ -432,7 +476,8 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	buf[OPEN_SHUFFLE] = m->shuffle;
 	buf[OPEN_DROP_LAST] = m->drop_last ? 1 : 0;
 	put_le16(buf + OPEN_FLAGS, (uint16_t)((m->fields_len ? BP_OPEN_FIELDS : 0) |
-					      (m->keys ? BP_OPEN_KEYS : 0)));
+					      (m->keys ? BP_OPEN_KEYS : 0) |
+					      (open_resumes(m) ? BP_OPEN_RESUME : 0)));
 	memcpy(buf + OPEN_DEVICE_UUID, m->device_uuid, sizeof(m->device_uuid));
 	bp_put_le32(buf + OPEN_PATH_LEN, m->path_len);
 	if (m->fields_len) {
@@ -440,6 +485,12 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 		memcpy(buf + OPEN_FIELDS + m->fields_len, m->path, m->path_len);
 	} else {
 		memcpy(buf + OPEN_PATH, m->path, m->path_len);
+	}
+	if (open_resumes(m)) {
+		uint8_t *t = buf + len - OPEN_RESUME_SIZE;
+
+		bp_put_le64(t + OPEN_RESUME_SAMPLE, m->start_sample);
+		bp_put_le32(t + OPEN_RESUME_STRIDE, m->batch_stride ? m->batch_stride : 1);
 	}
 	return (int)len;
 }
@@ -456,7 +507,8 @@ int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
 		return -EBADMSG;
 	flags = le16(buf + OPEN_FLAGS);
 	/* A bool byte other than 0/1, or an unknown flag, would not re-encode to itself. */
-	if (buf[OPEN_DROP_LAST] > 1 || (flags & ~(BP_OPEN_FIELDS | BP_OPEN_KEYS)))
+	if (buf[OPEN_DROP_LAST] > 1 ||
+	    (flags & ~(BP_OPEN_FIELDS | BP_OPEN_KEYS | BP_OPEN_RESUME)))
 		return -EBADMSG;
 	m.path_len = bp_le32(buf + OPEN_PATH_LEN);
 	if (flags & BP_OPEN_FIELDS) {
@@ -468,6 +520,19 @@ int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
 		if (m.fields_len == 0)
 			return -EBADMSG;
 		path_at = (uint64_t)OPEN_FIELDS + m.fields_len;
+	}
+	m.batch_stride = 1;
+	if (flags & BP_OPEN_RESUME) {
+		const uint8_t *t = buf + len - OPEN_RESUME_SIZE;
+
+		if (len < OPEN_PATH + OPEN_RESUME_SIZE)
+			return -EBADMSG;
+		m.start_sample = bp_le64(t + OPEN_RESUME_SAMPLE);
+		m.batch_stride = bp_le32(t + OPEN_RESUME_STRIDE);
+		/* The encoder writes no trailer that says "0 and 1": it would not re-encode. */
+		if (m.batch_stride == 0 || !open_resumes(&m))
+			return -EBADMSG;
+		len -= OPEN_RESUME_SIZE;
 	}
 	/* len <= BP_MSG_MAX: neither sum wraps in 64 bits. */
 	if (path_at + m.path_len != len)

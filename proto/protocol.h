@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "schedule.h"   /* BP_STRIDE_MAX */
+
 #define BP_PROTO_MAGIC       0x31504442u  /* "BDP1" in file order */
 #define BP_PROTO_VERSION     1u           /* the only version so far */
 #define BP_PROTO_MIN_VERSION 1u
@@ -77,6 +79,7 @@ int bp_shuffle_parse(const char *name, enum bp_shuffle *ret);
 /* OPEN flags (the u16 at offset 66). */
 #define BP_OPEN_FIELDS 0x1u      /* a field list comes before the path */
 #define BP_OPEN_KEYS   0x2u      /* batches carry the samples' keys */
+#define BP_OPEN_RESUME 0x4u      /* start_sample and batch_stride follow the path */
 
 typedef struct bp_msg_header {
 	uint32_t magic;
@@ -127,6 +130,12 @@ typedef struct bp_msg_open {
 	uint32_t fields_len;         /* 0 .. BP_FIELD_LIST_MAX */
 	const char *path;            /* dataset, relative to a root or absolute */
 	uint32_t path_len;           /* 1 .. BP_PATH_MAX, no NUL bytes */
+	/*
+	 * Flags BP_OPEN_RESUME when start_sample > 0 or batch_stride > 1 (an
+	 * OPEN without them means 0 and 1, so an older peer is unaffected).
+	 */
+	uint64_t start_sample;       /* global positions of start_epoch all ranks consumed */
+	uint32_t batch_stride;       /* serve every batch_stride-th batch: 1 .. BP_STRIDE_MAX; 0 = 1 */
 } bp_msg_open;
 
 typedef struct bp_msg_ready {
@@ -176,6 +185,13 @@ int bp_msg_session_encode(uint16_t type, const bp_msg_session *m, uint8_t *buf, 
 int bp_msg_status_encode(uint8_t *buf, size_t cap);
 int bp_msg_metrics_encode(uint8_t *buf, size_t cap);
 int bp_msg_text_encode(uint16_t type, const bp_msg_text *m, uint8_t *buf, size_t cap);
+
+/*
+ * Why bp_msg_open_encode refuses m with -EINVAL: the first field out of
+ * range and what is allowed, written into buf. @return true when m is
+ * refused (buf written), false when it is valid (buf untouched).
+ */
+bool bp_msg_open_why(const bp_msg_open *m, char *buf, size_t len);
 
 /* Decoders: buf/len is the whole message (header included, already checked
  * by bp_msg_header_decode or not: they check it again). @return 0 or -EBADMSG. */

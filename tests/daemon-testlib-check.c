@@ -227,6 +227,8 @@ void dt_sampler_for(struct bd_sampler *sp, const dt_ref *ref, const bc_stream_op
 		.mode = (enum bp_shuffle)o->shuffle,
 		.chunk = 1,
 		.window = o->window,
+		.start_epoch = o->start_epoch,
+		.start_sample = o->start_sample,
 	};
 
 	ck_assert_int_eq(bd_sampler_init(sp, &cfg), 0);

@@ -84,9 +84,9 @@ static void expect_sampler_order(const dt_run *run, const dt_ref *ref, const bc_
 		if (ev->result != 0)
 			continue;
 		ck_assert_uint_le(ev->count, ARRAY_SIZE(ids));
-		expect(ev->count == bd_sampler_batch_len(&sp, ev->batch),
+		expect(ev->count == bd_sampler_epoch_batch_len(&sp, ev->epoch, ev->batch),
 		       "batch %" PRIu64 ": %u samples, the sampler says %u", ev->batch, ev->count,
-		       bd_sampler_batch_len(&sp, ev->batch));
+		       bd_sampler_epoch_batch_len(&sp, ev->epoch, ev->batch));
 		bd_sampler_batch(&sp, ev->epoch, ev->batch, ids);
 		for (uint32_t i = 0; i < ev->count; i++)
 			expect(run->ids[ev->first + i] == ids[i],
@@ -167,7 +167,7 @@ static void check_partition(bc_client *c, dt_ref *ref, const char *name, uint32_
 	const uint64_t n = DSET_SAMPLES;
 	uint64_t per = drop ? n / world : (n + world - 1) / world;
 	uint64_t nb = drop ? per / B : (per + B - 1) / B;
-	uint64_t *pos = calloc(world * per, sizeof(*pos));   /* rank-order positions */
+	uint64_t *pos = calloc(world * per, sizeof(*pos));   /* by global epoch position */
 	uint32_t *seen = calloc(n, sizeof(*seen));
 	size_t delivered = 0;
 	char what[160];
@@ -205,8 +205,11 @@ static void check_partition(bc_client *c, dt_ref *ref, const char *name, uint32_
 		}
 		expect_sampler_order(&run, ref, &o);
 		for (size_t i = 0; i < run.nids; i++) {
+			/* Striped: step k deals B*world positions, rank r the r-th run of len. */
+			uint64_t k = i / B, len = drop || k + 1 < nb ? B : per - (nb - 1) * B;
+
 			expect(run.ids[i] < n, "%s: id %" PRIu64 " out of range", what, run.ids[i]);
-			pos[rank * per + i] = run.ids[i];
+			pos[k * B * world + rank * len + i % B] = run.ids[i];
 			seen[run.ids[i]]++;
 		}
 		delivered += run.nids;
@@ -240,7 +243,7 @@ static void check_partition(bc_client *c, dt_ref *ref, const char *name, uint32_
 	}
 	if (mode == BC_SHUFFLE_NONE)
 		for (uint64_t p = 0; p < n && p < world * per; p++)
-			if (!drop || p % per < nb * B)
+			if (!drop || p < nb * B * world)
 				expect(pos[p] == p, "%s: position %" PRIu64 " holds id %" PRIu64, what,
 				       p, pos[p]);
 	free(pos);

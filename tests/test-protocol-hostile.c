@@ -306,6 +306,63 @@ START_TEST(test_encode_einval)
 }
 END_TEST
 
+/*
+ * The resume trailer: a stride of 0 or over 4096, a trailer that says
+ * "0 and 1", the flag without the bytes, or the bytes without the flag,
+ * are all refused; the encoder refuses a stride over 4096.
+ */
+START_TEST(test_open_resume_hostile)
+{
+	bp_msg_open open = prt_sample_open(), got;
+	uint8_t keep[BP_MSG_MAX];
+	int n;
+
+	open.start_sample = 1000;
+	open.batch_stride = 2;
+	n = bp_msg_open_encode(&open, prt_msg, sizeof(prt_msg));
+	ck_assert_int_gt(n, 0);
+	memcpy(keep, prt_msg, (size_t)n);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+
+	/* Stride 0 and 4097 on the wire. */
+	prt_wr(prt_msg + n - 4, 4, 0);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	prt_wr(prt_msg + n - 4, 4, BP_STRIDE_MAX + 1);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	prt_wr(prt_msg + n - 4, 4, UINT32_MAX);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	/* A trailer of start_sample 0 and stride 1 would not re-encode to itself. */
+	prt_wr(prt_msg + n - 4, 4, 1);
+	prt_wr(prt_msg + n - 12, 8, 0);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+
+	/* The flag cleared: the trailer is 12 bytes the path length does not account for. */
+	memcpy(prt_msg, keep, (size_t)n);
+	prt_wr(prt_msg + OPEN_RESERVED, 2, 0);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	/* The flag on an OPEN without the bytes (the length cut by 12). */
+	memcpy(prt_msg, keep, (size_t)n);
+	prt_wr(prt_msg + HDR_LENGTH, 4, (uint64_t)n - 12);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n - 12, &got), -EBADMSG);
+	/* The path length grown over the trailer. */
+	memcpy(prt_msg, keep, (size_t)n);
+	prt_wr(prt_msg + OPEN_PATH_LEN, 4, open.path_len + 12);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+
+	/* The encoder: over the limit is -EINVAL, and bp_msg_open_why says why. */
+	{
+		char why[128] = "";
+
+		open.batch_stride = BP_STRIDE_MAX + 1;
+		ck_assert_int_eq(bp_msg_open_encode(&open, prt_msg, sizeof(prt_msg)), -EINVAL);
+		ck_assert(bp_msg_open_why(&open, why, sizeof(why)));
+		ck_assert_str_eq(why, "batch_stride 4097 must be 1 .. 4096");
+		open.batch_stride = BP_STRIDE_MAX;
+		ck_assert(!bp_msg_open_why(&open, why, sizeof(why)));
+	}
+}
+END_TEST
+
 START_TEST(test_decode_type_argument)
 {
 	bp_msg_session s;
@@ -341,6 +398,7 @@ static Suite *hostile_suite(void)
 	tc = tcase_create("encoder_errors");
 	tcase_add_loop_test(tc, test_encode_enospc, 0, TYPE_COUNT);
 	tcase_add_test(tc, test_encode_einval);
+	tcase_add_test(tc, test_open_resume_hostile);
 	tcase_add_test(tc, test_decode_type_argument);
 	suite_add_tcase(s, tc);
 	return s;

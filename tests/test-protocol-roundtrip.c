@@ -176,6 +176,71 @@ START_TEST(test_open_roundtrip)
 }
 END_TEST
 
+/*
+ * The resume trailer (flags bit 2): 12 bytes after the path, with a field
+ * list too; absent, start_sample 0 and batch_stride 1; a stride of 0 in the
+ * struct means 1 and writes no trailer.
+ */
+START_TEST(test_open_resume_roundtrip)
+{
+	bp_msg_open m = prt_sample_open(), got;
+	int n;
+
+	m.start_sample = UINT64_C(0x0102030405060708);
+	m.batch_stride = 3;
+	n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+	ck_assert_int_eq(n, OPEN_PATH + (int)m.path_len + 12);
+	ck_assert_uint_eq(prt_rd(prt_msg + OPEN_RESERVED, 2), 4);
+	ck_assert_mem_eq(prt_msg + OPEN_PATH, SAMPLE_PATH, m.path_len);
+	ck_assert_uint_eq(prt_rd(prt_msg + n - 12, 8), UINT64_C(0x0102030405060708));
+	ck_assert_uint_eq(prt_msg[n - 12], 0x08); /* little-endian */
+	ck_assert_uint_eq(prt_rd(prt_msg + n - 4, 4), 3);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+	ck_assert_uint_eq(got.start_sample, UINT64_C(0x0102030405060708));
+	ck_assert_uint_eq(got.batch_stride, 3);
+	ck_assert_uint_eq(got.path_len, m.path_len);
+	ck_assert_ptr_eq(got.path, (const char *)prt_msg + OPEN_PATH);
+	ck_assert_uint_eq(got.start_batch, 77);
+
+	/* Only a stride, at its limit, behind a field list and keys. */
+	m.start_sample = 0;
+	m.batch_stride = BP_STRIDE_MAX;
+	m.fields = "img,label";
+	m.fields_len = 9;
+	m.keys = true;
+	n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+	ck_assert_int_eq(n, OPEN_PATH + 4 + 9 + (int)m.path_len + 12);
+	ck_assert_uint_eq(prt_rd(prt_msg + OPEN_RESERVED, 2), 1 | 2 | 4);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+	ck_assert_uint_eq(got.start_sample, 0);
+	ck_assert_uint_eq(got.batch_stride, 4096);
+	ck_assert_uint_eq(got.fields_len, 9);
+	ck_assert_mem_eq(got.fields, "img,label", 9);
+	ck_assert_mem_eq(got.path, SAMPLE_PATH, got.path_len);
+	ck_assert_ptr_eq(got.path, (const char *)prt_msg + n - 12 - (int)m.path_len);
+
+	/* Only a start_sample: UINT64_MAX travels (the daemon judges it). */
+	m = prt_sample_open();
+	m.start_sample = UINT64_MAX;
+	n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+	ck_assert_uint_eq(got.start_sample, UINT64_MAX);
+	ck_assert_uint_eq(got.batch_stride, 1);
+
+	/* Neither: the OPEN of before, byte for byte; stride 0 and 1 alike. */
+	for (uint32_t stride = 0; stride < 2; stride++) {
+		m = prt_sample_open();
+		m.batch_stride = stride;
+		n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+		ck_assert_int_eq(n, OPEN_PATH + (int)m.path_len);
+		ck_assert_uint_eq(prt_rd(prt_msg + OPEN_RESERVED, 2), 0);
+		ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+		ck_assert_uint_eq(got.start_sample, 0);
+		ck_assert_uint_eq(got.batch_stride, 1);
+	}
+}
+END_TEST
+
 START_TEST(test_ready_roundtrip)
 {
 	bp_msg_ready m = prt_sample_ready(), got;
@@ -337,6 +402,7 @@ static Suite *roundtrip_suite(void)
 	tcase_add_test(tc, test_hello_roundtrip);
 	tcase_add_test(tc, test_hello_ok_roundtrip);
 	tcase_add_test(tc, test_open_roundtrip);
+	tcase_add_test(tc, test_open_resume_roundtrip);
 	tcase_add_test(tc, test_ready_roundtrip);
 	tcase_add_test(tc, test_error_roundtrip);
 	tcase_add_test(tc, test_session_roundtrip);

@@ -66,6 +66,17 @@ static void init_ok(bd_sampler *s, const bd_sampler_cfg *c)
 		      c->samples, (int)c->mode, c->world, c->rank, c->batch_size, r);
 }
 
+/*
+ * The striped rule, written out independently of proto/schedule.c: sample
+ * i of rank r's batch b (len samples; every batch before it held B of each
+ * rank's) of an epoch that starts at global position S.
+ */
+static uint64_t striped(uint64_t S, uint64_t b, uint32_t B, uint32_t world, uint32_t r,
+			uint32_t len, uint32_t i)
+{
+	return S + b * B * (uint64_t)world + (uint64_t)r * len + i;
+}
+
 /* A small deterministic generator for picking test positions. */
 static uint64_t t_next(uint64_t *x)
 {
@@ -182,7 +193,7 @@ static void check_split(uint64_t n, enum bp_shuffle mode, uint32_t world, uint32
 			ck_assert_uint_eq(len, want);
 			bd_sampler_batch(&s, epoch, b, ids);
 			for (uint32_t i = 0; i < len; i++) {
-				uint64_t pos = r * per_rank + b * B + i;
+				uint64_t pos = striped(0, b, B, world, r, len, i);
 
 				expect(ids[i] < n, "id %" PRIu64 " >= n", ids[i]);
 				/* Positions past the end wrap to the epoch's first samples. */
@@ -247,18 +258,26 @@ START_TEST(test_padding_wraps)
 	c.rank = 2;
 	c.batch_size = 3;
 	init_ok(&s, &c);
-	/* per_rank = 4: rank 2 holds positions 8, 9, 10 -> 0, 11 -> 1. */
+	/*
+	 * per_rank = 4, striped: step 0 deals positions 0-2, 3-5, 6-8 to ranks
+	 * 0, 1, 2; the final step (1 sample each) 9, 10 -> 0, 11 -> 1.
+	 */
 	ck_assert_uint_eq(bd_sampler_samples_per_rank(&s), 4);
 	ck_assert_uint_eq(bd_sampler_batches_per_epoch(&s), 2);
 	ck_assert_uint_eq(bd_sampler_batch_len(&s, 0), 3);
 	ck_assert_uint_eq(bd_sampler_batch_len(&s, 1), 1);
 	bd_sampler_batch(&s, 1, 0, ids);
-	ck_assert_uint_eq(ids[0], bd_sampler_order(&s, 1, 8));
-	ck_assert_uint_eq(ids[1], bd_sampler_order(&s, 1, 9));
-	ck_assert_uint_eq(ids[2], bd_sampler_order(&s, 1, 0));
+	ck_assert_uint_eq(ids[0], bd_sampler_order(&s, 1, 6));
+	ck_assert_uint_eq(ids[1], bd_sampler_order(&s, 1, 7));
+	ck_assert_uint_eq(ids[2], bd_sampler_order(&s, 1, 8));
 	bd_sampler_batch(&s, 1, 1, ids);
 	ck_assert_uint_eq(ids[0], bd_sampler_order(&s, 1, 1));
 	ck_assert_uint_eq(bd_sampler_order(&s, 1, 11), bd_sampler_order(&s, 1, 1));
+	c.rank = 1;
+	init_ok(&s, &c);
+	bd_sampler_batch(&s, 1, 1, ids);
+	ck_assert_uint_eq(ids[0], bd_sampler_order(&s, 1, 0));
+	ck_assert_uint_eq(bd_sampler_order(&s, 1, 10), bd_sampler_order(&s, 1, 0));
 
 	/* world > n: one sample, eight ranks, each gets it once. */
 	c = cfg_of(1, BP_SHUFFLE_GLOBAL, 7);
@@ -474,10 +493,10 @@ START_TEST(test_none_identity)
 	c.rank = 1;
 	c.batch_size = 64;
 	init_ok(&s, &c);
-	/* per_rank 334, rank 1 starts at position 334. */
+	/* Striped: rank 1's batch 2 starts at 2 steps of 3 * 64 plus rank 0's 64. */
 	bd_sampler_batch(&s, 17, 2, ids);
 	for (uint64_t i = 0; i < 64; i++)
-		ck_assert_uint_eq(ids[i], 334 + 128 + i);
+		ck_assert_uint_eq(ids[i], 2 * 3 * 64 + 64 + i);
 }
 END_TEST
 
@@ -505,11 +524,14 @@ START_TEST(test_resume)
 	init_ok(&s, &c);
 	nb = bd_sampler_batches_per_epoch(&s);
 	for (uint64_t e = 0; e < 3; e++) {
-		uint64_t pos = 2 * bd_sampler_samples_per_rank(&s), k = 0;
+		uint64_t k = 0;
 
-		for (uint64_t b = 0; b < nb; b++)
-			for (uint32_t i = 0; i < bd_sampler_batch_len(&s, b); i++, k++)
-				stream[e][k] = bd_sampler_order(&s, e, pos++);
+		for (uint64_t b = 0; b < nb; b++) {
+			uint32_t len = bd_sampler_batch_len(&s, b);
+
+			for (uint32_t i = 0; i < len; i++, k++)
+				stream[e][k] = bd_sampler_order(&s, e, striped(0, b, 16, 3, 2, len, i));
+		}
 		ck_assert_uint_eq(k, bd_sampler_samples_per_rank(&s));
 	}
 
@@ -527,6 +549,248 @@ START_TEST(test_resume)
 	ids[0] = 12345;
 	bd_sampler_batch(&fresh, 0, nb, ids);
 	ck_assert_uint_eq(ids[0], 12345);
+}
+END_TEST
+
+/* ---- striping and elastic resume ------------------------------------------ */
+
+/* The ids of (epoch, batch) for cfg c at rank r; @return the batch's length. */
+static uint32_t batch_of(bd_sampler_cfg c, uint32_t r, uint64_t epoch, uint64_t batch,
+			 uint64_t *ids)
+{
+	bd_sampler s;
+
+	c.rank = r;
+	init_ok(&s, &c);
+	bd_sampler_batch(&s, epoch, batch, ids);
+	return bd_sampler_epoch_batch_len(&s, epoch, batch);
+}
+
+/* Unshuffled, ids are positions: the striped rule by explicit example (n = 10, world 3). */
+START_TEST(test_striped_positions)
+{
+	static const struct {
+		uint32_t B;
+		bool drop;
+		uint64_t start;
+		uint64_t batches;
+		uint32_t last;           /* the final batch's length */
+		uint64_t want[3][2][3];  /* [rank][batch][i] */
+	} cases[] = {
+		/* per_rank 4: one full step, then a final step of 1 with the wrap 10 -> 0, 11 -> 1. */
+		{ 3, false, 0, 2, 1, { { { 0, 1, 2 }, { 9 } }, { { 3, 4, 5 }, { 0 } },
+				    { { 6, 7, 8 }, { 1 } } } },
+		/* drop_last: per_rank 3, one step, position 9 dropped. */
+		{ 3, true, 0, 1, 3, { { { 0, 1, 2 } }, { { 3, 4, 5 } }, { { 6, 7, 8 } } } },
+		/* From 4: 6 left, per_rank 2, one final batch of 2 each. */
+		{ 3, false, 4, 1, 2, { { { 4, 5 } }, { { 6, 7 } }, { { 8, 9 } } } },
+		/* From 5, batch 1: 5 left, per_rank 2; the tail wraps 10 -> 0. */
+		{ 1, false, 5, 2, 1, { { { 5 }, { 8 } }, { { 6 }, { 9 } }, { { 7 }, { 0 } } } },
+		/* From 5 with drop_last: per_rank 1; 8 and 9 dropped. */
+		{ 1, true, 5, 1, 1, { { { 5 } }, { { 6 } }, { { 7 } } } },
+	};
+
+	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+		bd_sampler_cfg c = cfg_of(10, BP_SHUFFLE_NONE, 1);
+		uint64_t ids[3];
+
+		c.world = 3;
+		c.batch_size = cases[k].B;
+		c.drop_last = cases[k].drop;
+		c.start_epoch = 4;
+		c.start_sample = cases[k].start;
+		for (uint32_t r = 0; r < 3; r++) {
+			bd_sampler s;
+
+			c.rank = r;
+			init_ok(&s, &c);
+			ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 4), cases[k].batches);
+			for (uint64_t b = 0; b < cases[k].batches; b++) {
+				uint32_t len = bd_sampler_epoch_batch_len(&s, 4, b);
+
+				ck_assert_uint_eq(len, b + 1 < cases[k].batches ? cases[k].B
+							       : cases[k].last);
+				bd_sampler_batch(&s, 4, b, ids);
+				for (uint32_t i = 0; i < len; i++)
+					ck_assert_msg(ids[i] == cases[k].want[r][b][i], "case %zu rank %u "
+						      "batch %" PRIu64 " [%u]: %" PRIu64 " != %" PRIu64, k,
+						      r, b, i, ids[i], cases[k].want[r][b][i]);
+			}
+			/* Epoch 5 starts at 0 again: rank r's first batch begins at r * B. */
+			bd_sampler_batch(&s, 5, 0, ids);
+			ck_assert_uint_eq(ids[0], (uint64_t)r * cases[k].B);
+		}
+	}
+}
+END_TEST
+
+/* g counts batches from (start_epoch, 0); a start epoch of none starts with the next. */
+START_TEST(test_locate)
+{
+	bd_sampler_cfg c = cfg_of(10, BP_SHUFFLE_GLOBAL, 1);
+	uint64_t e, b;
+	bd_sampler s;
+
+	c.world = 3;
+	c.batch_size = 1;
+	c.start_epoch = 7;
+	c.start_sample = 5;      /* 2 batches, then 4 a full epoch */
+	init_ok(&s, &c);
+	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 7), 2);
+	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 8), 4);
+	bd_sampler_locate(&s, 1, &e, &b);
+	ck_assert(e == 7 && b == 1);
+	bd_sampler_locate(&s, 2, &e, &b);
+	ck_assert(e == 8 && b == 0);
+	bd_sampler_locate(&s, 2 + 4 * 3 + 3, &e, &b);
+	ck_assert(e == 11 && b == 3);
+
+	c.drop_last = true;
+	c.start_sample = 8;      /* 2 left for 3 ranks: no batch in epoch 7 */
+	init_ok(&s, &c);
+	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 7), 0);
+	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 8), 3);
+	bd_sampler_locate(&s, 0, &e, &b);
+	ck_assert(e == 8 && b == 0);
+	bd_sampler_locate(&s, 4, &e, &b);
+	ck_assert(e == 9 && b == 1);
+}
+END_TEST
+
+/* Resuming with S + k*B*W at the same world and batch is continuing, batch for batch. */
+START_TEST(test_same_world_resume)
+{
+	enum bp_shuffle mode = all_modes[_i];
+	const uint64_t ks[] = { 1, 7, 20 };
+	uint64_t a[16], b[16];
+
+	for (int drop = 0; drop < 2; drop++)
+		for (size_t x = 0; x < ARRAY_SIZE(ks); x++)
+			for (uint32_t r = 0; r < 3; r++) {
+				bd_sampler_cfg c = cfg_of(1003, mode, 5);
+				bd_sampler whole, rest;
+
+				c.world = 3, c.rank = r, c.batch_size = 16, c.drop_last = drop;
+				c.start_epoch = 2;
+				init_ok(&whole, &c);
+				c.start_sample = ks[x] * 16 * 3;
+				init_ok(&rest, &c);
+				ck_assert_uint_eq(bd_sampler_epoch_batches(&rest, 2) + ks[x],
+						  bd_sampler_epoch_batches(&whole, 2));
+				for (uint64_t j = 0; j < bd_sampler_epoch_batches(&rest, 2); j++) {
+					uint32_t len = bd_sampler_epoch_batch_len(&rest, 2, j);
+
+					ck_assert_uint_eq(len, bd_sampler_epoch_batch_len(&whole, 2,
+											  ks[x] + j));
+					bd_sampler_batch(&rest, 2, j, a);
+					bd_sampler_batch(&whole, 2, ks[x] + j, b);
+					for (uint32_t i = 0; i < len; i++)
+						expect_eq(a[i], b[i]);
+				}
+				/* And the epochs after are the same. */
+				for (uint64_t j = 0; j < bd_sampler_batches_per_epoch(&rest); j++) {
+					bd_sampler_batch(&rest, 3, j, a);
+					bd_sampler_batch(&whole, 3, j, b);
+					for (uint32_t i = 0; i < bd_sampler_batch_len(&rest, j); i++)
+						expect_eq(a[i], b[i]);
+				}
+			}
+}
+END_TEST
+
+/* World w1 (batch b1) for k steps, then world w2 (batch b2) from there. */
+typedef struct elastic {
+	uint32_t w1, b1, w2, b2;
+} elastic;
+
+static const elastic elastic_cases[] = {
+	{ 2, 12, 3, 8 },     /* b2 = b1 * w1 / w2 */
+	{ 4, 6, 1, 24 },
+	{ 3, 8, 8, 3 },      /* 24 / 8 */
+	{ 2, 12, 3, 5 },     /* another b2 */
+};
+
+/*
+ * Count every id the old part (k steps of w1) and the new part (the rest
+ * of the epoch at w2 from S = k*b1*w1) deal, then check: without
+ * drop_last every id once plus exactly the padding (the ids at positions
+ * p - n for the positions p >= n the new part ends at), with drop_last at
+ * most once and exactly the kept count. The epoch after equals a fresh
+ * w2 run's.
+ */
+static void check_elastic(enum bp_shuffle mode, const elastic *x, bool drop, uint64_t k)
+{
+	const uint64_t n = 1003, epoch = 6;
+	uint64_t S = k * x->b1 * x->w1, total = 0, rem = n - S, ids[64], ref[64];
+	uint64_t per = drop ? rem / x->w2 : (rem + x->w2 - 1) / x->w2;
+	uint32_t *count = calloc(n, sizeof(*count));
+	bd_sampler_cfg c = cfg_of(n, mode, 99);
+	bd_sampler s, fresh;
+
+	ck_assert_ptr_nonnull(count);
+	c.chunk = 7, c.window = 3, c.drop_last = drop, c.start_epoch = epoch;
+	c.world = x->w1, c.batch_size = x->b1;
+	for (uint32_t r = 0; r < x->w1; r++)
+		for (uint64_t j = 0; j < k; j++) {
+			ck_assert_uint_eq(batch_of(c, r, epoch, j, ids), x->b1);
+			for (uint32_t i = 0; i < x->b1; i++, total++)
+				count[ids[i]]++;
+		}
+	c.world = x->w2, c.batch_size = x->b2, c.start_sample = S;
+	for (uint32_t r = 0; r < x->w2; r++) {
+		c.rank = r;
+		init_ok(&s, &c);
+		for (uint64_t j = 0; j < bd_sampler_epoch_batches(&s, epoch); j++) {
+			uint32_t len = batch_of(c, r, epoch, j, ids);
+
+			for (uint32_t i = 0; i < len; i++, total++)
+				count[ids[i]]++;
+		}
+		/* The epoch after is a fresh w2 run's. */
+		c.start_sample = 0;
+		init_ok(&fresh, &c);
+		c.start_sample = S;
+		for (uint64_t j = 0; j < bd_sampler_batches_per_epoch(&fresh); j++) {
+			uint32_t len = bd_sampler_epoch_batch_len(&s, epoch + 1, j);
+
+			ck_assert_uint_eq(len, bd_sampler_batch_len(&fresh, j));
+			bd_sampler_batch(&s, epoch + 1, j, ids);
+			bd_sampler_batch(&fresh, epoch + 1, j, ref);
+			for (uint32_t i = 0; i < len; i++)
+				expect_eq(ids[i], ref[i]);
+		}
+	}
+	if (drop) {
+		uint64_t kept = (per / x->b2) * x->b2 * x->w2;
+
+		expect_eq(total, S + kept);
+		for (uint64_t id = 0; id < n; id++)
+			expect(count[id] <= 1, "mode %d %u->%u k %" PRIu64 ": id %" PRIu64 " %u times",
+			       (int)mode, x->w1, x->w2, k, id, count[id]);
+	} else {
+		uint64_t end = S + per * x->w2;
+
+		expect_eq(total, end);
+		/* The padding: positions n .. end-1 hold the ids at 0 .. end-n-1. */
+		for (uint64_t p = n; p < end; p++)
+			count[bd_sampler_order(&s, epoch, p - n)]--;
+		for (uint64_t id = 0; id < n; id++)
+			expect(count[id] == 1, "mode %d %u->%u k %" PRIu64 ": id %" PRIu64 " %u times "
+			       "(padding aside)", (int)mode, x->w1, x->w2, k, id, count[id]);
+	}
+	free(count);
+}
+
+START_TEST(test_elastic_resume)
+{
+	enum bp_shuffle mode = all_modes[_i % 3];
+	const elastic *x = &elastic_cases[_i / 3];
+	uint64_t steps = 1003 / x->w1 / x->b1;   /* full steps of the drop_last schedule */
+	const uint64_t ks[] = { 1, steps / 3, steps / 2, steps - 1 };
+
+	for (int drop = 0; drop < 2; drop++)
+		for (size_t i = 0; i < ARRAY_SIZE(ks); i++)
+			check_elastic(mode, x, drop, ks[i]);
 }
 END_TEST
 
@@ -598,13 +862,16 @@ START_TEST(test_huge_ranks)
 		ck_assert_uint_eq(len, per_rank - (nb - 1) * 1000);
 		bd_sampler_batch(&s, 0, nb - 1, ids);
 		for (uint32_t i = 0; i < len; i++) {
-			uint64_t pos = r * per_rank + (nb - 1) * 1000 + i;
+			uint64_t pos = striped(0, nb - 1, 1000, 7, r, len, i);
 
 			expect(ids[i] < n, "id %" PRIu64 " >= n", ids[i]);
 			expect_eq(ids[i], bd_sampler_order(&s, 0, pos % n));
 		}
 		if (r == 6) {
-			/* 7 * per_rank - n = 6 padded positions: the epoch's first. */
+			/*
+			 * 7 * per_rank - n = 6 padded positions, the final step's
+			 * last: the epoch's first.
+			 */
 			ck_assert_uint_eq(ids[len - 1], bd_sampler_order(&s, 0, 5));
 		}
 	}
@@ -713,6 +980,8 @@ START_TEST(test_invalid)
 	c = good; c.samples = UINT64_MAX;              ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
 	c = good; c.chunk = 0;                         ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
 	c = good; c.mode = (enum bp_shuffle)3;              ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
+	c = good; c.start_sample = 100;                ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
+	c = good; c.start_sample = UINT64_MAX;         ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
 	/* EINVAL wins over ERANGE. */
 	c = good; c.world = 0; c.drop_last = true; c.batch_size = 1000;
 	ck_assert_int_eq(bd_sampler_init(&s, &c), -EINVAL);
@@ -738,6 +1007,14 @@ START_TEST(test_invalid)
 	ck_assert_int_eq(bd_sampler_init(&s, &c), 0);
 	c = good; c.samples = BD_SAMPLER_MAX_SAMPLES;
 	ck_assert_int_eq(bd_sampler_init(&s, &c), 0);
+	/* The last position is a fine start; drop_last may leave it no batch (not -ERANGE). */
+	c = good; c.start_sample = 99;
+	ck_assert_int_eq(bd_sampler_init(&s, &c), 0);
+	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 0), 1);
+	c = good; c.start_sample = 99; c.drop_last = true; c.world = 2;
+	ck_assert_int_eq(bd_sampler_init(&s, &c), 0);
+	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 0), 0);
+	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 1), 50);
 }
 END_TEST
 
@@ -753,6 +1030,13 @@ static Suite *sampler_suite(void)
 	tc = tcase_create("ranks_exactly_once");
 	tcase_add_loop_test(tc, test_ranks_exactly_once, 0, ARRAY_SIZE(all_modes));
 	tcase_add_test(tc, test_padding_wraps);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("striped");
+	tcase_add_test(tc, test_striped_positions);
+	tcase_add_test(tc, test_locate);
+	tcase_add_loop_test(tc, test_same_world_resume, 0, ARRAY_SIZE(all_modes));
+	tcase_add_loop_test(tc, test_elastic_resume, 0, ARRAY_SIZE(elastic_cases) * 3);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("equal_batches");

@@ -7,9 +7,9 @@
  *   batchctl [-s SOCKET] top [--interval-ms MS] [--count N]
  *   batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]
  *            [--shuffle none|global|block] [--seed S] [--rank R --world W]
- *            [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]
- *            [--step-ms T] [--step-cpu-ms T] [--print-samples] [--device N] [--json]
- *            [--fields NAME,...] [--keys]
+ *            [--drop-last] [--start-epoch E --start-batch B] [--start-sample S]
+ *            [--batch-stride N] [--prefetch P] [--step-ms T] [--step-cpu-ms T]
+ *            [--print-samples] [--device N] [--json] [--fields NAME,...] [--keys]
  *
  * `consume` (batchctl_consume.c) is a real client through libbatchclient:
  * it takes batches, optionally "trains" for T ms on each, and measures how
@@ -45,9 +45,14 @@ static const char usage_text[] =
 	"       batchctl [-s SOCKET] top [--interval-ms MS] [--count N]\n"
 	"       batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]\n"
 	"                [--shuffle none|global|block] [--seed S] [--rank R --world W]\n"
-	"                [--drop-last] [--start-epoch E --start-batch B] [--prefetch P]\n"
+	"                [--drop-last] [--start-epoch E --start-batch B] [--start-sample S]\n"
+	"                [--batch-stride N] [--prefetch P]\n"
 	"                [--step-ms T] [--step-cpu-ms T] [--print-samples] [--device N] [--json]\n"
-	"                [--fields NAME,...] [--keys]\n";
+	"                [--fields NAME,...] [--keys]\n"
+	"  consume --start-sample S: resume --start-epoch after the S samples that all ranks\n"
+	"          consumed (ranks stripe the epoch, so any --world may resume there)\n"
+	"  consume --batch-stride N: take every N-th batch from --start-batch (1 .. 4096; N\n"
+	"          consumers with --start-batch 0 .. N-1 share a rank's batches)\n";
 
 int batchctl_connect(const char *sock, bc_client **c)
 {

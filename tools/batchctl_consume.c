@@ -50,7 +50,7 @@ typedef struct consume_run {
 
 enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
        O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE, O_STEP_CPU, O_FIELDS,
-       O_KEYS };
+       O_KEYS, O_SSAMPLE, O_STRIDE };
 
 static const struct option consume_options[] = {
 	{ "batch-size", required_argument, NULL, O_BATCH },
@@ -72,6 +72,8 @@ static const struct option consume_options[] = {
 	{ "step-cpu-ms", required_argument, NULL, O_STEP_CPU },
 	{ "fields", required_argument, NULL, O_FIELDS },
 	{ "keys", no_argument, NULL, O_KEYS },
+	{ "start-sample", required_argument, NULL, O_SSAMPLE },
+	{ "batch-stride", required_argument, NULL, O_STRIDE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -91,6 +93,9 @@ static int consume_number(consume_opts *co, int ch, const char *arg)
 	case O_WORLD: o->world = (uint32_t)v; break;
 	case O_SEPOCH: o->start_epoch = v; break;
 	case O_SBATCH: o->start_batch = v; break;
+	case O_SSAMPLE: o->start_sample = v; break;
+	/* Over 4096 is bc_open's to refuse, with the range in its message. */
+	case O_STRIDE: o->batch_stride = v > UINT32_MAX ? 0 : (uint32_t)v; break;
 	case O_PREFETCH: o->prefetch = (uint32_t)v; break;
 	case O_WINDOW: o->window = (uint32_t)v; break;
 	case O_STEP:

@@ -287,7 +287,9 @@ static void check_batch(session *ss, const bc_batch *b)
 			continue;
 		}
 		if (ss->o.shuffle == BC_SHUFFLE_NONE) {
-			uint64_t pos = ss->o.rank * ss->p.per_rank + index * ss->o.batch_size + i;
+			/* Striped: each step deals batch_size * world positions, rank r the r-th run. */
+			uint64_t pos = index * ss->o.batch_size * (uint64_t)ss->o.world +
+				       (uint64_t)ss->o.rank * want + i;
 
 			if (id != pos % rf->samples)
 				count_error("%s: unshuffled batch (%" PRIu64 ", %" PRIu64 ") sample %u is id %"

@@ -83,8 +83,13 @@ static int decode_and_recode(uint16_t type, const uint8_t *data, size_t size, ui
 		bp_msg_open m;
 		r = bp_msg_open_decode(data, size, &m);
 		if (r == 0) {
-			check_string(data, size, m.path, m.path_len, type);
-			require(m.path_len >= 1 && m.rank < m.world, "OPEN out of range", type,
+			/* The resume trailer, when its flag is set, follows the path. */
+			size_t trailer = m.start_sample || m.batch_stride > 1 ? 12 : 0;
+
+			require(size >= trailer, "OPEN shorter than its trailer", type, size);
+			check_string(data, size - trailer, m.path, m.path_len, type);
+			require(m.path_len >= 1 && m.rank < m.world && m.batch_stride >= 1 &&
+				m.batch_stride <= BP_STRIDE_MAX, "OPEN out of range", type,
 				m.path_len);
 			n = bp_msg_open_encode(&m, out, BP_MSG_MAX);
 		}

@@ -105,6 +105,14 @@ int main(int argc, char **argv)
 				    .path = "imagefolder.bpk", .path_len = 15 };
 	put_encoded("open-fields.bin", bp_msg_open_encode(&open_fields, buf, sizeof(buf)), buf);
 
+	/* Elastic resume: the trailer after the path, behind a field list. */
+	bp_msg_open open_resume = { .seed = 13, .start_epoch = 2, .start_batch = 1,
+				    .batch_size = 32, .rank = 2, .world = 3,
+				    .placement = BP_PLACEMENT_HOST, .shuffle = BP_SHUFFLE_BLOCK,
+				    .fields = "label", .fields_len = 5, .path = "shards",
+				    .path_len = 6, .start_sample = 960, .batch_stride = 4 };
+	put_encoded("open-resume.bin", bp_msg_open_encode(&open_resume, buf, sizeof(buf)), buf);
+
 	bp_msg_ready ready = { .session = 42, .fingerprint = 0xfeedfacecafebeefu,
 			       .samples = 1281167, .batches_per_epoch = 625,
 			       .data_size = bp_ring_arena_offset(8) + (1u << 20),
