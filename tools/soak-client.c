@@ -240,13 +240,18 @@ static void epoch_begin(session *ss, uint64_t epoch, bool from_start)
 	}
 }
 
-/* Check one batch against the plan and the pack. */
+/*
+ * Check one batch against the plan and the pack. Unshuffled, ids are the
+ * striped positions: each step deals batch_size * world of them, rank r
+ * the r-th run of the batch's length.
+ */
 static void check_batch(session *ss, const bc_batch *b)
 {
 	const ref *rf = ss->rf;
 	uint64_t epoch = bc_batch_epoch(b), index = bc_batch_index(b);
 	uint32_t count = bc_batch_count(b);
 	uint32_t want = index + 1 == ss->p.batches ? ss->p.last_len : ss->o.batch_size;
+	uint64_t first = index * ss->o.batch_size * ss->o.world + (uint64_t)ss->o.rank * want;
 	const uint8_t *base, *expect;
 	size_t total, off = 0;
 
@@ -286,16 +291,10 @@ static void check_batch(session *ss, const bc_batch *b)
 			      id, rf->samples);
 			continue;
 		}
-		if (ss->o.shuffle == BC_SHUFFLE_NONE) {
-			/* Striped: each step deals batch_size * world positions, rank r the r-th run. */
-			uint64_t pos = index * ss->o.batch_size * (uint64_t)ss->o.world +
-				       (uint64_t)ss->o.rank * want + i;
-
-			if (id != pos % rf->samples)
-				count_error("%s: unshuffled batch (%" PRIu64 ", %" PRIu64 ") sample %u is id %"
-				      PRIu64 ", expected %" PRIu64, ss->desc, epoch, index, i, id,
-				      pos % rf->samples);
-		}
+		if (ss->o.shuffle == BC_SHUFFLE_NONE && id != (first + i) % rf->samples)
+			count_error("%s: unshuffled batch (%" PRIu64 ", %" PRIu64 ") sample %u is id %"
+			      PRIu64 ", expected %" PRIu64, ss->desc, epoch, index, i, id,
+			      (first + i) % rf->samples);
 		expect = base + off;
 		if ((const uint8_t *)data != expect || off + len > total)
 			count_error("%s: sample %u of batch (%" PRIu64 ", %" PRIu64 ") not laid end to end",
