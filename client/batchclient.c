@@ -717,11 +717,11 @@ static int open_send(bc_client *c, const bp_msg_open *m)
  */
 static void old_daemon(bc_client *c, const bp_msg_open *m, int r)
 {
-	static const char why[] = "the daemon refused the field selection or keys (a batchd from "
-				  "before fields?): ";
+	static const char why[] = "the daemon refused the field selection, keys, start_sample or "
+				  "batch_stride (a batchd from before them?): ";
 	size_t keep = strlen(c->err), room = sizeof(c->err) - sizeof(why);
 
-	if (r != -EBADMSG || (!m->fields_len && !m->keys))
+	if (r != -EBADMSG || (!m->fields_len && !m->keys && !m->start_sample && m->batch_stride <= 1))
 		return;
 	/* Its own message after ours, cut to what fits. */
 	keep = keep < room ? keep : room;
