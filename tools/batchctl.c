@@ -58,11 +58,10 @@ int batchctl_connect(const char *sock, bc_client **c)
 {
 	int r = bc_connect(sock, c);
 
+	/* bc_connect's own message names the socket, how it was chosen and the fix. */
 	if (r < 0)
-		fprintf(stderr, "batchctl: cannot reach batchd at %s: %s%s\n",
-			sock ? sock : "the default socket", bc_strerror(r),
-			r == -EPROTONOSUPPORT ? " (batchd and batchctl speak different protocol versions)"
-			: r == -ESHUTDOWN ? " (batchd is stopping)" : "");
+		fprintf(stderr, "batchctl: %s\n",
+			*bc_client_error(NULL) ? bc_client_error(NULL) : bc_strerror(r));
 	return r;
 }
 
@@ -716,6 +715,17 @@ static int cmd_top(const char *sock, int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	static const struct {
+		const char *name;
+		int (*cmd)(const char *sock, int argc, char **argv);
+	} cmds[] = {
+		{ "status", cmd_status },
+		{ "stats", cmd_stats },
+		{ "sessions", cmd_sessions },
+		{ "metrics", cmd_metrics },
+		{ "top", cmd_top },
+		{ "consume", batchctl_consume },
+	};
 	const char *sock = NULL;
 	int i = 1;
 
@@ -726,25 +736,15 @@ int main(int argc, char **argv)
 	}
 	if (i >= argc)
 		return cli_usage(NULL);
-	if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
+	if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+		return cli_help();
 	if (!strcmp(argv[i], "--version")) {
 		printf("batchctl %s\n", BATCHD_VERSION);
 		return 0;
 	}
-	if (!strcmp(argv[i], "status"))
-		return cmd_status(sock, argc - i, argv + i);
-	if (!strcmp(argv[i], "stats"))
-		return cmd_stats(sock, argc - i, argv + i);
-	if (!strcmp(argv[i], "sessions"))
-		return cmd_sessions(sock, argc - i, argv + i);
-	if (!strcmp(argv[i], "metrics"))
-		return cmd_metrics(sock, argc - i, argv + i);
-	if (!strcmp(argv[i], "top"))
-		return cmd_top(sock, argc - i, argv + i);
-	if (!strcmp(argv[i], "consume"))
-		return batchctl_consume(sock, argc - i, argv + i);
+	for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++)
+		if (!strcmp(argv[i], cmds[k].name))
+			return cli_help_asked(argc - i, argv + i) ? cli_help()
+				: cmds[k].cmd(sock, argc - i, argv + i);
 	return cli_usage("unknown command '%s'", argv[i]);
 }

@@ -251,17 +251,15 @@ int main(int argc, char **argv)
 	cli_init("batchd-bench", usage_text);
 	if (argc < 2)
 		return cli_usage("missing mode (disk, sweep, decode, pipeline or h2d)");
-	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-			fputs(usage_text, stdout);
-			return 0;
-		}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+		return cli_help();
 	if (!strcmp(argv[1], "--version")) {
 		printf("batchd-bench %s\n", BATCHD_VERSION);
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
 		if (!strcmp(argv[1], modes[i].name))
-			return modes[i].cmd(argc - 1, argv + 1);
+			return cli_help_asked(argc - 1, argv + 1) ? cli_help()
+				: modes[i].cmd(argc - 1, argv + 1);
 	return cli_usage("unknown mode '%s'", argv[1]);
 }

@@ -463,26 +463,29 @@ static int cmd_verify(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
+	static const struct {
+		const char *name;
+		int (*cmd)(int argc, char **argv);
+	} cmds[] = {
+		{ "create", cmd_create },
+		{ "info", cmd_info },
+		{ "verify", cmd_verify },
+		{ "ls", pack_cmd_ls },
+		{ "cat", pack_cmd_cat },
+	};
+
 	cli_init("batchd-pack", usage_text);
 	if (argc < 2)
 		return cli_usage(NULL);
-	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		fputs(usage_text, stdout);
-		return 0;
-	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+		return cli_help();
 	if (!strcmp(argv[1], "--version")) {
 		printf("batchd-pack %s\n", BATCHD_VERSION);
 		return 0;
 	}
-	if (!strcmp(argv[1], "create"))
-		return cmd_create(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "info"))
-		return cmd_info(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "verify"))
-		return cmd_verify(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "ls"))
-		return pack_cmd_ls(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "cat"))
-		return pack_cmd_cat(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cli_help_asked(argc - 1, argv + 1) ? cli_help()
+				: cmds[i].cmd(argc - 1, argv + 1);
 	return cli_usage("unknown command '%s'", argv[1]);
 }

@@ -140,7 +140,8 @@ int bench_daemon_start(bench_daemon *d, const char *batchd, const char *memory, 
 		}
 		cli_sleep_ms(10);
 	}
-	fprintf(stderr, "batchd-bench: %s never answered on %s\n", bin, d->sock);
+	fprintf(stderr, "batchd-bench: %s never answered on %s (last try: %s)\n", bin, d->sock,
+		bc_client_error(NULL));
 	dump_log(d);
 	return -1;
 }

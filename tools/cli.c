@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "cli.h"
@@ -32,6 +33,20 @@ int cli_usage(const char *fmt, ...)
 	}
 	fputs(usage_str, stderr);
 	return 2;
+}
+
+bool cli_help_asked(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return true;
+	return false;
+}
+
+int cli_help(void)
+{
+	fputs(usage_str, stdout);
+	return 0;
 }
 
 int cli_parse_u64(const char *s, uint64_t *ret)

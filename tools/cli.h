@@ -10,6 +10,7 @@
 #ifndef BATCHD_TOOLS_CLI_H
 #define BATCHD_TOOLS_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Name the program and its usage text for cli_usage(). */
@@ -21,6 +22,17 @@ void cli_init(const char *prog, const char *usage_text);
  */
 __attribute__((format(printf, 1, 2)))
 int cli_usage(const char *fmt, ...);
+
+/*
+ * Does a subcommand's argv (argv[0] the subcommand) ask for help: a word
+ * -h or --help before any "--"? Checked before the subcommand parses its
+ * options, so that --help is never taken for a PATH or refused as an
+ * unknown option.
+ */
+bool cli_help_asked(int argc, char **argv);
+
+/* Print the usage text to stdout, as --help does. @return 0, its exit status. */
+int cli_help(void);
 
 /* A whole decimal number, nothing before or after. @return 0 or -EINVAL. */
 int cli_parse_u64(const char *s, uint64_t *ret);

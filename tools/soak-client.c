@@ -629,7 +629,8 @@ static void soak(const char *sock, ref *refs, size_t nrefs, double deadline)
 		if (!c) {
 			r = bc_connect(sock, &c);
 			if (r < 0) {
-				count_error("connect %s: %s", sock, bc_strerror(r));
+				count_error("%s", *bc_client_error(NULL) ? bc_client_error(NULL)
+					    : bc_strerror(r));
 				break;
 			}
 		}

@@ -56,6 +56,14 @@ usage_error "consume --step-cpu-ms over an hour" "--step-cpu-ms: '3600001' is ov
 	ctl -s "$T/none.sock" consume x.bpk --batch-size 4 --step-cpu-ms 3600001
 usage_error "consume --step-cpu-ms x" "--step-cpu-ms" \
 	ctl -s "$T/none.sock" consume x.bpk --batch-size 4 --step-cpu-ms x
+# No daemon there: exit 1 with bc_connect's own message (the socket, how
+# it was chosen, what to do), for the commands that operate batchd and consume.
+for cmd in status "consume x.bpk --batch-size 4"; do
+	# shellcheck disable=SC2086
+	ctl -s "$T/none.sock" $cmd
+	expect "batchctl $cmd with no daemon: exit 1, the socket tried, how it was chosen, the fix" \
+		eval '[[ $RC -eq 1 ]] && grep -qxF "batchctl: cannot connect to batchd at $T/none.sock (the socket path given): No such file or directory: is batchd running? (systemctl start batchd, or batchd --socket PATH)" "$T/err"'
+done
 
 # 240 samples of 1..4000 bytes, packed 16 KiB to a block: batches cut across blocks.
 "$PY" - "$T/src" <<'PYEOF'
@@ -107,7 +115,7 @@ expect "pipeline --in-memory human output names the baseline and each epoch" \
 
 # ---- batchctl consume --step-cpu-ms -----------------------------------------------
 
-"$BATCHD" --socket "$T/d.sock" --root "$T" 2>"$T/batchd.log" &
+"$BATCHD" --no-config --socket "$T/d.sock" --root "$T" 2>"$T/batchd.log" &
 DAEMON_PID=$!
 for _ in $(seq 500); do [[ -S $T/d.sock ]] && break; sleep 0.02; done
 ctl -s "$T/d.sock" consume p.bpk --batch-size 10 --epochs 2 --step-cpu-ms 3 --json

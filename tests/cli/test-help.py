@@ -9,9 +9,11 @@ really takes: a flag renamed in one and not the other sends a user to an
 "unrecognized option". For a subcommand the option must be in its own
 usage lines of --help (or anywhere in --help when those say [options]),
 and every option those usage lines show must be in the README's synopsis
-too. Each subcommand's own --help is run as well. The test first proves
-it can fail: a README with a made-up option must be refused, naming the
-option.
+too. Each subcommand's own --help and -h are run as well: each must exit
+0, print the usage (with that subcommand's lines) on stdout and nothing
+on stderr, never "unrecognized option" or an error about a PATH named
+--help. The test first proves it can fail: a README with a made-up
+option must be refused, naming the option.
 
 usage: test-help.py README BATCHD BATCHD_PACK BATCHCTL BATCHD_BENCH
 """
@@ -47,10 +49,11 @@ def readme_commands(text):
     return out
 
 
-def run_help(binary, *args):
-    p = subprocess.run([binary, *args, "--help"], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, text=True, timeout=30)
-    return p.returncode, p.stdout
+def run_help(binary, *args, flag="--help"):
+    """(exit status, stdout, stderr) of `binary args... flag`."""
+    p = subprocess.run([binary, *args, flag], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=30)
+    return p.returncode, p.stdout, p.stderr
 
 
 def usage_block(help_text, tool, sub):
@@ -72,26 +75,39 @@ def has(text, opt):
     return re.search(re.escape(opt) + r"(?![a-z0-9-])", text) is not None
 
 
+def sub_help(binary, tool, sub, bad):
+    """`tool sub --help` and `tool sub -h`: exit 0, the same usage on stdout
+    naming sub, stderr empty; every departure goes to bad. @return --help's
+    stdout."""
+    texts = []
+    for flag in ("--help", "-h"):
+        rc, out, err = run_help(binary, sub, flag=flag)
+        name = f"{tool} {sub} {flag}"
+        if rc != 0:
+            bad.append(f"{name} exits {rc}: {(err or out)[:200]!r}")
+        if "unrecognized option" in out + err:
+            bad.append(f"{name} says \"unrecognized option\": {(err or out)[:200]!r}")
+        if err:
+            bad.append(f"{name} writes to stderr: {err[:200]!r}")
+        if not usage_block(out, tool, sub):
+            bad.append(f"{name} does not print {tool} {sub}'s usage on stdout")
+        texts.append(out)
+    if texts[0] != texts[1]:
+        bad.append(f"{tool} {sub} --help and -h print different text")
+    return texts[0]
+
+
 def tool_helps(readme_text, binaries, bad):
-    """Each tool's --help, and each subcommand's own where it prints its
-    usage (a tool that rejects --help after a subcommand falls back to the
-    tool's, said as a note)."""
+    """Each tool's --help, and each subcommand's own."""
     helps = {}
     for tool, subs, _, _ in readme_commands(readme_text):
         if tool not in helps:
-            rc, helps[tool] = run_help(binaries[tool])
+            rc, helps[tool], _ = run_help(binaries[tool])
             if rc != 0:
                 bad.append(f"{tool} --help exits {rc}")
         for sub in subs:
-            if (tool, sub) in helps:
-                continue
-            rc, text = run_help(binaries[tool], sub)
-            if usage_block(text, tool, sub):
-                helps[tool, sub] = text
-            else:
-                print(f"note - {tool} {sub} --help (exit {rc}) does not print the usage: "
-                      f"checked against {tool} --help")
-                helps[tool, sub] = helps[tool]
+            if (tool, sub) not in helps:
+                helps[tool, sub] = sub_help(binaries[tool], tool, sub, bad)
     return helps
 
 
