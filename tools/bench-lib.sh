@@ -115,12 +115,13 @@ print("%s: %d samples in %d blocks, %.1f MB raw, %.1f MB stored" % (sys.argv[1],
 
 # bl_daemon_start ROOT [BATCHD ARGS...]: a batchd with its default settings
 # (but ARGS) serving ROOT on ROOT/batchd.sock (log in ROOT/batchd.log);
-# DAEMON_PID is its pid.
+# DAEMON_PID is its pid. --no-config: the machine's batchd.conf must not
+# change the run (a --config FILE in ARGS comes later and wins).
 bl_daemon_start() {
 	local root=$1
 	shift
 	rm -f "$root/batchd.sock"
-	nice -n "$BL_NICE" "$BATCHD" "$@" --socket "$root/batchd.sock" --root "$root" >"$root/batchd.log" 2>&1 &
+	nice -n "$BL_NICE" "$BATCHD" --no-config "$@" --socket "$root/batchd.sock" --root "$root" >"$root/batchd.log" 2>&1 &
 	DAEMON_PID=$!
 	for _ in $(seq 500); do
 		[[ -S $root/batchd.sock ]] && return 0

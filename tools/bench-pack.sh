@@ -51,7 +51,7 @@ printf '%-34s %10s %10s\n' "compressed size (bytes)" \
 	"$(stat -c %s "$out/cat.zst")"
 
 sock="$out/batchd.sock"
-build/daemon/batchd --socket "$sock" --root "$out" --direct on --log-level warning &
+build/daemon/batchd --no-config --socket "$sock" --root "$out" --direct on --log-level warning &
 daemon=$!
 trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null' EXIT
 for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done

@@ -51,7 +51,7 @@ head -c $((records * 48)) /dev/urandom | base64 -w0 | head -c $((records * 64)) 
 run() {
 	local name=$1 sock=$dir/sock out
 	rm -f "$sock"
-	"$batchd" --socket "$sock" --root "$dir" --log-level warning &
+	"$batchd" --no-config --socket "$sock" --root "$dir" --log-level warning &
 	daemon_pid=$!
 	for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
 	"$ctl" -s "$sock" consume "$dir/$name" --batch-size "$batch" --shuffle "$shuffle" \

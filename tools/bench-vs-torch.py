@@ -11,7 +11,7 @@ The same samples, read four ways in one run:
         (proto/PACK.md), preads the block, checks its XXH3 hashes when
         python3-xxhash is there (batchd always does) and decompresses it;
   batchd  batchclient.Loader on a batchd that this script starts with the
-        daemon's defaults (only --socket and --root; --memory and --direct
+        daemon's defaults (--no-config, --socket and --root; --memory and --direct
         only when asked), serving the sample directory packed by
         `batchd-pack create` with its default options (one sample per block),
         shuffle="global", each batch taken as a [batch, sample] uint8 tensor

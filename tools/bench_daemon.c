@@ -93,6 +93,7 @@ int bench_daemon_start(bench_daemon *d, const char *batchd, const char *memory, 
 	snprintf(d->sock, sizeof(d->sock), "%s/batchd.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/batchd.log", d->dir);
 	argv[n++] = (char *)bin;
+	argv[n++] = "--no-config";      /* the machine's batchd.conf must not change the run */
 	argv[n++] = "--socket";
 	argv[n++] = d->sock;
 	argv[n++] = "--root";

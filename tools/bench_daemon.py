@@ -12,8 +12,11 @@ import time
 def start_batchd(argv, sock, log):
     """Start batchd with argv (its socket is sock, its output goes to log)
     and wait until it answers a status request; the Popen. RuntimeError
-    when it exits or does not answer within 5 s."""
+    when it exits or does not answer within 5 s. --no-config goes right
+    after argv[0], so that a batchd.conf on the machine cannot change what
+    is measured (a -c FILE in argv still wins: the later of the two does)."""
     import batchclient
+    argv = [argv[0], "--no-config", *argv[1:]]
     p = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
     for _ in range(500):
         if p.poll() is not None:

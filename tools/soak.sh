@@ -183,7 +183,7 @@ else
 fi
 client_flags+=(-H "${SOAK_HOLD:-any}")
 [ -n "${SOAK_MEMORY:-}" ] && client_flags+=(-m)
-"$batchd" --socket "$sock" --root "$dir/root" --memory "$memory" --log-level notice \
+"$batchd" --no-config --socket "$sock" --root "$dir/root" --memory "$memory" --log-level notice \
 	2>"$dir/batchd.log" &
 daemon_pid=$!
 for _ in $(seq 100); do

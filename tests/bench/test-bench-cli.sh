@@ -281,7 +281,7 @@ run pipeline "$T/one.bpk" --clients 2 --batch-size 8 --seconds 300ms --step-ms 2
 expect "pipeline, time-based, human table" eval '[[ $RC -eq 0 ]] && grep -q "^ *total" "$T/out" && grep -q "stall%" "$T/out"'
 
 # A running batchd, named with --socket: the benchmark starts none.
-"$BATCHD" --socket "$T/d.sock" --root "$T" 2>"$T/batchd.log" &
+"$BATCHD" --no-config --socket "$T/d.sock" --root "$T" 2>"$T/batchd.log" &
 DAEMON_PID=$!
 for _ in $(seq 500); do [[ -S $T/d.sock ]] && break; sleep 0.02; done
 run pipeline one.bpk --socket "$T/d.sock" --clients 3 --batch-size 10 --epochs 1 --json
