@@ -232,7 +232,8 @@ static void client_drop(client *c, const char *why)
 		if (e->c != c)
 			continue;
 		e->c = NULL;
-		bd_session_close(e->s, 0);
+		/* Not 0, a CLOSE's: the session-end line tells the two apart. */
+		bd_session_close(e->s, -ECONNRESET);
 		bd_session_detach(e->s);
 	}
 	for (p = &srv->clients; *p; p = &(*p)->next)

@@ -60,7 +60,8 @@ static void log_ended(const bd_server *srv, bd_session *s, const bd_session_info
 	case 0:
 		why = "closed by its client";
 		break;
-	case -EPIPE:
+	case -ECONNRESET:      /* its connection ended without a CLOSE */
+	case -EPIPE:           /* it never got READY */
 		why = "client gone";
 		break;
 	case -ETIME:

@@ -6,7 +6,8 @@
  * session); the HTTP /metrics listener; batchctl's reporting commands
  * (sessions, stats, status, metrics, top; usage and unreachable-daemon
  * exits); names that need escaping, intact in JSON, labels and batchctl;
- * reports bigger than a socket buffer for a client slow to read them.
+ * reports bigger than a socket buffer for a client slow to read them; the
+ * session-end log line, which tells a CLOSE from a client that hung up.
  *
  * One of the service suites (service-testlib.h): a real batchd started with
  * `-c FILE`, real clients through libbatchclient, the reports read back.
@@ -597,9 +598,26 @@ static int stall_session(bp_msg_ready *ready, bp_ring_ctrl **ret_ctrl, int fds[B
 	return -1;
 }
 
+/*
+ * End a stall_session: with send_close, CLOSE it and wait for CLOSED as a
+ * trainer's bc_close does; without, hang up with the session open.
+ */
 static void stall_session_end(int conn, const bp_msg_ready *ready, bp_ring_ctrl *ctrl,
-			      int fds[BP_READY_FDS])
+			      int fds[BP_READY_FDS], bool send_close)
 {
+	bp_msg_session m = { .session = ready->session };
+	uint8_t buf[BP_MSG_MAX];
+	int n;
+
+	if (send_close) {
+		n = bp_msg_session_encode(BP_MSG_CLOSE, &m, buf, sizeof(buf));
+		expect(n > 0 && send(conn, buf, (size_t)n, MSG_NOSIGNAL) == n,
+		       "CLOSE session %" PRIu64 ": %s", ready->session, strerror(errno));
+		n = dt_raw_recv(conn, buf, sizeof(buf), NULL, 0, NULL, 30000);
+		expect(n > 0 && bp_msg_session_decode(BP_MSG_CLOSED, buf, (size_t)n, &m) == 0 &&
+		       m.session == ready->session, "no CLOSED for session %" PRIu64 " (%d)",
+		       ready->session, n);
+	}
 	munmap(ctrl, ready->ctrl_size);
 	for (int i = 0; i < BP_READY_FDS; i++)
 		close(fds[i]);
@@ -650,6 +668,7 @@ static void expect_always_waiting(void)
 	int fds[BP_READY_FDS], conn;
 	bp_msg_ready ready;
 	bp_ring_ctrl *ctrl;
+	char line[256];
 	sv_prom p;
 	double v;
 
@@ -660,7 +679,14 @@ static void expect_always_waiting(void)
 	v = session_series(&p, "batchd_session_stall_ratio", ready.session);
 	expect(v > 0.99 && v <= 1, "a trainer always waiting: stall ratio %g", v);
 	sv_prom_free(&p);
-	stall_session_end(conn, &ready, ctrl, fds);
+	/* Hung up without a CLOSE: the log says the client went, not that it closed. */
+	stall_session_end(conn, &ready, ctrl, fds, false);
+	snprintf(line, sizeof(line), "session %" PRIu64 " ended (client gone): uid %u, dataset "
+		 DSET_ONE ", ", ready.session, (unsigned)getuid());
+	expect(dt_log_contains(&D, line), "no line \"%s...\" in the log", line);
+	snprintf(line, sizeof(line), "session %" PRIu64 " ended (closed by its client)",
+		 ready.session);
+	expect(!dt_log_contains(&D, line), "a session whose client hung up: \"%s\"", line);
 	sv_metrics_ok(&p);
 	expect(sv_prom_get(&p, "batchd_stall_seconds_total", NULL, &v) && v > 0.25 + 0.05,
 	       "batchd_stall_seconds_total %g after a session in bc_next for over 50 ms", v);
@@ -734,8 +760,8 @@ START_TEST(test_stall_cost)
 
 	expect_stall_in_batchctl();
 
-	/* Ended: the totals keep it, the log says it. */
-	stall_session_end(conn, &ready, ctrl, fds);
+	/* CLOSEd: the totals keep it, the log says it and that its client closed it. */
+	stall_session_end(conn, &ready, ctrl, fds, true);
 	sv_metrics_ok(&p);
 	expect(sv_prom_get(&p, "batchd_stall_seconds_total", NULL, &v) && v == 0.25,
 	       "batchd_stall_seconds_total %g after the session ended", v);
