@@ -74,8 +74,12 @@ int main(int argc, char **argv)
 	if (cfg.nroots == 0)
 		bd_log(LOG_WARNING, "no dataset roots configured ([datasets] root or --root): every "
 		       "open will be refused");
+	/*
+	 * The reason alone: it says what is missing and what to do, and the
+	 * "listening on" line that follows says that host sessions only are served.
+	 */
 	if (bd_cuda_probe(&cuda) < 0)
-		bd_log(LOG_NOTICE, "CUDA unavailable (%s): serving host sessions only", cuda.reason);
+		bd_log(LOG_NOTICE, "%s", cuda.reason);
 
 	if (uv_loop_init(&loop) < 0) {
 		bd_log(LOG_ERR, "cannot create the event loop");

@@ -7,7 +7,8 @@
  * (sessions, stats, status, metrics, top; usage and unreachable-daemon
  * exits); names that need escaping, intact in JSON, labels and batchctl;
  * reports bigger than a socket buffer for a client slow to read them; the
- * session-end log line, which tells a CLOSE from a client that hung up.
+ * session-end log line, which tells a CLOSE from a client that hung up;
+ * the CUDA probe's reason logged as it is.
  *
  * One of the service suites (service-testlib.h): a real batchd started with
  * `-c FILE`, real clients through libbatchclient, the reports read back.
@@ -1048,6 +1049,32 @@ START_TEST(test_large_reports)
 }
 END_TEST
 
+/*
+ * Without CUDA the log gives the probe's reason as a line of its own, not
+ * wrapped in words of batchd's that repeat it ("serving host sessions only").
+ */
+START_TEST(test_cuda_line)
+{
+	json_object *st;
+	char line[320];
+
+	sv_conf_basic("info", NULL);
+	sv_start_ok();
+	st = dt_status_json_ok();
+	if (json_object_get_boolean(json_path_get(st, "cuda.available"))) {
+		printf("cuda_line: CUDA is available here: no reason to log, nothing to check\n");
+		json_object_put(st);
+		return;
+	}
+	snprintf(line, sizeof(line), "]: %s\n",
+		 json_object_get_string(json_path_get(st, "cuda.reason")));
+	json_object_put(st);
+	expect(strlen(line) > 4 && dt_log_contains(&D, line), "no line \"%s\" in the log", line);
+	expect(!dt_log_contains(&D, "serving host sessions only"),
+	       "the log wraps the CUDA probe's reason in its own words");
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------------------------------ */
 
 static Suite *metrics_suite(void)
@@ -1062,6 +1089,7 @@ static Suite *metrics_suite(void)
 	tcase_add_test(sv_tcase(s, "stall_cost"), test_stall_cost);
 	tcase_add_test(sv_tcase(s, "stall_price"), test_stall_price);
 	tcase_add_test(sv_tcase(s, "session_bound"), test_session_bound);
+	tcase_add_test(sv_tcase(s, "cuda_line"), test_cuda_line);
 	return s;
 }
 
