@@ -18,7 +18,6 @@
 #include "log.h"
 #include "machine.h"
 #include "server_state.h"
-#include "units.h"
 
 _Static_assert((int)BD_CFG_TIER_RAM == (int)BD_TIER_RAM && (int)BD_CFG_TIER_PAGE == (int)BD_TIER_PAGE &&
 	       (int)BD_CFG_TIER_DIRECT == (int)BD_TIER_DIRECT, "[memory] tier names the tiers in order");
@@ -164,30 +163,6 @@ static bd_session_quota uid_quota(bd_server *srv, uid_t uid)
 		quota.uid_used += si.memory;
 	}
 	return quota;
-}
-
-/*
- * charge() (session.c) refuses against what sessions may use and knows no
- * more; add what that is made of and the settings that change it.
- */
-static void budget_note(const bd_server *srv, char *err, size_t len)
-{
-	static const char prefix[] = "memory budget:";   /* charge()'s budget refusal */
-	uint64_t cache = srv->budget > srv->env.budget_total ? srv->budget - srv->env.budget_total
-							      : 0;
-	const char *how = srv->cfg.memory_budget ? "" : ", auto: half the memory available";
-	size_t n = strlen(err);
-	char a[32], b[32];
-
-	if (strncmp(err, prefix, sizeof(prefix) - 1) || n + 1 >= len)
-		return;
-	bp_format_size(srv->budget, a, sizeof(a));
-	if (cache)
-		snprintf(err + n, len - n, ", raise [memory] budget (%s%s, of which the block cache, "
-			 "[memory] cache, takes %s) or lower [memory] cache", a, how,
-			 bp_format_size(cache, b, sizeof(b)));
-	else
-		snprintf(err + n, len - n, " or raise [memory] budget (%s%s; no block cache)", a, how);
 }
 
 /* The server's entry for a new session. @return it, or NULL when out of memory. */
@@ -360,8 +335,6 @@ static bool open_session(open_work *ow)
 		ow->d = NULL;
 	if (r == -ENOMEM && wait_for_memory(ow))
 		return false;
-	if (r == -ENOMEM)
-		budget_note(srv, err, sizeof(err));
 	if (r < 0) {
 		if (ow->device >= 0 && r != -ENOMEM)
 			refuse_device(c, r, "%s", err[0] ? err : strerror(-r));

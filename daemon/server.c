@@ -505,6 +505,8 @@ static void reload(bd_server *srv)
 		socket_access(srv, srv->socket_path);
 	bd_log_set_level(srv->cfg.log_level);
 	srv->env.budget_total = session_budget(srv);
+	srv->env.memory_budget = srv->budget;
+	srv->env.memory_budget_auto = !srv->cfg.memory_budget;
 	srv->env.default_prefetch = srv->cfg.prefetch;
 	srv->env.max_prefetch = srv->cfg.max_prefetch;
 	bd__clients_handshake_arm(srv);
@@ -640,6 +642,8 @@ static void session_env(bd_server *srv)
 		.cuda = &srv->cuda,
 		.budget_used = &srv->budget_used,
 		.budget_total = session_budget(srv),
+		.memory_budget = srv->budget,
+		.memory_budget_auto = !srv->cfg.memory_budget,
 		.default_prefetch = srv->cfg.prefetch,
 		.max_prefetch = srv->cfg.max_prefetch,
 		.read_depth = srv->cfg.queue_depth * srv->cfg.io_threads,

@@ -614,26 +614,34 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 {
 	const bd_session_env *env = &s->env;
 	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_used, total = env->budget_total;
-	const char *name = s->dset->name;
+	uint64_t cache = env->memory_budget > total ? env->memory_budget - total : 0;
+	const char *name = s->dset->name, *how = env->memory_budget_auto ?
+		", auto: half the memory available" : "";
 	uint32_t batch_size = s->req.batch_size;
 	bd_linger *l = linger_of(s);
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], d[32], e[32];
 
 	/* Memory ended sessions' clients let go of since the loop last looked is free now. */
 	bd_linger_drain(l);
 
 	/*
 	 * After a reload that lowered the budget, used may exceed total. The
-	 * message names the figures and the session's own remedies; the
-	 * server (open.c) adds where total comes from and the settings.
+	 * message names the figures, the session's own remedies, where total
+	 * comes from (the budget less the block cache) and the settings that
+	 * change it.
 	 */
 	if (*env->budget_used > total || need > total - *env->budget_used) {
+		bp_format_size(env->memory_budget, d, sizeof(d));
 		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
 			 "sessions may use %s and %s of it is in use: open with a smaller prefetch "
-			 "or batch", name, batch_size, prefetch,
+			 "or batch%s%s%s%s%s%s", name, batch_size, prefetch,
 			 bp_format_size(need, a, sizeof(a)),
 			 bp_format_size(total, c, sizeof(c)),
-			 bp_format_size(*env->budget_used, b, sizeof(b)));
+			 bp_format_size(*env->budget_used, b, sizeof(b)),
+			 cache ? ", raise [memory] budget (" : " or raise [memory] budget (", d, how,
+			 cache ? ", of which the block cache, [memory] cache, takes " : "; no block cache",
+			 cache ? bp_format_size(cache, e, sizeof(e)) : "",
+			 cache ? ") or lower [memory] cache" : ")");
 		return -ENOMEM;
 	}
 	if (!q || !q->uid_limit)

@@ -51,7 +51,10 @@ typedef struct bd_session_env {
 	uv_loop_t *loop;
 	bd_pipeline *pipeline;
 	uint64_t *budget_used;      /* shared memory budget, bytes */
-	uint64_t budget_total;
+	uint64_t budget_total;      /* what sessions may use: the budget less the block cache */
+	/* For refusals: the [memory] budget in force (budget_total + the cache's), auto or not. */
+	uint64_t memory_budget;
+	bool memory_budget_auto;    /* half the memory available: no [memory] budget set */
 	unsigned default_prefetch;
 	unsigned max_prefetch;
 	unsigned read_depth;        /* reads the engines keep in flight: queue_depth x io_threads */

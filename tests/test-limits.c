@@ -6,8 +6,9 @@
  * the opens arrive together, before any answer), and closing one makes
  * room; memory_per_uid refuses with -ENOMEM a session that would take a
  * user over it, whatever the global budget, and counts what it holds.
- * [memory] budget refuses a session over what the block cache leaves, and
- * a cache that leaves too little is cut with a warning. Every refusal
+ * [memory] budget refuses a session over what the block cache leaves (over
+ * the whole budget, with no cache), and a cache that leaves too little is
+ * cut with a warning. Every refusal
  * gives its figures and the setting that would change it (or says the
  * limit is fixed).
  *
@@ -259,6 +260,30 @@ START_TEST(test_memory_budget)
 }
 END_TEST
 
+/* With no block cache the refusal says so, and the budget is the one setting to change. */
+START_TEST(test_memory_budget_no_cache)
+{
+	bc_stream_opts big;
+	bc_client *c;
+	const char *msg;
+
+	sv_conf_basic("info", "[memory]\nbudget = 16M\ncache = 0\n");
+	sv_start_ok();
+	c = dt_connect_ok();
+	dt_opts(&big, DSET_ONE, 4096, BC_SHUFFLE_NONE, 0);
+	big.prefetch = 8;
+	msg = dt_open_fails(c, &big, -ENOMEM);
+	expect(!strncmp(msg, "memory budget: dataset " DSET_ONE " with batch 4096 and prefetch 8 "
+			"needs ", strlen("memory budget: dataset " DSET_ONE " with batch 4096 and "
+					 "prefetch 8 needs ")), "refusal: \"%s\"", msg);
+	expect(strstr(msg, "; sessions may use 16.0 MiB and 0 B of it is in use: open with a "
+		      "smaller prefetch or batch or raise [memory] budget (16.0 MiB; no block "
+		      "cache)") && !strstr(msg, "[memory] cache"),
+	       "the refusal without a cache does not give the figures and the setting: \"%s\"", msg);
+	bc_disconnect(c);
+}
+END_TEST
+
 /*
  * The limits that are not settings say so: a batch over the largest, and
  * more sessions on one connection than it may hold.
@@ -303,6 +328,7 @@ static Suite *limits_suite(void)
 	tcase_add_test(sv_tcase(s, "sessions_per_uid_concurrent"), test_sessions_per_uid_concurrent);
 	tcase_add_test(sv_tcase(s, "memory_per_uid"), test_memory_per_uid);
 	tcase_add_test(sv_tcase(s, "memory_budget"), test_memory_budget);
+	tcase_add_test(sv_tcase(s, "memory_budget_no_cache"), test_memory_budget_no_cache);
 	tcase_add_test(sv_tcase(s, "fixed_limits"), test_fixed_limits);
 	return s;
 }
