@@ -66,7 +66,7 @@ static const char usage_text[] =
 	"pipeline steps: --step-cpu-ms burns that much of the client's CPU time, then\n"
 	"--step-ms sleeps; --in-memory runs the same loop over one epoch copied into the\n"
 	"client's memory first (the baseline: no loader running).\n"
-	"Sizes take K, M, G, T (powers of 1024); SEC takes s, ms or m (\"10\", \"500ms\").\n";
+	"SEC takes s, ms or m (\"10\", \"500ms\").\n";
 
 /* --hugepages[=hugetlb|thp]. @return 0, or 2 after the usage error. */
 static int parse_pages(bench_disk_opts *o, const char *arg)

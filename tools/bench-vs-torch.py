@@ -53,6 +53,7 @@ missing dependency.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -100,13 +101,23 @@ def ensure_modules():
     sys.exit(2)
 
 
+SIZE_FORMS = ("a number of bytes, or a number with a unit: K, M, G, T or KiB, MiB, GiB, TiB "
+              "(powers of 1024), KB, MB, GB, TB (powers of 1000), e.g. 4096, 512M, 1.5 GiB, 2GB")
+SIZE = re.compile(r"([0-9]+)(?:\.([0-9]+))?[ \t]*(?:([KMGT])(iB|B)?|B)?", re.IGNORECASE)
+
+
 def size_arg(s):
-    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = s.strip().lower()
-    try:
-        v = int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{s}' is not a size (a number, K, M or G suffix)")
+    """A size as batchd reads one (proto/units.c, bp_parse_size): digits, an
+    optional fraction, blanks, then B, K/M/G/T alone or with iB (powers of
+    1024) or with B (powers of 1000), letters in any case; a fraction needs
+    a unit and is rounded down to whole bytes."""
+    m = SIZE.fullmatch(s)
+    if not m or (m.group(2) and not m.group(3)):
+        raise argparse.ArgumentTypeError(f"'{s}' is not a size ({SIZE_FORMS})")
+    whole, frac, letter, suffix = m.groups()
+    base = 1000 if suffix and suffix.lower() == "b" else 1024
+    mult = base ** ("KMGT".index(letter.upper()) + 1) if letter else 1
+    v = int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if frac else 0)
     if v < 1:
         raise argparse.ArgumentTypeError(f"'{s}' must be at least 1 byte")
     return v

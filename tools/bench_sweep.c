@@ -345,7 +345,8 @@ static int parse_grid(int ch, const char *arg, sweep *s)
 {
 	if (ch == BENCH_O_BS) {
 		if (bench_parse_list(arg, true, s->bs, MAX_LIST, &s->nbs) < 0)
-			return cli_usage("--bs: '%s' is not a list of up to %d sizes (\"4K,64K,1M\")",
+			return cli_usage("--bs: '%s' is not a list of up to %d sizes above 0, "
+					 "comma-separated (\"4K,64K,1M\"); a size is " BP_SIZE_FORMS,
 					 arg, MAX_LIST);
 		for (size_t i = 0; i < s->nbs; i++)
 			if (s->bs[i] > BENCH_DISK_MAX_BS)

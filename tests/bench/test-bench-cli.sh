@@ -75,6 +75,8 @@ usage_error "disk unknown option" "--frob" disk "$F" --frob
 usage_error "disk missing value" "--bs" disk "$F" --bs
 usage_error "disk buffers over 4 GiB" "--qd x --bs" disk "$F" --qd 4096 --bs 2M
 usage_error "sweep --bs list" "--bs" sweep "$F" --bs 4K,,8K
+usage_error "sweep --bs list names the size forms" "sizes above 0, comma-separated (\"4K,64K,1M\"); a size is a number of bytes, or a number with a unit: K, M, G, T or KiB" \
+	sweep "$F" --bs 4K,lots
 usage_error "sweep --qd list" "--qd" sweep "$F" --qd 1,x
 usage_error "sweep --qd 0" "--qd" sweep "$F" --qd 0,1
 usage_error "decode without DATASET" "missing DATASET" decode
