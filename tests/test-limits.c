@@ -226,6 +226,25 @@ START_TEST(test_memory_per_uid)
 END_TEST
 
 /*
+ * A session of batch 4096 and prefetch 8 on c, over the budget: refused
+ * with -ENOMEM and a message that names the dataset and the request.
+ * @return the message (in c).
+ */
+static const char *refused_big(bc_client *c)
+{
+	static const char want[] = "memory budget: dataset " DSET_ONE " with batch 4096 and "
+		"prefetch 8 needs ";
+	bc_stream_opts big;
+	const char *msg;
+
+	dt_opts(&big, DSET_ONE, 4096, BC_SHUFFLE_NONE, 0);
+	big.prefetch = 8;
+	msg = dt_open_fails(c, &big, -ENOMEM);
+	expect(!strncmp(msg, want, strlen(want)), "refusal: \"%s\"", msg);
+	return msg;
+}
+
+/*
  * The memory budget: a cache that leaves sessions too little is cut, with a
  * warning that names both settings; a session over what is left is refused
  * with its need, what sessions may use, the budget and the cache, and what
@@ -233,7 +252,6 @@ END_TEST
  */
 START_TEST(test_memory_budget)
 {
-	bc_stream_opts big;
 	bc_client *c;
 	const char *msg;
 
@@ -244,12 +262,7 @@ START_TEST(test_memory_budget)
 			       "cache or raise [memory] budget"), "no warning naming the cache, the "
 	       "budget and what to change");
 	c = dt_connect_ok();
-	dt_opts(&big, DSET_ONE, 4096, BC_SHUFFLE_NONE, 0);
-	big.prefetch = 8;
-	msg = dt_open_fails(c, &big, -ENOMEM);
-	expect(!strncmp(msg, "memory budget: dataset " DSET_ONE " with batch 4096 and prefetch 8 "
-			"needs ", strlen("memory budget: dataset " DSET_ONE " with batch 4096 and "
-					 "prefetch 8 needs ")), "refusal: \"%s\"", msg);
+	msg = refused_big(c);
 	/* 16 MiB less the cache's bucket table, a few KiB */
 	expect(strstr(msg, "; sessions may use 16.0 MiB and 0 B of it is in use: "
 	       "open with a smaller prefetch or batch, raise [memory] budget (64.0 MiB, of which the "
@@ -263,19 +276,13 @@ END_TEST
 /* With no block cache the refusal says so, and the budget is the one setting to change. */
 START_TEST(test_memory_budget_no_cache)
 {
-	bc_stream_opts big;
 	bc_client *c;
 	const char *msg;
 
 	sv_conf_basic("info", "[memory]\nbudget = 16M\ncache = 0\n");
 	sv_start_ok();
 	c = dt_connect_ok();
-	dt_opts(&big, DSET_ONE, 4096, BC_SHUFFLE_NONE, 0);
-	big.prefetch = 8;
-	msg = dt_open_fails(c, &big, -ENOMEM);
-	expect(!strncmp(msg, "memory budget: dataset " DSET_ONE " with batch 4096 and prefetch 8 "
-			"needs ", strlen("memory budget: dataset " DSET_ONE " with batch 4096 and "
-					 "prefetch 8 needs ")), "refusal: \"%s\"", msg);
+	msg = refused_big(c);
 	expect(strstr(msg, "; sessions may use 16.0 MiB and 0 B of it is in use: open with a "
 		      "smaller prefetch or batch or raise [memory] budget (16.0 MiB; no block "
 		      "cache)") && !strstr(msg, "[memory] cache"),

@@ -237,16 +237,14 @@ int bench_cmd_disk(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	static const struct {
-		const char *name;
-		int (*cmd)(int argc, char **argv);
-	} modes[] = {
+	static const cli_cmd modes[] = {
 		{ "disk", bench_cmd_disk },
 		{ "sweep", bench_cmd_sweep },
 		{ "decode", bench_cmd_decode },
 		{ "pipeline", bench_cmd_pipeline },
 		{ "h2d", bench_cmd_h2d },
 	};
+	int r;
 
 	cli_init("batchd-bench", usage_text);
 	if (argc < 2)
@@ -257,9 +255,6 @@ int main(int argc, char **argv)
 		printf("batchd-bench %s\n", BATCHD_VERSION);
 		return 0;
 	}
-	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
-		if (!strcmp(argv[1], modes[i].name))
-			return cli_help_asked(argc - 1, argv + 1) ? cli_help()
-				: modes[i].cmd(argc - 1, argv + 1);
-	return cli_usage("unknown mode '%s'", argv[1]);
+	r = cli_run(modes, sizeof(modes) / sizeof(modes[0]), argc, argv);
+	return r >= 0 ? r : cli_usage("unknown mode '%s'", argv[1]);
 }

@@ -463,16 +463,14 @@ static int cmd_verify(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	static const struct {
-		const char *name;
-		int (*cmd)(int argc, char **argv);
-	} cmds[] = {
+	static const cli_cmd cmds[] = {
 		{ "create", cmd_create },
 		{ "info", cmd_info },
 		{ "verify", cmd_verify },
 		{ "ls", pack_cmd_ls },
 		{ "cat", pack_cmd_cat },
 	};
+	int r;
 
 	cli_init("batchd-pack", usage_text);
 	if (argc < 2)
@@ -483,9 +481,6 @@ int main(int argc, char **argv)
 		printf("batchd-pack %s\n", BATCHD_VERSION);
 		return 0;
 	}
-	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-		if (!strcmp(argv[1], cmds[i].name))
-			return cli_help_asked(argc - 1, argv + 1) ? cli_help()
-				: cmds[i].cmd(argc - 1, argv + 1);
-	return cli_usage("unknown command '%s'", argv[1]);
+	r = cli_run(cmds, sizeof(cmds) / sizeof(cmds[0]), argc, argv);
+	return r >= 0 ? r : cli_usage("unknown command '%s'", argv[1]);
 }

@@ -49,6 +49,15 @@ int cli_help(void)
 	return 0;
 }
 
+int cli_run(const cli_cmd *cmds, size_t n, int argc, char **argv)
+{
+	for (size_t i = 0; i < n; i++)
+		if (argc > 1 && !strcmp(argv[1], cmds[i].name))
+			return cli_help_asked(argc - 1, argv + 1) ? cli_help()
+				: cmds[i].run(argc - 1, argv + 1);
+	return -1;
+}
+
 int cli_parse_u64(const char *s, uint64_t *ret)
 {
 	unsigned long long v;

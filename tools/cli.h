@@ -11,6 +11,7 @@
 #define BATCHD_TOOLS_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Name the program and its usage text for cli_usage(). */
@@ -33,6 +34,19 @@ bool cli_help_asked(int argc, char **argv);
 
 /* Print the usage text to stdout, as --help does. @return 0, its exit status. */
 int cli_help(void);
+
+/* A subcommand: its name and what runs it (argv[0] is the name). */
+typedef struct cli_cmd {
+	const char *name;
+	int (*run)(int argc, char **argv);
+} cli_cmd;
+
+/*
+ * Run the one of cmds[0..n) that argv[1] names, or print the usage when
+ * its words ask for help (cli_help_asked). @return its exit status, or -1
+ * when no command has that name.
+ */
+int cli_run(const cli_cmd *cmds, size_t n, int argc, char **argv);
 
 /* A whole decimal number, nothing before or after. @return 0 or -EINVAL. */
 int cli_parse_u64(const char *s, uint64_t *ret);
