@@ -619,7 +619,7 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 		", auto: half the memory available" : "";
 	uint32_t batch_size = s->req.batch_size;
 	bd_linger *l = linger_of(s);
-	char a[32], b[32], c[32], d[32], e[32];
+	char a[32], b[32], c[32], d[32], e[32], fix[192];
 
 	/* Memory ended sessions' clients let go of since the loop last looked is free now. */
 	bd_linger_drain(l);
@@ -632,16 +632,19 @@ static int charge(const bd_session *s, const bd_session_quota *q, unsigned prefe
 	 */
 	if (*env->budget_used > total || need > total - *env->budget_used) {
 		bp_format_size(env->memory_budget, d, sizeof(d));
+		if (cache)
+			snprintf(fix, sizeof(fix), ", raise [memory] budget (%s%s, of which the block "
+				 "cache, [memory] cache, takes %s) or lower [memory] cache", d, how,
+				 bp_format_size(cache, e, sizeof(e)));
+		else
+			snprintf(fix, sizeof(fix), " or raise [memory] budget (%s%s; no block cache)",
+				 d, how);
 		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
 			 "sessions may use %s and %s of it is in use: open with a smaller prefetch "
-			 "or batch%s%s%s%s%s%s", name, batch_size, prefetch,
+			 "or batch%s", name, batch_size, prefetch,
 			 bp_format_size(need, a, sizeof(a)),
 			 bp_format_size(total, c, sizeof(c)),
-			 bp_format_size(*env->budget_used, b, sizeof(b)),
-			 cache ? ", raise [memory] budget (" : " or raise [memory] budget (", d, how,
-			 cache ? ", of which the block cache, [memory] cache, takes " : "; no block cache",
-			 cache ? bp_format_size(cache, e, sizeof(e)) : "",
-			 cache ? ") or lower [memory] cache" : ")");
+			 bp_format_size(*env->budget_used, b, sizeof(b)), fix);
 		return -ENOMEM;
 	}
 	if (!q || !q->uid_limit)
