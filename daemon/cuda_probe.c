@@ -53,7 +53,7 @@ static void explain_driver(bd_cuda_state *st, cudaError_t e)
 
 	if (st->driver_version == 0)
 		snprintf(st->reason, sizeof(st->reason), "no NVIDIA driver on this machine "
-			 "(libcuda.so.1 cannot be loaded%s): serving host memory only (CUDA error %d)",
+			 "(libcuda.so.1 cannot be loaded%s): install it for GPU sessions (CUDA error %d)",
 			 kernel_module_loaded() ? "" : ", no " BD_NVIDIA_PROC_VERSION, (int)e);
 	else if (st->driver_version < st->runtime_version)
 		snprintf(st->reason, sizeof(st->reason), "NVIDIA driver %s is older than the CUDA %s "

@@ -63,7 +63,7 @@ static void expect_unusable(bd_cuda_state *st, const char *const *words)
 START_TEST(no_driver)
 {
 	static const char *const words[] = { "no NVIDIA driver on this machine",
-		"libcuda.so.1 cannot be loaded", "serving host memory only", "(CUDA error 35)",
+		"libcuda.so.1 cannot be loaded", "install it for GPU sessions", "(CUDA error 35)",
 		NULL };
 	bd_cuda_state st;
 
