@@ -23,9 +23,13 @@
 #ifndef BATCHD_TESTS_FAKE_CUDA_H
 #define BATCHD_TESTS_FAKE_CUDA_H
 
+#include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -51,20 +55,35 @@
  * the fake driver in another process maps it when it opens a handle.
  * Each event says when its last record completes, as CLOCK_MONOTONIC
  * nanoseconds (one clock for every process on the machine): 0 or a time
- * past is complete. Records are instant (streams are synchronous) unless
- * the recording process has $FAKE_CUDA_RECORD_DELAY_MS set: a record by
- * the fake driver there completes that many milliseconds later, as if
- * the stream still had that much work queued before it, and queries in
- * either process answer "not ready" until then.
+ * past is complete, FAKE_CUDA_PENDING is "not until the copies queued
+ * before it landed", which only the recording runtime's copy worker ends
+ * (fake_cudart.c, $FAKE_CUDA_COPY_DELAY_MS). Records are otherwise
+ * instant unless the recording process has $FAKE_CUDA_RECORD_DELAY_MS
+ * set: a record by the fake driver there completes that many
+ * milliseconds later, as if the stream still had that much work queued
+ * before it, and queries in either process answer "not ready" until then.
+ * The table carries its creator's pid, so that a waiter in another
+ * process does not wait forever for a pending record of a process that
+ * died.
  *
  * The fields are read and written with atomics only: the daemon's GPU
  * thread queries while a client records. A slot's serial is the live
  * event's (0: free), so a handle of a destroyed event is told apart.
  */
 #define FAKE_CUDA_SHM_NAME "/fake-cuda-events-%d"   /* shm_open name; %d: the pid */
-#define FAKE_CUDA_SHM_MAGIC "FAKESHM1"
+#define FAKE_CUDA_SHM_MAGIC "FAKESHM2"
 #define FAKE_CUDA_SHM_EVENTS 8192
 #define FAKE_CUDA_DELAY_ENV "FAKE_CUDA_RECORD_DELAY_MS"
+#define FAKE_CUDA_PENDING INT64_MAX
+
+/*
+ * $FAKE_CUDA_COPY_DELAY_MS=D (fake_cudart.c): host-to-device copies on a
+ * stream of the process's own land D ms after the one before them on that
+ * stream; until then the destination holds this byte, so a reader that did
+ * not wait for the copy's event sees it rather than the data.
+ */
+#define FAKE_CUDA_COPY_DELAY_ENV "FAKE_CUDA_COPY_DELAY_MS"
+#define FAKE_CUDA_POISON 0xDB
 
 struct fake_cuda_shm_event {
 	uint32_t serial;
@@ -74,6 +93,8 @@ struct fake_cuda_shm_event {
 
 struct fake_cuda_shm {
 	char magic[8];
+	int32_t pid;        /* the creating process */
+	int32_t pad;
 	struct fake_cuda_shm_event ev[FAKE_CUDA_SHM_EVENTS];
 };
 
@@ -99,15 +120,46 @@ static inline int fake_cuda_shm_done(const struct fake_cuda_shm_event *e)
 	return __atomic_load_n(&e->completes_at, __ATOMIC_ACQUIRE) <= fake_cuda_now_ns();
 }
 
-/* Sleep until the last record of e completed (it may be recorded again meanwhile). */
-static inline void fake_cuda_shm_wait(const struct fake_cuda_shm_event *e)
+/* Is process pid there and not a zombie (dead, its parent not told yet)? */
+static inline int fake_cuda_alive(int32_t pid)
 {
-	int64_t left;
+	char path[64], buf[256], *paren;
+	FILE *f;
+	size_t n;
 
-	while ((left = __atomic_load_n(&e->completes_at, __ATOMIC_ACQUIRE) -
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return 1;   /* no /proc: trust kill() */
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	paren = strrchr(buf, ')');
+	return !(paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X'));
+}
+
+/*
+ * Sleep until the last record of e (an entry of table t) completed; it may
+ * be recorded again meanwhile. A pending record ends when the copy worker
+ * says so: look every millisecond, and stop waiting for one whose process
+ * died (every 64th look).
+ */
+static inline void fake_cuda_shm_wait(const struct fake_cuda_shm *t,
+				      const struct fake_cuda_shm_event *e)
+{
+	int64_t at, left;
+	unsigned looks = 0;
+
+	while ((left = (at = __atomic_load_n(&e->completes_at, __ATOMIC_ACQUIRE)) -
 		       fake_cuda_now_ns()) > 0) {
-		struct timespec ts = { .tv_sec = left / 1000000000, .tv_nsec = left % 1000000000 };
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = 1000000 };
 
+		if (at == FAKE_CUDA_PENDING && ++looks % 64 == 0 && !fake_cuda_alive(t->pid))
+			return;
+		if (left < ts.tv_nsec)
+			ts.tv_nsec = left;
 		nanosleep(&ts, NULL);
 	}
 }
@@ -119,6 +171,14 @@ static inline void fake_cuda_shm_wait(const struct fake_cuda_shm_event *e)
 typedef int (*fake_cuda_device_range_fn)(uintptr_t p, size_t len);
 /* The calling thread's runtime made device dev current (-1: none). */
 typedef void (*fake_cuda_set_current_fn)(int dev);
+#define FAKE_CUDA_HOOK_STREAM_WAITS "fake_cuda_stream_waits"
+/*
+ * Block until every event that `stream` was made to wait for
+ * (cuStreamWaitEvent) completed, and forget those waits: the fake runtime
+ * calls it before work it does on that stream, which a GPU would order
+ * after the waits.
+ */
+typedef void (*fake_cuda_stream_waits_fn)(uintptr_t stream);
 
 /* $FAKE_CUDA_DEVICES, clamped to 1..FAKE_CUDA_MAX_DEVICES. */
 static inline int fake_cuda_devices(void)

@@ -13,7 +13,23 @@
  * mapped (VMM ranges) or cudaMalloc made; streams are synchronous, so a
  * copy is a memcpy done before cudaMemcpyAsync returns, every event this
  * process records is complete and cudaLaunchHostFunc calls its function at
- * once. IPC event handles carry FAKE_CUDA_RT_IPC_MAGIC, the pid, a serial
+ * once, unless $FAKE_CUDA_COPY_DELAY_MS=D is set. Then, as on a GPU, a
+ * host-to-device cudaMemcpyAsync on a stream of our own only queues the
+ * copy: the destination reads FAKE_CUDA_POISON at once (or, behind other
+ * work of the stream, once that landed), and a worker thread copies from
+ * the source as it is D ms after the work before it on the stream landed
+ * (streams are FIFO, different streams overlap), so a caller that reuses
+ * the source before the copy completed delivers what it wrote instead,
+ * and is told (a checksum of the source, taken when the copy was queued,
+ * no longer matches): a misuse, which $FAKE_CUDA_STRICT makes an abort.
+ * Records and host functions queued behind such copies complete after
+ * them: cudaEventQuery answers cudaErrorNotReady, an IPC event's shared
+ * state reads FAKE_CUDA_PENDING (not complete, in every process) until the
+ * worker ran them; cudaEventSynchronize, cudaStreamSynchronize,
+ * cudaDeviceSynchronize, cudaStreamDestroy and any other copy on the
+ * stream wait for them. Process exit does not. Work on a stream that
+ * waited for events through the fake driver (cuStreamWaitEvent) first
+ * waits for those (FAKE_CUDA_HOOK_STREAM_WAITS). IPC event handles carry FAKE_CUDA_RT_IPC_MAGIC, the pid, a serial
  * number and an index in the shared event table (fake_cuda.h); the fake
  * driver in another process opens them, and a record there may complete
  * later ($FAKE_CUDA_RECORD_DELAY_MS in that process): cudaEventQuery
@@ -40,8 +56,9 @@
  * $FAKE_CUDA_COMPUTE_MODE=N is every device's cudaDevAttrComputeMode (2:
  * Prohibited).
  *
- * Thread rules: any thread, as the runtime; one lock guards the tables.
- * The current device and the last error are per thread.
+ * Thread rules: any thread, as the runtime; one lock guards the tables
+ * and the copy worker's queue. The current device and the last error are
+ * per thread.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -51,6 +68,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -65,6 +83,8 @@
 struct stream {
 	int used;
 	unsigned flags;
+	int pending;          /* queued work not yet run ($FAKE_CUDA_COPY_DELAY_MS) */
+	int64_t last_due;     /* when the last copy queued on it lands */
 };
 
 struct event {
@@ -72,7 +92,27 @@ struct event {
 	unsigned flags;
 	uint32_t serial;
 	long records;
+	uint64_t gen, gen_done;               /* records made; the last one that completed */
 	struct fake_cuda_shm_event *shared;   /* interprocess: its entry of g_shm, or NULL */
+};
+
+/* Work queued on a stream, run by the copy worker in stream order. */
+enum work_kind { W_COPY, W_RECORD, W_HOST_FN };
+
+struct work {
+	struct work *next;
+	enum work_kind kind;
+	struct stream *s;
+	int64_t due;                 /* CLOCK_MONOTONIC ns */
+	void *dst;                   /* W_COPY (src NULL: the poison) */
+	const void *src;
+	size_t n;
+	uint64_t sum;                /* of the source when queued */
+	struct event *ev;            /* W_RECORD: the event, its serial then, the record */
+	uint32_t serial;
+	uint64_t gen;
+	cudaHostFn_t fn;             /* W_HOST_FN */
+	void *arg;
 };
 
 /* Host memory registered or allocated pinned, or "device" memory from cudaMalloc. */
@@ -103,6 +143,17 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_have_driver;
 static fake_cuda_device_range_fn g_device_range;
 static fake_cuda_set_current_fn g_set_current;
+static fake_cuda_stream_waits_fn g_stream_waits;
+
+/*
+ * The copy worker's queue, in the order work was queued (g_lock): each
+ * stream's work is in order in it, with due times that never go down.
+ */
+static struct work *g_work, **g_work_tail = &g_work;
+static pthread_once_t g_worker_once = PTHREAD_ONCE_INIT;
+static pthread_cond_t g_work_cond;      /* new work for the worker (CLOCK_MONOTONIC) */
+static pthread_cond_t g_landed_cond = PTHREAD_COND_INITIALIZER;   /* the worker ran work */
+static int g_worker_ok;
 
 /* ---- the driver underneath ---------------------------------------------------------- */
 
@@ -117,6 +168,7 @@ static void load_driver(void)
 	/* POSIX's idiom for a function pointer out of dlsym (ISO C has no such cast). */
 	*(void **)&g_device_range = dlsym(lib, FAKE_CUDA_HOOK_DEVICE_RANGE);
 	*(void **)&g_set_current = dlsym(lib, FAKE_CUDA_HOOK_SET_CURRENT);
+	*(void **)&g_stream_waits = dlsym(lib, FAKE_CUDA_HOOK_STREAM_WAITS);
 }
 
 static int driver(void)
@@ -211,6 +263,7 @@ static struct fake_cuda_shm *shm_table(void)
 		goto fail;
 	}
 	memcpy(t->magic, FAKE_CUDA_SHM_MAGIC, sizeof(t->magic));
+	t->pid = (int32_t)getpid();
 	g_shm_pid = getpid();
 	g_shm = t;
 	return t;
@@ -300,6 +353,197 @@ static int is_device(const void *ptr, size_t len)
 	}
 	pthread_mutex_unlock(&g_lock);
 	return ok;
+}
+
+/* ---- the copy worker ($FAKE_CUDA_COPY_DELAY_MS) --------------------------------------- */
+
+/* $FAKE_CUDA_COPY_DELAY_MS in ns, read at every copy; 0: copies are synchronous. */
+static int64_t copy_delay_ns(void)
+{
+	return (int64_t)env_int(FAKE_CUDA_COPY_DELAY_ENV, 0) * 1000000;
+}
+
+/*
+ * The work to run first (called with g_lock held): the earliest due, the
+ * first queued among equals, which keeps each stream's work in order.
+ */
+static struct work **next_due(void)
+{
+	struct work **best = NULL;
+
+	for (struct work **pp = &g_work; *pp; pp = &(*pp)->next)
+		if (!best || (*pp)->due < (*best)->due)
+			best = pp;
+	return best;
+}
+
+/* A checksum of n bytes at p (FNV-1a over 64-bit words, then the tail). */
+static uint64_t checksum(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	uint64_t h = UINT64_C(14695981039346656037), w;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, b + i, 8);
+		h = (h ^ w) * UINT64_C(1099511628211);
+	}
+	for (; i < n; i++)
+		h = (h ^ b[i]) * UINT64_C(1099511628211);
+	return h;
+}
+
+/* Run w (called with g_lock held; dropped around copies and host functions). */
+static void run(struct work *w)
+{
+	struct event *x = w->ev;
+
+	if (w->kind != W_RECORD) {
+		pthread_mutex_unlock(&g_lock);
+		/*
+		 * The source as it is now: a caller that reused it too soon gets
+		 * what it wrote, and is told, as undefined on a GPU.
+		 */
+		if (w->kind == W_COPY && w->src && checksum(w->src, w->n) != w->sum)
+			misuse(cudaErrorInvalidValue, "cudaMemcpyAsync",
+			       "the host source of a queued copy changed before the copy landed");
+		if (w->kind == W_COPY && w->src)
+			memcpy(w->dst, w->src, w->n);
+		else if (w->kind == W_COPY)
+			memset(w->dst, FAKE_CUDA_POISON, w->n);
+		else
+			w->fn(w->arg);
+		pthread_mutex_lock(&g_lock);
+	} else if (x->used && x->serial == w->serial && x->gen == w->gen) {
+		int64_t pending = FAKE_CUDA_PENDING;
+
+		x->gen_done = w->gen;
+		/* Unless another process recorded it since: its record's time stands. */
+		if (x->shared)
+			__atomic_compare_exchange_n(&x->shared->completes_at, &pending, 0, 0,
+						    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+	}
+}
+
+static void *worker(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&g_lock);
+	for (;;) {
+		struct work **pp = next_due(), *w;
+
+		if (!pp) {
+			pthread_cond_wait(&g_work_cond, &g_lock);
+			continue;
+		}
+		if ((*pp)->due > fake_cuda_now_ns()) {
+			struct timespec ts = { .tv_sec = (*pp)->due / 1000000000,
+					       .tv_nsec = (*pp)->due % 1000000000 };
+
+			pthread_cond_timedwait(&g_work_cond, &g_lock, &ts);
+			continue;
+		}
+		w = *pp;
+		*pp = w->next;
+		if (!w->next)
+			g_work_tail = pp;
+		run(w);
+		w->s->pending--;
+		free(w);
+		pthread_cond_broadcast(&g_landed_cond);
+	}
+	return NULL;
+}
+
+/* The worker, started with the first delayed copy; it takes no signals meant for the process. */
+static void worker_start(void)
+{
+	pthread_condattr_t a;
+	sigset_t all, old;
+	pthread_t t;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&g_work_cond, &a);
+	pthread_condattr_destroy(&a);
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	if (pthread_create(&t, NULL, worker, NULL) == 0) {
+		pthread_detach(t);
+		g_worker_ok = 1;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/*
+ * Queue w on s (called with g_lock held), due `after` ns after the work
+ * queued before it on s landed, or after now when s is idle.
+ */
+static void enqueue(struct stream *s, struct work *w, int64_t after)
+{
+	int64_t now = fake_cuda_now_ns();
+
+	w->s = s;
+	w->due = (s->pending && s->last_due > now ? s->last_due : now) + after;
+	s->last_due = w->due;
+	s->pending++;
+	w->next = NULL;
+	*g_work_tail = w;
+	g_work_tail = &w->next;
+	pthread_cond_signal(&g_work_cond);
+}
+
+/* Does stream s have work queued (called with g_lock held)? */
+static struct stream *busy(cudaStream_t s)
+{
+	struct stream *x = (uintptr_t)s > 2 && stream_ok(s) ? (struct stream *)(void *)s : NULL;
+
+	return x && x->pending ? x : NULL;
+}
+
+/* Wait until everything queued on s ran (s NULL: on every stream). Called with g_lock held. */
+static void drain(struct stream *s)
+{
+	while (s ? s->pending > 0 : g_work != NULL)
+		pthread_cond_wait(&g_landed_cond, &g_lock);
+}
+
+/* What a GPU orders after the events s waited for (fake driver): wait for them here. */
+static void stream_waits(cudaStream_t s)
+{
+	if (g_stream_waits)
+		g_stream_waits((uintptr_t)s);
+}
+
+/*
+ * A host-to-device copy on stream s, $FAKE_CUDA_COPY_DELAY_MS: the
+ * destination is poisoned now (or once the work before it on s landed, so
+ * as not to race that work), and the copy is made `delay` ns after that.
+ */
+static cudaError_t copy_later(void *dst, const void *src, size_t n, struct stream *s,
+			      int64_t delay)
+{
+	struct work *poison = calloc(1, sizeof(*poison)), *copy = calloc(1, sizeof(*copy));
+
+	pthread_once(&g_worker_once, worker_start);
+	if (!poison || !copy || !g_worker_ok) {
+		free(poison);
+		free(copy);
+		return fail(cudaErrorMemoryAllocation);
+	}
+	*poison = (struct work){ .kind = W_COPY, .dst = dst, .n = n };
+	*copy = (struct work){ .kind = W_COPY, .dst = dst, .src = src, .n = n,
+			       .sum = checksum(src, n) };
+	pthread_mutex_lock(&g_lock);
+	if (!s->pending) {
+		memset(dst, FAKE_CUDA_POISON, n);
+		free(poison);
+	} else {
+		enqueue(s, poison, 0);
+	}
+	enqueue(s, copy, delay);
+	pthread_mutex_unlock(&g_lock);
+	return cudaSuccess;
 }
 
 /* ---- errors and versions -------------------------------------------------------------- */
@@ -454,7 +698,12 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int dev)
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-	return ready();
+	cudaError_t e = ready();
+
+	pthread_mutex_lock(&g_lock);
+	drain(NULL);
+	pthread_mutex_unlock(&g_lock);
+	return e;
 }
 
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
@@ -637,6 +886,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 	pthread_mutex_lock(&g_lock);
 	ok = (uintptr_t)s > 2 && stream_ok(s);
+	/* Like the runtime, the copies queued on it still land. */
+	if (ok)
+		drain((struct stream *)(void *)s);
 	if (ok)
 		((struct stream *)(void *)s)->used = 0;
 	pthread_mutex_unlock(&g_lock);
@@ -645,26 +897,60 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
+	cudaError_t e;
+
 	if (sticky())
 		return fail(sticky());
-	return check_stream(s, __func__);
+	e = check_stream(s, __func__);
+	if (e != cudaSuccess)
+		return e;
+	stream_waits(s);
+	pthread_mutex_lock(&g_lock);
+	if ((uintptr_t)s > 2 && stream_ok(s))
+		drain((struct stream *)(void *)s);
+	pthread_mutex_unlock(&g_lock);
+	return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-	return check_stream(s, __func__);
+	cudaError_t e = check_stream(s, __func__);
+	int pending;
+
+	if (e != cudaSuccess)
+		return e;
+	pthread_mutex_lock(&g_lock);
+	pending = busy(s) != NULL;
+	pthread_mutex_unlock(&g_lock);
+	return pending ? cudaErrorNotReady : cudaSuccess;
 }
 
-/* Synchronous streams: the function runs now, on the caller's thread. */
+/*
+ * The function runs now, on the caller's thread, unless copies are queued
+ * on s: then on the copy worker after them, as on CUDA's callback thread.
+ */
 cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 {
 	cudaError_t e = check_stream(s, __func__);
+	struct work *w = NULL;
+	struct stream *x;
 
 	if (e != cudaSuccess)
 		return e;
 	if (!fn)
 		return fail(cudaErrorInvalidValue);
-	fn(arg);
+	stream_waits(s);
+	pthread_mutex_lock(&g_lock);
+	x = busy(s);
+	if (x && (w = calloc(1, sizeof(*w))) != NULL) {
+		*w = (struct work){ .kind = W_HOST_FN, .fn = fn, .arg = arg };
+		enqueue(x, w, 0);
+	} else if (x) {
+		drain(x);
+	}
+	pthread_mutex_unlock(&g_lock);
+	if (!w)
+		fn(arg);
 	return cudaSuccess;
 }
 
@@ -686,6 +972,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 	cudaError_t e = ready();
 	int dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
 	int src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+	int64_t delay;
 
 	if (e == cudaSuccess)
 		e = check_stream(s, __func__);
@@ -701,6 +988,15 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
 			      "the source is not device memory (or the copy runs past its end)");
 	if (kind == cudaMemcpyHostToDevice && sticky_now())
 		return fail(cudaErrorIllegalAddress);
+	stream_waits(s);
+	delay = copy_delay_ns();
+	if (n && kind == cudaMemcpyHostToDevice && (uintptr_t)s > 2 && delay > 0)
+		return copy_later(dst, src, n, (struct stream *)(void *)s, delay);
+	/* Any other copy is made now, after what was queued before it on s. */
+	pthread_mutex_lock(&g_lock);
+	if (busy(s))
+		drain((struct stream *)(void *)s);
+	pthread_mutex_unlock(&g_lock);
 	if (n)
 		memcpy(dst, src, n);
 	return cudaSuccess;
@@ -768,30 +1064,51 @@ cudaError_t cudaEventDestroy(cudaEvent_t ev)
 
 cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
 {
+	struct work *w = calloc(1, sizeof(*w));
+	struct stream *pending;
 	struct event *x;
 	int ok;
 
-	if (sticky())
+	if (sticky()) {
+		free(w);
 		return fail(sticky());
+	}
+	stream_waits(s);
 	pthread_mutex_lock(&g_lock);
 	x = event_of(ev);
 	ok = stream_ok(s);
+	pending = ok ? busy(s) : NULL;
+	if (x && ok && pending && !w)
+		drain(pending);   /* out of memory: complete it the slow way, never early */
 	if (x && ok) {
 		x->records++;
-		/* Our streams are synchronous: the record is complete already. */
+		x->gen++;
+	}
+	if (x && ok && pending && w) {
+		/* Complete once the copies queued before it landed. */
+		*w = (struct work){ .kind = W_RECORD, .ev = x, .serial = x->serial, .gen = x->gen };
+		enqueue(pending, w, 0);
+		w = NULL;
+		if (x->shared)
+			__atomic_store_n(&x->shared->completes_at, FAKE_CUDA_PENDING, __ATOMIC_RELEASE);
+	} else if (x && ok) {
+		/* Nothing queued on s: the record is complete already. */
+		x->gen_done = x->gen;
 		if (x->shared)
 			__atomic_store_n(&x->shared->completes_at, 0, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&g_lock);
+	free(w);
 	if (!x)
 		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
 	return ok ? cudaSuccess : misuse(cudaErrorInvalidResourceHandle, __func__, "no such stream");
 }
 
 /*
- * Our own records are complete (streams are synchronous); an IPC event
- * another process recorded with a delay is not until its time. Like the
- * runtime, "not ready" is not an error: it does not become the last error.
+ * Our own records are complete once the copies queued before them landed;
+ * an IPC event another process recorded with a delay is not until its
+ * time. Like the runtime, "not ready" is not an error: it does not become
+ * the last error.
  */
 cudaError_t cudaEventQuery(cudaEvent_t ev)
 {
@@ -804,6 +1121,8 @@ cudaError_t cudaEventQuery(cudaEvent_t ev)
 	x = event_of(ev);
 	if (x && x->shared)
 		done = fake_cuda_shm_done(x->shared);
+	else if (x)
+		done = x->gen_done == x->gen;
 	pthread_mutex_unlock(&g_lock);
 	if (!x)
 		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
@@ -821,12 +1140,15 @@ cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 	x = event_of(ev);
 	if (x)
 		shared = x->shared;
+	/* Our own record: until the worker ran it, unless the event went meanwhile. */
+	while (x && !shared && x->gen_done != x->gen && event_of(ev) == x)
+		pthread_cond_wait(&g_landed_cond, &g_lock);
 	pthread_mutex_unlock(&g_lock);
 	if (!x)
 		return misuse(cudaErrorInvalidResourceHandle, __func__, "no such event");
 	/* The entry stays mapped for the process's life: sleeping unlocked is safe. */
 	if (shared)
-		fake_cuda_shm_wait(shared);
+		fake_cuda_shm_wait(g_shm, shared);
 	return cudaSuccess;
 }
 

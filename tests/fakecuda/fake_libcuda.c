@@ -23,7 +23,17 @@
  * state with that process (fake_cuda.h): with $FAKE_CUDA_RECORD_DELAY_MS
  * set here, cuEventRecord makes it complete that much later, for
  * cuEventQuery and cuEventSynchronize here and the runtime's queries
- * there, as a trainer's stream still busy with the slot would.
+ * there, as a trainer's stream still busy with the slot would; and a
+ * record there behind copies still queued ($FAKE_CUDA_COPY_DELAY_MS in
+ * that process) is pending until they landed; an event of the in-process
+ * fake daemon's is pending while it says its copy has not landed
+ * (fake_cuda_event_pending). A stream that waited on
+ * such an event (cuStreamWaitEvent) has its later work ordered after it,
+ * as on a GPU, by blocking the host instead: cuEventRecord and
+ * cuStreamSynchronize on the stream, and the fake runtime's work on it
+ * (through fake_cuda_stream_waits, its copies after bc_batch_wait_stream
+ * included), first wait until the events it waited on completed. The
+ * wait is on the event's state then, not on the record the wait saw.
  *
  * It checks what the real driver would refuse and what the client
  * promises (a context current around every call, access granted to the
@@ -34,10 +44,11 @@
  * device.
  *
  * Thread rules: the driver calls are made from one thread at a time (the
- * Python tests, batchd's loop thread, a trainer); the range table is
- * locked, because the fake runtime checks copies against it from any
- * thread (fake_cuda_device_range). The context stack is per thread, as
- * the driver's is.
+ * Python tests, batchd's loop thread, a trainer); the range and wait
+ * tables are locked, because the fake runtime checks copies against the
+ * one and waits through the other from any thread
+ * (fake_cuda_device_range, fake_cuda_stream_waits). The context stack is
+ * per thread, as the driver's is.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -87,6 +98,7 @@ struct fake_cuda_event {
 	long syncs;            /* cuEventSynchronize calls on it */
 	struct fake_cuda_shm *shm;               /* remote: the exporter's table, mapped, or NULL */
 	struct fake_cuda_shm_event *shared;      /* its entry in shm */
+	int pending;           /* the in-process fake daemon's copy has not landed (atomic) */
 };
 
 struct opened {
@@ -115,11 +127,13 @@ API int fake_cuda_event_new(unsigned char handle[64]);
 API const struct fake_cuda_event *fake_cuda_event(int index);
 API void fake_cuda_event_free(int index);
 API void fake_cuda_on_record(void (*cb)(int index, void *stream));
+API void fake_cuda_event_pending(int index, int pending);
 API void fake_cuda_fail(const char *name, int code, int skip);
 API void fake_cuda_fail_also(const char *name, int code);
 /* The fake runtime's hooks (fake_cuda.h). */
 API int fake_cuda_device_range(uintptr_t p, size_t len);
 API void fake_cuda_set_current(int dev);
+API void fake_cuda_stream_waits(uintptr_t stream);
 
 static struct fake_cuda_counts g_n;
 static struct fake_cuda_event g_ev[EVENTS];
@@ -137,6 +151,17 @@ static CUresult g_fail2_code;
 static CUresult g_fail_code;
 static int g_fail_skip;
 static void (*g_on_record)(int index, void *stream);
+/*
+ * Waits made with cuStreamWaitEvent on events whose state is another
+ * process's (g_lock): the stream's later work is ordered after them.
+ */
+#define WAITS 256
+struct wait {
+	uintptr_t stream;
+	int index;
+};
+static struct wait g_waits[WAITS];
+static int g_nwaits;
 
 /* ---- test-only entry points --------------------------------------------------------- */
 
@@ -182,6 +207,18 @@ API void fake_cuda_event_free(int index)
 		g_ev[index].used = 0;
 }
 
+/*
+ * The in-process fake daemon's record of event `index` is pending (1)
+ * until it says it completed (0): its copy has not landed. Meanwhile
+ * cuEventQuery answers not ready, and cuEventSynchronize and a stream that
+ * waited on it (fake_cuda_stream_waits) wait.
+ */
+API void fake_cuda_event_pending(int index, int pending)
+{
+	if (index >= 0 && index < EVENTS)
+		__atomic_store_n(&g_ev[index].pending, pending, __ATOMIC_RELEASE);
+}
+
 /* Called at every cuEventRecord, before it returns (NULL: none). */
 API void fake_cuda_on_record(void (*cb)(int index, void *stream))
 {
@@ -220,6 +257,56 @@ API int fake_cuda_device_range(uintptr_t p, size_t len)
 API void fake_cuda_set_current(int dev)
 {
 	t_runtime_dev = dev;
+}
+
+/*
+ * Take one wait of `stream` (index -1) or one on event `index` (whatever
+ * its stream) off the table. @return its event, or -1.
+ */
+static int wait_take(uintptr_t stream, int index)
+{
+	int ev = -1;
+
+	pthread_mutex_lock(&g_lock);
+	for (int i = 0; i < g_nwaits && ev < 0; i++) {
+		if (index >= 0 ? g_waits[i].index == index : g_waits[i].stream == stream) {
+			ev = g_waits[i].index;
+			g_waits[i] = g_waits[--g_nwaits];
+		}
+	}
+	pthread_mutex_unlock(&g_lock);
+	return ev;
+}
+
+/* Sleep until event i completed: its shared state, or the fake daemon's word. */
+static void event_wait(int i)
+{
+	const struct timespec ms = { .tv_sec = 0, .tv_nsec = 1000000 };
+
+	if (g_ev[i].shared)
+		fake_cuda_shm_wait(g_ev[i].shm, g_ev[i].shared);
+	while (__atomic_load_n(&g_ev[i].pending, __ATOMIC_ACQUIRE))
+		nanosleep(&ms, NULL);
+}
+
+/* Is event i's last record still running (its copy not landed)? */
+static int event_busy(int i)
+{
+	return (g_ev[i].shared && !fake_cuda_shm_done(g_ev[i].shared)) ||
+	       __atomic_load_n(&g_ev[i].pending, __ATOMIC_ACQUIRE);
+}
+
+/*
+ * Like a GPU, which runs a stream's work after the events it waited for:
+ * block until they completed (fake_cuda.h). Only events that were not
+ * complete when waited on are in the table.
+ */
+API void fake_cuda_stream_waits(uintptr_t stream)
+{
+	int i;
+
+	while ((i = wait_take(stream, -1)) >= 0)
+		event_wait(i);
 }
 
 /* ---- the driver -------------------------------------------------------------------- */
@@ -780,6 +867,8 @@ static CUresult f_EventRecord(CUevent ev, CUstream stream)
 	FAIL_POINT("cuEventRecord");
 	if (!o)
 		return bad(CUDA_ERROR_INVALID_HANDLE);
+	/* The record follows the stream's waits: never complete before them. */
+	fake_cuda_stream_waits((uintptr_t)stream);
 	g_ev[o->index].records++;
 	g_ev[o->index].record_stream = (void *)stream;
 	g_ev[o->index].record_device = dev;
@@ -806,9 +895,7 @@ static CUresult f_EventQuery(CUevent ev)
 
 	if (!o)
 		return bad(CUDA_ERROR_INVALID_HANDLE);
-	if (g_ev[o->index].shared && !fake_cuda_shm_done(g_ev[o->index].shared))
-		return CUDA_ERROR_NOT_READY;
-	return CUDA_SUCCESS;
+	return event_busy(o->index) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 /* Streams are synchronous here: an event is complete once recorded, unless delayed. */
@@ -820,8 +907,7 @@ static CUresult f_EventSynchronize(CUevent ev)
 	if (!o)
 		return bad(CUDA_ERROR_INVALID_HANDLE);
 	g_ev[o->index].syncs++;
-	if (g_ev[o->index].shared)
-		fake_cuda_shm_wait(g_ev[o->index].shared);
+	event_wait(o->index);
 	return CUDA_SUCCESS;
 }
 
@@ -833,6 +919,9 @@ static CUresult f_EventDestroy(CUevent ev)
 	need_ctx();
 	if (!o)
 		return bad(CUDA_ERROR_INVALID_HANDLE);
+	/* A stream's wait outlives the event, as in CUDA: keep its table mapped till then. */
+	while (wait_take(0, o->index) >= 0)
+		event_wait(o->index);
 	if (g_ev[o->index].remote)
 		event_drop(o->index);
 	o->magic = 0;
@@ -852,14 +941,27 @@ static CUresult f_StreamWaitEvent(CUstream stream, CUevent ev, unsigned int flag
 	g_ev[o->index].waits++;
 	g_ev[o->index].wait_stream = (void *)stream;
 	g_ev[o->index].wait_flags = flags;
+	if (event_busy(o->index)) {
+		int full;
+
+		pthread_mutex_lock(&g_lock);
+		full = g_nwaits == WAITS;
+		if (!full)
+			g_waits[g_nwaits++] = (struct wait){ (uintptr_t)stream, o->index };
+		pthread_mutex_unlock(&g_lock);
+		/* No room to remember it: wait now, which is late enough. */
+		if (full)
+			event_wait(o->index);
+	}
 	return CUDA_SUCCESS;
 }
 
-/* Streams are synchronous here: everything queued on one has run. */
+/* The stream's own work is synchronous here: what it waits for is the events it waited on. */
 static CUresult f_StreamSynchronize(CUstream stream)
 {
 	FAIL_POINT("cuStreamSynchronize");
 	need_ctx();
+	fake_cuda_stream_waits((uintptr_t)stream);
 	g_n.stream_syncs++;
 	return CUDA_SUCCESS;
 }

@@ -15,11 +15,16 @@
  *                and cudaMemGetInfo is back where it was
  *   batchctl     `batchctl consume --device 0` ($BATCHCTL, when set) copies
  *                two epochs back from the device with no mismatch
+ *   asynchronous copies  (the fake CUDA with $FAKE_CUDA_COPY_DELAY_MS only)
+ *                a batch read straight from device memory right after
+ *                bc_next, before its copy can have landed, is the fake's
+ *                poison; after bc_batch_wait_stream and a copy on that
+ *                stream, or after bc_batch_sync, it is the batch's bytes
  *
  * With BATCHD_TEST_FAKE_CUDA=1 the same binary runs against the fake CUDA
  * of tests/fakecuda (on LD_LIBRARY_PATH for this process, the daemon and
- * batchctl alike), where streams are synchronous and device memory is
- * host memory. No host function can hold a stream there, so slot reuse
+ * batchctl alike), where streams are synchronous (asynchronous copies with
+ * $FAKE_CUDA_COPY_DELAY_MS) and device memory is host memory. No host function can hold a stream there, so slot reuse
  * holds batch 0's release event back the fake's way instead: released
  * with $FAKE_CUDA_RECORD_DELAY_MS set in this process, the event
  * completes FAKE_HOLD_MS later for the daemon too, and batch `slots`,
@@ -1143,6 +1148,231 @@ out:
 	json_object_put(o);
 }
 
+/* ---- (e) asynchronous copies (fake CUDA, $FAKE_CUDA_COPY_DELAY_MS) ------------------------ */
+
+/*
+ * With $FAKE_CUDA_COPY_DELAY_MS=D the fake runtime in the daemon queues each
+ * host-to-device copy, poisons its destination with FAKE_POISON at once and
+ * makes the copy D ms after the one before it on the session's stream
+ * landed (tests/fakecuda/fake_cudart.c). The session's stream does not
+ * exist before bc_open, so batch k of a new stream lands (k + 1) * D after
+ * the call at the soonest: a read of its device memory that ended sooner
+ * read nothing of it. That is a lower bound, which no slow machine can
+ * break; a read that ended later proves nothing and is not checked.
+ */
+#define FAKE_POISON 0xDB          /* FAKE_CUDA_POISON, tests/fakecuda/fake_cuda.h */
+#define FAKE_COPY_DELAY_ENV "FAKE_CUDA_COPY_DELAY_MS"
+#define ASYNC_TRIES 10
+
+static size_t first_not(const uint8_t *p, uint8_t byte, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n && p[i] == byte)
+		i++;
+	return i;
+}
+
+/*
+ * Batch k (0 or 1) of a stream opened at t0: read straight from device
+ * memory, skipping the wait; poison there if the read ended before the copy
+ * can have landed (counted in early[k]). Then the documented way: batch 0
+ * after bc_batch_wait_stream and a copy on st (check_on_device), batch 1
+ * after bc_batch_sync, read in place. @return 0, or -1 with why in err.
+ */
+static int async_batch(bc_batch *b, unsigned k, int64_t t0, int64_t delay_ns, cudaStream_t st,
+		       uint8_t *back, uint8_t *peek, size_t cap, dt_ref *ref, unsigned early[2],
+		       char *err, size_t errlen)
+{
+	size_t dlen, hlen, at;
+	const uint8_t *host = bc_batch_data(b, &hlen);
+	const uint8_t *dev = bc_batch_device_data(b, &dlen);
+	int64_t t;
+	int r;
+
+	if (!dev || dlen != hlen || hlen == 0 || hlen > cap) {
+		snprintf(err, errlen, "batch %u: device payload %p of %zu bytes, %zu staged", k,
+			 (const void *)dev, dlen, hlen);
+		return -1;
+	}
+	memcpy(peek, dev, dlen);
+	t = now_ns() - t0;
+	if (t < (int64_t)(k + 1) * delay_ns) {
+		at = first_not(peek, FAKE_POISON, dlen);
+		if (at < dlen) {
+			snprintf(err, errlen, "batch %u, read from device memory %.1f ms after bc_open "
+				 "(its copy lands at %.0f ms at the soonest), holds %#x at byte %zu of "
+				 "%zu, not the fake's poison %#x: the read saw a copy that cannot have "
+				 "landed", k, t / 1e6, (double)(k + 1) * delay_ns / 1e6, peek[at], at,
+				 dlen, FAKE_POISON);
+			return -1;
+		}
+		early[k]++;
+	}
+	if (k == 0)
+		return check_on_device(b, st, back, cap, ref, err, errlen) < 0 ? -1 : 0;
+	r = bc_batch_sync(b);
+	if (r < 0) {
+		snprintf(err, errlen, "bc_batch_sync: %s", bc_strerror(r));
+		return -1;
+	}
+	if (dt_batch_check(b, ref, err, errlen) < 0)
+		return -1;
+	if (memcmp(dev, host, hlen) != 0) {
+		at = first_diff(dev, host, hlen);
+		snprintf(err, errlen, "batch 1 after bc_batch_sync: device byte %zu of %zu is %#x, "
+			 "the batch's is %#x", at, hlen, dev[at], host[at]);
+		return -1;
+	}
+	return 0;
+}
+
+/* One try on a fresh stream: batches 0 and 1 as async_batch reads them. @return 0 or -1. */
+static int async_try(cudaStream_t st, dt_ref *ref, int64_t delay_ns, unsigned early[2],
+		     char *err, size_t errlen)
+{
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	bc_batch *b[2] = { NULL, NULL };
+	uint8_t *back = NULL, *peek = NULL;
+	int64_t t0 = now_ns();
+	size_t cap;
+	int rc = -1, r;
+
+	snprintf(err, errlen, "open a GPU stream");
+	if (open_stream(&c, &s, DSET_BLK, 32, BC_SHUFFLE_NONE, HOLD_PREFETCH) < 0)
+		return -1;
+	cap = 32 * bc_stream_max_sample(s) + 4096;
+	snprintf(err, errlen, "out of memory");
+	if (cudaMallocHost((void **)&back, cap) != cudaSuccess || !(peek = malloc(cap)))
+		goto out;
+	for (unsigned k = 0; k < 2; k++) {
+		r = bc_next(s, &b[k], 30000);
+		if (r != 0) {
+			snprintf(err, errlen, "bc_next for batch %u: %s: %s", k, bc_strerror(r),
+				 bc_stream_error(s));
+			goto out;
+		}
+		if (async_batch(b[k], k, t0, delay_ns, st, back, peek, cap, ref, early, err,
+				errlen) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	for (unsigned k = 0; k < 2; k++) {
+		r = b[k] ? bc_release(b[k]) : 0;
+		if (r != 0 && rc == 0) {
+			snprintf(err, errlen, "bc_release of batch %u: %s", k, bc_strerror(r));
+			rc = -1;
+		}
+	}
+	if (rc == 0 && !close_to_idle(&c, &s, __LINE__)) {
+		snprintf(err, errlen, "the stream did not close to idle");
+		rc = -1;
+	}
+	bc_close(s);
+	bc_disconnect(c);
+	cudaFreeHost(back);
+	free(peek);
+	return rc;
+}
+
+/*
+ * A trainer that releases batches without waiting for their copies (it
+ * skips them): the daemon must still keep each host record until its copy
+ * landed, or the fake, strict, stops it (a queued copy's source changed),
+ * and then the batches after, taken the documented way, are byte-exact.
+ */
+static int async_skips(cudaStream_t st, dt_ref *ref, char *err, size_t errlen)
+{
+	bc_client *c = NULL;
+	bc_stream *s = NULL;
+	uint8_t *back = NULL;
+	size_t cap;
+	int rc = -1, r;
+	bc_batch *b;
+	int64_t n;
+
+	snprintf(err, errlen, "open a GPU stream");
+	if (open_stream(&c, &s, DSET_BLK, 32, BC_SHUFFLE_NONE, HOLD_PREFETCH) < 0)
+		return -1;
+	cap = 32 * bc_stream_max_sample(s) + 4096;
+	snprintf(err, errlen, "out of memory");
+	if (cudaMallocHost((void **)&back, cap) != cudaSuccess)
+		goto out;
+	for (unsigned k = 0; k < 3 * HOLD_SLOTS; k++) {
+		r = bc_next(s, &b, 30000);
+		if (r == 0)
+			r = bc_release(b);
+		if (r != 0) {
+			snprintf(err, errlen, "batch %u, released unread: %s: %s", k, bc_strerror(r),
+				 bc_stream_error(s));
+			goto out;
+		}
+	}
+	for (unsigned k = 0; k < 2 * HOLD_SLOTS; k++)
+		if (take_on_device(s, st, back, cap, ref, &n, err, errlen) != 0)
+			goto out;
+	rc = 0;
+	if (!close_to_idle(&c, &s, __LINE__)) {
+		snprintf(err, errlen, "the stream did not close to idle");
+		rc = -1;
+	}
+out:
+	bc_close(s);
+	bc_disconnect(c);
+	cudaFreeHost(back);
+	return rc;
+}
+
+/*
+ * A reader that skips the wait sees poison, the documented ways see the
+ * batch: fresh streams until a read of batch 0 and one of batch 1 each
+ * ended soon enough to prove it (every try checks the documented ways).
+ */
+static void case_async_fake(void)
+{
+	const char *d = getenv(FAKE_COPY_DELAY_ENV);
+	int64_t delay_ns = d ? (int64_t)atoll(d) * 1000000 : 0;
+	unsigned early[2] = { 0, 0 }, tries = 0;
+	cudaStream_t st = NULL;
+	char path[PATH_MAX], err[768];
+	dt_ref ref;
+	bool ref_open = false;
+
+	if (!fake || delay_ns <= 0) {
+		printf("skip - asynchronous copies: only on the fake CUDA with $%s set\n",
+		       FAKE_COPY_DELAY_ENV);
+		return;
+	}
+	EXPECT(dt_ref_open(&ref, dt_root_path(&D, DSET_BLK, path, sizeof(path))) == 0,
+	       "reference reader on %s", path);
+	ref_open = true;
+	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	while (tries < ASYNC_TRIES && !(early[0] && early[1])) {
+		tries++;
+		EXPECT(async_try(st, &ref, delay_ns, early, err, sizeof(err)) == 0, "try %u: %s",
+		       tries, err);
+	}
+	EXPECT(early[0] && early[1], "in %u fresh streams, %u reads of batch 0 ended within %s ms "
+	       "of bc_open and %u of batch 1 within twice that, before their copies could land: "
+	       "this machine is too slow to show poison with %s=%s; raise it "
+	       "(tests/fakecuda/meson.build)", tries, early[0], d, early[1], FAKE_COPY_DELAY_ENV,
+	       d);
+	EXPECT(async_skips(st, &ref, err, sizeof(err)) == 0, "after batches released unread: %s",
+	       err);
+	printf("ok - asynchronous copies (fake CUDA, %s ms a copy): %u reads that skipped the wait "
+	       "saw only the poison %#x, batch 0 after bc_batch_wait_stream and a copy on that "
+	       "stream and batch 1 after bc_batch_sync byte-exact, in %u streams; %u batches "
+	       "released unread, then %u byte-exact\n", d, early[0] + early[1], FAKE_POISON,
+	       tries, 3 * HOLD_SLOTS, 2 * HOLD_SLOTS);
+out:
+	if (st)
+		cudaStreamDestroy(st);
+	if (ref_open)
+		dt_ref_close(&ref);
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 
 static const char *volatile current_case = "setup";
@@ -1242,6 +1472,8 @@ int main(int argc, char **argv)
 		case_batchctl(getenv("BATCHCTL"));
 	else
 		printf("skip - batchctl: $BATCHCTL is not set\n");
+	current_case = "asynchronous copies";
+	case_async_fake();
 	current_case = "teardown";
 	rc = failures ? 1 : 0;
 out:
