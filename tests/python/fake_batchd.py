@@ -15,6 +15,12 @@ client maps device memory, so a test can compare bytes on both sides.
 Events: the device table's IPC handles come from the fake driver
 (fake_cuda_event_new), which counts records and waits per event.
 
+Copies in flight (Plan(copies_land=False)): as on a GPU, where batchd
+publishes a batch once its copy is queued, every device slot holds the fake
+CUDA's poison (POISON) and its ready event is pending
+(fake_cuda_event_pending) until the test lands the copy
+(Session.land), so a consumer that reads before waiting sees the poison.
+
 Runs in a thread of the test process; one connection at a time is plenty.
 """
 import fcntl
@@ -30,6 +36,7 @@ RING_MAGIC = 0x31474E4952504442
 GPU_MAGIC = 0x3155504752504442
 F_SEAL_FUTURE_WRITE = 0x0010
 DEVICE_ALIGN = 512
+POISON = 0xDB              # FAKE_CUDA_POISON, tests/fakecuda/fake_cuda.h
 
 
 def up(n, a):
@@ -83,6 +90,7 @@ class Plan:
         self.placement = None     # None: as opened
         self.desc_device = {}     # seq -> a device offset other than the slot's
         self.refuse = None        # (errno, message): answer OPEN with ERROR
+        self.copies_land = True   # False: slots poisoned, ready pending until Session.land
         for k, v in kw.items():
             if not hasattr(self, k):
                 raise AttributeError(k)
@@ -143,7 +151,10 @@ class Session:
             self.data[at + self.payload_at:at + self.payload_at + payload] = body
             dev = p.desc_device.get(seq, seq * self.slot_bytes)
             if seq * self.slot_bytes + payload <= self.dev_size:
-                os.pwrite(self.dev_fd, body, seq * self.slot_bytes)
+                os.pwrite(self.dev_fd, body if p.copies_land else bytes([POISON]) * payload,
+                          seq * self.slot_bytes)
+            if not p.copies_land:
+                fake.event_pending(self.ready[seq], 1)
             struct.pack_into("<QQQQQQIiQ", self.data, 4096 + 64 * seq, seq, 0, seq, at,
                              at + self.payload_at, payload, B, 0, dev)
             self.expect.append((ids, body))
@@ -151,6 +162,12 @@ class Session:
         fcntl.fcntl(self.data_fd, fcntl.F_ADD_SEALS,
                     fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE)
         fcntl.fcntl(self.ctrl_fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+
+    def land(self, seq):
+        """The copy of batch seq lands (Plan(copies_land=False)): its bytes
+        into its device slot, then its ready event completes."""
+        os.pwrite(self.dev_fd, self.expect[seq][1], seq * self.slot_bytes)
+        self.fake.event_pending(self.ready[seq], 0)
 
     def mark(self, slot):
         """The client's release mark of a slot (seq + 1 of its last release)."""
@@ -264,4 +281,7 @@ class NoEvents:
         return self.n
 
     def event_free(self, index):
+        pass
+
+    def event_pending(self, index, pending):
         pass

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -54,7 +55,8 @@ class Event(ctypes.Structure):
     _fields_ = [("used", ctypes.c_int), ("pad", ctypes.c_int), ("records", ctypes.c_long),
                 ("waits", ctypes.c_long), ("record_stream", ctypes.c_void_p),
                 ("wait_stream", ctypes.c_void_p), ("wait_flags", ctypes.c_uint),
-                ("record_device", ctypes.c_int), ("syncs", ctypes.c_long)]
+                ("record_device", ctypes.c_int), ("syncs", ctypes.c_long),
+                ("shm", ctypes.c_void_p), ("shared", ctypes.c_void_p), ("pending", ctypes.c_int)]
 
 
 RECORD_CB = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_void_p)
@@ -73,6 +75,7 @@ class FakeDriver:
         lib.fake_cuda_fail_also.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.fake_cuda_on_record.argtypes = [RECORD_CB]
         lib.fake_cuda_uuid.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        lib.fake_cuda_event_pending.argtypes = [ctypes.c_int, ctypes.c_int]
 
     def event_new(self, handle):
         buf = (ctypes.c_ubyte * 64)()
@@ -82,6 +85,9 @@ class FakeDriver:
 
     def event_free(self, index):
         self.lib.fake_cuda_event_free(index)
+
+    def event_pending(self, index, pending):
+        self.lib.fake_cuda_event_pending(index, pending)
 
     def event(self, index):
         return Event.from_buffer_copy(self.lib.fake_cuda_event(index).contents)
@@ -225,6 +231,42 @@ class GpuStreams(Base):
         sid = s.id
         ld.close()
         self.assertEqual(self.daemon.closes, [sid])
+        self.check_all_undone("after close")
+
+    def test_copies_in_flight(self):
+        """batchd publishes a GPU batch once its copy is queued: before the
+        copy lands, device memory holds the fake's poison, and a consumer
+        that skips the wait reads it; __cuda_array_interface__ (stream None)
+        blocks until the copy landed, so a torch.as_tensor-style consumer of
+        it reads the batch, after wait_stream (which does not block) too."""
+        self.daemon.plan = F.Plan(copies_land=False)
+        ld = self.loader(0)
+        s = self.the_session()
+        for k, b in enumerate(ld):
+            body = s.expect[k][1]
+            self.assertEqual(bytes(b.data), body)                 # the host copy is final
+            self.assertEqual(ctypes.string_at(b.device_ptr, len(body)),
+                             bytes([F.POISON]) * len(body), f"batch {k} before its copy")
+            self.assertEqual(self.drv.event(s.ready[k]).pending, 1)
+            landed = threading.Event()
+
+            def land(k=k):
+                time.sleep(0.05)
+                landed.set()
+                s.land(k)
+            t = threading.Thread(target=land)
+            t.start()
+            self.addCleanup(t.join)
+            if k % 2:
+                # A GPU-side wait: the host goes on while the copy is in flight.
+                self.assertIs(b.wait_stream(0x77), b)
+                self.assertEqual(self.drv.event(s.ready[k]).pending, 1)
+            ptr = b.__cuda_array_interface__["data"][0]           # waits on the host
+            self.assertTrue(landed.is_set(), f"batch {k}: returned before its copy landed")
+            self.assertEqual(ctypes.string_at(ptr, len(body)), body, f"batch {k} after the wait")
+            t.join()
+        self.assertEqual(k, s.plan.slots - 1)
+        ld.close()
         self.check_all_undone("after close")
 
     def test_the_second_device(self):
