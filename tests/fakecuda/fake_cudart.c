@@ -150,6 +150,7 @@ static fake_cuda_stream_waits_fn g_stream_waits;
  * stream's work is in order in it, with due times that never go down.
  */
 static struct work *g_work, **g_work_tail = &g_work;
+static long g_queued;                   /* queued or running, on every stream */
 static pthread_once_t g_worker_once = PTHREAD_ONCE_INIT;
 static pthread_cond_t g_work_cond;      /* new work for the worker (CLOCK_MONOTONIC) */
 static pthread_cond_t g_landed_cond = PTHREAD_COND_INITIALIZER;   /* the worker ran work */
@@ -449,6 +450,7 @@ static void *worker(void *arg)
 			g_work_tail = pp;
 		run(w);
 		w->s->pending--;
+		g_queued--;
 		free(w);
 		pthread_cond_broadcast(&g_landed_cond);
 	}
@@ -487,6 +489,7 @@ static void enqueue(struct stream *s, struct work *w, int64_t after)
 	w->due = (s->pending && s->last_due > now ? s->last_due : now) + after;
 	s->last_due = w->due;
 	s->pending++;
+	g_queued++;
 	w->next = NULL;
 	*g_work_tail = w;
 	g_work_tail = &w->next;
@@ -501,10 +504,13 @@ static struct stream *busy(cudaStream_t s)
 	return x && x->pending ? x : NULL;
 }
 
-/* Wait until everything queued on s ran (s NULL: on every stream). Called with g_lock held. */
+/*
+ * Wait until everything queued on s ran, the work running now included (s
+ * NULL: on every stream). Called with g_lock held.
+ */
 static void drain(struct stream *s)
 {
-	while (s ? s->pending > 0 : g_work != NULL)
+	while (s ? s->pending > 0 : g_queued > 0)
 		pthread_cond_wait(&g_landed_cond, &g_lock);
 }
 
