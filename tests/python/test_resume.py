@@ -3,16 +3,23 @@
 """Resume through state_dict(): a loader rebuilt from a state saved at any
 point (mid-epoch, at an epoch's end, before the first batch, after a
 JSON round trip, in a new Loader or the same one) yields exactly the
-batches an uninterrupted run yields next; a state from another schedule
-is refused. After load_state_dict, the usual epoch loop with set_epoch
+batches an uninterrupted run yields next; a state of another dataset,
+seed, shuffle or drop_last is refused, while one of another world or
+batch size resumes at its global sample (test_elastic.py has the rest). After load_state_dict, the usual epoch loop with set_epoch
 resumes the saved epoch where it was saved and refuses another epoch; the
 README's pattern, killed with SIGKILL mid-epoch and run again, trains on
-every sample of every epoch exactly once."""
+every sample of every epoch exactly once; so does the same loop over
+batchclient.torch.DataLoader with 2 and 3 workers, persistent or not,
+batch for batch as a Loader yields them (skipped without PyTorch)."""
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
+import traceback
+import unittest
 
 import batchd_testlib as T
 
@@ -87,20 +94,36 @@ class Resume(T.DaemonCase):
         ld = self.loader("rec.bpk", BS, seed=4, shuffle="block", rank=0, world=2)
         st = ld.state_dict()
         self.assertEqual({k: st[k] for k in ("dataset", "batch_size", "shuffle", "seed", "rank",
-                                             "world", "drop_last", "epoch", "batch")},
+                                             "world", "drop_last", "epoch", "batch", "sample")},
                          {"dataset": "rec.bpk", "batch_size": BS, "shuffle": "block", "seed": 4,
-                          "rank": 0, "world": 2, "drop_last": False, "epoch": 0, "batch": 0})
+                          "rank": 0, "world": 2, "drop_last": False, "epoch": 0, "batch": 0,
+                          "sample": 0})
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        st = ld.state_dict()
+        # The samples all ranks have consumed, stepping in lockstep with this one.
+        self.assertEqual((st["epoch"], st["batch"], st["sample"]), (0, 3, 3 * BS * 2))
         ld.set_epoch(5)
-        self.assertEqual(ld.state_dict()["epoch"], 5)
+        self.assertEqual((ld.state_dict()["epoch"], ld.state_dict()["sample"]), (5, 0))
 
     def test_foreign_states_are_refused(self):
         st = self.loader("rec.bpk", BS, seed=4).state_dict()
-        for kw, what in (({"seed": 5}, "seed"), ({"world": 2}, "world"),
-                         ({"shuffle": "none"}, "shuffle")):
-            with self.assertRaisesRegex(ValueError, what):
+        for kw, what in (({"seed": 5}, r"seed \(4, now 5\)"),
+                         ({"shuffle": "none"}, r"shuffle \('global', now 'none'\)"),
+                         ({"drop_last": True}, r"drop_last \(False, now True\)")):
+            with self.assertRaisesRegex(ValueError, "cannot resume: the state was saved with a "
+                                        "different " + what):
                 self.loader("rec.bpk", BS, **{"seed": 4, **kw}).load_state_dict(st)
-        with self.assertRaisesRegex(ValueError, "batch_size"):
-            self.loader("rec.bpk", BS + 1, seed=4).load_state_dict(st)
+        # Another world or batch size is no other schedule: the position is global.
+        st4 = {**st, "batch": 4, "sample": 4 * BS}
+        ld = self.loader("rec.bpk", BS, seed=4, world=2)
+        ld.load_state_dict(st4)
+        self.assertEqual(ld.position, (0, 2))            # 200 samples: 2 global batches of 100
+        ld = self.loader("rec.bpk", BS + 1, seed=4)
+        ld.load_state_dict(st4)
+        self.assertEqual((ld.position, ld.state_dict()["sample"]), ((0, 0), 4 * BS))
+        self.assertEqual(ld.epoch_batches(), -(-(N - 4 * BS) // (BS + 1)))
         with self.assertRaisesRegex(ValueError, "fingerprint"):   # the data changed
             self.loader("other.bpk", BS, seed=4).load_state_dict(st)
         with self.assertRaisesRegex(ValueError, "outside an epoch"):
@@ -150,34 +173,142 @@ class Resume(T.DaemonCase):
         self.assertEqual(second.returncode, 0)
         with open(ckpt) as f:
             done = json.load(f)["done"]
+        self.check_trained(done)
+
+    def check_trained(self, done, ctx=""):
+        """done, (epoch, index, ids) per step, is every batch of a Loader's EPOCHS epochs once."""
         ref = [(e, i, list(ids)) for e, i, ids in self.reference(shuffle="global", seed=6)]
-        self.assertEqual([tuple(d) for d in done], [tuple(r) for r in ref])
+        self.assertEqual([tuple(d) for d in done], [tuple(r) for r in ref], ctx)
         for e in range(EPOCHS):
             ids = sorted(i for d in done if d[0] == e for i in d[2])
-            self.assertEqual(ids, list(range(N)), f"epoch {e}")
+            self.assertEqual(ids, list(range(N)), f"{ctx}epoch {e}")
+
+    def run_forked(self, fn, *args):
+        """fn(*args) in a trainer process forked from this one (PyTorch is
+        imported once, here), in a process group of its own, then end what
+        is left of the group: DataLoader workers of a trainer killed by
+        SIGKILL notice only after a while. @return the exit status as
+        subprocess gives it (-SIGKILL when it killed itself)."""
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                os.setpgid(0, 0)
+                fn(*args)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        try:
+            os.setpgid(pid, pid)
+        except (PermissionError, ProcessLookupError):
+            pass            # the child did it first, or is gone already
+        deadline = time.monotonic() + 120
+        done = 0
+        try:
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else \
+                        os.WEXITSTATUS(status)
+                if time.monotonic() > deadline:
+                    self.fail(f"the trainer {fn.__name__}{args} still runs after 120 s")
+                time.sleep(0.02)
+        finally:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            if not done:
+                os.waitpid(pid, 0)
+
+    @unittest.skipUnless(importlib.util.find_spec("torch"), "PyTorch is not installed")
+    def test_sigkill_mid_epoch_with_workers_resumes_exactly(self):
+        """The same loop over batchclient.torch.DataLoader: its state_dict()
+        after any step resumes at the next batch, whatever the workers had
+        fetched ahead."""
+        import batchclient.torch     # noqa: F401 (once, before the trainers fork)
+        for workers, persistent, kill_after in ((2, False, 20), (2, True, 9), (3, False, 31),
+                                                (3, True, 17)):
+            ctx = f"num_workers {workers}, persistent {persistent}, killed after {kill_after}: "
+            ckpt = os.path.join(self.tmp, f"ckpt-{workers}-{persistent}.json")
+            args = (self.daemon.sock, ckpt, workers, persistent)
+            self.assertEqual(self.run_forked(torch_trainer, *args, kill_after), -signal.SIGKILL,
+                             ctx)
+            with open(ckpt) as f:
+                c = json.load(f)
+            self.assertEqual(len(c["done"]), kill_after, ctx)
+            self.assertEqual((c["loader"]["epoch"], c["loader"]["batch"]),
+                             divmod(kill_after, 14), ctx)
+            self.assertEqual(self.run_forked(torch_trainer, *args, 0), 0, ctx)
+            with open(ckpt) as f:
+                self.check_trained(json.load(f)["done"], ctx)
+            self.assertEqual(self.foreign_sessions(), [], ctx)
+
+    def foreign_sessions(self, seconds=10):
+        """Sessions of other processes (the trainers' and their workers'),
+        once they have had `seconds` to end."""
+        deadline = time.monotonic() + seconds
+        while True:
+            left = [s for s in self.daemon.sessions() if s["pid"] != os.getpid()]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.05)
+
+
+def resumed(ckpt, load):
+    """What the checkpoint says was trained on ([] without one), after
+    load(its loader state)."""
+    if not os.path.exists(ckpt):
+        return []
+    with open(ckpt) as f:
+        c = json.load(f)
+    load(c["loader"])
+    return c["done"]
+
+
+def checkpoint(ckpt, state, done, kill_after):
+    """After a step: the loader's state and what was trained on, written
+    whole or not at all; then SIGKILL when kill_after steps are done."""
+    with open(ckpt + ".tmp", "w") as f:
+        json.dump({"loader": state, "done": done}, f)
+    os.replace(ckpt + ".tmp", ckpt)
+    if len(done) == kill_after:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def where(batch):
+    """What the checkpoint records of a batch (collate for the workers)."""
+    return [batch.epoch, batch.index, [int(i) for i in batch.ids]]
 
 
 def trainer(sock, ckpt, kill_after):
-    """The README's resume pattern: a checkpoint after every step holds the
-    loader's state and what was trained on, written whole or not at all."""
+    """The README's resume pattern, a checkpoint after every step."""
     import batchclient
     ld = batchclient.Loader("rec.bpk", BS, shuffle="global", seed=6, socket=sock)
-    done = []
-    if os.path.exists(ckpt):
-        with open(ckpt) as f:
-            c = json.load(f)
-        ld.load_state_dict(c["loader"])
-        done = c["done"]
+    done = resumed(ckpt, ld.load_state_dict)
     for epoch in range(ld.position[0], EPOCHS):
         ld.set_epoch(epoch)
         for b in ld:
-            done.append([b.epoch, b.index, [int(i) for i in b.ids]])
-            with open(ckpt + ".tmp", "w") as f:
-                json.dump({"loader": ld.state_dict(), "done": done}, f)
-            os.replace(ckpt + ".tmp", ckpt)
-            if len(done) == kill_after:
-                os.kill(os.getpid(), signal.SIGKILL)
+            done.append(where(b))
+            checkpoint(ckpt, ld.state_dict(), done, kill_after)
     ld.close()
+
+
+def torch_trainer(sock, ckpt, workers, persistent, kill_after):
+    """trainer()'s loop over batchclient.torch.DataLoader with workers."""
+    import batchclient.torch as bt
+    ds = bt.BatchdDataset("rec.bpk", BS, shuffle="global", seed=6, socket=sock, collate=where)
+    dl = bt.DataLoader(ds, num_workers=workers, persistent_workers=persistent)
+    done = resumed(ckpt, dl.load_state_dict)
+    for epoch in range(ds.epoch, EPOCHS):
+        ds.set_epoch(epoch)
+        for b in dl:
+            done.append(b)
+            checkpoint(ckpt, dl.state_dict(), done, kill_after)
+    del dl
+    ds.close()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """batchclient.torch.BatchdDataset under torch.utils.data.DataLoader: every
-epoch delivers exactly this rank's batches (each sample's bytes checked)
-for num_workers 0, 1, 2 and 3 and for world 1 and 3, with len() what the
-DataLoader yields; set_epoch reaches persistent workers and changes the
+epoch delivers exactly this rank's batches in this rank's order (each
+sample's bytes checked) for num_workers 0, 1, 2 and 3 and for world 1 and
+3, with len() what the DataLoader yields; set_epoch reaches persistent workers and changes the
 order, and an epoch without it moves on by itself (a break with workers
 repeats it); idle workers; spawned workers; pin_memory; labels of an
 ImageFolder pack through to_tensors and to_dict, copied out of shared
@@ -11,6 +11,11 @@ memory in workers and zero-copy without; rank and world from torchrun's
 and Slurm's variables; state_dict exact at epoch boundaries with workers
 and anywhere without, in Loader's format; collate results that cannot
 leave a worker refused; `import batchclient` without torch.
+batchclient.torch.DataLoader: state_dict() exact after any step, for
+num_workers 0, 2 and 3, persistent or not, with pin_memory, across a
+break and a new iterator started mid-epoch (the old one refused); a plain
+DataLoader's mid-epoch state_dict() with workers refused with
+RuntimeError, exact at the epoch's end; its bad arguments.
 Exits 77 (skip) when PyTorch is not installed."""
 import collections
 import os
@@ -83,8 +88,10 @@ class TorchDataset(T.DaemonCase):
         return out
 
     def assert_same_batches(self, got, want, ctx):
-        """The same batches (each one's ids in order), in any order of batches."""
-        self.assertEqual(sorted(got), sorted(want), ctx)
+        """The same batches (each one's ids in order) in the same order: worker
+        k of N serves every N-th batch from k, and DataLoader takes one from
+        each worker in turn."""
+        self.assertEqual(got, want, ctx)
 
     def test_exact_once_for_any_workers_and_world(self):
         for world in (1, 3):
@@ -159,8 +166,9 @@ class TorchDataset(T.DaemonCase):
             ds = self.dataset(seed=7)
             dl = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=persistent)
             for n, _ in enumerate(dl):
-                # The ninth batch: with 4 asked ahead, worker 0 (batches 0-6) has been
-                # asked for 7 and worker 1 (7-14) for 6, so neither has finished its share.
+                # The ninth batch: with 4 asked ahead, worker 0 (batches 0, 2, .. 14) has
+                # been asked for 7 of its 8 and worker 1 (1, 3, .. 13) for 6 of its 7, so
+                # neither has finished its share.
                 if n == 8:
                     break
             self.assertEqual(ds.position, (0, 0), ctx)
@@ -295,7 +303,7 @@ class TorchDataset(T.DaemonCase):
 
     def test_set_epoch_after_load_resumes_the_saved_epoch(self):
         want = self.reference(0)
-        state = dict(self.dataset().state_dict(), epoch=0, batch=4)
+        state = dict(self.dataset().state_dict(), epoch=0, batch=4, sample=4 * BS)
         for other in (1, 2):
             ds = self.dataset()
             ds.load_state_dict(state)
@@ -309,6 +317,96 @@ class TorchDataset(T.DaemonCase):
             got.append(self.epoch_ids(DataLoader(ds, batch_size=None, num_workers=2)))
         self.assert_same_batches(got[0], want[4:], "the rest of epoch 0")
         self.assert_same_batches(got[1], self.reference(1), "epoch 1")
+
+    def test_plain_dataloader_mid_epoch_state_is_refused(self):
+        for persistent in (False, True):
+            ctx = f"persistent_workers={persistent}"
+            ds = self.dataset(seed=8)
+            dl = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=persistent)
+            got = []
+            for x in dl:
+                got.append(ids_of(x))
+                if len(got) == 3:
+                    with self.assertRaisesRegex(RuntimeError, r"inside epoch 0 read by 2 workers "
+                                                r"of a torch DataLoader: .* batchclient\.torch"
+                                                r"\.DataLoader"):
+                        ds.state_dict()
+            self.assert_same_batches(got, self.reference(0, seed=8), ctx)
+            state = ds.state_dict()                 # after the loop: exact
+            self.assertEqual((state["epoch"], state["batch"], state["sample"]), (1, 0, 0), ctx)
+            again = self.dataset(seed=8)
+            again.load_state_dict(state)
+            self.assert_same_batches(self.epoch_ids(DataLoader(again, batch_size=None,
+                                                               num_workers=2)),
+                                     self.reference(1, seed=8), ctx)
+            del dl
+            ds.close()
+
+    def take(self, it, n):
+        return [ids_of(next(it)) for _ in range(n)]
+
+    def test_counting_dataloader_is_exact_anywhere(self):
+        want = self.reference(0, seed=6) + self.reference(1, seed=6)
+        per_epoch = len(want) // 2
+        for workers, persistent, pin in ((0, False, False), (2, False, False), (2, True, True),
+                                         (3, False, True), (3, True, False)):
+            ctx = f"num_workers {workers}, persistent {persistent}, pin_memory {pin}"
+            ds = self.dataset(seed=6)
+            dl = bt.DataLoader(ds, num_workers=workers, persistent_workers=persistent,
+                               pin_memory=pin)
+            got = []
+            for m in (1, 5, per_epoch - 1):          # a break after m batches of epoch 0
+                for x in dl:
+                    got.append(ids_of(x))
+                    st = dl.state_dict()
+                    self.assertEqual((st["epoch"], st["batch"], st["sample"]),
+                                     (0, len(got), len(got) * BS), ctx)
+                    if len(got) == m:
+                        break
+                del x            # with num_workers=0 a view of the batch, which it pins
+                self.assertEqual(got, want[:m], f"{ctx}, break after {m}")
+                self.assertEqual(ds.position, (0, m), ctx)
+            got += self.epoch_ids(dl)                  # the epoch's rest
+            self.assertEqual(ds.state_dict()["epoch"], 1, ctx)
+            got += self.epoch_ids(dl)                  # and the next, by itself
+            self.assertEqual(got, want, ctx)
+            self.assertEqual(ds.position, (2, 0), ctx)
+            del dl
+            ds.close()
+
+    def test_a_new_iterator_mid_epoch_continues_the_count(self):
+        want = self.reference(0, seed=2)
+        for workers, persistent in ((2, False), (3, True)):
+            ctx = f"num_workers {workers}, persistent {persistent}"
+            ds = self.dataset(seed=2)
+            dl = bt.DataLoader(ds, num_workers=workers, persistent_workers=persistent)
+            first = iter(dl)
+            got = self.take(first, 4)
+            second = iter(dl)
+            with self.assertRaisesRegex(RuntimeError, "a newer iteration over this "
+                                        "BatchdDataset has started"):
+                next(first)
+            got += self.take(second, 3)
+            self.assertEqual(ds.state_dict()["batch"], 7, ctx)
+            # A counted state resumes with any number of workers, or a plain Loader.
+            rest = self.dataset(seed=2)
+            rest.load_state_dict(ds.state_dict())
+            got += self.epoch_ids(bt.DataLoader(rest, num_workers=workers + 1))
+            self.assertEqual(got, want, ctx)
+            del first, second, dl
+            ds.close()
+
+    def test_counting_dataloader_arguments(self):
+        ds = self.dataset()
+        with self.assertRaisesRegex(ValueError, r"batch_size=4: batchd makes the batches \(the "
+                                    r"BatchdDataset's batch_size, 7\)"):
+            bt.DataLoader(ds, batch_size=4)
+        with self.assertRaisesRegex(ValueError, "shuffle=True: a BatchdDataset orders its "
+                                    "batches itself"):
+            bt.DataLoader(ds, shuffle=True)
+        with self.assertRaisesRegex(TypeError, "reads a BatchdDataset, not a list"):
+            bt.DataLoader([1, 2, 3])
+        self.assertEqual(len(bt.DataLoader(ds, num_workers=2)), len(ds))
 
     def test_bad_arguments(self):
         with self.assertRaisesRegex(ValueError, "collate 3 must be callable"):

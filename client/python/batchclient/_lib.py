@@ -58,12 +58,16 @@ class StreamOpts(ctypes.Structure):
         ("device", ctypes.c_int),
         ("fields", ctypes.c_char_p),
         ("keys", ctypes.c_bool),
+        ("start_sample", ctypes.c_uint64),
+        ("batch_stride", ctypes.c_uint32),
         ("_reserve", ctypes.c_uint8 * 512),
     ]
 
 
 # bc_stream_opts_init's struct_size when the library knows .fields and .keys.
 OPTS_FIELDS_SIZE = StreamOpts.keys.offset + ctypes.sizeof(ctypes.c_bool)
+# ... and when it knows .start_sample and .batch_stride (elastic resume, workers).
+OPTS_ELASTIC_SIZE = StreamOpts.batch_stride.offset + ctypes.sizeof(ctypes.c_uint32)
 
 # enum bc_field_type
 FIELD_TYPES = {1: "bytes", 2: "int64", 3: "float32", 4: "float64", 5: "str"}
@@ -121,7 +125,7 @@ _SIGNATURES = {
 # Samples with fields (schema, field arrays, keys). A library older than
 # them still serves one-field datasets: these are looked up when present,
 # and need_fields() names those missing when a caller asks for fields.
-_OPTIONAL = {
+_FIELDS = {
     "bc_stream_schema": (ctypes.POINTER(FieldInfo), [_p, ctypes.POINTER(ctypes.c_uint32)]),
     "bc_stream_field_index": (ctypes.c_int, [_p, ctypes.c_char_p]),
     "bc_batch_field": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.POINTER(_p),
@@ -131,6 +135,12 @@ _OPTIONAL = {
                                              ctypes.POINTER(ctypes.c_size_t)]),
     "bc_batch_sample_key": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.POINTER(_p),
                                            ctypes.POINTER(ctypes.c_size_t)]),
+}
+
+# Elastic positions (start_sample) and batch strides: a library older than
+# them still resumes at the same world; need_elastic() names what it lacks.
+_ELASTIC = {
+    "bc_stream_epoch_batches": (ctypes.c_uint64, [_p, ctypes.c_uint64]),
 }
 
 _lock = threading.Lock()
@@ -222,6 +232,19 @@ def _load():
                       "tried: " + "; ".join(tried))
 
 
+def _declare(so, table):
+    """Declare the signatures of table's functions that so has. @return the names it lacks."""
+    missing = []
+    for name, (res, args) in table.items():
+        fn = getattr(so, name, None)
+        if fn is None:
+            missing.append(name)
+        else:
+            fn.restype = res
+            fn.argtypes = args
+    return missing
+
+
 def lib():
     """The loaded library with every signature declared (loaded once)."""
     global _lib, _libc
@@ -238,14 +261,8 @@ def lib():
                                       "or too old") from None
                 fn.restype = res
                 fn.argtypes = args
-            so.missing = []
-            for name, (res, args) in _OPTIONAL.items():
-                fn = getattr(so, name, None)
-                if fn is None:
-                    so.missing.append(name)
-                else:
-                    fn.restype = res
-                    fn.argtypes = args
+            so.missing = _declare(so, _FIELDS)
+            so.missing_elastic = _declare(so, _ELASTIC)
             so.path = path
             _libc = ctypes.CDLL(None)
             _libc.free.argtypes = [_p]
@@ -265,6 +282,16 @@ def need_fields(what):
     if so.missing:
         raise NotImplementedError(f"{what} needs a libbatchclient with fields; {so.path} lacks "
                                   f"{', '.join(so.missing)}: install a newer batchd")
+    return so
+
+
+def need_elastic(what):
+    """The library, or NotImplementedError when it predates start_sample and batch_stride."""
+    so = lib()
+    if so.missing_elastic:
+        raise NotImplementedError(f"{what} needs a libbatchclient with elastic positions; "
+                                  f"{so.path} lacks {', '.join(so.missing_elastic)}: install "
+                                  "a newer batchd")
     return so
 
 

@@ -16,6 +16,20 @@ Moving it reopens the stream only when the stream is not already there
 (after epoch e the stream stands at (e + 1, 0), with the next batches
 already staged, so the usual set_epoch loop never reopens).
 
+Elastic resume: ranks stripe each epoch's global order (batch j of rank r
+is positions j*B*W + r*B .. + B of it), so after k steps taken in
+lockstep, as DDP takes them, every rank has consumed the same prefix of
+the order, k*B*W samples long. state_dict() records that count ("sample"),
+so a state saved at one world size (and batch size) resumes at another:
+the new ranks share the rest of the epoch from there, every sample once
+(plus the padding of the tail), and later epochs are those of a fresh run
+at the new world size. Where the count is a whole number of this loader's
+global batches (always, at the same world and batch size) that is batch
+k of the full epoch, an ordinary start_batch; otherwise the stream starts
+the epoch's schedule at that sample (libbatchclient's start_sample), its
+batches counted from there, and that epoch has fewer of them
+(epoch_batches()).
+
 Thread rules: a Loader and its batches belong to one thread at a time.
 Finalizers that close a stream whose views outlived Loader.close() may run
 in any thread; they touch only that closed stream.
@@ -168,7 +182,10 @@ class _Client:
 class _Stream:
     """One bc_stream and the batches taken from it that were not given back."""
 
-    def __init__(self, client, cfg, start_epoch, start_batch):
+    def __init__(self, client, cfg, place, stride=1):
+        """place: (epoch, batch, start_sample) to start from; stride: serve
+        every stride-th batch from there (DataLoader workers)."""
+        start_epoch, start_batch, start_sample = place
         L = _lib.lib()
         o = _lib.StreamOpts()
         L.bc_stream_opts_init(ctypes.byref(o))
@@ -196,6 +213,15 @@ class _Stream:
             if cfg["fields"] is not None:
                 o.fields = ",".join(cfg["fields"]).encode()
             o.keys = cfg["keys"]
+        if start_sample or stride != 1:
+            what = (f"resuming at sample {start_sample}" if start_sample
+                    else f"a batch stride of {stride}")
+            _lib.need_elastic(what)
+            if o.struct_size < _lib.OPTS_ELASTIC_SIZE:
+                raise BatchdError(errno.EOVERFLOW, f"{what}: libbatchclient's bc_stream_opts "
+                                  f"({o.struct_size} bytes) has no start_sample/batch_stride")
+            o.start_sample = start_sample
+            o.batch_stride = stride
         h = ctypes.c_void_p()
         r = L.bc_open(client.h, ctypes.byref(o), ctypes.byref(h))
         if r < 0:
@@ -203,6 +229,9 @@ class _Stream:
         self.client = client
         self.h = h.value
         self.dataset = cfg["dataset"]
+        self.start_epoch = start_epoch
+        self.start_sample = start_sample
+        self.stride = stride
         self.batches_per_epoch = L.bc_stream_batches_per_epoch(self.h)
         self.samples = L.bc_stream_samples(self.h)
         self.fingerprint = L.bc_stream_fingerprint(self.h)
@@ -234,6 +263,21 @@ class _Stream:
         e, b = ctypes.c_uint64(), ctypes.c_uint64()
         _lib.lib().bc_stream_position(self.h, ctypes.byref(e), ctypes.byref(b))
         return e.value, b.value
+
+    def place(self):
+        """position() with the sample its epoch's schedule starts from:
+        start_sample in the start epoch, 0 in every later one."""
+        e, b = self.position()
+        return e, b, self.start_sample if e == self.start_epoch else 0
+
+    def epoch_batches(self, epoch):
+        """Batches the schedule has in epoch (fewer in a start epoch begun
+        at a sample; a full epoch's in any later one)."""
+        if self._freed:
+            raise RuntimeError("the stream is closed")
+        if epoch == self.start_epoch and self.start_sample:
+            return _lib.lib().bc_stream_epoch_batches(self.h, epoch)
+        return self.batches_per_epoch
 
     def error(self):
         return _lib.text(_lib.lib().bc_stream_error(self.h))
@@ -388,22 +432,65 @@ def resume_guard(epoch, resume, position):
                      f"loader.position[0]), or iterate without set_epoch")
 
 
-def check_state(state, mine, batches_per_epoch):
-    """The (epoch, batch) of a saved state that resumes the schedule `mine`
-    (a state_dict() of now) exactly; ValueError naming what differs (a
-    changed world size cannot resume exactly) or a position outside an
-    epoch of batches_per_epoch batches."""
+def check_state(state, mine, batches_per_epoch, samples):
+    """(epoch, sample) of a saved state: its epoch and the samples of that
+    epoch's global order every rank had consumed, for the schedule `mine`
+    (a state_dict() of now) to resume from. The dataset (fingerprint),
+    shuffle, seed and drop_last must match; the world size, batch size
+    and rank may differ (the position is global: every rank's state at
+    one lockstep step is the same). A state from before "sample" was
+    recorded counts batch x batch_size x world at the world it was saved
+    at. ValueError naming what differs, or a position that is not in an
+    epoch of `samples` samples (batches_per_epoch batches at this world
+    and batch size)."""
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"state version {state.get('version')!r}: expected {STATE_VERSION}")
-    diff = [k for k in ("fingerprint", "batch_size", "shuffle", "seed", "rank", "world",
-                        "drop_last") if state.get(k) != mine[k]]
+    diff = [k for k in ("fingerprint", "shuffle", "seed", "drop_last")
+            if state.get(k) != mine[k]]
     if diff:
-        raise ValueError("cannot resume exactly: the state was saved with a different "
+        raise ValueError("cannot resume: the state was saved with a different "
                          + ", ".join(f"{k} ({state.get(k)!r}, now {mine[k]!r})" for k in diff))
-    e, b = _int(state["epoch"], "epoch"), _int(state["batch"], "batch")
-    if e < 0 or b < 0 or b >= batches_per_epoch:
+    e, b = _int(state.get("epoch"), "epoch"), _int(state.get("batch"), "batch")
+    bs, world = _int(state.get("batch_size"), "batch_size"), _int(state.get("world"), "world")
+    if e < 0 or b < 0 or bs < 1 or world < 1:
+        raise ValueError(f"state: position {e}:{b} at batch_size {bs}, world {world}: epoch and "
+                         "batch must be >= 0, batch_size and world >= 1")
+    if (bs, world) == (mine["batch_size"], mine["world"]) and b >= batches_per_epoch:
         raise ValueError(f"position {e}:{b} is outside an epoch of {batches_per_epoch} batches")
-    return e, b
+    before = b * bs * world
+    sample = _int(state["sample"], "sample") if "sample" in state else before
+    if sample < before:
+        raise ValueError(f"state: sample {sample} is before the first sample of its batch {b} "
+                         f"({b} x batch_size {bs} x world {world} = {before}): the state was "
+                         "edited by hand; save it again with state_dict()")
+    if sample >= samples:
+        raise ValueError(f"state: sample {sample} is past the end of the epoch ({samples} "
+                         f"samples): resume at epoch {e + 1} (set_epoch) instead")
+    return e, sample
+
+
+def resume_place(epoch, sample, batch_size, world, batches_per_epoch):
+    """(epoch, batch, start_sample) that resumes a schedule of batch_size
+    and world at global position `sample` of epoch: a whole number k of
+    global batches is batch k of the full epoch (the same batches as a
+    schedule begun at that sample, numbered as in an uninterrupted run),
+    or the next epoch where drop_last left no batch after it; any other
+    count begins the epoch's schedule at that sample."""
+    step = batch_size * world
+    if sample % step:
+        return epoch, 0, sample
+    if sample // step >= batches_per_epoch:
+        return epoch + 1, 0, 0
+    return epoch, sample // step, 0
+
+
+def position_state(base, epoch, batch, start_sample):
+    """A state_dict(): base (the settings that fix the schedule) with the
+    position (epoch, batch) of a schedule begun at start_sample, and the
+    global samples all ranks consumed before it ("sample"); every rank is
+    taken to have stepped in lockstep with this one, as DDP does."""
+    return dict(base, epoch=epoch, batch=batch,
+                sample=start_sample + batch * base["batch_size"] * base["world"])
 
 
 class Loader:
@@ -451,7 +538,9 @@ class Loader:
 
     Raises ConnectError when no daemon answers, BatchdError (with the
     daemon's message) when the dataset cannot be opened, ValueError for bad
-    arguments. len(loader) is the number of batches per epoch for this rank.
+    arguments. len(loader) is the number of batches per epoch for this rank
+    (a full epoch's: an epoch resumed at another world size has fewer, see
+    epoch_batches()).
     """
 
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
@@ -495,22 +584,23 @@ class Loader:
         }
         self._collate = collate
         self._timeout = timeout
-        self._want = None        # position asked for by set_epoch / load_state_dict
+        self._want = None        # (epoch, batch, start_sample) asked for by set_epoch / load_state_dict
+        self._stride = 1         # serve every _stride-th batch (batchclient.torch's workers)
         self._resume = None      # the position load_state_dict asked for (resume_guard)
         self._current = None     # the batch yielded last, until the next step
         self._last = None        # the batch yielded last (may stay pinned)
         self._gen = 0
         self._client = _Client(socket)
         try:
-            self._stream = self._open(0, 0)
+            self._stream = self._open((0, 0, 0))
         except BaseException:
             self._client.unref()
             self._client = None
             raise
         self._closed = False
 
-    def _open(self, epoch, batch):
-        return _Stream(self._client, self._cfg, epoch, batch)
+    def _open(self, place):
+        return _Stream(self._client, self._cfg, place, self._stride)
 
     # -- properties --
 
@@ -563,10 +653,30 @@ class Loader:
                 return f.classes
         return None
 
+    def _place(self):
+        """(epoch, batch, start_sample): position, with the sample its
+        epoch's schedule starts from (0 but in an epoch resumed mid-way at
+        another world size)."""
+        return self._want if self._want is not None else self._live().place()
+
     @property
     def position(self):
         """(epoch, batch) the next iteration step yields."""
-        return self._want if self._want is not None else self._live().position()
+        e, b, _ = self._place()
+        return e, b
+
+    def epoch_batches(self, epoch=None):
+        """The batches an iteration over epoch `epoch` (default: the
+        position's) yields from its start: len(self), but fewer in an epoch
+        that load_state_dict() resumed mid-way at a position that is no
+        whole number of this loader's global batches (batch_size x world),
+        counted from that position on (none where drop_last leaves none)."""
+        e, _, start = self._place()
+        epoch = e if epoch is None else _int(epoch, "epoch")
+        if self._want is not None and not start:
+            return self._live().batches_per_epoch
+        self._settle()
+        return self._live().epoch_batches(epoch)
 
     @property
     def epoch(self):
@@ -603,31 +713,63 @@ class Loader:
         if resume_guard(epoch, self._resume, self.position):
             return
         self._resume = None
-        self._want = (epoch, 0)
+        self._want, self._stride = (epoch, 0, 0), 1
 
     def state_dict(self):
         """Where this loader stands, to resume exactly: the next batch it
-        would yield, with the settings that fix the schedule. Taken inside
-        the loop, after the step on a batch, it resumes after that batch."""
-        e, b = self.position
+        would yield ("epoch", "batch") and the samples of that epoch's
+        global order all ranks consumed before it ("sample": every rank is
+        taken to step in lockstep with this one, as DDP's do), with the
+        settings that fix the schedule. Taken inside the loop, after the
+        step on a batch, it resumes after that batch, at this world size
+        or another (load_state_dict)."""
         c = self._cfg
-        return {"version": STATE_VERSION, "dataset": c["dataset"],
+        base = {"version": STATE_VERSION, "dataset": c["dataset"],
                 "fingerprint": self._live().fingerprint, "batch_size": c["batch_size"],
                 "shuffle": c["shuffle"], "seed": c["seed"], "rank": c["rank"],
-                "world": c["world"], "drop_last": c["drop_last"], "epoch": e, "batch": b}
+                "world": c["world"], "drop_last": c["drop_last"]}
+        return position_state(base, *self._place())
 
     def load_state_dict(self, state):
-        """Resume at a state_dict() position. The schedule must be the same
-        one: dataset fingerprint, batch size, shuffle, seed, rank, world and
-        drop_last must match, else ValueError (a changed world size cannot
-        resume exactly)."""
-        self._want = check_state(state, self.state_dict(), self._live().batches_per_epoch)
-        self._resume = self._want
+        """Resume at a state_dict() position, of this loader or of any rank
+        of a run at another world size or batch size. Dataset fingerprint,
+        shuffle, seed and drop_last must match, else ValueError naming what
+        differs. At the same world and batch size the rest is exactly what
+        the saved run would have read next. At another, this rank's share
+        of the rest of the saved epoch follows from the state's "sample"
+        (the samples all ranks had consumed): the ranks of the new world
+        together read each remaining sample once (plus the tail's padding);
+        the global batch (batch_size x world) need not be the saved one, so
+        a job that lost ranks picks the batch size nearest the old global
+        batch it wants. Later epochs are those of a fresh run at this world
+        size. A state saved before "sample" existed counts batch x
+        batch_size x world at its own world."""
+        s = self._live()
+        epoch, sample = check_state(state, self.state_dict(), s.batches_per_epoch, s.samples)
+        self._want = resume_place(epoch, sample, self.batch_size, self.world,
+                                  s.batches_per_epoch)
+        self._stride = 1
+        if self._want[2]:
+            # Only the library knows how many batches a schedule begun at a
+            # sample has (with drop_last, none moves it to the next epoch):
+            # open it now, so that position and epoch_batches() say (an
+            # iteration in progress ends: its stream is gone).
+            self._settle()
+            self._gen += 1
+        self._resume = self.position
+
+    def _seek(self, place, stride=1):
+        """Make the next iteration start at place, (epoch, batch,
+        start_sample), serving every stride-th batch (batchclient.torch's
+        worker share); reopens only when the stream stands elsewhere."""
+        self._live()
+        self._resume = None
+        self._want, self._stride = place, stride
 
     def _settle(self):
         """Reopen the stream at the wanted position unless it stands there."""
         want, self._want = self._want, None
-        if want is None or want == self._stream.position():
+        if want is None or (want == self._stream.place() and self._stream.stride == self._stride):
             return
         self._retire()
         old = self._stream
@@ -635,7 +777,7 @@ class Loader:
         old.close()       # deferred while views of its batches live
         self._last = None
         try:
-            self._stream = self._open(*want)
+            self._stream = self._open(want)
         except BaseException:
             self.close()
             raise

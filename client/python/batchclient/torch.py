@@ -7,34 +7,40 @@ processes and pins memory for the GPU copy. A Loader is none of that; this
 module wraps one so that
 
     ds = batchclient.torch.BatchdDataset("train", 256, fields=["data", "label"])
-    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=4,
-                                     pin_memory=True, persistent_workers=True)
+    dl = batchclient.torch.DataLoader(ds, num_workers=4, pin_memory=True,
+                                      persistent_workers=True)
     for epoch in range(epochs):
         ds.set_epoch(epoch)
         for x, y in dl:          # uint8 [B, n], int64 [B]
             ...
 
-works as it does for any dataset. batch_size=None is required: batchd
-makes the batches, DataLoader must not batch them again.
+works as it does for any dataset. batchclient.torch.DataLoader is torch's
+DataLoader (a subclass, the same arguments) that also counts the batches
+it hands to the training loop, which makes state_dict() exact anywhere;
+torch.utils.data.DataLoader(ds, batch_size=None, ...) works too.
+batch_size=None is required: batchd makes the batches, DataLoader must not
+batch them again.
 
 Worker shares. With num_workers=N > 0 each worker opens its own stream
 (never one made in the parent: it is opened lazily, in the worker) at this
-rank's rank and world, and reads a contiguous run of this rank's batches:
-worker k of N takes batches [b0 + R*k//N, b0 + R*(k+1)//N) of the epoch,
-R = len(ds) - b0, b0 the position the iteration starts from (0 but after a
-mid-epoch resume). The runs are disjoint and together they are exactly the
-batches a Loader of this rank yields that epoch, batch for batch, for any
-N and any world: no sample twice, none lost. (A split of the world into
-world*N "ranks" would not be: the daemon gives each rank one contiguous
-slice of the epoch's order, ceil(n / world) long, padded by wrapping, so
-world*N slices are padded differently and their union is not this rank's
-slice.) DataLoader takes one batch from each worker in turn, so the epoch
-arrives interleaved; each worker's stream stages up to `prefetch` batches
-past its run that it does not use. num_workers=0 is the fast path: one
-stream, in the training process, no copy. A worker's batch reaches the
-training process the way DataLoader moves every tensor, through new shared
-memory per tensor (a copy and fresh pages, several times a memcpy), so
-workers pay off where a CPU transform costs more than that.
+rank's rank and world, and serves every N-th batch of this rank's
+schedule: worker k of N opens its stream at batch b0 + k with a batch
+stride of N (libbatchclient's batch_stride), so it reads batches b0 + k,
+b0 + k + N, ... of the epoch, b0 the position the iteration starts from
+(0 but after a mid-epoch resume). DataLoader takes one batch from each
+worker in turn, so the training loop receives this rank's batches in
+order, exactly the batches a Loader of this rank yields that epoch, batch
+for batch, for any N and any world: no sample twice, none lost. A worker
+with no batch left in the epoch (fewer batches than workers) yields none.
+A persistent worker's stream runs on into the next epoch along its
+stride; where the next epoch needs another phase (the epoch's batch count
+is not a multiple of N, or the iteration starts mid-epoch) it reopens its
+stream at the batch it needs. Each worker's stream stages up to `prefetch`
+batches ahead of its share. num_workers=0 is the fast path: one stream,
+in the training process, no copy. A worker's batch reaches the training
+process the way DataLoader moves every tensor, through new shared memory
+per tensor (a copy and fresh pages, several times a memcpy), so workers
+pay off where a CPU transform costs more than that.
 
 Lifetimes. With num_workers=0 the collate hook's output is yielded as the
 Loader yields batches: zero-copy views of shared memory, valid until the
@@ -56,16 +62,26 @@ whole epoch moves it to the next epoch's start, as a Loader does, so
 without set_epoch() consecutive epochs still differ; set_epoch(e) makes
 the next iteration run epoch e.
 state_dict() is in Loader's format (Loader.load_state_dict() takes it, and
-the other way round). With num_workers=0 it is exact anywhere: taken after
-the step on a batch it resumes after that batch. With workers it is exact
-at epoch boundaries only (taken after an epoch's loop, it resumes at the
-next epoch's first batch): inside an epoch it is the position that epoch's
-iteration started from, because the training process does not see which
-batches the workers have handed over; resuming from it delivers those
-batches again. Breaking out of an epoch with workers likewise leaves the
-position at that epoch's start. Loading a mid-epoch state (from a
-num_workers=0 run or a Loader) before an iteration with workers is exact:
-the workers share the rest of that epoch.
+the other way round), and like a Loader's it resumes at another world size
+or batch size too (Loader.load_state_dict). It is exact anywhere with
+num_workers=0 and with batchclient.torch.DataLoader for any num_workers:
+taken after the step on the m-th batch of an epoch, resuming continues at
+the batch after it. The count is the DataLoader iterator's, so a `break`
+leaves the position after the last batch handed over (the next iteration
+continues there), and a new iterator started mid-epoch continues from the
+old one's count (the old one then refuses to go on). Under a plain torch
+DataLoader with workers the training process cannot know which of the
+batches the workers have handed over (DataLoader asks them for batches
+ahead of the loop) the loop has consumed: state_dict() inside such an
+epoch raises RuntimeError naming batchclient.torch.DataLoader; after the
+epoch's loop (all workers done) it is exact, the next epoch's first batch.
+A break out of such an epoch leaves the position at the epoch's start, and
+state_dict() raises until set_epoch(), load_state_dict() or a whole epoch
+moves it. (Near an epoch's end, once every worker has delivered its share
+but the loop has not taken the last few, a plain DataLoader's state_dict()
+already names the next epoch: only the counting DataLoader is exact
+there.) Loading a mid-epoch state before an iteration with workers is
+exact: the workers share the rest of that epoch.
 
 rank and world are settled at construction (arguments, else torchrun's
 $RANK / $WORLD_SIZE, else Slurm's $SLURM_PROCID / $SLURM_NTASKS; see
@@ -91,18 +107,27 @@ except ImportError as e:     # pragma: no cover - exercised where torch is missi
                       "`pip install torch`, or use batchclient.Loader") from None
 
 from . import _lib
-from .loader import Loader, check_state, rank_and_world, resume_guard, _int
+from .loader import (Loader, check_state, position_state, rank_and_world, resume_guard,
+                     resume_place, _int)
 
-__all__ = ["BatchdDataset", "to_tensors", "to_dict"]
+__all__ = ["BatchdDataset", "DataLoader", "to_tensors", "to_dict"]
 
 # A worker's "finished" bit lives in a 63-bit mask.
 MAX_WORKERS = 63
 
-# The shared position: epoch and batch the next iteration starts from, then
-# the bookkeeping of the iteration with workers that runs from it: which
-# workers have delivered their whole share, and which iteration they belong
-# to (worker count, DataLoader seed, the worker's count of iterations).
-_EPOCH, _BATCH, _DONE, _WORKERS, _SEED, _RUN = range(6)
+# The shared position: epoch and batch the next iteration starts from, the
+# sample that epoch's schedule starts from and its batch count (a full
+# epoch's but in an epoch resumed mid-way at another world size); then the
+# bookkeeping of an iteration with workers of a plain DataLoader that runs
+# from it: which workers have delivered their whole share, and which
+# iteration they belong to (worker count, DataLoader seed, the worker's
+# count of iterations; a worker count of 0: no such iteration). _FROM: the
+# four position slots again, where the newest iteration of a
+# batchclient.torch.DataLoader started: its workers start from there
+# (a worker may start after the training loop took a batch and its count
+# moved the position on).
+_EPOCH, _BATCH, _START, _COUNT, _DONE, _WORKERS, _SEED, _RUN, _FROM = range(9)
+_PLACE = slice(_EPOCH, _COUNT + 1)
 
 
 # ---- collate hooks -----------------------------------------------------------------------------
@@ -234,13 +259,16 @@ class BatchdDataset(IterableDataset):
     batchclient.Loader), except collate: a function called with each Batch
     (in the worker, with workers) whose result is what the DataLoader
     yields; default to_tensors, to_dict gives a dict. Use it with
-    DataLoader(ds, batch_size=None, ...).
+    batchclient.torch.DataLoader(ds, ...) (exact state_dict() anywhere) or
+    torch's DataLoader(ds, batch_size=None, ...).
 
     Construction opens the dataset once in this process (to check the
     arguments and learn its length) and closes it again: the process that
     iterates opens its own stream. len(ds) is this rank's batches per
-    epoch, what a DataLoader over it yields per epoch for any num_workers.
-    ds.classes is the label field's class names (None without one).
+    epoch, what a DataLoader over it yields per epoch for any num_workers
+    (an epoch resumed at another world size yields fewer:
+    epoch_batches()). ds.classes is the label field's class names (None
+    without one).
     """
 
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
@@ -258,21 +286,30 @@ class BatchdDataset(IterableDataset):
         self._collate = collate
         if prefetch is not None and not 1 <= _int(prefetch, "prefetch") <= 1022:
             raise ValueError(f"prefetch {prefetch} must be in 1 .. 1022 (or None)")
-        # The probe stages one batch, not `prefetch`: nobody reads it.
-        probe = Loader(**dict(self._kw, prefetch=1))
+        probe = self._probe()
         try:
             self._len = len(probe)
+            self._samples = probe.samples
             self._state = probe.state_dict()
+            for k in ("epoch", "batch", "sample"):
+                del self._state[k]
             self.classes = probe.classes if _lib.has_fields() else None
         finally:
             probe.close()
         # Spawn's lock also crosses into workers of a 'spawn' or 'forkserver'
         # DataLoader (a lock made for fork is refused there), and fork's.
-        self._pos = multiprocessing.get_context("spawn").Array("q", 6)
+        self._pos = multiprocessing.get_context("spawn").Array("q", _FROM + 4)
+        self._put(0, 0)
         self._loader = None      # the stream of the process that iterates, opened there
         self._pid = None
         self._runs = 0           # iterations this worker started (its copy of the dataset)
         self._resume = None      # the position load_state_dict asked for (loader.resume_guard)
+        self._counted = False    # in workers of a batchclient.torch.DataLoader: it moves the position
+        self._count_gen = 0      # the newest DataLoader iteration counting over this dataset
+
+    def _probe(self):
+        # A probe stages one batch, not `prefetch`: nobody reads it.
+        return Loader(**dict(self._kw, prefetch=1))
 
     def __getstate__(self):
         s = self.__dict__.copy()
@@ -292,21 +329,39 @@ class BatchdDataset(IterableDataset):
 
     # -- the position --
 
-    def _put(self, epoch, batch):
-        """Set the shared position (lock held), forgetting any iteration's bookkeeping."""
-        if batch >= self._len:
-            epoch, batch = epoch + 1, 0
-        self._pos[:] = [epoch, batch, 0, 0, 0, 0]
+    def _normal(self, epoch, batch, start=0, count=None):
+        """(epoch, batch, start, count) as the shared position holds it: batch
+        in the schedule of `count` batches (default: a full epoch's) begun at
+        sample `start`; past its last batch, the next epoch's start."""
+        count = self._len if count is None else count
+        if batch >= count:
+            return epoch + 1, 0, 0, self._len
+        return epoch, batch, start, count
+
+    def _put(self, *place):
+        """Set the shared position (lock held) to _normal(*place), forgetting
+        any iteration's bookkeeping."""
+        self._pos[:_FROM] = [*self._normal(*place), 0, 0, 0, 0]
+
+    def _place(self):
+        """(epoch, batch, start_sample, batches of that epoch's schedule)."""
+        with self._pos.get_lock():
+            return tuple(self._pos[_PLACE])
 
     @property
     def position(self):
         """(epoch, batch) the next iteration starts from."""
-        with self._pos.get_lock():
-            return self._pos[_EPOCH], self._pos[_BATCH]
+        return self._place()[:2]
 
     @property
     def epoch(self):
         return self.position[0]
+
+    def epoch_batches(self):
+        """The batches an iteration over the position's epoch yields from
+        its start: len(self), but fewer in an epoch resumed at another world
+        size (see Loader.epoch_batches)."""
+        return self._place()[3]
 
     def set_epoch(self, epoch):
         """Make the next iteration run epoch `epoch` from its first batch, in
@@ -324,17 +379,41 @@ class BatchdDataset(IterableDataset):
 
     def state_dict(self):
         """The position with the settings that fix the schedule, in
-        Loader.state_dict()'s format (exactness: see the module doc)."""
-        e, b = self.position
-        return dict(self._state, epoch=e, batch=b)
+        Loader.state_dict()'s format: exact anywhere with num_workers=0 or
+        batchclient.torch.DataLoader. RuntimeError while workers of a plain
+        torch DataLoader are inside an epoch, since which of their batches
+        the trainer has consumed is known to that DataLoader only (see the
+        module doc)."""
+        with self._pos.get_lock():
+            p = self._pos
+            if p[_WORKERS]:
+                raise RuntimeError(
+                    f"state_dict() inside epoch {p[_EPOCH]} read by {p[_WORKERS]} workers of a "
+                    "torch DataLoader: only that DataLoader knows which of the batches its "
+                    "workers have handed over the training loop has consumed. Iterate with "
+                    "batchclient.torch.DataLoader(ds, num_workers=...), which counts them (exact "
+                    "anywhere), or take the state after the epoch's loop")
+            e, b, start = p[_EPOCH], p[_BATCH], p[_START]
+        return position_state(self._state, e, b, start)
 
     def load_state_dict(self, state):
-        """Resume at a state_dict() position (of this dataset or of a Loader
-        with the same schedule): ValueError naming what differs otherwise."""
-        e, b = check_state(state, self._state, self._len)
+        """Resume at a state_dict() position: of this dataset, of a Loader,
+        or of any rank of a run at another world size or batch size, as
+        Loader.load_state_dict() does; ValueError naming what differs."""
+        e, sample = check_state(state, self._state, self._len, self._samples)
+        place = resume_place(e, sample, self.batch_size, self.world, self._len)
+        count = self._len
+        if place[2]:
+            # The library counts the batches of a schedule begun at a sample.
+            probe = self._probe()
+            try:
+                probe.load_state_dict(state)
+                place, count = probe._place(), probe.epoch_batches()
+            finally:
+                probe.close()
         with self._pos.get_lock():
-            self._put(e, b)
-        self._resume = (e, b)
+            self._put(*place, count)
+        self._resume = place[:2]
 
     def close(self):
         """Close this process's stream, if it opened one (iterating again reopens it)."""
@@ -350,60 +429,161 @@ class BatchdDataset(IterableDataset):
 
     # -- iteration --
 
-    def _here(self):
-        """This process's Loader, opened on first use (a forked worker's
-        copy of the parent's is dropped: the parent's stream is not its to use)."""
+    def _here(self, place, stride):
+        """This process's Loader at place (epoch, batch, start_sample),
+        serving every stride-th batch; opened on first use (a forked
+        worker's copy of the parent's is dropped: the parent's stream is
+        not its to use), reopened only where its stream stands elsewhere."""
         if self._loader is None or self._pid != os.getpid():
             self._loader = Loader(**self._kw)
             self._pid = os.getpid()
+        self._loader._seek(place, stride)
         return self._loader
-
-    def _seek(self, epoch, batch):
-        ld = self._here()
-        if ld.position != (epoch, batch):
-            ld.load_state_dict(dict(self._state, epoch=epoch, batch=batch))
-        return ld
 
     def __iter__(self):
         info = get_worker_info()
         if info is None:
-            return self._serve(*self.position)
+            return self._serve(self._place(), self._counted)
         n = info.num_workers
         if n > MAX_WORKERS:
             raise ValueError(f"num_workers={n}: batchclient.torch supports up to "
                              f"{MAX_WORKERS} workers per DataLoader")
-        # Which iteration this is: the DataLoader's seed differs for every
-        # iterator, and persistent workers count their iterations alike.
-        self._runs += 1
-        run = (n, info.seed - info.id, self._runs)
-        e, b0 = self.position
-        rest = self._len - b0
-        lo, hi = b0 + rest * info.id // n, b0 + rest * (info.id + 1) // n
-        return self._share(e, b0, lo, hi, info.id, run)
+        run = None
+        with self._pos.get_lock():
+            if self._counted:
+                place = tuple(self._pos[_FROM:_FROM + 4])
+            else:
+                place = tuple(self._pos[_PLACE])
+                # Which iteration this is: the DataLoader's seed differs for every
+                # iterator, and persistent workers count their iterations alike.
+                # (The position stays put until the last worker is done.)
+                self._runs += 1
+                run = (n, info.seed - info.id, self._runs)
+                if tuple(self._pos[_WORKERS:_RUN + 1]) != run:
+                    self._pos[_DONE] = 0
+                    self._pos[_WORKERS:_RUN + 1] = run
+        return self._share(place, info.id, n, run)
 
-    def _serve(self, epoch, batch):
-        """num_workers=0: the epoch from (epoch, batch), zero-copy."""
-        ld = self._seek(epoch, batch)
-        for b in ld:
-            with self._pos.get_lock():
-                self._put(epoch, b.index + 1)
+    def _serve(self, place, counted):
+        """num_workers=0: the epoch from place, zero-copy."""
+        epoch, b0, start, count = place
+        for b in self._here((epoch, b0, start), 1):
+            if not counted:
+                with self._pos.get_lock():
+                    self._put(epoch, b.index + 1, start, count)
             yield self._collate(b)
 
-    def _share(self, epoch, b0, lo, hi, k, run):
-        """Worker k: batches [lo, hi) of the epoch, copied out; then mark
-        its share delivered (the last worker of the iteration moves the
-        position on)."""
-        if hi > lo:
-            it = iter(self._seek(epoch, lo))
-            for _ in range(hi - lo):
-                yield _detached(next(it), self._collate)
+    def _share(self, place, k, n, run):
+        """Worker k of n: batches b0 + k, b0 + k + n, ... of the epoch,
+        copied out. Under a plain DataLoader (run: this iteration's
+        identity) it then marks its share delivered, and the last worker
+        of the iteration moves the position to the next epoch."""
+        epoch, b0, start, count = place
+        if b0 + k < count:
+            for b in self._here((epoch, b0 + k, start), n):
+                yield _detached(b, self._collate)
+        if run is None:
+            return
         with self._pos.get_lock():
             p = self._pos
-            if (p[_EPOCH], p[_BATCH]) != (epoch, b0):
-                return          # set_epoch() or load_state_dict() moved it meanwhile
-            if (p[_WORKERS], p[_SEED], p[_RUN]) != run:
-                p[_DONE] = 0
-                p[_WORKERS], p[_SEED], p[_RUN] = run
+            if tuple(p[_PLACE]) != place or tuple(p[_WORKERS:_RUN + 1]) != run:
+                return          # set_epoch(), load_state_dict() or a newer iteration meanwhile
             p[_DONE] |= 1 << k
-            if p[_DONE] == (1 << run[0]) - 1:
+            if p[_DONE] == (1 << n) - 1:
                 self._put(epoch + 1, 0)
+
+
+# ---- a DataLoader that knows what the training loop consumed -----------------------------------
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """torch.utils.data.DataLoader over a BatchdDataset, counting the batches
+    its iterators hand to the training loop, so that ds.state_dict() (and
+    dl.state_dict()) is exact at any point, with any num_workers: taken
+    after the step on the m-th batch of an epoch, resuming continues at
+    the batch after it. Arguments are torch's, by keyword (num_workers,
+    pin_memory, persistent_workers, prefetch_factor, multiprocessing_context,
+    timeout, worker_init_fn, ...); batch_size must stay None (batchd makes
+    the batches) and sampler, batch_sampler and shuffle unset (the dataset
+    orders them). Breaking out of an epoch leaves the position after the
+    last batch handed over; the next iteration (or a new iterator started
+    mid-epoch, which supersedes the old one) continues from there.
+    """
+
+    def __init__(self, dataset, batch_size=None, **kwargs):
+        if not isinstance(dataset, BatchdDataset):
+            raise TypeError(f"batchclient.torch.DataLoader reads a BatchdDataset, not a "
+                            f"{type(dataset).__name__}: use torch.utils.data.DataLoader for "
+                            "other datasets")
+        if batch_size is not None:
+            raise ValueError(f"batch_size={batch_size!r}: batchd makes the batches (the "
+                             f"BatchdDataset's batch_size, {dataset.batch_size}); leave the "
+                             "DataLoader's batch_size None")
+        for k in ("sampler", "batch_sampler", "shuffle"):
+            if kwargs.get(k) not in (None, False):
+                raise ValueError(f"{k}={kwargs[k]!r}: a BatchdDataset orders its batches "
+                                 "itself (its shuffle and seed); leave the DataLoader's unset")
+        super().__init__(dataset, batch_size=None, **kwargs)
+
+    def __iter__(self):
+        ds = self.dataset
+        counted = _Counted(ds)
+        # Workers started now (copies of ds, forked or pickled) leave the
+        # position to the count; persistent ones keep that for good.
+        ds._counted = True
+        try:
+            counted._it = super().__iter__()
+        finally:
+            ds._counted = False
+        return counted
+
+    def state_dict(self):
+        """The dataset's state_dict(): exact at any point (see the class doc)."""
+        return self.dataset.state_dict()
+
+    def load_state_dict(self, state):
+        """The dataset's load_state_dict(): the next iteration resumes there."""
+        self.dataset.load_state_dict(state)
+
+
+class _Counted:
+    """One iteration of a batchclient.torch.DataLoader: torch's iterator,
+    moving the dataset's position past each batch it hands over. The
+    batches arrive in the rank's order (worker k of n serves every n-th
+    batch from b0 + k and DataLoader takes one from each in turn), so the
+    m-th handed over is batch b0 + m - 1."""
+
+    def __init__(self, ds):
+        self._ds = ds
+        self._it = None
+        with ds._pos.get_lock():
+            self._place = tuple(ds._pos[_PLACE])
+            # From here the count is exact: a plain DataLoader's iteration
+            # (its bookkeeping) is over, and this one's workers start here.
+            ds._put(*self._place)
+            ds._pos[_FROM:_FROM + 4] = self._place
+        self._taken = 0
+        self._moved = False
+        ds._count_gen += 1
+        self._gen = ds._count_gen
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ds = self._ds
+        if self._gen != ds._count_gen:
+            raise RuntimeError("a newer iteration over this BatchdDataset has started "
+                               "(iter(dataloader) again): continue with that one")
+        item = next(self._it)
+        epoch, b0, start, count = self._place
+        with ds._pos.get_lock():       # a recursive lock: _place() takes it too
+            if not self._moved and ds._place() == ds._normal(epoch, b0 + self._taken, start,
+                                                             count):
+                self._taken += 1
+                ds._put(epoch, b0 + self._taken, start, count)
+            else:
+                # set_epoch() or load_state_dict() moved it meanwhile: theirs stands.
+                self._moved = True
+        return item
+
