@@ -545,7 +545,10 @@ class Loader:
 
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
                  drop_last=False, prefetch=None, device=None, socket=None, *, window=None,
-                 collate=None, timeout=None, fields=None, keys=False):
+                 collate=None, timeout=None, fields=None, keys=False, _place=(0, 0, 0),
+                 _stride=1):
+        # _place, _stride: where the first stream opens (batchclient.torch's
+        # workers open at their share at once instead of at (0, 0) and again).
         self._stream = None
         self._client = None
         self._closed = True
@@ -585,14 +588,14 @@ class Loader:
         self._collate = collate
         self._timeout = timeout
         self._want = None        # (epoch, batch, start_sample) asked for by set_epoch / load_state_dict
-        self._stride = 1         # serve every _stride-th batch (batchclient.torch's workers)
+        self._stride = _stride   # serve every _stride-th batch (batchclient.torch's workers)
         self._resume = None      # the position load_state_dict asked for (resume_guard)
         self._current = None     # the batch yielded last, until the next step
         self._last = None        # the batch yielded last (may stay pinned)
         self._gen = 0
         self._client = _Client(socket)
         try:
-            self._stream = self._open((0, 0, 0))
+            self._stream = self._open(_place)
         except BaseException:
             self._client.unref()
             self._client = None

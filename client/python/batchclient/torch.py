@@ -435,9 +435,10 @@ class BatchdDataset(IterableDataset):
         worker's copy of the parent's is dropped: the parent's stream is
         not its to use), reopened only where its stream stands elsewhere."""
         if self._loader is None or self._pid != os.getpid():
-            self._loader = Loader(**self._kw)
+            self._loader = Loader(**self._kw, _place=place, _stride=stride)
             self._pid = os.getpid()
-        self._loader._seek(place, stride)
+        else:
+            self._loader._seek(place, stride)
         return self._loader
 
     def __iter__(self):
