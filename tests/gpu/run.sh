@@ -104,19 +104,24 @@ limit() {
 	echo $(($1 < l ? $1 : l))
 }
 
-# step NAME SECS CMD...: CMD with stdout and stderr in OUTDIR/NAME.log, its
-# result recorded. Exit status 77 is a skip (the tools' "cannot run here"),
-# with the log's last line as the reason. Returns 0 when it passed.
-step() {
-	local name=$1 secs rc=0 t=$SECONDS why
+# timed NAME SECS OUT CMD...: CMD with stdout in OUT and stderr in
+# OUTDIR/NAME.log (both there when OUT is that log), its result recorded. Exit status
+# 77 is a skip (the tools' "cannot run here"), with the last line it wrote
+# as the reason. Returns 0 when it passed.
+timed() {
+	local name=$1 secs out=$3 rc=0 t=$SECONDS why
 	secs=$(limit "$2")
-	shift 2
+	shift 3
 	if [[ $secs -lt 5 ]]; then
 		result "$name" failed 0 "not started: the run's ${DEADLINE_S} s were spent"
 		return 1
 	fi
-	timeout -k 5 "$secs" "$@" >"$OUT/$name.log" 2>&1 </dev/null || rc=$?
-	why=$(grep -v '^\s*$' "$OUT/$name.log" | tail -n 1 | cut -c1-200)
+	if [[ $out == "$OUT/$name.log" ]]; then
+		timeout -k 5 "$secs" "$@" >"$out" 2>&1 </dev/null || rc=$?
+	else
+		timeout -k 5 "$secs" "$@" >"$out" 2>"$OUT/$name.log" </dev/null || rc=$?
+	fi
+	why=$(cat "$OUT/$name.log" "$out" | grep -v '^\s*$' | tail -n 1 | cut -c1-200)
 	case $rc in
 	0) result "$name" ok $((SECONDS - t)) ;;
 	77) result "$name" skipped $((SECONDS - t)) "$why"; return 1 ;;
@@ -125,23 +130,18 @@ step() {
 	esac
 }
 
+# step NAME SECS CMD...: stdout and stderr in OUTDIR/NAME.log.
+step() {
+	local name=$1 secs=$2
+	shift 2
+	timed "$name" "$secs" "$OUT/$name.log" "$@"
+}
+
 # step_json NAME SECS CMD...: as step, with stdout in OUTDIR/NAME.json.
 step_json() {
-	local name=$1 secs rc=0 t=$SECONDS why
-	secs=$(limit "$2")
+	local name=$1 secs=$2
 	shift 2
-	if [[ $secs -lt 5 ]]; then
-		result "$name" failed 0 "not started: the run's ${DEADLINE_S} s were spent"
-		return 1
-	fi
-	timeout -k 5 "$secs" "$@" >"$OUT/$name.json" 2>"$OUT/$name.log" </dev/null || rc=$?
-	why=$(cat "$OUT/$name.log" "$OUT/$name.json" | grep -v '^\s*$' | tail -n 1 | cut -c1-200)
-	case $rc in
-	0) result "$name" ok $((SECONDS - t)) ;;
-	77) result "$name" skipped $((SECONDS - t)) "$why"; return 1 ;;
-	124 | 137) result "$name" failed $((SECONDS - t)) "TIMED OUT after $secs s"; return 1 ;;
-	*) result "$name" failed $((SECONDS - t)) "exit $rc: $why"; return 1 ;;
-	esac
+	timed "$name" "$secs" "$OUT/$name.json" "$@"
 }
 
 # jv FILE PATH: a value from a JSON file, or n/a.
