@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "batchd-build.h"
@@ -234,15 +233,15 @@ static int gpu_map(bc_stream *s, const bp_ring_gpu_slot *slots)
  */
 static int same_pid_ns(bc_stream *s, const bp_ring_gpu *t)
 {
-	struct stat st;
+	uint64_t mine = bp_pid_ns();
 
-	if (!t->pid_ns || stat("/proc/self/ns/pid", &st) < 0 || (uint64_t)st.st_ino == t->pid_ns)
+	if (!t->pid_ns || !mine || mine == t->pid_ns)
 		return 0;
 	snprintf(s->err, sizeof(s->err), "CUDA device %d: this trainer runs in another PID "
 		 "namespace than batchd (pid:[%" PRIu64 "], batchd's pid:[%" PRIu64 "]), and CUDA IPC "
 		 "events do not cross PID namespaces: run the trainer in batchd's (Kubernetes "
 		 "hostPID: true, docker --pid=host) or open the stream in host memory", s->device,
-		 (uint64_t)st.st_ino, t->pid_ns);
+		 mine, t->pid_ns);
 	return -EOPNOTSUPP;
 }
 

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -541,14 +540,6 @@ static void pin(bd_gpu_session *gs)
 	}
 }
 
-/* The inode of batchd's PID namespace, for the device table (0: unknown). */
-static uint64_t pid_ns(void)
-{
-	struct stat st;
-
-	return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
 /* What the session stages from, one line per GPU session (tests/gpu/run.sh reads it). */
 static void log_start(const bd_gpu_session *gs)
 {
@@ -784,7 +775,7 @@ int bd_gpu_session_new(bd_gpu *g, const bd_gpu_session_cfg *cfg, bp_ring_gpu *ta
 		.slots = gs->slots,
 		.pinned = gs->pinned_len != 0,
 		.ordinal = gs->device,
-		.pid_ns = pid_ns(),
+		.pid_ns = bp_pid_ns(),
 	};
 	memcpy(table->uuid, cfg->uuid, sizeof(table->uuid));
 	gs->g = g;

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cudrv.h"
 
@@ -120,4 +121,11 @@ int bp_cudrv_errno(CUresult e)
 	default:
 		return -EIO;
 	}
+}
+
+uint64_t bp_pid_ns(void)
+{
+	struct stat st;
+
+	return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }

@@ -21,6 +21,7 @@
 #define BATCHD_PROTO_CUDRV_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cuda.h>
 
@@ -71,6 +72,14 @@ typedef struct bp_cudrv {
  * object file") copied into why.
  */
 const bp_cudrv *bp_cudrv_load(char *why, size_t whylen);
+
+/*
+ * The inode of this process's PID namespace (/proc/self/ns/pid), 0 when
+ * /proc cannot say. CUDA IPC event handles open only in the namespace that
+ * made them: the daemon writes its own into the device table and the
+ * client compares. Any thread.
+ */
+uint64_t bp_pid_ns(void);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY: out of memory" for e, into buf. @return buf. */
 const char *bp_cudrv_strerror(const bp_cudrv *d, CUresult e, char *buf, size_t len);
