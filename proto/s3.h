@@ -23,13 +23,18 @@
  *
  * Credentials (bp_s3_new), first found wins: the file named in the
  * config (AWS credentials-file syntax, [PROFILE] with aws_access_key_id,
- * aws_secret_access_key, optional aws_session_token); with allow_env, the
- * environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
- * AWS_SESSION_TOKEN), then AWS_SHARED_CREDENTIALS_FILE or
- * ~/.aws/credentials, profile AWS_PROFILE. None found: requests go
- * unsigned (public buckets). A credentials file named in the config that
- * group or others may read, or that belongs to another user than the
- * caller (root excepted), is refused, naming the file and `chmod 600`.
+ * aws_secret_access_key, optional aws_session_token; when a file is
+ * named, it is the only place looked, and its profile must be there);
+ * with allow_env, the environment (AWS_ACCESS_KEY_ID and
+ * AWS_SECRET_ACCESS_KEY, both or neither, and AWS_SESSION_TOKEN), then
+ * AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, profile c->profile,
+ * else AWS_PROFILE, else "default" (a missing ~/.aws/credentials or
+ * default profile is no credentials; a named profile or
+ * AWS_SHARED_CREDENTIALS_FILE that is missing is an error). None found:
+ * requests go unsigned (public buckets). A credentials file named in the
+ * config that group or others may read, or that belongs to another user
+ * than the caller (unless the caller is root), is refused, naming the
+ * file and `chmod 600`; ~/.aws/credentials is read as the AWS CLI reads it.
  *
  * Errors: every failing call fills a bp_s3_error whose msg names the
  * location (s3://bucket/key), the HTTP status and the server's error code
@@ -37,9 +42,12 @@
  * Denied"), or curl's reason for a transport failure. Return values are
  * negative errnos: -ENOENT (404, NoSuchKey/NoSuchBucket), -EACCES (401,
  * 403), -ESTALE (412: the object changed under If-Match), -ERANGE (416),
- * -EINVAL (other 4xx; a bad location or config), -EAGAIN (a retryable
- * failure left after the retries: 5xx, 429, timeouts, resets),
- * -EPROTO (a reply that breaks the protocol: short body, bad XML),
+ * -EINVAL (other 4xx, and 3xx; a bad location or config), -EAGAIN (a
+ * retryable failure left after the retries: 5xx, 429, 408, timeouts,
+ * resets), -EIO (a transport failure not worth retrying: an unknown host,
+ * TLS), -EPROTO (a reply that breaks the protocol: short body, a range
+ * other than the one asked for, bad XML), -ECANCELED (a write callback
+ * stopped the body), an errno of pwrite for bp_s3_get_to_fd's fd,
  * -ENOMEM.
  *
  * Thread rules: a bp_s3 is immutable after bp_s3_new() and may be shared
@@ -141,15 +149,20 @@ int bp_s3_head(const bp_s3 *s, const bp_s3_loc *loc, bp_s3_object *ret, bp_s3_er
  * following continuation tokens), in bytewise key order. Plain locations:
  * -EOPNOTSUPP. @return 0 with *ret (n may be 0; free with
  * bp_s3_objects_free); negative errno with e. max caps the count (-E2BIG
- * beyond it).
+ * beyond it); 0 is no cap.
  */
 int bp_s3_list(const bp_s3 *s, const char *bucket, const char *prefix, size_t max,
 	       bp_s3_object **ret, size_t *ret_n, bp_s3_error *e);
 
 /*
  * Read [off, off+len) of an object into fd at fd_off (pwrite), checking
- * If-Match etag when etag is not empty and that exactly len bytes came.
- * Retries inside, with backoff. @return 0; negative errno with e.
+ * If-Match etag when etag is not empty (nor weak, W/"...", which If-Match
+ * cannot match) and that exactly len bytes came, the reply being that
+ * range (206 with its Content-Range, or 200 when the range is the whole
+ * object). A retry writes the range again from fd_off, so on success all
+ * of [fd_off, fd_off+len) holds the object's bytes; on failure part of it
+ * may hold some. len 0 reads nothing. Retries inside, with backoff.
+ * @return 0; negative errno with e.
  */
 int bp_s3_get_to_fd(const bp_s3 *s, const bp_s3_loc *loc, const char *etag, uint64_t off,
 		    uint64_t len, int fd, uint64_t fd_off, bp_s3_error *e);
@@ -157,10 +170,14 @@ int bp_s3_get_to_fd(const bp_s3 *s, const bp_s3_loc *loc, const char *etag, uint
 /*
  * For the daemon's multi handle: a ranged GET as a ready easy handle, its
  * body passed to write(ctx, data, n) (return n to go on, anything else
- * aborts). The handle owns its header list and URL; free it with
- * bp_s3_request_free after curl_multi_remove_handle. No retries: the
- * caller classifies the outcome with bp_s3_request_result and schedules
- * a retry after bp_s3_backoff_ms. @return the handle, NULL on ENOMEM.
+ * aborts), in order from byte off, never beyond len bytes, and only once
+ * the reply is known to be that range (as bp_s3_get_to_fd checks): the
+ * body of an error reply never reaches write(). CURLOPT_PRIVATE is the
+ * handle's own; the caller may not set it. The handle owns its header
+ * list and URL; free it with bp_s3_request_free after
+ * curl_multi_remove_handle. No retries: the caller classifies the
+ * outcome with bp_s3_request_result and schedules a retry (a new handle)
+ * after bp_s3_backoff_ms. @return the handle, NULL on ENOMEM or len 0.
  */
 typedef size_t (*bp_s3_write_fn)(void *ctx, const char *data, size_t n);
 CURL_handle *bp_s3_request_get(const bp_s3 *s, const bp_s3_loc *loc, const char *etag,
@@ -168,13 +185,17 @@ CURL_handle *bp_s3_request_get(const bp_s3 *s, const bp_s3_loc *loc, const char 
 void bp_s3_request_free(CURL_handle *h);
 /*
  * The outcome of a finished request from its curl result code: 0 for a
- * 2xx reply (206 for a range), else a negative errno as above with e
- * filled (a 4xx body's XML error is parsed when the request kept it: it
- * does, up to 4 KiB, whatever write() did with the body).
+ * 2xx reply of exactly the range asked for, else a negative errno as
+ * above with e filled (e->retryable says whether to try again; an error
+ * reply's XML is parsed from its first 4 KiB, which the request keeps).
  */
 int bp_s3_request_result(CURL_handle *h, int curl_code, const bp_s3_loc *loc, bp_s3_error *e);
 
-/* Milliseconds to wait before retry number attempt (1, 2, ...): exponential from 100 ms, capped at 5 s, with jitter. */
+/*
+ * Milliseconds to wait before retry number attempt (1, 2, ...): exponential
+ * from 100 ms, capped at 5 s, with jitter: a value in [d/2, d] for
+ * d = min(100 ms * 2^(attempt-1), 5 s). Any thread.
+ */
 unsigned bp_s3_backoff_ms(unsigned attempt);
 
 /*

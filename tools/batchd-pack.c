@@ -4,10 +4,13 @@
  *
  *   batchd-pack create OUT INPUT... [options]
  *   batchd-pack create OUT --manifest FILE [options]
- *   batchd-pack info PATH [--json]
- *   batchd-pack verify PATH
+ *   batchd-pack info PATH [--json] [remote options]
+ *   batchd-pack verify PATH [remote options]
  *   batchd-pack ls PATH [--range A:B]
  *   batchd-pack cat PATH ID|KEY [--field NAME]
+ *
+ * OUT and PATH may be remote (s3://BUCKET/KEY; PATH also https://): see
+ * pack_remote.h.
  *
  * Exit status: 0 success, 1 failure (message on stderr naming the file),
  * 2 usage error.
@@ -31,6 +34,7 @@
 #include "pack_create.h"
 #include "pack_file.h"
 #include "pack_read.h"
+#include "pack_remote.h"
 #include "pack_scan.h"
 #include "progress.h"
 #include "units.h"
@@ -38,8 +42,10 @@
 static const char usage_text[] =
 	"usage: batchd-pack create OUT INPUT... [options]\n"
 	"       batchd-pack create OUT --manifest FILE.csv|FILE.jsonl [--column NAME:TYPE]...\n"
-	"       batchd-pack info PATH [--json]\n"
-	"       batchd-pack verify PATH\n"
+	"       batchd-pack info PATH [--json] [--endpoint URL] [--region R]\n"
+	"                        [--addressing auto|path|virtual] [--profile P]\n"
+	"       batchd-pack verify PATH [--endpoint URL] [--region R]\n"
+	"                          [--addressing auto|path|virtual] [--profile P]\n"
 	"       batchd-pack ls PATH [--range A:B]\n"
 	"       batchd-pack cat PATH ID|KEY [--id N|--key K] [--field NAME]\n"
 	"\n"
@@ -66,6 +72,7 @@ static const char usage_text[] =
 	"  --shard-size SIZE  write OUT as a directory of shards of about SIZE stored bytes\n"
 	"  --records SIZE FILE  add FILE as records of SIZE bytes (repeatable)\n"
 	BP_SIZE_HELP
+	PACK_REMOTE_HELP
 	"ls: a line per sample, ID KEY FIELD=VALUE... (KEY - without keys; bytes fields\n"
 	"as NAME=<N bytes>; a key or text holding blanks, quotes or control bytes is\n"
 	"printed quoted with C escapes).\n"
@@ -171,7 +178,7 @@ static int create_check(const pack_inputs *in)
 
 /* argv into o, in and *out. @return 0, 1 (an input that cannot be used, said) or the usage exit status. */
 static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs *in,
-			const char **out)
+			pack_remote *rem, const char **out)
 {
 	static const struct option opts[] = {
 		{ "level", required_argument, NULL, O_LEVEL },
@@ -189,6 +196,8 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "no-keys", no_argument, NULL, O_NOKEYS },
 		{ "allow-missing", no_argument, NULL, O_MISSING },
 		{ "missing-int", required_argument, NULL, O_MISSING_INT },
+		PACK_REMOTE_OPTIONS,
+		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint64_t v;
@@ -234,7 +243,8 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 			r = create_fields(in, c, optarg);
 			break;
 		default:
-			return cli_usage(NULL);
+			if ((r = pack_remote_option(rem, c, optarg)) < 0)
+				return cli_usage(NULL);
 		}
 	}
 	if (r)
@@ -243,7 +253,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		return cli_usage("create: missing OUT");
 	if (in->n == 0)
 		return cli_usage("create: missing INPUT");
-	return create_check(in);
+	return create_check(in) || pack_remote_check(rem, *out) ? 2 : 0;
 }
 
 static int cmd_create(int argc, char **argv)
@@ -252,10 +262,13 @@ static int cmd_create(int argc, char **argv)
 	pack_create_opts o = { .level = 3, .dict = DICT_AUTO, .frame_size = BP_PACK_FRAME_SIZE,
 			       .threads = cores > 0 ? (unsigned)cores : 1 };
 	pack_inputs in = { 0 };
+	pack_remote rem = { 0 };
 	const char *out = NULL;
-	int r = create_parse(argc, argv, &o, &in, &out);
+	int r = create_parse(argc, argv, &o, &in, &rem, &out);
 
-	if (r == 0)
+	if (r == 0 && bp_s3_is_remote(out))
+		r = pack_remote_create(out, &in, &o, &rem) < 0 ? 1 : 0;
+	else if (r == 0)
 		r = pack_create(out, &in, &o) < 0 ? 1 : 0;
 	pack_inputs_free(&in);
 	return r;
@@ -379,32 +392,56 @@ static void info_text(const char *path, const bp_dataset *ds, const info_codecs 
 	info_shuffle(ds);
 }
 
-static int cmd_info(int argc, char **argv)
+/*
+ * info's and verify's arguments: PATH, the remote flags, and for info
+ * --json. @return 0 or the usage exit status.
+ */
+static int read_parse(int argc, char **argv, const char **path, pack_remote *rem, bool *json)
 {
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
+		PACK_REMOTE_OPTIONS,
 		{ NULL, 0, NULL, 0 },
 	};
+	int c, r;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "-", opts, NULL)) != -1) {
+		if (c == 'j' && json)
+			*json = true;
+		else if (c == 1 && !*path)
+			*path = optarg;
+		else if (c == 1)
+			return cli_usage("%s: unexpected argument '%s'", argv[0], optarg);
+		else if (c == 'j' || (r = pack_remote_option(rem, c, optarg)) < 0)
+			return cli_usage(NULL);
+		else if (r)
+			return r;
+	}
+	if (!*path)
+		return cli_usage("%s: missing PATH", argv[0]);
+	return pack_remote_check(rem, *path);
+}
+
+/* PATH opened, local or remote (whole: every byte fetched). @return 0 or a negative errno, said. */
+static int open_any(const char *path, const pack_remote *rem, bool whole, bp_dataset **ret)
+{
+	return bp_s3_is_remote(path) ? pack_remote_open(path, rem, whole, ret)
+				     : pack_open_dataset(path, ret);
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	pack_remote rem = { 0 };
 	const char *path = NULL;
 	bool json = false;
 	info_codecs ic;
 	bp_dataset *ds;
-	int c;
+	int r = read_parse(argc, argv, &path, &rem, &json);
 
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "-", opts, NULL)) != -1) {
-		if (c == 'j')
-			json = true;
-		else if (c == 1 && !path)
-			path = optarg;
-		else if (c == 1)
-			return cli_usage("info: unexpected argument '%s'", optarg);
-		else
-			return cli_usage(NULL);
-	}
-	if (!path)
-		return cli_usage("info: missing PATH");
-	if (pack_open_dataset(path, &ds) < 0)
+	if (r)
+		return r;
+	if (open_any(path, &rem, false, &ds) < 0)
 		return 1;
 	count_codecs(ds, &ic);
 	if (json)
@@ -426,17 +463,17 @@ static int cmd_verify(int argc, char **argv)
 {
 	bp_dataset_fault fault = { 0 };
 	char msg[512], raw[32];
-	const char *path;
+	pack_remote rem = { 0 };
+	const char *path = NULL;
 	bp_dataset *ds;
 	progress prog;
 	double t0, secs;
-	int r;
+	int r = read_parse(argc, argv, &path, &rem, NULL);
 
-	if (argc != 2)
-		return cli_usage("verify: expected exactly one PATH");
-	path = argv[1];
+	if (r)
+		return r;
 	t0 = cli_now();
-	if (pack_open_dataset(path, &ds) < 0)
+	if (open_any(path, &rem, true, &ds) < 0)
 		return 1;
 	progress_start(&prog, "verifying", bp_dataset_stored_bytes(ds));
 	r = bp_dataset_verify(ds, verify_progress, &prog, &fault);

@@ -639,7 +639,7 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 	r = pack_samples(in, o, &p, &out);
 	progress_end(&out.prog);
 	if (r == -EINTR) {
-		fprintf(stderr, "batchd-pack: interrupted; %s not created\n", path);
+		fprintf(stderr, "batchd-pack: interrupted; %s not created\n", o->name ? o->name : path);
 		goto out;
 	}
 	if (r < 0)
@@ -649,7 +649,7 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 		fprintf(stderr, "batchd-pack: %s: cannot finish: %s\n", path, strerror(-r));
 		goto out;
 	}
-	print_summary(path, in, &out, out.dict_size, cli_now() - t0);
+	print_summary(o->name ? o->name : path, in, &out, out.dict_size, cli_now() - t0);
 out:
 	pool_free(&p);
 	output_discard(&out);

@@ -22,6 +22,7 @@ typedef struct pack_create_opts {
 	enum pack_dict_mode dict;
 	unsigned threads;        /* compression workers, >= 1 */
 	uint64_t shard_size;     /* 0 = one file; else OUT is a directory of shards */
+	const char *name;        /* OUT as the summary line names it (a remote OUT), or NULL */
 } pack_create_opts;
 
 /*

@@ -33,25 +33,30 @@
 #include "pack_file.h"
 #include "pack_read.h"
 
-int pack_open_dataset(const char *path, bp_dataset **ret)
+void pack_say_open_fault(const char *path, int r, const bp_dataset_fault *fault)
 {
-	bp_dataset_fault fault = { 0 };
 	char msg[512];
-	int r;
 
-	r = bp_dataset_openat(AT_FDCWD, path, ret, &fault);
-	if (r == 0)
-		return 0;
-	if (fault.pack.what && (r == -EBADMSG || r == -ENOTSUP || r == -E2BIG)) {
-		bp_dataset_fault_format(&fault, msg, sizeof(msg));
+	if (fault->pack.what && (r == -EBADMSG || r == -ENOTSUP || r == -E2BIG)) {
+		bp_dataset_fault_format(fault, msg, sizeof(msg));
 		fprintf(stderr, "batchd-pack: %s: %s\n", path, msg);
-	} else if (fault.pack.what) {
+	} else if (fault->pack.what) {
 		fprintf(stderr, "batchd-pack: %s: %s%s%s: %s\n", path,
-			strcmp(fault.shard, path) ? fault.shard : "",
-			strcmp(fault.shard, path) ? ": " : "", fault.pack.what, strerror(-r));
+			strcmp(fault->shard, path) ? fault->shard : "",
+			strcmp(fault->shard, path) ? ": " : "", fault->pack.what, strerror(-r));
 	} else {
 		fprintf(stderr, "batchd-pack: %s: %s\n", path, strerror(-r));
 	}
+}
+
+int pack_open_dataset(const char *path, bp_dataset **ret)
+{
+	bp_dataset_fault fault = { 0 };
+	int r;
+
+	r = bp_dataset_openat(AT_FDCWD, path, ret, &fault);
+	if (r < 0)
+		pack_say_open_fault(path, r, &fault);
 	return r;
 }
 

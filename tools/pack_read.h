@@ -13,6 +13,8 @@
 
 #include "pack_file.h"
 
+/* Say why opening path failed (r, with fault when it names one). */
+void pack_say_open_fault(const char *path, int r, const bp_dataset_fault *fault);
 /* Open path, printing a message naming it on failure. @return 0 or a negative errno. */
 int pack_open_dataset(const char *path, bp_dataset **ret);
 
