@@ -42,7 +42,7 @@ static void explain(const bp_s3 *s, const bp_s3_loc *loc, const char *where, bp_
 	bp_s3_error why;
 	bp__s3_req r;
 
-	if (loc->plain || e->status < 400 || e->status > 499 || e->code[0] ||
+	if (e->status < 400 || e->status > 499 || e->code[0] ||
 	    range_req(s, loc, NULL, 0, 1, &r) < 0)
 		return;
 	r.fd = -1;

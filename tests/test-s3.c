@@ -6,9 +6,10 @@
  * environment, session tokens, the shared file), the backoff's bounds,
  * query strings and URLs as SigV4 wants them signed, the XML replies
  * (errors, listing pages, multipart replies, a DTD refused), how a reply
- * is classified into an errno and a message, and ranged GETs against a
- * small HTTP server in a child process that drops a connection halfway
- * through a range, answers 503, ignores Range or sends the wrong range.
+ * is classified into an errno and a message, and ranged GETs (the
+ * synchronous ones, and the daemon's on a multi handle) against a small
+ * HTTP server in a child process that drops a connection halfway through
+ * a range, answers 503, ignores Range or sends the wrong range.
  *
  * tests/remote/test-s3-server.sh tests the same client against a real
  * S3 server (s3rver) through batchd-pack.
@@ -808,6 +809,89 @@ START_TEST(test_get_checks)
 }
 END_TEST
 
+/* The daemon's way: a handle from bp_s3_request_get run on a multi handle. */
+typedef struct sink_buf {
+	unsigned char data[OBJ_SIZE];
+	size_t n;
+	bool refuse;
+} sink_buf;
+
+static size_t to_buf(void *ctx, const char *data, size_t n)
+{
+	sink_buf *b = ctx;
+
+	if (b->refuse || b->n + n > sizeof(b->data))
+		return 0;
+	memcpy(b->data + b->n, data, n);
+	b->n += n;
+	return n;
+}
+
+static int multi_get(const bp_s3 *s, uint64_t off, uint64_t len, sink_buf *b, bp_s3_error *e)
+{
+	bp_s3_loc loc = { .bucket = (char *)"bkt", .key = (char *)"o.bpk" };
+	CURL_handle *h = bp_s3_request_get(s, &loc, "\"e1\"", off, len, to_buf, b);
+	CURLM *m = curl_multi_init();
+	CURLMsg *msg = NULL;
+	int running = 1, left, r;
+
+	ck_assert_ptr_nonnull(h);
+	ck_assert_int_eq(curl_multi_add_handle(m, h), CURLM_OK);
+	while (running) {
+		ck_assert_int_eq(curl_multi_perform(m, &running), CURLM_OK);
+		if (running)
+			curl_multi_poll(m, NULL, 0, 100, NULL);
+	}
+	ck_assert_ptr_nonnull(msg = curl_multi_info_read(m, &left));
+	ck_assert_int_eq(msg->msg, CURLMSG_DONE);
+	r = bp_s3_request_result(h, msg->data.result, &loc, e);
+	curl_multi_remove_handle(m, h);
+	bp_s3_request_free(h);
+	curl_multi_cleanup(m);
+	return r;
+}
+
+START_TEST(test_multi_request)
+{
+	const script sc = { { "503", "ok", "ok", "drop" } };
+	bp_s3_config c = { 0 };
+	char ep[64], err[256];
+	sink_buf *b = calloc(1, sizeof(*b));
+	bp_s3_error e;
+	bp_s3 *s;
+	int port, st;
+	pid_t pid = server(&sc, &port);
+
+	clear_env();
+	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", port);
+	c.endpoint = ep;
+	ck_assert_int_eq(bp_s3_new(&c, &s, err, sizeof(err)), 0);
+	/* An error reply's body never reaches write(); its XML makes the message. */
+	ck_assert_int_eq(multi_get(s, 100, 5000, b, &e), -EAGAIN);
+	ck_assert(e.retryable);
+	ck_assert_uint_eq(b->n, 0);
+	ck_assert_msg(strstr(e.msg, "s3://bkt/o.bpk: HTTP 503 SlowDown: slow"), "%s", e.msg);
+	ck_assert_int_eq(multi_get(s, 100, 5000, b, &e), 0);
+	ck_assert_uint_eq(b->n, 5000);
+	for (size_t i = 0; i < b->n; i++)
+		ck_assert_int_eq(b->data[i], obj_byte(100 + i));
+	b->n = 0;
+	b->refuse = true;
+	ck_assert_int_eq(multi_get(s, 0, 10, b, &e), -ECANCELED);
+	ck_assert(!e.retryable);
+	b->refuse = false;
+	ck_assert_int_eq(multi_get(s, 0, 20000, b, &e), -EAGAIN);
+	ck_assert(e.retryable);
+	ck_assert_uint_eq(b->n, 10000);
+	ck_assert_ptr_null(bp_s3_request_get(s, &(bp_s3_loc){ .bucket = (char *)"b",
+				.key = (char *)"k" }, NULL, 0, 0, to_buf, b));
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	bp_s3_free(s);
+	free(b);
+}
+END_TEST
+
 static Suite *s3_suite(void)
 {
 	Suite *s = suite_create("s3");
@@ -839,6 +923,7 @@ static Suite *s3_suite(void)
 	tcase_add_test(t, test_outcomes);
 	tcase_add_test(t, test_get_retries);
 	tcase_add_test(t, test_get_checks);
+	tcase_add_test(t, test_multi_request);
 	tcase_set_timeout(t, 60);
 	suite_add_tcase(s, t);
 	return s;

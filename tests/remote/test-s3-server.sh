@@ -143,6 +143,19 @@ expect "verify of the multipart object" grep -q "^s3://$B/big.bpk: OK: 4 samples
 left=$(find "$T/tmp" -mindepth 1 | head -3)
 expect "info and verify leave nothing in TMPDIR ($left)" [ -z "$left" ]
 
+# A public object by its plain URL: no listing, no signing (s3rver serves anonymous reads).
+plain=${S3_DIRECT:-$S3_ENDPOINT}/$B/big.bpk
+RC=0
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY timeout -k 5 120 "$BIN" info "$plain" --json \
+	>"$T/out" 2>"$T/err" </dev/null || RC=$?
+expect "info --json of the object's http:// URL equals the local pack's" eval '[ "$RC" -eq 0 ] && cmp -s "$T/local.json" "$T/out"'
+RC=0
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY timeout -k 5 120 "$BIN" verify "$plain" \
+	>"$T/out" 2>"$T/err" </dev/null || RC=$?
+expect "verify of the http:// URL" grep -q "^$plain: OK: 4 samples" "$T/out"
+run info "${plain%.bpk}-missing.bpk"
+expect "a missing http:// object fails naming the URL and the 404" eval 'clean_fail && grep -q "${plain%.bpk}-missing.bpk: HTTP 404" "$T/err"'
+
 # Through the harness's proxy: info reads the pack's metadata, not its 14 MB of blocks.
 if [[ -n ${S3_PROXY_CTL:-} ]]; then
 	curl -fsS -X POST "$S3_PROXY_CTL/reset" >/dev/null
