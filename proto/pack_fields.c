@@ -766,7 +766,7 @@ static int dfail(bp_dataset_fault *fault, const bp_shard *sh, int err, const bp_
 static int shard_read(const bp_shard *sh, void *buf, size_t len, uint64_t off,
 		      bp_dataset_fault *fault)
 {
-	int r = bp_pread_full(sh->fd, buf, len, off);
+	int r = bp_shard_pread(sh, buf, len, off);
 
 	if (r == -ENODATA)
 		r = -EIO;

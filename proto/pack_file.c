@@ -60,9 +60,9 @@ static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const 
 }
 
 /* Metadata reads: a shard that ends before its own header says is a truncated pack. */
-static int read_meta(int fd, void *buf, size_t len, uint64_t off)
+static int read_meta(const bp_shard *sh, void *buf, size_t len, uint64_t off)
 {
-	int r = bp_pread_full(fd, buf, len, off);
+	int r = bp_shard_pread(sh, buf, len, off);
 
 	return r == -ENODATA ? -EBADMSG : r;
 }
@@ -97,7 +97,7 @@ static int fields_load(const bp_shard *sh, uint8_t **ret_bytes, bp_pack_fields *
 		bytes = malloc(size);
 		if (!bytes)
 			return -ENOMEM;
-		r = read_meta(sh->fd, bytes, size, off);
+		r = read_meta(sh, bytes, size, off);
 		if (r < 0) {
 			free(bytes);
 			return fault_set(fault, sh->name, r, "cannot read sections", off, -1);
@@ -130,13 +130,13 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 	if (sh->file_size < BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE)
 		return fault_set(fault, sh->name, -EBADMSG, "file too short to be a pack",
 				 sh->file_size, -1);
-	r = read_meta(sh->fd, header, sizeof(header), 0);
+	r = read_meta(sh, header, sizeof(header), 0);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read header", 0, -1);
 	r = bp_pack_header_decode(header, sizeof(header), &sh->header, &pf);
 	if (r < 0)
 		goto bad;
-	r = read_meta(sh->fd, footer, sizeof(footer), sh->file_size - BP_PACK_FOOTER_SIZE);
+	r = read_meta(sh, footer, sizeof(footer), sh->file_size - BP_PACK_FOOTER_SIZE);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read footer",
 				 sh->file_size - BP_PACK_FOOTER_SIZE, -1);
@@ -148,7 +148,7 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 		s->dict_bytes = malloc(sh->header.dict_size);
 		if (!s->dict_bytes)
 			return -ENOMEM;
-		r = read_meta(sh->fd, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
+		r = read_meta(sh, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
 		if (r < 0)
 			return fault_set(fault, sh->name, r, "cannot read dictionary",
 					 sh->header.dict_offset, -1);
@@ -166,7 +166,7 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 	s->index_bytes = malloc(sh->footer.index_size);
 	if (!s->index_bytes)
 		return -ENOMEM;
-	r = read_meta(sh->fd, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
+	r = read_meta(sh, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read index", sh->footer.index_offset, -1);
 	r = bp_pack_index_parse(&sh->header, &sh->footer, header, footer, s->index_bytes,
@@ -426,6 +426,7 @@ void bp_shard_set_close(bp_shard_set *set)
 	}
 	free(set->fds);
 	free(set->names);
+	free(set->read_ctx);
 	*set = (bp_shard_set){ 0 };
 }
 
@@ -517,6 +518,8 @@ int bp_dataset_from_set(bp_shard_set *set, bp_dataset **ret, bp_dataset_fault *f
 	for (size_t i = 0; i < set->count; i++) {
 		shards[i].pub.name = set->names[i];
 		shards[i].pub.fd = set->fds[i];
+		shards[i].pub.read = set->read;
+		shards[i].pub.read_ctx = set->read_ctx ? set->read_ctx[i] : NULL;
 		set->names[i] = NULL;
 		set->fds[i] = -1;
 	}
@@ -663,7 +666,7 @@ static int reader_decode(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
 			return -ENOMEM;
 		in = r->stored;
 	}
-	err = read_meta(sh->fd, in, b->stored_size, b->offset);
+	err = read_meta(sh, in, b->stored_size, b->offset);
 	if (err < 0)
 		return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
 				 "cannot read block", b->offset, (int64_t)bi);
@@ -757,7 +760,7 @@ static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *store
 		if (bp_buf_reserve(&r->stored, &r->stored_cap, span) < 0 ||
 		    bp_buf_reserve(&r->raw, &r->raw_cap, max_raw) < 0)
 			return -ENOMEM;
-		err = read_meta(sh->fd, r->stored, span, first.offset);
+		err = read_meta(sh, r->stored, span, first.offset);
 		if (err < 0)
 			return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
 					 "cannot read blocks", first.offset, (int64_t)bi);
@@ -779,7 +782,7 @@ static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *store
 
 static int shard_pread(void *ctx, void *buf, size_t len, uint64_t off)
 {
-	int r = bp_pread_full(((const bp_shard *)ctx)->fd, buf, len, off);
+	int r = bp_shard_pread(ctx, buf, len, off);
 
 	return r == -ENODATA ? -EIO : r;
 }
@@ -851,6 +854,11 @@ void bp_dataset_fault_format(const bp_dataset_fault *fault, char *buf, size_t le
 /* One call moves at most 1 GiB: Linux caps a read or write below 2 GiB anyway. */
 #define IO_CHUNK ((size_t)1 << 30)
 
+int bp_shard_pread(const bp_shard *sh, void *buf, size_t len, uint64_t off)
+{
+	return sh->read ? sh->read(sh->read_ctx, buf, len, off) : bp_pread_full(sh->fd, buf, len, off);
+}
+
 int bp_pread_full(int fd, void *buf, size_t len, uint64_t off)
 {
 	uint8_t *p = buf;
@@ -887,6 +895,27 @@ int bp_write_full(int fd, const void *buf, size_t len)
 		if (n == 0)
 			return -EIO;
 		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int bp_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = pwrite(fd, p, len > IO_CHUNK ? IO_CHUNK : len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			return -EIO;
+		p += n;
+		off += (uint64_t)n;
 		len -= (size_t)n;
 	}
 	return 0;

@@ -41,10 +41,20 @@
 
 typedef struct bp_dataset bp_dataset;
 
+/*
+ * How a shard whose bytes are not all on local disk yet is read: a remote
+ * object's cache file (daemon/remote.h), fetched on demand. Reads exactly
+ * len bytes at off into buf, as bp_pread_full does. @return 0; -ENODATA
+ * past the end; another negative errno (the fetch failed).
+ */
+typedef int (*bp_shard_read_fn)(void *ctx, void *buf, size_t len, uint64_t off);
+
 /* One shard of an open dataset. Owned by the dataset. */
 typedef struct bp_shard {
 	char *name;              /* file name (for a directory dataset) or the path */
 	int fd;                  /* O_RDONLY|O_CLOEXEC */
+	bp_shard_read_fn read;   /* NULL: pread(fd) */
+	void *read_ctx;          /* read's, not owned */
 	uint64_t file_size;
 	uint64_t first_sample;   /* global id of the shard's sample 0 */
 	bp_pack_header header;
@@ -97,6 +107,8 @@ typedef struct bp_shard_set {
 	int *fds;                /* per shard: O_RDONLY|O_CLOEXEC, -1 once handed over */
 	size_t count;
 	bool dir;                /* a directory dataset */
+	bp_shard_read_fn read;   /* NULL, or how every shard is read (bp_shard.read) */
+	void **read_ctx;         /* per shard, with read; not owned (freed with the set) */
 } bp_shard_set;
 
 int bp_shard_set_open(int fd, const char *name, bp_shard_set *ret, bp_dataset_fault *fault);
@@ -191,6 +203,13 @@ void bp_dataset_fault_format(const bp_dataset_fault *fault, char *buf, size_t le
  */
 
 /*
+ * Read exactly len bytes at off of shard sh: through sh->read when it has
+ * one, else bp_pread_full on its descriptor. @return as bp_pread_full.
+ * Any thread, as the shard's reader allows (the daemon's is thread-safe).
+ */
+int bp_shard_pread(const bp_shard *sh, void *buf, size_t len, uint64_t off);
+
+/*
  * Read exactly len bytes at file offset off with pread(2), retrying after
  * EINTR and short reads. @return 0; -ENODATA when the file ends first;
  * another -errno from pread. buf may be partly written on failure.
@@ -203,6 +222,9 @@ int bp_pread_full(int fd, void *buf, size_t len, uint64_t off);
  * progress); another -errno from write. Part may be written on failure.
  */
 int bp_write_full(int fd, const void *buf, size_t len);
+
+/* As bp_write_full, at file offset off with pwrite(2); the file position stays. */
+int bp_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
 
 /*
  * Make *buf (capacity *cap) hold at least need bytes; when it must grow it
