@@ -61,6 +61,11 @@ void bd_config_init(bd_config *c)
 		.max_connections = BD_CONFIG_DEFAULT_MAX_CONN,
 		.requests_per_uid = BD_CONFIG_DEFAULT_REQ_UID,
 		.gpu_interval = BD_CONFIG_DEFAULT_GPU_INTERVAL,
+		.remote_requests = BD_CONFIG_DEFAULT_REMOTE_REQ,
+		.remote_retries = BD_CONFIG_DEFAULT_RETRIES,
+		.remote_timeout = BD_CONFIG_DEFAULT_TIMEOUT,
+		.cache_max_size = BD_CONFIG_DEFAULT_CACHE_MAX,
+		.cache_chunk = BD_CONFIG_DEFAULT_CHUNK,
 	};
 }
 
@@ -78,6 +83,12 @@ void bd_config_free(bd_config *c)
 	free(c->admin_gids);
 	bd__config_roots_free(c->roots, c->nroots);
 	free(c->root_lines);
+	bd__config_roots_free(c->remotes, c->nremotes);
+	free(c->remote_endpoint);
+	free(c->remote_region);
+	free(c->remote_credentials);
+	free(c->remote_profile);
+	free(c->cache_dir);
 	*c = (bd_config){ 0 };
 }
 
@@ -130,6 +141,18 @@ void bd__config_commit(bd_config *c, bd_config *next)
 	keep_str(&next->socket, &c->socket);
 	keep_str(&next->socket_group, &c->socket_group);
 	keep_str(&next->metrics_listen, &c->metrics_listen);
+	keep_str(&next->remote_endpoint, &c->remote_endpoint);
+	keep_str(&next->remote_region, &c->remote_region);
+	keep_str(&next->remote_credentials, &c->remote_credentials);
+	keep_str(&next->remote_profile, &c->remote_profile);
+	keep_str(&next->cache_dir, &c->cache_dir);
+	if (next->nremotes) {
+		bd__config_roots_free(c->remotes, c->nremotes);
+	} else {
+		free(next->remotes);
+		next->remotes = c->remotes;
+		next->nremotes = c->nremotes;
+	}
 	keep_ids(&next->allow_uids, &next->nallow_uids, &c->allow_uids, &c->nallow_uids);
 	keep_ids(&next->allow_gids, &next->nallow_gids, &c->allow_gids, &c->nallow_gids);
 	keep_ids(&next->admin_uids, &next->nadmin_uids, &c->admin_uids, &c->nadmin_uids);
@@ -162,6 +185,10 @@ bd_config bd__config_scalars(const bd_config *c)
 	s.root_lines = NULL;
 	s.socket_group = NULL;
 	s.metrics_listen = NULL;
+	s.remotes = NULL;
+	s.nremotes = 0;
+	s.remote_endpoint = s.remote_region = s.remote_credentials = s.remote_profile = NULL;
+	s.cache_dir = NULL;
 	s.allow_uids = s.allow_gids = NULL;
 	s.nallow_uids = s.nallow_gids = 0;
 	s.admin_uids = s.admin_gids = NULL;
@@ -205,6 +232,18 @@ enum key_id {
 	KEY_DECODE_AUTOTUNE,
 	KEY_GPU_HOUR_PRICE,
 	KEY_GPU_INTERVAL,
+	KEY_REMOTE,
+	KEY_REMOTE_ENDPOINT,
+	KEY_REMOTE_REGION,
+	KEY_REMOTE_ADDRESSING,
+	KEY_REMOTE_CREDENTIALS,
+	KEY_REMOTE_PROFILE,
+	KEY_REMOTE_REQUESTS,
+	KEY_REMOTE_RETRIES,
+	KEY_REMOTE_TIMEOUT,
+	KEY_CACHE_DIR,
+	KEY_CACHE_MAX_SIZE,
+	KEY_CACHE_CHUNK,
 };
 
 static const struct key {
@@ -218,6 +257,7 @@ static const struct key {
 	{ "daemon", "socket_mode", KEY_SOCKET_MODE, 0, 0777 },
 	{ "daemon", "socket_group", KEY_SOCKET_GROUP, 0, 0 },
 	{ "datasets", "root", KEY_ROOT, 0, 0 },
+	{ "datasets", "remote", KEY_REMOTE, 0, 0 },
 	{ "memory", "budget", KEY_BUDGET, 0, 0 },
 	{ "memory", "cache", KEY_CACHE, 0, 0 },
 	{ "memory", "tier", KEY_TIER, 0, 0 },
@@ -246,6 +286,17 @@ static const struct key {
 	{ "metrics", "sessions", KEY_METRICS_SESSIONS, 0, 0 },
 	{ "metrics", "gpu_hour_price", KEY_GPU_HOUR_PRICE, 0, 0 },
 	{ "metrics", "gpu_interval", KEY_GPU_INTERVAL, 0, BD_CONFIG_MAX_GPU_INTERVAL },
+	{ "remote", "endpoint", KEY_REMOTE_ENDPOINT, 0, 0 },
+	{ "remote", "region", KEY_REMOTE_REGION, 0, 0 },
+	{ "remote", "addressing", KEY_REMOTE_ADDRESSING, 0, 0 },
+	{ "remote", "credentials", KEY_REMOTE_CREDENTIALS, 0, 0 },
+	{ "remote", "profile", KEY_REMOTE_PROFILE, 0, 0 },
+	{ "remote", "requests", KEY_REMOTE_REQUESTS, 1, BD_CONFIG_MAX_REMOTE_REQ },
+	{ "remote", "retries", KEY_REMOTE_RETRIES, 0, BD_CONFIG_MAX_RETRIES },
+	{ "remote", "timeout", KEY_REMOTE_TIMEOUT, 1, BD_CONFIG_MAX_TIMEOUT },
+	{ "cache", "dir", KEY_CACHE_DIR, 0, 0 },
+	{ "cache", "max_size", KEY_CACHE_MAX_SIZE, 0, 0 },
+	{ "cache", "chunk", KEY_CACHE_CHUNK, 0, 0 },
 };
 
 static bool section_known(const char *section)
@@ -317,6 +368,12 @@ static unsigned *uint_field(bd_config *c, enum key_id id)
 		return &c->max_connections;
 	case KEY_REQUESTS_PER_UID:
 		return &c->requests_per_uid;
+	case KEY_REMOTE_REQUESTS:
+		return &c->remote_requests;
+	case KEY_REMOTE_RETRIES:
+		return &c->remote_retries;
+	case KEY_REMOTE_TIMEOUT:
+		return &c->remote_timeout;
 	default:
 		return NULL;
 	}
@@ -401,6 +458,30 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 		return bd__config_parse_bool(v, &next->decode_autotune, what, wlen);
 	case KEY_GPU_HOUR_PRICE:
 		return parse_price(v, &next->gpu_hour_price, what, wlen);
+	case KEY_REMOTE:
+		return bd__config_add_remote(&next->remotes, &next->nremotes, v, what, wlen);
+	case KEY_REMOTE_ENDPOINT:
+		return bd__config_set_endpoint(&next->remote_endpoint, v, what, wlen);
+	case KEY_REMOTE_REGION:
+	case KEY_REMOTE_PROFILE:
+		if (!*v || strpbrk(v, " \t/:")) {
+			bd__config_msg(what, wlen, "'%s' is not a %s name", v,
+				       k->id == KEY_REMOTE_REGION ? "region (e.g. us-east-1)" : "profile");
+			return -EINVAL;
+		}
+		return bd__config_set_str(k->id == KEY_REMOTE_REGION ? &next->remote_region
+						 : &next->remote_profile, v, what, wlen);
+	case KEY_REMOTE_ADDRESSING:
+		return bd__config_parse_addressing(v, &next->remote_addressing, what, wlen);
+	case KEY_REMOTE_CREDENTIALS:
+	case KEY_CACHE_DIR:
+		return bd__config_set_abs_path(k->id == KEY_CACHE_DIR ? &next->cache_dir
+					       : &next->remote_credentials, v, what, wlen);
+	case KEY_CACHE_MAX_SIZE:
+		return bd__config_parse_size(v, BD_CONFIG_MIN_CACHE_MAX, UINT64_MAX,
+					     &next->cache_max_size, what, wlen);
+	case KEY_CACHE_CHUNK:
+		return bd__config_parse_chunk(v, &next->cache_chunk, what, wlen);
 	default:
 		return bd__config_parse_uint(v, k->min, k->max, uint_field(next, k->id), what,
 					     wlen);

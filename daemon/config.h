@@ -89,6 +89,17 @@ typedef enum bd_config_tier {
 #define BD_CONFIG_MAX_CONN          65536u
 #define BD_CONFIG_DEFAULT_REQ_UID   1000u  /* requests per second */
 #define BD_CONFIG_MAX_REQ_UID       1000000u
+#define BD_CONFIG_DEFAULT_REMOTE_REQ 32u
+#define BD_CONFIG_MAX_REMOTE_REQ    1024u
+#define BD_CONFIG_DEFAULT_RETRIES   5u
+#define BD_CONFIG_MAX_RETRIES       100u
+#define BD_CONFIG_DEFAULT_TIMEOUT   30u
+#define BD_CONFIG_MAX_TIMEOUT       3600u
+#define BD_CONFIG_DEFAULT_CACHE_MAX (UINT64_C(10) << 30)
+#define BD_CONFIG_MIN_CACHE_MAX     (UINT64_C(64) << 20)
+#define BD_CONFIG_DEFAULT_CHUNK     (UINT64_C(4) << 20)
+#define BD_CONFIG_MIN_CHUNK         (UINT64_C(64) << 10)
+#define BD_CONFIG_MAX_CHUNK         (UINT64_C(64) << 20)
 
 typedef struct bd_config {
 	char *file;              /* the configuration file read (-c, or the default file); NULL = none */
@@ -132,6 +143,19 @@ typedef struct bd_config {
 	bool metrics_sessions;   /* [metrics] sessions: per-session series over HTTP too; default no (totals only) */
 	double gpu_hour_price;   /* [metrics] gpu_hour_price: what one GPU-hour costs, no currency, finite, >= 0; 0 (default) = no stall cost figures */
 	unsigned gpu_interval;   /* [metrics] gpu_interval: seconds between NVML samples of the GPUs, 1..3600, default 5; 0 = no GPU telemetry */
+	char **remotes;          /* [datasets] remote, repeatable: s3://bucket/prefix or http(s)://host/path, no duplicates, file order */
+	size_t nremotes;
+	char *remote_endpoint;   /* [remote] endpoint: http(s)://host[:port]; NULL = https://s3.REGION.amazonaws.com */
+	char *remote_region;     /* [remote] region; NULL = us-east-1 */
+	int remote_addressing;   /* [remote] addressing: auto|path|virtual as enum bp_s3_addressing (0, 1, 2) */
+	char *remote_credentials; /* [remote] credentials: an AWS credentials file (absolute); NULL = the environment, else unsigned */
+	char *remote_profile;    /* [remote] profile in that file; NULL = default */
+	unsigned remote_requests; /* [remote] requests: GETs in flight, 1..1024, default 32 */
+	unsigned remote_retries; /* [remote] retries per request, 0..100, default 5 */
+	unsigned remote_timeout; /* [remote] timeout: seconds a request may go without a byte, 1..3600, default 30 */
+	char *cache_dir;         /* [cache] dir (absolute); NULL = $CACHE_DIRECTORY, /var/cache/batchd as root, else $XDG_CACHE_HOME/batchd or ~/.cache/batchd */
+	uint64_t cache_max_size; /* [cache] max_size: disk the remote cache may hold, at least 64M, default 10G */
+	uint64_t cache_chunk;    /* [cache] chunk: bytes fetched and cached at once, 64K..64M, a multiple of 4K, default 4M */
 } bd_config;
 
 /*
@@ -224,6 +248,15 @@ int bd_config_check_roots(const bd_config *c, char *err, size_t errlen);
  * Thread: reads the environment, see above.
  */
 int bd_config_default_socket(char *buf, size_t len);
+
+/*
+ * Where the remote cache goes when [cache] dir names none:
+ * $CACHE_DIRECTORY (systemd CacheDirectory=; the first entry), else
+ * /var/cache/batchd as root, else $XDG_CACHE_HOME/batchd, else
+ * $HOME/.cache/batchd. @return 0 with the path in buf; -ENOENT when none
+ * applies; -ENOBUFS when it does not fit in len. Thread: reads the environment.
+ */
+int bd_config_default_cache_dir(char *buf, size_t len);
 
 /* "auto", "io_uring", ...; "?" for values outside the enums. */
 const char *bd_config_io_engine_name(bd_config_io_engine e);

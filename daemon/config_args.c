@@ -30,6 +30,8 @@ enum {
 	OPT_DIRECT,
 	OPT_LOG_LEVEL,
 	OPT_NO_CONFIG,
+	OPT_REMOTE,
+	OPT_CACHE_DIR,
 };
 
 static const struct option options[] = {
@@ -37,6 +39,8 @@ static const struct option options[] = {
 	{ "no-config", no_argument, NULL, OPT_NO_CONFIG },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "root", required_argument, NULL, OPT_ROOT },
+	{ "remote", required_argument, NULL, OPT_REMOTE },
+	{ "cache-dir", required_argument, NULL, OPT_CACHE_DIR },
 	{ "memory", required_argument, NULL, OPT_MEMORY },
 	{ "io-engine", required_argument, NULL, OPT_IO_ENGINE },
 	{ "direct", required_argument, NULL, OPT_DIRECT },
@@ -61,6 +65,10 @@ static const char usage_tail[] =
 	"                          else $XDG_RUNTIME_DIR/batchd.sock)\n"
 	"      --root DIR          serve datasets below DIR (absolute); repeat for more;\n"
 	"                          replaces the roots of the file\n"
+	"      --remote URL        serve datasets below URL (s3://BUCKET/PREFIX or\n"
+	"                          https://HOST/PATH); repeat for more; replaces the\n"
+	"                          remotes of the file ([remote] there says how to reach them)\n"
+	"      --cache-dir DIR     keep remote datasets' fetched bytes in DIR ([cache] dir)\n"
 	"      --memory SIZE       memory budget, e.g. 512M, 4G (at least 16M), or auto;\n"
 	"                          K, M, G, T, KiB.. are powers of 1024, KB, MB, GB, TB of 1000\n"
 	"      --io-engine ENGINE  auto, io_uring or pread\n"
@@ -76,6 +84,9 @@ struct flags {
 	char *socket;
 	char **roots;
 	size_t nroots;
+	char **remotes;
+	size_t nremotes;
+	char *cache_dir;
 	bool budget_set, engine_set, direct_set, level_set;
 	uint64_t budget;
 	bd_config_io_engine engine;
@@ -87,6 +98,8 @@ static void flags_free(struct flags *f)
 {
 	free(f->socket);
 	bd__config_roots_free(f->roots, f->nroots);
+	bd__config_roots_free(f->remotes, f->nremotes);
+	free(f->cache_dir);
 }
 
 static const char *opt_name(int val)
@@ -112,6 +125,10 @@ static const char *opt_name(int val)
 		return "--log-level";
 	case OPT_NO_CONFIG:
 		return "--no-config";
+	case OPT_REMOTE:
+		return "--remote";
+	case OPT_CACHE_DIR:
+		return "--cache-dir";
 	default:
 		return NULL;
 	}
@@ -134,6 +151,10 @@ static int parse_flag(struct flags *f, int opt, const char *arg, char *what, siz
 		return bd__config_set_socket(&f->socket, arg, what, wlen);
 	case OPT_ROOT:
 		return bd__config_add_root(&f->roots, &f->nroots, arg, what, wlen);
+	case OPT_REMOTE:
+		return bd__config_add_remote(&f->remotes, &f->nremotes, arg, what, wlen);
+	case OPT_CACHE_DIR:
+		return bd__config_set_abs_path(&f->cache_dir, arg, what, wlen);
 	case OPT_MEMORY:
 		f->budget_set = true;
 		return bd__config_parse_budget(arg, &f->budget, what, wlen);
@@ -159,9 +180,15 @@ static void flags_apply(struct flags *f, bd_config *c)
 	next.socket = f->socket;
 	next.roots = f->roots;
 	next.nroots = f->nroots;
+	next.remotes = f->remotes;
+	next.nremotes = f->nremotes;
+	next.cache_dir = f->cache_dir;
 	f->socket = NULL;
 	f->roots = NULL;
 	f->nroots = 0;
+	f->remotes = NULL;
+	f->nremotes = 0;
+	f->cache_dir = NULL;
 	if (f->budget_set)
 		next.memory_budget = f->budget;
 	if (f->engine_set)
@@ -295,4 +322,24 @@ int bd_config_default_socket(char *buf, size_t len)
 	if (dir && dir[0] == '/')
 		return socket_in(buf, len, dir, strlen(dir));
 	return -ENOENT;
+}
+
+/* ---- default cache directory ---------------------------------------------------------- */
+
+int bd_config_default_cache_dir(char *buf, size_t len)
+{
+	const char *dir = secure_getenv("CACHE_DIRECTORY");
+	int n;
+
+	if (dir && dir[0] == '/')
+		n = snprintf(buf, len, "%.*s", (int)strcspn(dir, ":"), dir);
+	else if (geteuid() == 0)
+		n = snprintf(buf, len, "/var/cache/batchd");
+	else if ((dir = secure_getenv("XDG_CACHE_HOME")) && dir[0] == '/')
+		n = snprintf(buf, len, "%s/batchd", dir);
+	else if ((dir = secure_getenv("HOME")) && dir[0] == '/')
+		n = snprintf(buf, len, "%s/.cache/batchd", dir);
+	else
+		return -ENOENT;
+	return n < 0 || (size_t)n >= len ? -ENOBUFS : 0;
 }

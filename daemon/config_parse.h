@@ -60,6 +60,16 @@ int bd__config_set_socket(char **field, const char *v, char *what, size_t wlen);
 /* Append the absolute root v, normalized, unless *roots holds it already. */
 int bd__config_add_root(char ***roots, size_t *n, const char *v, char *what, size_t wlen);
 void bd__config_roots_free(char **roots, size_t n);
+/* [datasets] remote: s3://BUCKET[/PREFIX] or http(s)://HOST[/PATH], appended without duplicates. */
+int bd__config_add_remote(char ***remotes, size_t *n, const char *v, char *what, size_t wlen);
+/* [remote] endpoint: http(s)://HOST[:PORT], no path. */
+int bd__config_set_endpoint(char **field, const char *v, char *what, size_t wlen);
+/* [remote] addressing: auto, path, virtual -> 0, 1, 2. */
+int bd__config_parse_addressing(const char *v, int *ret, char *what, size_t wlen);
+/* An absolute path, '.' and '..' components refused. */
+int bd__config_set_abs_path(char **field, const char *v, char *what, size_t wlen);
+/* [cache] chunk: a size in 64K..64M, a multiple of 4K. */
+int bd__config_parse_chunk(const char *v, uint64_t *ret, char *what, size_t wlen);
 
 /* c's scalars, none of its allocations: where a new configuration starts. */
 bd_config bd__config_scalars(const bd_config *c);

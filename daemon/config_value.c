@@ -510,3 +510,93 @@ int bd__config_parse_listen(const char *v, char **ret, char *what, size_t wlen)
 	}
 	return bd__config_set_str(ret, v, what, wlen);
 }
+
+/* ---- remote datasets ------------------------------------------------------------------ */
+
+/* Printable, no blanks: what may stand in a URL as batchd.conf gives it. */
+static bool url_chars(const char *v)
+{
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++)
+		if (*p <= ' ' || *p >= 0x7f)
+			return false;
+	return true;
+}
+
+int bd__config_add_remote(char ***remotes, size_t *n, const char *v, char *what, size_t wlen)
+{
+	char q[BD__CONFIG_QBUF], *own;
+	size_t len = strlen(v);
+	const char *host = !strncmp(v, "s3://", 5) ? v + 5 : !strncmp(v, "https://", 8) ? v + 8
+			   : !strncmp(v, "http://", 7) ? v + 7 : NULL;
+
+	if (!host || !*host || *host == '/' || !url_chars(v)) {
+		msg(what, wlen, "%s is not a remote: give s3://BUCKET/PREFIX or https://HOST/PATH",
+		    quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	while (len > (size_t)(host - v) && v[len - 1] == '/')
+		len--;
+	own = strndup(v, len);
+	if (!own) {
+		msg(what, wlen, "out of memory");
+		return -ENOMEM;
+	}
+	return roots_add(remotes, n, own, what, wlen);
+}
+
+int bd__config_set_endpoint(char **field, const char *v, char *what, size_t wlen)
+{
+	char q[BD__CONFIG_QBUF];
+	const char *host = !strncmp(v, "https://", 8) ? v + 8 : !strncmp(v, "http://", 7) ? v + 7
+			   : NULL;
+
+	if (!host || !*host || strchr(host, '/') || !url_chars(v)) {
+		msg(what, wlen, "%s is not an endpoint: give http(s)://HOST[:PORT], without a path",
+		    quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	return bd__config_set_str(field, v, what, wlen);
+}
+
+int bd__config_parse_addressing(const char *v, int *ret, char *what, size_t wlen)
+{
+	static const char *const names[] = { "auto", "path", "virtual" };
+	char q[BD__CONFIG_QBUF];
+
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(v, names[i])) {
+			*ret = i;
+			return 0;
+		}
+	msg(what, wlen, "%s is not an addressing: use auto, path (http://endpoint/bucket/key) or "
+	    "virtual (http://bucket.endpoint/key)", quote(q, sizeof(q), v));
+	return -EINVAL;
+}
+
+int bd__config_set_abs_path(char **field, const char *v, char *what, size_t wlen)
+{
+	char *norm;
+	int r = normalize_root(v, &norm, what, wlen);
+
+	if (r < 0)
+		return r;
+	free(*field);
+	*field = norm;
+	return 0;
+}
+
+int bd__config_parse_chunk(const char *v, uint64_t *ret, char *what, size_t wlen)
+{
+	char q[BD__CONFIG_QBUF];
+	uint64_t n;
+	int r = bd__config_parse_size(v, BD_CONFIG_MIN_CHUNK, BD_CONFIG_MAX_CHUNK, &n, what, wlen);
+
+	if (r < 0)
+		return r;
+	if (n % 4096) {
+		msg(what, wlen, "%s is not a multiple of 4K", quote(q, sizeof(q), v));
+		return -EINVAL;
+	}
+	*ret = n;
+	return 0;
+}

@@ -92,6 +92,12 @@ static void assert_scalars_eq(const bd_config *a, const bd_config *b)
 	ck_assert_uint_eq(a->connections_per_uid, b->connections_per_uid);
 	ck_assert_uint_eq(a->max_connections, b->max_connections);
 	ck_assert_int_eq(a->metrics_sessions, b->metrics_sessions);
+	ck_assert_int_eq(a->remote_addressing, b->remote_addressing);
+	ck_assert_uint_eq(a->remote_requests, b->remote_requests);
+	ck_assert_uint_eq(a->remote_retries, b->remote_retries);
+	ck_assert_uint_eq(a->remote_timeout, b->remote_timeout);
+	ck_assert_uint_eq(a->cache_max_size, b->cache_max_size);
+	ck_assert_uint_eq(a->cache_chunk, b->cache_chunk);
 }
 
 /* c holds exactly the defaults, decode_threads as given. */
@@ -305,7 +311,24 @@ START_TEST(test_full_valid_file)
 		"allow_uid = root\n"
 		"allow_gid = 0\n"
 		"[metrics]\n"
-		"listen = 127.0.0.1:9477\n";
+		"listen = 127.0.0.1:9477\n"
+		"[datasets]\n"
+		"remote = s3://bucket-a/prefix/\n"
+		"remote = https://data.example.org/sets\n"
+		"remote = s3://bucket-a/prefix\n"
+		"[remote]\n"
+		"endpoint = http://127.0.0.1:9000\n"
+		"region = eu-west-1\n"
+		"addressing = virtual\n"
+		"credentials = /etc/batchd/s3.credentials\n"
+		"profile = training\n"
+		"requests = 1024\n"
+		"retries = 0\n"
+		"timeout = 3600\n"
+		"[cache]\n"
+		"dir = /var/cache//batchd/\n"
+		"max_size = 100G\n"
+		"chunk = 64M\n";
 	static const char *const roots[] = { "/data/a", "/data/b" };
 	bd_config c;
 
@@ -335,6 +358,21 @@ START_TEST(test_full_valid_file)
 	ck_assert_uint_eq(c.nallow_gids, 1);
 	ck_assert_uint_eq(c.allow_gids[0], 0);
 	ck_assert_str_eq(c.metrics_listen, "127.0.0.1:9477");
+	/* Trailing slashes go, duplicates with them. */
+	ck_assert_uint_eq(c.nremotes, 2);
+	ck_assert_str_eq(c.remotes[0], "s3://bucket-a/prefix");
+	ck_assert_str_eq(c.remotes[1], "https://data.example.org/sets");
+	ck_assert_str_eq(c.remote_endpoint, "http://127.0.0.1:9000");
+	ck_assert_str_eq(c.remote_region, "eu-west-1");
+	ck_assert_int_eq(c.remote_addressing, 2);
+	ck_assert_str_eq(c.remote_credentials, "/etc/batchd/s3.credentials");
+	ck_assert_str_eq(c.remote_profile, "training");
+	ck_assert_uint_eq(c.remote_requests, 1024);
+	ck_assert_uint_eq(c.remote_retries, 0);
+	ck_assert_uint_eq(c.remote_timeout, 3600);
+	ck_assert_str_eq(c.cache_dir, "/var/cache/batchd");
+	ck_assert_uint_eq(c.cache_max_size, UINT64_C(100) << 30);
+	ck_assert_uint_eq(c.cache_chunk, UINT64_C(64) << 20);
 	bd_config_free(&c);
 }
 END_TEST
@@ -520,6 +558,24 @@ static const struct bad_case {
 	{ "[datasets]\nroot = /data/../etc\n", 2, "[datasets] root: '/data/../etc' has a '.' or '..' component" },
 	{ "[datasets]\nroot = /data/.\n", 2, "[datasets] root: '/data/.' has a '.' or '..' component" },
 	{ "[daemon]\nlog_level = \x1b[31mred\n", 2, "[daemon] log_level: '\\x1b[31mred' is not one of" },
+	{ "[datasets]\nremote = bucket/prefix\n", 2, "[datasets] remote: 'bucket/prefix' is not a remote: give s3://BUCKET/PREFIX or https://HOST/PATH" },
+	{ "[datasets]\nremote = s3://\n", 2, "[datasets] remote: 's3://' is not a remote" },
+	{ "[datasets]\nremote = s3:///prefix\n", 2, "[datasets] remote: 's3:///prefix' is not a remote" },
+	{ "[datasets]\nremote = s3://b k/p\n", 2, "[datasets] remote: 's3://b k/p' is not a remote" },
+	{ "[remote]\nendpoint = 127.0.0.1:9000\n", 2, "[remote] endpoint: '127.0.0.1:9000' is not an endpoint: give http(s)://HOST[:PORT], without a path" },
+	{ "[remote]\nendpoint = http://host/bucket\n", 2, "[remote] endpoint: 'http://host/bucket' is not an endpoint" },
+	{ "[remote]\naddressing = dns\n", 2, "[remote] addressing: 'dns' is not an addressing: use auto, path" },
+	{ "[remote]\nregion = us east\n", 2, "[remote] region: 'us east' is not a region" },
+	{ "[remote]\nrequests = 0\n", 2, "[remote] requests: '0' is out of range (allowed 1..1024)" },
+	{ "[remote]\nretries = 101\n", 2, "[remote] retries: '101' is out of range (allowed 0..100)" },
+	{ "[remote]\ntimeout = 0\n", 2, "[remote] timeout: '0' is out of range (allowed 1..3600)" },
+	{ "[remote]\ncredentials = s3.cred\n", 2, "[remote] credentials: 's3.cred' is not an absolute path" },
+	{ "[cache]\ndir = cache\n", 2, "[cache] dir: 'cache' is not an absolute path" },
+	{ "[cache]\nmax_size = 10M\n", 2, "[cache] max_size: '10M' is below the minimum of 64M" },
+	{ "[cache]\nchunk = 32K\n", 2, "[cache] chunk: '32K' is below the minimum of 64K" },
+	{ "[cache]\nchunk = 128M\n", 2, "[cache] chunk: '128M' is" },
+	{ "[cache]\nchunk = 65537K\n", 2, "[cache] chunk: '65537K' is" },
+	{ "[cache]\nchunk = 100000\n", 2, "[cache] chunk: '100000' is not a multiple of 4K" },
 	/* line numbers count comments, blank lines and CRLF lines */
 	{ "# c\n\n; c\r\n[io]\r\n\n  # c\nengine = auto\nqueue_depth = 0\n", 8, "[io] queue_depth: '0'" },
 };
@@ -549,7 +605,7 @@ END_TEST
 /* ---- unknown sections and keys ----------------------------------------- */
 
 static const struct bad_case unknown_cases[] = {
-	{ "[foo]\n", 1, "unknown section 'foo' (known: [daemon] [datasets] [memory] [io] [decode] [session] [limits] [access] [metrics])" },
+	{ "[foo]\n", 1, "unknown section 'foo' (known: [daemon] [datasets] [memory] [io] [decode] [session] [limits] [access] [metrics] [remote] [cache])" },
 	{ "[io]\nqueue_depth = 1\n\n[bogus]\n", 4, "unknown section 'bogus'" },
 	{ "[IO]\nengine = auto\n", 1, "unknown section 'IO'" },
 	{ "[ io ]\n", 1, "unknown section ' io '" },
@@ -558,7 +614,8 @@ static const struct bad_case unknown_cases[] = {
 	{ "[io]\nengine = auto\ndepth = 3\n", 3, "unknown key 'depth' in [io] (known: engine, direct, queue_depth, session_blocks, threads)" },
 	{ "[io]\nEngine = auto\n", 2, "unknown key 'Engine' in [io]" },
 	{ "[memory]\nbudget_mb = 3\n", 2, "unknown key 'budget_mb' in [memory] (known: budget, cache, tier)" },
-	{ "[datasets]\nroots = /a\n", 2, "unknown key 'roots' in [datasets] (known: root)" },
+	{ "[datasets]\nroots = /a\n", 2, "unknown key 'roots' in [datasets] (known: root, remote)" },
+	{ "[cache]\nsize = 1G\n", 2, "unknown key 'size' in [cache] (known: dir, max_size, chunk)" },
 	{ "[io]\n= 3\n", 2, "unknown key '' in [io]" },
 	{ "engine = auto\n[io]\n", 1, "'engine' is outside any section" },
 };
