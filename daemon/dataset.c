@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "remote.h"
 #include "pack_fields.h"
 #include "dataset_priv.h"
 #include "protocol.h"
@@ -34,49 +35,26 @@
 
 /* ---- what is on disk now ------------------------------------------------------------------ */
 
-/*
- * One shard as it is on disk. ctime cannot be set back (utime sets it to
- * now), so a rewrite in place shows there even when mtime and size are
- * put back; the footer holds the index's hash and the header's checksum,
- * so a change to what is indexed shows there even within one ctime tick.
- */
-typedef struct shard_id {
-	const char *name;        /* the shard's name (owned by the set, then the dataset) */
-	dev_t dev;
-	ino_t ino;
-	uint64_t size;
-	int64_t ctime_ns;
-	bool have_footer;        /* the file is long enough and the read worked */
-	uint8_t footer[BP_PACK_FOOTER_SIZE];
-} shard_id;
-
-/* A dataset as it is on disk: what a cached version must match to be reused. */
-struct bd_dataset_disk {
-	dev_t dev;               /* the dataset's file or directory */
-	ino_t ino;
-	bool dir;
-	enum bd_direct_mode direct; /* the reads asked for */
-	enum bd_tier tier;       /* the tier asked for */
-	size_t count;
-	shard_id shards[];
-};
-
-/* What one open found: the shards, open, and who they are. */
-typedef struct scan {
-	bp_shard_set set;
-	struct bd_dataset_disk *disk;
-	char *place;             /* the resolved path, or NULL */
-} scan;
-
-static void scan_free(scan *sc)
+static void put_objects(struct bd_robj **robj, size_t n)
 {
+	for (size_t i = 0; robj && i < n; i++)
+		bd_robj_put(robj[i]);
+	free(robj);
+}
+
+void bd__scan_free(bd__scan *sc)
+{
+	put_objects(sc->robj, sc->nrobj);
 	bp_shard_set_close(&sc->set);
 	free(sc->disk);
 	free(sc->place);
 }
 
-static bool same_shard(const shard_id *a, const shard_id *b, bool dir)
+static bool same_shard(const bd__shard_id *a, const bd__shard_id *b, bool dir)
 {
+	if (a->etag || b->etag)
+		return a->etag && b->etag && !strcmp(a->name, b->name) && a->size == b->size &&
+		       !strcmp(a->etag, b->etag);
 	/* A one-file dataset's shard is named by whatever path the client gave. */
 	return (!dir || !strcmp(a->name, b->name)) && a->dev == b->dev && a->ino == b->ino &&
 	       a->size == b->size && a->ctime_ns == b->ctime_ns && a->have_footer &&
@@ -86,7 +64,7 @@ static bool same_shard(const shard_id *a, const shard_id *b, bool dir)
 static bool same_disk(const struct bd_dataset_disk *a, const struct bd_dataset_disk *b)
 {
 	if (a->dev != b->dev || a->ino != b->ino || a->dir != b->dir || a->direct != b->direct ||
-	    a->tier != b->tier ||
+	    a->tier != b->tier || a->remote != b->remote ||
 	    a->count != b->count)
 		return false;
 	for (size_t i = 0; i < a->count; i++)
@@ -96,7 +74,7 @@ static bool same_disk(const struct bd_dataset_disk *a, const struct bd_dataset_d
 }
 
 /* Who each shard of the set is: fstat, then the footer (a failed read just never matches). */
-static int identify(scan *sc, const struct stat *top, const bd_read_policy *rp)
+static int identify(bd__scan *sc, const struct stat *top, const bd_read_policy *rp)
 {
 	size_t n = sc->set.count;
 	struct bd_dataset_disk *disk = bd_calloc(1, sizeof(*disk) + n * sizeof(disk->shards[0]));
@@ -107,7 +85,7 @@ static int identify(scan *sc, const struct stat *top, const bd_read_policy *rp)
 					  .dir = sc->set.dir, .direct = rp->direct, .tier = rp->tier,
 					  .count = n };
 	for (size_t i = 0; i < n; i++) {
-		shard_id *id = &disk->shards[i];
+		bd__shard_id *id = &disk->shards[i];
 		struct stat st;
 
 		if (fstat(sc->set.fds[i], &st) < 0) {
@@ -160,13 +138,13 @@ static void set_refusal(int dirfd, bool dir, const char *path, int r,
 
 /* Resolve path, open its shards and identify them: all an open costs when cached. */
 static int scan_open(const char *const *roots, size_t nroots, const char *path,
-		     const bd_read_policy *rp, scan *sc, char *err, size_t errlen)
+		     const bd_read_policy *rp, bd__scan *sc, char *err, size_t errlen)
 {
 	bp_dataset_fault fault = { 0 };
 	struct stat st;
 	int fd, r;
 
-	*sc = (scan){ 0 };
+	*sc = (bd__scan){ 0 };
 	fd = bd__dataset_open_top(roots, nroots, path, &st, &sc->place, err, errlen);
 	if (fd < 0)
 		return fd;
@@ -179,7 +157,7 @@ static int scan_open(const char *const *roots, size_t nroots, const char *path,
 	if (r < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
-		scan_free(sc);
+		bd__scan_free(sc);
 	}
 	return r;
 }
@@ -406,6 +384,8 @@ static void dataset_free(bd_dataset *d)
 	free(d->read_fd);
 	free(d->align);
 	bp_dataset_close(d->ds);
+	/* After the shards: their reads go through these objects. */
+	put_objects(d->robj, d->robj ? d->disk->count : 0);
 	free(d->disk);
 	free(d->place);
 	free(d->name);
@@ -429,10 +409,24 @@ static uint64_t held_bytes(const bp_dataset *ds)
 	return n + bp_dataset_lookup_bytes(ds) + bp_dataset_field_bytes(ds);
 }
 
+/* A remote shard's load failed on a fetch: say what the bucket answered, after err. */
+static void remote_refusal(const bd__scan *sc, char *err, size_t errlen)
+{
+	char why[BP_S3_MSG_MAX];
+	size_t n = strlen(err);
+
+	for (size_t i = 0; i < sc->nrobj; i++)
+		if (bd_robj_failed(sc->robj[i], why, sizeof(why))) {
+			snprintf(err + n, errlen - n, " (%s)", why);
+			return;
+		}
+}
+
 /* Load the scanned shards into a new version; the scan's set, disk and place become its. */
-static int load(scan *sc, const char *path, const bd_read_policy *rp, bd_dataset **ret,
+static int load(bd__scan *sc, const char *path, const bd_read_policy *rp, bd_dataset **ret,
 		char *err, size_t errlen)
 {
+	enum bd_direct_mode direct;
 	bp_dataset_fault fault = { 0 };
 	bd_dataset *d = bd_calloc(1, sizeof(*d));
 	int r;
@@ -445,6 +439,7 @@ static int load(scan *sc, const char *path, const bd_read_policy *rp, bd_dataset
 	r = bp_dataset_from_set(&sc->set, &d->ds, &fault);
 	if (r < 0) {
 		set_refusal(-1, false, path, r, &fault, err, errlen);
+		remote_refusal(sc, err, errlen);
 		goto fail;
 	}
 	d->disk = sc->disk;
@@ -454,7 +449,14 @@ static int load(scan *sc, const char *path, const bd_read_policy *rp, bd_dataset
 		d->disk->shards[i].name = bp_dataset_shard(d->ds, i)->name;
 	d->place = sc->place;
 	sc->place = NULL;
-	r = setup_reads(d, choose_reads(d, rp), err, errlen);
+	d->robj = sc->robj;
+	sc->robj = NULL;
+	/*
+	 * A remote dataset's cache files are read buffered: a read covers
+	 * exactly the chunks it acquired (remote.h), never an aligned margin.
+	 */
+	direct = choose_reads(d, rp);
+	r = setup_reads(d, d->robj ? BD_DIRECT_OFF : direct, err, errlen);
 	if (r < 0) {
 		if (!err[0])
 			snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
@@ -519,7 +521,8 @@ static void free_dead(bd_dataset *dead)
 static bool same_place(const bd_dataset *a, const bd_dataset *b)
 {
 	return (a->place && b->place && !strcmp(a->place, b->place)) ||
-	       (a->disk->dir && b->disk->dir && a->disk->dev == b->disk->dev &&
+	       (a->disk->dir && b->disk->dir && !a->disk->remote && !b->disk->remote &&
+		a->disk->dev == b->disk->dev &&
 		a->disk->ino == b->disk->ino);
 }
 
@@ -613,15 +616,60 @@ static bd_dataset *cache_insert(bd_dataset *d)
 	return d;
 }
 
+/*
+ * Scan path: a remote location under the remotes among roots, or a name
+ * under the local roots, then (when none has it) under the remotes.
+ */
+static int find(const char *const *roots, size_t nroots, const char *path,
+		const bd_read_policy *rp, bd__scan *sc, char *err, size_t errlen)
+{
+	const char **local = NULL, **remote = NULL;
+	size_t nl = 0, nr = 0;
+	int r = -ENOMEM;
+
+	local = calloc(nroots + 1, sizeof(*local));
+	remote = calloc(nroots + 1, sizeof(*remote));
+	if (!local || !remote)
+		goto out;
+	for (size_t i = 0; i < nroots; i++)
+		if (bp_s3_is_remote(roots[i]))
+			remote[nr++] = roots[i];
+		else
+			local[nl++] = roots[i];
+	if (bp_s3_is_remote(path)) {
+		r = bd__dataset_scan_remote(remote, nr, path, rp, sc, err, errlen);
+		goto out;
+	}
+	r = scan_open(local, nl, path, rp, sc, err, errlen);
+	if ((r == -ENOENT || (r == -EACCES && !nl)) && nr && path[0] != '/') {
+		char local_err[512];
+
+		snprintf(local_err, sizeof(local_err), "%s", err);
+		err[0] = '\0';
+		r = bd__dataset_scan_remote(remote, nr, path, rp, sc, err, errlen);
+		if (r == -ENOENT && nl) {
+			size_t n = strlen(err);
+
+			snprintf(err + n, errlen - n, "; %s", local_err);
+		}
+	}
+out:
+	if (r == -ENOMEM && !err[0])
+		snprintf(err, errlen, "dataset %s: out of memory", path);
+	free(local);
+	free(remote);
+	return r;
+}
+
 int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
 		   const bd_read_policy *rp, bd_dataset **ret, char *err, size_t errlen)
 {
 	bd_dataset *d;
-	scan sc;
+	bd__scan sc;
 	int r;
 
 	err[0] = '\0';
-	r = scan_open(roots, nroots, path, rp, &sc, err, errlen);
+	r = find(roots, nroots, path, rp, &sc, err, errlen);
 	if (r < 0)
 		return r;
 	d = cache_find(sc.disk);
@@ -631,7 +679,7 @@ int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
 		if (r == 0)
 			d = cache_insert(d);
 	}
-	scan_free(&sc);
+	bd__scan_free(&sc);
 	if (r == 0)
 		*ret = d;
 	return r;

@@ -107,6 +107,8 @@ typedef struct bd_dataset {
 	struct bd_dataset_disk *disk; /* the shards' identities when loaded */
 	char *place;             /* the resolved path of the dataset, or NULL */
 	uint64_t bytes;          /* index and dictionary bytes held */
+	/* Remote: per shard, its object in the cache (remote.h), read through it; else NULL. */
+	struct bd_robj **robj;
 	/* Guarded by the cache mutex (refs is written atomically: bd_dataset_shared). */
 	unsigned refs;           /* sessions (and lookups in flight) using it */
 	bool cached;             /* in the cache's list */

@@ -19,6 +19,67 @@
 #include <stddef.h>
 #include <sys/stat.h>
 
+#include "dataset.h"
+#include "pack.h"
+
+/*
+ * One shard as it is on disk. ctime cannot be set back (utime sets it to
+ * now), so a rewrite in place shows there even when mtime and size are
+ * put back; the footer holds the index's hash and the header's checksum,
+ * so a change to what is indexed shows there even within one ctime tick.
+ * A remote shard is its object's size and ETag (the bucket's identity of
+ * a version), named by key.
+ */
+typedef struct bd__shard_id {
+	const char *name;        /* the shard's name (owned by the set, then the dataset) */
+	dev_t dev;
+	ino_t ino;
+	uint64_t size;
+	int64_t ctime_ns;
+	bool have_footer;        /* the file is long enough and the read worked */
+	uint8_t footer[BP_PACK_FOOTER_SIZE];
+	const char *etag;        /* remote: its object's (owned by the object), else NULL */
+} bd__shard_id;
+
+/* A dataset as it is on disk: what a cached version must match to be reused. */
+struct bd_dataset_disk {
+	dev_t dev;               /* the dataset's file or directory */
+	ino_t ino;
+	bool dir;
+	bool remote;             /* objects in a bucket: the place names it */
+	enum bd_direct_mode direct; /* the reads asked for */
+	enum bd_tier tier;       /* the tier asked for */
+	size_t count;
+	bd__shard_id shards[];
+};
+
+struct bd_robj;
+
+/* What one open found: the shards, open, and who they are. */
+typedef struct bd__scan {
+	bp_shard_set set;
+	struct bd_dataset_disk *disk;
+	char *place;             /* the resolved path (remote: its URL), or NULL */
+	struct bd_robj **robj;   /* remote: per shard, its cached object (references); else NULL */
+	size_t nrobj;
+} bd__scan;
+
+/* Close and free what a scan holds; leaves it empty. */
+void bd__scan_free(bd__scan *sc);
+
+/*
+ * The remote half of an open: path is an s3:// or http(s):// location
+ * under one of remotes, or a name tried below each of them in order. One
+ * object named so is a one-file dataset; else the *.bpk objects directly
+ * below it ("name/"). Fills sc as scan_open does for local paths, its
+ * shards read through the remote cache (remote.h). @return 0; -ENOENT
+ * (nothing there: err names what was looked for); -EACCES (outside the
+ * remotes, or refused by the bucket); -ENODEV (no remote configured);
+ * another negative errno with err naming the location and the status.
+ */
+int bd__dataset_scan_remote(const char *const *remotes, size_t nremotes, const char *path,
+			    const bd_read_policy *rp, bd__scan *sc, char *err, size_t errlen);
+
 enum bd__resolve {
 	BD__RESOLVE_AUTO,        /* openat2, the walk where it is missing */
 	BD__RESOLVE_WALK,        /* the walk only */

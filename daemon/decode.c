@@ -17,6 +17,7 @@
 #include <zstd.h>
 
 #include "pipeline_priv.h"
+#include "remote.h"
 #include "util.h"
 
 void bd__decode_push(bd_pipeline *p, bd_task *t)
@@ -111,6 +112,13 @@ static void decode_failed(bd_pipeline *p, bd_task *t, const bp_shard *sh, int r,
 	bd__job_fail(t->job, r, "dataset %s: shard %s: block %llu at byte %llu: %s",
 		     t->dset->name, sh->name, (unsigned long long)t->block,
 		     (unsigned long long)t->blk.offset, pf->what ? pf->what : strerror(-r));
+	/*
+	 * Bytes from a bucket that do not check are not kept: the next read
+	 * of the block fetches it again (the bucket may have been fine and
+	 * the cache's disk not).
+	 */
+	if (t->dset->robj)
+		bd_robj_invalidate(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size);
 	if (t->cache_load)
 		cache_settle(p, t, false);
 }

@@ -21,6 +21,7 @@
 #include "fault.h"
 #include "log.h"
 #include "pipeline_priv.h"
+#include "remote.h"
 #include "util.h"
 
 /* One I/O thread's own state, on its stack. */
@@ -103,7 +104,8 @@ static bool wait_for_work(io_worker *w)
 	bool stop;
 
 	pthread_mutex_lock(&it->mu);
-	while (!it->stop && !it->kicked && !w->local.head && !bd_io_inflight(w->io)) {
+	while (!it->stop && !it->kicked && !w->local.head && !bd_io_inflight(w->io) &&
+	       !it->fetched.head) {
 		it->idle = true;
 		pthread_cond_wait(&it->cv, &it->mu);
 		it->idle = false;
@@ -240,6 +242,94 @@ static void skip_read(io_worker *w, bd_task *t, int32_t result)
 static void reaped(bd_pipeline *p, bd_task *t);
 static void poll_reads(io_worker *w);
 
+/* ---- remote blocks -------------------------------------------------------------------- */
+
+/*
+ * The fetcher's word on t's chunks (remote.h): t goes back to the I/O
+ * thread it waited on, which reads it (or fails it) next. Fetcher thread.
+ */
+static void fetched(void *ctx, int err, const char *why)
+{
+	bd_task *t = ctx;
+	bd_io_thread *it = t->home;
+	uint64_t one = 1;
+
+	t->remote_pinned = true;
+	t->remote_err = err;
+	if (err < 0)
+		bd__job_fail(t->job, err, "dataset %s: shard %s: block %llu: %s", t->dset->name,
+			     bp_dataset_shard(t->dset->ds, t->shard)->name,
+			     (unsigned long long)t->block, why);
+	pthread_mutex_lock(&it->mu);
+	bd__fifo_push(&it->fetched, t);
+	it->kicked = true;
+	if (it->idle || it->wake_fd < 0) {
+		pthread_cond_signal(&it->cv);
+	} else if (write(it->wake_fd, &one, sizeof(one)) < 0) {
+		/* Counter full: a wake-up is pending anyway. */
+	}
+	pthread_mutex_unlock(&it->mu);
+}
+
+static void unpin(bd_task *t)
+{
+	if (t->remote_pinned) {
+		bd_robj_release(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size);
+		t->remote_pinned = false;
+	}
+}
+
+/*
+ * Pin t's chunks in the remote cache (t is the head). @return 0: they are
+ * there, read now; 1: t waits for the fetcher, off the list; <0: failed
+ * (t handed on with the error).
+ */
+static int acquire(io_worker *w, bd_task *t)
+{
+	int r;
+
+	/* Off the list first: the fetcher may hand it back before acquire returns. */
+	bd__fifo_pop(&w->local);
+	t->home = w->it;
+	r = bd_robj_acquire(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size, fetched, t);
+	if (r == 0) {
+		t->remote_pinned = true;
+		bd__fifo_unpop(&w->local, t);
+		return 0;
+	}
+	if (r < 0) {
+		bd__job_fail(t->job, r, "dataset %s: block %llu: %s", t->dset->name,
+			     (unsigned long long)t->block,
+			     r == -ECANCELED ? "batchd is stopping" : strerror(-r));
+		t->req.result = r;
+		bd__decode_push(w->p, t);
+	}
+	return r;
+}
+
+/* Tasks whose chunks have landed: to the local list to be read; failed ones on to decode, failed. */
+static void take_fetched(io_worker *w)
+{
+	bd_fifo got;
+	bd_task *t;
+
+	pthread_mutex_lock(&w->it->mu);
+	got = w->it->fetched;
+	w->it->fetched = (bd_fifo){ 0 };
+	pthread_mutex_unlock(&w->it->mu);
+	while ((t = got.head)) {
+		got.head = t->next;
+		t->next = NULL;
+		if (t->remote_err < 0) {
+			unpin(t);
+			t->req.result = t->remote_err;
+			bd__decode_push(w->p, t);
+		} else {
+			bd__fifo_push(&w->local, t);
+		}
+	}
+}
+
 /* Start t's read (t is the head). @return 0 (t left the list), or -EBUSY (ring full, t stays). */
 static int start_read(io_worker *w, bd_task *t)
 {
@@ -251,7 +341,10 @@ static int start_read(io_worker *w, bd_task *t)
 		skip_read(w, t, 0);
 		return 0;
 	}
+	if (t->dset->robj && !t->remote_pinned && acquire(w, t) != 0)
+		return 0;
 	if (!t->buf && prepare(w->p, t, w->registered) < 0) {
+		unpin(t);
 		skip_read(w, t, -ENOMEM);
 		return 0;
 	}
@@ -286,7 +379,7 @@ static void read_claimed(io_worker *w)
 		 * batch.
 		 */
 		if ((!t->direct_dst || t->dset->cache_all || bd_dataset_shared(t->dset)) &&
-		    !t->buf && !t->centry &&
+		    !t->buf && !t->centry && !t->remote_pinned &&
 		    t->blk.raw_size && lookup(w, t)) {
 			/*
 			 * A long run of hits copied here must not hold back the
@@ -335,6 +428,7 @@ static void settle_read(bd_pipeline *p, bd_task *t)
 
 	inject_faults(t, sh);
 	res = t->req.result;
+	unpin(t);
 
 	__atomic_fetch_sub(&p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
 	bd_hist_add(&p->read_lat, bd_now_ns() - t->t_submit);
@@ -425,6 +519,7 @@ void *bd__io_main(void *arg)
 		return NULL;
 	}
 	while (wait_for_work(&w)) {
+		take_fetched(&w);
 		read_claimed(&w);
 		reap(&w);
 	}

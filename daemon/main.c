@@ -25,6 +25,7 @@
 #include "cuda_probe.h"
 #include "fault.h"
 #include "log.h"
+#include "s3.h"
 #include "server.h"
 
 #ifndef BATCHD_CONFIG_FILE
@@ -65,15 +66,21 @@ int main(int argc, char **argv)
 		bd_config_free(&cfg);
 		return 2;
 	}
+	/* curl's global state, before any thread: remote datasets (remote.h). */
+	if (bp_s3_global_init() < 0) {
+		fprintf(stderr, "batchd: cannot initialize libcurl: out of memory\n");
+		bd_config_free(&cfg);
+		return 2;
+	}
 	if (bd_fault_init() < 0) {
 		bd_config_free(&cfg);
 		return 2;
 	}
 	bd_log_init(cfg.log_level);
 	log_source(&cfg);
-	if (cfg.nroots == 0)
-		bd_log(LOG_WARNING, "no dataset roots configured ([datasets] root or --root): every "
-		       "open will be refused");
+	if (cfg.nroots == 0 && cfg.nremotes == 0)
+		bd_log(LOG_WARNING, "no dataset roots configured ([datasets] root or remote, or "
+		       "--root): every open will be refused");
 	/*
 	 * The reason alone: it says what is missing and what to do, and the
 	 * "listening on" line that follows says that host sessions only are served.

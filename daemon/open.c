@@ -491,7 +491,7 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 		.memory_now = bd_machine_memory,
 	};
 	ow->path = strndup(m->path, m->path_len);
-	ow->roots = calloc(cfg->nroots + 1, sizeof(*ow->roots));
+	ow->roots = calloc(cfg->nroots + cfg->nremotes + 1, sizeof(*ow->roots));
 	if (!ow->path || !ow->roots)
 		goto nomem;
 	/* The list lives in the receive buffer, which the next request reuses. */
@@ -503,6 +503,10 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 	}
 	for (; ow->nroots < cfg->nroots; ow->nroots++)
 		if (!(ow->roots[ow->nroots] = strdup(cfg->roots[ow->nroots])))
+			goto nomem;
+	/* The remotes follow the local roots: a name is looked for on local disks first. */
+	for (size_t i = 0; i < cfg->nremotes; i++, ow->nroots++)
+		if (!(ow->roots[ow->nroots] = strdup(cfg->remotes[i])))
 			goto nomem;
 	return ow;
 nomem:

@@ -57,6 +57,10 @@ typedef struct bd_task {
 	size_t own_cap;             /* pool_slot -1: the size of buf, its own (bd__pool_own) */
 	uint64_t t_submit;          /* ns, CLOCK_MONOTONIC: for the read latency histogram */
 	uint32_t skip;              /* stored bytes start at buf + skip */
+	/* A remote dataset's block: its cache chunks pinned (remote.h), and the fetch's outcome. */
+	bool remote_pinned;
+	int32_t remote_err;
+	struct bd_io_thread *home;  /* the I/O thread it waits for a fetch on */
 	struct bd_flow *flow;       /* its owner's, from submission to bd__task_finish */
 	struct bd_task *next;
 } bd_task;
@@ -233,6 +237,7 @@ typedef struct bd_io_thread {
 	bool idle;                  /* guarded by mu: waiting on cv, not in the ring */
 	bool hungry;                /* guarded by the scheduler's mu: found no task, wants a kick */
 	int wake_fd;                /* eventfd that interrupts a wait in the ring, or -1 */
+	bd_fifo fetched;            /* guarded by mu: tasks whose remote chunks have landed (or failed) */
 	/* Set by the thread before it reports ready. */
 	int setup_err;
 	bd_io_engine engine;

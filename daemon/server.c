@@ -26,6 +26,7 @@
 #include "dataset.h"
 #include "http.h"
 #include "log.h"
+#include "remote.h"
 #include "machine.h"
 #include "nvml.h"
 #include "server_state.h"
@@ -616,6 +617,42 @@ static int start_pipeline(bd_server *srv)
 	return 0;
 }
 
+/*
+ * The remote cache and its fetcher, when [datasets] remote lists a
+ * bucket: before any dataset can be opened. @return 0 or -errno (logged).
+ */
+static int start_remote(bd_server *srv)
+{
+	const bd_config *cfg = &srv->cfg;
+	char dir[4096], err[1024];
+	bd_remote_opts o;
+	int r;
+
+	if (!cfg->nremotes)
+		return 0;
+	if (cfg->cache_dir)
+		snprintf(dir, sizeof(dir), "%s", cfg->cache_dir);
+	else if (bd_config_default_cache_dir(dir, sizeof(dir)) < 0)
+		return bd_log_ret(LOG_ERR, -ENOENT, "[datasets] remote needs a cache: set [cache] dir "
+				  "in batchd.conf (no $CACHE_DIRECTORY, $XDG_CACHE_HOME or $HOME here)");
+	o = (bd_remote_opts){
+		.s3 = { .endpoint = cfg->remote_endpoint, .region = cfg->remote_region,
+			.addressing = (bp_s3_addressing)cfg->remote_addressing,
+			.credentials = cfg->remote_credentials, .profile = cfg->remote_profile,
+			/* No file named: the daemon's environment (systemd EnvironmentFile=). */
+			.allow_env = !cfg->remote_credentials,
+			.retries = cfg->remote_retries, .timeout = cfg->remote_timeout },
+		.dir = dir,
+		.max_size = cfg->cache_max_size,
+		.chunk = (uint32_t)cfg->cache_chunk,
+		.requests = cfg->remote_requests,
+	};
+	r = bd_remote_start(&o, err, sizeof(err));
+	if (r < 0)
+		return bd_log_ret(LOG_ERR, r, "remote datasets: %s", err);
+	return 0;
+}
+
 /* The GPU thread, when CUDA has devices; without it the daemon serves host sessions only. */
 static void start_gpu(bd_server *srv)
 {
@@ -743,12 +780,13 @@ static void announce(bd_server *srv)
 
 	bd_log(LOG_NOTICE, "listening on %s%s; I/O %s (%u thread%s, queue depth %u), %u decode "
 	       "threads, memory budget %" PRIu64 " MiB%s (block cache %" PRIu64 " MiB), %zu dataset "
-	       "root%s; CUDA: %s%s%s%s",
+	       "root%s, %zu remote%s; CUDA: %s%s%s%s",
 	       srv->socket_path, srv->socket_activated ? " (socket activation)" : "",
 	       bd_io_engine_name(bd_pipeline_engine(srv->pipeline)), cfg->io_threads,
 	       cfg->io_threads == 1 ? "" : "s", cfg->queue_depth, cfg->decode_threads,
 	       srv->budget >> 20, cfg->memory_budget ? "" : " (auto: half the memory available)",
 	       srv->cache_budget >> 20, cfg->nroots, cfg->nroots == 1 ? "" : "s",
+	       cfg->nremotes, cfg->nremotes == 1 ? "" : "s",
 	       srv->cuda.devices ? "available" : "unavailable, host sessions only: ",
 	       srv->cuda.devices ? "" : srv->cuda.reason,
 	       srv->http ? "; metrics on http://" : "", srv->http ? cfg->metrics_listen : "");
@@ -771,6 +809,9 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 		goto fail;
 	srv->auto_budget = machine_budget();
 	srv->budget = resolve_budget(srv);
+	r = start_remote(srv);
+	if (r < 0)
+		goto fail;
 	r = start_pipeline(srv);
 	if (r < 0)
 		goto fail;
@@ -791,7 +832,9 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 fail:
 	bd_nvml_stop();
 	bd_gpu_free(srv->gpu);
+	bd_remote_cancel();
 	bd_pipeline_free(srv->pipeline);
+	bd_remote_stop();
 	bd_config_free(&srv->cfg);
 	free(srv);
 	return r;
@@ -842,6 +885,8 @@ void bd_server_stop(bd_server *srv)
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
 	uv_close((uv_handle_t *)&srv->sighup, NULL);
+	/* No fetch may hand a block back to an I/O thread once they are gone. */
+	bd_remote_cancel();
 	bd_pipeline_free(srv->pipeline);
 	srv->pipeline = NULL;
 	bd_gpu_free(srv->gpu);
@@ -860,6 +905,8 @@ void bd_server_free(bd_server *srv)
 	if (!srv)
 		return;
 	bd_dataset_cache_clear();
+	/* After the datasets: they hold the objects in the remote cache. */
+	bd_remote_stop();
 	bd_config_free(&srv->cfg);
 	free(srv);
 }

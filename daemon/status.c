@@ -38,6 +38,7 @@
 #include "nvml.h"
 #include "protocol.h"
 #include "server_state.h"
+#include "status_remote.h"
 #include "util.h"
 
 /* Sessions the metrics list one by one, at most (the rest only in the totals). */
@@ -88,23 +89,6 @@ static double stall_cost(const bd_server *srv, double stall_s)
 	return srv->cfg.gpu_hour_price / 3600.0 * stall_s * BD_SESSION_TRAINER_GPUS;
 }
 
-/* ---- JSON --------------------------------------------------------------------- */
-
-static void json_str(bd_text *t, const char *s)
-{
-	bd_text_printf(t, "\"");
-	for (; *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			bd_text_printf(t, "\\%c", ch);
-		else if (ch < 0x20)
-			bd_text_printf(t, "\\u%04x", ch);
-		else
-			bd_text_printf(t, "%c", ch);
-	}
-	bd_text_printf(t, "\"");
-}
 
 /* The daemon itself: version, uptime, socket, I/O engine. */
 static void status_daemon(bd_text *t, bd_server *srv)
@@ -114,7 +98,7 @@ static void status_daemon(bd_text *t, bd_server *srv)
 	bd_text_printf(t, "{\"version\": \"%s\", \"uptime_s\": %.3f, \"pid\": %d, ",
 		       BATCHD_VERSION, (double)(bd_now_ns() - srv->started_ns) / 1e9, (int)getpid());
 	bd_text_printf(t, "\"socket\": ");
-	json_str(t, srv->socket_path);
+	bd_text_json_str(t, srv->socket_path);
 	bd_text_printf(t, ", \"io_engine\": \"%s\", \"io_setup_flags\": %u, \"direct\": \"%s\", "
 		       "\"tier\": \"%s\", ", bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
 		       bd_pipeline_setup_flags(srv->pipeline), bd_config_direct_name(srv->cfg.direct),
@@ -133,7 +117,7 @@ static void status_cuda(bd_text *t, bd_server *srv)
 	bd_text_printf(t, "\"cuda\": {\"available\": %s, \"devices\": %d, \"driver_version\": %d, "
 		       "\"runtime_version\": %d, \"reason\": ", srv->cuda.devices ? "true" : "false",
 		       srv->cuda.devices, srv->cuda.driver_version, srv->cuda.runtime_version);
-	json_str(t, srv->cuda.devices ? "" : srv->cuda.reason);
+	bd_text_json_str(t, srv->cuda.devices ? "" : srv->cuda.reason);
 	bd_gpu_totals(srv->gpu, &dev_bytes, &gpu_sessions, &unpinned);
 	bd_text_printf(t, ", \"gpu_sessions\": %u, \"device_memory\": %" PRIu64
 		       ", \"unpinned_sessions\": %u, \"device_list\": [", gpu_sessions,
@@ -143,13 +127,13 @@ static void status_cuda(bd_text *t, bd_server *srv)
 		char uuid[48];
 
 		bd_text_printf(t, "%s{\"ordinal\": %d, \"name\": ", i ? ", " : "", i);
-		json_str(t, d->name);
+		bd_text_json_str(t, d->name);
 		bd_text_printf(t, ", \"uuid\": \"%s\", \"memory\": %" PRIu64 ", \"pci_bus\": %d, "
 			       "\"shareable\": %s, \"lost\": ", bp_cuda_uuid_str(d->uuid, uuid, sizeof(uuid)),
 			       d->memory, d->pci_bus, d->shareable ? "true" : "false");
 		/* A sticky CUDA error took the device (gpu.h): why, else null. */
 		if (bd_gpu_device_lost(srv->gpu, i))
-			json_str(t, bd_gpu_device_lost(srv->gpu, i));
+			bd_text_json_str(t, bd_gpu_device_lost(srv->gpu, i));
 		else
 			bd_text_printf(t, "null");
 		bd_text_printf(t, "}");
@@ -172,9 +156,9 @@ static void status_gpu(bd_text *t, const bd_nvml_gpu *g)
 	bool first = true;
 
 	bd_text_printf(t, "{\"index\": %d, \"ordinal\": %d, \"uuid\": ", g->index, g->ordinal);
-	json_str(t, g->uuid);
+	bd_text_json_str(t, g->uuid);
 	bd_text_printf(t, ", \"name\": ");
-	json_str(t, g->name);
+	bd_text_json_str(t, g->name);
 	json_opt_u64(t, "utilization", g->has_util, g->util_gpu);
 	json_opt_u64(t, "memory_utilization", g->has_util, g->util_memory);
 	json_opt_u64(t, "memory_used", g->has_memory, g->memory_used);
@@ -210,7 +194,7 @@ static void status_gpus(bd_text *t)
 	bd_nvml_read(&n);
 	bd_text_printf(t, "\"nvml\": {\"available\": %s, \"reason\": ",
 		       n.available ? "true" : "false");
-	json_str(t, n.available ? "" : n.reason);
+	bd_text_json_str(t, n.available ? "" : n.reason);
 	bd_text_printf(t, ", \"devices\": %d, \"interval_s\": %u, \"samples\": %" PRIu64
 		       ", \"sample_s\": %.6f}, \"gpus\": [", n.ngpus, n.interval_s, n.samples,
 		       (double)n.sample_ns / 1e9);
@@ -306,7 +290,7 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 
 	bd_session_get_info(e->s, &si);
 	bd_text_printf(t, "{\"id\": %" PRIu64 ", \"dataset\": ", si.id);
-	json_str(t, bd_session_dataset(e->s));
+	bd_text_json_str(t, bd_session_dataset(e->s));
 	bd_text_printf(t, ", \"tier\": \"%s\", \"decode_amplification\": %.2f",
 		       bd_session_tier(e->s), e->amplification);
 	{
@@ -314,7 +298,7 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 
 		/* Names are [A-Za-z0-9_.-]: nothing to escape, but json_str says so itself. */
 		bd_text_printf(t, ", \"fields\": ");
-		json_str(t, bd_session_fields(e->s, names, sizeof(names)));
+		bd_text_json_str(t, bd_session_fields(e->s, names, sizeof(names)));
 		bd_text_printf(t, ", \"keys\": %s", bd_session_keys(e->s) ? "true" : "false");
 	}
 	bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
@@ -356,6 +340,7 @@ void bd__server_status(bd_server *srv, const bd_view *v, bd_text *t)
 	status_resources(t, srv, &ps);
 	status_totals(t, srv);
 	status_datasets(t);
+	bd__status_remote(t);
 	bd_text_printf(t, "\"sessions_shown\": \"%s\", \"sessions\": [",
 		       v->all ? "all" : v->mine ? "own" : "none");
 	for (entry *e = srv->entries; e; e = e->next) {
@@ -867,6 +852,7 @@ void bd__server_metrics(bd_server *srv, const bd_view *v, bd_text *t)
 	metrics_pipeline(t, srv, &sum, &ps);
 	metrics_cache(t, srv, &ps);
 	metrics_datasets(t);
+	bd__metrics_remote(t);
 	metrics_errors(t, srv, &ps);
 	metrics_connections(t, srv);
 	metrics_cuda(t, srv, v);

@@ -80,3 +80,19 @@ void *bd_realloc(void *p, size_t n)
 	return bd_fault_alloc_fails() ? (errno = ENOMEM, NULL) : realloc(p, n);
 }
 #endif
+
+void bd_text_json_str(bd_text *t, const char *s)
+{
+	bd_text_printf(t, "\"");
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			bd_text_printf(t, "\\%c", ch);
+		else if (ch < 0x20)
+			bd_text_printf(t, "\\u%04x", ch);
+		else
+			bd_text_printf(t, "%c", ch);
+	}
+	bd_text_printf(t, "\"");
+}

@@ -37,6 +37,8 @@ typedef struct bd_text {
 /* Append printf-style; on allocation failure sets t->oom and appends nothing more. */
 __attribute__((format(printf, 2, 3)))
 void bd_text_printf(bd_text *t, const char *fmt, ...);
+/* Append s as a JSON string: quoted, '"' and '\\' escaped, control bytes as \\u00XX. */
+void bd_text_json_str(bd_text *t, const char *s);
 /* Free the buffer and reset t to empty. */
 void bd_text_free(bd_text *t);
 

@@ -1,0 +1,757 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote.c - remote objects cached on local disk, and the fetcher thread
+ * that fills the cache (see remote.h for the design; the map files are
+ * remote_map.c's).
+ *
+ * Chunk states: ABSENT (nothing on disk; maybe partial bytes of a failed
+ * fetch, never read), FETCHING (a fetch is queued, waiting for a retry or
+ * on the wire), PRESENT (its bytes are in the data file). A chunk is on
+ * the LRU list exactly when it is PRESENT and unpinned. Every state
+ * change happens under R.mu; the bytes of a FETCHING chunk are written by
+ * the fetcher thread alone, so no reader ever sees them before PRESENT.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "pack_file.h"
+#include "remote_priv.h"
+#include "util.h"
+
+struct bd_remote_state R = { .mu = PTHREAD_MUTEX_INITIALIZER, .quiet = PTHREAD_COND_INITIALIZER,
+			     .objdir = -1 };
+
+/* ---- chunks and the LRU ------------------------------------------------------------------ */
+
+uint64_t bd__chunk_len(const bd_robj *o, uint32_t i)
+{
+	uint64_t off = (uint64_t)i * R.chunk;
+
+	return o->size - off < R.chunk ? o->size - off : R.chunk;
+}
+
+static void lru_remove(bd_chunk *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		R.lru_head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	else
+		R.lru_tail = c->prev;
+	c->prev = c->next = NULL;
+	c->on_lru = false;
+}
+
+void bd__lru_append(bd_chunk *c)
+{
+	c->prev = R.lru_tail;
+	c->next = NULL;
+	if (R.lru_tail)
+		R.lru_tail->next = c;
+	else
+		R.lru_head = c;
+	R.lru_tail = c;
+	c->on_lru = true;
+}
+
+/* ---- waiters ----------------------------------------------------------------------------- */
+
+/* One acquire still missing chunks. */
+typedef struct waiter {
+	bd_robj_ready_fn ready;
+	void *ctx;
+	unsigned missing;        /* chunks not settled yet */
+	int err;                 /* the first failure */
+	char why[BP_S3_MSG_MAX];
+	struct waiter *next;     /* on the list of those to call */
+} waiter;
+
+/* A waiter's place on one chunk's list. */
+typedef struct wnode {
+	waiter *w;
+	struct wnode *next;
+} wnode;
+
+/* Chunk c is settled (err 0: present): its waiters that have nothing left to wait for go on *done. */
+static void settle_waiters(bd_chunk *c, int err, const char *why, waiter **done)
+{
+	wnode *n = c->waiters, *next;
+
+	c->waiters = NULL;
+	for (; n; n = next) {
+		waiter *w = n->w;
+
+		next = n->next;
+		free(n);
+		if (err && !w->err) {
+			w->err = err;
+			snprintf(w->why, sizeof(w->why), "%s", why);
+		}
+		if (--w->missing == 0) {
+			w->next = *done;
+			*done = w;
+		}
+	}
+}
+
+/* Outside the lock: tell each settled waiter, and free it. */
+static void call_waiters(waiter *done)
+{
+	while (done) {
+		waiter *next = done->next;
+
+		done->ready(done->ctx, done->err, done->why);
+		free(done);
+		done = next;
+	}
+}
+
+/* ---- fetches ----------------------------------------------------------------------------- */
+
+/* Queue chunk i of o for fetching. Under R.mu; o is referenced by the fetch. */
+static int queue_fetch(bd_robj *o, uint32_t i)
+{
+	bd_fetch *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	f->obj = o;
+	f->idx = i;
+	f->off = (uint64_t)i * R.chunk;
+	f->len = bd__chunk_len(o, i);
+	o->refs++;
+	if (R.queue_tail)
+		R.queue_tail->next = f;
+	else
+		R.queue_head = f;
+	R.queue_tail = f;
+	R.queued++;
+	o->chunks[i].state = BD_CHUNK_FETCHING;
+	return 0;
+}
+
+void bd__remote_wake(void)
+{
+	if (R.multi)
+		curl_multi_wakeup(R.multi);
+}
+
+/* Undo an acquire's pins on chunks [first, end) and w's places on their lists. Under R.mu. */
+static void unpin(bd_robj *o, uint32_t first, uint32_t end, waiter *w)
+{
+	for (uint32_t i = first; i < end; i++) {
+		bd_chunk *c = &o->chunks[i];
+
+		for (wnode **p = &c->waiters; *p;) {
+			wnode *n = *p;
+
+			if (n->w == w) {
+				*p = n->next;
+				free(n);
+			} else {
+				p = &n->next;
+			}
+		}
+		if (--c->pins == 0 && c->state == BD_CHUNK_PRESENT)
+			bd__lru_append(c);
+	}
+}
+
+int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn ready, void *ctx)
+{
+	uint32_t first = (uint32_t)(off / R.chunk), last, i;
+	waiter *w = NULL;
+	bool queued = false;
+
+	if (len == 0 || off + len > o->size)
+		return len == 0 ? 0 : -EINVAL;
+	last = (uint32_t)((off + len - 1) / R.chunk);
+	pthread_mutex_lock(&R.mu);
+	/* Stopping: no new waiter, so that none is called once bd_remote_cancel returned. */
+	if (R.cancel) {
+		pthread_mutex_unlock(&R.mu);
+		return -ECANCELED;
+	}
+	for (i = first; i <= last; i++) {
+		bd_chunk *c = &o->chunks[i];
+		wnode *n;
+
+		if (c->on_lru)
+			lru_remove(c);
+		c->pins++;
+		if (c->state == BD_CHUNK_PRESENT)
+			continue;
+		if (!w && !(w = calloc(1, sizeof(*w))))
+			goto nomem;
+		n = malloc(sizeof(*n));
+		if (!n || (c->state == BD_CHUNK_ABSENT && queue_fetch(o, i) < 0)) {
+			free(n);
+			goto nomem;
+		}
+		queued |= c->state == BD_CHUNK_FETCHING;
+		n->w = w;
+		n->next = c->waiters;
+		c->waiters = n;
+		w->missing++;
+	}
+	if (!w) {
+		R.stats.hit_bytes += len;
+		pthread_mutex_unlock(&R.mu);
+		return 0;
+	}
+	w->ready = ready;
+	w->ctx = ctx;
+	pthread_mutex_unlock(&R.mu);
+	if (queued)
+		bd__remote_wake();
+	return 1;
+nomem:
+	/* A fetch already queued still lands, for the next reader. */
+	unpin(o, first, i + 1, w);
+	pthread_mutex_unlock(&R.mu);
+	free(w);
+	return -ENOMEM;
+}
+
+void bd_robj_release(bd_robj *o, uint64_t off, uint64_t len)
+{
+	uint32_t first, last;
+	bool room = false;
+
+	if (len == 0)
+		return;
+	first = (uint32_t)(off / R.chunk);
+	last = (uint32_t)((off + len - 1) / R.chunk);
+	pthread_mutex_lock(&R.mu);
+	for (uint32_t i = first; i <= last; i++) {
+		bd_chunk *c = &o->chunks[i];
+
+		if (--c->pins == 0 && c->state == BD_CHUNK_PRESENT) {
+			bd__lru_append(c);
+			room = true;
+		}
+	}
+	/* A fetch waiting for room may go now. */
+	room = room && R.queue_head && R.waiting_room;
+	pthread_mutex_unlock(&R.mu);
+	if (room)
+		bd__remote_wake();
+}
+
+void bd_robj_invalidate(bd_robj *o, uint64_t off, uint64_t len)
+{
+	uint32_t first, last;
+
+	if (len == 0 || off + len > o->size)
+		return;
+	first = (uint32_t)(off / R.chunk);
+	last = (uint32_t)((off + len - 1) / R.chunk);
+	pthread_mutex_lock(&R.mu);
+	for (uint32_t i = first; i <= last; i++) {
+		bd_chunk *c = &o->chunks[i];
+
+		if (c->state != BD_CHUNK_PRESENT)
+			continue;
+		if (c->on_lru)
+			lru_remove(c);
+		c->state = BD_CHUNK_ABSENT;
+		R.cache_bytes -= bd__chunk_len(o, i);
+		o->dirty = true;
+		/* A reader still holding it reads on; the space goes at the next sync. */
+		if (!c->punch) {
+			c->punch = true;
+			o->punches++;
+		}
+		R.sync_asked = true;
+	}
+	pthread_mutex_unlock(&R.mu);
+	bd__remote_wake();
+}
+
+/* ---- the synchronous read ---------------------------------------------------------------- */
+
+typedef struct sync_wait {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done;
+	int err;
+	char why[BP_S3_MSG_MAX];
+} sync_wait;
+
+static void sync_ready(void *ctx, int err, const char *why)
+{
+	sync_wait *s = ctx;
+
+	pthread_mutex_lock(&s->mu);
+	s->done = true;
+	s->err = err;
+	snprintf(s->why, sizeof(s->why), "%s", why ? why : "");
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+int bd_robj_read(void *ctx, void *buf, size_t len, uint64_t off)
+{
+	bd_robj *o = ctx;
+	sync_wait s = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+	int r;
+
+	if (off > o->size || len > o->size - off)
+		return -ENODATA;
+	r = bd_robj_acquire(o, off, len, sync_ready, &s);
+	if (r < 0)
+		return r;
+	if (r == 1) {
+		pthread_mutex_lock(&s.mu);
+		while (!s.done)
+			pthread_cond_wait(&s.cv, &s.mu);
+		pthread_mutex_unlock(&s.mu);
+		r = s.err;
+		if (r < 0) {
+			pthread_mutex_lock(&R.mu);
+			snprintf(o->last_err, sizeof(o->last_err), "%s", s.why);
+			pthread_mutex_unlock(&R.mu);
+		}
+	}
+	if (r == 0)
+		r = bp_pread_full(o->fd, buf, len, off);
+	bd_robj_release(o, off, len);
+	pthread_cond_destroy(&s.cv);
+	pthread_mutex_destroy(&s.mu);
+	return r;
+}
+
+bool bd_robj_failed(bd_robj *o, char *buf, size_t len)
+{
+	bool failed;
+
+	pthread_mutex_lock(&R.mu);
+	failed = o->last_err[0] != '\0';
+	snprintf(buf, len, "%s", o->last_err);
+	pthread_mutex_unlock(&R.mu);
+	return failed;
+}
+
+const char *bd_robj_etag(const bd_robj *o)
+{
+	return o->etag;
+}
+
+int bd_robj_fd(const bd_robj *o)
+{
+	return o->fd;
+}
+
+/* ---- the fetcher thread ------------------------------------------------------------------ */
+
+static uint64_t now_ms(void)
+{
+	return bd_now_ns() / 1000000u;
+}
+
+/*
+ * Make room for len more bytes: evict least recently used unpinned chunks
+ * onto the punch list. Under R.mu. @return whether len fits now.
+ */
+static bool make_room(uint64_t len)
+{
+	while (R.cache_bytes + R.reserved + len > R.max_size && R.lru_head) {
+		bd_chunk *c = R.lru_head;
+		bd_robj *o = c->obj;
+		uint32_t i = (uint32_t)(c - o->chunks);
+		uint64_t n = bd__chunk_len(o, i);
+
+		lru_remove(c);
+		c->state = BD_CHUNK_ABSENT;
+		if (!c->punch) {
+			c->punch = true;
+			o->punches++;
+		}
+		o->dirty = true;
+		R.cache_bytes -= n;
+		R.stats.evicted_bytes += n;
+		R.punch_pending = true;
+	}
+	return R.cache_bytes + R.reserved + len <= R.max_size;
+}
+
+static size_t on_body(void *ctx, const char *data, size_t n)
+{
+	bd_fetch *f = ctx;
+
+	if (f->got + n > f->len)
+		return 0; /* more than asked: the server ignored the range */
+	if (bp_pwrite_full(f->obj->fd, data, n, f->off + f->got) < 0)
+		return 0;
+	f->got += n;
+	__atomic_add_fetch(&R.stats_bytes, n, __ATOMIC_RELAXED);
+	return n;
+}
+
+/* Put f on the wire. Under R.mu (f's chunk is FETCHING, its room reserved). @return 0 or -ENOMEM. */
+static int start(bd_fetch *f)
+{
+	f->got = 0;
+	f->h = bp_s3_request_get(R.s3, &f->obj->loc, f->obj->etag, f->off, f->len, on_body, f);
+	if (!f->h)
+		return -ENOMEM;
+	if (curl_multi_add_handle(R.multi, f->h) != CURLM_OK) {
+		bp_s3_request_free(f->h);
+		f->h = NULL;
+		return -ENOMEM;
+	}
+	R.inflight++;
+	R.stats.requests++;
+	f->wnext = R.wire;
+	R.wire = f;
+	return 0;
+}
+
+static void off_wire(bd_fetch *f)
+{
+	for (bd_fetch **p = &R.wire; *p; p = &(*p)->wnext)
+		if (*p == f) {
+			*p = f->wnext;
+			break;
+		}
+	curl_multi_remove_handle(R.multi, f->h);
+	bp_s3_request_free(f->h);
+	f->h = NULL;
+	R.inflight--;
+}
+
+/* Start what may start: due retries first, then the queue, while requests and room allow. */
+static void start_fetches(void)
+{
+	uint64_t now = now_ms();
+
+	R.waiting_room = false;
+	for (bd_fetch **p = &R.retry; *p;) {
+		bd_fetch *f = *p;
+
+		if (f->due_ms > now || R.inflight >= R.requests) {
+			p = &f->next;
+			continue;
+		}
+		*p = f->next;
+		if (start(f) < 0) {
+			f->next = *p;
+			*p = f;
+			break;
+		}
+	}
+	while (R.queue_head && R.inflight < R.requests) {
+		bd_fetch *f = R.queue_head;
+
+		if (!make_room(f->len)) {
+			R.waiting_room = true;
+			break;
+		}
+		R.reserved += f->len;
+		R.queue_head = f->next;
+		if (!R.queue_head)
+			R.queue_tail = NULL;
+		R.queued--;
+		f->next = NULL;
+		if (start(f) < 0) {
+			/* Out of memory: it stays queued, at the front. */
+			R.reserved -= f->len;
+			f->next = R.queue_head;
+			R.queue_head = f;
+			if (!R.queue_tail)
+				R.queue_tail = f;
+			R.queued++;
+			break;
+		}
+	}
+}
+
+/* f is over, with err (0: its chunk is on disk). Under R.mu; waiters to call go on *done. */
+static void conclude(bd_fetch *f, int err, const char *why, waiter **done)
+{
+	bd_robj *o = f->obj;
+	bd_chunk *c = &o->chunks[f->idx];
+
+	R.reserved -= f->len;
+	if (err == 0) {
+		c->state = BD_CHUNK_PRESENT;
+		R.cache_bytes += f->len;
+		R.stats.fetched_bytes += f->len;
+		o->dirty = true;
+		o->landed = true;
+		if (c->pins == 0)
+			bd__lru_append(c);
+	} else {
+		c->state = BD_CHUNK_ABSENT;
+		/* Whatever part of it came is released at the next punch. */
+		if (f->got > 0 && !c->punch) {
+			c->punch = true;
+			o->punches++;
+			R.punch_pending = true;
+		}
+		R.stats.errors++;
+		snprintf(o->last_err, sizeof(o->last_err), "%s", why);
+	}
+	settle_waiters(c, err, why, done);
+	bd__robj_unref(o);
+	free(f);
+}
+
+/* A request finished with curl result code: done, retried later, or failed. Under R.mu. */
+static void finished(bd_fetch *f, CURLcode code, waiter **done)
+{
+	bp_s3_error e = { 0 };
+	int r;
+
+	r = bp_s3_request_result(f->h, (int)code, &f->obj->loc, &e);
+	off_wire(f);
+	if (r == 0 && f->got != f->len) {
+		r = -EPROTO;
+		e.retryable = true;
+		snprintf(e.msg, sizeof(e.msg), "%s: %llu of %llu bytes of a range came",
+			 f->obj->name, (unsigned long long)f->got, (unsigned long long)f->len);
+	}
+	if (r == 0) {
+		conclude(f, 0, "", done);
+		return;
+	}
+	if (e.retryable && f->attempt < R.retries && !R.cancel) {
+		f->attempt++;
+		f->due_ms = now_ms() + bp_s3_backoff_ms(f->attempt);
+		f->next = R.retry;
+		R.retry = f;
+		R.stats.retries++;
+		bd_log(LOG_DEBUG, "remote: %s: retry %u in %llu ms", e.msg, f->attempt,
+		       (unsigned long long)(f->due_ms - now_ms()));
+		return;
+	}
+	if (R.cancel && e.retryable)
+		r = -ECANCELED;
+	if (r == -ESTALE)
+		snprintf(e.msg, sizeof(e.msg), "%s changed in the bucket since the session opened "
+			 "(ETag %s is gone): open the dataset again for the new version",
+			 f->obj->name, f->obj->etag);
+	bd_log(LOG_WARNING, "remote: %s", e.msg);
+	conclude(f, r, e.msg, done);
+}
+
+/* Fail every fetch (on the wire, queued, due to retry) with -ECANCELED: the daemon stops. Under R.mu. */
+static void cancel_all(waiter **done)
+{
+	static const char why[] = "batchd is stopping";
+
+	while (R.wire) {
+		bd_fetch *f = R.wire;
+
+		off_wire(f);
+		conclude(f, -ECANCELED, why, done);
+	}
+	while (R.queue_head) {
+		bd_fetch *f = R.queue_head;
+
+		R.queue_head = f->next;
+		R.queued--;
+		R.reserved += f->len; /* conclude gives back what a started fetch holds */
+		conclude(f, -ECANCELED, why, done);
+	}
+	R.queue_tail = NULL;
+	while (R.retry) {
+		bd_fetch *f = R.retry;
+
+		R.retry = f->next;
+		conclude(f, -ECANCELED, why, done);
+	}
+}
+
+/* How long the fetcher may sleep: until the next retry is due, a second at most. */
+static int poll_timeout(void)
+{
+	uint64_t now = now_ms(), t = 1000;
+
+	for (bd_fetch *f = R.retry; f; f = f->next)
+		if (f->due_ms <= now)
+			return 0;
+		else if (f->due_ms - now < t)
+			t = f->due_ms - now;
+	return (int)t;
+}
+
+static void *fetcher_main(void *arg)
+{
+	uint64_t last_sync = now_ms();
+	(void)arg;
+
+	for (;;) {
+		waiter *done = NULL;
+		CURLMsg *m;
+		int running, left;
+		bool stop, cancel, deletes, tick;
+
+		curl_multi_perform(R.multi, &running);
+		pthread_mutex_lock(&R.mu);
+		while ((m = curl_multi_info_read(R.multi, &left)))
+			if (m->msg == CURLMSG_DONE) {
+				/* CURLOPT_PRIVATE is the S3 client's: find ours among the few on the wire. */
+				bd_fetch *f = R.wire;
+
+				while (f && f->h != m->easy_handle)
+					f = f->wnext;
+				if (f)
+					finished(f, m->data.result, &done);
+			}
+		cancel = R.cancel;
+		if (cancel)
+			cancel_all(&done);
+		else
+			start_fetches();
+		stop = R.stop;
+		deletes = R.delete_pending || R.sync_asked;
+		R.sync_asked = false;
+		pthread_mutex_unlock(&R.mu);
+		call_waiters(done);
+		if (cancel) {
+			/* Everything settled and told: bd_remote_cancel may return. */
+			pthread_mutex_lock(&R.mu);
+			R.cancelled = true;
+			pthread_cond_broadcast(&R.quiet);
+			pthread_mutex_unlock(&R.mu);
+		}
+		/* Files: punches after their maps, deletions, and every map each second. */
+		tick = now_ms() - last_sync >= 1000;
+		if (tick || stop || deletes || R.punch_pending)
+			bd__remote_sync(tick || stop);
+		if (tick)
+			last_sync = now_ms();
+		if (stop)
+			break;
+		curl_multi_poll(R.multi, NULL, 0, poll_timeout(), NULL);
+	}
+	return NULL;
+}
+
+/* ---- start, stop, stats ------------------------------------------------------------------ */
+
+int bd_remote_start(const bd_remote_opts *o, char *err, size_t errlen)
+{
+	int r;
+
+	R.chunk = o->chunk;
+	R.max_size = o->max_size;
+	R.requests = o->requests ? o->requests : BD_REMOTE_DEFAULT_REQUESTS;
+	R.retries = o->s3.retries;
+	R.stats.max_size = o->max_size;
+	r = bp_s3_new(&o->s3, &R.s3, err, errlen);
+	if (r < 0)
+		return r;
+	r = bd__remote_open_dir(o->dir, err, errlen);
+	if (r < 0)
+		goto fail_s3;
+	R.multi = curl_multi_init();
+	if (!R.multi) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "remote: out of memory");
+		goto fail_dir;
+	}
+	/* Reuse connections to the endpoint: as many as requests in flight. */
+	curl_multi_setopt(R.multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)R.requests);
+	curl_multi_setopt(R.multi, CURLMOPT_MAXCONNECTS, (long)R.requests);
+	r = -pthread_create(&R.thread, NULL, fetcher_main, NULL);
+	if (r < 0) {
+		snprintf(err, errlen, "remote: cannot start the fetcher thread: %s", strerror(-r));
+		goto fail_multi;
+	}
+	R.started = true;
+	bd_log(LOG_INFO, "remote: cache %s: %llu MiB of %llu MiB in %zu objects, chunks of %u KiB, "
+	       "%u requests in flight, credentials: %s", o->dir,
+	       (unsigned long long)(R.cache_bytes >> 20), (unsigned long long)(R.max_size >> 20),
+	       R.nobjects, R.chunk >> 10, R.requests, bp_s3_credentials_source(R.s3));
+	return 0;
+fail_multi:
+	curl_multi_cleanup(R.multi);
+	R.multi = NULL;
+fail_dir:
+	bd__remote_close_dir();
+fail_s3:
+	bp_s3_free(R.s3);
+	R.s3 = NULL;
+	return r;
+}
+
+void bd_remote_cancel(void)
+{
+	if (!R.started)
+		return;
+	pthread_mutex_lock(&R.mu);
+	R.cancel = true;
+	R.cancelled = false;
+	pthread_mutex_unlock(&R.mu);
+	bd__remote_wake();
+	pthread_mutex_lock(&R.mu);
+	while (!R.cancelled)
+		pthread_cond_wait(&R.quiet, &R.mu);
+	pthread_mutex_unlock(&R.mu);
+}
+
+void bd_remote_stop(void)
+{
+	if (!R.started)
+		return;
+	pthread_mutex_lock(&R.mu);
+	R.stop = true;
+	R.cancel = true;
+	pthread_mutex_unlock(&R.mu);
+	bd__remote_wake();
+	pthread_join(R.thread, NULL);
+	curl_multi_cleanup(R.multi);
+	R.multi = NULL;
+	bd__remote_close_dir();
+	bp_s3_free(R.s3);
+	R.s3 = NULL;
+	R.started = false;
+}
+
+bool bd_remote_enabled(void)
+{
+	return R.started;
+}
+
+const bp_s3 *bd_remote_s3(void)
+{
+	return R.s3;
+}
+
+const char *bd_remote_dir(void)
+{
+	return R.dir;
+}
+
+void bd_remote_count_request(unsigned n, bool failed)
+{
+	pthread_mutex_lock(&R.mu);
+	R.stats.requests += n;
+	R.stats.errors += failed;
+	pthread_mutex_unlock(&R.mu);
+}
+
+void bd_remote_stats_get(bd_remote_stats *ret)
+{
+	pthread_mutex_lock(&R.mu);
+	*ret = R.stats;
+	ret->bytes = __atomic_load_n(&R.stats_bytes, __ATOMIC_RELAXED);
+	ret->inflight = R.inflight;
+	ret->queued = R.queued;
+	ret->cache_bytes = R.cache_bytes;
+	ret->objects = R.nobjects;
+	pthread_mutex_unlock(&R.mu);
+}

@@ -1,0 +1,662 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_map.c - the cache directory of remote objects (remote.h): one
+ * sparse data file and one map file per object version under
+ * DIR/objects, named by a hash of the version's identity.
+ *
+ * A map file is the object's identity and a bitmap of its chunks on
+ * disk, closed by an XXH3-64 of everything before it; it is written to a
+ * temporary and renamed over the old one after the data file is
+ * fdatasync'd, so whatever map a crash leaves behind lists only chunks
+ * whose bytes reached the disk. At start every map is read back: a map
+ * that does not check, or whose chunk size or data file disagree, is
+ * deleted with its data (refetched when needed, never guessed at), as
+ * are data files without a map and temporaries.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "log.h"
+#include "pack_file.h"
+#include "remote_priv.h"
+#include "util.h"
+
+#define MAP_MAGIC "BDCMAP1\n"
+#define MAP_MAX (UINT64_C(64) << 20)
+
+/* The fixed part of a map file; the bucket, key and ETag follow, then the bitmap and the hash. */
+typedef struct map_head {
+	char magic[8];
+	uint32_t chunk;
+	uint32_t nchunks;
+	uint64_t size;
+	uint16_t bucket_len, key_len, etag_len, pad;
+} map_head;
+
+/* ---- objects ----------------------------------------------------------------------------- */
+
+static void identity_id(const char *bucket, const char *key, const char *etag, uint64_t size,
+			char id[33])
+{
+	XXH3_state_t *st = XXH3_createState();
+	XXH128_hash_t h;
+
+	XXH3_128bits_reset(st);
+	XXH3_128bits_update(st, bucket ? bucket : "", strlen(bucket ? bucket : "") + 1);
+	XXH3_128bits_update(st, key, strlen(key) + 1);
+	XXH3_128bits_update(st, etag, strlen(etag) + 1);
+	XXH3_128bits_update(st, &size, sizeof(size));
+	h = XXH3_128bits_digest(st);
+	XXH3_freeState(st);
+	snprintf(id, 33, "%016llx%016llx", (unsigned long long)h.high64,
+		 (unsigned long long)h.low64);
+}
+
+static void robj_free(bd_robj *o)
+{
+	if (!o)
+		return;
+	if (o->fd >= 0)
+		close(o->fd);
+	bp_s3_loc_free(&o->loc);
+	free(o->name);
+	free(o->chunks);
+	free(o);
+}
+
+/* A new object record for loc/etag/size with no chunks present; its files are the caller's. */
+static bd_robj *robj_new(const char *bucket, const char *key, const char *etag, uint64_t size)
+{
+	bd_robj *o = calloc(1, sizeof(*o));
+	size_t n;
+
+	if (!o)
+		return NULL;
+	o->fd = -1;
+	o->size = size;
+	o->nchunks = (uint32_t)((size + R.chunk - 1) / R.chunk);
+	snprintf(o->etag, sizeof(o->etag), "%s", etag);
+	identity_id(bucket, key, etag, size, o->id);
+	o->loc.plain = !bucket;
+	o->loc.bucket = bucket ? strdup(bucket) : NULL;
+	o->loc.key = strdup(key);
+	n = strlen(key) + (bucket ? strlen(bucket) : 0) + 8;
+	o->name = malloc(n);
+	o->chunks = calloc(o->nchunks ? o->nchunks : 1, sizeof(*o->chunks));
+	if (!o->loc.key || (bucket && !o->loc.bucket) || !o->name || !o->chunks) {
+		robj_free(o);
+		return NULL;
+	}
+	if (bucket)
+		snprintf(o->name, n, "s3://%s/%s", bucket, key);
+	else
+		snprintf(o->name, n, "%s", key);
+	for (uint32_t i = 0; i < o->nchunks; i++)
+		o->chunks[i].obj = o;
+	return o;
+}
+
+static bool same_key(const bd_robj *o, const bp_s3_loc *loc)
+{
+	return !strcmp(o->loc.key, loc->key) &&
+	       (!o->loc.bucket == !loc->bucket) &&
+	       (!loc->bucket || !strcmp(o->loc.bucket, loc->bucket));
+}
+
+static int create_data(const bd_robj *o, char *err, size_t errlen)
+{
+	char name[48];
+	int fd;
+
+	snprintf(name, sizeof(name), "%s.data", o->id);
+	fd = openat(R.objdir, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || ftruncate(fd, (off_t)o->size) < 0) {
+		int r = -errno;
+
+		snprintf(err, errlen, "remote cache %s/objects/%s: %s: check that batchd may write "
+			 "[cache] dir and that it has room", R.dir, name, strerror(-r));
+		if (fd >= 0)
+			close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/*
+ * The object version id, referenced; NULL when unknown. A doomed one is
+ * this identity again (the key put back as it was): kept after all.
+ * Under R.mu.
+ */
+static bd_robj *find(const char *id)
+{
+	for (bd_robj *o = R.objects; o; o = o->next)
+		if (!strcmp(o->id, id)) {
+			o->doomed = false;
+			o->refs++;
+			return o;
+		}
+	return NULL;
+}
+
+int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, char *err,
+		size_t errlen)
+{
+	char id[33];
+	bd_robj *o, *fresh;
+	int fd;
+
+	identity_id(loc->bucket, loc->key, ob->etag, ob->size, id);
+	pthread_mutex_lock(&R.mu);
+	o = find(id);
+	pthread_mutex_unlock(&R.mu);
+	if (o) {
+		*ret = o;
+		return 0;
+	}
+
+	fresh = robj_new(loc->bucket, loc->key, ob->etag, ob->size);
+	if (!fresh) {
+		snprintf(err, errlen, "remote cache: out of memory");
+		return -ENOMEM;
+	}
+	fd = create_data(fresh, err, errlen);
+	if (fd < 0) {
+		robj_free(fresh);
+		return fd;
+	}
+	fresh->fd = fd;
+	fresh->dirty = true;
+	fresh->refs = 1;
+
+	pthread_mutex_lock(&R.mu);
+	/* Another open may have made it meanwhile: then ours goes. */
+	o = find(id);
+	if (o) {
+		pthread_mutex_unlock(&R.mu);
+		robj_free(fresh);
+		*ret = o;
+		return 0;
+	}
+	/* Older versions of the key are never served again. */
+	for (o = R.objects; o; o = o->next)
+		if (same_key(o, loc) && !o->doomed) {
+			o->doomed = true;
+			R.delete_pending = true;
+			bd_log(LOG_INFO, "remote: %s changed in the bucket (ETag %s, %llu bytes, was %s, "
+			       "%llu): its cached chunks are dropped", o->name, ob->etag,
+			       (unsigned long long)ob->size, o->etag, (unsigned long long)o->size);
+		}
+	fresh->next = R.objects;
+	R.objects = fresh;
+	R.nobjects++;
+	pthread_mutex_unlock(&R.mu);
+	if (R.multi)
+		bd__remote_wake();
+	*ret = fresh;
+	return 0;
+}
+
+void bd__robj_unref(bd_robj *o)
+{
+	if (--o->refs == 0 && o->doomed)
+		R.delete_pending = true;
+}
+
+void bd_robj_put(bd_robj *o)
+{
+	bool wake;
+
+	if (!o)
+		return;
+	pthread_mutex_lock(&R.mu);
+	bd__robj_unref(o);
+	wake = R.delete_pending;
+	pthread_mutex_unlock(&R.mu);
+	if (wake)
+		bd__remote_wake();
+}
+
+/* ---- map files --------------------------------------------------------------------------- */
+
+/* o's map as it would be written now. Under R.mu. @return its bytes (malloc'd), *ret_len. */
+static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
+{
+	size_t bl = o->loc.bucket ? strlen(o->loc.bucket) : 0, kl = strlen(o->loc.key),
+	       el = strlen(o->etag), bits = (o->nchunks + 7u) / 8u;
+	size_t len = sizeof(map_head) + bl + kl + el + bits + 8;
+	uint8_t *b = calloc(1, len), *p;
+	map_head h = { .chunk = R.chunk, .nchunks = o->nchunks, .size = o->size,
+		       .bucket_len = (uint16_t)bl, .key_len = (uint16_t)kl, .etag_len = (uint16_t)el };
+	uint64_t sum;
+
+	if (!b)
+		return NULL;
+	memcpy(h.magic, MAP_MAGIC, 8);
+	memcpy(b, &h, sizeof(h));
+	p = b + sizeof(h);
+	memcpy(p, o->loc.bucket ? o->loc.bucket : "", bl);
+	memcpy(p += bl, o->loc.key, kl);
+	memcpy(p += kl, o->etag, el);
+	p += el;
+	for (uint32_t i = 0; i < o->nchunks; i++)
+		if (o->chunks[i].state == BD_CHUNK_PRESENT)
+			p[i / 8] |= (uint8_t)(1u << (i % 8));
+	sum = XXH3_64bits(b, len - 8);
+	memcpy(p + bits, &sum, 8);
+	*ret_len = len;
+	return b;
+}
+
+/* Write bytes as o's map: data synced first, then a temporary renamed over the map. */
+static int map_write(const bd_robj *o, const uint8_t *bytes, size_t len, bool sync_data)
+{
+	char tmp[64], name[48];
+	int fd, r = 0;
+
+	if (sync_data && fdatasync(o->fd) < 0)
+		return -errno;
+	snprintf(tmp, sizeof(tmp), ".%s.map.tmp", o->id);
+	snprintf(name, sizeof(name), "%s.map", o->id);
+	fd = openat(R.objdir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (bp_pwrite_full(fd, bytes, len, 0) < 0 || fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	if (r == 0 && renameat(R.objdir, tmp, R.objdir, name) < 0)
+		r = -errno;
+	if (r < 0)
+		unlinkat(R.objdir, tmp, 0);
+	return r;
+}
+
+/* Parse a map file's bytes into a new object (chunks present as listed). NULL: it does not check. */
+static bd_robj *map_decode(const uint8_t *b, size_t len)
+{
+	map_head h;
+	char *bucket = NULL, *key = NULL, *etag = NULL;
+	bd_robj *o = NULL;
+	size_t need, bits;
+	uint64_t sum;
+	const uint8_t *p;
+
+	if (len < sizeof(h) + 8)
+		return NULL;
+	memcpy(&h, b, sizeof(h));
+	if (memcmp(h.magic, MAP_MAGIC, 8) || h.chunk != R.chunk || !h.key_len ||
+	    h.etag_len >= BP_S3_ETAG_MAX || h.nchunks != (h.size + R.chunk - 1) / R.chunk)
+		return NULL;
+	bits = (h.nchunks + 7u) / 8u;
+	need = sizeof(h) + h.bucket_len + h.key_len + h.etag_len + bits + 8;
+	memcpy(&sum, b + len - 8, 8);
+	if (need != len || XXH3_64bits(b, len - 8) != sum)
+		return NULL;
+	p = b + sizeof(h);
+	bucket = h.bucket_len ? strndup((const char *)p, h.bucket_len) : NULL;
+	key = strndup((const char *)(p += h.bucket_len), h.key_len);
+	etag = strndup((const char *)(p += h.key_len), h.etag_len);
+	p += h.etag_len;
+	if (key && etag && (bucket || !h.bucket_len))
+		o = robj_new(bucket, key, etag, h.size);
+	for (uint32_t i = 0; o && i < o->nchunks; i++)
+		if (p[i / 8] & (1u << (i % 8)))
+			o->chunks[i].state = BD_CHUNK_PRESENT;
+	free(bucket);
+	free(key);
+	free(etag);
+	return o;
+}
+
+/* ---- the fetcher's file work ------------------------------------------------------------- */
+
+static void punch(bd_robj *o, uint32_t i)
+{
+	uint64_t off = (uint64_t)i * R.chunk;
+
+	if (fallocate(o->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off,
+		      (off_t)bd__chunk_len(o, i)) < 0)
+		bd_log(LOG_WARNING, "remote cache %s: %s: cannot free chunk %u: %s", R.dir, o->id, i,
+		       strerror(errno));
+}
+
+static void delete_files(const char *id)
+{
+	char name[48];
+
+	snprintf(name, sizeof(name), "%s.map", id);
+	unlinkat(R.objdir, name, 0);
+	snprintf(name, sizeof(name), "%s.data", id);
+	unlinkat(R.objdir, name, 0);
+}
+
+/* Take doomed objects nothing uses off the list (their chunks off the LRU). Under R.mu. */
+static bd_robj *take_doomed(void)
+{
+	bd_robj *dead = NULL;
+
+	for (bd_robj **p = &R.objects; *p;) {
+		bd_robj *o = *p;
+
+		if (!o->doomed || o->refs) {
+			p = &o->next;
+			continue;
+		}
+		*p = o->next;
+		R.nobjects--;
+		for (uint32_t i = 0; i < o->nchunks; i++) {
+			bd_chunk *c = &o->chunks[i];
+
+			if (c->on_lru) {
+				if (c->prev)
+					c->prev->next = c->next;
+				else
+					R.lru_head = c->next;
+				if (c->next)
+					c->next->prev = c->prev;
+				else
+					R.lru_tail = c->prev;
+			}
+			if (c->state == BD_CHUNK_PRESENT)
+				R.cache_bytes -= bd__chunk_len(o, i);
+		}
+		o->next = dead;
+		dead = o;
+	}
+	R.delete_pending = false;
+	return dead;
+}
+
+/* One object's share of a sync: its map (when dirty and asked, or before punches), its punches. */
+static void sync_object(bd_robj *o, bool all)
+{
+	uint8_t *map = NULL;
+	size_t len = 0;
+	bool synced = false, landed;
+	uint32_t *holes = NULL, nholes = 0;
+
+	pthread_mutex_lock(&R.mu);
+	landed = o->landed;
+	if (o->dirty && (all || o->punches)) {
+		map = map_encode(o, &len);
+		o->dirty = !map;
+		o->landed = false;
+	}
+	if (o->punches && (holes = malloc(o->punches * sizeof(*holes)))) {
+		for (uint32_t i = 0; i < o->nchunks && nholes < o->punches; i++)
+			if (o->chunks[i].punch) {
+				o->chunks[i].punch = false;
+				holes[nholes++] = i;
+			}
+		o->punches = 0;
+	}
+	pthread_mutex_unlock(&R.mu);
+	if (map) {
+		int r = map_write(o, map, len, landed);
+
+		synced = r == 0;
+		if (r < 0)
+			bd_log(LOG_WARNING, "remote cache %s: %s: cannot write its map: %s", R.dir,
+			       o->name, strerror(-r));
+		free(map);
+	}
+	/* A chunk still listed on disk is never punched: after a crash it would read as zeros. */
+	if (map && !synced) {
+		pthread_mutex_lock(&R.mu);
+		for (uint32_t k = 0; k < nholes; k++)
+			o->chunks[holes[k]].punch = true;
+		o->punches += nholes;
+		o->dirty = true;
+		R.punch_pending = true;
+		pthread_mutex_unlock(&R.mu);
+		nholes = 0;
+	}
+	for (uint32_t k = 0; k < nholes; k++)
+		punch(o, holes[k]);
+	free(holes);
+}
+
+void bd__remote_sync(bool all)
+{
+	bd_robj *dead, *head;
+
+	R.punch_pending = false;
+	pthread_mutex_lock(&R.mu);
+	dead = R.delete_pending ? take_doomed() : NULL;
+	pthread_mutex_unlock(&R.mu);
+	while (dead) {
+		bd_robj *next = dead->next;
+
+		delete_files(dead->id);
+		robj_free(dead);
+		dead = next;
+	}
+	/*
+	 * Objects are taken off the list only here and at close, on this
+	 * thread, and added only at its head: from the head read under the
+	 * lock, the walk needs no lock.
+	 */
+	pthread_mutex_lock(&R.mu);
+	head = R.objects;
+	pthread_mutex_unlock(&R.mu);
+	for (bd_robj *o = head; o; o = o->next)
+		sync_object(o, all);
+}
+
+/* ---- the directory ----------------------------------------------------------------------- */
+
+static int mkdir_p(const char *dir)
+{
+	char path[4096];
+	size_t n = strlen(dir);
+
+	if (n >= sizeof(path))
+		return -ENAMETOOLONG;
+	memcpy(path, dir, n + 1);
+	for (char *p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+/* Read the map named name into an object with its data file open. NULL: it goes (files deleted). */
+static bd_robj *load_one(const char *name)
+{
+	char id[33], data[48];
+	uint8_t *b = NULL;
+	struct stat st, ds;
+	bd_robj *o = NULL;
+	int fd;
+
+	snprintf(id, sizeof(id), "%.*s", (int)(strlen(name) - 4), name);
+	fd = openat(R.objdir, name, O_RDONLY | O_CLOEXEC);
+	if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size <= MAP_MAX &&
+	    (b = malloc((size_t)st.st_size + 1)) &&
+	    bp_pread_full(fd, b, (size_t)st.st_size, 0) == 0)
+		o = map_decode(b, (size_t)st.st_size);
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	if (o && strcmp(o->id, id)) {
+		robj_free(o);
+		o = NULL;
+	}
+	snprintf(data, sizeof(data), "%s.data", id);
+	if (o) {
+		o->fd = openat(R.objdir, data, O_RDWR | O_CLOEXEC);
+		if (o->fd < 0 || fstat(o->fd, &ds) < 0 || (uint64_t)ds.st_size != o->size) {
+			robj_free(o);
+			o = NULL;
+		} else {
+			o->mtime = (int64_t)st.st_mtim.tv_sec;
+		}
+	}
+	if (!o) {
+		bd_log(LOG_NOTICE, "remote cache %s: %s does not check: deleted (refetched when needed)",
+		       R.dir, name);
+		delete_files(id);
+	}
+	return o;
+}
+
+static int by_mtime(const void *a, const void *b)
+{
+	const bd_robj *x = *(bd_robj *const *)a, *y = *(bd_robj *const *)b;
+
+	return x->mtime < y->mtime ? -1 : x->mtime > y->mtime;
+}
+
+/* The objects found, oldest map first, their present chunks on the LRU in that order. */
+static int adopt(bd_robj **found, size_t n)
+{
+	qsort(found, n, sizeof(*found), by_mtime);
+	for (size_t k = n; k-- > 0;) {
+		bd_robj *o = found[k];
+
+		o->next = R.objects;
+		R.objects = o;
+		R.nobjects++;
+	}
+	for (size_t k = 0; k < n; k++)
+		for (uint32_t i = 0; i < found[k]->nchunks; i++)
+			if (found[k]->chunks[i].state == BD_CHUNK_PRESENT) {
+				R.cache_bytes += bd__chunk_len(found[k], i);
+				bd__lru_append(&found[k]->chunks[i]);
+			}
+	return 0;
+}
+
+/* Load every map; delete temporaries and data files without one. */
+static int scan(void)
+{
+	DIR *d = fdopendir(dup(R.objdir));
+	bd_robj **found = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+
+	if (!d)
+		return -errno;
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+
+		if (e->d_name[0] == '.' && len > 4 && !strcmp(e->d_name + len - 4, ".tmp")) {
+			unlinkat(R.objdir, e->d_name, 0);
+		} else if (len == 36 && !strcmp(e->d_name + 32, ".map")) {
+			bd_robj *o = load_one(e->d_name);
+
+			if (o && n == cap) {
+				bd_robj **g = realloc(found, (cap = cap ? 2 * cap : 64) * sizeof(*g));
+
+				if (!g) {
+					robj_free(o);
+					o = NULL;
+				} else {
+					found = g;
+				}
+			}
+			if (o)
+				found[n++] = o;
+		}
+	}
+	rewinddir(d);
+	while ((e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		char map[48];
+
+		if (len == 37 && !strcmp(e->d_name + 32, ".data")) {
+			snprintf(map, sizeof(map), "%.32s.map", e->d_name);
+			if (faccessat(R.objdir, map, F_OK, 0) < 0)
+				unlinkat(R.objdir, e->d_name, 0);
+		}
+	}
+	closedir(d);
+	adopt(found, n);
+	free(found);
+	return 0;
+}
+
+int bd__remote_open_dir(const char *dir, char *err, size_t errlen)
+{
+	char objects[4200];
+	int r;
+
+	snprintf(objects, sizeof(objects), "%s/objects", dir);
+	r = mkdir_p(objects);
+	if (r < 0) {
+		snprintf(err, errlen, "[cache] dir %s: cannot create %s: %s: give batchd a directory it "
+			 "may write (systemd: CacheDirectory=batchd)", dir, objects, strerror(-r));
+		return r;
+	}
+	R.objdir = open(objects, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (R.objdir < 0 || faccessat(R.objdir, ".", W_OK, AT_EACCESS) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "[cache] dir %s: %s: %s: give batchd a directory it may write "
+			 "(systemd: CacheDirectory=batchd)", dir, objects, strerror(-r));
+		if (R.objdir >= 0)
+			close(R.objdir);
+		R.objdir = -1;
+		return r;
+	}
+	R.dir = strdup(dir);
+	r = R.dir ? scan() : -ENOMEM;
+	if (r < 0) {
+		snprintf(err, errlen, "[cache] dir %s: cannot read it: %s", dir, strerror(-r));
+		bd__remote_close_dir();
+		return r;
+	}
+	/* A smaller max_size than last time: down to it now. */
+	pthread_mutex_lock(&R.mu);
+	while (R.cache_bytes > R.max_size && R.lru_head) {
+		bd_chunk *c = R.lru_head;
+		bd_robj *o = c->obj;
+		uint32_t i = (uint32_t)(c - o->chunks);
+
+		R.lru_head = c->next;
+		if (R.lru_head)
+			R.lru_head->prev = NULL;
+		else
+			R.lru_tail = NULL;
+		c->next = NULL;
+		c->on_lru = false;
+		c->state = BD_CHUNK_ABSENT;
+		c->punch = true;
+		o->punches++;
+		o->dirty = true;
+		R.cache_bytes -= bd__chunk_len(o, i);
+	}
+	pthread_mutex_unlock(&R.mu);
+	bd__remote_sync(true);
+	return 0;
+}
+
+void bd__remote_close_dir(void)
+{
+	bd__remote_sync(true);
+	while (R.objects) {
+		bd_robj *o = R.objects;
+
+		R.objects = o->next;
+		robj_free(o);
+	}
+	R.nobjects = 0;
+	R.lru_head = R.lru_tail = NULL;
+	R.cache_bytes = 0;
+	if (R.objdir >= 0)
+		close(R.objdir);
+	R.objdir = -1;
+	free(R.dir);
+	R.dir = NULL;
+}

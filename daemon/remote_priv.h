@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_priv.h - what remote.c (chunks, waiters, the fetcher) and
+ * remote_map.c (the cache directory: objects, map files, punches,
+ * deletions) share. Everything here is guarded by R.mu unless it says
+ * otherwise.
+ */
+#ifndef BATCHD_DAEMON_REMOTE_PRIV_H
+#define BATCHD_DAEMON_REMOTE_PRIV_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "remote.h"
+
+enum { BD_CHUNK_ABSENT, BD_CHUNK_FETCHING, BD_CHUNK_PRESENT };
+
+typedef struct bd_chunk {
+	uint8_t state;
+	bool on_lru;             /* PRESENT and unpinned */
+	bool punch;              /* its space is to be punched out (evicted, or a failed fetch's part) */
+	uint32_t pins;           /* reads using it */
+	struct wnode *waiters;   /* acquires waiting for it */
+	struct bd_chunk *prev, *next; /* the LRU list */
+	struct bd_robj *obj;
+} bd_chunk;
+
+struct bd_robj {
+	char id[33];             /* hex name of its files */
+	char *name;              /* s3://bucket/key or the URL: for messages */
+	bp_s3_loc loc;
+	char etag[BP_S3_ETAG_MAX];
+	uint64_t size;
+	int fd;                  /* the data file, O_RDWR; -1 once deleted */
+	uint32_t nchunks;
+	bd_chunk *chunks;
+	unsigned refs;           /* datasets and fetches using it */
+	bool dirty;              /* the map on disk is older than the chunk states */
+	bool landed;             /* chunks landed since the data file was last synced */
+	bool doomed;             /* replaced in the bucket: delete when unused */
+	unsigned punches;        /* chunks marked punch */
+	int64_t mtime;           /* its map's, at load: the LRU order of a cache found on disk */
+	char last_err[BP_S3_MSG_MAX];
+	struct bd_robj *next;    /* every object version the cache knows */
+};
+
+/* One chunk to fetch: queued, due to retry, or on the wire (fetcher thread only then). */
+typedef struct bd_fetch {
+	bd_robj *obj;
+	uint32_t idx;
+	uint64_t off, len;
+	uint64_t got;            /* body bytes written for this attempt */
+	unsigned attempt;        /* retries made */
+	uint64_t due_ms;         /* a retry's time */
+	void *h;                 /* the easy handle on the wire */
+	struct bd_fetch *next;   /* on the queue or the retry list */
+	struct bd_fetch *wnext;  /* on the wire list */
+} bd_fetch;
+
+struct bd_remote_state {
+	pthread_mutex_t mu;
+	bool started, stop, cancel;
+	bp_s3 *s3;
+	void *multi;             /* CURLM *: the fetcher's, curl_multi_wakeup from any thread */
+	pthread_t thread;
+	char *dir;
+	int objdir;              /* DIR/objects */
+	uint32_t chunk;
+	uint64_t max_size;
+	unsigned requests, retries;
+	bd_robj *objects;
+	size_t nobjects;
+	bd_chunk *lru_head, *lru_tail; /* least recently used first */
+	bd_fetch *queue_head, *queue_tail; /* waiting for a request */
+	bd_fetch *retry;         /* waiting for their time */
+	bd_fetch *wire;          /* on the wire (fetcher thread only) */
+	pthread_cond_t quiet;    /* signalled once a cancel has settled everything */
+	bool cancelled;          /* the fetcher has settled every fetch since cancel */
+	unsigned inflight, queued;
+	bool waiting_room;       /* the queue's head waits for room */
+	bool punch_pending;      /* fetcher thread only */
+	bool delete_pending;     /* doomed objects nothing uses */
+	bool sync_asked;         /* chunks invalidated by another thread: punch them */
+	uint64_t cache_bytes;    /* PRESENT chunks */
+	uint64_t reserved;       /* fetches started */
+	uint64_t stats_bytes;    /* atomic: body bytes, counted as they come */
+	bd_remote_stats stats;
+};
+
+extern struct bd_remote_state R;
+
+/* Bytes of chunk i of o (the last one may be short). Any thread: o->size and R.chunk are fixed. */
+uint64_t bd__chunk_len(const bd_robj *o, uint32_t i);
+/* Put c at the LRU's most recently used end. */
+void bd__lru_append(bd_chunk *c);
+/* Drop a reference to o; a doomed object with none left is deleted by the next sync. */
+void bd__robj_unref(bd_robj *o);
+
+/* Wake the fetcher (curl_multi_wakeup): work was queued, room made, an object doomed. Any thread. */
+void bd__remote_wake(void);
+
+/* Open (create) the cache directory and load what is in it. Main thread, before the fetcher. */
+int bd__remote_open_dir(const char *dir, char *err, size_t errlen);
+/* Write every dirty map, free every object. After the fetcher stopped. */
+void bd__remote_close_dir(void);
+/*
+ * Fetcher thread, without R.mu: punch out what is marked (after writing
+ * the maps that no longer list it), delete doomed objects, and with all
+ * write every dirty map.
+ */
+void bd__remote_sync(bool all);
+
+#endif
