@@ -39,7 +39,7 @@ uint64_t bd__chunk_len(const bd_robj *o, uint32_t i)
 	return o->size - off < R.chunk ? o->size - off : R.chunk;
 }
 
-static void lru_remove(bd_chunk *c)
+void bd__lru_remove(bd_chunk *c)
 {
 	if (c->prev)
 		c->prev->next = c->next;
@@ -188,7 +188,7 @@ int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn rea
 		wnode *n;
 
 		if (c->on_lru)
-			lru_remove(c);
+			bd__lru_remove(c);
 		c->pins++;
 		if (c->state == BD_CHUNK_PRESENT)
 			continue;
@@ -264,7 +264,7 @@ void bd_robj_invalidate(bd_robj *o, uint64_t off, uint64_t len)
 		if (c->state != BD_CHUNK_PRESENT)
 			continue;
 		if (c->on_lru)
-			lru_remove(c);
+			bd__lru_remove(c);
 		c->state = BD_CHUNK_ABSENT;
 		R.cache_bytes -= bd__chunk_len(o, i);
 		o->dirty = true;
@@ -360,29 +360,38 @@ static uint64_t now_ms(void)
 	return bd_now_ns() / 1000000u;
 }
 
+bool bd__evict_one(void)
+{
+	bd_chunk *c = R.lru_head;
+	bd_robj *o;
+	uint32_t i;
+	uint64_t n;
+
+	if (!c)
+		return false;
+	o = c->obj;
+	i = (uint32_t)(c - o->chunks);
+	n = bd__chunk_len(o, i);
+	bd__lru_remove(c);
+	c->state = BD_CHUNK_ABSENT;
+	if (!c->punch) {
+		c->punch = true;
+		o->punches++;
+	}
+	o->dirty = true;
+	R.cache_bytes -= n;
+	R.stats.evicted_bytes += n;
+	return true;
+}
+
 /*
  * Make room for len more bytes: evict least recently used unpinned chunks
  * onto the punch list. Under R.mu. @return whether len fits now.
  */
 static bool make_room(uint64_t len)
 {
-	while (R.cache_bytes + R.reserved + len > R.max_size && R.lru_head) {
-		bd_chunk *c = R.lru_head;
-		bd_robj *o = c->obj;
-		uint32_t i = (uint32_t)(c - o->chunks);
-		uint64_t n = bd__chunk_len(o, i);
-
-		lru_remove(c);
-		c->state = BD_CHUNK_ABSENT;
-		if (!c->punch) {
-			c->punch = true;
-			o->punches++;
-		}
-		o->dirty = true;
-		R.cache_bytes -= n;
-		R.stats.evicted_bytes += n;
+	while (R.cache_bytes + R.reserved + len > R.max_size && bd__evict_one())
 		R.punch_pending = true;
-	}
 	return R.cache_bytes + R.reserved + len <= R.max_size;
 }
 
@@ -707,9 +716,10 @@ void bd_remote_stop(void)
 {
 	if (!R.started)
 		return;
+	/* Nothing on the wire or waiting once this returns; then the fetcher's last sync. */
+	bd_remote_cancel();
 	pthread_mutex_lock(&R.mu);
 	R.stop = true;
-	R.cancel = true;
 	pthread_mutex_unlock(&R.mu);
 	bd__remote_wake();
 	pthread_join(R.thread, NULL);

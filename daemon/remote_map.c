@@ -353,16 +353,8 @@ static bd_robj *take_doomed(void)
 		for (uint32_t i = 0; i < o->nchunks; i++) {
 			bd_chunk *c = &o->chunks[i];
 
-			if (c->on_lru) {
-				if (c->prev)
-					c->prev->next = c->next;
-				else
-					R.lru_head = c->next;
-				if (c->next)
-					c->next->prev = c->prev;
-				else
-					R.lru_tail = c->prev;
-			}
+			if (c->on_lru)
+				bd__lru_remove(c);
 			if (c->state == BD_CHUNK_PRESENT)
 				R.cache_bytes -= bd__chunk_len(o, i);
 		}
@@ -619,24 +611,8 @@ int bd__remote_open_dir(const char *dir, char *err, size_t errlen)
 	}
 	/* A smaller max_size than last time: down to it now. */
 	pthread_mutex_lock(&R.mu);
-	while (R.cache_bytes > R.max_size && R.lru_head) {
-		bd_chunk *c = R.lru_head;
-		bd_robj *o = c->obj;
-		uint32_t i = (uint32_t)(c - o->chunks);
-
-		R.lru_head = c->next;
-		if (R.lru_head)
-			R.lru_head->prev = NULL;
-		else
-			R.lru_tail = NULL;
-		c->next = NULL;
-		c->on_lru = false;
-		c->state = BD_CHUNK_ABSENT;
-		c->punch = true;
-		o->punches++;
-		o->dirty = true;
-		R.cache_bytes -= bd__chunk_len(o, i);
-	}
+	while (R.cache_bytes > R.max_size && bd__evict_one())
+		;
 	pthread_mutex_unlock(&R.mu);
 	bd__remote_sync(true);
 	return 0;

@@ -92,6 +92,10 @@ extern struct bd_remote_state R;
 
 /* Bytes of chunk i of o (the last one may be short). Any thread: o->size and R.chunk are fixed. */
 uint64_t bd__chunk_len(const bd_robj *o, uint32_t i);
+/* Take c off the LRU list. */
+void bd__lru_remove(bd_chunk *c);
+/* Evict the least recently used unpinned chunk (marked to be punched). @return false: none. */
+bool bd__evict_one(void);
 /* Put c at the LRU's most recently used end. */
 void bd__lru_append(bd_chunk *c);
 /* Drop a reference to o; a doomed object with none left is deleted by the next sync. */

@@ -880,12 +880,14 @@ int bp_pread_full(int fd, void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
-int bp_write_full(int fd, const void *buf, size_t len)
+/* write(2) when off is negative, else pwrite(2) at off, until len bytes are out. */
+static int write_loop(int fd, const void *buf, size_t len, int64_t off)
 {
 	const uint8_t *p = buf;
 
 	while (len) {
-		ssize_t n = write(fd, p, len > IO_CHUNK ? IO_CHUNK : len);
+		size_t n1 = len > IO_CHUNK ? IO_CHUNK : len;
+		ssize_t n = off < 0 ? write(fd, p, n1) : pwrite(fd, p, n1, (off_t)off);
 
 		if (n < 0) {
 			if (errno == EINTR)
@@ -896,29 +898,20 @@ int bp_write_full(int fd, const void *buf, size_t len)
 			return -EIO;
 		p += n;
 		len -= (size_t)n;
+		if (off >= 0)
+			off += n;
 	}
 	return 0;
 }
 
+int bp_write_full(int fd, const void *buf, size_t len)
+{
+	return write_loop(fd, buf, len, -1);
+}
+
 int bp_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
 {
-	const uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = pwrite(fd, p, len > IO_CHUNK ? IO_CHUNK : len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return off > INT64_MAX ? -EINVAL : write_loop(fd, buf, len, (int64_t)off);
 }
 
 int bp_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
