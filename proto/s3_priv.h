@@ -149,6 +149,13 @@ int bp__s3_perform(const bp_s3 *s, bp__s3_req *r, const char *where, bp_s3_error
 __attribute__((format(printf, 4, 5)))
 int bp__s3_fail(bp_s3_error *e, int err, const char *where, const char *fmt, ...);
 
+/*
+ * The Content-MD5 value (base64 of the MD5) of [off, off + len) of fd into
+ * out. @return 0; -EOPNOTSUPP when built without libcrypto (out is "");
+ * -errno from pread; -ENOMEM.
+ */
+int bp__s3_content_md5(int fd, uint64_t off, uint64_t len, char out[32]);
+
 /* ---- XML replies (s3_xml.c) ----------------------------------------------------- */
 
 /*

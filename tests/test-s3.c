@@ -566,6 +566,23 @@ START_TEST(test_xml_multipart)
 }
 END_TEST
 
+START_TEST(test_content_md5)
+{
+	int fd = open("/tmp", O_TMPFILE | O_RDWR, 0600);
+	char md5[32];
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "xxabcyy", 7), 7);
+	/* RFC 1321's vectors, base64 as Content-MD5 wants them (RFC 1864). */
+	ck_assert_int_eq(bp__s3_content_md5(fd, 2, 3, md5), 0);
+	ck_assert_str_eq(md5, "kAFQmDzST7DWlj99KOF/cg==");
+	ck_assert_int_eq(bp__s3_content_md5(fd, 0, 0, md5), 0);
+	ck_assert_str_eq(md5, "1B2M2Y8AsgTpgAmY7PhCfg==");
+	ck_assert_int_eq(bp__s3_content_md5(fd, 5, 3, md5), -EIO);
+	close(fd);
+}
+END_TEST
+
 /* ---- outcomes -------------------------------------------------------------------------- */
 
 /* r's outcome for a reply of status with body (may be NULL). */
@@ -918,6 +935,7 @@ static Suite *s3_suite(void)
 	tcase_add_test(t, test_xml_error);
 	tcase_add_test(t, test_xml_list);
 	tcase_add_test(t, test_xml_multipart);
+	tcase_add_test(t, test_content_md5);
 	suite_add_tcase(s, t);
 	t = tcase_create("requests");
 	tcase_add_test(t, test_outcomes);
