@@ -233,7 +233,8 @@ char *bp__s3_query(const bp__s3_param *p, size_t n)
 
 	if (n > sizeof(sorted) / sizeof(sorted[0]))
 		return NULL;
-	memcpy(sorted, p, n * sizeof(*p));
+	if (n)
+		memcpy(sorted, p, n * sizeof(*p));
 	/* Names are ASCII and encode to themselves, so sorting them raw sorts the encoded ones. */
 	qsort(sorted, n, sizeof(*sorted), by_name);
 	for (size_t i = 0; i < n; i++)

@@ -10,7 +10,7 @@
  * failures are worth retrying. Signing is libcurl's own SigV4
  * (CURLOPT_AWS_SIGV4, "aws:amz:REGION:s3"); every request carries
  * x-amz-content-sha256 (UNSIGNED-PAYLOAD for GET/HEAD and for upload parts,
- * whose bytes the ETag checks) and, with temporary credentials,
+ * whose bytes their Content-MD5 checks) and, with temporary credentials,
  * x-amz-security-token. Query strings are built already sorted and
  * percent-encoded, so the canonical request curl signs is the one the
  * server computes. XML replies (listings, errors, multipart) are parsed

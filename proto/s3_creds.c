@@ -45,13 +45,22 @@ static int take(char **dst, const char *value, scan *sc)
 
 static void note_section(scan *sc, const char *section)
 {
-	size_t n = strlen(sc->seen);
+	size_t n = strlen(sc->seen), len = strlen(section);
 
-	if (!strcmp(section, sc->last))
+	if (!strcmp(section, sc->last) || len >= sizeof(sc->last))
 		return;
-	snprintf(sc->last, sizeof(sc->last), "%s", section);
-	if (n + strlen(section) + 4 < sizeof(sc->seen))
-		snprintf(sc->seen + n, sizeof(sc->seen) - n, "%s[%s]", n ? ", " : "", section);
+	memcpy(sc->last, section, len + 1);
+	if (n + len + 5 > sizeof(sc->seen))
+		return;
+	if (n) {
+		memcpy(sc->seen + n, ", ", 2);
+		n += 2;
+	}
+	sc->seen[n++] = '[';
+	memcpy(sc->seen + n, section, len);
+	n += len;
+	sc->seen[n++] = ']';
+	sc->seen[n] = '\0';
 }
 
 static int on_key(void *user, const char *section, const char *name, const char *value)

@@ -228,7 +228,8 @@ int bp_s3_list(const bp_s3 *s, const char *bucket, const char *prefix, size_t ma
 		bp_s3_objects_free(l.v, l.n);
 		return err;
 	}
-	qsort(l.v, l.n, sizeof(*l.v), by_key);
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), by_key);
 	*ret = l.v;
 	*ret_n = l.n;
 	return 0;

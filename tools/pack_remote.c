@@ -194,9 +194,8 @@ static int take_written(const char *tmp, bool sharded, written *w)
 	int top = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
 	char **names = NULL;
 	size_t n = 0;
-	DIR *d;
 	struct dirent *de;
-
+	DIR *d;
 	int sub;
 
 	if (top < 0)
@@ -224,7 +223,8 @@ static int take_written(const char *tmp, bool sharded, written *w)
 			names = v;
 		n += r == 0;
 	}
-	qsort(names, n, sizeof(*names), by_name);
+	if (n)
+		qsort(names, n, sizeof(*names), by_name);
 	for (size_t i = 0; i < n; i++) {
 		if (r == 0)
 			r = take_one(w, dirfd(d), names[i]);
@@ -546,8 +546,8 @@ static int resolve(const bp_s3 *s, const bp_s3_loc *loc, const char *path, bp_s3
 }
 
 /* The objects fetched into temporary files, as a shard set for the pack reader. */
-static int fetch_set(const bp_s3 *s, const bp_s3_loc *loc, const bp_s3_object *v, size_t n,
-		     bool dir, bool whole, bp_shard_set *set)
+static int fetch_set(const bp_s3 *s, const bp_s3_loc *loc, const char *path,
+		     const bp_s3_object *v, size_t n, bool dir, bool whole, bp_shard_set *set)
 {
 	uint64_t total = 0, done = 0;
 	progress prog;
@@ -568,7 +568,8 @@ static int fetch_set(const bp_s3 *s, const bp_s3_loc *loc, const bp_s3_object *v
 		bp_s3_loc one = { .plain = loc->plain, .bucket = loc->bucket, .key = v[i].key };
 		const char *base = strrchr(v[i].key, '/');
 
-		if (!(set->names[i] = strdup(dir && base ? base + 1 : v[i].key)))
+		/* Faults name a shard by its name under the prefix, a one-file pack by path. */
+		if (!(set->names[i] = strdup(!dir ? path : base ? base + 1 : v[i].key)))
 			r = -ENOMEM;
 		else if ((r = set->fds[i] = tmp_file(v[i].size)) < 0)
 			fprintf(stderr, "batchd-pack: a temporary file in %s: %s\n", tmp_root(),
@@ -595,7 +596,7 @@ int pack_remote_open(const char *path, const pack_remote *rem, bool whole, bp_da
 	if ((r = parse_loc(path, &loc)) < 0)
 		return r;
 	if ((r = client(rem, &s)) == 0 && (r = resolve(s, &loc, path, &v, &n, &dir)) == 0)
-		r = fetch_set(s, &loc, v, n, dir, whole, &set);
+		r = fetch_set(s, &loc, path, v, n, dir, whole, &set);
 	if (r == 0) {
 		r = bp_dataset_from_set(&set, ret, &fault);
 		if (r < 0)
