@@ -354,8 +354,10 @@ int bp_s3_new(const bp_s3_config *c, bp_s3 **ret, char *err, size_t errlen)
 	bp_s3 *s;
 	int r;
 
-	if (!(s = calloc(1, sizeof(*s))))
+	if (!(s = calloc(1, sizeof(*s))) || !(s->counts = calloc(1, sizeof(*s->counts)))) {
+		free(s);
 		return -ENOMEM;
+	}
 	s->addressing = c->addressing;
 	s->retries = c->retries;
 	s->timeout = c->timeout ? c->timeout : BP_S3_DEFAULT_TIMEOUT;
@@ -394,6 +396,7 @@ void bp_s3_free(bp_s3 *s)
 	bp__s3_wipe_free(s->secret);
 	bp__s3_wipe_free(s->token_header);
 	free(s->ca_file);
+	free(s->counts);
 	free(s);
 }
 
@@ -405,6 +408,13 @@ bool bp_s3_signed(const bp_s3 *s)
 const char *bp_s3_credentials_source(const bp_s3 *s)
 {
 	return s->source;
+}
+
+void bp_s3_stats_get(const bp_s3 *s, bp_s3_stats *ret)
+{
+	ret->requests = atomic_load_explicit(&s->counts->requests, memory_order_relaxed);
+	ret->retries = atomic_load_explicit(&s->counts->retries, memory_order_relaxed);
+	ret->bytes = atomic_load_explicit(&s->counts->bytes, memory_order_relaxed);
 }
 
 /* ---- retries ---------------------------------------------------------------------------- */

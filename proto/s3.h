@@ -132,6 +132,22 @@ void bp_s3_free(bp_s3 *s);
 bool bp_s3_signed(const bp_s3 *s);
 const char *bp_s3_credentials_source(const bp_s3 *s);
 
+/*
+ * What the synchronous calls (bp_s3_head, bp_s3_list, bp_s3_get_to_fd,
+ * bp_s3_upload_fd) have sent through s since bp_s3_new: every HTTP request
+ * (retries, and the GET that explains a failed HEAD, included), the
+ * retries among them, and the body bytes received. Handles from
+ * bp_s3_request_get are the caller's to count. Any thread; the counts are
+ * read one at a time, not as one snapshot.
+ */
+typedef struct bp_s3_stats {
+	uint64_t requests;
+	uint64_t retries;
+	uint64_t bytes;
+} bp_s3_stats;
+
+void bp_s3_stats_get(const bp_s3 *s, bp_s3_stats *ret);
+
 /* One object: a listing's entry or a HEAD's answer. */
 typedef struct bp_s3_object {
 	char *key;                /* full key (plain: the URL) */

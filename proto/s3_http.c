@@ -454,6 +454,16 @@ int bp__s3_req_outcome(bp__s3_req *r, CURLcode code, const char *where, bp_s3_er
 	return 0;
 }
 
+void bp__s3_count(const bp_s3 *s, const bp__s3_req *r, bool retry)
+{
+	/* Statistics only: nothing is ordered by them, relaxed is enough. */
+	atomic_fetch_add_explicit(&s->counts->requests, 1, memory_order_relaxed);
+	if (retry)
+		atomic_fetch_add_explicit(&s->counts->retries, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->counts->bytes, r->got + (r->keep ? r->body_len : 0),
+				  memory_order_relaxed);
+}
+
 int bp__s3_perform(const bp_s3 *s, bp__s3_req *r, const char *where, bp_s3_error *e)
 {
 	for (unsigned attempt = 0;; attempt++) {
@@ -463,6 +473,7 @@ int bp__s3_perform(const bp_s3 *s, bp__s3_req *r, const char *where, bp_s3_error
 
 		rewind_req(r);
 		code = curl_easy_perform(r->h);
+		bp__s3_count(s, r, attempt > 0);
 		err = bp__s3_req_outcome(r, code, where, e);
 		if (err == 0 || !e->retryable || attempt >= s->retries) {
 			n = strlen(e->msg);

@@ -41,12 +41,15 @@ static void explain(const bp_s3 *s, const bp_s3_loc *loc, const char *where, bp_
 {
 	bp_s3_error why;
 	bp__s3_req r;
+	CURLcode code;
 
 	if (e->status < 400 || e->status > 499 || e->code[0] ||
 	    range_req(s, loc, NULL, 0, 1, &r) < 0)
 		return;
 	r.fd = -1;
-	if (bp__s3_req_outcome(&r, curl_easy_perform(r.h), where, &why) < 0 &&
+	code = curl_easy_perform(r.h);
+	bp__s3_count(s, &r, false);
+	if (bp__s3_req_outcome(&r, code, where, &why) < 0 &&
 	    why.status == e->status && why.code[0])
 		*e = why;
 	bp__s3_req_cleanup(&r);

@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 #include <limits.h>
+#include <stdatomic.h>
 
 #include "s3.h"
 
@@ -25,6 +26,11 @@
 #define BP__S3_PART_MAX (5ull << 30)      /* S3's largest part, and largest single PUT */
 #define BP__S3_PART_DEFAULT (64ull << 20)
 #define BP__S3_PARTS_MAX 10000u
+
+/* Counts the synchronous calls add to (bp_s3_stats): apart, so that a const bp_s3 can count. */
+typedef struct bp__s3_counts {
+	_Atomic uint64_t requests, retries, bytes;
+} bp__s3_counts;
 
 struct bp_s3 {
 	char *scheme;             /* "http" or "https" */
@@ -39,6 +45,7 @@ struct bp_s3 {
 	unsigned retries;
 	unsigned timeout;
 	char source[PATH_MAX + 16]; /* bp_s3_credentials_source */
+	bp__s3_counts *counts;
 };
 
 /* printf into err[0..errlen) when err is not NULL: the sentence a failing call leaves. */
@@ -144,6 +151,9 @@ int bp__s3_req_outcome(bp__s3_req *r, CURLcode code, const char *where, bp_s3_er
  * bp__s3_req_outcome.
  */
 int bp__s3_perform(const bp_s3 *s, bp__s3_req *r, const char *where, bp_s3_error *e);
+
+/* Count one request of r's (a retry when retry) and the body bytes it brought. */
+void bp__s3_count(const bp_s3 *s, const bp__s3_req *r, bool retry);
 
 /* e for a failure found outside a transfer (a bad reply's XML, ENOMEM). @return err. */
 __attribute__((format(printf, 4, 5)))

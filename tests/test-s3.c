@@ -748,7 +748,7 @@ static pid_t server(const script *sc, int *port)
 
 /* A GET of [off, off + len) through a server scripted by sc, into a fresh file. */
 static int get_scripted(const script *sc, unsigned retries, uint64_t off, uint64_t len,
-			int *ret_fd, bp_s3_error *e)
+			int *ret_fd, bp_s3_error *e, bp_s3_stats *stats)
 {
 	char ep[64], err[256];
 	bp_s3_config c = { .retries = retries };
@@ -767,6 +767,8 @@ static int get_scripted(const script *sc, unsigned retries, uint64_t off, uint64
 	for (uint64_t i = 0; i < len; i++)
 		ck_assert_int_eq(pwrite(fd, "\xee", 1, (off_t)(1000 + i)), 1);
 	r = bp_s3_get_to_fd(s, &loc, "\"e1\"", off, len, fd, 1000, e);
+	if (stats)
+		bp_s3_stats_get(s, stats);
 	kill(pid, SIGKILL);
 	waitpid(pid, &st, 0);
 	bp_s3_free(s);
@@ -788,18 +790,26 @@ START_TEST(test_get_retries)
 {
 	const script drop_then_ok = { { "drop", "503", "drop" } };
 	const script always_503 = { { "503", "503", "503", "503" } };
+	bp_s3_stats st;
 	bp_s3_error e;
 	int fd;
 
-	ck_assert_int_eq(get_scripted(&drop_then_ok, 5, 5000, 60000, &fd, &e), 0);
+	ck_assert_int_eq(get_scripted(&drop_then_ok, 5, 5000, 60000, &fd, &e, &st), 0);
 	assert_range(fd, 5000, 60000);
 	close(fd);
-	ck_assert_int_eq(get_scripted(&drop_then_ok, 2, 5000, 60000, &fd, &e), -EAGAIN);
+	/* Every attempt counts; the bytes of the dropped ones too (they came). */
+	ck_assert_uint_eq(st.requests, 4);
+	ck_assert_uint_eq(st.retries, 3);
+	ck_assert_uint_ge(st.bytes, 60000);
+	ck_assert_uint_le(st.bytes, 120000);
+	ck_assert_int_eq(get_scripted(&drop_then_ok, 2, 5000, 60000, &fd, &e, &st), -EAGAIN);
+	ck_assert_uint_eq(st.requests, 3);
+	ck_assert_uint_eq(st.retries, 2);
 	ck_assert(e.retryable);
 	ck_assert_msg(strstr(e.msg, "s3://bkt/o.bpk: ") && strstr(e.msg, "after 2 retries"), "%s",
 		      e.msg);
 	close(fd);
-	ck_assert_int_eq(get_scripted(&always_503, 1, 0, 10, &fd, &e), -EAGAIN);
+	ck_assert_int_eq(get_scripted(&always_503, 1, 0, 10, &fd, &e, NULL), -EAGAIN);
 	ck_assert_int_eq(e.status, 503);
 	ck_assert_str_eq(e.code, "SlowDown");
 	ck_assert_msg(strstr(e.msg, "HTTP 503 SlowDown: slow (after 1 retries)"), "%s", e.msg);
@@ -814,13 +824,13 @@ START_TEST(test_get_checks)
 	int fd;
 
 	/* A 200 of the whole object is that range when the range is the whole object. */
-	ck_assert_int_eq(get_scripted(&full, 0, 0, OBJ_SIZE, &fd, &e), 0);
+	ck_assert_int_eq(get_scripted(&full, 0, 0, OBJ_SIZE, &fd, &e, NULL), 0);
 	assert_range(fd, 0, OBJ_SIZE);
 	close(fd);
-	ck_assert_int_eq(get_scripted(&full, 0, 10, 100, &fd, &e), -EPROTO);
+	ck_assert_int_eq(get_scripted(&full, 0, 10, 100, &fd, &e, NULL), -EPROTO);
 	ck_assert_msg(strstr(e.msg, "without the range"), "%s", e.msg);
 	close(fd);
-	ck_assert_int_eq(get_scripted(&wrong, 0, 10, 100, &fd, &e), -EPROTO);
+	ck_assert_int_eq(get_scripted(&wrong, 0, 10, 100, &fd, &e, NULL), -EPROTO);
 	ck_assert_msg(strstr(e.msg, "sent bytes 11-110 for a range of 10-109"), "%s", e.msg);
 	close(fd);
 }
