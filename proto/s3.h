@@ -199,6 +199,8 @@ typedef size_t (*bp_s3_write_fn)(void *ctx, const char *data, size_t n);
 CURL_handle *bp_s3_request_get(const bp_s3 *s, const bp_s3_loc *loc, const char *etag,
 			       uint64_t off, uint64_t len, bp_s3_write_fn write, void *ctx);
 void bp_s3_request_free(CURL_handle *h);
+/* The ctx h was made with: what a CURLMsg's easy handle belongs to (CURLOPT_PRIVATE being taken). */
+void *bp_s3_request_ctx(CURL_handle *h);
 /*
  * The outcome of a finished request from its curl result code: 0 for a
  * 2xx reply of exactly the range asked for, else a negative errno as

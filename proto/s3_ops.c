@@ -154,6 +154,14 @@ void bp_s3_request_free(CURL_handle *h)
 	free(r);
 }
 
+void *bp_s3_request_ctx(CURL_handle *h)
+{
+	bp__s3_req *r = NULL;
+
+	curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&r);
+	return r ? r->ctx : NULL;
+}
+
 int bp_s3_request_result(CURL_handle *h, int curl_code, const bp_s3_loc *loc, bp_s3_error *e)
 {
 	char where[BP_S3_MSG_MAX];

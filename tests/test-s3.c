@@ -863,6 +863,7 @@ static int multi_get(const bp_s3 *s, uint64_t off, uint64_t len, sink_buf *b, bp
 	int running = 1, left, r;
 
 	ck_assert_ptr_nonnull(h);
+	ck_assert_ptr_eq(bp_s3_request_ctx(h), b);
 	ck_assert_int_eq(curl_multi_add_handle(m, h), CURLM_OK);
 	while (running) {
 		ck_assert_int_eq(curl_multi_perform(m, &running), CURLM_OK);
