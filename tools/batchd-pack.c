@@ -266,7 +266,7 @@ static int cmd_create(int argc, char **argv)
 	const char *out = NULL;
 	int r = create_parse(argc, argv, &o, &in, &rem, &out);
 
-	if (r == 0 && bp_s3_is_remote(out))
+	if (r == 0 && pack_is_remote(out))
 		r = pack_remote_create(out, &in, &o, &rem) < 0 ? 1 : 0;
 	else if (r == 0)
 		r = pack_create(out, &in, &o) < 0 ? 1 : 0;
@@ -426,7 +426,7 @@ static int read_parse(int argc, char **argv, const char **path, pack_remote *rem
 /* PATH opened, local or remote (whole: every byte fetched). @return 0 or a negative errno, said. */
 static int open_any(const char *path, const pack_remote *rem, bool whole, bp_dataset **ret)
 {
-	return bp_s3_is_remote(path) ? pack_remote_open(path, rem, whole, ret)
+	return pack_is_remote(path) ? pack_remote_open(path, rem, whole, ret)
 				     : pack_open_dataset(path, ret);
 }
 

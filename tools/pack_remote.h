@@ -3,7 +3,10 @@
  * pack_remote.h - batchd-pack on remote datasets (s3.h): `create` to
  * s3://BUCKET/KEY (packed in a temporary directory, uploaded, removed),
  * and `info` and `verify` of s3:// and http(s):// datasets (fetched into
- * unlinked temporary files and read there as local shards).
+ * unlinked temporary files and read there as local shards). The flags
+ * are parsed here; the work is done by the module batchd-pack-s3.so
+ * (pack_s3.h), loaded at the first remote path, so that the local
+ * commands never load libcurl.
  *
  * Thread rules: called from the main thread.
  */
@@ -54,6 +57,9 @@ typedef struct pack_remote {
  * (usage printed) for a bad value, -1 when c is not a remote flag.
  */
 int pack_remote_option(pack_remote *r, int c, const char *arg);
+
+/* Is s a remote location (s3://, http://, https://)? As bp_s3_is_remote, without linking it. */
+bool pack_is_remote(const char *s);
 
 /* Any remote flag set while path is local: a usage error. @return 0 or 2 (usage printed). */
 int pack_remote_check(const pack_remote *r, const char *path);
