@@ -95,7 +95,8 @@ static int list_objects(const bp_s3_loc *loc, bp_s3_object **ret, size_t *ret_n,
 	int r;
 
 	r = bp_s3_head(s3, loc, &one, &e);
-	bd_remote_count_request(1, r < 0 && r != -ENOENT);
+	if (r < 0 && r != -ENOENT)
+		bd_remote_count_failure();
 	if (r == 0) {
 		*ret = bd_calloc(1, sizeof(one));
 		if (!*ret) {
@@ -115,7 +116,8 @@ static int list_objects(const bp_s3_loc *loc, bp_s3_object **ret, size_t *ret_n,
 		     ? "/" : "") < 0)
 		return -ENOMEM;
 	r = bp_s3_list(s3, loc->bucket, prefix, MAX_OBJECTS, &all, &n, &e);
-	bd_remote_count_request(1, r < 0);
+	if (r < 0)
+		bd_remote_count_failure();
 	if (r < 0) {
 		snprintf(err, errlen, "%s", e.msg);
 		goto out;

@@ -611,13 +611,9 @@ static void *fetcher_main(void *arg)
 		pthread_mutex_lock(&R.mu);
 		while ((m = curl_multi_info_read(R.multi, &left)))
 			if (m->msg == CURLMSG_DONE) {
-				/* CURLOPT_PRIVATE is the S3 client's: find ours among the few on the wire. */
-				bd_fetch *f = R.wire;
+				bd_fetch *f = bp_s3_request_ctx(m->easy_handle);
 
-				while (f && f->h != m->easy_handle)
-					f = f->wnext;
-				if (f)
-					finished(f, m->data.result, &done);
+				finished(f, m->data.result, &done);
 			}
 		cancel = R.cancel;
 		if (cancel)
@@ -746,11 +742,10 @@ const char *bd_remote_dir(void)
 	return R.dir;
 }
 
-void bd_remote_count_request(unsigned n, bool failed)
+void bd_remote_count_failure(void)
 {
 	pthread_mutex_lock(&R.mu);
-	R.stats.requests += n;
-	R.stats.errors += failed;
+	R.stats.errors++;
 	pthread_mutex_unlock(&R.mu);
 }
 
@@ -759,6 +754,15 @@ void bd_remote_stats_get(bd_remote_stats *ret)
 	pthread_mutex_lock(&R.mu);
 	*ret = R.stats;
 	ret->bytes = __atomic_load_n(&R.stats_bytes, __ATOMIC_RELAXED);
+	/* The opens' HEADs and listings, retries included. */
+	if (R.s3) {
+		bp_s3_stats st;
+
+		bp_s3_stats_get(R.s3, &st);
+		ret->requests += st.requests;
+		ret->retries += st.retries;
+		ret->bytes += st.bytes;
+	}
 	ret->inflight = R.inflight;
 	ret->queued = R.queued;
 	ret->cache_bytes = R.cache_bytes;

@@ -65,7 +65,7 @@ typedef struct bd_remote_opts {
 } bd_remote_opts;
 
 typedef struct bd_remote_stats {
-	uint64_t requests;       /* HTTP requests sent: GETs of chunks and their retries */
+	uint64_t requests;       /* HTTP requests sent: the opens' HEADs and listings, GETs of chunks, retries */
 	uint64_t bytes;          /* body bytes received */
 	uint64_t retries;
 	uint64_t errors;         /* fetches failed for good */
@@ -107,8 +107,8 @@ const bp_s3 *bd_remote_s3(void);
 void bd_remote_stats_get(bd_remote_stats *ret);
 const char *bd_remote_dir(void);
 
-/* Count one request made outside the fetcher (HEAD, LIST at open) in the stats. */
-void bd_remote_count_request(unsigned n, bool failed);
+/* Count a request made outside the fetcher (a HEAD or listing at open) that failed for good. */
+void bd_remote_count_failure(void);
 
 typedef struct bd_robj bd_robj;
 
