@@ -6,7 +6,8 @@
 # and --prefix=/opt/batchd-test, which must keep everything inside it,
 # with systemd.pc and without).
 # The systemd units pass `systemd-analyze verify`, with and without the
-# metrics drop-in, and `systemd-analyze security` rates them 3.0 or better.
+# metrics and remote-dataset drop-ins, and `systemd-analyze security` rates
+# them 3.0 or better.
 # Exit 77 (skip) without systemd-analyze, for the unit part only.
 #
 #   test-units.sh BUILD_DIR SOURCE_DIR
@@ -38,7 +39,7 @@ done
 # The systemd files, at the exact paths systemd searches under the prefix.
 for want in lib/systemd/system/batchd.service lib/systemd/system/batchd.socket \
 	lib/sysusers.d/batchd.conf lib/tmpfiles.d/batchd.conf share/batchd/batchd-metrics.conf \
-	share/batchd/batchd-alerts.yml share/batchd/batchd-grafana.json; do
+	share/batchd/batchd-remote.conf share/batchd/batchd-alerts.yml share/batchd/batchd-grafana.json; do
 	[ -f "$tmp/root$prefix/$want" ] && ok "installed $prefix/$want" ||
 		bad "not installed: $prefix/$want (found: $(find "$tmp/root" -name "${want##*/}" | sed "s|^$tmp/root||"))"
 done
@@ -86,6 +87,7 @@ want = {
     "conf/batchd.tmpfiles": prefix + "/lib/tmpfiles.d/batchd.conf",
     "conf/batchd.conf": os.path.join(under(opt["sysconfdir"]), "batchd", "batchd.conf"),
     "conf/batchd-metrics.conf": os.path.join(under(opt["datadir"]), "batchd", "batchd-metrics.conf"),
+    "conf/batchd-remote.conf": os.path.join(under(opt["datadir"]), "batchd", "batchd-remote.conf"),
     "conf/prometheus/batchd-alerts.yml": os.path.join(under(opt["datadir"]), "batchd", "batchd-alerts.yml"),
     "conf/grafana/batchd.json": os.path.join(under(opt["datadir"]), "batchd", "batchd-grafana.json"),
 }
@@ -126,7 +128,7 @@ fi
 usr=$(meson introspect "$tmp/setup-usr" --installed 2>/dev/null || true)
 for path in /usr/lib/systemd/system/batchd.service /usr/lib/systemd/system/batchd.socket \
 	/usr/lib/sysusers.d/batchd.conf /usr/lib/tmpfiles.d/batchd.conf /usr/sbin/batchd \
-	/etc/batchd/batchd.conf /usr/share/batchd/batchd-metrics.conf \
+	/etc/batchd/batchd.conf /usr/share/batchd/batchd-metrics.conf /usr/share/batchd/batchd-remote.conf \
 	/usr/share/batchd/batchd-alerts.yml /usr/share/batchd/batchd-grafana.json; do
 	grep -qF "\"$path\"" <<<"$usr" && ok "--prefix=/usr installs $path" ||
 		bad "--prefix=/usr does not install $path"
@@ -155,9 +157,18 @@ mkdir -p "$tmp/units-metrics/batchd.service.d"
 cp "$tmp/units/batchd.service" "$tmp/units/batchd.socket" "$tmp/units-metrics/"
 cp "$src/conf/batchd-metrics.conf" "$tmp/units-metrics/batchd.service.d/metrics.conf"
 verify "$tmp/units-metrics" "batchd.service batchd.socket with batchd-metrics.conf"
+# For remote datasets: alone, and with the metrics drop-in beside it.
+mkdir -p "$tmp/units-remote/batchd.service.d" "$tmp/units-both/batchd.service.d"
+cp "$tmp/units/batchd.service" "$tmp/units/batchd.socket" "$tmp/units-remote/"
+cp "$tmp/units/batchd.service" "$tmp/units/batchd.socket" "$tmp/units-both/"
+cp "$src/conf/batchd-remote.conf" "$tmp/units-remote/batchd.service.d/remote.conf"
+cp "$src/conf/batchd-remote.conf" "$tmp/units-both/batchd.service.d/remote.conf"
+cp "$src/conf/batchd-metrics.conf" "$tmp/units-both/batchd.service.d/metrics.conf"
+verify "$tmp/units-remote" "batchd.service batchd.socket with batchd-remote.conf"
+verify "$tmp/units-both" "batchd.service batchd.socket with batchd-remote.conf and batchd-metrics.conf"
 
 # 4. systemd's own rating of the sandbox, 0 (safe) .. 10 (exposed): at most
-# 3.0 with and without the metrics drop-in. Where systemd-analyze is too
+# 3.0 with and without the metrics and remote-dataset drop-ins. Where systemd-analyze is too
 # old for --offline, this part is skipped.
 exposure() {
 	(cd "$1" && systemd-analyze security --offline=true --no-pager ./batchd.service 2>&1) |
@@ -165,7 +176,7 @@ exposure() {
 }
 if systemd-analyze security --help 2>/dev/null | grep -q -- --offline; then
 	declare -A levels
-	for dir in units units-metrics; do
+	for dir in units units-metrics units-remote units-both; do
 		level=$(exposure "$tmp/$dir")
 		levels[$dir]=$level
 		if [ -z "$level" ]; then
@@ -181,6 +192,18 @@ $(cd "$tmp/$dir" && systemd-analyze security --offline=true --no-pager ./batchd.
 	awk -v a="${levels[units]:-0}" -v b="${levels[units-metrics]:-0}" 'BEGIN { exit !(b > a) }' &&
 		ok "batchd-metrics.conf applies (exposure ${levels[units]} -> ${levels[units-metrics]})" ||
 		bad "batchd-metrics.conf changes nothing systemd-analyze security sees"
+	awk -v a="${levels[units]:-0}" -v b="${levels[units-remote]:-0}" 'BEGIN { exit !(b > a) }' &&
+		ok "batchd-remote.conf applies (exposure ${levels[units]} -> ${levels[units-remote]})" ||
+		bad "batchd-remote.conf changes nothing systemd-analyze security sees"
+	# What it opens, check by check: the host's network, IPv4 and IPv6
+	# sockets, addresses beyond localhost; and what it leaves shut.
+	sec=$(cd "$tmp/units-remote" && systemd-analyze security --offline=true --no-pager ./batchd.service 2>&1)
+	for want in '✗ PrivateNetwork=' '✗ RestrictAddressFamilies=~AF_(INET|INET6)' '✗ IPAddressDeny=' \
+		'✓ RestrictAddressFamilies=~AF_NETLINK' '✓ RestrictAddressFamilies=~AF_PACKET' \
+		'✓ ProtectSystem=' '✓ CapabilityBoundingSet=~CAP_NET_ADMIN' '✓ SystemCallFilter=~@mount'; do
+		grep -qF "$want" <<<"$sec" && ok "batchd-remote.conf: $want" ||
+			bad "batchd-remote.conf: systemd-analyze security does not say $want"
+	done
 else
 	echo "skip: systemd-analyze security has no --offline here"
 fi
