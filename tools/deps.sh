@@ -11,6 +11,7 @@ BATCHD_DEPS=(
 	zstd tar gzip python3 python3-venv python3-numpy python3-xxhash python3-torch python3-pil adwaita-icon-theme strace
 	prometheus   # promtool: the alerting rules and the metrics checked in tests/prometheus
 	patchelf     # tests/gpu/bundle.sh: the GPU bundle's RPATH
+	python3-yaml shellcheck   # tests/deploy: the Kubernetes manifests, the Slurm scripts
 )
 
 batchd_install_deps() {

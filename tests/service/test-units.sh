@@ -39,9 +39,14 @@ done
 # The systemd files, at the exact paths systemd searches under the prefix.
 for want in lib/systemd/system/batchd.service lib/systemd/system/batchd.socket \
 	lib/sysusers.d/batchd.conf lib/tmpfiles.d/batchd.conf share/batchd/batchd-metrics.conf \
-	share/batchd/batchd-remote.conf share/batchd/batchd-alerts.yml share/batchd/batchd-grafana.json; do
+	share/batchd/batchd-remote.conf share/batchd/slurm/train.sbatch share/batchd/batchd-alerts.yml share/batchd/batchd-grafana.json; do
 	[ -f "$tmp/root$prefix/$want" ] && ok "installed $prefix/$want" ||
 		bad "not installed: $prefix/$want (found: $(find "$tmp/root" -name "${want##*/}" | sed "s|^$tmp/root||"))"
+done
+# The Slurm scripts run by path (slurm.conf's Prolog=, sbatch): executable.
+for f in batchd-node.sh batchd-prolog.sh batchd-epilog.sh train.sbatch; do
+	[ -x "$tmp/root$prefix/share/batchd/slurm/$f" ] && ok "installed share/batchd/slurm/$f, executable" ||
+		bad "share/batchd/slurm/$f not installed or not executable"
 done
 for f in batchd.service batchd.socket; do
 	[ -n "$(find "$tmp/root" -path "*systemd/system/$f" -print -quit)" ] && ok "installed unit $f" ||
@@ -88,6 +93,8 @@ want = {
     "conf/batchd.conf": os.path.join(under(opt["sysconfdir"]), "batchd", "batchd.conf"),
     "conf/batchd-metrics.conf": os.path.join(under(opt["datadir"]), "batchd", "batchd-metrics.conf"),
     "conf/batchd-remote.conf": os.path.join(under(opt["datadir"]), "batchd", "batchd-remote.conf"),
+    **{"conf/slurm/" + f: os.path.join(under(opt["datadir"]), "batchd", "slurm", f)
+       for f in ("batchd-node.sh", "batchd-prolog.sh", "batchd-epilog.sh", "train.sbatch")},
     "conf/prometheus/batchd-alerts.yml": os.path.join(under(opt["datadir"]), "batchd", "batchd-alerts.yml"),
     "conf/grafana/batchd.json": os.path.join(under(opt["datadir"]), "batchd", "batchd-grafana.json"),
 }
@@ -129,6 +136,7 @@ usr=$(meson introspect "$tmp/setup-usr" --installed 2>/dev/null || true)
 for path in /usr/lib/systemd/system/batchd.service /usr/lib/systemd/system/batchd.socket \
 	/usr/lib/sysusers.d/batchd.conf /usr/lib/tmpfiles.d/batchd.conf /usr/sbin/batchd \
 	/etc/batchd/batchd.conf /usr/share/batchd/batchd-metrics.conf /usr/share/batchd/batchd-remote.conf \
+	/usr/share/batchd/slurm/batchd-prolog.sh /usr/share/batchd/slurm/train.sbatch \
 	/usr/share/batchd/batchd-alerts.yml /usr/share/batchd/batchd-grafana.json; do
 	grep -qF "\"$path\"" <<<"$usr" && ok "--prefix=/usr installs $path" ||
 		bad "--prefix=/usr does not install $path"
