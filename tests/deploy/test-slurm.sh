@@ -22,10 +22,9 @@ command -v shellcheck >/dev/null || { echo "skip: shellcheck is not installed (t
 tmp=$(mktemp -d)
 daemon=
 trap '[ -z "$daemon" ] || kill -KILL "$daemon" 2>/dev/null; rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { echo "ok - $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL - $*"; fail=$((fail + 1)); }
+# ok, bad: the TAP-like lines and counts of the script tests.
+# shellcheck source=tests/cli/cli-lib.sh
+. "$src/tests/cli/cli-lib.sh"
 ctl=$build/tools/batchctl
 slurm=$src/conf/slurm
 
@@ -167,5 +166,5 @@ else
 fi
 grep -q 'did not drain' "$tmp/epilog.log" && bad "epilog: batchd had to be killed: $(cat "$tmp/epilog.log")"
 echo "note: no Slurm here: srun and scontrol are stand-ins (tests/deploy/fake-slurm), the daemons and trainers real"
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+echo "$PASS passed, $FAILED failed"
+[ "$FAILED" -eq 0 ]
