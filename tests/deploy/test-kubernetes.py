@@ -169,7 +169,8 @@ check(all("nvidia.com/gpu" not in res.get(k, {}) for k in ("requests", "limits")
       pod.get("runtimeClassName") == "nvidia" and
       {e["name"]: e.get("value") for e in batchd_c["env"]}.get("NVIDIA_VISIBLE_DEVICES") == "all",
       "batchd sees every GPU through the NVIDIA runtime and requests none")
-check(trainer["resources"]["limits"].get("nvidia.com/gpu") == 1, "each trainer rank requests one GPU")
+check(trainer["resources"]["limits"].get("nvidia.com/gpu") == 1 and tpod.get("runtimeClassName") == "nvidia",
+      "each trainer rank requests one GPU, through the NVIDIA runtime")
 
 # Credentials: from the Secret through the environment, since batchd.conf names no file.
 benv = {e["name"]: e for e in batchd_c["env"]}

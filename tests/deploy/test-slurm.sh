@@ -89,6 +89,13 @@ check_ranks() {
 		bad "$mode: the union over the ranks is not the epoch once: $(wc -w <<<"$ids") ids read; repeated: $(tr ' ' '\n' <<<"$ids" | uniq -d | head -3 | tr '\n' ' ')"
 }
 
+# A batchd with remote datasets takes the cache directory the recipe passes.
+cache=
+if "$build/daemon/batchd" --help | grep -q -- --cache-dir; then
+	cache=$tmp/cache
+	mkdir "$cache"
+fi
+
 # The job's environment, as sbatch gives a batch script.
 job() {
 	local id=$1 nodelist=$2 nnodes=$3 per_node=$4
@@ -97,7 +104,7 @@ job() {
 		SLURM_JOB_ID="$id" SLURM_JOB_NODELIST="$nodelist" SLURM_JOB_NUM_NODES="$nnodes" \
 		SLURM_NNODES="$nnodes" SLURM_NTASKS=$((nnodes * per_node)) SLURM_NTASKS_PER_NODE="$per_node" \
 		BATCHD_SLURM_DIR="$slurm" BATCHD="$build/daemon/batchd" BATCHCTL="$ctl" \
-		BATCHD_CONF="$tmp/batchd.conf" "$@"
+		BATCHD_CONF="$tmp/batchd.conf" BATCHD_CACHE_DIR="$cache" "$@"
 }
 
 # 3. batchd as an srun step: 2 nodes x 2 ranks.
@@ -128,7 +135,7 @@ n=$(grep -c 'listening' "$tmp/step.log" || true)
 slurmd() {
 	env SLURM_JOB_ID=502 SLURM_JOB_UID="$(id -u)" SLURM_JOB_GID="$(id -g)" SLURM_JOB_USER="$(id -un)" \
 		BATCHD_RUN_BASE="$tmp/run" BATCHD="$build/daemon/batchd" BATCHCTL="$ctl" \
-		BATCHD_CONF="$tmp/batchd.conf" "$@"
+		BATCHD_CONF="$tmp/batchd.conf" BATCHD_CACHE_DIR="$cache" "$@"
 }
 mkdir -p "$tmp/prolog"
 if slurmd "$slurm/batchd-prolog.sh" >"$tmp/prolog.log" 2>&1; then
