@@ -6,6 +6,8 @@
 # epilog that fails drains the node, so it fails only when batchd outlives
 # SIGKILL.
 set -euo pipefail
+# slurmd runs the epilog with next to no environment: PATH may be unset.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 node=$(dirname "$(readlink -f "$0")")/batchd-node.sh
 export BATCHD_SLURM_MODE=prolog
 : "${SLURM_JOB_ID:?the epilog runs under slurmd, which sets SLURM_JOB_ID}"

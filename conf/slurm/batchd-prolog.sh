@@ -23,6 +23,8 @@
 # Settings (in slurmd's environment or in batchd-node.sh's defaults):
 # BATCHD, BATCHCTL, BATCHD_CONF, BATCHD_CACHE_DIR, BATCHD_RUN_BASE.
 set -euo pipefail
+# slurmd runs the prolog with next to no environment: PATH may be unset.
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
 node=$(dirname "$(readlink -f "$0")")/batchd-node.sh
 export BATCHD_SLURM_MODE=prolog
 : "${SLURM_JOB_ID:?the prolog runs under slurmd, which sets SLURM_JOB_ID}"

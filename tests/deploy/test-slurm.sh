@@ -132,8 +132,9 @@ n=$(grep -c 'listening' "$tmp/step.log" || true)
 	bad "step: batchd not stopped cleanly: $(grep -E 'batchd step|drain' "$tmp/step.log")"
 
 # 4. batchd from the prolog: 1 node x 3 ranks, as the job's user, stopped by the epilog.
+# slurmd runs both with next to no environment (no PATH).
 slurmd() {
-	env SLURM_JOB_ID=502 SLURM_JOB_UID="$(id -u)" SLURM_JOB_GID="$(id -g)" SLURM_JOB_USER="$(id -un)" \
+	env -i SLURM_JOB_ID=502 SLURM_JOB_UID="$(id -u)" SLURM_JOB_GID="$(id -g)" SLURM_JOB_USER="$(id -un)" \
 		BATCHD_RUN_BASE="$tmp/run" BATCHD="$build/daemon/batchd" BATCHCTL="$ctl" \
 		BATCHD_CONF="$tmp/batchd.conf" BATCHD_CACHE_DIR="$cache" "$@"
 }
