@@ -102,9 +102,10 @@ run() {
 	proxy stats >"$out/$case-$side$round.proxy.json"
 	cat "$out/local/batchd.log" >>"$out/batchd-all.log"
 	bl_daemon_stop
-	bl_record "$res" "$("$PY" - "$case" "$side" "$round" "$out/$case-$side$round" "$load" <<-'PYEOF'
+	bl_record "$res" "$("$PY" - "$case" "$side" "$round" "$out/$case-$side$round" "$load" \
+		"$(bl_tier "$out/local")" <<-'PYEOF'
 		import json, sys
-		case, side, rnd, base, load = sys.argv[1:6]
+		case, side, rnd, base, load, tier = sys.argv[1:7]
 		j = json.load(open(base + ".json"))
 		st = json.load(open(base + ".status.json")).get("remote", {})
 		px = json.load(open(base + ".proxy.json"))
@@ -113,7 +114,7 @@ run() {
 		                  "value": j["total"]["bytes_per_s"] / 1e6, "load": load,
 		                  "gets": len(gets), "ranged_gets": sum(1 for g in gets if g.get("range")),
 		                  "get_bytes": sum(g.get("bytes") or 0 for g in gets),
-		                  "requests": px["requests"], "remote": st}))
+		                  "requests": px["requests"], "remote": st, "tier": tier}))
 	PYEOF
 	)"
 }
