@@ -11,8 +11,10 @@ dir points, health probes that run `batchctl status` on that socket,
 a grace period longer than batchd's drain, a memory limit above the
 budget, no GPU taken from the trainers, a non-root read-only container
 without capabilities, the socket group among the trainers' groups,
-rank and world from an Indexed Job, and every batchd binary a container
-runs installed at that path by `meson install --prefix=/usr`.
+rank and world from an Indexed Job, every batchd binary a container
+runs installed at that path by `meson install --prefix=/usr`, and (where
+the build's batchd has remote datasets) the ConfigMap's batchd.conf read
+by batchd's own parser without a refusal.
 
   test-kubernetes.py SOURCE_DIR BUILD_DIR
 """
@@ -21,6 +23,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 
 import yaml
 
@@ -219,6 +223,32 @@ for (kind, name), d in docs.items():
             check(b in installed or b in base, f"{kind}/{name} {c['name']}: {b} is "
                   + ("installed by meson install --prefix=/usr" if b in installed else "the base image's"))
 
+# The ConfigMap's batchd.conf through the daemon's own parser, where the
+# build's batchd has remote datasets (--cache-dir): any FILE:LINE in what
+# it says is a key or value it refuses. The socket, cache and budget are
+# overridden by flags (the node's paths and 48G are not this machine's);
+# reaching the bucket is not asked.
+batchd = os.path.join(build, "daemon", "batchd")
+if "--cache-dir" in subprocess.run([batchd, "--help"], capture_output=True, text=True).stdout:
+    with tempfile.TemporaryDirectory() as t:
+        cfg = os.path.join(t, "batchd.conf")
+        with open(cfg, "w") as f:
+            f.write(cm["data"]["batchd.conf"])
+        sock = os.path.join(t, "batchd.sock")
+        d = subprocess.Popen([batchd, "-c", cfg, "--socket", sock, "--cache-dir", os.path.join(t, "cache"),
+                              "--memory", "64M", "--root", t], stderr=subprocess.PIPE, text=True)
+        for _ in range(200):
+            if os.path.exists(sock) or d.poll() is not None:
+                break
+            time.sleep(0.05)
+        d.terminate()
+        err = d.communicate(timeout=30)[1]
+        check(not re.search(re.escape(cfg) + r":\d+:", err),
+              "batchd reads the ConfigMap's batchd.conf without a FILE:LINE refusal"
+              + ("" if os.path.exists(sock) or not err else f" (it said: {err.strip()[:200]})"))
+else:
+    print("note: this batchd has no remote datasets (no --cache-dir): the ConfigMap's batchd.conf "
+          "is not run through its parser")
 print("note: no Kubernetes cluster here: the manifests are parsed and checked, not applied")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
