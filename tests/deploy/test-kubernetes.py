@@ -237,15 +237,18 @@ if "--cache-dir" in subprocess.run([batchd, "--help"], capture_output=True, text
         sock = os.path.join(t, "batchd.sock")
         d = subprocess.Popen([batchd, "-c", cfg, "--socket", sock, "--cache-dir", os.path.join(t, "cache"),
                               "--memory", "64M", "--root", t], stderr=subprocess.PIPE, text=True)
+        up = False
         for _ in range(200):
-            if os.path.exists(sock) or d.poll() is not None:
+            up = os.path.exists(sock)
+            if up or d.poll() is not None:
                 break
             time.sleep(0.05)
         d.terminate()
         err = d.communicate(timeout=30)[1]
-        check(not re.search(re.escape(cfg) + r":\d+:", err),
-              "batchd reads the ConfigMap's batchd.conf without a FILE:LINE refusal"
-              + ("" if os.path.exists(sock) or not err else f" (it said: {err.strip()[:200]})"))
+        refused = re.search(re.escape(cfg) + r":\d+:.*", err)
+        check(not refused, "batchd reads the ConfigMap's batchd.conf without a FILE:LINE refusal"
+              + (", and listens" if up else f" (it exited: {err.strip()[-200:]})" if not refused
+                 else f": {refused.group(0)}"))
 else:
     print("note: this batchd has no remote datasets (no --cache-dir): the ConfigMap's batchd.conf "
           "is not run through its parser")
