@@ -34,7 +34,8 @@
  * requests go unsigned (public buckets). A credentials file named in the
  * config that group or others may read, or that belongs to another user
  * than the caller (unless the caller is root), is refused, naming the
- * file and `chmod 600`; ~/.aws/credentials is read as the AWS CLI reads it.
+ * file and `chmod 600` (in systemd's $CREDENTIALS_DIRECTORY, LoadCredential=,
+ * group bits are an ACL's mask and are accepted: only others' are refused); ~/.aws/credentials is read as the AWS CLI reads it.
  *
  * Errors: every failing call fills a bp_s3_error whose msg names the
  * location (s3://bucket/key), the HTTP status and the server's error code

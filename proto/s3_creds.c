@@ -87,6 +87,22 @@ static void scan_free(scan *sc)
 	bp__s3_wipe_free(sc->token);
 }
 
+/*
+ * Is path a credential systemd passed us (LoadCredential=): a file in
+ * $CREDENTIALS_DIRECTORY, a directory only the service's user can read?
+ * There a root-owned 0400 file with a read ACL for the service shows as
+ * 0440 (the ACL's mask in the group bits), and is still private.
+ */
+static bool systemd_credential(const char *path, const struct stat *st)
+{
+	const char *dir = secure_getenv("CREDENTIALS_DIRECTORY");
+	size_t n = dir ? strlen(dir) : 0;
+
+	return n > 1 && dir[0] == '/' && !strncmp(path, dir, n) && path[n] == '/' &&
+	       !strchr(path + n + 1, '/') && (st->st_uid == 0 || st->st_uid == geteuid()) &&
+	       !(st->st_mode & 007);
+}
+
 /* A named file must be ours (or we root) and private. @return 0 or -EACCES/-EINVAL with err. */
 static int check_private(const char *path, const struct stat *st, char *err, size_t errlen)
 {
@@ -94,6 +110,8 @@ static int check_private(const char *path, const struct stat *st, char *err, siz
 		bp__s3_say(err, errlen, "credentials file %s: not a regular file", path);
 		return -EINVAL;
 	}
+	if (systemd_credential(path, st))
+		return 0;
 	if (st->st_mode & 077) {
 		bp__s3_say(err, errlen, "credentials file %s: mode %04o lets group or others read the "
 			"secret; chmod 600 %s", path, (unsigned)(st->st_mode & 07777), path);

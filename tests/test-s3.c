@@ -217,6 +217,22 @@ START_TEST(test_creds_file)
 	ck_assert_int_eq(chmod(path, 0640), 0);
 	ck_assert_int_eq(resolve(&c, &cr, err, sizeof(err)), -EACCES);
 	ck_assert_msg(strstr(err, "chmod 600"), "%s", err);
+	/*
+	 * In systemd's $CREDENTIALS_DIRECTORY an ACL's mask shows in the group
+	 * bits: 0440 is private there, 0444 is not, and nowhere else is 0440.
+	 */
+	ck_assert_int_eq(setenv("CREDENTIALS_DIRECTORY", dir, 1), 0);
+	ck_assert_int_eq(chmod(path, 0440), 0);
+	ck_assert_int_eq(resolve(&c, &cr, err, sizeof(err)), 0);
+	ck_assert_str_eq(cr.key_id, "AKIDDEFAULT");
+	bp__s3_creds_free(&cr);
+	ck_assert_int_eq(chmod(path, 0444), 0);
+	ck_assert_int_eq(resolve(&c, &cr, err, sizeof(err)), -EACCES);
+	ck_assert_int_eq(setenv("CREDENTIALS_DIRECTORY", "/run/credentials/other.service", 1), 0);
+	ck_assert_int_eq(chmod(path, 0440), 0);
+	ck_assert_int_eq(resolve(&c, &cr, err, sizeof(err)), -EACCES);
+	ck_assert_int_eq(unsetenv("CREDENTIALS_DIRECTORY"), 0);
+	ck_assert_int_eq(chmod(path, 0600), 0);
 
 	c.credentials = write_file("nosecret", "[default]\naws_access_key_id = A\n", 0600);
 	ck_assert_int_eq(resolve(&c, &cr, err, sizeof(err)), -EINVAL);
