@@ -822,13 +822,29 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		s->keys.table = *keys;
 		*keys = NULL;
 	}
+	/*
+	 * A remote dataset's keys come only from the table read at open: a
+	 * reader per batch would wait for the bucket on the loop thread.
+	 */
+	if (r == 0 && s->sel.keys && d->robj && !s->keys.table) {
+		uint64_t n = bp_dataset_samples(d->ds);
+
+		snprintf(err, errlen, "dataset %s: the keys of a remote dataset are read whole at "
+			 "open (at most %llu samples, %llu MiB of keys); %s: open it without keys, "
+			 "or copy it to a local root", d->name,
+			 (unsigned long long)BD_SESSION_SIZING_SCAN,
+			 (unsigned long long)(BD_KEY_TABLE_MAX >> 20),
+			 n > BD_SESSION_SIZING_SCAN ? "this one has more samples"
+			 : "these could not be read (more bytes, or a fetch failed: see the log)");
+		r = n > BD_SESSION_SIZING_SCAN ? -E2BIG : -EIO;
+	}
 	if (r == 0)
 		r = schedule(s, prefetch, err, errlen);
 	if (r == 0)
 		r = measure(s, prefetch, device, largest, err, errlen);
 	if (r == 0)
 		r = charge(s, q, prefetch, err, errlen);
-	if (r == -ENOMEM && s->keys.table && keys)
+	if (r == -ENOMEM && s->keys.table && keys && !d->robj)
 		r = charge_without_keys(s, keys, device, q, prefetch, err, errlen);
 	if (r == 0)
 		r = alloc_tables(s);
