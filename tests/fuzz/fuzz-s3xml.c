@@ -59,64 +59,51 @@ static void terminated(const char *s, size_t len, const char *what)
 	require(memchr(s, '\0', len) != NULL, what, (long long)len);
 }
 
-static void error_once(const char *buf, size_t len, reply *o)
-{
-	memset(o->code, 'x', sizeof(o->code));
-	memset(o->msg, 'x', MSG_LEN);
-	o->r = bp__s3_xml_error(buf, len, o->code, o->msg, MSG_LEN);
-	require(o->r == 0 || o->r == -EPROTO, "xml_error returns 0 or -EPROTO", o->r);
-	if (o->r == 0) {
-		terminated(o->code, sizeof(o->code), "xml_error code NUL-terminated in 64");
-		terminated(o->msg, MSG_LEN, "xml_error msg NUL-terminated in msglen");
-	}
-}
-
-static void check_error(const char *buf, size_t len, char *m1, char *m2)
-{
-	reply a = { .msg = m1 }, b = { .msg = m2 };
-
-	error_once(buf, len, &a);
-	error_once(buf, len, &b);
-	require(a.r == b.r, "xml_error deterministic (return)", b.r);
-	if (a.r == 0)
-		require(!strcmp(a.code, b.code) && !strcmp(a.msg, b.msg),
-			"xml_error deterministic (code, msg)", 0);
-}
-
-static void complete_once(const char *buf, size_t len, reply *o)
+/* One parse by bp__s3_xml_complete (complete) or bp__s3_xml_error, its promises checked. */
+static void reply_once(const char *buf, size_t len, bool complete, reply *o)
 {
 	memset(o->etag, 'x', sizeof(o->etag));
 	memset(o->code, 'x', sizeof(o->code));
 	memset(o->msg, 'x', MSG_LEN);
-	o->r = bp__s3_xml_complete(buf, len, o->etag, o->code, o->msg, MSG_LEN);
-	require(o->r == 0 || o->r == 1 || o->r == -EPROTO,
-		"xml_complete returns 0, 1 or -EPROTO", o->r);
+	if (complete) {
+		o->r = bp__s3_xml_complete(buf, len, o->etag, o->code, o->msg, MSG_LEN);
+		require(o->r == 0 || o->r == 1 || o->r == -EPROTO,
+			"xml_complete returns 0, 1 or -EPROTO", o->r);
+	} else {
+		o->r = bp__s3_xml_error(buf, len, o->code, o->msg, MSG_LEN);
+		require(o->r == 0 || o->r == -EPROTO, "xml_error returns 0 or -EPROTO", o->r);
+		/* xml_error's success is an <Error>, as xml_complete's 1 */
+		o->r = o->r == 0 ? 1 : o->r;
+	}
 	if (o->r == 0) {
 		terminated(o->etag, sizeof(o->etag), "xml_complete etag NUL-terminated");
 		require(o->etag[0] != '\0', "xml_complete etag non-empty on 0", 0);
 	} else if (o->r == 1) {
-		terminated(o->code, sizeof(o->code), "xml_complete code NUL-terminated in 64");
-		terminated(o->msg, MSG_LEN, "xml_complete msg NUL-terminated in msglen");
+		terminated(o->code, sizeof(o->code), "code NUL-terminated in 64");
+		terminated(o->msg, MSG_LEN, "msg NUL-terminated in msglen");
 	}
 }
 
-static void check_complete(const char *buf, size_t len, char *m1, char *m2)
+/* Both parsers twice: each deterministic, and an <Error> to both or to neither. */
+static void check_replies(const char *buf, size_t len, char *m1, char *m2)
 {
 	reply a = { .msg = m1 }, b = { .msg = m2 };
+	int as_error = -EPROTO;
 
-	complete_once(buf, len, &a);
-	complete_once(buf, len, &b);
-	require(a.r == b.r, "xml_complete deterministic (return)", b.r);
-	if (a.r == 0)
-		require(!strcmp(a.etag, b.etag), "xml_complete deterministic (etag)", 0);
-	if (a.r == 1)
-		require(!strcmp(a.code, b.code) && !strcmp(a.msg, b.msg),
-			"xml_complete deterministic (code, msg)", 0);
-	/* an <Error> document is an error to both parsers, or to neither */
-	{
-		int e = bp__s3_xml_error(buf, len, a.code, a.msg, MSG_LEN);
-
-		require((a.r == 1) == (e == 0), "xml_complete 1 exactly when xml_error 0", e);
+	for (int complete = 0; complete < 2; complete++) {
+		reply_once(buf, len, complete, &a);
+		reply_once(buf, len, complete, &b);
+		require(a.r == b.r, "deterministic (return)", b.r);
+		if (a.r == 0)
+			require(!strcmp(a.etag, b.etag), "xml_complete deterministic (etag)", 0);
+		if (a.r == 1)
+			require(!strcmp(a.code, b.code) && !strcmp(a.msg, b.msg),
+				"deterministic (code, msg)", complete);
+		if (!complete)
+			as_error = a.r;
+		else
+			require((a.r == 1) == (as_error == 1),
+				"xml_complete 1 exactly when xml_error 0", a.r);
 	}
 }
 
@@ -232,8 +219,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(m2);
 		return 0;
 	}
-	check_error(buf, size, m1, m2);
-	check_complete(buf, size, m1, m2);
+	check_replies(buf, size, m1, m2);
 	check_upload_id(buf, size);
 	check_list(buf, size);
 	free(m1);
