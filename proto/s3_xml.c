@@ -103,9 +103,11 @@ static int parse_size(const char *s, uint64_t *ret)
 	if (!s || !*s)
 		return -EPROTO;
 	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
+		uint64_t d = (uint64_t)(*s - '0');
+
+		if (*s < '0' || *s > '9' || v > (UINT64_MAX - d) / 10)
 			return -EPROTO;
-		v = v * 10 + (uint64_t)(*s - '0');
+		v = v * 10 + d;
 	}
 	*ret = v;
 	return 0;
