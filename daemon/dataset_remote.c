@@ -90,7 +90,7 @@ static int list_objects(const bp_s3_loc *loc, bp_s3_object **ret, size_t *ret_n,
 	const bp_s3 *s3 = bd_remote_s3();
 	bp_s3_error e = { 0 };
 	bp_s3_object one = { 0 }, *all = NULL;
-	char *prefix = NULL;
+	char head[BP_S3_MSG_MAX], *prefix = NULL;
 	size_t n = 0, k = 0;
 	int r;
 
@@ -112,6 +112,8 @@ static int list_objects(const bp_s3_loc *loc, bp_s3_object **ret, size_t *ret_n,
 		snprintf(err, errlen, "%s", e.msg);
 		return r;
 	}
+	/* The HEAD's answer, for the message should there be no shards below either. */
+	snprintf(head, sizeof(head), "%s", e.msg);
 	if (asprintf(&prefix, "%s%s", loc->key, loc->key[0] && loc->key[strlen(loc->key) - 1] != '/'
 		     ? "/" : "") < 0)
 		return -ENOMEM;
@@ -131,8 +133,8 @@ static int list_objects(const bp_s3_loc *loc, bp_s3_object **ret, size_t *ret_n,
 		}
 	}
 	if (k == 0) {
-		snprintf(err, errlen, "no object s3://%s/%s, and no *.bpk objects below s3://%s/%s",
-			 loc->bucket, loc->key, loc->bucket, prefix);
+		snprintf(err, errlen, "no *.bpk objects below s3://%s/%s, and %s", loc->bucket, prefix,
+			 head);
 		r = -ENOENT;
 		goto out;
 	}

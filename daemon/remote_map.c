@@ -514,7 +514,8 @@ static int by_mtime(const void *a, const void *b)
 /* The objects found, oldest map first, their present chunks on the LRU in that order. */
 static int adopt(bd_robj **found, size_t n)
 {
-	qsort(found, n, sizeof(*found), by_mtime);
+	if (n)
+		qsort(found, n, sizeof(*found), by_mtime);
 	for (size_t k = n; k-- > 0;) {
 		bd_robj *o = found[k];
 
