@@ -3,10 +3,17 @@
 # Install what is missing, build with --werror and run the whole suite; then
 # build and run it again under AddressSanitizer + UndefinedBehaviorSanitizer,
 # and the threaded suites under ThreadSanitizer. Exits non-zero on any failure.
+# Needs the npm registry once, for the S3 test server (tests/remote).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/deps.sh
 batchd_install_deps
+batchd_install_node
+# s3rver for tests/remote, once, before the suites run it; and those tests
+# fail rather than skip if node or npm went missing after all.
+. tests/remote/s3lib.sh
+s3_install
+export BATCHD_S3_REQUIRED=1
 
 jobs=$(nproc)
 
