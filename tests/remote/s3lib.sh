@@ -152,8 +152,10 @@ s3__chain_exit_trap() {
 		eval "cur=$cur"
 	fi
 	[[ $cur == *s3_stop* ]] && return 0
+	# The earlier trap still sees the exit status in $? (and set -e never
+	# cuts the chain short).
 	# shellcheck disable=SC2064 # expanded now, on purpose: the earlier trap's text
-	trap "s3_stop; $cur" EXIT
+	trap "s3__status=\$?; s3_stop || :; (exit \$s3__status) && :; $cur" EXIT
 	# A signal runs the EXIT trap only when the shell exits through a trap of its own.
 	for sig in INT TERM HUP; do
 		[[ -n $(trap -p "$sig") ]] || trap "exit 129" "$sig"
