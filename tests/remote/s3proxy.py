@@ -21,8 +21,11 @@ counts what it saw.
 Control endpoint (never signed, never counted), under /__proxy:
   GET  /__proxy/stats    {"requests": N, "by_method": {...}, "gets": [...],
                           "bad_signatures": N, "unsigned": N, "refused": {CODE: N}}
-                         each GET: {"bucket", "key", "query", "range",
-                          "if_match", "status", "fault", "bytes"}
+                         each GET: {"bucket", "key" ("" for a listing),
+                          "query", "range", "if_match", "status", "bytes"
+                          (body bytes sent), "fault": null, "status",
+                          "drop", "key_status", "refused" (the proxy's own
+                          answer: a signature, If-Match) or "client-closed"}
   GET  /__proxy/faults   the faults in force
   POST /__proxy/faults   a JSON object replacing them (absent members: off):
                          {"status_every": N, "status": 503, "drop_every": N,
@@ -366,6 +369,10 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         self.server.log(f"{self.address_string()} {fmt % args}")
 
+    def finish(self):
+        super().finish()
+        self.drop_upstream()
+
     def do_any(self):
         raw_path, _, raw_query = self.path.partition("?")
         if raw_path == CONTROL or raw_path.startswith(CONTROL + "/"):
@@ -402,8 +409,7 @@ class Handler(BaseHTTPRequestHandler):
                               Key=key)
             if key and self.command in ("GET", "HEAD"):
                 self.check_if_match(raw_path)
-            entry["status"], entry["bytes"], dropped = self.forward(body, after if fault == "drop" else None)
-            entry["fault"] = "drop" if dropped else None
+            entry["status"], entry["bytes"], entry["fault"] = self.forward(body, after if fault == "drop" else None)
         except Refusal as r:
             entry["status"] = r.status
             entry["fault"] = entry["fault"] or "refused"
@@ -411,6 +417,8 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             if self.command == "GET":
                 state.record_get(entry)
+            self.server.log(f"{self.command} {self.path} range={entry['range']} if-match={entry['if_match']}"
+                            f" -> {entry['status']} fault={entry['fault']} bytes={entry['bytes']}")
 
     def signed(self, state, raw_path, raw_query, sha):
         headers = {}
@@ -523,7 +531,7 @@ class Handler(BaseHTTPRequestHandler):
     def forward(self, body, drop_after):
         """Relay the request and stream the reply back; with drop_after, close the
         client's connection after that many body bytes (when the body is longer).
-        @return (status, body bytes sent, whether the connection was dropped)."""
+        @return (status, body bytes sent, None | "drop" | "client-closed")."""
         headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP]
         try:
             resp = self.send_upstream(self.command, self.path, headers, body)
@@ -541,25 +549,31 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", length)
         if chunked:
             self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         sent = 0
-        if bodyless:
-            resp.read()
-            return resp.status, 0, False
-        while True:
-            data = resp.read(BLOCK)
-            if drop_after is not None and sent + len(data) >= drop_after:
-                self.wfile.write(data[:drop_after - sent])
-                self.wfile.flush()
-                self.drop_client()
-                return resp.status, drop_after, True
-            if not data:
-                break
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
-            sent += len(data)
-        if chunked:
-            self.wfile.write(b"0\r\n\r\n")
-        return resp.status, sent, False
+        try:
+            self.end_headers()
+            if bodyless:
+                resp.read()
+                return resp.status, 0, None
+            while True:
+                data = resp.read(BLOCK)
+                if drop_after is not None and sent + len(data) >= drop_after:
+                    self.wfile.write(data[:drop_after - sent])
+                    self.wfile.flush()
+                    self.drop_client()
+                    return resp.status, drop_after, "drop"
+                if not data:
+                    break
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+                sent += len(data)
+            if chunked:
+                self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up on the reply (a cancelled transfer).
+            self.close_connection = True
+            self.drop_upstream()
+            return resp.status, sent, "client-closed"
+        return resp.status, sent, None
 
     def drop_client(self):
         """End this connection mid-reply, as a network would; the upstream
@@ -576,7 +590,7 @@ class Handler(BaseHTTPRequestHandler):
     def s3_error(self, r):
         rid = "%016X" % (id(r) ^ int(time.monotonic_ns()))
         body = error_xml(r.code, r.message, self.path.partition("?")[0], rid, r.extra)
-        self.server.log(f"{self.command} {self.path} -> {r.status} {r.code}: {r.message}")
+        self.server.log(f"{self.command} {self.path}: {r.code}: {r.message}")
         self.send_response_only(r.status)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(body)))
