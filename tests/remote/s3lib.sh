@@ -11,7 +11,8 @@
 #   . tests/remote/s3lib.sh
 #   s3_install          # s3rver@3.7.1 into $BATCHD_S3RVER_DIR (default
 #                       # build-deps/s3rver under the repository root) if missing
-#   s3_start WORKDIR    # s3rver + proxy on free loopback ports; exports
+#   s3_start WORKDIR    # s3rver + proxy on free loopback ports (WORKDIR made
+#                       # if missing); exports
 #                       # S3_ENDPOINT (the proxy: clients use it), S3_DIRECT
 #                       # (s3rver itself), S3_BUCKET (empty bucket batchd-test),
 #                       # S3_PROXY_CTL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
@@ -173,8 +174,8 @@ s3_start() {
 		echo "s3lib: $(s3__bin) missing: run s3_install first" >&2
 		return 1
 	fi
-	work=$(cd -- "$work" && pwd) || return
 	mkdir -p -- "$work/s3data" || return
+	work=$(cd -- "$work" && pwd) || return
 	s3__chain_exit_trap
 	export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_DEFAULT_REGION=us-east-1
 	export AWS_REGION=us-east-1
