@@ -11,8 +11,9 @@ with no GET for block bytes; an object replaced in the bucket never served
 from the old cache; epochs exact through 503s and dropped connections; 403
 and 404 named with their key; the cache under max_size on disk; eight
 ranks on two daemons covering the dataset once; and a wrong secret named
-as such. The bucket is written with curl's SigV4 (--aws-sigv4) through the
-proxy, which checks those signatures too.
+as such. The bucket is written with curl's SigV4 (--aws-sigv4) and by
+batchd-pack create s3://, through the proxy, which checks those signatures
+too.
 """
 import hashlib
 import json
@@ -368,6 +369,18 @@ class Epochs(RemoteCase):
         self.assertTrue(blocks)
         for g in blocks:
             self.assertEqual((g["if_match"] or "").strip('"'), tags[g["key"]], g)
+
+    def test_created_in_the_bucket_by_batchd_pack(self):
+        # The same inputs packed straight to s3:// (multipart, signed by the
+        # tool): the same samples, labels and keys.
+        made = f"{REMOTE}/made-multi"
+        T.pack(made, os.path.join(D.top, "multi-src"), block_size="32K", shard_size="512K",
+               extra=["--labels", "dirname", "--endpoint", ENDPOINT, "--region", "us-east-1",
+                      "--addressing", "path"])
+        d = self.daemon("made")
+        reset(stats_only=True)
+        self.epochs_exact(d, made, D.expect, epochs=1)
+        self.assertEqual(stats()["bad_signatures"], 0)
 
     def test_relative_name_resolves_to_the_remote(self):
         d = self.daemon("relative")
