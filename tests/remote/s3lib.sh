@@ -11,6 +11,7 @@
 #   . tests/remote/s3lib.sh
 #   s3_install          # s3rver@3.7.1 into $BATCHD_S3RVER_DIR (default
 #                       # build-deps/s3rver under the repository root) if missing
+#   s3_require          # s3_install, or exit 77 (no node/npm) or 1 (failed)
 #   s3_start WORKDIR    # s3rver + proxy on free loopback ports (WORKDIR made
 #                       # if missing); exports
 #                       # S3_ENDPOINT (the proxy: clients use it), S3_DIRECT
@@ -94,6 +95,20 @@ s3_install() {
 	return "$rc"
 }
 
+# s3_require: s3_install for a test script, which it ends when that fails:
+# exit 77 (skip) when node or npm is missing (s3_available), else exit 1.
+s3_require() {
+	local rc=0
+	s3_install || rc=$?
+	if [[ $rc -eq 77 ]]; then
+		echo "SKIP: node or npm missing (see above)"
+		exit 77
+	elif [[ $rc -ne 0 ]]; then
+		echo "s3lib: s3_install failed (see above)" >&2
+		exit 1
+	fi
+}
+
 # s3__spawn LOG CMD...: CMD in the background, its output in LOG, killed
 # when this shell dies; its pid in S3__PID.
 s3__spawn() {
@@ -155,7 +170,7 @@ s3__chain_exit_trap() {
 	[[ $cur == *s3_stop* ]] && return 0
 	# The earlier trap still sees the exit status in $? (and set -e never
 	# cuts the chain short).
-	# shellcheck disable=SC2064 # expanded now, on purpose: the earlier trap's text
+	# shellcheck disable=SC2064,SC2154 # expanded now, on purpose: the earlier trap's text; s3__status is set by the trap
 	trap "s3__status=\$?; s3_stop || :; (exit \$s3__status) && :; $cur" EXIT
 	# A signal runs the EXIT trap only when the shell exits through a trap of its own.
 	for sig in INT TERM HUP; do

@@ -26,15 +26,7 @@ HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=s3lib.sh
 . "$HERE/s3lib.sh"
 
-rc=0
-s3_install || rc=$?
-if [[ $rc -eq 77 ]]; then
-	echo "SKIP: node or npm missing (see above)"
-	exit 77
-elif [[ $rc -ne 0 ]]; then
-	echo "FAIL - s3_install"
-	exit 1
-fi
+s3_require
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/s3proxy-test.XXXXXX")
 cleanup() { rm -rf "$T"; }

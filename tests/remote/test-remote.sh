@@ -22,20 +22,13 @@ unset LD_PRELOAD
 
 # shellcheck source=s3lib.sh
 . "$HERE/s3lib.sh"
-rc=0
-s3_install || rc=$?
-if [[ $rc -eq 77 ]]; then
-	echo "SKIP: node or npm missing (see above)"
-	exit 77
-elif [[ $rc -ne 0 ]]; then
-	echo "s3_install failed" >&2
-	exit 1
-fi
+s3_require
 
 # A short path: the daemons' sockets live below it (sun_path is 108 bytes).
 base=${TMPDIR:-/tmp}
 [[ ${#base} -lt 40 ]] || base=/tmp
 W=$(mktemp -d "$base/bd-s3.XXXXXX")
+# shellcheck disable=SC2317 # called by the EXIT trap
 keep() {
 	# The logs of a failed run stay for reading; a passing run leaves nothing.
 	if [[ $1 -eq 0 ]]; then rm -rf "$W"; else echo "logs kept in $W" >&2; fi

@@ -321,6 +321,25 @@ class RemoteCase(unittest.TestCase):
             self.assert_exact(self.read_epoch(ld, keys=keys), expect, f"{dataset} epoch {e}")
         ld.close()
 
+    def read_through_errors(self, ld, change):
+        """Iterate ld, calling change() once two samples have come, until the
+        epoch ends or three batches failed. @return ({id: sha256}, [failure text])."""
+        it = iter(ld)
+        got, errors = {}, []
+        while len(errors) < 3:
+            try:
+                bt = next(it)
+            except StopIteration:
+                break
+            except batchclient.BatchError as e:
+                errors.append(str(e))
+                continue  # the stream has moved past the failed batch
+            for sid, view in zip(bt.ids, bt.samples):
+                got[sid] = hashlib.sha256(view).hexdigest()
+            if len(got) == 2:
+                change()
+        return got, errors
+
     def block_gets(self, regions):
         """The proxy's GETs since the last reset that read block bytes of the objects in regions."""
         out = []
@@ -456,22 +475,7 @@ class Replaced(RemoteCase):
         (a, ea), (b, eb) = self.swap_packs(d, 512, 64 << 10, "64K")
         upload_dataset(a, "change.bpk")
         ld = self.loader(d, f"{REMOTE}/change.bpk", batch_size=1, shuffle="none", prefetch=1)
-        it = iter(ld)
-        got, errors = {}, []
-        while True:
-            try:
-                bt = next(it)
-            except StopIteration:
-                break
-            except batchclient.BatchError as e:
-                errors.append(str(e))
-                if len(errors) >= 3:
-                    break
-                continue
-            for sid, view in zip(bt.ids, bt.samples):
-                got[sid] = hashlib.sha256(view).hexdigest()
-            if len(got) == 2:
-                upload_dataset(b, "change.bpk")
+        got, errors = self.read_through_errors(ld, lambda: upload_dataset(b, "change.bpk"))
         ld.close()
         self.assertTrue(errors, f"no batch failed after the object changed ({len(got)} delivered)")
         key = f"{REMOTE}/change.bpk"
@@ -524,20 +528,7 @@ class Refusals(RemoteCase):
         expect = records_pack(os.path.join(d.dir, "late.bpk"), 512, 64 << 10, 4, "64K")
         upload_dataset(os.path.join(d.dir, "late.bpk"), "late.bpk")
         ld = self.loader(d, f"{REMOTE}/late.bpk", batch_size=1, shuffle="none", prefetch=1)
-        it = iter(ld)
-        got, errors = {}, []
-        while len(errors) < 3:
-            try:
-                bt = next(it)
-            except StopIteration:
-                break
-            except batchclient.BatchError as e:
-                errors.append(str(e))
-                continue
-            for sid, view in zip(bt.ids, bt.samples):
-                got[sid] = hashlib.sha256(view).hexdigest()
-            if len(got) == 2:
-                faults(key_status={f"{PREFIX}/late.bpk": 403})
+        got, errors = self.read_through_errors(ld, lambda: faults(key_status={f"{PREFIX}/late.bpk": 403}))
         self.assertTrue(errors, f"no batch failed with the object forbidden ({len(got)} delivered)")
         self.assertIn(f"{REMOTE}/late.bpk", errors[0])
         self.assertIn("403", errors[0])
