@@ -23,6 +23,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -190,7 +191,7 @@ def setUpModule():
     if not (ENDPOINT and BUCKET and CTL and WORK):
         print("run through tests/remote/test-remote.sh (it starts s3rver and the proxy)", file=sys.stderr)
         sys.exit(1)
-    D.top = T.tmpdir("remote")
+    D.top = tempfile.mkdtemp(prefix="packs-", dir=WORK)
     D.expect = make_multi(D.top)
     D.shards = sorted(os.listdir(D.multi))
     assert len(D.shards) >= 3, f"multi has {len(D.shards)} shards; the tests want several"
@@ -201,10 +202,6 @@ def setUpModule():
     put_bytes(b"notes", f"{PREFIX}/multi/NOTES.txt")
     put(os.path.join(D.multi, D.shards[0]), f"{PREFIX}/multi/sub/extra.bpk")
     reset()
-
-
-def tearDownModule():
-    shutil.rmtree(getattr(D, "top", ""), ignore_errors=True)
 
 
 # ---- daemons -------------------------------------------------------------------------------
@@ -276,17 +273,15 @@ class RemoteCase(unittest.TestCase):
         reset()
 
     def daemon(self, tag, start=True, **kw):
-        d = RemoteDaemon(T.tmpdir(tag), **kw)
+        """A RemoteDaemon in a directory of its own under WORK, which
+        test-remote.sh keeps, logs included, when a test failed."""
+        d = RemoteDaemon(tempfile.mkdtemp(prefix=f"{tag}-", dir=WORK), **kw)
         self.addCleanup(self.stop, d)
         if start:
             d.start()
         return d
 
     def stop(self, d):
-        self.halt(d)
-        shutil.rmtree(d.dir, ignore_errors=True)
-
-    def halt(self, d):
         """Stop d (its directory and cache stay), asserting a clean exit."""
         rc = d.stop()
         self.assertEqual(rc, 0, f"batchd exited with {rc}:\n{d.tail()}")
@@ -352,6 +347,13 @@ class RemoteCase(unittest.TestCase):
                 out.append(g)
         return out
 
+    def assert_requests_counted(self, d, ctx):
+        """Status remote.requests counts every HTTP request (retries included):
+        all the proxy saw since the test's reset, the test having sent none."""
+        self.assertEqual(d.remote()["requests"], stats()["requests"],
+                         f"{ctx}: the daemon's remote.requests against the requests the proxy saw "
+                         f"({stats()['by_method']})")
+
     def open_error(self, d, dataset):
         """The BatchdError of opening dataset (the test fails if it opens)."""
         with self.assertRaises(batchclient.BatchdError, msg=f"{dataset} opened") as cm:
@@ -380,7 +382,9 @@ class Epochs(RemoteCase):
         r = d.remote()
         self.assertGreater(r["requests"], 0)
         self.assertGreater(r["cache"]["fetched_bytes"], 0)
-        gets = {g["key"] for g in stats()["gets"] if g["key"]}
+        self.assert_requests_counted(d, MULTI)
+        # (A HEAD of ds/multi may be explained by a one-byte GET of it: a 404, nothing read.)
+        gets = {g["key"] for g in stats()["gets"] if g["key"] and 200 <= g["status"] < 300}
         self.assertEqual(gets, set(D.multi_keys), "objects read other than the dataset's shards")
         # Every GET of block bytes carries If-Match with the object's ETag.
         tags = {k: etag(k).strip('"') for k in D.multi_keys}
@@ -426,7 +430,7 @@ class CacheReuse(RemoteCase):
         first = self.daemon("reuse1")
         self.epochs_exact(first, MULTI, D.expect, epochs=1)
         self.assertTrue(self.block_gets(D.regions), "the first daemon fetched no block bytes at all")
-        self.halt(first)
+        self.stop(first)
         reset(stats_only=True)
         again = self.daemon("reuse2", cache=first.cache)
         self.epochs_exact(again, MULTI, D.expect, epochs=1)
@@ -464,7 +468,7 @@ class Replaced(RemoteCase):
         self.assertTrue(self.block_gets({f"{PREFIX}/swap.bpk": block_region(b)}),
                         "the new version was served without a GET of its blocks")
         # And after a restart on the same cache: still the new bytes.
-        self.halt(d)
+        self.stop(d)
         again = self.daemon("replace2", cache=d.cache)
         self.epochs_exact(again, f"{REMOTE}/swap.bpk", eb, epochs=1, keys=False)
 
@@ -492,9 +496,11 @@ class Replaced(RemoteCase):
 
 class Faults(RemoteCase):
     def test_503_and_dropped_connections(self):
-        # One request in flight: a request's attempts are consecutive GETs,
-        # so no request meets more than 2 faults in a row (3k and 4k).
-        d = self.daemon("faults", requests=1, chunk="64K")
+        # Half the GETs fail (3k and 4k), and other requests take the GET
+        # numbers between one request's attempts, so a request may meet many
+        # faults in a row: 20 retries make 21 in a row (about 1 in 2 million)
+        # what it takes to fail a batch.
+        d = self.daemon("faults", requests=4, retries=20, chunk="64K")
         faults(status_every=3, status=503, drop_every=4, drop_after_bytes=1000)
         self.epochs_exact(d, MULTI, D.expect, epochs=2)
         st = stats()
@@ -502,6 +508,7 @@ class Faults(RemoteCase):
         self.assertTrue(any(g["fault"] == "drop" for g in st["gets"]), "no connection was dropped")
         r = d.remote()
         self.assertGreater(r["retries"], 0, r)
+        self.assert_requests_counted(d, "with faults")
 
 
 # ---- 5. 403 and 404 ------------------------------------------------------------------------
@@ -512,6 +519,7 @@ class Refusals(RemoteCase):
         d = self.daemon("missing")
         e = self.open_error(d, f"{REMOTE}/missing")
         self.assertIn(f"{REMOTE}/missing", str(e))
+        self.assert_requests_counted(d, "a missing dataset's open")
         self.assertIn("404", str(e))
 
     def test_forbidden_at_open_403(self):
