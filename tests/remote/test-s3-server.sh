@@ -39,43 +39,11 @@ trap cleanup EXIT
 
 # shellcheck source=tests/cli/cli-lib.sh
 . "$HERE/../cli/cli-lib.sh"
-if [[ -f $HERE/s3lib.sh ]]; then
-	# shellcheck source=tests/remote/s3lib.sh
-	. "$HERE/s3lib.sh"
-else
-	# The harness's interface (s3_install, s3_start DIR, s3_stop), s3rver alone.
-	S3RVER_DIR=${BATCHD_S3RVER_DIR:-$HERE/../../build-deps/s3rver}
-	s3_install() {
-		[[ -f $S3RVER_DIR/node_modules/s3rver/bin/s3rver.js ]] && return 0
-		command -v npm >/dev/null || { echo "npm not found"; return 1; }
-		mkdir -p "$S3RVER_DIR" &&
-			(cd "$S3RVER_DIR" && timeout 300 npm install --no-audit --no-fund s3rver@3.7.1)
-	}
-	s3_start() {
-		local port
-		mkdir -p "$1/data"
-		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-		node "$S3RVER_DIR/node_modules/s3rver/bin/s3rver.js" -d "$1/data" -a 127.0.0.1 \
-			-p "$port" --configure-bucket batchd-test --silent >"$1/s3rver.log" 2>&1 &
-		S3RVER_PID=$!
-		for _ in $(seq 100); do
-			curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-			sleep 0.1
-		done
-		export S3_ENDPOINT=http://127.0.0.1:$port S3_DIRECT=http://127.0.0.1:$port
-		export S3_BUCKET=batchd-test AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
-		export AWS_DEFAULT_REGION=us-east-1
-	}
-	s3_stop() {
-		kill "$S3RVER_PID" 2>/dev/null || true
-		wait "$S3RVER_PID" 2>/dev/null || true
-	}
-fi
-
-if ! s3_install >"$T/install.log" 2>&1; then
-	echo "skip - s3rver could not be installed (npm, or a network, missing): $(tail -c 300 "$T/install.log" | tr '\n' ' ')"
-	exit 77
-fi
+# shellcheck source=tests/remote/s3lib.sh
+. "$HERE/s3lib.sh"
+# Installed, or skipped (77) only where node or npm is missing and may be
+# (BATCHD_S3_REQUIRED, which tools/test.sh sets, makes that a failure).
+s3_require
 s3_start "$T/server"
 started=1
 E=(--endpoint "$S3_ENDPOINT")
