@@ -98,6 +98,56 @@ session() {
 session auto
 session pread
 
+# Remote datasets: the fetcher's libcurl (sockets, name lookup, poll), the
+# cache's writes, fdatasync, renames and punched holes, through a session
+# on a dataset in a bucket (s3rver from tests/remote/s3lib.sh) whose cache
+# is smaller than it, and a second daemon reading what the cache kept.
+remote() {
+	local sock=$tmp/remote.sock pid run
+	# shellcheck source=../remote/s3lib.sh
+	. "$src/tests/remote/s3lib.sh"
+	s3_require
+	s3_start "$tmp/s3"
+	"$build/tools/batchd-pack" create "s3://$S3_BUCKET/sys/large" "$src/daemon" --block-size 1M \
+		--endpoint "$S3_ENDPOINT" >/dev/null
+	cat >"$tmp/remote.conf" <<-EOF
+		[daemon]
+		socket = $sock
+		[datasets]
+		remote = s3://$S3_BUCKET/sys
+		[remote]
+		endpoint = $S3_ENDPOINT
+		[cache]
+		dir = $tmp/cache
+		max_size = 64M
+		chunk = 64K
+	EOF
+	for run in cold cached; do
+		ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 \
+			strace -f -qq -o "$tmp/trace.remote-$run" \
+				"$build/daemon/batchd" -c "$tmp/remote.conf" --log-level notice \
+				2>"$tmp/remote-$run.log" &
+		daemon=$!
+		for _ in $(seq 600); do [ -S "$sock" ] && break; sleep 0.05; done
+		pid=$(pgrep -P "$daemon" -x batchd || true)
+		if [ ! -S "$sock" ] || [ -z "$pid" ]; then
+			bad "remote: batchd did not start: $(tail -3 "$tmp/remote-$run.log")"
+			kill -KILL "$daemon" 2>/dev/null || true
+			daemon=
+			return
+		fi
+		"$ctl" -s "$sock" consume large --batch-size 16 --epochs 2 --shuffle global --seed 1 \
+			>/dev/null && ok "remote: a session on a dataset in a bucket ($run cache)" ||
+			bad "remote: the session failed ($run cache)"
+		kill -TERM "$pid"
+		if wait "$daemon"; then ok "remote: batchd drained and exited 0 ($run cache)"
+		else bad "remote: batchd exited $? ($run cache)"; fi
+		daemon=
+		rm -f "$sock"
+	done
+}
+remote
+
 # The calls in the traces, against the unit's filter: an allow-list (the
 # first SystemCallFilter= line) less the ~ lines, groups expanded.
 missing=$(/usr/bin/python3 - "$build/conf/batchd-test.service" "$tmp"/trace.* <<-'EOF'
