@@ -252,7 +252,6 @@ static void fetched(void *ctx, int err, const char *why)
 {
 	bd_task *t = ctx;
 	bd_io_thread *it = t->home;
-	uint64_t one = 1;
 
 	t->remote_pinned = true;
 	t->remote_err = err;
@@ -262,13 +261,8 @@ static void fetched(void *ctx, int err, const char *why)
 			     (unsigned long long)t->block, why);
 	pthread_mutex_lock(&it->mu);
 	bd__fifo_push(&it->fetched, t);
-	it->kicked = true;
-	if (it->idle || it->wake_fd < 0) {
-		pthread_cond_signal(&it->cv);
-	} else if (write(it->wake_fd, &one, sizeof(one)) < 0) {
-		/* Counter full: a wake-up is pending anyway. */
-	}
 	pthread_mutex_unlock(&it->mu);
+	bd__io_kick(it);
 }
 
 static void unpin(bd_task *t)

@@ -72,8 +72,7 @@ void bd__fifo_unpop(bd_fifo *q, bd_task *t)
 
 /* ---- waking the I/O threads ---------------------------------------------------------- */
 
-/* Wake it: its condition variable when it sleeps there, else its eventfd in the ring. */
-static void kick(bd_io_thread *it)
+void bd__io_kick(bd_io_thread *it)
 {
 	uint64_t one = 1;
 
@@ -95,7 +94,7 @@ static void kick_hungry(void *ctx)
 	for (unsigned i = 0; i < p->io_started; i++)
 		if (p->io[i].hungry) {
 			p->io[i].hungry = false;
-			kick(&p->io[i]);
+			bd__io_kick(&p->io[i]);
 		}
 }
 

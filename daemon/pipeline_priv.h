@@ -246,6 +246,12 @@ typedef struct bd_io_thread {
 	bool ready;
 } bd_io_thread;
 
+/*
+ * Wake it for new work: its condition variable when it sleeps there, else
+ * its eventfd in the ring. Any thread; takes it->mu.
+ */
+void bd__io_kick(bd_io_thread *it);
+
 struct bd_pipeline {
 	bd_pipeline_opts o;
 	uv_loop_t *loop;

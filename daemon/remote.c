@@ -168,15 +168,24 @@ static void unpin(bd_robj *o, uint32_t first, uint32_t end, waiter *w)
 	}
 }
 
+/* The chunks [off, off+len) covers. @return false for an empty range or one past o's end. */
+static bool span(const bd_robj *o, uint64_t off, uint64_t len, uint32_t *first, uint32_t *last)
+{
+	if (len == 0 || off > o->size || len > o->size - off)
+		return false;
+	*first = (uint32_t)(off / R.chunk);
+	*last = (uint32_t)((off + len - 1) / R.chunk);
+	return true;
+}
+
 int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn ready, void *ctx)
 {
-	uint32_t first = (uint32_t)(off / R.chunk), last, i;
+	uint32_t first, last, i;
 	waiter *w = NULL;
 	bool queued = false;
 
-	if (len == 0 || off + len > o->size)
+	if (!span(o, off, len, &first, &last))
 		return len == 0 ? 0 : -EINVAL;
-	last = (uint32_t)((off + len - 1) / R.chunk);
 	pthread_mutex_lock(&R.mu);
 	/* Stopping: no new waiter, so that none is called once bd_remote_cancel returned. */
 	if (R.cancel) {
@@ -229,10 +238,8 @@ void bd_robj_release(bd_robj *o, uint64_t off, uint64_t len)
 	uint32_t first, last;
 	bool room = false;
 
-	if (len == 0)
+	if (!span(o, off, len, &first, &last))
 		return;
-	first = (uint32_t)(off / R.chunk);
-	last = (uint32_t)((off + len - 1) / R.chunk);
 	pthread_mutex_lock(&R.mu);
 	for (uint32_t i = first; i <= last; i++) {
 		bd_chunk *c = &o->chunks[i];
@@ -253,10 +260,8 @@ void bd_robj_invalidate(bd_robj *o, uint64_t off, uint64_t len)
 {
 	uint32_t first, last;
 
-	if (len == 0 || off + len > o->size)
+	if (!span(o, off, len, &first, &last))
 		return;
-	first = (uint32_t)(off / R.chunk);
-	last = (uint32_t)((off + len - 1) / R.chunk);
 	pthread_mutex_lock(&R.mu);
 	for (uint32_t i = first; i <= last; i++) {
 		bd_chunk *c = &o->chunks[i];
@@ -655,7 +660,6 @@ int bd_remote_start(const bd_remote_opts *o, char *err, size_t errlen)
 	R.max_size = o->max_size;
 	R.requests = o->requests ? o->requests : BD_REMOTE_DEFAULT_REQUESTS;
 	R.retries = o->s3.retries;
-	R.stats.max_size = o->max_size;
 	r = bp_s3_new(&o->s3, &R.s3, err, errlen);
 	if (r < 0)
 		return r;
@@ -766,6 +770,7 @@ void bd_remote_stats_get(bd_remote_stats *ret)
 	ret->inflight = R.inflight;
 	ret->queued = R.queued;
 	ret->cache_bytes = R.cache_bytes;
+	ret->max_size = R.max_size;
 	ret->objects = R.nobjects;
 	pthread_mutex_unlock(&R.mu);
 }

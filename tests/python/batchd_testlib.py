@@ -184,10 +184,14 @@ class Daemon:
         # --no-config: never the machine's SYSCONFDIR/batchd/batchd.conf.
         argv = [BATCHD, "--no-config", "--socket", self.sock, "--root", self.root, "--log-level", "debug",
                 "--memory", self.memory, "--direct", self.direct]
+        return self.spawn(argv)
+
+    def spawn(self, argv, env=None, timeout=10):
+        """Run argv (a batchd command line on self.sock) and wait until it answers; @return self."""
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         preexec_fn=_pdeathsig)
-        deadline = time.monotonic() + 10
+                                         env=env, preexec_fn=_pdeathsig)
+        deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"batchd exited with {self.proc.returncode}:\n{self.tail()}")

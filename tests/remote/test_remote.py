@@ -240,20 +240,7 @@ class RemoteDaemon(T.Daemon):
     def start(self):
         argv = [T.BATCHD, "--no-config", "-c", self.conf, "--socket", self.sock, "--log-level", "debug",
                 "--memory", self.memory, "--direct", self.direct]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         env=self.env, preexec_fn=T._pdeathsig)
-        deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"batchd exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                batchclient.status(self.sock)
-                return self
-            except batchclient.ConnectError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"batchd never answered on {self.sock}:\n{self.tail()}")
-                time.sleep(0.02)
+        return self.spawn(argv, env=self.env, timeout=20)
 
     def remote(self):
         """The status JSON's "remote" object."""
