@@ -12,7 +12,7 @@
  * a range, answers 503, ignores Range or sends the wrong range.
  *
  * tests/remote/test-s3-server.sh tests the same client against a real
- * S3 server (s3rver) through batchd-pack.
+ * S3 server (moto) through batchd-pack.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -10,7 +10,7 @@
 #
 # A pack of about MB megabytes of generated samples (default 1024; 256 KiB
 # samples, half random bytes, half text: about 1.7x compression) is
-# uploaded to a local S3 server (tests/remote/s3lib.sh: s3rver behind the
+# uploaded to a local S3 server (tests/remote/s3lib.sh: moto behind the
 # proxy that counts requests and injects delays), and a copy kept on local
 # disk. Then R (default 3) alternating rounds of three runs, each a fresh
 # batchd (its default settings but the remote ones below) and
@@ -28,10 +28,10 @@
 # for [remote] requests in LIST (default 1,4,8,16,32,64) one cold epoch
 # each, R rounds alternating over LIST: delivered MB/s against the local
 # figure, and which keeps up (>= 0.9 of it) - whether the default, 32, does.
-# Speeds are those of s3rver and a Python proxy on this machine, not of a
+# Speeds are those of moto and a Python proxy on this machine, not of a
 # cloud bucket: what the sweep shows is the GETs in flight a round trip
 # needs. Per-run JSON, the daemons' logs and the table's lines are left in
-# OUTDIR. Needs node and npm (s3rver), and a batchd with remote datasets.
+# OUTDIR. Needs PyPI once (moto, s3_install), and a batchd with remote datasets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=tools/bench-lib.sh

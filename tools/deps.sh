@@ -34,16 +34,43 @@ batchd__apt_install() {
 	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "$@"
 }
 
-# Node.js and npm, for the S3 server of the remote-dataset tests (s3rver,
-# installed by tests/remote/s3lib.sh s3_install). Debian's nodejs and npm
-# only when the commands are missing: a machine with NodeSource's nodejs
-# package has npm inside it and no deb "npm", and Debian's npm would
-# conflict with it, so neither is in BATCHD_DEPS.
-batchd_install_node() {
-	local missing=()
-	command -v node >/dev/null 2>&1 || missing+=(nodejs)
-	command -v npm >/dev/null 2>&1 || missing+=(npm)
-	batchd__apt_install "${missing[@]}"
+# Python packages from PyPI live in virtual environments of their own, one per
+# requirements file, under $BATCHD_VENV_DIR (default ~/.cache/batchd/venv):
+# outside the checkout, so that another clone on the machine (CI's) reuses
+# them instead of downloading again.
+batchd_venv_root() {
+	printf '%s\n' "${BATCHD_VENV_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/batchd/venv}"
+}
+
+# batchd_venv NAME REQUIREMENTS: the venv NAME with exactly the pinned
+# packages of the file REQUIREMENTS, made with Debian's python3 (its
+# python3-venv is in BATCHD_DEPS) when missing or when the file changed
+# since; prints its directory. Concurrent callers wait for each other
+# (flock); a failed install leaves no venv behind that looks finished.
+batchd_venv() {
+	local name=$1 req=$2 root dir want rc=0
+	root=$(batchd_venv_root)
+	dir="$root/$name"
+	want=$(sha256sum <"$req" | cut -d' ' -f1) || return
+	mkdir -p -- "$root" || return
+	(
+		flock 9 || exit 1
+		[[ -x $dir/bin/python && $(cat "$dir/.batchd-requirements" 2>/dev/null) == "$want" ]] && exit 0
+		echo "batchd_venv: making $dir from $req (pip, from PyPI)" >&2
+		rm -rf -- "$dir"
+		local t0=$SECONDS
+		/usr/bin/python3 -m venv "$dir" &&
+			"$dir/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip &&
+			"$dir/bin/python" -m pip install -q --disable-pip-version-check -r "$req" || {
+			echo "batchd_venv: pip install -r $req failed (is PyPI reachable?)" >&2
+			rm -rf -- "$dir"
+			exit 1
+		}
+		printf '%s\n' "$want" >"$dir/.batchd-requirements"
+		echo "batchd_venv: $dir ready in $((SECONDS - t0)) s, $(du -sh "$dir" | cut -f1)" >&2
+	) 9>"$root/.$name.lock" || rc=$?
+	[[ $rc -eq 0 ]] && printf '%s\n' "$dir"
+	return "$rc"
 }
 
 # meson setup DIR ARGS..., reconfiguring a directory that already exists.

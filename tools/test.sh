@@ -3,14 +3,14 @@
 # Install what is missing, build with --werror and run the whole suite; then
 # build and run it again under AddressSanitizer + UndefinedBehaviorSanitizer,
 # and the threaded suites under ThreadSanitizer. Exits non-zero on any failure.
-# Needs the npm registry once, for the S3 test server (tests/remote).
+# Needs PyPI once, for the S3 test server (tests/remote) and the torch 2.x venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/deps.sh
 batchd_install_deps
-batchd_install_node
-# s3rver for tests/remote, once, before the suites run it; and those tests
-# fail rather than skip if node or npm went missing after all.
+# The S3 test server for tests/remote (moto, in a venv of its own), once,
+# before the suites run it; and those tests fail rather than skip if it
+# cannot be installed after all.
 . tests/remote/s3lib.sh
 s3_install
 export BATCHD_S3_REQUIRED=1

@@ -1,112 +1,81 @@
 # SPDX-License-Identifier: MIT
 #
-# s3lib.sh - an S3 server for the remote-dataset tests: s3rver (a real S3
-# protocol server on a directory, from npm) behind tests/remote/s3proxy.py
-# (which verifies SigV4 signatures, which s3rver does not, and injects
-# faults). Why s3rver: it is small, installs with npm in seconds and speaks
+# s3lib.sh - an S3 server for the remote-dataset tests: moto's S3 server
+# (tests/remote/s3server.py; moto from PyPI, pinned in requirements.txt, in a
+# venv of its own) behind tests/remote/s3proxy.py (which verifies SigV4
+# signatures, which moto does not, and injects faults). Why moto: it speaks
 # the S3 REST protocol (ranged GET, HEAD, ListObjectsV2, multipart upload,
-# ETags); radosgw needs a Ceph cluster and MinIO is not in Debian. See
-# tests/remote/README.md for what it does not check.
+# ETags, If-Match, ACLs) and installs from PyPI in half a minute; radosgw
+# needs a Ceph cluster and MinIO is not in Debian. See tests/remote/README.md
+# for what it does not check.
 #
 #   . tests/remote/s3lib.sh
-#   s3_install          # s3rver@3.7.1 into $BATCHD_S3RVER_DIR (default
-#                       # build-deps/s3rver under the repository root) if missing
-#   s3_require          # s3_install, or exit 77 (no node/npm) or 1 (failed)
-#   s3_start WORKDIR    # s3rver + proxy on free loopback ports (WORKDIR made
+#   s3_install          # the venv with moto (tools/deps.sh batchd_venv) if
+#                       # missing or out of date; S3__PYTHON is its python
+#   s3_require          # s3_install, or exit 77 (cannot install, and not
+#                       # BATCHD_S3_REQUIRED) or 1 (failed)
+#   s3_start WORKDIR    # moto + proxy on free loopback ports (WORKDIR made
 #                       # if missing); exports
 #                       # S3_ENDPOINT (the proxy: clients use it), S3_DIRECT
-#                       # (s3rver itself), S3_BUCKET (empty bucket batchd-test),
+#                       # (moto itself), S3_BUCKET (empty bucket batchd-test),
 #                       # S3_PROXY_CTL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-#                       # AWS_DEFAULT_REGION; logs and data in WORKDIR
+#                       # AWS_DEFAULT_REGION; logs in WORKDIR
+#   s3_public KEY       # make the object KEY of S3_BUCKET public-read, as it
+#                       # must be on S3 for an unsigned GET
 #   s3_stop             # also run at exit (s3_start chains it onto the EXIT trap)
 #
 # Call s3_start from the script's own shell, not from a subshell or $(...):
 # the servers die with the shell that started them (PR_SET_PDEATHSIG through
 # setpriv), even when it is killed with SIGKILL.
 #
-# Environment: BATCHD_S3RVER_DIR (where s3rver is installed), BATCHD_S3_PYTHON
-# (the interpreter running the proxy; default python3), BATCHD_S3_REQUIRED=1
-# (s3_available fails instead of skipping when node or npm is missing:
-# tools/test.sh sets it, so CI never skips these tests silently).
+# Environment: BATCHD_VENV_DIR (where tools/deps.sh keeps its venvs; default
+# ~/.cache/batchd/venv), BATCHD_S3_PYTHON (the interpreter running the proxy;
+# default python3), BATCHD_S3_REQUIRED=1 (s3_require fails instead of
+# skipping when the server cannot be installed: tools/test.sh sets it, so CI
+# never skips these tests silently).
 # shellcheck shell=bash
 
-S3RVER_VERSION=3.7.1
 S3_BUCKET_NAME=batchd-test
 S3__LIB_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 S3__ROOT=$(cd -- "$S3__LIB_DIR/../.." && pwd)
 S3__PIDS=()
+S3__PYTHON=
+# shellcheck source=../../tools/deps.sh
+. "$S3__ROOT/tools/deps.sh"
 
-s3__dir() { printf '%s\n' "${BATCHD_S3RVER_DIR:-$S3__ROOT/build-deps/s3rver}"; }
-s3__bin() { printf '%s/node_modules/s3rver/bin/s3rver.js\n' "$(s3__dir)"; }
-
-# The installed s3rver's version, or nothing.
-s3__installed_version() {
-	local pkg
-	pkg="$(s3__dir)/node_modules/s3rver/package.json"
-	[[ -f $pkg ]] || return 0
-	node -e 'process.stdout.write(require(process.argv[1]).version)' "$pkg" 2>/dev/null || true
-}
-
-# s3_available: 0 when node and npm are there; otherwise says why and returns
-# 77 (skip), or 1 with BATCHD_S3_REQUIRED=1.
-s3_available() {
-	local tool
-	for tool in node npm; do
-		if ! command -v "$tool" >/dev/null 2>&1; then
-			if [[ ${BATCHD_S3_REQUIRED:-0} == 1 ]]; then
-				echo "s3lib: $tool is not installed, and BATCHD_S3_REQUIRED=1 forbids skipping" \
-					"(tools/deps.sh batchd_install_node installs Debian's nodejs and npm)" >&2
-				return 1
-			fi
-			echo "s3lib: $tool is not installed (Debian: apt-get install nodejs npm," \
-				"or run tools/test.sh, which installs them)" >&2
-			return 77
-		fi
-	done
-}
-
-# s3_install: npm install s3rver@$S3RVER_VERSION into $(s3__dir) unless that
-# version is there. Concurrent callers wait for each other (flock). Returns
-# non-zero with npm's output on stderr when the install fails.
+# s3_install: the venv of tests/remote/requirements.txt (moto[server]), made
+# or brought up to date by batchd_venv; sets S3__PYTHON to its interpreter.
+# Returns 77 when Debian's python3 cannot make a venv at all (python3-venv
+# missing; tools/deps.sh installs it), 1 when pip failed (its output is on
+# stderr), 0 when the server is ready to start.
 s3_install() {
-	local dir lock rc=0
-	s3_available || return
-	dir=$(s3__dir)
-	mkdir -p -- "$dir" || return
-	lock="$dir/.install.lock"
-	(
-		flock 9 || exit 1
-		[[ $(s3__installed_version) == "$S3RVER_VERSION" ]] && exit 0
-		# A package.json of its own keeps npm from climbing to another project's.
-		printf '{"name": "batchd-test-s3rver", "private": true}\n' >"$dir/package.json"
-		echo "s3lib: installing s3rver@$S3RVER_VERSION into $dir" >&2
-		if ! npm install --prefix "$dir" --no-audit --no-fund --no-save --loglevel=error \
-			"s3rver@$S3RVER_VERSION" >"$dir/npm-install.log" 2>&1; then
-			echo "s3lib: npm install s3rver@$S3RVER_VERSION failed (is the npm registry reachable?" \
-				"set BATCHD_S3RVER_DIR to an installed copy otherwise):" >&2
-			tail -n 20 "$dir/npm-install.log" >&2
-			exit 1
-		fi
-		[[ $(s3__installed_version) == "$S3RVER_VERSION" ]] || {
-			echo "s3lib: npm ran but $(s3__bin) is not s3rver $S3RVER_VERSION" >&2
-			exit 1
-		}
-	) 9>"$lock" || rc=$?
-	return "$rc"
+	local dir
+	if ! /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; then
+		echo "s3lib: Debian's python3 cannot make a venv (apt-get install python3-venv," \
+			"or run tools/test.sh, which installs it)" >&2
+		return 77
+	fi
+	dir=$(batchd_venv s3-moto "$S3__LIB_DIR/requirements.txt") || {
+		echo "s3lib: could not install moto from PyPI (is it reachable? BATCHD_VENV_DIR" \
+			"may name a directory where the venv s3-moto is already made)" >&2
+		return 1
+	}
+	S3__PYTHON="$dir/bin/python"
 }
 
 # s3_require: s3_install for a test script, which it ends when that fails:
-# exit 77 (skip) when node or npm is missing (s3_available), else exit 1.
+# exit 77 (skip) when it cannot be installed here and BATCHD_S3_REQUIRED is
+# not 1, else exit 1.
 s3_require() {
 	local rc=0
 	s3_install || rc=$?
-	if [[ $rc -eq 77 ]]; then
-		echo "SKIP: node or npm missing (see above)"
-		exit 77
-	elif [[ $rc -ne 0 ]]; then
-		echo "s3lib: s3_install failed (see above)" >&2
+	[[ $rc -eq 0 ]] && return 0
+	if [[ ${BATCHD_S3_REQUIRED:-0} == 1 ]]; then
+		echo "s3lib: s3_install failed (see above), and BATCHD_S3_REQUIRED=1 forbids skipping" >&2
 		exit 1
 	fi
+	echo "SKIP: the S3 test server could not be installed (see above)"
+	exit 77
 }
 
 # s3__spawn LOG CMD...: CMD in the background, its output in LOG, killed
@@ -178,28 +147,28 @@ s3__chain_exit_trap() {
 	done
 }
 
-# s3_start WORKDIR: start s3rver and the proxy (see the top of the file).
+# s3_start WORKDIR: start moto and the proxy (see the top of the file).
 s3_start() {
 	local work=$1 s3port pport
 	if [[ -z $work ]]; then
 		echo "usage: s3_start WORKDIR" >&2
 		return 2
 	fi
-	if [[ ! -f $(s3__bin) ]]; then
-		echo "s3lib: $(s3__bin) missing: run s3_install first" >&2
+	if [[ ! -x $S3__PYTHON ]]; then
+		echo "s3lib: no S3 server installed: run s3_install (or s3_require) first" >&2
 		return 1
 	fi
-	mkdir -p -- "$work/s3data" || return
+	mkdir -p -- "$work" || return
 	work=$(cd -- "$work" && pwd) || return
 	s3__chain_exit_trap
-	export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_DEFAULT_REGION=us-east-1
+	export AWS_ACCESS_KEY_ID=BATCHDTEST AWS_SECRET_ACCESS_KEY=BATCHDTEST AWS_DEFAULT_REGION=us-east-1
 	export AWS_REGION=us-east-1
 	# Port 0: the kernel picks a free port when the server binds, so two test
 	# runs can never race for one; each server then prints the port it got.
-	s3__spawn "$work/s3rver.log" node "$(s3__bin)" -d "$work/s3data" -a 127.0.0.1 -p 0 \
-		--configure-bucket "$S3_BUCKET_NAME" --silent
-	S3__S3RVER_PID=$S3__PID
-	s3port=$(s3__wait_port "$work/s3rver.log" "S3rver listening on" "$S3__S3RVER_PID") || return
+	s3__spawn "$work/s3server.log" "$S3__PYTHON" "$S3__LIB_DIR/s3server.py" \
+		--listen 127.0.0.1:0 --bucket "$S3_BUCKET_NAME"
+	S3__SERVER_PID=$S3__PID
+	s3port=$(s3__wait_port "$work/s3server.log" "moto listening on" "$S3__SERVER_PID") || return
 	export S3_DIRECT="http://127.0.0.1:$s3port"
 	s3__spawn "$work/s3proxy.log" "${BATCHD_S3_PYTHON:-python3}" "$S3__LIB_DIR/s3proxy.py" \
 		--upstream "$S3_DIRECT" --listen 127.0.0.1:0 --access-key "$AWS_ACCESS_KEY_ID" \
@@ -209,10 +178,23 @@ s3_start() {
 	export S3_ENDPOINT="http://127.0.0.1:$pport"
 	export S3_PROXY_CTL="$S3_ENDPOINT/__proxy"
 	export S3_BUCKET=$S3_BUCKET_NAME
-	s3__answers "$S3_DIRECT/$S3_BUCKET" "s3rver" || return
+	s3__answers "$S3_DIRECT/$S3_BUCKET" "moto" || return
 	s3__answers "$S3_ENDPOINT/$S3_BUCKET" "the proxy" || return
 	# The readiness probes are not the test's requests.
 	curl -sf -X POST -o /dev/null "$S3_PROXY_CTL/reset"
+}
+
+# s3_public KEY: the object KEY of $S3_BUCKET readable by anyone (its ACL
+# public-read, set through moto directly).
+s3_public() {
+	local code
+	code=$(curl -s -o /dev/null -w '%{http_code}' -X PUT --max-time 10 \
+		--aws-sigv4 "aws:amz:$AWS_DEFAULT_REGION:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+		-H 'x-amz-acl: public-read' "$S3_DIRECT/$S3_BUCKET/$1?acl") || true
+	[[ $code == 200 ]] || {
+		echo "s3lib: PUT ?acl public-read of $S3_BUCKET/$1 answered $code" >&2
+		return 1
+	}
 }
 
 # s3_stop: stop what s3_start started (TERM, then KILL after 5 s).

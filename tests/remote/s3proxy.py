@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """s3proxy: a small threaded HTTP/1.1 reverse proxy in front of an S3 test
-server (s3rver), for the remote-dataset tests.
+server (moto, tests/remote/s3server.py), for the remote-dataset tests.
 
-Why it exists: s3rver is a real S3 protocol server on a directory, but it
-does not verify AWS Signature Version 4 (it accepts any well-formed V4
-Authorization header), does not check If-Match, and cannot misbehave on
-purpose. A daemon that signs wrongly, or that mishandles a 503 or a
+Why it exists: moto is a real S3 protocol server, but it does not verify
+AWS Signature Version 4 (it accepts any V4 Authorization header) and
+cannot misbehave on purpose; its If-Match check is a second line behind
+the proxy's own. A daemon that signs wrongly, or that mishandles a 503 or a
 connection dropped mid-body, would pass against it. The proxy closes those
 gaps: it verifies the SigV4 signature of every signed request with the
 known secret (the canonical request of the AWS documentation: method,
@@ -43,7 +43,7 @@ Python 3.7 or later, standard library only (Debian's python3 or any
 interpreter on PATH: nothing is imported from site-packages).
 
     s3proxy.py --upstream http://127.0.0.1:4569 [--listen 127.0.0.1:0]
-               [--access-key S3RVER --secret S3RVER] [--region us-east-1]
+               [--access-key BATCHDTEST --secret BATCHDTEST] [--region us-east-1]
                [--port-file FILE] [--log FILE]
 """
 import argparse
@@ -364,7 +364,7 @@ def error_xml(code, message, resource, request_id, extra):
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, on both sides
     server_version = "s3proxy"
-    upstream = None                # this connection's own keep-alive connection to s3rver
+    upstream = None                # this connection's own keep-alive connection to the server
 
     def log_message(self, fmt, *args):
         self.server.log(f"{self.address_string()} {fmt % args}")
@@ -467,7 +467,7 @@ class Handler(BaseHTTPRequestHandler):
         return spool, h.hexdigest()
 
     def check_if_match(self, raw_path):
-        """412 when If-Match names none of the object's current ETag (s3rver ignores If-Match)."""
+        """412 when If-Match names none of the object's current ETag (checked here too, so that no server lets a stale read pass)."""
         want = self.headers.get("If-Match")
         if not want:
             return
@@ -668,8 +668,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="SigV4-verifying, fault-injecting S3 proxy for tests")
     ap.add_argument("--upstream", required=True, help="the S3 server, http://HOST:PORT")
     ap.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free one)")
-    ap.add_argument("--access-key", default="S3RVER")
-    ap.add_argument("--secret", default="S3RVER")
+    ap.add_argument("--access-key", default="BATCHDTEST")
+    ap.add_argument("--secret", default="BATCHDTEST")
     ap.add_argument("--region", default="us-east-1")
     ap.add_argument("--port-file", help="write the port here once listening")
     ap.add_argument("--log", help="a line per request here (default: none)")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 #
-# test-proxy.sh - the S3 test harness itself: s3rver behind s3proxy.py, as
+# test-proxy.sh - the S3 test harness itself: moto behind s3proxy.py, as
 # tests/remote/s3lib.sh starts them, checked with curl's own SigV4 signer
 # (an implementation independent of the proxy's): a good signature passes
 # (PUT, chunked PUT, ranged and whole GET, HEAD, ListObjectsV2), a wrong
@@ -14,8 +14,8 @@
 #   bash tests/remote/test-proxy.sh
 #
 # Each check prints "ok - ..." or "FAIL - ..."; the last line is "N passed,
-# M failed". Exit 0 when nothing failed, 1 otherwise, 77 (skip) when node or
-# npm is missing (unless BATCHD_S3_REQUIRED=1). Needs curl 7.75 or later.
+# M failed". Exit 0 when nothing failed, 1 otherwise, 77 (skip) when moto
+# cannot be installed (unless BATCHD_S3_REQUIRED=1). Needs curl 7.75 or later.
 # shellcheck disable=SC2016 # expect ... eval '...' expands when the check runs, on purpose
 set -euo pipefail
 export LC_ALL=C
@@ -32,7 +32,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/s3proxy-test.XXXXXX")
 cleanup() { rm -rf "$T"; }
 trap cleanup EXIT
 
-SIG=(--aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER)
+SIG=(--aws-sigv4 "aws:amz:us-east-1:s3" --user BATCHDTEST:BATCHDTEST)
 UNSIGNED_PAYLOAD=(-H 'x-amz-content-sha256: UNSIGNED-PAYLOAD')
 
 # s3 CURL-ARGS...: a signed curl with UNSIGNED-PAYLOAD; the body in $T/body,
@@ -62,7 +62,8 @@ xml_code() { sed -n 's:.*<Code>\([^<]*\)</Code>.*:\1:p' "$T/body"; }
 range_of() { dd if="$1" bs=1 skip="$2" count="$3" status=none; }
 
 check_signing() {
-	put "$T/obj" data/obj.bin
+	# public-read: the unsigned GET below reads it as anyone may (moto applies ACLs).
+	put "$T/obj" data/obj.bin -H "x-amz-acl: public-read"
 	expect "PUT with a good signature and payload hash: 200" test "$CODE" = 200
 	# curl -T - sends a chunked body: the proxy decodes it before hashing.
 	local sha
@@ -86,16 +87,16 @@ check_signing() {
 	expect "no request refused so far" test "$(stats_of 's["bad_signatures"]')" = 0
 
 	CURL_RC=0
-	CODE=$(curl -sS -o "$T/body" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:WRONG \
+	CODE=$(curl -sS -o "$T/body" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" --user BATCHDTEST:WRONG \
 		"${UNSIGNED_PAYLOAD[@]}" "$S3_ENDPOINT/$S3_BUCKET/data/obj.bin") || CURL_RC=$?
 	expect "a wrong secret: 403 SignatureDoesNotMatch" \
 		eval '[[ $CODE == 403 && $(xml_code) == SignatureDoesNotMatch ]]'
 	expect "the refusal is counted" test "$(stats_of 's["bad_signatures"], s["refused"]')" = "(1, {'SignatureDoesNotMatch': 1})"
-	CODE=$(curl -sS -o "$T/body" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" --user OTHER:S3RVER \
+	CODE=$(curl -sS -o "$T/body" -w '%{http_code}' --aws-sigv4 "aws:amz:us-east-1:s3" --user OTHER:BATCHDTEST \
 		"${UNSIGNED_PAYLOAD[@]}" "$S3_ENDPOINT/$S3_BUCKET/data/obj.bin")
 	expect "an unknown access key: 403 InvalidAccessKeyId" \
 		eval '[[ $CODE == 403 && $(xml_code) == InvalidAccessKeyId ]]'
-	CODE=$(curl -sS -o "$T/body" -w '%{http_code}' --aws-sigv4 "aws:amz:eu-west-1:s3" --user S3RVER:S3RVER \
+	CODE=$(curl -sS -o "$T/body" -w '%{http_code}' --aws-sigv4 "aws:amz:eu-west-1:s3" --user BATCHDTEST:BATCHDTEST \
 		"${UNSIGNED_PAYLOAD[@]}" "$S3_ENDPOINT/$S3_BUCKET/data/obj.bin")
 	expect "another region: 400 AuthorizationHeaderMalformed" \
 		eval '[[ $CODE == 400 && $(xml_code) == AuthorizationHeaderMalformed ]]'
@@ -135,8 +136,8 @@ def send(when, extra):
     h = {"host": [up.netloc], "x-amz-content-sha256": ["UNSIGNED-PAYLOAD"], "x-amz-date": [d]}
     signed = sorted(h)
     creq = s3proxy.canonical_request("GET", path, [], h, signed, "UNSIGNED-PAYLOAD")
-    sig, _ = s3proxy.sign("S3RVER", d, (d[:8], "us-east-1", "s3", "aws4_request"), creq)
-    auth = (f"AWS4-HMAC-SHA256 Credential=S3RVER/{d[:8]}/us-east-1/s3/aws4_request, "
+    sig, _ = s3proxy.sign("BATCHDTEST", d, (d[:8], "us-east-1", "s3", "aws4_request"), creq)
+    auth = (f"AWS4-HMAC-SHA256 Credential=BATCHDTEST/{d[:8]}/us-east-1/s3/aws4_request, "
             f"SignedHeaders={';'.join(signed)}, Signature={sig}")
     c = http.client.HTTPConnection(up.hostname, up.port, timeout=10)
     c.request("GET", path, headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", "x-amz-date": d,

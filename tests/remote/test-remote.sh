@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 #
 # test-remote.sh - remote datasets through real batchd daemons: starts
-# s3rver and the proxy (tests/remote/s3lib.sh), then runs
+# moto and the proxy (tests/remote/s3lib.sh), then runs
 # tests/remote/test_remote.py against them, which starts its own daemons.
 #
 #   BATCHD=build/daemon/batchd BATCHD_PACK=build/tools/batchd-pack \
@@ -10,13 +10,13 @@
 #   bash tests/remote/test-remote.sh [TestCase[.test_name]...]
 #
 # (meson test sets the environment.) Exit status: the Python test's; 77
-# (skip) when node or npm is missing, unless BATCHD_S3_REQUIRED=1.
+# (skip) when moto cannot be installed, unless BATCHD_S3_REQUIRED=1.
 set -euo pipefail
 export LC_ALL=C
 
 HERE=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 # Sanitizer builds preload their runtime for python3 (tests/python/meson.build);
-# node, curl and the proxy are not instrumented and run without it.
+# moto, curl and the proxy are not instrumented and run without it.
 preload=${LD_PRELOAD:-}
 unset LD_PRELOAD
 

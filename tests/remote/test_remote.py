@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Remote datasets through real batchd daemons, against s3rver behind
+"""Remote datasets through real batchd daemons, against moto behind
 tests/remote/s3proxy.py (tests/remote/test-remote.sh starts both and sets
 S3_ENDPOINT, S3_BUCKET, S3_PROXY_CTL and S3_WORKDIR).
 
@@ -69,9 +69,9 @@ def reset(stats_only=False):
 
 
 def curl(*args):
-    """A curl signed for the bucket (S3RVER/S3RVER, us-east-1). @return (status, body)."""
+    """A curl signed for the bucket (BATCHDTEST/BATCHDTEST, us-east-1). @return (status, body)."""
     argv = ["curl", "-sS", "-o", "-", "-w", "\n%{http_code}", "--max-time", "300", "--aws-sigv4",
-            "aws:amz:us-east-1:s3", "--user", "S3RVER:S3RVER", *args]
+            "aws:amz:us-east-1:s3", "--user", "BATCHDTEST:BATCHDTEST", *args]
     # Not under a sanitizer build's preload: curl is not instrumented, and
     # hangs at start with libasan preloaded.
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
@@ -192,7 +192,7 @@ def make_multi(top):
 def setUpModule():
     T.require_tools()
     if not (ENDPOINT and BUCKET and CTL and WORK):
-        print("run through tests/remote/test-remote.sh (it starts s3rver and the proxy)", file=sys.stderr)
+        print("run through tests/remote/test-remote.sh (it starts moto and the proxy)", file=sys.stderr)
         sys.exit(1)
     D.top = tempfile.mkdtemp(prefix="packs-", dir=WORK)
     D.expect = make_multi(D.top)
@@ -216,7 +216,7 @@ class RemoteDaemon(T.Daemon):
     or None for none (then env reaches the daemon's environment: AWS_* of
     this process never does)."""
 
-    def __init__(self, directory, cache=None, secret="S3RVER", env=None, **settings):
+    def __init__(self, directory, cache=None, secret="BATCHDTEST", env=None, **settings):
         super().__init__(directory)
         self.cache = cache or os.path.join(directory, "cache")
         self.conf = os.path.join(directory, "batchd.conf")
@@ -229,7 +229,7 @@ class RemoteDaemon(T.Daemon):
             path = os.path.join(directory, "s3.credentials")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(f"[default]\naws_access_key_id = S3RVER\naws_secret_access_key = {secret}\n")
+                f.write(f"[default]\naws_access_key_id = BATCHDTEST\naws_secret_access_key = {secret}\n")
             cred = f"credentials = {path}\nprofile = default\n"
         with open(self.conf, "w") as f:
             f.write(f"[datasets]\nroot = {self.root}\nremote = {REMOTE}\n\n"
@@ -660,11 +660,11 @@ class Signatures(RemoteCase):
 
     def test_environment_only_without_a_credentials_file(self):
         d = self.daemon("envsig", secret=None,
-                        env={"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "NOT-THE-SECRET"})
+                        env={"AWS_ACCESS_KEY_ID": "BATCHDTEST", "AWS_SECRET_ACCESS_KEY": "NOT-THE-SECRET"})
         e = self.open_error(d, MULTI)
         self.assertIn("SignatureDoesNotMatch", str(e))
         reset()
-        ok = self.daemon("filesig", env={"AWS_ACCESS_KEY_ID": "S3RVER", "AWS_SECRET_ACCESS_KEY": "NOT-THE-SECRET"})
+        ok = self.daemon("filesig", env={"AWS_ACCESS_KEY_ID": "BATCHDTEST", "AWS_SECRET_ACCESS_KEY": "NOT-THE-SECRET"})
         self.epochs_exact(ok, MULTI, D.expect, epochs=1)
         self.assertEqual(stats()["bad_signatures"], 0, "the environment's secret was used despite the file")
 

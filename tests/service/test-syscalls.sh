@@ -100,7 +100,7 @@ session pread
 
 # Remote datasets: the fetcher's libcurl (sockets, name lookup, poll), the
 # cache's writes, fdatasync, renames and punched holes, through a session
-# on a dataset in a bucket (s3rver from tests/remote/s3lib.sh) whose cache
+# on a dataset in a bucket (moto from tests/remote/s3lib.sh) whose cache
 # is smaller than it, and a second daemon reading what the cache kept.
 remote() {
 	local sock=$tmp/remote.sock pid run
