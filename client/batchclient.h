@@ -92,7 +92,7 @@ typedef struct bc_stream_opts {
 	const char *fields;
 	bool keys;              /* batches carry the sample keys (bc_batch_sample_key) */
 	/*
-	 * Elastic resume. Ranks stripe each epoch's global order (README.md,
+	 * Elastic resume. Ranks stripe each epoch's global order (docs/architecture.md,
 	 * "Plan"), so after k lockstep steps of batch_size B at world W the
 	 * ranks have consumed the first k*B*W positions of the epoch: resume
 	 * at any world size with start_sample = that count (and start_batch

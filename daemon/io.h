@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * io.h - the block-read engine of one I/O thread (README.md, "Read and
+ * io.h - the block-read engine of one I/O thread (docs/architecture.md, "Read and
  * decode"; the threads are in io_thread.c).
  *
  * Why it exists: an I/O thread queues every block read it has room for,

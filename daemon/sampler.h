@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * sampler.h - the deterministic sampler: which sample ids a rank reads, in
- * which order, for every batch of every epoch (README.md, "Plan").
+ * which order, for every batch of every epoch (docs/architecture.md, "Plan").
  *
  * Why it exists: shuffling a dataset of billions of samples must not cost a
  * table of billions of ids, must not depend on libc's rand() or on the

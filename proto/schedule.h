@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * schedule.h - which epoch positions each rank's batches hold, and which
- * (epoch, batch) a stream's n-th batch is: the arithmetic of README.md,
+ * (epoch, batch) a stream's n-th batch is: the arithmetic of docs/architecture.md,
  * "Plan", that the daemon's sampler and libbatchclient must agree on.
  *
  * Why it lives in proto/: the client reports positions (bc_stream_position,

@@ -118,7 +118,7 @@ static void expect_bytes(const dt_run *run, const char *what)
 	}
 }
 
-/* The schedule's arithmetic, restated from README.md "Plan". */
+/* The schedule's arithmetic, restated from docs/architecture.md "Plan". */
 static uint64_t per_rank(uint64_t rem, uint32_t world, bool drop)
 {
 	return drop ? rem / world : (rem + world - 1) / world;

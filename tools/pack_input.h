@@ -10,7 +10,7 @@
  * then iterated as often as needed. Iteration is sequential because tar
  * members can only be read in archive order; skipping a sample is cheap.
  *
- * The scan also settles the schema (README.md, batchd-pack): one bytes
+ * The scan also settles the schema (docs/packs.md): one bytes
  * field "data" for plain files and members, "data" and an int64 "label"
  * for class folders, one field per extension for WebDataset-style tars,
  * "data" and a field per column for manifests. Every value but the bytes

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pack_read.c - batchd-pack's views of a dataset's fields: `ls`, `cat`
- * and the schema part of `info` (see pack_read.h, README.md batchd-pack).
+ * and the schema part of `info` (see pack_read.h, docs/packs.md).
  *
  * `ls` prints one line per sample, "ID KEY FIELD=VALUE...", so it must
  * stay one line whatever a key or text holds: a key or str value that is

@@ -19,7 +19,7 @@
  * was listed, so an object replaced meanwhile fails the command instead
  * of mixing versions.
  *
- * A name resolves as the daemon resolves it (README, remote datasets):
+ * A name resolves as the daemon resolves it (docs/remote.md):
  * the object itself if there is one, else the *.bpk objects directly
  * under NAME/ in bytewise order, those starting with '.' skipped.
  */

@@ -10,7 +10,7 @@
 #   Epilog=/usr/share/batchd/slurm/batchd-epilog.sh
 #   PrologFlags=Alloc    # on every node at allocation, not at its first step
 #
-# The alternative, and the one README recommends, is batchd as an srun
+# The alternative, and the one docs/operations.md recommends, is batchd as an srun
 # step of the job itself (train.sbatch's default, BATCHD_SLURM_MODE=step):
 # it needs no change to slurm.conf, runs inside the job's cgroup (its
 # memory and CPUs counted against the job's allocation, as the shared

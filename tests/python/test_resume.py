@@ -7,7 +7,7 @@ batches an uninterrupted run yields next; a state of another dataset,
 seed, shuffle or drop_last is refused, while one of another world or
 batch size resumes at its global sample (test_elastic.py has the rest). After load_state_dict, the usual epoch loop with set_epoch
 resumes the saved epoch where it was saved and refuses another epoch; the
-README's pattern, killed with SIGKILL mid-epoch and run again, trains on
+docs/python.md's pattern, killed with SIGKILL mid-epoch and run again, trains on
 every sample of every epoch exactly once; so does the same loop over
 batchclient.torch.DataLoader with 2 and 3 workers, persistent or not,
 batch for batch as a Loader yields them (skipped without PyTorch)."""
@@ -159,7 +159,7 @@ class Resume(T.DaemonCase):
         self.assertEqual(got, ref[per_epoch + 5:])
 
     def test_sigkill_mid_epoch_resumes_exactly(self):
-        """The README pattern in a trainer process that dies by SIGKILL in
+        """The docs/python.md pattern in a trainer process that dies by SIGKILL in
         the middle of epoch 1, then runs again from its checkpoint."""
         ckpt = os.path.join(self.tmp, "ckpt.json")
         if os.path.exists(ckpt):
@@ -284,7 +284,7 @@ def where(batch):
 
 
 def trainer(sock, ckpt, kill_after):
-    """The README's resume pattern, a checkpoint after every step."""
+    """docs/python.md's resume pattern, a checkpoint after every step."""
     import batchclient
     ld = batchclient.Loader("rec.bpk", BS, shuffle="global", seed=6, socket=sock)
     done = resumed(ckpt, ld.load_state_dict)

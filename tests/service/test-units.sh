@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# `meson install` puts every file where the README says: the exact paths
+# `meson install` puts every file where docs/operations.md says: the exact paths
 # `meson introspect --installed` reports for this build, and for two fresh
 # configurations of the source tree (--prefix=/usr, where systemd looks,
 # and --prefix=/opt/batchd-test, which must keep everything inside it,
@@ -160,7 +160,7 @@ verify() {
 	fi
 }
 verify "$tmp/units" "batchd.service batchd.socket"
-# The unit as the README has the operator extend it for [metrics] listen.
+# The unit as docs/operations.md has the operator extend it for [metrics] listen.
 mkdir -p "$tmp/units-metrics/batchd.service.d"
 cp "$tmp/units/batchd.service" "$tmp/units/batchd.socket" "$tmp/units-metrics/"
 cp "$src/conf/batchd-metrics.conf" "$tmp/units-metrics/batchd.service.d/metrics.conf"
