@@ -43,7 +43,7 @@ typedef struct bp_dataset bp_dataset;
 
 /*
  * How a shard whose bytes are not all on local disk yet is read: a remote
- * object's cache file (daemon/remote.h), fetched on demand. Reads exactly
+ * object's cache file (daemon/remote/remote.h), fetched on demand. Reads exactly
  * len bytes at off into buf, as bp_pread_full does. @return 0; -ENODATA
  * past the end; another negative errno (the fetch failed).
  */

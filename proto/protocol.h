@@ -59,7 +59,7 @@ enum bp_msg_type {
 #define BP_TEXT_MORE 1
 
 /*
- * Sample orders (daemon/sampler.h says what each is). The one definition:
+ * Sample orders (daemon/session/sampler.h says what each is). The one definition:
  * the sampler uses it as is, libbatchclient's public BC_SHUFFLE_* equal it
  * (asserted where the client encodes OPEN).
  */

@@ -4,7 +4,7 @@
  * Ceph RGW, Alibaba OSS, GCS interop) and plain https:// URLs, read by
  * range and written by multipart upload, through libcurl.
  *
- * Why it exists: the daemon (daemon/remote.c, its fetcher and the local
+ * Why it exists: the daemon (daemon/remote/remote.c, its fetcher and the local
  * cache) and the tools (batchd-pack create/info/verify) must agree on what
  * a remote location is, how a request is addressed and signed, and which
  * failures are worth retrying. Signing is libcurl's own SigV4

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-arena.c - the Check suite for daemon/arena.c, the byte ring a
+ * test-arena.c - the Check suite for daemon/session/arena.c, the byte ring a
  * session carves its batch records from: records go end to end, a record
  * that does not fit at the end wraps to offset 0 once the oldest records
  * have gone, records are freed oldest first, and a record that fits

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-autotune.c - how many decode workers a real batchd runs ([decode]
- * autotune, daemon/tune.h): with nothing to decode it lowers the count
+ * autotune, daemon/pipeline/tune.h): with nothing to decode it lowers the count
  * one step per calm second down to one, shown in status
  * (threads.decode_active, decode_downs) and in the metric
  * batchd_decode_threads_active, and one worker still serves every sample

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-config.c - the Check suite for daemon/config.c: defaults, the
+ * test-config.c - the Check suite for daemon/config/config.c: defaults, the
  * configuration file, the shipped conf/batchd.conf, the command line and
  * the default socket path.
  *
@@ -33,7 +33,7 @@
 #include "units.h"
 
 #ifndef BATCHD_DAEMON_CONFIG_H
-#error "config.h is not daemon/config.h: check the include path"
+#error "config.h is not daemon/config/config.h: check the include path"
 #endif
 #ifndef BATCHD_SRCDIR
 #error "define BATCHD_SRCDIR (the source root)"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-dataset.c - the Check suite for daemon/dataset.c and
+ * test-dataset.c - the Check suite for daemon/dataset/dataset.c and
  * dataset_path.c on their own: how a dataset path is resolved under the
  * roots, and how the cache keeps, replaces and frees versions.
  *

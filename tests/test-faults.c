@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-faults.c - faults and hostile clients: a real batchd started with
- * BATCHD_FAULTS (daemon/fault.h) in its environment, and clients that die,
+ * BATCHD_FAULTS (daemon/base/fault.h) in its environment, and clients that die,
  * stop, flood and scribble on the shared memory they were given.
  *
  * Why a suite of its own: test-daemon.c proves what a healthy daemon

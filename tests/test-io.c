@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-io.c - the Check suite for daemon/io.c, the block-read engine.
+ * test-io.c - the Check suite for daemon/pipeline/io.c, the block-read engine.
  *
  * Every read is checked byte for byte against pread(2) of the same range
  * of one file of pseudo-random data, written once in main() before Check

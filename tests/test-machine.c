@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-machine.c - the Check suite for daemon/machine.c, the memory the
+ * test-machine.c - the Check suite for daemon/base/machine.c, the memory the
  * daemon plans with: MemAvailable, or the room under its cgroup's limit
  * when lower (v2 memory.max - memory.current, v1 limit_in_bytes -
  * usage_in_bytes), "max" and v1's unlimited value meaning no limit. Each

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-nvml.c - batchd's GPU telemetry (daemon/nvml.c) against the fake
+ * test-nvml.c - batchd's GPU telemetry (daemon/gpu/nvml.c) against the fake
  * NVML (tests/fakenvml): the exact metric lines and status fields for the
  * fake's figures, a device without a power sensor or ECC left out of those
  * series (not reported as 0), the devices matched to the fake CUDA's by

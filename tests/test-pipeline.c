@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-pipeline.c - the Check suite for the queues of daemon/pipeline.c,
+ * test-pipeline.c - the Check suite for the queues of daemon/pipeline/pipeline.c,
  * through the pipeline's private interface (pipeline_priv.h): the task
  * FIFOs keep order (and put a task back at the head), the read-buffer pool
  * hands out every buffer once, says when none is left and takes them back,

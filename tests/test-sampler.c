@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-sampler.c - the Check suite for daemon/sampler.c: epoch orders are
+ * test-sampler.c - the Check suite for daemon/session/sampler.c: epoch orders are
  * bijections, ranks split an epoch exactly once (plus documented padding),
  * orders are pinned bit for bit, resume needs no replay, huge datasets cost
  * nothing, block mode stays local, and bad configurations are refused with

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-session-plan.c - a real batchd planning batches over a dataset of
- * awkward shapes: what the session's planner (daemon/session.c: locate,
+ * awkward shapes: what the session's planner (daemon/session/session.c: locate,
  * group_by_block, write_table) makes of each batch is checked from the
  * outside.
  *

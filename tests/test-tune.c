@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-tune.c - the Check suite for daemon/tune.c, how many decode workers
+ * test-tune.c - the Check suite for daemon/pipeline/tune.c, how many decode workers
  * run: one more when clients waited while decoding was the bottleneck
  * (tasks queued, or the active workers busy 85% of the interval), one
  * fewer only after BD_TUNE_CALM_STEPS calm intervals and only when one

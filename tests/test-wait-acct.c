@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-wait-acct.c - the daemon's clamp of a client's own wait counters
- * (daemon/wait_acct.c): an honest client's counters go through as they
+ * (daemon/session/wait_acct.c): an honest client's counters go through as they
  * are; a hostile one's never exceed what could have happened.
  */
 #include <stdint.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_disk.c - one disk read job: file layout, worker threads on
- * daemon/io.c, results as fio reports them (see bench_disk.h).
+ * daemon/pipeline/io.c, results as fio reports them (see bench_disk.h).
  *
  * The hot loop keeps exactly qd reads in flight: each completion is timed,
  * counted and replaced by the next read before the engine is entered

@@ -5,7 +5,7 @@
  *
  * Why it exists: a user sizing batchd wants to know what the disk gives
  * to the daemon's own read path, and will check that number against fio.
- * So the job reads with daemon/io.c, the engine batchd itself uses
+ * So the job reads with daemon/pipeline/io.c, the engine batchd itself uses
  * (io_uring with registered buffers and files and batched completion, or
  * pread where io_uring is refused), in fio's patterns with fio's meaning
  * of every knob: sequential or

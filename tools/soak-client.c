@@ -10,7 +10,7 @@
  * check on its own: it opens each dataset itself with proto's reader
  * (bp_dataset_openat under the same root) and hashes every sample once
  * (XXH3-64), and then for every batch it checks the sample count the
- * schedule promises (daemon/sampler.h), that samples lie end to end in the
+ * schedule promises (daemon/session/sampler.h), that samples lie end to end in the
  * batch record, that each sample's size and hash match the pack, that no
  * sample repeats within an epoch of one rank, that a full epoch of a single
  * rank is every sample, and, without shuffling, that the ids are exactly
@@ -182,7 +182,7 @@ static void ref_free(ref *rf)
 
 /* ---- one session ---------------------------------------------------------- */
 
-/* What the schedule promises a stream (daemon/sampler.h §Ranks). */
+/* What the schedule promises a stream (daemon/session/sampler.h §Ranks). */
 typedef struct plan {
 	uint64_t per_rank;
 	uint64_t batches;        /* per epoch */
@@ -497,7 +497,7 @@ static size_t consume(session *ss, bc_stream *s, const session_hold *h, bc_batch
  * Open one stream, consume up to a random number of batches (holding one or
  * two now and then, as -H allows), close it, with or without batches still
  * held. The daemon gives a stream prefetch + 2 slots so that a trainer may
- * hold a couple of batches (daemon/session.c); holding is never more.
+ * hold a couple of batches (daemon/session/session.c); holding is never more.
  */
 static void run_session(bc_client *c, ref *rf, double deadline)
 {

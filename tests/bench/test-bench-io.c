@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-bench-io.c - the Check suite for what batchd-bench added to the I/O
- * engine (daemon/io.c): registered files and batched completion
+ * engine (daemon/pipeline/io.c): registered files and batched completion
  * (bd_io_register_files, bd_io_wait_many).
  *
  * Every read is checked byte for byte against what main() wrote to a file

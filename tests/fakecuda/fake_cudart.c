@@ -46,7 +46,7 @@
  * touches the device fails with it and cudaGetLastError does not clear it,
  * for the rest of the process, as with a corrupted context.
  *
- * Machines CUDA cannot use, for the probe's messages (daemon/cuda_probe.c),
+ * Machines CUDA cannot use, for the probe's messages (daemon/gpu/cuda_probe.c),
  * read at every call: $FAKE_CUDA_NO_DRIVER acts as if libcuda.so.1 could not
  * be loaded (driver version 0, cudaErrorInsufficientDriver);
  * $FAKE_CUDA_DRIVER_VERSION (e.g. 12020) is the driver's version, and one

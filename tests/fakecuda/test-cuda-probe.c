@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-cuda-probe.c - the Check suite for daemon/cuda_probe.c on the fake
+ * test-cuda-probe.c - the Check suite for daemon/gpu/cuda_probe.c on the fake
  * CUDA (fake_cudart.c), told which machine to be: no driver at all, a
  * driver older than the runtime, a driver without its kernel module, no
  * device, devices hidden by CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES,

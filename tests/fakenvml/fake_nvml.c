@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fake_nvml.c - a stand-in NVML (soname libnvidia-ml.so.1), so that
- * batchd's GPU telemetry (daemon/nvml.c) runs, and is checked figure for
+ * batchd's GPU telemetry (daemon/gpu/nvml.c) runs, and is checked figure for
  * figure, on machines without an NVIDIA driver.
  *
  * The devices and their figures come from the file $FAKE_NVML_FILE,

@@ -74,7 +74,7 @@
 #define SKIP 77
 #define MiB (UINT64_C(1) << 20)
 
-/* Case (b): slots = prefetch + 2 (daemon/session.c); batch seq uses device slot seq % slots. */
+/* Case (b): slots = prefetch + 2 (daemon/session/session.c); batch seq uses device slot seq % slots. */
 #define HOLD_PREFETCH 2u
 #define HOLD_SLOTS (HOLD_PREFETCH + 2u)
 #define HOLD_MAX (1u + HOLD_SLOTS + 2u)

@@ -8,7 +8,7 @@
  * once, and a batch of hundreds of tasks is pushed with one lock, so the
  * locks are cold next to the reads and the decompression they feed. The
  * only cross-thread call into libuv is uv_async_send(). Submitted tasks
- * wait in their owner's flow until the scheduler (sched.c) hands them to
+ * wait in their owner's flow until the scheduler (fairq.c) hands them to
  * an I/O thread (pipeline.h, "Fairness").
  */
 #include <errno.h>

@@ -4,7 +4,7 @@
  * thread, NVML sampler, metrics listener, signals and timers), accepting
  * connections (and riding out a shortage of file descriptors), reload on
  * SIGHUP, the end of sessions, and an orderly stop (see server.h). The clients and
- * their requests are in connection.c and open.c; the protocol is
+ * their requests are in connection.c and open_request.c; the protocol is
  * proto/PROTOCOL.md.
  */
 #include <errno.h>
@@ -22,9 +22,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "blockcache.h"
 #include "dataset.h"
-#include "http.h"
+#include "metrics_http.h"
 #include "log.h"
 #include "remote.h"
 #include "machine.h"
@@ -415,7 +415,7 @@ static uint64_t resolve_budget(const bd_server *srv)
 /*
  * The memory sessions may stage in: the budget less the block cache's
  * blocks and its bucket table, which the cache's own budget does not count
- * (cache.h). The cache keeps its start-time size until a restart.
+ * (blockcache.h). The cache keeps its start-time size until a restart.
  */
 static uint64_t session_budget(const bd_server *srv)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cache.c - the shared decoded-block cache (see cache.h).
+ * blockcache.c - the shared decoded-block cache (see blockcache.h).
  *
  * A chained hash table with one bucket per 16 KiB of budget (at least 64),
  * plus an LRU list of unreferenced loaded entries. Everything under one
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h"
+#include "blockcache.h"
 #include "util.h"
 
 enum { LOADING, READY };

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http.c - the /metrics HTTP listener (see http.h).
+ * metrics_http.c - the /metrics HTTP listener (see metrics_http.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "batchd-build.h"
-#include "http.h"
+#include "metrics_http.h"
 #include "util.h"
 
 #if BATCHD_HAVE_MICROHTTPD

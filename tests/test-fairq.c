@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-sched.c - the Check suite for daemon/sched.c, who the pipeline
+ * test-fairq.c - the Check suite for daemon/pipeline/fairq.c, who the pipeline
  * serves next: users (tenants) in round-robin and each user's sessions
  * (flows) in round-robin, a block at a time; a flow's and a user's blocks
  * in flight capped; a user's cap share / users with work, rising again when

@@ -3,7 +3,7 @@
  * io_thread.c - the I/O threads (see pipeline.h): each owns one read
  * engine (io.c) and runs claim / read / reap until the pipeline stops.
  *
- * Claim takes one task at a time from the scheduler (sched.c: users, then
+ * Claim takes one task at a time from the scheduler (fairq.c: users, then
  * their sessions, round-robin), only when the ring has room for it; read consults the
  * block cache and starts the read; reap waits for one completion and
  * passes the block to the decode workers. The thread sleeps on its

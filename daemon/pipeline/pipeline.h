@@ -19,7 +19,7 @@
  * owners (sessions), not jobs, in order. Each owner's tasks wait in its
  * own flow, in submission order (so an owner's older jobs are read
  * first); I/O threads take one block at a time, from the users in
- * round-robin and from each user's flows in round-robin (sched.c). An
+ * round-robin and from each user's flows in round-robin (fairq.c). An
  * owner may have at most `session_blocks` blocks in flight at once
  * (claimed by an I/O thread and not yet decoded: in an engine, waiting on
  * the cache or in the decode queue), and a user at most share / U of
@@ -34,7 +34,7 @@
  * delays another's next block by a bounded number of blocks, not by its
  * whole backlog.
  *
- * The decoded-block cache (cache.h) is consulted by the I/O thread, when it
+ * The decoded-block cache (blockcache.h) is consulted by the I/O thread, when it
  * takes a block that does not tile the batch, or one that does when the
  * dataset is kept whole (the ram tier) or another session uses the same
  * version (bd_dataset_shared): a hit or a wait skips the read, so
@@ -46,7 +46,7 @@
  * failure) and wakes the blocks that waited on it.
  *
  * Files: pipeline.c (jobs, queues, buffers, submission, completion,
- * stats), sched.c (who is served next), io_thread.c (the I/O threads), decode.c (the decode workers),
+ * stats), fairq.c (who is served next), io_thread.c (the I/O threads), decode.c (the decode workers),
  * pipeline_priv.h (what they share).
  *
  * Thread rules: bd_job_*, bd_pipeline_new/submit/free and the getters on

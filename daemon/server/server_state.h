@@ -2,7 +2,7 @@
 /*
  * server_state.h - the control plane's state and the calls between its
  * files: server.c (start, reload, stop), connection.c (clients, the wire,
- * requests), open.c (OPEN and new sessions) and status.c (the status
+ * requests), open_request.c (OPEN and new sessions) and status.c (the status
  * document and the metrics, built from this state). The state is one
  * struct owned by the loop thread, so the files share it directly rather
  * than through accessors.
@@ -238,7 +238,7 @@ unsigned bd__user_conns(const bd_server *srv, uid_t uid);
 bool bd__user_may_request(const bd_server *srv, bd_user *u, uint64_t *wait_ns);
 void bd__user_spend(const bd_server *srv, bd_user *u);
 
-/* ---- open.c ---- */
+/* ---- open_request.c ---- */
 
 /* Answer a decoded OPEN: check it, look the dataset up, start the session. */
 void bd__client_open(client *c, const bp_msg_open *m);

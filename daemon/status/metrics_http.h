@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * http.h - an optional loopback HTTP listener serving GET /metrics in the
+ * metrics_http.h - an optional loopback HTTP listener serving GET /metrics in the
  * Prometheus text format ([metrics] listen = HOST:PORT).
  *
  * libmicrohttpd does the HTTP on its own thread; for each scrape that

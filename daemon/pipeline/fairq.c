@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * sched.c - who is served next (pipeline.h, "Fairness"): tenants (users,
+ * fairq.c - who is served next (pipeline.h, "Fairness"): tenants (users,
  * by uid) in round-robin, each tenant's flows (its sessions) in
  * round-robin, one block at a time. A flow may have flow_cap blocks in
  * flight, a tenant share / (tenants with work) across all its flows, so

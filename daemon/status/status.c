@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "batchd-build.h"
-#include "cache.h"
+#include "blockcache.h"
 #include "dataset.h"
 #include "pack_fields.h"
 #include "linger.h"

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "cache.h"
+#include "blockcache.h"
 #include "pages.h"
 #include "pipeline.h"
 #include "ring.h"
@@ -132,7 +132,7 @@ typedef struct bd_tenant {
 } bd_tenant;
 
 /*
- * Who is served next (sched.c): tenants round-robin, then their flows
+ * Who is served next (fairq.c): tenants round-robin, then their flows
  * round-robin, a block at a time. wake(ctx) is called, under mu, when a
  * tenant joins the ready list (or, when blocks finish, is half below its
  * caps) so that threads that found nothing look again.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * open.c - OPEN requests: the limits a new session must fit, the dataset
+ * open_request.c - OPEN requests: the limits a new session must fit, the dataset
  * lookup (which can block on disk, so it runs on libuv's thread pool
  * while the requesting connection is paused), then the session itself,
  * its entry in the server's table and the READY that hands it over.

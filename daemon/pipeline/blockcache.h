@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cache.h - decoded blocks shared by every session and thread, within a
+ * blockcache.h - decoded blocks shared by every session and thread, within a
  * byte budget.
  *
  * A batch that needs only part of a block (several samples per block, or

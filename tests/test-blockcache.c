@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-cache.c - the Check suite for daemon/cache.c, the decoded-block
+ * test-blockcache.c - the Check suite for daemon/pipeline/blockcache.c, the decoded-block
  * cache every session shares.
  *
- * The cache promises (cache.h) that a block is read and decoded once per
+ * The cache promises (blockcache.h) that a block is read and decoded once per
  * stay, whoever asks: the first requester loads it, everyone who asks
  * while it loads waits and is handed back by the loader, everyone after
  * that hits. It stays within a byte budget by evicting idle entries, least
@@ -30,7 +30,7 @@
 #include <check.h>
 
 #include "batchd-build.h"
-#include "cache.h"
+#include "blockcache.h"
 #include "fault.h"
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
