@@ -13,6 +13,7 @@ BATCHD_DEPS=(
 	patchelf     # tests/gpu/bundle.sh: the GPU bundle's RPATH
 	python3-yaml shellcheck   # tests/deploy: the Kubernetes manifests, the Slurm scripts
 	curl         # tests/remote: uploads and probes signed with --aws-sigv4
+	scdoc man-db # docs/man: the man pages, and their rendering checked by tests/cli (man)
 )
 
 batchd_install_deps() {

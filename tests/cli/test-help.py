@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""README and --help agree: every long option the README's command lines
-show for a tool and subcommand (batchd; batchd-pack, batchctl and
-batchd-bench with each of theirs) is in that command's --help.
+"""The docs and --help agree: every long option the command lines of the
+docs' ```sh blocks (README.md and docs/*.md, read as one text in the
+order given; "README" below is that text) show for a tool and subcommand
+(batchd; batchd-pack, batchctl and batchd-bench with each of theirs) is
+in that command's --help. The README's own quick starts are examples,
+not synopses, in ```bash blocks, which this does not read.
 
-The README's synopses are what users copy, and --help is what the tool
+The synopses are what users copy, and --help is what the tool
 really takes: a flag renamed in one and not the other sends a user to an
 "unrecognized option". For a subcommand the option must be in its own
 usage lines of --help (or anywhere in --help when those say [options]),
@@ -22,14 +25,14 @@ definition term of its page), every option the page names is in that
 naming the options of its usage lines. --help, -h and --version count
 as shown when the tool answers them (exit 0). batchd.conf(5) documents
 exactly the keys the daemon's configuration parser accepts, read from
-its key table in daemon/config*.c (cross-checked against its enum, so a
+its key table in daemon/config/config*.c (cross-checked against its enum, so a
 table the pattern misreads fails). Each built page must render without
 warnings (man --warnings, else groff -ww; skipped with a message when
 neither is installed or scdoc did not build them). This too first proves
 it can fail: pages forged with an option or key missing, one made up, or
 a subcommand's section gone must each be refused, naming it.
 
-usage: test-help.py README BATCHD BATCHD_PACK BATCHCTL BATCHD_BENCH
+usage: test-help.py DOC[,DOC...] BATCHD BATCHD_PACK BATCHCTL BATCHD_BENCH
        test-help.py --man MAN_SRC_DIR CONFIG_SRC_DIR BATCHD BATCHD_PACK BATCHCTL
                     BATCHD_BENCH [BUILT_PAGE...]
 """
@@ -173,9 +176,21 @@ def caught(readme, binaries, what, edit, want):
 def main(argv):
     if argv[1] == "--man":
         return man_main(argv[2:])
-    readme_path = argv[1]
+    paths = argv[1].split(",")
     binaries = dict(zip(TOOLS, argv[2:6]))
-    readme = open(readme_path, encoding="utf-8").read()
+    texts = [open(p, encoding="utf-8").read().rstrip("\n") for p in paths]
+    readme = "\n".join(texts)
+    # "README line N" of the joined text, as FILE:LINE, for the messages.
+    starts = [0]
+    for t in texts:
+        starts.append(starts[-1] + t.count("\n") + 1)
+
+    def where(msg):
+        def loc(m):
+            n = int(m.group(1))
+            k = max(i for i in range(len(paths)) if starts[i] < n)
+            return f"{os.path.relpath(paths[k])}:{n - starts[k]}"
+        return re.sub(r"README line (\d+)", loc, msg)
     failed = 0
 
     # The checker must catch a made-up option, and an option --help shows
@@ -192,7 +207,7 @@ def main(argv):
         print(f"FAIL - README command lines found per tool: {counts}")
         failed += 1
     for d in disagreements(readme, binaries):
-        print(f"FAIL - {d}")
+        print(f"FAIL - {where(d)}")
         failed += 1
     total = sum(len(c[2]) for c in found)
     print(f"{'ok' if not failed else 'FAIL'} - {total} README options of {len(found)} command "
