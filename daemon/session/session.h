@@ -11,7 +11,9 @@
  * Records are reclaimed in order once the client has released them, so
  * the arena is a byte ring and never fragments beyond one wrap.
  *
- * Thread rules: everything here runs on the loop thread. The pipeline
+ * Thread rules: everything here runs on the loop thread, but
+ * bd_session_largest_batch, which any thread may call (the open runs it
+ * on libuv's thread pool; session_size.c). The pipeline
  * threads touch only the bd_job they were handed (and the record bytes it
  * points into) until the job reports BD_JOB_DECODED; the GPU thread reads
  * a record from bd_gpu_copy() until BD_JOB_COPIED (job_event.h). Both
