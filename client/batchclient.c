@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * batchclient.c - the client side of batchd (see batchclient.h,
- * proto/PROTOCOL.md and proto/ring.h): the connection, and streams from
+ * lib/proto/PROTOCOL.md and lib/proto/ring.h): the connection, and streams from
  * OPEN to CLOSE.
  *
  * Requests go over the socket under the client's lock, one at a time, and
@@ -32,14 +32,14 @@
 #include "protocol.h"
 #include "ring.h"
 
-/* The public orders are the protocol's (proto/protocol.h), value for value. */
+/* The public orders are the protocol's (lib/proto/protocol.h), value for value. */
 _Static_assert(BC_SHUFFLE_NONE == (int)BP_SHUFFLE_NONE && BC_SHUFFLE_GLOBAL == (int)BP_SHUFFLE_GLOBAL &&
 	       BC_SHUFFLE_BLOCK == (int)BP_SHUFFLE_BLOCK && BP_SHUFFLE_MODES == 3,
 	       "enum bc_shuffle must equal enum bp_shuffle");
 
 #define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
 
-/* The public field types are the pack's (proto/pack_fields.h), value for value. */
+/* The public field types are the pack's (lib/pack/pack_fields.h), value for value. */
 _Static_assert(BC_FIELD_BYTES == (int)BP_FIELD_BYTES && BC_FIELD_INT64 == (int)BP_FIELD_INT64 &&
 	       BC_FIELD_FLOAT32 == (int)BP_FIELD_FLOAT32 && BC_FIELD_FLOAT64 == (int)BP_FIELD_FLOAT64 &&
 	       BC_FIELD_STR == (int)BP_FIELD_STR, "enum bc_field_type must equal enum bp_field_type");
@@ -860,7 +860,7 @@ static void stream_abandon(bc_stream *s, int err)
 
 /*
  * The start epoch's batches, from the one schedule the daemon computes
- * too (proto/schedule.h): READY gives the samples. With drop_last it may
+ * too (lib/proto/schedule.h): READY gives the samples. With drop_last it may
  * hold none, and the first batch is then of the next epoch. @return 0, or
  * -EBADMSG with s->err set for a READY that cannot answer the OPEN.
  */

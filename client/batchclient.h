@@ -264,7 +264,7 @@ BC_API int bc_batch_data_writable(bc_batch *b, void **ret_data, size_t *ret_len)
 
 /* ---- fields ------------------------------------------------------------------------------ */
 
-/* Field types, as the dataset's schema gives them (proto/PACK.md, Fields). */
+/* Field types, as the dataset's schema gives them (lib/pack/PACK.md, Fields). */
 enum bc_field_type {
 	BC_FIELD_BYTES = 1,     /* variable-length bytes (an image, a file) */
 	BC_FIELD_INT64 = 2,     /* one int64_t a sample (a label) */

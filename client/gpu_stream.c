@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * gpu_stream.c - the device side of a GPU stream (see batchclient.h,
- * proto/PROTOCOL.md and proto/ring.h).
+ * lib/proto/PROTOCOL.md and lib/proto/ring.h).
  *
  * A GPU stream maps the daemon's device allocation (a CUDA VMM handle that
  * READY carries as a fifth descriptor) once, when it opens, and orders the
  * GPU work around each batch with the daemon's IPC events: the caller's
  * stream waits on a slot's `ready` event, and a release records the slot's
  * `released` event on it. The CUDA driver is loaded at run time
- * (proto/cudrv/cudrv.h), so the library loads and serves host streams on
+ * (lib/cudrv/cudrv.h), so the library loads and serves host streams on
  * machines without one. Nothing the daemon writes is trusted here either:
  * the device table and every descriptor's device offset are checked
  * against the layout before use.

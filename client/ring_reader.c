@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ring_reader.c - the trainer's side of a stream's ring (proto/ring.h):
+ * ring_reader.c - the trainer's side of a stream's ring (lib/proto/ring.h):
  * bc_next takes published batches, bc_release gives them back, and the
  * bc_batch_ calls read them, through the read-only mapping or, for
  * bc_batch_*_writable, the trainer's private copy-on-write one, whose

@@ -143,7 +143,7 @@ void dt_daemon_dump_log(const dt_daemon *d, int max_lines);
 /* root/name into buf. */
 const char *dt_root_path(const dt_daemon *d, const char *name, char *buf, size_t len);
 
-/* A reference reader over a dataset (through proto/pack_file.h). */
+/* A reference reader over a dataset (through lib/pack/pack_file.h). */
 typedef struct dt_ref {
 	bp_dataset *ds;
 	bp_sample_reader *r;

@@ -14,7 +14,7 @@
 
 uint8_t prt_msg[BUF_SIZE], prt_out[BUF_SIZE];
 
-/* ---- byte helpers (independent of proto/endian.h) ----------------------- */
+/* ---- byte helpers (independent of lib/endian.h) ----------------------- */
 
 uint64_t prt_rd(const uint8_t *p, int width)
 {

@@ -7,7 +7,7 @@
  * The suites check the byte layout against PROTOCOL.md's tables, so the
  * offsets are restated here rather than taken from the encoder, and bytes
  * are read and written by hand (prt_rd, prt_wr) rather than through
- * proto/endian.h. Every decode goes through prt_decode_as, which also
+ * lib/endian.h. Every decode goes through prt_decode_as, which also
  * asserts that whatever a decoder accepts re-encodes to exactly the bytes
  * it was given: a decoder cannot quietly normalise what a peer sent.
  *

@@ -18,7 +18,7 @@
  * values batchclient.h documents for them.
  *
  * The trainer looks at its stream's control page through client_priv.h
- * (the daemon_hungry flag of proto/ring.h): that is the one precondition
+ * (the daemon_hungry flag of lib/proto/ring.h): that is the one precondition
  * that no public call shows, and without it the release would not write
  * the pipe at all. BATCHD and BATCHD_PACK name the binaries (meson sets
  * them).

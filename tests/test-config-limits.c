@@ -6,7 +6,7 @@
  * admin_gid, [metrics] sessions. Their defaults, every accepted form, and
  * each refusal with the exact FILE:LINE message an operator reads (the
  * rest of the grammar is test-config.c's). And the sizes those limits
- * and the budget are written in (proto/units.c, shared by the daemon and
+ * and the budget are written in (lib/proto/units.c, shared by the daemon and
  * the tools): every unit, the blanks and cases allowed, every refusal.
  */
 #include <errno.h>

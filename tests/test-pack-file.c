@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-pack-file.c - the Check suite for proto/pack_file.c and
- * proto/pack_writer.c: datasets on disk.
+ * test-pack-file.c - the Check suite for lib/pack/pack_file.c and
+ * lib/pack/pack_writer.c: datasets on disk.
  *
  * Each test writes real shards with bp_pack_writer into its own directory
  * under one temporary root (made in main(), removed when the suite ends,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-pack-index.c - the Check suite for proto/pack.c's index validation:
+ * test-pack-index.c - the Check suite for lib/pack/pack.c's index validation:
  * every semantic rule of the block and sample tables (PACK.md §Index),
  * each broken alone in a pack that is otherwise a writer's.
  *

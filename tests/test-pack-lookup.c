@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-pack-lookup.c - the Check suite for the constant-time lookups of
- * proto/pack.c (bp_pack_ranges, bp_pack_lookup) and proto/pack_file.c
+ * lib/pack/pack.c (bp_pack_ranges, bp_pack_lookup) and lib/pack/pack_file.c
  * (bp_dataset_locate through the shard map).
  *
  * A lookup table is only worth having if it answers exactly what the

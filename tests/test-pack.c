@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-pack.c - the Check suite for proto/pack.c: the .bpk codecs and
+ * test-pack.c - the Check suite for lib/pack/pack.c: the .bpk codecs and
  * validators, fed both packs written by bp_pack_writer and packs crafted
  * byte by byte.
  *

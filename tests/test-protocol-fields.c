@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-protocol-fields.c - the Check suite for the control messages'
- * field validation (proto/protocol.c), one field at a time.
+ * field validation (lib/proto/protocol.c), one field at a time.
  *
  * Every field with a rule is set out of range alone, once in the message
  * handed to the encoder (which must say -EINVAL and write nothing) and

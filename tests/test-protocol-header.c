@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-protocol-header.c - the Check suite for the protocol's common
- * header (proto/protocol.c): its byte layout, and what bp_msg_header_decode
+ * header (lib/proto/protocol.c): its byte layout, and what bp_msg_header_decode
  * turns down before any body decoder sees a datagram (wrong magic, unknown
  * type, a length that disagrees with the datagram or exceeds BP_MSG_MAX,
  * non-zero reserved bytes).

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-protocol-hostile.c - the Check suite that attacks every decoder in
- * proto/protocol.c generically, one message type per loop iteration.
+ * lib/proto/protocol.c generically, one message type per loop iteration.
  *
  * Every message a daemon or client receives was chosen by its peer, so
  * each type's sample is sent with a wrong magic, a wrong length,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-protocol-names.c - the Check suite for the protocol's names and
- * printed forms (proto/protocol.h): message type names, the shuffle modes'
+ * printed forms (lib/proto/protocol.h): message type names, the shuffle modes'
  * name table and parser, and device UUIDs as nvidia-smi prints them.
  *
  * These strings leave the process: the daemon logs them and writes them

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-protocol-roundtrip.c - the Check suite for the control messages'
- * encoders and decoders (proto/protocol.c) on valid input: each message
+ * encoders and decoders (lib/proto/protocol.c) on valid input: each message
  * type encoded and checked byte by byte against PROTOCOL.md's tables
  * (offsets restated in protocol-testlib.h, not taken from the encoder),
  * then decoded back, at its sample values and at every limit's edge.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test-s3.c - the Check suite for the S3 client (proto/s3*.c) where no
+ * test-s3.c - the Check suite for the S3 client (lib/s3/) where no
  * S3 server is needed: locations (good ones, and each rule a bad one
  * breaks), credentials (the named file's mode and owner, profiles, the
  * environment, session tokens, the shared file), the backoff's bounds,

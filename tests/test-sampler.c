@@ -67,7 +67,7 @@ static void init_ok(bd_sampler *s, const bd_sampler_cfg *c)
 }
 
 /*
- * The striped rule, written out independently of proto/schedule.c: sample
+ * The striped rule, written out independently of lib/proto/schedule.c: sample
  * i of rank r's batch b (len samples; every batch before it held B of each
  * rank's) of an epoch that starts at global position S.
  */

@@ -8,7 +8,7 @@ The same samples, read four ways in one run:
   zst   the same, one .zst file per sample (zstd level 3), decompressed with
         python3-zstandard;
   bpk   the same, reading the .bpk itself: it parses the index
-        (proto/PACK.md), preads the block, checks its XXH3 hashes when
+        (lib/pack/PACK.md), preads the block, checks its XXH3 hashes when
         python3-xxhash is there (batchd always does) and decompresses it;
   batchd  batchclient.Loader on a batchd that this script starts with the
         daemon's defaults (--no-config, --socket and --root; --memory and --direct
@@ -107,7 +107,7 @@ SIZE = re.compile(r"([0-9]+)(?:\.([0-9]+))?[ \t]*(?:([KMGT])(iB|B)?|B)?", re.IGN
 
 
 def size_arg(s):
-    """A size as batchd reads one (proto/units.c, bp_parse_size): digits, an
+    """A size as batchd reads one (lib/proto/units.c, bp_parse_size): digits, an
     optional fraction, blanks, then B, K/M/G/T alone or with iB (powers of
     1024) or with B (powers of 1000), letters in any case; a fraction needs
     a unit and is rounded down to whole bytes."""

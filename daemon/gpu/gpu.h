@@ -8,7 +8,7 @@
  * the client, who maps it once. Per slot the daemon owns two interprocess
  * events: `ready`, recorded on the session's stream after the copy into
  * the slot, and `released`, which the client records on its own stream
- * when it releases the batch (see proto/ring.h).
+ * when it releases the batch (see lib/proto/ring.h).
  *
  * One GPU thread serves every session. For each batch it waits until the
  * slot's `released` event has completed (polled with cudaEventQuery, never

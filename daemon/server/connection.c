@@ -5,7 +5,7 @@
  * [access] allow-lists), the handshake deadline, reading one request at a
  * time and dispatching it, and sending replies, queued in order when the
  * socket is full and bounded by [limits] client_queue
- * (proto/PROTOCOL.md). OPEN is handed to open_request.c once decoded; a client
+ * (lib/proto/PROTOCOL.md). OPEN is handed to open_request.c once decoded; a client
  * that breaks the protocol is answered with an ERROR naming what it did
  * and cut off here. Every limit is read from the configuration when it
  * applies, so a reload changes it for the next connection or request.

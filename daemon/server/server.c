@@ -5,7 +5,7 @@
  * connections (and riding out a shortage of file descriptors), reload on
  * SIGHUP, the end of sessions, and an orderly stop (see server.h). The clients and
  * their requests are in connection.c and open_request.c; the protocol is
- * proto/PROTOCOL.md.
+ * lib/proto/PROTOCOL.md.
  */
 #include <errno.h>
 #include <grp.h>

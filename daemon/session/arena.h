@@ -4,7 +4,7 @@
  * were allocated.
  *
  * A session's batch records live in one fixed region of its shared memory
- * (proto/ring.h). Records are planned in order and released by the client
+ * (lib/proto/ring.h). Records are planned in order and released by the client
  * in order, so the region is used as a ring: records go after the newest
  * one, and when the end has no room the next one wraps to offset 0 if the
  * oldest record has moved far enough on. The bytes between the last record

@@ -121,7 +121,7 @@ bd_key_table *bd_key_table_read(const bp_dataset *ds, uint64_t max_samples)
 /* ---- a batch's keys ------------------------------------------------------ */
 
 /*
- * The most a key reader holds (proto/pack_fields.h): the key-block and
+ * The most a key reader holds (lib/pack/pack_fields.h): the key-block and
  * key-hash directories of every shard (32 and 16 bytes an entry), one
  * key block stored and decoded (BP_KEYS_PER_BLOCK keys of at most
  * BP_KEY_MAX bytes and their lengths), a key-hash page (16 bytes an

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * keys.h - the sample keys a session's batches carry (proto/PACK.md, Keys).
+ * keys.h - the sample keys a session's batches carry (lib/pack/PACK.md, Keys).
  *
  * A shuffled batch touches nearly a key block a sample, so reading keys
  * as batches need them decodes about a key block per sample. Where the

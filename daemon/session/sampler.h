@@ -37,7 +37,7 @@
  *                      with each epoch. Degenerate case: when chunk > n there
  *                      is no full chunk and the order is the identity.
  *
- * Ranks stripe the global order (proto/schedule.h has the arithmetic, shared
+ * Ranks stripe the global order (lib/proto/schedule.h has the arithmetic, shared
  * with libbatchclient). An epoch's schedule starts at global position S:
  * S = start_sample for start_epoch, 0 for every other epoch. With rem =
  * n - S: per_rank = drop_last ? floor(rem / world) : ceil(rem / world);

@@ -4,7 +4,7 @@
  * memory, and the planner that keeps `prefetch` batches staged ahead.
  *
  * A session owns a data memfd (the ring: descriptors plus an arena of
- * batch records, see proto/ring.h) and a control memfd the client writes.
+ * batch records, see lib/proto/ring.h) and a control memfd the client writes.
  * The planner walks the sampler's order batch after batch, epoch after
  * epoch, carves each batch's record out of the arena, and hands the batch
  * to the pipeline; finished batches are published strictly in order.

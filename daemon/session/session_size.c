@@ -47,7 +47,7 @@ static uint32_t jobs_in_flight(const bd_session *s)
 static uint64_t heap_bytes(const bd_session *s, int device)
 {
 	/*
-	 * A framed sample is a block and a piece per frame (proto/PACK.md,
+	 * A framed sample is a block and a piece per frame (lib/pack/PACK.md,
 	 * Frames), and each selected bytes field of a sample a piece of its
 	 * own: a frame times a field bounds both.
 	 */

@@ -4,7 +4,7 @@
  * waits: the counters the client writes into the control memfd, clamped
  * to what could have happened.
  *
- * consumed, waits, wait_ns and wait_hist[] (proto/ring.h) are the client's
+ * consumed, waits, wait_ns and wait_hist[] (lib/proto/ring.h) are the client's
  * to write, and a hostile one may write anything there; status and metrics
  * show them, and the totals add them up when a session ends. The daemon
  * keeps what it accepted so far and takes in only increases that are

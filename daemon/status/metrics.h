@@ -3,7 +3,7 @@
  * metrics.h - counters, histograms, and their Prometheus text exposition.
  *
  * Histograms are fixed log-scale buckets (1 us x 4^i, the same bounds the
- * client reports its waits in, see proto/ring.h), updated with relaxed
+ * client reports its waits in, see lib/proto/ring.h), updated with relaxed
  * atomics so the I/O and decode threads can record without locks; a
  * reader may see a sum and a count from slightly different moments, which
  * Prometheus tolerates. The exposition is plain text built into a growable

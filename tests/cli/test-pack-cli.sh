@@ -5,7 +5,7 @@
 #
 #   bash tests/cli/test-pack-cli.sh PATH/TO/batchd-pack
 #
-# The unit tests check proto/pack.c one function at a time; this script checks
+# The unit tests check lib/pack/pack.c one function at a time; this script checks
 # what a user sees: it packs real files (a bounded slice of the Python
 # standard library plus hand-made awkward names), tar archives and record
 # files, then reads every sample back with `batchd-pack cat` and compares

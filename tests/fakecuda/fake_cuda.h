@@ -7,7 +7,7 @@
  * Why two objects: the real runtime is a separate library that loads the
  * driver with dlopen(), and batchd and libbatchclient use both (the
  * runtime for streams, copies and events; the driver, through
- * proto/cudrv/cudrv.c, for VMM memory and IPC events). The fake runtime does
+ * lib/cudrv/cudrv.c, for VMM memory and IPC events). The fake runtime does
  * the same: it loads libcuda.so.1 and, when that is the fake driver, asks
  * it through the hooks below which addresses are device memory and tells
  * it which device the calling thread made current, as the real runtime

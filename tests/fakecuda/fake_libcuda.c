@@ -9,7 +9,7 @@
  * it by path before libbatchclient asks for "libcuda.so.1" gets this one,
  * because the dynamic loader matches objects already loaded by soname; a
  * process started with its directory on LD_LIBRARY_PATH gets it too. It
- * exports cuGetProcAddress_v2, the one symbol proto/cudrv/cudrv.c looks up, and
+ * exports cuGetProcAddress_v2, the one symbol lib/cudrv/cudrv.c looks up, and
  * serves behind it the driver calls batchd and a GPU stream make, on the
  * host: "device memory" is a memfd (cuMemCreate makes one, exporting it
  * dups it, importing takes any memfd, such as the one the fake daemon

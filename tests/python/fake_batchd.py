@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""A stand-in batchd that serves GPU sessions as proto/PROTOCOL.md says, for
+"""A stand-in batchd that serves GPU sessions as lib/proto/PROTOCOL.md says, for
 testing libbatchclient's GPU streams against the fake CUDA driver
 (fake_libcuda.c) where there is no GPU, and that breaks, on request, each
 rule of the device table a hostile daemon could break.

@@ -129,7 +129,7 @@ def upload_dataset(local, name):
 
 
 def block_region(path):
-    """[data_offset, data_end) of a pack: where its blocks lie (proto/PACK.md)."""
+    """[data_offset, data_end) of a pack: where its blocks lie (lib/pack/PACK.md)."""
     with open(path, "rb") as f:
         f.seek(48)
         data_offset, = struct.unpack("<Q", f.read(8))

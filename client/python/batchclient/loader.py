@@ -628,7 +628,7 @@ class Loader:
 
     @property
     def fingerprint(self):
-        """The dataset fingerprint (proto/PACK.md), which keys the schedule."""
+        """The dataset fingerprint (lib/pack/PACK.md), which keys the schedule."""
         return self._live().fingerprint
 
     @property

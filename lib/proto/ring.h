@@ -26,7 +26,7 @@
  * record offset instead of samples.
  *
  * Fields (PROTOCOL.md, "Fields"): the header names the dataset's schema
- * (encoded as proto/pack_fields.h's bp_schema_encode, at schema_offset)
+ * (encoded as lib/pack/pack_fields.h's bp_schema_encode, at schema_offset)
  * and the fields the session selected. A session that selected one bytes
  * field and no keys has exactly the record above. Any other has, after
  * the sample table (which then describes the first selected bytes field,

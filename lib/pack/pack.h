@@ -7,7 +7,7 @@
  * samples, or one frame of a sample too large for one), for samples with
  * fields the sections beside the blocks (pack_fields.h), an index (block
  * table + sample table, + section table) and a fixed-size footer that
- * locates the index, so a writer can stream. proto/PACK.md is the normative specification; this
+ * locates the index, so a writer can stream. lib/pack/PACK.md is the normative specification; this
  * header is its C face.
  *
  * Everything here is pure: functions take caller buffers, do no I/O, start
