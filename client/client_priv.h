@@ -97,6 +97,17 @@ struct bc_stream {
 
 /* batchclient.c */
 
+
+/*
+ * connection.c: the socket's messages, one request at a time under the
+ * client's lock (connection.c documents each call's returns): the whole of
+ * a message sent, one reply received with its descriptors, an ERROR
+ * reply's code and text, descriptors closed.
+ */
+int bc__send_all(bc_client *c, const uint8_t *msg, int len);
+int bc__recv_reply(bc_client *c, int *fds, int nfds, int *ret_nfds);
+int bc__reply_error(bc_client *c, const uint8_t *buf, int len);
+void bc__close_fds(int *fds, int n);
 /* Say in s->err why the session's memory was refused (bc_open passes it on). @return -EBADMSG. */
 int bc__bad_ring(bc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
