@@ -45,14 +45,15 @@ batchd_venv_root() {
 
 # batchd_venv NAME REQUIREMENTS: the venv NAME with exactly the pinned
 # packages of the file REQUIREMENTS, made with Debian's python3 (its
-# python3-venv is in BATCHD_DEPS) when missing or when the file changed
-# since; prints its directory. Concurrent callers wait for each other
+# python3-venv is in BATCHD_DEPS) when missing or when the file's
+# requirements (its lines but comments and blank ones) changed since;
+# prints its directory. Concurrent callers wait for each other
 # (flock); a failed install leaves no venv behind that looks finished.
 batchd_venv() {
 	local name=$1 req=$2 root dir want rc=0
 	root=$(batchd_venv_root)
 	dir="$root/$name"
-	want=$(sha256sum <"$req" | cut -d' ' -f1) || return
+	want=$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$req" | sha256sum | cut -d' ' -f1) || return
 	mkdir -p -- "$root" || return
 	(
 		flock 9 || exit 1
