@@ -14,12 +14,13 @@ batchd_install_deps
 . tests/remote/s3lib.sh
 s3_install
 export BATCHD_S3_REQUIRED=1
-# The python tests run twice in the plain build: under Debian's python3 and
-# its torch 1.13, and under a venv's torch 2.x from PyPI (suite
-# python-torch2, tests/python/requirements-torch2.txt; made once, 5.4 GiB,
-# reused until the file changes). No venv is a failure, not a skip. The
-# sanitizer builds run only the first, for time (the second costs about as
-# much again): the library code they check is the same under either torch.
+# The python tests that import torch or numpy run twice in the plain build:
+# under Debian's python3 and its torch 1.13, and under a venv's torch 2.x
+# from PyPI (suite python-torch2, tests/python/requirements-torch2.txt; made
+# once, 5.4 GiB, reused until the file changes). No venv is a failure, not
+# a skip. The sanitizer builds run only the first, for time (the second
+# costs about as much again): the library code they check is the same
+# under either torch.
 torch2_venv=$(batchd_venv torch2 tests/python/requirements-torch2.txt) || {
 	echo "test.sh: could not make the torch 2.x venv (tools/deps.sh batchd_venv torch2)" >&2
 	exit 1
