@@ -14,6 +14,17 @@ batchd_install_deps
 . tests/remote/s3lib.sh
 s3_install
 export BATCHD_S3_REQUIRED=1
+# The python tests that import torch or numpy run twice in the plain build:
+# under Debian's python3 and its torch 1.13, and under a venv's torch 2.x
+# from PyPI (suite python-torch2, tests/python/requirements-torch2.txt; made
+# once, 5.4 GiB, reused until the file changes). No venv is a failure, not
+# a skip. The sanitizer builds run only the first, for time (the second
+# costs about as much again): the library code they check is the same
+# under either torch.
+torch2_venv=$(batchd_venv torch2 tests/python/requirements-torch2.txt) || {
+	echo "test.sh: could not make the torch 2.x venv (tools/deps.sh batchd_venv torch2)" >&2
+	exit 1
+}
 
 jobs=$(nproc)
 
@@ -27,7 +38,7 @@ run_suite() {
 	meson test -C "$dir" --print-errorlogs --num-processes "$jobs" ${BATCHD_SUITE:+--suite "$BATCHD_SUITE"}
 }
 
-run_suite build-test -Dfault_injection=true
+run_suite build-test -Dfault_injection=true -Dtorch2_python="$torch2_venv/bin/python"
 BATCHD_SUITE= run_suite build-asan -Dfault_injection=true -Db_sanitize=address,undefined -Db_lundef=false
 BATCHD_SUITE=threads run_suite build-tsan -Dfault_injection=true -Db_sanitize=thread -Db_lundef=false
 echo "== all suites passed"

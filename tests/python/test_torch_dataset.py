@@ -21,6 +21,7 @@ import collections
 import os
 import subprocess
 import sys
+import warnings
 
 import batchd_testlib as T
 
@@ -187,14 +188,28 @@ class TorchDataset(T.DaemonCase):
         self.assertEqual(ds.position, (1, 0))
 
     def test_pin_memory(self):
-        ds = self.dataset()
-        dl = DataLoader(ds, batch_size=None, num_workers=2, pin_memory=True)
-        got = []
-        for x in dl:
-            # DataLoader pins only where CUDA is; without it the tensors stay as they are.
-            self.assertEqual(x.is_pinned(), torch.cuda.is_available())
-            got.append(ids_of(x))
-        self.assert_same_batches(got, self.reference(0), "pin_memory")
+        # DataLoader pins only where there is a device to pin for; elsewhere the
+        # tensors stay as they are. torch 1.13 asks CUDA, silently; torch 2.x asks
+        # torch.accelerator and, finding none, warns once per iterator (a warning
+        # that -W error makes fatal: hence counted here, for each version).
+        accel = getattr(torch, "accelerator", None)
+        pins = accel.is_available() if accel is not None else torch.cuda.is_available()
+        warns = 1 if accel is not None and not pins else 0
+        for workers in (0, 2):
+            ctx = f"num_workers {workers}"
+            ds = self.dataset()
+            dl = DataLoader(ds, batch_size=None, num_workers=workers, pin_memory=True)
+            got = []
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for x in dl:
+                    self.assertEqual(x.is_pinned(), pins, ctx)
+                    got.append(ids_of(x))
+                    del x        # with num_workers=0 a view of the batch, which it pins
+            self.assert_same_batches(got, self.reference(0), f"pin_memory, {ctx}")
+            said = [str(w.message) for w in caught if "pin_memory" in str(w.message)]
+            self.assertEqual(len(said), warns, f"{ctx}: {said}")
+            ds.close()
 
     def check_labelled(self, x, y):
         self.assertEqual((x.dtype, tuple(x.shape[1:]), y.dtype), (torch.uint8, (IMG,),

@@ -89,8 +89,10 @@ batchclient.rank_and_world), so workers use the training process's values.
 $LOCAL_RANK names the GPU, which is the trainer's business, not the data's.
 
 pin_memory=True is DataLoader's: it copies the yielded tensors into
-page-locked memory when CUDA is available; without CUDA, torch 1.13's
-DataLoader leaves them as they are.
+page-locked memory where there is a device to pin for (torch 1.13: CUDA;
+torch 2.x: torch.accelerator) and leaves them as they are elsewhere,
+where torch 2.x also warns (UserWarning, once per iterator; fatal under
+-W error, so pass pin_memory only where a GPU is).
 
 Importing this module needs torch; `import batchclient` does not.
 """
