@@ -41,7 +41,9 @@ DALI_FILL = 1024          # DALI's reader shuffle buffer (initial_fill, its defa
 
 def describe(peer, s):
     knob = PEERS[peer]["knob"]
-    return "daemon defaults" if knob is None else f"{knob}={s[knob]}"
+    if knob is None:
+        return f"--memory {s['memory']}" if s.get("memory") else "daemon defaults"
+    return f"{knob}={s[knob]}"
 
 
 def as_batch(ids, blobs, size):
@@ -139,6 +141,14 @@ def open_wds(spec, s):
 
 def open_litdata(spec, s):
     import litdata
+    if os.environ.get("BATCHD_PEERS_ALLOW_HTTP") == "1":
+        # The test bucket is plain http://; litData's obstore client options
+        # lack allow_http (its chunk GETs fail with BadScheme): add it, and
+        # nothing else, so that its own download path is the one measured.
+        from litdata.streaming import downloader
+        opts = dict(downloader._OBSTORE_CLIENT_OPTIONS)
+        opts["allow_http"] = "true"
+        downloader._OBSTORE_CLIENT_OPTIONS = opts
     ds = litdata.StreamingDataset(spec["path"], shuffle=True, seed=spec["seed"],
                                   cache_dir=spec.get("cache_dir"))
     dl = litdata.StreamingDataLoader(ds, batch_size=spec["batch_size"],

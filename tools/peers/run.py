@@ -46,6 +46,8 @@ import loaders     # noqa: E402
 
 WORKLOADS = ("raw", "raw-cold", "remote", "resume")
 CGROUP_NAME = "batchd-peers"
+# batchd's settings in the workload running (raw-cold sets "memory"; see there).
+BATCHD_SETTINGS = {}
 med = statistics.median
 
 
@@ -154,7 +156,7 @@ def stop(p):
 def sweep_points(args, peer):
     knob = loaders.PEERS[peer]["knob"]
     if knob is None:
-        return [{}]
+        return [dict(BATCHD_SETTINGS)]
     vals = args.dali_threads if knob == "num_threads" else args.workers
     return [{knob: v} for v in vals]
 
@@ -205,12 +207,12 @@ class Contest:
             self.best[p] = json.loads(max(by, key=lambda k: med(by[k])))
 
     def pairs(self, repeat):
-        if "batchd" in self.failed:
+        if "batchd" not in self.peers or "batchd" in self.failed:
             return
         others = [p for p in self.peers if p != "batchd" and p in self.best]
         for rep in range(repeat):
             for p in others:
-                a = self.measure("batchd", {}, f"pair {rep + 1}: batchd")
+                a = self.measure("batchd", BATCHD_SETTINGS, f"pair {rep + 1}: batchd")
                 b = self.measure(p, self.best[p],
                                  f"pair {rep + 1}: {p}, {loaders.describe(p, self.best[p])}")
                 if "error" in a or "error" in b:
@@ -226,7 +228,8 @@ class Contest:
         if ours:
             v = [r[metric] for r in ours]
             rows.append({"peer": "batchd", "loader": loaders.PEERS["batchd"]["title"],
-                         "settings": "daemon defaults", "runs": len(v), "samples_s": med(v),
+                         "settings": loaders.describe("batchd", BATCHD_SETTINGS), "runs": len(v),
+                         "samples_s": med(v),
                          "min": min(v), "max": max(v), "bytes_s": med(v) * size,
                          "load": [min(r["load"][0] for r in ours), max(r["load"][0] for r in ours)]})
         for p in self.peers:
@@ -425,8 +428,9 @@ def workload_cold(args):
         RUNNER.cgroup = cg.procs
         cg.reset_peak()
         if p == "batchd":     # a fresh daemon in the cgroup: its memory starts empty too
+            mem = ["--memory", BATCHD_SETTINGS["memory"]] if BATCHD_SETTINGS.get("memory") else []
             state["daemon"] = RUNNER.daemon([os.path.join(args.build, "daemon", "batchd"),
-                                             "--socket", sock, "--root", d["bpk"]], sock,
+                                             "--socket", sock, "--root", d["bpk"], *mem], sock,
                                             os.path.join(work, "batchd.log"))
 
     def after(p):
@@ -438,11 +442,18 @@ def workload_cold(args):
     c = Contest(RUNNER, peers, spec, before, after)
     saved = args.workers
     args.workers = args.cold_workers
+    # batchd's auto budget is half the room under its cgroup but at least
+    # 1 GiB: under a limit near 1 GiB it plans with all of it and the
+    # cgroup kills it once its consumer, in the same cgroup, takes its
+    # share. Half the limit, as the auto budget means to be.
+    if args.cold_batchd_memory != "auto":
+        BATCHD_SETTINGS["memory"] = args.cold_batchd_memory or f"{args.cold_limit // 2 >> 20}M"
     try:
         c.sweep(1)
         c.pairs(args.repeat)
     finally:
         args.workers = saved
+        BATCHD_SETTINGS.clear()
         stop(state["daemon"])
         RUNNER.cgroup = None
         cg.close()
@@ -458,9 +469,6 @@ def workload_cold(args):
             f"all timed, batch {args.batch_size}, load {load0[0]} at the start, "
             f"{loadavg()[0]} at the end")
     print_table("raw-cold", rows, note)
-    for r in rows:
-        if "cgroup_peak_mb" in r:
-            print(f"  cgroup peak, {r['peer']}: {r['cgroup_peak_mb']:.0f} MB")
     print_failed(c.failed)
     return {"note": note, "rows": rows, "failed": c.failed, "load": [load0, loadavg()]}
 
@@ -537,6 +545,10 @@ def workload_remote(args):
         RUNNER.env["AWS_REGION"] = s3.env["AWS_DEFAULT_REGION"]
         RUNNER.env["AWS_ENDPOINT_URL"] = ep          # boto3 (litData)
         RUNNER.env["S3_ENDPOINT_URL"] = ep           # Mosaic streaming
+        # litData fetches chunks with obstore, whose S3Store it builds without
+        # allow_http: against an http:// endpoint every GET fails ("builder
+        # error", BadScheme). loaders.open_litdata adds that one option.
+        RUNNER.env["BATCHD_PEERS_ALLOW_HTTP"] = "1"
         t0 = time.perf_counter()
         if "batchd" in peers:
             subprocess.run([os.path.join(args.build, "tools", "batchd-pack"), "create",
@@ -585,7 +597,7 @@ def workload_remote(args):
         c.pairs(args.repeat)
     finally:
         stop(state["daemon"])
-        for k in ("AWS_ENDPOINT_URL", "S3_ENDPOINT_URL"):
+        for k in ("AWS_ENDPOINT_URL", "S3_ENDPOINT_URL", "BATCHD_PEERS_ALLOW_HTTP"):
             RUNNER.env.pop(k, None)
         s3.close()
     c.failed.update(failed)
@@ -706,11 +718,13 @@ def main():
     ap.add_argument("--cold-samples", type=bvt.count_arg(1), default=12000)
     ap.add_argument("--cold-record-size", type=bvt.size_arg, default=128 << 10,
                     help="raw-cold: bytes a sample (default 128K: 12000 of them, 1.6 GB)")
-    ap.add_argument("--cold-limit", type=bvt.size_arg, default=512 << 20,
-                    help="raw-cold: the cgroup's memory limit (default 512M)")
+    ap.add_argument("--cold-limit", type=bvt.size_arg, default=1 << 30,
+                    help="raw-cold: the cgroup's memory limit (default 1G)")
     ap.add_argument("--cold-epochs", type=bvt.count_arg(1), default=1)
     ap.add_argument("--cold-workers", type=bvt.list_arg, default=[2, 4, 8],
                     help="raw-cold: num_workers to sweep (default 2,4,8)")
+    ap.add_argument("--cold-batchd-memory", help="raw-cold: batchd --memory (default half the "
+                    "limit; auto: the daemon's own budget)")
     ap.add_argument("--seed", type=bvt.count_arg(0), default=0)
     ap.add_argument("--run-timeout", type=float, default=900, help="seconds one run may take")
     args = ap.parse_args()
