@@ -111,13 +111,24 @@ class Runner:
         try:
             out = json.loads(last)
         except ValueError:
-            out = {"error": f"exit {p.returncode}, no result"}
+            out = {"error": f"exit {p.returncode}, no result" + self.oom_note(p.returncode)}
         if "error" in out:
             tail = "\n".join(p.stderr.strip().splitlines()[-12:])
             out["stderr"] = tail
             log(f"  {what}: FAILED: {out['error']}\n    " + tail.replace("\n", "\n    "))
         out["load"] = load
         return out
+
+    def oom_note(self, rc):
+        """What killed a child with SIGKILL in a cgroup: its OOM kill count."""
+        if rc != -9 or self.cgroup is None:
+            return ""
+        try:
+            with open(os.path.join(os.path.dirname(self.cgroup), "memory.oom_control")) as f:
+                kills = dict(line.split() for line in f if line.strip()).get("oom_kill", "?")
+        except OSError:
+            kills = "?"
+        return f" (SIGKILL; the cgroup's OOM kills so far: {kills})"
 
     def daemon(self, argv, sock, logpath):
         """batchd with argv (--no-config first), answering on sock; the Popen."""
@@ -171,6 +182,7 @@ class Contest:
         self.before, self.after = before or (lambda p: None), after or (lambda p: None)
         self.metric = metric
         self.failed = {}            # peer: reason
+        self.sweep_failed = {}      # peer: {settings: reason} (points of its sweep that failed)
         self.swept = {}             # peer: [(settings, result)]
         self.best = {}
         self.ours, self.theirs = [], {}
@@ -194,6 +206,7 @@ class Contest:
                 for s in sweep_points(self.runner.args, p):
                     r = self.measure(p, s, f"sweep {rep + 1}: {p}, {loaders.describe(p, s)}")
                     if "error" in r:
+                        self.sweep_failed.setdefault(p, {})[loaders.describe(p, s)] = r["error"]
                         if not any("error" not in x for _, x in self.swept.get(p, [])):
                             self.failed[p] = r["error"] + ("\n" + r["stderr"] if r.get("stderr")
                                                            else "")
@@ -247,7 +260,8 @@ class Contest:
                    "settings": loaders.describe(p, self.best[p]), "runs": len(v),
                    "samples_s": med(v), "min": min(v), "max": max(v), "bytes_s": med(v) * size,
                    "load": [min(r["load"][0] for r in runs), max(r["load"][0] for r in runs)],
-                   "sweep": {loaders.describe(p, s): r[metric] for s, r in self.swept[p]}}
+                   "sweep": {loaders.describe(p, s): r[metric] for s, r in self.swept[p]},
+                   "sweep_failed": self.sweep_failed.get(p, {})}
             if ratios:
                 row.update(ratio=med(ratios), ratio_min=min(ratios), ratio_max=max(ratios))
             rows.append(row)
@@ -266,9 +280,10 @@ def print_table(title, rows, note=""):
         print(f"| {r['loader']:<30} | {r['settings']:<16} | {r['runs']:>4} | "
               f"{r['samples_s']:>10,.0f} | {r['bytes_s'] / 1e6:>7.1f} | {ratio:>31} | {load:>9} |")
     for r in rows:
-        if r.get("sweep") and len(r["sweep"]) > 1:
-            print(f"  sweep, {r['peer']}: " + ", ".join(f"{k} {v:,.0f}"
-                                                        for k, v in r["sweep"].items()))
+        if r.get("sweep") and len(r["sweep"]) + len(r.get("sweep_failed", {})) > 1:
+            print(f"  sweep, {r['peer']}: " + ", ".join(
+                [f"{k} {v:,.0f}" for k, v in r["sweep"].items()] +
+                [f"{k} failed ({why})" for k, why in r.get("sweep_failed", {}).items()]))
 
 
 def print_failed(failed):
@@ -678,7 +693,7 @@ def plot(results, path):
                 txt += f"   batchd {r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
             ax.text(r["max"], i, "  " + txt, va="center", fontsize=8)
         ax.set_xscale("log")
-        ax.set_xlim(min(r["min"] for r in rows) / 2, max(r["max"] for r in rows) * 30)
+        ax.set_xlim(min(r["min"] for r in rows) / 2, max(r["max"] for r in rows) * 10)
         ax.set_title(f"{title}: samples/s, median (min-max)\n{note}", fontsize=8, loc="left")
         ax.set_xlabel("samples/s (log scale)", fontsize=8)
     fig.tight_layout()
