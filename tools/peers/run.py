@@ -241,7 +241,8 @@ class Contest:
         if ours:
             v = [r[metric] for r in ours]
             rows.append({"peer": "batchd", "loader": loaders.PEERS["batchd"]["title"],
-                         "settings": loaders.describe("batchd", BATCHD_SETTINGS), "runs": len(v),
+                         "settings": loaders.describe("batchd", self.best.get("batchd", {})),
+                         "runs": len(v),
                          "samples_s": med(v),
                          "min": min(v), "max": max(v), "bytes_s": med(v) * size,
                          "load": [min(r["load"][0] for r in ours), max(r["load"][0] for r in ours)]})
