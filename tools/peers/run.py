@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -459,9 +460,10 @@ def workload_cold(args):
     saved = args.workers
     args.workers = args.cold_workers
     # batchd's auto budget is half the room under its cgroup but at least
-    # 1 GiB: under a limit near 1 GiB it plans with all of it and the
-    # cgroup kills it once its consumer, in the same cgroup, takes its
-    # share. Half the limit, as the auto budget means to be.
+    # 1 GiB: under a limit near 1 GiB it plans with all of it, and with a
+    # dataset that fits it (tier ram) the cgroup killed it once its
+    # consumer, in the same cgroup, took its share. Half the limit, as the
+    # auto budget means to be.
     if args.cold_batchd_memory != "auto":
         BATCHD_SETTINGS["memory"] = args.cold_batchd_memory or f"{args.cold_limit // 2 >> 20}M"
     try:
@@ -695,7 +697,8 @@ def plot(results, path):
             ax.text(r["max"], i, "  " + txt, va="center", fontsize=8)
         ax.set_xscale("log")
         ax.set_xlim(min(r["min"] for r in rows) / 2, max(r["max"] for r in rows) * 10)
-        ax.set_title(f"{title}: samples/s, median (min-max)\n{note}", fontsize=8, loc="left")
+        ax.set_title(f"{title}: samples/s, median (min-max)\n" + textwrap.fill(note, 150),
+                     fontsize=8, loc="left")
         ax.set_xlabel("samples/s (log scale)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
