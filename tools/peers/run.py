@@ -104,6 +104,7 @@ class Runner:
         """One measurement. @return its result, with "load" (at its start)
         and "error" (text) when it failed."""
         load = loadavg()
+        kills0 = self.oom_kills()
         p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"],
                            input=json.dumps(spec), capture_output=True, text=True,
                            env=self.env, preexec_fn=self.preexec(),
@@ -112,7 +113,10 @@ class Runner:
         try:
             out = json.loads(last)
         except ValueError:
-            out = {"error": f"exit {p.returncode}, no result" + self.oom_note(p.returncode)}
+            out = {"error": f"exit {p.returncode}, no result"}
+        kills = self.oom_kills()
+        if "error" in out and kills is not None and kills0 is not None and kills > kills0:
+            out["error"] += f" [the cgroup's OOM killer killed {kills - kills0} of its processes]"
         if "error" in out:
             tail = "\n".join(p.stderr.strip().splitlines()[-12:])
             out["stderr"] = tail
@@ -120,16 +124,19 @@ class Runner:
         out["load"] = load
         return out
 
-    def oom_note(self, rc):
-        """What killed a child with SIGKILL in a cgroup: its OOM kill count."""
-        if rc != -9 or self.cgroup is None:
-            return ""
-        try:
-            with open(os.path.join(os.path.dirname(self.cgroup), "memory.oom_control")) as f:
-                kills = dict(line.split() for line in f if line.strip()).get("oom_kill", "?")
-        except OSError:
-            kills = "?"
-        return f" (SIGKILL; the cgroup's OOM kills so far: {kills})"
+    def oom_kills(self):
+        """The cgroup's OOM kill count (v1 memory.oom_control, v2
+        memory.events), or None."""
+        if self.cgroup is None:
+            return None
+        d = os.path.dirname(self.cgroup)
+        for nm in ("memory.oom_control", "memory.events"):
+            try:
+                with open(os.path.join(d, nm)) as f:
+                    return int(dict(line.split() for line in f if line.strip())["oom_kill"])
+            except (OSError, KeyError, ValueError):
+                pass
+        return None
 
     def daemon(self, argv, sock, logpath):
         """batchd with argv (--no-config first), answering on sock; the Popen."""
