@@ -1,0 +1,810 @@
+# SPDX-License-Identifier: MIT
+"""run.py - batchd against the data loaders people use today, on the same
+data, side by side (the peers' harness; tools/peers/README.md).
+
+    tools/peers/bench.sh --workload all --build build --workdir /var/tmp/peers
+
+Workloads:
+  raw       N samples (20k x 8 KiB), page cache warm: batchd, torch's
+            DataLoader over files, WebDataset, litData, Mosaic MDS, DALI
+  raw-cold  a dataset larger than a memory cgroup's limit; every run (the
+            peer's process and its workers; batchd's daemon and its
+            consumer) in that cgroup, so every epoch reads the disk
+  remote    the dataset in a local S3 server (tests/remote/s3lib.sh):
+            batchd's remote datasets, litData and Mosaic streaming from
+            the bucket, each into its own fresh cache; epoch 1 (from the
+            bucket) and epoch 2 (from the cache)
+  resume    tools/peers/resume.py, run as it is, its table included
+
+Every measurement is a fresh process (run.py --child), so that no loader's
+workers, threads or shared memory outlive it. Each peer first runs once
+with every point of its sweep (worker or thread counts); its best (highest
+samples/s) then runs in --repeat alternating pairs with batchd, A B A B, so
+that both sides of a pair see the same machine. Every epoch is checked:
+every sample once, bytes unchanged (loaders.check_epoch). Printed: per
+workload a table of median samples/s and MB/s, the median of the pairs'
+ratios batchd/peer with min-max, the load average; written: results.json
+and peers.png under --out (default WORKDIR/results).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import data        # noqa: E402
+import loaders     # noqa: E402
+
+WORKLOADS = ("raw", "raw-cold", "remote", "resume")
+CGROUP_NAME = "batchd-peers"
+# batchd's settings in the workload running (raw-cold sets "memory"; see there).
+BATCHD_SETTINGS = {}
+med = statistics.median
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def loadavg():
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# ---- one measurement, in a child process ---------------------------------------------------------
+
+def child_main():
+    spec = json.load(sys.stdin)
+    try:
+        out = loaders.run_one(spec)
+    except BaseException as e:      # the driver reports it; a child never hangs the run
+        import traceback
+        traceback.print_exc(file=sys.stderr)
+        out = {"error": f"{type(e).__name__}: {e}".strip()}
+    sys.stdout.flush()
+    print("\n" + json.dumps(out), flush=True)
+    # Some loaders leave non-daemon threads behind (prefetchers): do not wait for them.
+    os._exit(0)
+
+
+class Runner:
+    """Starts children with the environment they need, in a cgroup when asked."""
+
+    def __init__(self, args):
+        self.args = args
+        self.cgroup = None          # the cgroup's procs file, or None
+        self.env = dict(os.environ)
+        pp = [os.path.join(ROOT, "client", "python"), HERE]
+        if self.env.get("PYTHONPATH"):
+            pp.append(self.env["PYTHONPATH"])
+        self.env["PYTHONPATH"] = os.pathsep.join(pp)
+        self.env["BATCHCLIENT_LIB"] = os.path.join(args.build, "client", "libbatchclient.so.0")
+        self.env.setdefault("PYTHONWARNINGS", "ignore")
+
+    def preexec(self):
+        procs = self.cgroup
+        if procs is None:
+            return None
+
+        def enter():
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+        return enter
+
+    def child(self, spec, what):
+        """One measurement. @return its result, with "load" (at its start)
+        and "error" (text) when it failed."""
+        load = loadavg()
+        kills0 = self.oom_kills()
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"],
+                           input=json.dumps(spec), capture_output=True, text=True,
+                           env=self.env, preexec_fn=self.preexec(),
+                           timeout=self.args.run_timeout)
+        last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+        try:
+            out = json.loads(last)
+        except ValueError:
+            out = {"error": f"exit {p.returncode}, no result"}
+        kills = self.oom_kills()
+        if "error" in out and kills is not None and kills0 is not None and kills > kills0:
+            out["error"] += f" [the cgroup's OOM killer killed {kills - kills0} of its processes]"
+        if "error" in out:
+            tail = "\n".join(p.stderr.strip().splitlines()[-12:])
+            out["stderr"] = tail
+            log(f"  {what}: FAILED: {out['error']}\n    " + tail.replace("\n", "\n    "))
+        out["load"] = load
+        return out
+
+    def oom_kills(self):
+        """The cgroup's OOM kill count (v1 memory.oom_control, v2
+        memory.events), or None."""
+        if self.cgroup is None:
+            return None
+        d = os.path.dirname(self.cgroup)
+        for nm in ("memory.oom_control", "memory.events"):
+            try:
+                with open(os.path.join(d, nm)) as f:
+                    return int(dict(line.split() for line in f if line.strip())["oom_kill"])
+            except (OSError, KeyError, ValueError):
+                pass
+        return None
+
+    def daemon(self, argv, sock, logpath):
+        """batchd with argv (--no-config first), answering on sock; the Popen."""
+        import batchclient
+        argv = [argv[0], "--no-config", *argv[1:]]
+        if os.path.exists(sock):
+            os.unlink(sock)
+        lf = open(logpath, "ab")
+        p = subprocess.Popen(argv, stdout=lf, stderr=lf, stdin=subprocess.DEVNULL,
+                             preexec_fn=self.preexec())
+        lf.close()
+        for _ in range(1000):
+            if p.poll() is not None:
+                raise RuntimeError(f"batchd exited with {p.returncode}; see {logpath}")
+            try:
+                batchclient.status(sock)
+                return p
+            except batchclient.ConnectError:
+                time.sleep(0.01)
+        p.kill()
+        raise RuntimeError(f"batchd did not answer on {sock}; see {logpath}")
+
+
+def stop(p):
+    if p is not None and p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+# ---- sweep, pairs, rows ----------------------------------------------------------------------------
+
+def sweep_points(args, peer):
+    knob = loaders.PEERS[peer]["knob"]
+    if knob is None:
+        return [dict(BATCHD_SETTINGS)]
+    vals = args.dali_threads if knob == "num_threads" else args.workers
+    return [{knob: v} for v in vals]
+
+
+class Contest:
+    """One workload's sweep and pairs. spec(peer, settings) gives a child's
+    spec; before(peer) runs before each measurement (drop caches, start a
+    daemon) and after(peer) after it."""
+
+    def __init__(self, runner, peers, spec, before=None, after=None, metric="samples_s"):
+        self.runner, self.peers, self.spec = runner, peers, spec
+        self.before, self.after = before or (lambda p: None), after or (lambda p: None)
+        self.metric = metric
+        self.failed = {}            # peer: reason
+        self.sweep_failed = {}      # peer: {settings: reason} (points of its sweep that failed)
+        self.swept = {}             # peer: [(settings, result)]
+        self.best = {}
+        self.ours, self.theirs = [], {}
+
+    def measure(self, peer, s, what):
+        self.before(peer)
+        try:
+            r = self.runner.child(self.spec(peer, s), what)
+        finally:
+            self.after(peer)
+        if "error" not in r:
+            log(f"  {what}: {r['samples_s']:,.0f} samples/s "
+                f"(epochs {', '.join(f'{t:.2f}' for t in r['epoch_s'])} s; load {r['load'][0]})")
+        return r
+
+    def sweep(self, sweep_repeat):
+        for rep in range(sweep_repeat):
+            for p in self.peers:
+                if p in self.failed:
+                    continue
+                for s in sweep_points(self.runner.args, p):
+                    r = self.measure(p, s, f"sweep {rep + 1}: {p}, {loaders.describe(p, s)}")
+                    if "error" in r:
+                        self.sweep_failed.setdefault(p, {})[loaders.describe(p, s)] = r["error"]
+                        if not any("error" not in x for _, x in self.swept.get(p, [])):
+                            self.failed[p] = r["error"] + ("\n" + r["stderr"] if r.get("stderr")
+                                                           else "")
+                            break
+                        continue
+                    self.swept.setdefault(p, []).append((s, r))
+        for p, runs in self.swept.items():
+            by = {}
+            for s, r in runs:
+                by.setdefault(json.dumps(s, sort_keys=True), []).append(r[self.metric])
+            self.best[p] = json.loads(max(by, key=lambda k: med(by[k])))
+
+    def pairs(self, repeat):
+        if "batchd" not in self.peers or "batchd" in self.failed:
+            return
+        others = [p for p in self.peers if p != "batchd" and p in self.best]
+        for rep in range(repeat):
+            for p in others:
+                a = self.measure("batchd", BATCHD_SETTINGS, f"pair {rep + 1}: batchd")
+                b = self.measure(p, self.best[p],
+                                 f"pair {rep + 1}: {p}, {loaders.describe(p, self.best[p])}")
+                if "error" in a or "error" in b:
+                    continue
+                log(f"  pair {rep + 1}: batchd / {p} = {a[self.metric] / b[self.metric]:.2f}x")
+                self.ours.append(a)
+                self.theirs.setdefault(p, []).append((a, b))
+
+    def rows(self, size, metric=None):
+        metric = metric or self.metric
+        rows = []
+        ours = self.ours or [r for _, r in self.swept.get("batchd", [])]
+        if ours:
+            v = [r[metric] for r in ours]
+            rows.append({"peer": "batchd", "loader": loaders.PEERS["batchd"]["title"],
+                         "settings": loaders.describe("batchd", self.best.get("batchd", {})),
+                         "runs": len(v),
+                         "samples_s": med(v),
+                         "min": min(v), "max": max(v), "bytes_s": med(v) * size,
+                         "load": [min(r["load"][0] for r in ours), max(r["load"][0] for r in ours)]})
+        for p in self.peers:
+            if p == "batchd" or p in self.failed or p not in self.best:
+                continue
+            pr = self.theirs.get(p)
+            if pr:
+                runs = [b for _, b in pr]
+                ratios = [a[metric] / b[metric] for a, b in pr]
+            else:
+                runs = [r for s, r in self.swept[p] if s == self.best[p]]
+                ratios = []
+            v = [r[metric] for r in runs]
+            row = {"peer": p, "loader": loaders.PEERS[p]["title"],
+                   "settings": loaders.describe(p, self.best[p]), "runs": len(v),
+                   "samples_s": med(v), "min": min(v), "max": max(v), "bytes_s": med(v) * size,
+                   "load": [min(r["load"][0] for r in runs), max(r["load"][0] for r in runs)],
+                   "sweep": {loaders.describe(p, s): r[metric] for s, r in self.swept[p]},
+                   "sweep_failed": self.sweep_failed.get(p, {})}
+            if ratios:
+                row.update(ratio=med(ratios), ratio_min=min(ratios), ratio_max=max(ratios))
+            rows.append(row)
+        return rows
+
+
+def print_table(title, rows, note=""):
+    print(f"\n## {title}" + (f" ({note})" if note else ""))
+    print(f"| {'loader':<30} | {'best settings':<16} | {'runs':>4} | {'samples/s':>10} "
+          f"| {'MB/s':>7} | {'batchd / this: median (min-max)':>31} | {'load':>9} |")
+    print(f"|{'-' * 32}|{'-' * 18}|{'-' * 6}|{'-' * 12}|{'-' * 9}|{'-' * 33}|{'-' * 11}|")
+    for r in rows:
+        ratio = (f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
+                 if "ratio" in r else "-")
+        load = f"{r['load'][0]:.1f}-{r['load'][1]:.1f}"
+        print(f"| {r['loader']:<30} | {r['settings']:<16} | {r['runs']:>4} | "
+              f"{r['samples_s']:>10,.0f} | {r['bytes_s'] / 1e6:>7.1f} | {ratio:>31} | {load:>9} |")
+    for r in rows:
+        if r.get("sweep") and len(r["sweep"]) + len(r.get("sweep_failed", {})) > 1:
+            print(f"  sweep, {r['peer']}: " + ", ".join(
+                [f"{k} {v:,.0f}" for k, v in r["sweep"].items()] +
+                [f"{k} failed ({why})" for k, why in r.get("sweep_failed", {}).items()]))
+
+
+def print_failed(failed):
+    for p, why in failed.items():
+        first = why.splitlines()[0] if why else "?"
+        print(f"  did not run: {loaders.PEERS[p]['title'] if p in loaders.PEERS else p}: {first}")
+
+
+# ---- availability ------------------------------------------------------------------------------
+
+def importable(peers):
+    """{peer: reason} for peers whose module does not import here."""
+    out = {}
+    for p in peers:
+        mod = loaders.PEERS[p]["module"]
+        r = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True,
+                           env=RUNNER.env)
+        if r.returncode:
+            out[p] = (r.stderr.strip().splitlines() or ["import failed"])[-1]
+    return out
+
+
+def formats_for(peers):
+    return sorted({loaders.PEERS[p]["format"] for p in peers} | {"raw"})
+
+
+def prepare(work, n, size, peers, failed):
+    """data.prepare, a writer's failure recorded against its peers."""
+    d = {}
+    for fmt in formats_for(peers):
+        try:
+            d.update(data.prepare(work, n, size, ARGS.seed, [fmt], ARGS.build, log=log))
+        except Exception as e:      # one writer's failure loses only its peers
+            for p in peers:
+                if loaders.PEERS[p]["format"] == fmt:
+                    failed[p] = f"writing its format failed: {type(e).__name__}: {e}"
+    return d
+
+
+def base_spec(d, n, size, peer, s, fmt_dir):
+    return {"peer": peer, "settings": s, "n": n, "size": size, "fps": d["fps_path"],
+            "batch_size": ARGS.batch_size, "seed": ARGS.seed, "warmup": 1,
+            "epochs": ARGS.epochs, "path": fmt_dir}
+
+
+# ---- the workloads ---------------------------------------------------------------------------------
+
+def workload_raw(args):
+    peers = list(args.peers)
+    failed = importable(peers)
+    peers = [p for p in peers if p not in failed]
+    work = os.path.join(args.workdir, f"raw-{args.samples}x{args.record_size}")
+    d = prepare(work, args.samples, args.record_size, peers, failed)
+    d["fps_path"] = os.path.join(work, "fps.npy")
+    peers = [p for p in peers if p not in failed]
+    sock = os.path.join(work, "batchd.sock")
+    daemon = None
+    load0 = loadavg()
+
+    def spec(p, s):
+        sp = base_spec(d, args.samples, args.record_size, p, s, d[loaders.PEERS[p]["format"]])
+        sp.update(dataset="data.bpk", socket=sock)
+        return sp
+
+    c = Contest(RUNNER, peers, spec)
+    try:
+        if "batchd" in peers:
+            daemon = RUNNER.daemon([os.path.join(args.build, "daemon", "batchd"), "--socket", sock,
+                                    "--root", d["bpk"]], sock, os.path.join(work, "batchd.log"))
+        c.sweep(args.sweep_repeat)
+        c.pairs(args.repeat)
+    finally:
+        stop(daemon)
+    c.failed.update(failed)
+    rows = c.rows(args.record_size)
+    note = (f"{args.samples} x {args.record_size} B, page cache warm, batch {args.batch_size}, "
+            f"{args.epochs} timed epoch(s) after 1 warm-up, {os.cpu_count()} CPUs, load "
+            f"{load0[0]} at the start, {loadavg()[0]} at the end")
+    print_table("raw", rows, note)
+    print_failed(c.failed)
+    return {"note": note, "rows": rows, "failed": c.failed, "load": [load0, loadavg()]}
+
+
+class Cgroup:
+    """A memory cgroup of its own (v1: memory.limit_in_bytes, which caps
+    the page cache of its tasks too; v2: memory.max), removed at close."""
+
+    def __init__(self, limit):
+        v1 = "/sys/fs/cgroup/memory"
+        if os.path.isfile(os.path.join(v1, "memory.limit_in_bytes")):
+            self.dir, knob = os.path.join(v1, CGROUP_NAME), "memory.limit_in_bytes"
+        elif os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
+            self.dir, knob = os.path.join("/sys/fs/cgroup", CGROUP_NAME), "memory.max"
+        else:
+            raise RuntimeError("no memory cgroup controller mounted (v1 or v2)")
+        os.makedirs(self.dir, exist_ok=True)
+        with open(os.path.join(self.dir, knob), "w") as f:
+            f.write(str(limit))
+        self.procs = os.path.join(self.dir, "cgroup.procs")
+        self.knob = knob
+
+    def peak(self):
+        for nm in ("memory.max_usage_in_bytes", "memory.peak"):
+            try:
+                with open(os.path.join(self.dir, nm)) as f:
+                    return int(f.read())
+            except OSError:
+                pass
+        return None
+
+    def reset_peak(self):
+        try:
+            with open(os.path.join(self.dir, "memory.max_usage_in_bytes"), "w") as f:
+                f.write("0")
+        except OSError:
+            pass
+
+    def close(self):
+        for _ in range(50):
+            try:
+                os.rmdir(self.dir)
+                return
+            except OSError:
+                time.sleep(0.1)
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+
+
+def workload_cold(args):
+    peers = list(args.peers)
+    failed = importable(peers)
+    peers = [p for p in peers if p not in failed]
+    n, size = args.cold_samples, args.cold_record_size
+    work = os.path.join(args.workdir, f"cold-{n}x{size}")
+    d = prepare(work, n, size, peers, failed)
+    d["fps_path"] = os.path.join(work, "fps.npy")
+    peers = [p for p in peers if p not in failed]
+    if os.geteuid() != 0:
+        raise RuntimeError("raw-cold needs root (a memory cgroup, dropping the page cache)")
+    cg = Cgroup(args.cold_limit)
+    sock = os.path.join(work, "batchd.sock")
+    state = {"daemon": None}
+    peaks = {}
+    load0 = loadavg()
+
+    def spec(p, s):
+        sp = base_spec(d, n, size, p, s, d[loaders.PEERS[p]["format"]])
+        sp.update(dataset="data.bpk", socket=sock, warmup=0, epochs=args.cold_epochs)
+        return sp
+
+    def before(p):
+        drop_caches()
+        RUNNER.cgroup = cg.procs
+        cg.reset_peak()
+        if p == "batchd":     # a fresh daemon in the cgroup: its memory starts empty too
+            mem = ["--memory", BATCHD_SETTINGS["memory"]] if BATCHD_SETTINGS.get("memory") else []
+            state["daemon"] = RUNNER.daemon([os.path.join(args.build, "daemon", "batchd"),
+                                             "--socket", sock, "--root", d["bpk"], *mem], sock,
+                                            os.path.join(work, "batchd.log"))
+
+    def after(p):
+        stop(state["daemon"])
+        state["daemon"] = None
+        RUNNER.cgroup = None
+        peaks.setdefault(p, []).append(cg.peak())
+
+    c = Contest(RUNNER, peers, spec, before, after)
+    saved = args.workers
+    args.workers = args.cold_workers
+    # batchd's auto budget is half the room under its cgroup but at least
+    # 1 GiB: under a limit near 1 GiB it plans with all of it, and with a
+    # dataset that fits it (tier ram) the cgroup killed it once its
+    # consumer, in the same cgroup, took its share. Half the limit, as the
+    # auto budget means to be.
+    if args.cold_batchd_memory != "auto":
+        BATCHD_SETTINGS["memory"] = args.cold_batchd_memory or f"{args.cold_limit // 2 >> 20}M"
+    try:
+        c.sweep(1)
+        c.pairs(args.repeat)
+    finally:
+        args.workers = saved
+        BATCHD_SETTINGS.clear()
+        stop(state["daemon"])
+        RUNNER.cgroup = None
+        cg.close()
+    c.failed.update(failed)
+    rows = c.rows(size)
+    for r in rows:
+        pk = [x for x in peaks.get(r["peer"], []) if x]
+        if pk:
+            r["cgroup_peak_mb"] = max(pk) / 1e6
+    total = n * size
+    note = (f"{n} x {size} B = {total / 1e9:.2f} GB in a cgroup of {args.cold_limit / 1e6:.0f} MB "
+            f"({cg.knob}), page cache dropped before each run, {args.cold_epochs} epoch(s) per run "
+            f"all timed, batch {args.batch_size}, load {load0[0]} at the start, "
+            f"{loadavg()[0]} at the end")
+    print_table("raw-cold", rows, note)
+    print_failed(c.failed)
+    return {"note": note, "rows": rows, "failed": c.failed, "load": [load0, loadavg()]}
+
+
+# ---- remote ------------------------------------------------------------------------------------
+
+class S3:
+    """tests/remote/s3lib.sh's moto + proxy, started by a bash that waits
+    on our pipe: the servers die with it (their PR_SET_PDEATHSIG)."""
+
+    def __init__(self, work):
+        script = (f'. "{ROOT}/tests/remote/s3lib.sh"; s3_install >&2 || exit 1; '
+                  f's3_start "{work}" >&2 || exit 1; '
+                  'for v in S3_ENDPOINT S3_DIRECT S3_BUCKET AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY '
+                  'AWS_DEFAULT_REGION; do printf "%s=%s\\n" "$v" "${!v}"; done; echo READY; '
+                  'read -r _ || true')
+        self.p = subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        self.env = {}
+        for line in self.p.stdout:
+            line = line.strip()
+            if line == "READY":
+                break
+            k, _, v = line.partition("=")
+            self.env[k] = v
+        if "S3_ENDPOINT" not in self.env:
+            self.p.wait()
+            raise RuntimeError("the S3 test server did not start (tests/remote/s3lib.sh; "
+                               "see above)")
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.p.wait(30)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+
+
+def upload_dir(s3, local, prefix):
+    import boto3
+    c = boto3.client("s3", endpoint_url=s3.env["S3_DIRECT"],
+                     aws_access_key_id=s3.env["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=s3.env["AWS_SECRET_ACCESS_KEY"],
+                     region_name=s3.env["AWS_DEFAULT_REGION"])
+    for dirpath, _, names in os.walk(local):
+        for nm in sorted(names):
+            path = os.path.join(dirpath, nm)
+            key = f"{prefix}/{os.path.relpath(path, local)}"
+            c.upload_file(path, s3.env["S3_BUCKET"], key)
+
+
+def workload_remote(args):
+    want = [p for p in args.peers if p in ("batchd", "litdata", "mds")]
+    failed = importable(want)
+    peers = [p for p in want if p not in failed]
+    n, size = args.samples, args.record_size
+    work = os.path.join(args.workdir, f"raw-{n}x{size}")
+    d = prepare(work, n, size, peers, failed)
+    d["fps_path"] = os.path.join(work, "fps.npy")
+    peers = [p for p in peers if p not in failed]
+    rwork = os.path.join(args.workdir, "remote")
+    shutil.rmtree(rwork, ignore_errors=True)
+    os.makedirs(rwork)
+    s3 = S3(os.path.join(rwork, "s3"))
+    state = {"daemon": None}
+    load0 = loadavg()
+    try:
+        bucket, ep = s3.env["S3_BUCKET"], s3.env["S3_ENDPOINT"]
+        for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+            RUNNER.env[k] = s3.env[k]
+        RUNNER.env["AWS_REGION"] = s3.env["AWS_DEFAULT_REGION"]
+        RUNNER.env["AWS_ENDPOINT_URL"] = ep          # boto3 (litData)
+        RUNNER.env["S3_ENDPOINT_URL"] = ep           # Mosaic streaming
+        # litData fetches chunks with obstore, whose S3Store it builds without
+        # allow_http: against an http:// endpoint every GET fails ("builder
+        # error", BadScheme). loaders.open_litdata adds that one option.
+        RUNNER.env["BATCHD_PEERS_ALLOW_HTTP"] = "1"
+        t0 = time.perf_counter()
+        if "batchd" in peers:
+            subprocess.run([os.path.join(args.build, "tools", "batchd-pack"), "create",
+                            f"s3://{bucket}/batchd/data.bpk", d["raw"], "--endpoint", ep],
+                           check=True, stdout=subprocess.DEVNULL, env=RUNNER.env)
+        for p in ("litdata", "mds"):
+            if p in peers:
+                upload_dir(s3, d[p], p)
+        log(f"  remote: uploaded in {time.perf_counter() - t0:.1f} s")
+        with open(os.path.join(rwork, "s3.credentials"), "w") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(f"[default]\naws_access_key_id = {s3.env['AWS_ACCESS_KEY_ID']}\n"
+                    f"aws_secret_access_key = {s3.env['AWS_SECRET_ACCESS_KEY']}\n")
+        conf = os.path.join(rwork, "batchd.conf")
+        cache = os.path.join(rwork, "cache")
+        with open(conf, "w") as f:
+            f.write(f"[datasets]\nremote = s3://{bucket}/batchd\n[remote]\nendpoint = {ep}\n"
+                    f"region = {s3.env['AWS_DEFAULT_REGION']}\naddressing = path\n"
+                    f"credentials = {os.path.join(rwork, 's3.credentials')}\n"
+                    f"[cache]\ndir = {cache}\nmax_size = {2 * n * size // (1 << 20) + 64}M\n")
+        sock = os.path.join(rwork, "batchd.sock")
+
+        def spec(p, s):
+            sp = base_spec(d, n, size, p, s, None)
+            sp.update(warmup=0, epochs=2, socket=sock, dataset="data.bpk", cache_dir=cache)
+            if p == "litdata":
+                sp["path"] = f"s3://{bucket}/litdata"
+            elif p == "mds":
+                sp["remote"] = f"s3://{bucket}/mds"
+            return sp
+
+        def before(p):
+            shutil.rmtree(cache, ignore_errors=True)
+            os.makedirs(cache)
+            if p == "batchd":
+                state["daemon"] = RUNNER.daemon(
+                    [os.path.join(args.build, "daemon", "batchd"), "--config", conf,
+                     "--socket", sock], sock, os.path.join(rwork, "batchd.log"))
+
+        def after(p):
+            stop(state["daemon"])
+            state["daemon"] = None
+
+        c = Contest(RUNNER, peers, spec, before, after)
+        c.sweep(1)
+        c.pairs(args.repeat)
+    finally:
+        stop(state["daemon"])
+        for k in ("AWS_ENDPOINT_URL", "S3_ENDPOINT_URL", "BATCHD_PEERS_ALLOW_HTTP"):
+            RUNNER.env.pop(k, None)
+        s3.close()
+    c.failed.update(failed)
+    for r in c.ours + [b for v in c.theirs.values() for _, b in v] + \
+            [r for v in c.swept.values() for _, r in v]:
+        r["epoch1_s"] = n / r["epoch_s"][0]
+        r["epoch2_s"] = n / r["epoch_s"][1]
+    out = {"failed": c.failed}
+    note = (f"{n} x {size} B in moto's S3 server behind tests/remote's proxy, each loader's "
+            f"cache emptied before each run, batch {args.batch_size}, load {load0[0]} at the "
+            f"start, {loadavg()[0]} at the end")
+    for k, what in (("epoch1_s", "epoch 1, from the bucket"), ("epoch2_s", "epoch 2, from the cache")):
+        rows = c.rows(size, metric=k)
+        print_table(f"remote: {what}", rows, note)
+        out[k] = rows
+    print_failed(c.failed)
+    out["note"] = note
+    out["load"] = [load0, loadavg()]
+    return out
+
+
+def workload_resume(args):
+    script = os.path.join(HERE, "resume.py")
+    if not os.path.exists(script):
+        print("\n## resume\n  did not run: tools/peers/resume.py is not there")
+        return {"failed": {"resume": "tools/peers/resume.py is not there"}}
+    js = os.path.join(args.out, "resume.json")
+    p = subprocess.run([sys.executable, script, "--build", args.build, "--workdir",
+                        os.path.join(args.workdir, "resume"), "--json", js],
+                       env=RUNNER.env, capture_output=True, text=True)
+    print("\n## resume (tools/peers/resume.py)")
+    print(p.stdout.rstrip())
+    out = {"rc": p.returncode, "table": p.stdout}
+    if p.returncode:
+        print(f"  resume.py exited {p.returncode}: "
+              f"{(p.stderr.strip().splitlines() or ['?'])[-1]}")
+        out["stderr"] = p.stderr[-4000:]
+    try:
+        with open(js) as f:
+            out["json"] = json.load(f)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+# ---- the picture ---------------------------------------------------------------------------------
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    panels = []
+    for w in ("raw", "raw-cold"):
+        if results.get(w, {}).get("rows"):
+            panels.append((w, results[w]["rows"], results[w]["note"]))
+    if "remote" in results:
+        for k, what in (("epoch1_s", "remote, epoch 1 (bucket)"), ("epoch2_s", "remote, epoch 2 (cache)")):
+            if results["remote"].get(k):
+                panels.append((what, results["remote"][k], results["remote"]["note"]))
+    if not panels:
+        return None
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.2 + 1.6 * len(panels) +
+                                                      0.35 * sum(len(p[1]) for p in panels)))
+    if len(panels) == 1:
+        axes = [axes]
+    for ax, (title, rows, note) in zip(axes, panels):
+        labels = [f"{r['loader']}\n{r['settings']}" for r in rows]
+        v = [r["samples_s"] for r in rows]
+        err = [[r["samples_s"] - r["min"] for r in rows], [r["max"] - r["samples_s"] for r in rows]]
+        colors = ["#d95f02" if r["peer"] == "batchd" else "#7570b3" for r in rows]
+        y = range(len(rows))
+        ax.barh(y, v, xerr=err, color=colors, capsize=3)
+        ax.set_yticks(list(y), labels, fontsize=8)
+        ax.invert_yaxis()
+        for i, r in enumerate(rows):
+            txt = f"{r['samples_s']:,.0f}/s"
+            if "ratio" in r:
+                txt += f"   batchd {r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
+            ax.text(r["max"], i, "  " + txt, va="center", fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlim(min(r["min"] for r in rows) / 2, max(r["max"] for r in rows) * 10)
+        ax.set_title(f"{title}: samples/s, median (min-max)\n" + textwrap.fill(note, 150),
+                     fontsize=8, loc="left")
+        ax.set_xlabel("samples/s (log scale)", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+def main():
+    global ARGS, RUNNER
+    bvt = data.bench_vs_torch()
+    ap = argparse.ArgumentParser(description="batchd against the loaders people use, side by "
+                                 "side on the same data", epilog="tools/peers/README.md")
+    ap.add_argument("--workload", default="raw",
+                    type=lambda s: bvt.list_arg(s, WORKLOADS + ("all",)),
+                    help="raw, raw-cold, remote, resume, all; or a list (default raw)")
+    ap.add_argument("--build", default="build", help="meson build directory (default build)")
+    ap.add_argument("--workdir", help="data and logs, kept for later runs (default a temporary "
+                    "directory under /var/tmp, removed)")
+    ap.add_argument("--out", help="results.json and peers.png (default WORKDIR/results, or "
+                    "./peers-results without --workdir)")
+    ap.add_argument("--peers", type=lambda s: bvt.list_arg(s, tuple(loaders.PEERS)),
+                    default=list(loaders.PEERS), help="default: " + ",".join(loaders.PEERS))
+    ap.add_argument("--samples", type=bvt.count_arg(1), default=20000)
+    ap.add_argument("--record-size", type=bvt.size_arg, default=8192)
+    ap.add_argument("--batch-size", type=bvt.count_arg(1), default=128)
+    ap.add_argument("--epochs", type=bvt.count_arg(1), default=2,
+                    help="timed epochs per run, after one warm-up (raw; default 2)")
+    ap.add_argument("--repeat", type=bvt.count_arg(1), default=3,
+                    help="alternating pairs batchd/peer per peer (default 3)")
+    ap.add_argument("--sweep-repeat", type=bvt.count_arg(1), default=1)
+    ap.add_argument("--workers", type=bvt.list_arg, default=[0, 1, 2, 4],
+                    help="num_workers the DataLoader-based peers sweep (default 0,1,2,4)")
+    ap.add_argument("--dali-threads", type=bvt.list_arg, default=[1, 2, 4],
+                    help="DALI num_threads to sweep (default 1,2,4)")
+    ap.add_argument("--cold-samples", type=bvt.count_arg(1), default=12000)
+    ap.add_argument("--cold-record-size", type=bvt.size_arg, default=128 << 10,
+                    help="raw-cold: bytes a sample (default 128K: 12000 of them, 1.6 GB)")
+    ap.add_argument("--cold-limit", type=bvt.size_arg, default=1 << 30,
+                    help="raw-cold: the cgroup's memory limit (default 1G)")
+    ap.add_argument("--cold-epochs", type=bvt.count_arg(1), default=1)
+    ap.add_argument("--cold-workers", type=bvt.list_arg, default=[2, 4, 8],
+                    help="raw-cold: num_workers to sweep (default 2,4,8)")
+    ap.add_argument("--cold-batchd-memory", help="raw-cold: batchd --memory (default half the "
+                    "limit; auto: the daemon's own budget)")
+    ap.add_argument("--seed", type=bvt.count_arg(0), default=0)
+    ap.add_argument("--run-timeout", type=float, default=900, help="seconds one run may take")
+    args = ap.parse_args()
+    wl = list(WORKLOADS) if "all" in args.workload else args.workload
+    args.build = os.path.abspath(args.build)
+    for tool in ("daemon/batchd", "tools/batchd-pack", "client/libbatchclient.so.0"):
+        if not os.path.exists(os.path.join(args.build, tool)):
+            log(f"peers: {args.build}/{tool} is missing; build first (ninja -C {args.build})")
+            return 2
+    tmp = args.workdir is None
+    args.workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="peers-",
+                                                                     dir="/var/tmp"))
+    args.out = os.path.abspath(args.out or (os.path.join(args.workdir, "results") if not tmp
+                                            else "peers-results"))
+    os.makedirs(args.out, exist_ok=True)
+    ARGS = args
+    RUNNER = Runner(args)
+    os.environ["BATCHCLIENT_LIB"] = RUNNER.env["BATCHCLIENT_LIB"]
+    sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+    results = {"machine": {"cpus": os.cpu_count(), "load_start": loadavg()},
+               "args": {k: v for k, v in vars(args).items()}}
+    fns = {"raw": workload_raw, "raw-cold": workload_cold, "remote": workload_remote,
+           "resume": workload_resume}
+    rc = 0
+    try:
+        for w in wl:
+            log(f"peers: workload {w}")
+            try:
+                results[w] = fns[w](args)
+            except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+                print(f"\n## {w}\n  FAILED: {e}")
+                results[w] = {"error": str(e)}
+                rc = 1
+            with open(os.path.join(args.out, "results.json"), "w") as f:
+                json.dump(results, f, indent=1, default=str)
+        results["machine"]["load_end"] = loadavg()
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(results, f, indent=1, default=str)
+        try:
+            png = plot(results, os.path.join(args.out, "peers.png"))
+        except ImportError as e:
+            png = None
+            log(f"peers: no plot: {e}")
+        print(f"\nresults: {os.path.join(args.out, 'results.json')}" +
+              (f", plot: {png}" if png else ""))
+    finally:
+        if tmp:
+            shutil.rmtree(args.workdir, ignore_errors=True)
+    return rc
+
+
+ARGS = RUNNER = None
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--child"]:
+        child_main()
+    sys.exit(main())
