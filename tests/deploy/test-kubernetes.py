@@ -127,7 +127,8 @@ tv, tm = host_mount(tpod, trainer, sock_dir)
 check(tv is not None and tv["hostPath"].get("type") == "Directory",
       f"trainer: the same hostPath {sock_dir}, which must exist (type Directory)")
 env = {e["name"]: e for e in trainer.get("env", [])}
-client_src = open(os.path.join(src, "client", "batchclient.c")).read()
+client_src = "".join(open(os.path.join(src, "client", f)).read()
+                     for f in sorted(os.listdir(os.path.join(src, "client"))) if f.endswith(".c"))
 check('getenv("BATCHD_SOCKET")' in client_src and env.get("BATCHD_SOCKET", {}).get("value") == sock,
       f"trainer: BATCHD_SOCKET (the variable libbatchclient reads) = [daemon] socket = {sock}")
 
