@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""The exact-resume workload: does a trainer killed mid-epoch, resumed from
+its loader's last checkpoint, see every sample of the epoch exactly once?
+
+Why this exists: every loader people use offers some state_dict() for
+mid-epoch resume, and a user cannot tell from the docs whether it counts
+what the training loop consumed or what the loader (its workers, its
+prefetch queue) had read ahead. This measures it, per loader, the same
+way for each: correctness, not speed.
+
+For each peer and scenario:
+  1. a trainer process reads one epoch (world W: one process per rank, run
+     one after another, each knowing its rank from the environment as it
+     would under torchrun), with a DataLoader of 2 workers where the peer
+     uses DataLoader workers; after consuming each batch it logs the ids it
+     consumed and saves the loader's state_dict() to a file atomically (a
+     temporary file renamed over the old one), then, at the kill step,
+     SIGKILLs itself (its workers die with its process group);
+  2. a new process (world W': again one per rank) loads rank 0's last
+     checkpoint, as a trainer restarting from its checkpoint does, and
+     reads the rest of the epoch, logging ids;
+  3. the ids are counted against the epoch's: repeated (consumed before the
+     kill and again after) and lost (never consumed).
+A sample's id is read from its own bytes (8 bytes little-endian, then 56
+bytes derived from the id and checked), so nothing is taken from a
+loader's metadata. Each peer's copy of the data is written by its own
+writer: batchd-pack for batchd, MDSWriter for Mosaic Streaming,
+litdata.optimize for litData, plain files for torchdata's
+StatefulDataLoader and DALI's file reader.
+
+    tools/peers/resume.py --build build --workdir /tmp/resume [--json out.json]
+
+prints a table (peer, scenario, samples, repeated, lost, note). A peer that
+is not installed, or cannot run here, has a row saying why.
+"""
+import argparse
+import collections
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+N = 2048                 # samples: every world and batch size here divides it, no padding
+SIZE = 64                # bytes per sample
+B = 16                   # batch size per rank
+SHARD = 256              # samples per shard or chunk, for the peers that have them
+SEED = 7
+WORKERS = 2
+
+# (name, world before the kill, world after, the step (of each rank) after
+# which the trainer dies). 48 of 128: three shards in, an even step (worker
+# 0's next batch); 51: 40% in, inside a shard, worker 1's batch.
+SCENARIOS = (
+    ("kill 48/128", 1, 1, 48),
+    ("kill 51/128", 1, 1, 51),
+    ("world 2->1, kill 25/64", 2, 1, 25),
+)
+PEERS = ("batchd", "mosaic", "litdata", "torchdata", "dali")
+
+
+# ---- samples -------------------------------------------------------------------------------
+
+
+def sample(i):
+    """Sample i's bytes: its id, then bytes that depend on it."""
+    return i.to_bytes(8, "little") + hashlib.blake2b(i.to_bytes(8, "little"),
+                                                      digest_size=SIZE - 8).digest()
+
+
+def sample_id(data):
+    """The id sample() wrote into data; ValueError where the bytes are not such a sample."""
+    data = bytes(data)
+    i = int.from_bytes(data[:8], "little")
+    if len(data) != SIZE or i >= N or data != sample(i):
+        raise ValueError(f"{len(data)} bytes that are no sample of this workload "
+                         f"(id field {i})")
+    return i
+
+
+def ids_of(samples):
+    return [sample_id(s) for s in samples]
+
+
+# ---- the trainer's loop, the same for every peer -------------------------------------------
+
+
+def save(path, state):
+    """state to path, whole or not at all."""
+    with open(path + ".tmp", "wb") as f:
+        pickle.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def load(path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+def train(batches, state_dict, ckpt, log, kill):
+    """The trainer: for each batch (a list of ids) log it, save
+    state_dict() to ckpt, and die by SIGKILL after step `kill` (0: never)."""
+    with open(log, "w") as f:
+        for step, ids in enumerate(batches, 1):
+            f.write(json.dumps(ids) + "\n")
+            f.flush()
+            save(ckpt, state_dict())
+            if step == kill:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ---- peers ---------------------------------------------------------------------------------
+#
+# A peer: `versions()` (what is installed, or ImportError), `write(dir)`
+# (the epoch's samples in its format), `run(a)` (in the trainer process:
+# train() over its loader, resuming from a.resume when given). `claims`:
+# the scenarios' world changes it documents support for.
+
+
+class Peer:
+    name = ""
+    elastic = None           # why the peer is not run at another world size (None: it is)
+
+    def versions(self):
+        raise NotImplementedError
+
+    def write(self, d):
+        raise NotImplementedError
+
+    def run(self, a):
+        raise NotImplementedError
+
+    def note(self, scenario, counts):
+        return ""
+
+
+def ids_collate(batch):
+    """DataLoader collate for samples that are bytes: their ids."""
+    return ids_of(batch)
+
+
+class Batchd(Peer):
+    name = "batchd"
+
+    def versions(self):
+        import batchclient
+        import torch
+        return {"batchclient": getattr(batchclient, "__version__", "?"),
+                "torch": torch.__version__}
+
+    def write(self, d):
+        rec = os.path.join(d, "records.bin")
+        with open(rec, "wb") as f:
+            for i in range(N):
+                f.write(sample(i))
+        os.makedirs(os.path.join(d, "root"))
+        run_checked([os.path.join(ARGS.build, "tools", "batchd-pack"), "create",
+                     os.path.join(d, "root", "resume.bpk"), "--records", str(SIZE), rec,
+                     "--threads", "2"])
+
+    def run(self, a):
+        import batchclient.torch as bt
+        ds = bt.BatchdDataset("resume.bpk", B, shuffle="global", seed=SEED, rank=a.rank,
+                              world=a.world, socket=a.socket, timeout=30, collate=batch_ids)
+        dl = bt.DataLoader(ds, num_workers=WORKERS)
+        if a.resume:
+            dl.load_state_dict(load(a.resume))
+        train(dl, dl.state_dict, a.ckpt, a.log, a.kill)
+        del dl
+        ds.close()
+
+
+def batch_ids(b):
+    """batchclient collate: the ids in the batch's bytes."""
+    return ids_of(b.samples)
+
+
+PEER_CLASSES = {p.name: p for p in (Batchd,)}
+
+
+# ---- the driver ----------------------------------------------------------------------------
+
+
+def run_checked(argv, **kw):
+    p = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+    return p
+
+
+def env_for(rank, world):
+    """The environment a trainer of rank/world has under torchrun, one rank per node."""
+    env = dict(os.environ)
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+               NODE_RANK=str(rank), GROUP_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT="29500")
+    return env
+
+
+def trainer(peer, d, tag, rank, world, kill, resume, socket):
+    """One trainer process; @return (its exit status, its log path). Its
+    process group is ended afterwards: DataLoader workers of a trainer that
+    died by SIGKILL notice only after a while."""
+    ckpt = os.path.join(d, f"ckpt-{tag}-r{rank}.pkl")
+    log = os.path.join(d, f"ids-{tag}-r{rank}.jsonl")
+    errf = os.path.join(d, f"stderr-{tag}-r{rank}.txt")
+    argv = [sys.executable, os.path.abspath(__file__), "--trainer", peer, "--build", ARGS.build,
+            "--workdir", ARGS.workdir, "--data", d, "--rank", str(rank), "--world", str(world),
+            "--kill", str(kill), "--ckpt", ckpt, "--log", log]
+    if resume:
+        argv += ["--resume", resume]
+    if socket:
+        argv += ["--socket", socket]
+    with open(errf, "w") as err:
+        p = subprocess.Popen(argv, env=env_for(rank, world), stdout=err, stderr=err,
+                             start_new_session=True)
+        try:
+            rc = p.wait(ARGS.timeout)
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        finally:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+    want = -signal.SIGKILL if kill else 0
+    if rc != want:
+        with open(errf) as f:
+            tail = f.read().strip().splitlines()[-15:]
+        raise RuntimeError(f"trainer {tag} rank {rank}/{world} exited {rc}, expected {want}: "
+                           + " | ".join(tail))
+    return ckpt, log
+
+
+def read_ids(log):
+    out = []
+    if os.path.exists(log):
+        with open(log) as f:
+            for line in f:
+                out += json.loads(line)
+    return out
+
+
+def count(before, after):
+    """Repeated, lost and more, from the ids consumed before the kill and after."""
+    pre = collections.Counter(before)
+    post = collections.Counter(after)
+    seen = pre + post
+    return {
+        "samples": N,
+        "consumed": len(before) + len(after),
+        "before": len(before),
+        "after": len(after),
+        "repeated": sum(n for i, n in post.items() if i in pre),
+        "lost": N - sum(1 for i in range(N) if seen[i]),
+        # a sample twice on one side of the kill: not the resume's doing
+        "twice_within": sum(n - 1 for c in (pre, post) for n in c.values() if n > 1),
+    }
+
+
+def scenario(peer, d, name, world, new_world, kill, socket):
+    tag = "".join(c for c in name if c.isalnum())
+    before, after = [], []
+    ckpts = []
+    for r in range(world):
+        ckpt, log = trainer(peer.name, d, tag + "-a", r, world, kill, None, socket)
+        ckpts.append(ckpt)
+        before += read_ids(log)
+    for r in range(new_world):
+        _, log = trainer(peer.name, d, tag + "-b", r, new_world, 0, ckpts[0], socket)
+        after += read_ids(log)
+    return count(before, after)
+
+
+def measure(peer, d):
+    rows = []
+    os.makedirs(d, exist_ok=True)
+    data = os.path.join(d, "data")
+    shutil.rmtree(data, ignore_errors=True)
+    os.makedirs(data)
+    daemon = None
+    try:
+        peer.write(data)
+        socket = None
+        if peer.name == "batchd":
+            daemon, socket = start_batchd(data)
+        for name, world, new_world, kill in SCENARIOS:
+            row = {"peer": peer.name, "scenario": name}
+            if world != new_world and peer.elastic:
+                row.update(note=f"not run: {peer.elastic}")
+                rows.append(row)
+                continue
+            try:
+                row.update(scenario(peer, d, name, world, new_world, kill, socket))
+                row["note"] = peer.note(name, row)
+            except Exception as e:
+                row["note"] = f"failed: {e}"
+                row["error"] = traceback.format_exc()
+            rows.append(row)
+    finally:
+        if daemon:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(20)
+    return rows
+
+
+def start_batchd(data):
+    import batchclient
+    sock = os.path.join(data, "sock")
+    log = open(os.path.join(data, "batchd.log"), "ab")
+    p = subprocess.Popen([os.path.join(ARGS.build, "daemon", "batchd"), "--no-config",
+                          "--socket", sock, "--root", os.path.join(data, "root"),
+                          "--memory", "256M", "--direct", "off"],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    deadline = time.monotonic() + 20
+    while True:
+        if p.poll() is not None:
+            raise RuntimeError(f"batchd exited with {p.returncode}: see {log.name}")
+        try:
+            batchclient.status(sock)
+            return p, sock
+        except batchclient.ConnectError:
+            if time.monotonic() > deadline:
+                p.kill()
+                raise RuntimeError(f"batchd never answered on {sock}: see {log.name}")
+            time.sleep(0.02)
+
+
+def table(rows):
+    cols = ("peer", "scenario", "samples", "repeated", "lost", "note")
+    cells = [[str(r.get(c, "-")) for c in cols] for r in rows]
+    w = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols[:-1])]
+    out = ["  ".join(c.ljust(w[i]) for i, c in enumerate(cols[:-1])) + "  note"]
+    for x in cells:
+        out.append("  ".join(v.ljust(w[i]) for i, v in enumerate(x[:-1])) + "  " + x[-1])
+    return "\n".join(out)
+
+
+def setup_env():
+    """PYTHONPATH and BATCHCLIENT_LIB for batchclient, from --build."""
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ARGS.build = os.path.abspath(ARGS.build)
+    py = os.path.join(repo, "client", "python")
+    if py not in sys.path:
+        sys.path.insert(0, py)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        x for x in (py, os.environ.get("PYTHONPATH")) if x)
+    os.environ.setdefault("BATCHCLIENT_LIB",
+                          os.path.join(ARGS.build, "client", "libbatchclient.so.0"))
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default="build", help="batchd's build directory (default build)")
+    ap.add_argument("--workdir", default="/tmp/batchd-peers-resume",
+                    help="where the data, checkpoints and logs go")
+    ap.add_argument("--json", help="write the rows here too")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help=f"comma-separated, of {','.join(PEERS)}")
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds a trainer process may take")
+    # the trainer process
+    ap.add_argument("--trainer", help=argparse.SUPPRESS)
+    for opt in ("--data", "--ckpt", "--log", "--resume", "--socket"):
+        ap.add_argument(opt, help=argparse.SUPPRESS)
+    for opt in ("--rank", "--world", "--kill"):
+        ap.add_argument(opt, type=int, default=0, help=argparse.SUPPRESS)
+    ARGS = ap.parse_args()
+    setup_env()
+    if ARGS.trainer:
+        PEER_CLASSES[ARGS.trainer]().run(ARGS)
+        return 0
+    rows, versions = [], {}
+    for name in ARGS.peers.split(","):
+        cls = PEER_CLASSES.get(name)
+        if cls is None:
+            rows.append({"peer": name, "note": "not run: no such peer in this workload"})
+            continue
+        peer = cls()
+        try:
+            versions[name] = peer.versions()
+        except Exception as e:
+            rows.append({"peer": name, "note": f"not installed: {type(e).__name__}: {e}"})
+            continue
+        print(f"{name}: {versions[name]}", file=sys.stderr)
+        for r in measure(peer, os.path.join(os.path.abspath(ARGS.workdir), name)):
+            print(f"  {r['scenario']}: {r.get('repeated', '-')} repeated, "
+                  f"{r.get('lost', '-')} lost {r.get('note', '')}", file=sys.stderr)
+            rows.append(r)
+    print(table(rows))
+    if ARGS.json:
+        with open(ARGS.json, "w") as f:
+            json.dump({"workload": "resume", "samples": N, "batch_size": B,
+                       "workers": WORKERS, "versions": versions, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
