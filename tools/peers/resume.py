@@ -141,6 +141,9 @@ class Peer:
     def note(self, scenario, counts):
         return ""
 
+    def cleanup(self, d):
+        """Between the killed run and the next (in the driver)."""
+
 
 def ids_collate(batch):
     """DataLoader collate for samples that are bytes: their ids."""
@@ -183,7 +186,187 @@ def batch_ids(b):
     return ids_of(b.samples)
 
 
-PEER_CLASSES = {p.name: p for p in (Batchd,)}
+def ids_dict(batch):
+    """Collate for samples that are {"data": bytes}: {"ids": their ids} (a
+    dict, so that StreamingDataLoader can count the batch's samples)."""
+    return {"ids": ids_of(s["data"] for s in batch)}
+
+
+def by_key(loader, key="ids"):
+    return (b[key] for b in loader)
+
+
+class Mosaic(Peer):
+    """Mosaic Streaming: StreamingDataset over MDS shards, StreamingDataLoader.
+    Ranks come from $RANK, $WORLD_SIZE, $LOCAL_RANK, $LOCAL_WORLD_SIZE (it
+    joins torch.distributed itself: the ranks run together);
+    num_canonical_nodes=2 at every world, which is what makes its order
+    the same at world 2 and 1 (its elastic determinism)."""
+    name = "mosaic"
+
+    def versions(self):
+        import streaming
+        import torch
+        return {"mosaicml-streaming": streaming.__version__, "torch": torch.__version__}
+
+    def write(self, d):
+        from streaming import MDSWriter
+        with MDSWriter(out=os.path.join(d, "mds"), columns={"data": "bytes"},
+                       size_limit=SHARD * (SIZE + 4) + 64) as w:
+            for i in range(N):
+                w.write({"data": sample(i)})
+
+    def cleanup(self, d):
+        """What a trainer killed by SIGKILL left in /dev/shm: Mosaic's
+        registry of local directories refuses the next run's otherwise.
+        Its cleaner would join torch.distributed at a $WORLD_SIZE > 1."""
+        from streaming.base.util import clean_stale_shared_memory
+        saved = {k: os.environ.pop(k) for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK")
+                 if k in os.environ}
+        try:
+            clean_stale_shared_memory()
+        finally:
+            os.environ.update(saved)
+
+    def run(self, a):
+        from streaming import StreamingDataLoader, StreamingDataset
+        ds = StreamingDataset(local=os.path.join(a.data, "mds"), batch_size=B, shuffle=True,
+                              shuffle_seed=SEED, num_canonical_nodes=2)
+        dl = StreamingDataLoader(ds, batch_size=B, num_workers=WORKERS, collate_fn=ids_dict)
+        if a.resume:
+            dl.load_state_dict(load(a.resume))
+        train(by_key(dl), dl.state_dict, a.ckpt, a.log, a.kill)
+
+
+class LitData(Peer):
+    """litData: StreamingDataset over chunks written by litdata.optimize,
+    litdata.StreamingDataLoader. Ranks come from $WORLD_SIZE and
+    $GLOBAL_RANK (litdata reads these without torch.distributed); its
+    load_state_dict() restripes a state saved at another world size
+    ("elastic restripe")."""
+    name = "litdata"
+
+    def versions(self):
+        import litdata
+        import torch
+        return {"litdata": litdata.__version__, "torch": torch.__version__}
+
+    def write(self, d):
+        import litdata
+        litdata.optimize(fn=lit_sample, inputs=list(range(N)), output_dir=os.path.join(d, "lit"),
+                         chunk_size=SHARD, num_workers=1, mode="overwrite")
+
+    def run(self, a):
+        import litdata
+        ds = litdata.StreamingDataset(os.path.join(a.data, "lit"), shuffle=True, seed=SEED)
+        dl = litdata.StreamingDataLoader(ds, batch_size=B, num_workers=WORKERS,
+                                         collate_fn=ids_dict)
+        if a.resume:
+            dl.load_state_dict(load(a.resume))
+        train(by_key(dl), dl.state_dict, a.ckpt, a.log, a.kill)
+
+
+def lit_sample(i):
+    return {"data": sample(i)}
+
+
+class FilesDataset:
+    """A map-style dataset of one file per sample: item i is file i's bytes."""
+
+    def __init__(self, d):
+        self.paths = [os.path.join(d, n) for n in sorted(os.listdir(d))]
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with open(self.paths[i], "rb") as f:
+            return f.read()
+
+
+def write_files(d):
+    os.makedirs(d)
+    for i in range(N):
+        with open(os.path.join(d, f"{i:06d}.bin"), "wb") as f:
+            f.write(sample(i))
+
+
+class TorchData(Peer):
+    """torchdata's StatefulDataLoader over a map-style dataset of files,
+    shuffle=True (its RandomSampler, whose state it saves)."""
+    name = "torchdata"
+    elastic = ("torchdata's StatefulDataLoader documents no resume at another world size "
+               "(its state is one rank's sampler and workers)")
+
+    def versions(self):
+        from importlib.metadata import version
+        import torch
+        return {"torchdata": version("torchdata"), "torch": torch.__version__}
+
+    def write(self, d):
+        write_files(os.path.join(d, "files"))
+
+    def run(self, a):
+        import torch
+        from torchdata.stateful_dataloader import StatefulDataLoader
+        ds = FilesDataset(os.path.join(a.data, "files"))
+        dl = StatefulDataLoader(ds, batch_size=B, shuffle=True, num_workers=WORKERS,
+                                collate_fn=ids_collate,
+                                generator=torch.Generator().manual_seed(SEED))
+        if a.resume:
+            dl.load_state_dict(load(a.resume))
+        train(dl, dl.state_dict, a.ckpt, a.log, a.kill)
+
+
+class Dali(Peer):
+    """DALI: a CPU-only pipeline (device_id=None) with checkpointing, its
+    file reader over the files in an order shuffled once (random_shuffle's
+    buffer would mix epochs), num_threads=2; DALI has no DataLoader
+    workers. An epoch is the reader's epoch_size / batch_size runs."""
+    name = "dali"
+    elastic = ("DALI documents checkpoints for the same pipeline configuration; a reader's "
+               "shard_id/num_shards change is not among them")
+
+    def versions(self):
+        import nvidia.dali
+        return {"nvidia-dali": nvidia.dali.__version__}
+
+    def write(self, d):
+        write_files(os.path.join(d, "files"))
+
+    def run(self, a):
+        import random
+        from nvidia.dali import fn, pipeline_def
+        root = os.path.join(a.data, "files")
+        files = sorted(os.listdir(root))
+        random.Random(SEED).shuffle(files)
+
+        @pipeline_def(batch_size=B, num_threads=2, device_id=None, enable_checkpointing=True)
+        def pipe():
+            data, _ = fn.readers.file(file_root=root, files=files, name="Reader",
+                                      shard_id=a.rank, num_shards=a.world)
+            return data
+
+        cp = load(a.resume) if a.resume else None
+        p = pipe(checkpoint=cp) if cp is not None else pipe()
+        p.build()
+        steps = p.epoch_size("Reader") // B
+
+        def batches():
+            # A resumed pipeline goes on from its checkpoint's iteration: run
+            # the epoch's remaining steps.
+            for _ in range(steps - (cp_step(cp) if cp else 0)):
+                (out,) = p.run()
+                yield ids_of(out.at(i).tobytes() for i in range(len(out)))
+
+        train(batches(), p.checkpoint, a.ckpt, a.log, a.kill)
+
+
+def cp_step(cp):
+    raise NotImplementedError
+
+
+PEER_CLASSES = {p.name: p for p in (Batchd, Mosaic, LitData, TorchData, Dali)}
 
 
 # ---- the driver ----------------------------------------------------------------------------
@@ -196,49 +379,70 @@ def run_checked(argv, **kw):
     return p
 
 
-def env_for(rank, world):
-    """The environment a trainer of rank/world has under torchrun, one rank per node."""
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def env_for(rank, world, port):
+    """The environment torchrun gives rank of world on one node, plus
+    $GLOBAL_RANK, which litdata reads (Lightning sets it)."""
     env = dict(os.environ)
-    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-               NODE_RANK=str(rank), GROUP_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT="29500")
+    env.update(RANK=str(rank), GLOBAL_RANK=str(rank), WORLD_SIZE=str(world),
+               LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), NODE_RANK="0",
+               GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     return env
 
 
-def trainer(peer, d, tag, rank, world, kill, resume, socket):
-    """One trainer process; @return (its exit status, its log path). Its
-    process group is ended afterwards: DataLoader workers of a trainer that
-    died by SIGKILL notice only after a while."""
-    ckpt = os.path.join(d, f"ckpt-{tag}-r{rank}.pkl")
-    log = os.path.join(d, f"ids-{tag}-r{rank}.jsonl")
-    errf = os.path.join(d, f"stderr-{tag}-r{rank}.txt")
-    argv = [sys.executable, os.path.abspath(__file__), "--trainer", peer, "--build", ARGS.build,
-            "--workdir", ARGS.workdir, "--data", d, "--rank", str(rank), "--world", str(world),
-            "--kill", str(kill), "--ckpt", ckpt, "--log", log]
-    if resume:
-        argv += ["--resume", resume]
-    if socket:
-        argv += ["--socket", socket]
-    with open(errf, "w") as err:
-        p = subprocess.Popen(argv, env=env_for(rank, world), stdout=err, stderr=err,
-                             start_new_session=True)
+def trainers(peer, d, tag, world, kill, resume, socket):
+    """The trainer processes of a world's ranks, run together as torchrun
+    runs them (Mosaic's ranks meet in torch.distributed); each dies by
+    SIGKILL after step `kill` (0: runs to the end of the epoch).
+    @return per rank (checkpoint path, id log path). Each process group is
+    ended afterwards: DataLoader workers of a trainer that died by SIGKILL
+    notice only after a while."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        ckpt = os.path.join(d, f"ckpt-{tag}-r{rank}.pkl")
+        log = os.path.join(d, f"ids-{tag}-r{rank}.jsonl")
+        errf = os.path.join(d, f"stderr-{tag}-r{rank}.txt")
+        argv = [sys.executable, os.path.abspath(__file__), "--trainer", peer, "--build",
+                ARGS.build, "--workdir", ARGS.workdir, "--data", os.path.join(d, "data"),
+                "--rank", str(rank), "--world", str(world), "--kill", str(kill), "--ckpt", ckpt,
+                "--log", log]
+        if resume:
+            argv += ["--resume", resume]
+        if socket:
+            argv += ["--socket", socket]
+        with open(errf, "w") as err:
+            p = subprocess.Popen(argv, env=env_for(rank, world, port), stdout=err, stderr=err,
+                                 start_new_session=True)
+        procs.append((p, ckpt, log, errf))
+    deadline = time.monotonic() + ARGS.timeout
+    failed = []
+    for rank, (p, _, _, errf) in enumerate(procs):
         try:
-            rc = p.wait(ARGS.timeout)
+            rc = p.wait(max(1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            rc = "timeout"
-        finally:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-    want = -signal.SIGKILL if kill else 0
-    if rc != want:
-        with open(errf) as f:
-            tail = f.read().strip().splitlines()[-15:]
-        raise RuntimeError(f"trainer {tag} rank {rank}/{world} exited {rc}, expected {want}: "
-                           + " | ".join(tail))
-    return ckpt, log
+            rc = f"still running after {ARGS.timeout:g} s"
+        want = -signal.SIGKILL if kill else 0
+        if rc != want:
+            with open(errf) as f:
+                tail = f.read().strip().splitlines()[-1:] or ["(no output)"]
+            failed.append(f"trainer {tag} rank {rank}/{world} exited {rc}, expected {want}: "
+                          f"{tail[0]} (see {errf})")
+    for p, *_ in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    if failed:
+        raise RuntimeError("; ".join(failed))
+    return [(ckpt, log) for _, ckpt, log, _ in procs]
 
 
 def read_ids(log):
@@ -269,16 +473,13 @@ def count(before, after):
 
 def scenario(peer, d, name, world, new_world, kill, socket):
     tag = "".join(c for c in name if c.isalnum())
-    before, after = [], []
-    ckpts = []
-    for r in range(world):
-        ckpt, log = trainer(peer.name, d, tag + "-a", r, world, kill, None, socket)
-        ckpts.append(ckpt)
-        before += read_ids(log)
-    for r in range(new_world):
-        _, log = trainer(peer.name, d, tag + "-b", r, new_world, 0, ckpts[0], socket)
-        after += read_ids(log)
-    return count(before, after)
+    peer.cleanup(os.path.join(d, "data"))
+    first = trainers(peer.name, d, tag + "-a", world, kill, None, socket)
+    peer.cleanup(os.path.join(d, "data"))
+    # Rank 0's checkpoint: what a trainer saves and restarts from.
+    second = trainers(peer.name, d, tag + "-b", new_world, 0, first[0][0], socket)
+    return count([i for _, log in first for i in read_ids(log)],
+                 [i for _, log in second for i in read_ids(log)])
 
 
 def measure(peer, d):
