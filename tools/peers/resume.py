@@ -54,13 +54,18 @@ SHARD = 256              # samples per shard or chunk, for the peers that have t
 SEED = 7
 WORKERS = 2
 
-# (name, world before the kill, world after, the step (of each rank) after
-# which the trainer dies). 48 of 128: three shards in, an even step (worker
-# 0's next batch); 51: 40% in, inside a shard, worker 1's batch.
+# (name, world before the kill, world after, the epoch and the step in it
+# (of each rank) after which the trainer dies; the count is over that epoch). 48 of 128: three shards in, an even step (worker
+# 0's next batch); 51: 40% in, inside a shard, worker 1's batch. At world
+# 2, 25 steps are 800 samples: 12.5 global batches of the world 4 after it.
+# A kill in epoch 1 checks that the resumed epoch is that epoch's order.
 SCENARIOS = (
-    ("kill 48/128", 1, 1, 48),
-    ("kill 51/128", 1, 1, 51),
-    ("world 2->1, kill 25/64", 2, 1, 25),
+    ("kill 48/128", 1, 1, 0, 48),
+    ("kill 51/128", 1, 1, 0, 51),
+    ("epoch 1, kill 51/128", 1, 1, 1, 51),
+    ("world 2->1, kill 25/64", 2, 1, 0, 25),
+    ("world 2->4, kill 25/64", 2, 4, 0, 25),
+    ("epoch 1, world 2->1, kill 25/64", 2, 1, 1, 25),
 )
 PEERS = ("batchd", "mosaic", "litdata", "torchdata", "dali")
 
@@ -105,16 +110,40 @@ def load(path):
         return pickle.load(f)
 
 
-def train(batches, state_dict, ckpt, log, kill):
-    """The trainer: for each batch (a list of ids) log it, save
-    state_dict() to ckpt, and die by SIGKILL after step `kill` (0: never)."""
-    with open(log, "w") as f:
-        for step, ids in enumerate(batches, 1):
-            f.write(json.dumps(ids) + "\n")
-            f.flush()
-            save(ckpt, state_dict())
-            if step == kill:
-                os.kill(os.getpid(), signal.SIGKILL)
+class Trainer:
+    """The trainer's side of the loop, the same for every peer: its
+    checkpoint holds the epoch it was in and the loader's state, as a
+    training script's would. After consuming each batch, step() logs its
+    ids, saves the checkpoint and, after step `kill` of epoch `kill_epoch`,
+    dies by SIGKILL (its workers die with its process group)."""
+
+    def __init__(self, a):
+        self.a = a
+        saved = load(a.resume) if a.resume else {"epoch": 0, "loader": None}
+        self.epoch, self.state = saved["epoch"], saved["loader"]
+        self.log = open(a.log, "w")
+        self.steps = {}
+
+    def epochs(self):
+        """The epochs this process runs: from the checkpoint's through the
+        one the kill is in (the count is over that epoch)."""
+        return range(self.epoch, self.a.kill_epoch + 1)
+
+    def step(self, epoch, ids, state_dict):
+        self.log.write(json.dumps({"epoch": epoch, "ids": ids}) + "\n")
+        self.log.flush()
+        save(self.a.ckpt, {"epoch": epoch, "loader": state_dict()})
+        self.steps[epoch] = n = self.steps.get(epoch, 0) + 1
+        if epoch == self.a.kill_epoch and n == self.a.kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def loop(self, loader, state_dict, ids=lambda b: b, set_epoch=None):
+        """The usual epoch loop over a DataLoader-like loader."""
+        for epoch in self.epochs():
+            if set_epoch:
+                set_epoch(epoch)
+            for b in loader:
+                self.step(epoch, ids(b), state_dict)
 
 
 # ---- peers ---------------------------------------------------------------------------------
@@ -138,7 +167,8 @@ class Peer:
     def run(self, a):
         raise NotImplementedError
 
-    def note(self, scenario, counts):
+    def note(self, sc, counts):
+        """What users need to know of this row (sc: the SCENARIOS entry)."""
         return ""
 
     def cleanup(self, d):
@@ -174,9 +204,11 @@ class Batchd(Peer):
         ds = bt.BatchdDataset("resume.bpk", B, shuffle="global", seed=SEED, rank=a.rank,
                               world=a.world, socket=a.socket, timeout=30, collate=batch_ids)
         dl = bt.DataLoader(ds, num_workers=WORKERS)
-        if a.resume:
-            dl.load_state_dict(load(a.resume))
-        train(dl, dl.state_dict, a.ckpt, a.log, a.kill)
+        t = Trainer(a)
+        if t.state:
+            dl.load_state_dict(t.state)
+        # set_epoch after load_state_dict resumes the saved epoch where it was saved
+        t.loop(dl, dl.state_dict, set_epoch=ds.set_epoch)
         del dl
         ds.close()
 
@@ -190,10 +222,6 @@ def ids_dict(batch):
     """Collate for samples that are {"data": bytes}: {"ids": their ids} (a
     dict, so that StreamingDataLoader can count the batch's samples)."""
     return {"ids": ids_of(s["data"] for s in batch)}
-
-
-def by_key(loader, key="ids"):
-    return (b[key] for b in loader)
 
 
 class Mosaic(Peer):
@@ -233,9 +261,10 @@ class Mosaic(Peer):
         ds = StreamingDataset(local=os.path.join(a.data, "mds"), batch_size=B, shuffle=True,
                               shuffle_seed=SEED, num_canonical_nodes=2)
         dl = StreamingDataLoader(ds, batch_size=B, num_workers=WORKERS, collate_fn=ids_dict)
-        if a.resume:
-            dl.load_state_dict(load(a.resume))
-        train(by_key(dl), dl.state_dict, a.ckpt, a.log, a.kill)
+        t = Trainer(a)
+        if t.state:
+            dl.load_state_dict(t.state)
+        t.loop(dl, dl.state_dict, ids=lambda b: b["ids"])
 
 
 class LitData(Peer):
@@ -258,12 +287,33 @@ class LitData(Peer):
 
     def run(self, a):
         import litdata
-        ds = litdata.StreamingDataset(os.path.join(a.data, "lit"), shuffle=True, seed=SEED)
+        # drop_last: its default is True at a world above 1 and False at 1,
+        # and a state of the one is refused by the other (note()); with N
+        # a multiple of every global batch here it drops nothing.
+        ds = litdata.StreamingDataset(os.path.join(a.data, "lit"), shuffle=True, seed=SEED,
+                                      drop_last=True)
         dl = litdata.StreamingDataLoader(ds, batch_size=B, num_workers=WORKERS,
                                          collate_fn=ids_dict)
-        if a.resume:
-            dl.load_state_dict(load(a.resume))
-        train(by_key(dl), dl.state_dict, a.ckpt, a.log, a.kill)
+        t = Trainer(a)
+        if t.state:
+            dl.load_state_dict(t.state)
+        t.loop(dl, dl.state_dict, ids=lambda b: b["ids"])
+
+
+    def note(self, sc, c):
+        name, world, new_world = sc[:3]
+        out = []
+        if world != new_world:
+            if c.get("repeated"):
+                stride = new_world * B
+                out.append(f"its elastic resume rounds the {c['before']} samples consumed "
+                           f"down to a whole global batch of the new world ({new_world} x {B}: "
+                           f"{c['before'] - c['before'] % stride}; _round_down_drop_first, "
+                           "litdata/streaming/elastic.py) and reads the rest again")
+            out.append("drop_last=True given: its default is True at world > 1 and False at "
+                       "world 1, and load_state_dict() refuses a state of the other (ValueError: "
+                       "The provided `drop_last` state doesn't match the current one)")
+        return "; ".join(out)
 
 
 def lit_sample(i):
@@ -313,9 +363,10 @@ class TorchData(Peer):
         dl = StatefulDataLoader(ds, batch_size=B, shuffle=True, num_workers=WORKERS,
                                 collate_fn=ids_collate,
                                 generator=torch.Generator().manual_seed(SEED))
-        if a.resume:
-            dl.load_state_dict(load(a.resume))
-        train(dl, dl.state_dict, a.ckpt, a.log, a.kill)
+        t = Trainer(a)
+        if t.state:
+            dl.load_state_dict(t.state)
+        t.loop(dl, dl.state_dict)
 
 
 class Dali(Peer):
@@ -324,8 +375,9 @@ class Dali(Peer):
     buffer would mix epochs), num_threads=2; DALI has no DataLoader
     workers. An epoch is the reader's epoch_size / batch_size runs."""
     name = "dali"
-    elastic = ("DALI documents checkpoints for the same pipeline configuration; a reader's "
-               "shard_id/num_shards change is not among them")
+    elastic = ("DALI's checkpoint restores the same pipeline (\"will produce exactly the "
+               "same outputs as the old one would\"); its docs describe no restore at another "
+               "shard_id/num_shards")
 
     def versions(self):
         import nvidia.dali
@@ -347,23 +399,21 @@ class Dali(Peer):
                                       shard_id=a.rank, num_shards=a.world)
             return data
 
-        cp = load(a.resume) if a.resume else None
-        p = pipe(checkpoint=cp) if cp is not None else pipe()
+        # The loader's state: DALI's checkpoint (the reader's place) and the
+        # steps of the epoch taken, which says how many runs are left in it.
+        t = Trainer(a)
+        saved = t.state or {"dali": None, "steps": 0}
+        p = pipe(checkpoint=saved["dali"]) if saved["dali"] else pipe()
         p.build()
-        steps = p.epoch_size("Reader") // B
-
-        def batches():
-            # A resumed pipeline goes on from its checkpoint's iteration: run
-            # the epoch's remaining steps.
-            for _ in range(steps - (cp_step(cp) if cp else 0)):
+        steps = p.epoch_size("Reader") // a.world // B
+        taken = saved["steps"]
+        for epoch in t.epochs():
+            while taken < steps:
                 (out,) = p.run()
-                yield ids_of(out.at(i).tobytes() for i in range(len(out)))
-
-        train(batches(), p.checkpoint, a.ckpt, a.log, a.kill)
-
-
-def cp_step(cp):
-    raise NotImplementedError
+                taken += 1
+                t.step(epoch, ids_of(out.at(i).tobytes() for i in range(len(out))),
+                       lambda: {"dali": p.checkpoint(), "steps": taken})
+            taken = 0
 
 
 PEER_CLASSES = {p.name: p for p in (Batchd, Mosaic, LitData, TorchData, Dali)}
@@ -396,10 +446,11 @@ def env_for(rank, world, port):
     return env
 
 
-def trainers(peer, d, tag, world, kill, resume, socket):
+def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket):
     """The trainer processes of a world's ranks, run together as torchrun
     runs them (Mosaic's ranks meet in torch.distributed); each dies by
-    SIGKILL after step `kill` (0: runs to the end of the epoch).
+    SIGKILL after step `kill` of epoch `kill_epoch` (kill 0: it runs to the
+    end of that epoch).
     @return per rank (checkpoint path, id log path). Each process group is
     ended afterwards: DataLoader workers of a trainer that died by SIGKILL
     notice only after a while."""
@@ -411,7 +462,8 @@ def trainers(peer, d, tag, world, kill, resume, socket):
         errf = os.path.join(d, f"stderr-{tag}-r{rank}.txt")
         argv = [sys.executable, os.path.abspath(__file__), "--trainer", peer, "--build",
                 ARGS.build, "--workdir", ARGS.workdir, "--data", os.path.join(d, "data"),
-                "--rank", str(rank), "--world", str(world), "--kill", str(kill), "--ckpt", ckpt,
+                "--rank", str(rank), "--world", str(world), "--kill-epoch", str(kill_epoch),
+                "--kill", str(kill), "--ckpt", ckpt,
                 "--log", log]
         if resume:
             argv += ["--resume", resume]
@@ -445,12 +497,15 @@ def trainers(peer, d, tag, world, kill, resume, socket):
     return [(ckpt, log) for _, ckpt, log, _ in procs]
 
 
-def read_ids(log):
+def read_ids(log, epoch):
+    """The ids a trainer's log says it consumed in epoch `epoch`."""
     out = []
     if os.path.exists(log):
         with open(log) as f:
             for line in f:
-                out += json.loads(line)
+                step = json.loads(line)
+                if step["epoch"] == epoch:
+                    out += step["ids"]
     return out
 
 
@@ -471,15 +526,40 @@ def count(before, after):
     }
 
 
-def scenario(peer, d, name, world, new_world, kill, socket):
+def scenario(peer, d, sc, socket):
+    name, world, new_world, epoch, kill = sc
     tag = "".join(c for c in name if c.isalnum())
     peer.cleanup(os.path.join(d, "data"))
-    first = trainers(peer.name, d, tag + "-a", world, kill, None, socket)
+    first = trainers(peer.name, d, tag + "-a", world, epoch, kill, None, socket)
     peer.cleanup(os.path.join(d, "data"))
     # Rank 0's checkpoint: what a trainer saves and restarts from.
-    second = trainers(peer.name, d, tag + "-b", new_world, 0, first[0][0], socket)
-    return count([i for _, log in first for i in read_ids(log)],
-                 [i for _, log in second for i in read_ids(log)])
+    second = trainers(peer.name, d, tag + "-b", new_world, epoch, 0, first[0][0], socket)
+    return count([i for _, log in first for i in read_ids(log, epoch)],
+                 [i for _, log in second for i in read_ids(log, epoch)])
+
+
+class quiet:
+    """stdout and stderr of this process and its children to a file (a
+    writer's progress bars and advertising), restored on exit."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = [os.dup(1), os.dup(2)]
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, old in zip((1, 2), self.saved):
+            os.dup2(old, fd)
+            os.close(old)
 
 
 def measure(peer, d):
@@ -490,19 +570,21 @@ def measure(peer, d):
     os.makedirs(data)
     daemon = None
     try:
-        peer.write(data)
+        with quiet(os.path.join(d, "write.log")):
+            peer.write(data)
         socket = None
         if peer.name == "batchd":
             daemon, socket = start_batchd(data)
-        for name, world, new_world, kill in SCENARIOS:
+        for sc in SCENARIOS:
+            name, world, new_world = sc[:3]
             row = {"peer": peer.name, "scenario": name}
             if world != new_world and peer.elastic:
                 row.update(note=f"not run: {peer.elastic}")
                 rows.append(row)
                 continue
             try:
-                row.update(scenario(peer, d, name, world, new_world, kill, socket))
-                row["note"] = peer.note(name, row)
+                row.update(scenario(peer, d, sc, socket))
+                row["note"] = peer.note(sc, row)
             except Exception as e:
                 row["note"] = f"failed: {e}"
                 row["error"] = traceback.format_exc()
@@ -574,7 +656,7 @@ def main():
     ap.add_argument("--trainer", help=argparse.SUPPRESS)
     for opt in ("--data", "--ckpt", "--log", "--resume", "--socket"):
         ap.add_argument(opt, help=argparse.SUPPRESS)
-    for opt in ("--rank", "--world", "--kill"):
+    for opt in ("--rank", "--world", "--kill", "--kill-epoch"):
         ap.add_argument(opt, type=int, default=0, help=argparse.SUPPRESS)
     ARGS = ap.parse_args()
     setup_env()
