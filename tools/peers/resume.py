@@ -157,6 +157,7 @@ class Trainer:
 class Peer:
     name = ""
     elastic = None           # why the peer is not run at another world size (None: it is)
+    how = ""                 # what its state counts: why it resumes where it does
 
     def versions(self):
         raise NotImplementedError
@@ -171,8 +172,9 @@ class Peer:
         """What users need to know of this row (sc: the SCENARIOS entry)."""
         return ""
 
-    def cleanup(self, d):
-        """Between the killed run and the next (in the driver)."""
+    def cleanup(self, ckpt):
+        """After a trainer process (the one that saved ckpt) and its workers
+        ended: remove what it leaves behind (in the driver)."""
 
 
 def ids_collate(batch):
@@ -182,6 +184,9 @@ def ids_collate(batch):
 
 class Batchd(Peer):
     name = "batchd"
+    how = ("batchclient.torch.DataLoader counts the batches it hands the training loop; a "
+           "resumed worker k of 2 reopens its stream at batch b0 + k, stride 2; another world "
+           "resumes at the global sample count (rank 0's state)")
 
     def versions(self):
         import batchclient
@@ -231,6 +236,9 @@ class Mosaic(Peer):
     num_canonical_nodes=2 at every world, which is what makes its order
     the same at world 2 and 1 (its elastic determinism)."""
     name = "mosaic"
+    how = ("StreamingDataLoader counts the samples it hands the loop (times the world: "
+           "sample_in_epoch); the resumed epoch skips that prefix of its global order, the "
+           "same at any world with num_canonical_nodes fixed")
 
     def versions(self):
         import streaming
@@ -244,22 +252,39 @@ class Mosaic(Peer):
             for i in range(N):
                 w.write({"data": sample(i)})
 
-    def cleanup(self, d):
-        """What a trainer killed by SIGKILL left in /dev/shm: Mosaic's
-        registry of local directories refuses the next run's otherwise.
-        Its cleaner would join torch.distributed at a $WORLD_SIZE > 1."""
-        from streaming.base.util import clean_stale_shared_memory
-        saved = {k: os.environ.pop(k) for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK")
-                 if k in os.environ}
+    prefixes = set()
+
+    def cleanup(self, ckpt):
+        """What the trainer that saved ckpt left of Mosaic's shared memory
+        (/dev/shm/NNNNNN_*, its prefix NNNNNN) and file locks
+        (TMPDIR/NNNNNN_*_filelock): a trainer killed by SIGKILL leaves
+        both, and Mosaic leaves its file locks even at a clean exit. Only
+        that prefix's: streaming's clean_stale_shared_memory() would remove
+        every prefix's, another job's on this machine too."""
+        import glob
+        import tempfile
         try:
-            clean_stale_shared_memory()
-        finally:
-            os.environ.update(saved)
+            with open(ckpt + ".mosaic-prefix") as f:
+                self.prefixes.add(int(f.read()))
+            os.unlink(ckpt + ".mosaic-prefix")
+        except (OSError, ValueError):
+            pass
+        # Every prefix this driver's trainers used, again: a later run may
+        # take up a prefix whose files were removed and leave it behind.
+        for prefix in self.prefixes:
+            for path in (glob.glob(f"/dev/shm/{prefix:06d}_*") + glob.glob(
+                    os.path.join(tempfile.gettempdir(), f"{prefix:06d}_*_filelock"))):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
 
     def run(self, a):
         from streaming import StreamingDataLoader, StreamingDataset
         ds = StreamingDataset(local=os.path.join(a.data, "mds"), batch_size=B, shuffle=True,
                               shuffle_seed=SEED, num_canonical_nodes=2)
+        with open(a.ckpt + ".mosaic-prefix", "w") as f:      # for cleanup()
+            f.write(str(ds._shm_prefix_int))
         dl = StreamingDataLoader(ds, batch_size=B, num_workers=WORKERS, collate_fn=ids_dict)
         t = Trainer(a)
         if t.state:
@@ -274,6 +299,8 @@ class LitData(Peer):
     load_state_dict() restripes a state saved at another world size
     ("elastic restripe")."""
     name = "litdata"
+    how = ("StreamingDataLoader counts the samples it hands the loop, per worker; at another "
+           "world it restripes from that count rounded down to the new global batch")
 
     def versions(self):
         import litdata
@@ -345,6 +372,8 @@ class TorchData(Peer):
     """torchdata's StatefulDataLoader over a map-style dataset of files,
     shuffle=True (its RandomSampler, whose state it saves)."""
     name = "torchdata"
+    how = ("each worker sends its state with each batch; StatefulDataLoader keeps the state "
+           "of the batches handed over, not of those prefetched")
     elastic = ("torchdata's StatefulDataLoader documents no resume at another world size "
                "(its state is one rank's sampler and workers)")
 
@@ -375,6 +404,10 @@ class Dali(Peer):
     buffer would mix epochs), num_threads=2; DALI has no DataLoader
     workers. An epoch is the reader's epoch_size / batch_size runs."""
     name = "dali"
+    how = ("checkpoint() after run() is the reader's place after the batches returned "
+           "(prefetch_queue_depth 2 not counted); the step within the epoch is the "
+           "trainer's. Every epoch has one order (the files shuffled once), so its epoch-1 "
+           "row checks the position, not the epoch's order")
     elastic = ("DALI's checkpoint restores the same pipeline (\"will produce exactly the "
                "same outputs as the old one would\"); its docs describe no restore at another "
                "shard_id/num_shards")
@@ -446,6 +479,21 @@ def env_for(rank, world, port):
     return env
 
 
+def end_group(pgid, grace=15):
+    """Wait up to `grace` seconds for what is left of a trainer's process
+    group (DataLoader workers notice their trainer's death within 5 s, and
+    multiprocessing's resource tracker then removes the semaphores and
+    shared memory the trainer left), then SIGKILL the rest."""
+    deadline = time.monotonic() + grace
+    try:
+        while time.monotonic() < deadline:
+            os.killpg(pgid, 0)
+            time.sleep(0.1)
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket):
     """The trainer processes of a world's ranks, run together as torchrun
     runs them (Mosaic's ranks meet in torch.distributed); each dies by
@@ -487,10 +535,7 @@ def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket):
             failed.append(f"trainer {tag} rank {rank}/{world} exited {rc}, expected {want}: "
                           f"{tail[0]} (see {errf})")
     for p, *_ in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        end_group(p.pid, 15 if p.poll() is not None else 0)   # a trainer past the timeout: now
         p.wait()
     if failed:
         raise RuntimeError("; ".join(failed))
@@ -526,14 +571,22 @@ def count(before, after):
     }
 
 
+def run_ckpts(d, tag, world):
+    """The checkpoint paths trainers() gives the ranks of both runs of a scenario."""
+    return [os.path.join(d, f"ckpt-{tag}-{ab}-r{r}.pkl") for ab in "ab" for r in range(world)]
+
+
 def scenario(peer, d, sc, socket):
     name, world, new_world, epoch, kill = sc
     tag = "".join(c for c in name if c.isalnum())
-    peer.cleanup(os.path.join(d, "data"))
-    first = trainers(peer.name, d, tag + "-a", world, epoch, kill, None, socket)
-    peer.cleanup(os.path.join(d, "data"))
-    # Rank 0's checkpoint: what a trainer saves and restarts from.
-    second = trainers(peer.name, d, tag + "-b", new_world, epoch, 0, first[0][0], socket)
+    first = second = []
+    try:
+        first = trainers(peer.name, d, tag + "-a", world, epoch, kill, None, socket)
+        # Rank 0's checkpoint: what a trainer saves and restarts from.
+        second = trainers(peer.name, d, tag + "-b", new_world, epoch, 0, first[0][0], socket)
+    finally:
+        for ckpt in run_ckpts(d, tag, max(world, new_world)):
+            peer.cleanup(ckpt)
     return count([i for _, log in first for i in read_ids(log, epoch)],
                  [i for _, log in second for i in read_ids(log, epoch)])
 
@@ -681,11 +734,22 @@ def main():
                   f"{r.get('lost', '-')} lost {r.get('note', '')}", file=sys.stderr)
             rows.append(r)
     print(table(rows))
+    hows = {n: PEER_CLASSES[n].how for n in versions}
+    print()
+    for n, v in versions.items():
+        print(f"{n} ({', '.join(f'{k} {x}' for k, x in v.items())}): {hows[n]}")
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump({"workload": "resume", "samples": N, "batch_size": B,
-                       "workers": WORKERS, "versions": versions, "rows": rows}, f, indent=1)
-    return 0
+                       "workers": WORKERS, "versions": versions, "how": hows, "rows": rows},
+                      f, indent=1)
+    # batchd's rows must be 0/0: anything else (a failed run too) is a bug in it
+    bad = [r for r in rows if r["peer"] == "batchd" and "scenario" in r
+           and (r.get("repeated") or r.get("lost") or "repeated" not in r)]
+    for r in bad:
+        print(f"batchd, {r.get('scenario', '')}: not an exact resume: {r.get('repeated')} "
+              f"repeated, {r.get('lost')} lost {r.get('note', '')}", file=sys.stderr)
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
