@@ -10,18 +10,19 @@ prefetch queue) had read ahead. This measures it, per loader, the same
 way for each: correctness, not speed.
 
 For each peer and scenario:
-  1. a trainer process reads one epoch (world W: one process per rank, run
-     one after another, each knowing its rank from the environment as it
-     would under torchrun), with a DataLoader of 2 workers where the peer
-     uses DataLoader workers; after consuming each batch it logs the ids it
-     consumed and saves the loader's state_dict() to a file atomically (a
-     temporary file renamed over the old one), then, at the kill step,
-     SIGKILLs itself (its workers die with its process group);
-  2. a new process (world W': again one per rank) loads rank 0's last
-     checkpoint, as a trainer restarting from its checkpoint does, and
-     reads the rest of the epoch, logging ids;
-  3. the ids are counted against the epoch's: repeated (consumed before the
-     kill and again after) and lost (never consumed).
+  1. a trainer process reads epochs (world W: a process per rank, started
+     together with the environment torchrun gives them: $RANK,
+     $WORLD_SIZE, $LOCAL_RANK, ...), with a DataLoader of 2 workers where
+     the peer uses DataLoader workers; after consuming each batch it logs
+     the ids it consumed and saves its checkpoint (its epoch and the
+     loader's state_dict()) to a file atomically (a temporary file renamed
+     over the old one), then, after a fixed step of a fixed epoch,
+     SIGKILLs itself (its workers end with it);
+  2. new processes (world W', a process per rank) load rank 0's last
+     checkpoint, as trainers restarting from a checkpoint do, and read the
+     rest of that epoch, logging ids;
+  3. the ids of that epoch are counted against its samples: repeated
+     (consumed before the kill and again after) and lost (never consumed).
 A sample's id is read from its own bytes (8 bytes little-endian, then 56
 bytes derived from the id and checked), so nothing is taken from a
 loader's metadata. Each peer's copy of the data is written by its own
@@ -55,10 +56,11 @@ SEED = 7
 WORKERS = 2
 
 # (name, world before the kill, world after, the epoch and the step in it
-# (of each rank) after which the trainer dies; the count is over that epoch). 48 of 128: three shards in, an even step (worker
-# 0's next batch); 51: 40% in, inside a shard, worker 1's batch. At world
-# 2, 25 steps are 800 samples: 12.5 global batches of the world 4 after it.
-# A kill in epoch 1 checks that the resumed epoch is that epoch's order.
+# (of each rank) after which the trainers die; the count is over that
+# epoch). 48 of 128: three shards in, an even step (worker 0's next
+# batch); 51: 40% in, inside a shard, worker 1's batch. At world 2, 25
+# steps are 800 samples: 12.5 global batches of the world 4 after it. A
+# kill in epoch 1 checks that the resumed epoch is that epoch's order.
 SCENARIOS = (
     ("kill 48/128", 1, 1, 0, 48),
     ("kill 51/128", 1, 1, 0, 51),
@@ -150,8 +152,9 @@ class Trainer:
 #
 # A peer: `versions()` (what is installed, or ImportError), `write(dir)`
 # (the epoch's samples in its format), `run(a)` (in the trainer process:
-# train() over its loader, resuming from a.resume when given). `claims`:
-# the scenarios' world changes it documents support for.
+# its loader under a Trainer, resuming from a.resume when given).
+# `elastic`: why it is not run at another world size (None: it claims
+# that resume and is run).
 
 
 class Peer:
@@ -171,10 +174,6 @@ class Peer:
     def note(self, sc, counts):
         """What users need to know of this row (sc: the SCENARIOS entry)."""
         return ""
-
-    def cleanup(self, ckpt):
-        """After a trainer process (the one that saved ckpt) and its workers
-        ended: remove what it leaves behind (in the driver)."""
 
 
 def ids_collate(batch):
@@ -252,39 +251,10 @@ class Mosaic(Peer):
             for i in range(N):
                 w.write({"data": sample(i)})
 
-    prefixes = set()
-
-    def cleanup(self, ckpt):
-        """What the trainer that saved ckpt left of Mosaic's shared memory
-        (/dev/shm/NNNNNN_*, its prefix NNNNNN) and file locks
-        (TMPDIR/NNNNNN_*_filelock): a trainer killed by SIGKILL leaves
-        both, and Mosaic leaves its file locks even at a clean exit. Only
-        that prefix's: streaming's clean_stale_shared_memory() would remove
-        every prefix's, another job's on this machine too."""
-        import glob
-        import tempfile
-        try:
-            with open(ckpt + ".mosaic-prefix") as f:
-                self.prefixes.add(int(f.read()))
-            os.unlink(ckpt + ".mosaic-prefix")
-        except (OSError, ValueError):
-            pass
-        # Every prefix this driver's trainers used, again: a later run may
-        # take up a prefix whose files were removed and leave it behind.
-        for prefix in self.prefixes:
-            for path in (glob.glob(f"/dev/shm/{prefix:06d}_*") + glob.glob(
-                    os.path.join(tempfile.gettempdir(), f"{prefix:06d}_*_filelock"))):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-
     def run(self, a):
         from streaming import StreamingDataLoader, StreamingDataset
         ds = StreamingDataset(local=os.path.join(a.data, "mds"), batch_size=B, shuffle=True,
                               shuffle_seed=SEED, num_canonical_nodes=2)
-        with open(a.ckpt + ".mosaic-prefix", "w") as f:      # for cleanup()
-            f.write(str(ds._shm_prefix_int))
         dl = StreamingDataLoader(ds, batch_size=B, num_workers=WORKERS, collate_fn=ids_dict)
         t = Trainer(a)
         if t.state:
@@ -469,11 +439,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def env_for(rank, world, port):
+def env_for(rank, world, port, tmp):
     """The environment torchrun gives rank of world on one node, plus
-    $GLOBAL_RANK, which litdata reads (Lightning sets it)."""
+    $GLOBAL_RANK, which litdata reads (Lightning sets it), and a TMPDIR of
+    the peer's own: Mosaic leaves file locks there, even at a clean exit."""
     env = dict(os.environ)
-    env.update(RANK=str(rank), GLOBAL_RANK=str(rank), WORLD_SIZE=str(world),
+    env.update(TMPDIR=tmp, RANK=str(rank), GLOBAL_RANK=str(rank), WORLD_SIZE=str(world),
                LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), NODE_RANK="0",
                GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     return env
@@ -483,7 +454,7 @@ def end_group(pgid, grace=15):
     """Wait up to `grace` seconds for what is left of a trainer's process
     group (DataLoader workers notice their trainer's death within 5 s, and
     multiprocessing's resource tracker then removes the semaphores and
-    shared memory the trainer left), then SIGKILL the rest."""
+    shared memory the trainer left, Mosaic's too), then SIGKILL the rest."""
     deadline = time.monotonic() + grace
     try:
         while time.monotonic() < deadline:
@@ -503,6 +474,8 @@ def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket):
     ended afterwards: DataLoader workers of a trainer that died by SIGKILL
     notice only after a while."""
     port = free_port()
+    tmp = os.path.join(d, "tmp")
+    os.makedirs(tmp, exist_ok=True)
     procs = []
     for rank in range(world):
         ckpt = os.path.join(d, f"ckpt-{tag}-r{rank}.pkl")
@@ -518,8 +491,8 @@ def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket):
         if socket:
             argv += ["--socket", socket]
         with open(errf, "w") as err:
-            p = subprocess.Popen(argv, env=env_for(rank, world, port), stdout=err, stderr=err,
-                                 start_new_session=True)
+            p = subprocess.Popen(argv, env=env_for(rank, world, port, tmp), stdout=err,
+                                 stderr=err, start_new_session=True)
         procs.append((p, ckpt, log, errf))
     deadline = time.monotonic() + ARGS.timeout
     failed = []
@@ -571,22 +544,12 @@ def count(before, after):
     }
 
 
-def run_ckpts(d, tag, world):
-    """The checkpoint paths trainers() gives the ranks of both runs of a scenario."""
-    return [os.path.join(d, f"ckpt-{tag}-{ab}-r{r}.pkl") for ab in "ab" for r in range(world)]
-
-
 def scenario(peer, d, sc, socket):
     name, world, new_world, epoch, kill = sc
     tag = "".join(c for c in name if c.isalnum())
-    first = second = []
-    try:
-        first = trainers(peer.name, d, tag + "-a", world, epoch, kill, None, socket)
-        # Rank 0's checkpoint: what a trainer saves and restarts from.
-        second = trainers(peer.name, d, tag + "-b", new_world, epoch, 0, first[0][0], socket)
-    finally:
-        for ckpt in run_ckpts(d, tag, max(world, new_world)):
-            peer.cleanup(ckpt)
+    first = trainers(peer.name, d, tag + "-a", world, epoch, kill, None, socket)
+    # Rank 0's checkpoint: what a trainer saves and restarts from.
+    second = trainers(peer.name, d, tag + "-b", new_world, epoch, 0, first[0][0], socket)
     return count([i for _, log in first for i in read_ids(log, epoch)],
                  [i for _, log in second for i in read_ids(log, epoch)])
 
