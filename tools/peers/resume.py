@@ -593,7 +593,8 @@ def measure(peer, d):
             daemon, socket = start_batchd(data)
         for sc in SCENARIOS:
             name, world, new_world = sc[:3]
-            row = {"peer": peer.name, "scenario": name}
+            row = {"peer": peer.name, "scenario": name, "world": world,
+                   "resumed_world": new_world, "epoch": sc[3], "kill_after_step": sc[4]}
             if world != new_world and peer.elastic:
                 row.update(note=f"not run: {peer.elastic}")
                 rows.append(row)
