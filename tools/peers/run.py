@@ -41,7 +41,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.join(ROOT, "tools"))  # bench_daemon, bench-vs-torch's neighbour
 
+import bench_daemon  # noqa: E402
 import data        # noqa: E402
 import loaders     # noqa: E402
 
@@ -139,25 +141,13 @@ class Runner:
         return None
 
     def daemon(self, argv, sock, logpath):
-        """batchd with argv (--no-config first), answering on sock; the Popen."""
-        import batchclient
-        argv = [argv[0], "--no-config", *argv[1:]]
+        """batchd with argv (--no-config first), answering on sock, in this
+        run's cgroup when it has one; the Popen (bench_daemon.start_batchd)."""
         if os.path.exists(sock):
             os.unlink(sock)
-        lf = open(logpath, "ab")
-        p = subprocess.Popen(argv, stdout=lf, stderr=lf, stdin=subprocess.DEVNULL,
-                             preexec_fn=self.preexec())
-        lf.close()
-        for _ in range(1000):
-            if p.poll() is not None:
-                raise RuntimeError(f"batchd exited with {p.returncode}; see {logpath}")
-            try:
-                batchclient.status(sock)
-                return p
-            except batchclient.ConnectError:
-                time.sleep(0.01)
-        p.kill()
-        raise RuntimeError(f"batchd did not answer on {sock}; see {logpath}")
+        with open(logpath, "ab") as lf:
+            return bench_daemon.start_batchd(argv, sock, lf, preexec_fn=self.preexec(),
+                                             timeout_s=10)
 
 
 def stop(p):
