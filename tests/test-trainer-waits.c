@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-trainer-waits.c - the Check suite for the wait statistics that
- * `batchctl consume` prints (tools/trainer.c: trainer_waits).
+ * `batchctl consume` prints (tools/common/trainer.c: trainer_waits).
  *
  * Why: a consume run takes tens of batches, and the first one waits on a
  * cold read while the rest take microseconds. The estimator it replaced

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""tools/bench-vs-torch.py reads its --record-size as batchd reads a size
+"""tools/bench/bench-vs-torch.py reads its --record-size as batchd reads a size
 (lib/proto/units.c, bp_parse_size; docs/operations.md, configuration): K, M, G, T and
 KiB..TiB are powers of 1024, KB..TB powers of 1000, letters in any case,
 blanks before the unit, a fraction only with a unit (rounded down to whole

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test-bench-stats.c - the Check suite for batchd-bench's statistics and
- * argument helpers (tools/bench_stats.c, tools/bench_util.c).
+ * argument helpers (tools/bench/bench_stats.c, tools/bench/bench_util.c).
  *
  * Percentiles are checked against inputs whose answer is known exactly
  * (1..100, a bimodal set) and against the exact nearest-rank percentile of

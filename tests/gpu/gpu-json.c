@@ -5,7 +5,7 @@
  *
  * Why: run.sh reads the figures batchd-bench and batchctl write as JSON,
  * on GPU machines that may have no Python and no jq; the bundle carries
- * this instead (json-c and tools/json_path.c, as batchctl reads status).
+ * this instead (json-c and tools/common/json_path.c, as batchctl reads status).
  *
  *   gpu-json FILE PATH        the value: a string as it is, anything else
  *                             as JSON (true, 12.5, {...}); "n/a" and exit 1

@@ -5,7 +5,7 @@ own format by that loader's own writer.
 Why this module exists: a comparison of loaders is fair only when each reads
 the same bytes, stored the way its users store them. The source is a
 directory of one file per sample (sample i is the file %08d), made by
-tools/bench-vs-torch.py's generator (half random bytes, half text of a
+tools/bench/bench-vs-torch.py's generator (half random bytes, half text of a
 fixed vocabulary, deterministic from the seed); from it:
   raw      the files themselves (torch's DataLoader and DALI's file reader)
   bpk      `batchd-pack create` with its defaults (batchd)
@@ -41,13 +41,13 @@ FORMATS = ("raw", "bpk", "wds", "litdata", "mds")
 
 
 def bench_vs_torch():
-    """tools/bench-vs-torch.py as a module (its generator, its Dataset over
+    """tools/bench/bench-vs-torch.py as a module (its generator, its Dataset over
     files, its argument parsers)."""
     if "bench_vs_torch" in sys.modules:
         return sys.modules["bench_vs_torch"]
-    sys.path.insert(0, os.path.join(ROOT, "tools"))     # its bench_daemon
+    sys.path.insert(0, os.path.join(ROOT, "tools", "bench"))  # its bench_daemon
     spec = importlib.util.spec_from_file_location("bench_vs_torch",
-                                                  os.path.join(ROOT, "tools", "bench-vs-torch.py"))
+                                                  os.path.join(ROOT, "tools", "bench", "bench-vs-torch.py"))
     mod = importlib.util.module_from_spec(spec)
     sys.modules["bench_vs_torch"] = mod
     spec.loader.exec_module(mod)

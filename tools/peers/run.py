@@ -41,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(1, os.path.join(ROOT, "tools"))  # bench_daemon, bench-vs-torch's neighbour
+sys.path.insert(1, os.path.join(ROOT, "tools", "bench"))  # bench_daemon
 
 import bench_daemon  # noqa: E402
 import data        # noqa: E402

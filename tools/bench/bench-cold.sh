@@ -3,7 +3,7 @@
 # batchd cold from disk against decode alone on the same pack: is the
 # pipeline as fast as its decode pool, big samples and small?
 #
-#   tools/bench-cold.sh OUTDIR [--big N] [--small N] [--repeat R]
+#   tools/bench/bench-cold.sh OUTDIR [--big N] [--small N] [--repeat R]
 #       [--tier ram|page|direct] [--nice N]
 #
 # Three packs of generated samples (half random bytes, half text; about
@@ -30,9 +30,9 @@
 # daemon and both sides at niceness N (default 0). Needs root (to drop the
 # page cache). Per-run JSON and the table's lines are left in OUTDIR.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# shellcheck source=tools/bench-lib.sh
-. tools/bench-lib.sh
+cd "$(dirname "$0")/../.."
+# shellcheck source=tools/bench/bench-lib.sh
+. tools/bench/bench-lib.sh
 
 big=1000 small=100000 repeat=3 tier=""
 bl_args "OUTDIR [--big N] [--small N] [--repeat R] [--tier ram|page|direct] [--nice N]" \

@@ -2,7 +2,7 @@
 /*
  * pack_remote.c - batchd-pack's remote flags and the door to its remote
  * module (pack_remote.h): the flags are parsed here, and the module
- * batchd-pack-s3.so (tools/pack_s3.c), which links libcurl, is loaded with
+ * batchd-pack-s3.so (tools/pack/pack_s3.c), which links libcurl, is loaded with
  * dlopen only when a path is remote. Linked in, libcurl and the libraries
  * it brings (TLS, Kerberos, LDAP, IDN: some thirty) would double the start
  * time of every batchd-pack run, and scripts run `cat` and `ls` thousands

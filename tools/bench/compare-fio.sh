@@ -3,7 +3,7 @@
 #
 # compare-fio.sh - batchd-bench disk side by side with fio on the same file.
 #
-#   tools/compare-fio.sh FILE [--size SIZE] [--runtime SEC] [--repeat N]
+#   tools/bench/compare-fio.sh FILE [--size SIZE] [--runtime SEC] [--repeat N]
 #                        [--pages normal|huge|both] [--bench PATH] [--strict]
 #
 # Runs three patterns, each first with fio (io_uring engine, O_DIRECT,
@@ -44,7 +44,7 @@ set -euo pipefail
 export LC_ALL=C
 
 usage() {
-	echo "usage: tools/compare-fio.sh FILE [--size SIZE] [--runtime SEC] [--repeat N] [--pages normal|huge|both] [--bench PATH] [--strict]" >&2
+	echo "usage: tools/bench/compare-fio.sh FILE [--size SIZE] [--runtime SEC] [--repeat N] [--pages normal|huge|both] [--bench PATH] [--strict]" >&2
 	exit 2
 }
 
@@ -74,7 +74,7 @@ both) VARIANTS=(normal huge) ;;
 *) echo "compare-fio.sh: --pages: '$PAGES' is not normal, huge or both" >&2; usage ;;
 esac
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 if [[ -z $BENCH ]]; then
 	for b in "${BATCHD_BENCH:-}" "$ROOT/build/tools/batchd-bench" "$(command -v batchd-bench || true)"; do
 		if [[ -n $b && -x $b ]]; then BENCH=$b; break; fi

@@ -4,7 +4,7 @@
 # batchd feeding it against the same loop over the same batches already
 # in memory, in alternating pairs, in one run.
 #
-#   tools/bench-cpu-trainer.sh OUTDIR [--samples N] [--sample-size SIZE]
+#   tools/bench/bench-cpu-trainer.sh OUTDIR [--samples N] [--sample-size SIZE]
 #       [--batch-size B] [--epochs E] [--step-cpu-ms T] [--repeat R] [--nice N]
 #
 # Defaults: 20000 samples of 8K (half random, half text; batchd-pack's
@@ -26,9 +26,9 @@
 # less from either. Per-run JSON and the lines the table is made of are
 # left in OUTDIR.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# shellcheck source=tools/bench-lib.sh
-. tools/bench-lib.sh
+cd "$(dirname "$0")/../.."
+# shellcheck source=tools/bench/bench-lib.sh
+. tools/bench/bench-lib.sh
 
 samples=20000 sample_size=8K batch_size=64 epochs=3 step_cpu_ms=10 repeat=3
 bl_args "OUTDIR [--samples N] [--sample-size SIZE] [--batch-size B] [--epochs E] [--step-cpu-ms T] [--repeat R] [--nice N]" \

@@ -4,7 +4,7 @@
 # bench-records.sh - tiny samples from the ram tier: what the C client
 # gets, with batchd's defaults.
 #
-#   tools/bench-records.sh [PAIRS] [EPOCHS]    (PAIRS defaults to 3, EPOCHS to 8)
+#   tools/bench/bench-records.sh [PAIRS] [EPOCHS]    (PAIRS defaults to 3, EPOCHS to 8)
 #
 # Packs 200,000 records of 64 bytes twice: with batchd-pack's default (one
 # record per block) and with --block-size 64K. Starts one batchd per run
@@ -21,7 +21,7 @@ set -euo pipefail
 pairs=${1:-3}
 epochs=${2:-8}
 case "$pairs$epochs" in *[!0-9]*|'') echo "usage: $0 [PAIRS] [EPOCHS]" >&2; exit 2 ;; esac
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BATCHD_BUILD:-$here/build}
 records=${RECORDS:-200000}
 batch=${BATCH:-256}

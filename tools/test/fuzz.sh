@@ -3,7 +3,7 @@
 #
 # fuzz.sh - build one libFuzzer target with clang, ASan and UBSan, and run it.
 #
-#   tools/fuzz.sh NAME SECONDS [LIBFUZZER-FLAG...]
+#   tools/test/fuzz.sh NAME SECONDS [LIBFUZZER-FLAG...]
 #
 # NAME is pack, protocol or config (tests/fuzz/fuzz-NAME.c). The target is
 # built in its own directory (build-fuzz, or $BATCHD_FUZZ_BUILD) so the
@@ -38,7 +38,7 @@ case $seconds in
 '' | *[!0-9]*) usage ;;
 esac
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 src=$PWD
 builddir=${BATCHD_FUZZ_BUILD:-build-fuzz}
 

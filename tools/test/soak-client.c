@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * soak-client.c - one trainer of the soak test (tools/soak.sh): opens
+ * soak-client.c - one trainer of the soak test (tools/test/soak.sh): opens
  * streams with random options on random datasets, consumes a random number
  * of batches, closes early, and does it again until its time is up,
  * checking every sample it is given against the pack on disk.

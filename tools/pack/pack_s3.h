@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pack_s3.h - what batchd-pack (tools/pack_remote.c) and its remote module
- * (tools/pack_s3.c, batchd-pack-s3.so) say to each other: one table of
+ * pack_s3.h - what batchd-pack (tools/pack/pack_remote.c) and its remote module
+ * (tools/pack/pack_s3.c, batchd-pack-s3.so) say to each other: one table of
  * functions, found with dlsym as pack_s3_mod_v1 and checked by its abi
  * number, so a module of another build is refused instead of misread.
  * Each function prints its own messages (stderr, naming the location),

@@ -4,13 +4,13 @@
 # bench-hostile.sh - what hostile tenants cost a well-behaved one, on a
 # shared batchd with its default limits.
 #
-#   tools/bench-hostile.sh [PAIRS] [N]     (PAIRS defaults to 5, N to 8)
+#   tools/bench/bench-hostile.sh [PAIRS] [N]     (PAIRS defaults to 5, N to 8)
 #
 # Packs two datasets (20,000 text samples of 1-8 KiB for the good client;
 # 20,000 records of ~300 bytes, one per block, for the floods), starts
 # batchd, and runs PAIRS alternating pairs: the good client alone (A), then
 # the good client while N hostile clients of each kind run (B):
-# tools/hostile-client.c's silent connections, unread requests, session
+# tools/test/hostile-client.c's silent connections, unread requests, session
 # memory kept after close, floods of huge batches and absurd wait counters.
 # The good client is `batchctl consume` over two epochs, global shuffle,
 # batch 64. Run as root, each kind of hostile client runs as a user of its
@@ -29,7 +29,7 @@ set -euo pipefail
 pairs=${1:-5}
 n=${2:-8}
 case "$pairs$n" in *[!0-9]*) echo "usage: $0 [PAIRS] [N]" >&2; exit 2 ;; esac
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BATCHD_BUILD:-$here/build}
 batchd=$build/daemon/batchd
 pack=$build/tools/batchd-pack

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """What the Python benchmarks under tools/ share: a batchd of their own.
 
-The scripts run from the source tree (tools/ is on their sys.path as the
+The scripts run from the source tree (tools/bench/ is on their sys.path as the
 directory of the script), with batchclient importable from
 client/python.
 """

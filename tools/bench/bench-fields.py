@@ -26,8 +26,8 @@ with its defaults:
 Every epoch's labels are checked against i mod 1000 of the sample's key,
 so a wrong column shows as a failure rather than a fast figure.
 
-    /usr/bin/python3 tools/bench-fields.py
-    /usr/bin/python3 tools/bench-fields.py --samples 200000 --repeat 3
+    /usr/bin/python3 tools/bench/bench-fields.py
+    /usr/bin/python3 tools/bench/bench-fields.py --samples 200000 --repeat 3
 
 Uses the build tree's batchd, batchd-pack, batchctl and libbatchclient
 (--build, default build/); needs python3-numpy. --workdir keeps the tars
@@ -48,7 +48,7 @@ import time
 
 import bench_daemon
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLASSES = 1000
 
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # shellcheck shell=bash
 #
-# bench-lib.sh - what tools/bench-cold.sh and tools/bench-cpu-trainer.sh
+# bench-lib.sh - what tools/bench/bench-cold.sh and tools/bench/bench-cpu-trainer.sh
 # share: packs of generated samples, a batchd with its default settings on
 # a directory, the CPU time each of its threads used, the page cache
 # dropped, and the table of alternating pairs.
@@ -67,7 +67,7 @@ bl_args() {
 bl_own_session() {
 	[[ $BL_NICE != 0 && $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null) == 1 ]] || return 0
 	if [[ -z ${BL_SESSION:-} ]]; then
-		BL_SESSION=1 exec setsid -w "tools/$(basename "$0")" "$@"
+		BL_SESSION=1 exec setsid -w "tools/bench/$(basename "$0")" "$@"
 	fi
 	echo "$BL_NICE" >/proc/self/autogroup
 }

@@ -4,7 +4,7 @@
 # soak.sh - a real batchd under many trainers for a while: does it lose
 # nothing, and does it give everything back?
 #
-#   tools/soak.sh SECONDS [CLIENTS]        (CLIENTS defaults to 32)
+#   tools/test/soak.sh SECONDS [CLIENTS]        (CLIENTS defaults to 32)
 #
 # Makes five datasets with batchd-pack (one sample per block with a
 # dictionary; 64 KiB blocks; a directory of three shards; fixed-size
@@ -14,7 +14,7 @@
 # opens streams with random options (dataset, batch size 1..256, shuffle
 # none/global/block, seed, rank/world, drop_last, prefetch, start epoch),
 # consumes a random number of batches, closes early, reopens, and checks
-# every sample against the pack on disk (tools/soak-client.c says how).
+# every sample against the pack on disk (tools/test/soak-client.c says how).
 #
 # A first, shorter wave of clients warms the daemon up (cache, allocator
 # arenas, threads); its RSS and fd count then are the baseline. After the
@@ -23,7 +23,7 @@
 # and no session memory, memory.used equal to the cache. Then SIGTERM must
 # stop it with status 0 within 30 s.
 #
-# With SOAK_HOSTILE=N, N hostile clients of each kind (tools/hostile-client.c:
+# With SOAK_HOSTILE=N, N hostile clients of each kind (tools/test/hostile-client.c:
 # silent connections, requests never read, session memory kept mapped after
 # close, floods of huge batches, absurd wait counters) run through the main
 # wave beside the good ones; every good client must still verify every byte,
@@ -67,7 +67,7 @@ clients=${2:-32}
 case "$seconds$clients${SOAK_HOSTILE:-0}" in *[!0-9]*) usage ;; esac
 [ "$seconds" -ge 1 ] && [ "$clients" -ge 1 ] || usage
 
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BATCHD_BUILD:-$here/build}
 batchd=${BATCHD:-$build/daemon/batchd}
 pack=${BATCHD_PACK:-$build/tools/batchd-pack}

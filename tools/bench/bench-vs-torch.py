@@ -40,9 +40,9 @@ vocabulary), made deterministically from --seed, so that compression
 does real work and a .zst file is about 70% of its sample. --workdir
 keeps the data for later runs with the same settings.
 
-    /usr/bin/python3 tools/bench-vs-torch.py                  # 20000 x 8 KiB
-    /usr/bin/python3 tools/bench-vs-torch.py --record-size 128K --samples 4000
-    /usr/bin/python3 tools/bench-vs-torch.py --pack /srv/data/x.bpk --peers bpk
+    /usr/bin/python3 tools/bench/bench-vs-torch.py                  # 20000 x 8 KiB
+    /usr/bin/python3 tools/bench/bench-vs-torch.py --record-size 128K --samples 4000
+    /usr/bin/python3 tools/bench/bench-vs-torch.py --pack /srv/data/x.bpk --peers bpk
 
 Needs python3-torch, python3-numpy and python3-zstandard (Debian); run as
 root it installs what is missing with apt-get, else it says what to
@@ -65,7 +65,7 @@ import time
 
 import bench_daemon
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEBS = {"numpy": "python3-numpy", "torch": "python3-torch", "zstandard": "python3-zstandard"}
 PEERS = ("raw", "zst", "bpk")
 PEER_NAMES = {"raw": "raw files", "zst": ".zst files", "bpk": ".bpk in Python"}
@@ -646,7 +646,7 @@ def main():
                                  "peers on the same samples",
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=next(
-        p for p in __doc__.split("\n\n") if "tools/bench-vs-torch.py" in p))
+        p for p in __doc__.split("\n\n") if "tools/bench/bench-vs-torch.py" in p))
     ap.add_argument("--build", default=os.path.join(ROOT, "build"), help="meson build directory")
     ap.add_argument("--pack", help="an existing .bpk (fixed-size samples) to serve; its samples "
                     "are written out for the file peers (default: make the data)")

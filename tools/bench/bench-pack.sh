@@ -3,7 +3,7 @@
 # Measure batchd-pack against the zstd command line on the same bytes, and
 # batchd's delivery against batchd-pack's decode, side by side in one run.
 #
-#   tools/bench-pack.sh OUTDIR INPUT_DIR...
+#   tools/bench/bench-pack.sh OUTDIR INPUT_DIR...
 #
 # 1. create: `batchd-pack create --level 3 --threads 2` versus `zstd -3 -T2`
 #    on the inputs' files concatenated in the same (bytewise path) order;
@@ -13,7 +13,7 @@
 #    the verify figure.
 # Figures are raw (uncompressed) MB/s, 1 MB = 10^6 bytes.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 OUTDIR INPUT_DIR..." >&2; exit 2; }
 out=$1
 shift

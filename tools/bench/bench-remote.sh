@@ -5,7 +5,7 @@
 # pack on local disk, side by side in one run; then, with a 20 ms round
 # trip to the bucket, how many GETs in flight keep up with decode.
 #
-#   tools/bench-remote.sh OUTDIR [--size-mb MB] [--repeat R] [--sweep LIST]
+#   tools/bench/bench-remote.sh OUTDIR [--size-mb MB] [--repeat R] [--sweep LIST]
 #       [--delay-ms D] [--nice N]
 #
 # A pack of about MB megabytes of generated samples (default 1024; 256 KiB
@@ -33,9 +33,9 @@
 # needs. Per-run JSON, the daemons' logs and the table's lines are left in
 # OUTDIR. Needs PyPI once (moto, s3_install), and a batchd with remote datasets.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# shellcheck source=tools/bench-lib.sh
-. tools/bench-lib.sh
+cd "$(dirname "$0")/../.."
+# shellcheck source=tools/bench/bench-lib.sh
+. tools/bench/bench-lib.sh
 # shellcheck source=tests/remote/s3lib.sh
 . tests/remote/s3lib.sh
 

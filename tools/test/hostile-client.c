@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * hostile-client.c - a tenant who tries to hurt the others, for the soak
- * (tools/soak.sh SOAK_HOSTILE=N) and tools/bench-hostile.sh.
+ * (tools/test/soak.sh SOAK_HOSTILE=N) and tools/bench/bench-hostile.sh.
  *
  * A shared batchd must keep serving everyone else, charge every byte it
  * spends to someone and give it all back when the attack ends. Each mode is
