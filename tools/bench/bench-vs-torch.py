@@ -365,25 +365,32 @@ def write_sample(data, i, dirs, zc):
         f.write(zc.compress(data))
 
 
-def make_samples(dirs, n, size, seed):
-    """n samples of `size` bytes into dirs["raw"] (one file each) and
-    dirs["zst"] (one .zst each): half random bytes, half a slice of a text
-    corpus. @return the data_sum of them all."""
+def gen_samples(n, size, seed):
+    """The n samples of `size` bytes this seed makes, in order, as bytes:
+    half random bytes, half a slice of a text corpus (tools/peers writes
+    the same ones)."""
     import numpy as np
-    import zstandard
     rng = np.random.default_rng(seed)
     corpus = text_corpus(rng, max(8 << 20, 4 * size))
-    zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     half, text = size // 2, size - size // 2
-    total = 0
     for lo in range(0, n, 1024):
         k = min(1024, n - lo)
         noise = rng.integers(0, 256, (k, half), dtype=np.uint8)
         starts = rng.integers(0, len(corpus) - text, k)
         for j in range(k):
-            data = noise[j].tobytes() + corpus[starts[j]:starts[j] + text]
-            total = (total + data_sum(np.frombuffer(data, np.uint8))) & MASK
-            write_sample(data, lo + j, dirs, zc)
+            yield noise[j].tobytes() + corpus[starts[j]:starts[j] + text]
+
+
+def make_samples(dirs, n, size, seed):
+    """gen_samples into dirs["raw"] (one file each) and dirs["zst"] (one
+    .zst each). @return the data_sum of them all."""
+    import numpy as np
+    import zstandard
+    zc = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    total = 0
+    for i, data in enumerate(gen_samples(n, size, seed)):
+        total = (total + data_sum(np.frombuffer(data, np.uint8))) & MASK
+        write_sample(data, i, dirs, zc)
     return total
 
 

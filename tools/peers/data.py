@@ -72,21 +72,12 @@ def make_raw(out, n, size, seed):
     """n samples of size bytes as files out/%08d, the same bytes
     bench-vs-torch.py makes for that seed. @return their fingerprints."""
     import numpy as np
-    bvt = bench_vs_torch()
-    rng = np.random.default_rng(seed)
-    corpus = bvt.text_corpus(rng, max(8 << 20, 4 * size))
-    half, text = size // 2, size - size // 2
     fps = np.empty(n, np.uint64)
     os.makedirs(out)
-    for lo in range(0, n, 1024):
-        k = min(1024, n - lo)
-        noise = rng.integers(0, 256, (k, half), dtype=np.uint8)
-        starts = rng.integers(0, len(corpus) - text, k)
-        for j in range(k):
-            data = noise[j].tobytes() + corpus[starts[j]:starts[j] + text]
-            fps[lo + j] = fingerprints(np.frombuffer(data, np.uint8).reshape(1, -1))[0]
-            with open(os.path.join(out, sample_name(lo + j)), "wb") as f:
-                f.write(data)
+    for i, data in enumerate(bench_vs_torch().gen_samples(n, size, seed)):
+        fps[i] = fingerprints(np.frombuffer(data, np.uint8).reshape(1, -1))[0]
+        with open(os.path.join(out, sample_name(i)), "wb") as f:
+            f.write(data)
     return fps
 
 
