@@ -7,7 +7,7 @@
  * 64-bit unsigned arithmetic is used (wrapping multiplies, shifts, xors), so
  * the orders are bit-identical on every C11 compiler and machine. Changing
  * any constant, the round count or the key schedule changes every order and
- * breaks resumed sessions: tests/test-sampler.c pins known outputs.
+ * breaks resumed sessions: tests/unit/test-sampler.c pins known outputs.
  *
  * Key schedule (all values uint64_t, absorb(h, v) = mix(h + mix(v + GOLDEN))):
  *   base   = absorb(absorb(TAG, fingerprint), seed)        once, in init

@@ -13,7 +13,7 @@
  * deterministic for a given zstd version; it is run by hand and the files
  * are committed:
  *
- *   build/tests/gen-pack-corpus tests/fuzz/corpus/pack
+ *   build/tests/fuzz/gen-pack-corpus tests/fuzz/corpus/pack
  *
  * Every file is kept under 16 KiB so the replay stays fast.
  */

@@ -11,7 +11,7 @@
  * that disagrees with the datagram, a trailing byte, a NUL in a path, a
  * non-printable client name. Deterministic; run by hand, output committed:
  *
- *   build/tests/gen-protocol-corpus tests/fuzz/corpus/protocol
+ *   build/tests/fuzz/gen-protocol-corpus tests/fuzz/corpus/protocol
  */
 #include <errno.h>
 #include <fcntl.h>

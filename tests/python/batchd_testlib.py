@@ -4,7 +4,7 @@ batchd-pack, a daemon on a temporary socket, and reference bytes.
 
 Why a separate file: the test files should read as behaviours ("an epoch
 delivers every sample once"); the plumbing (fork/exec, temporary trees,
-waiting for a socket) lives here, as tests/daemon-testlib.c does for C.
+waiting for a socket) lives here, as tests/lib/daemon-testlib.c does for C.
 
 Environment (meson test sets it): BATCHD and BATCHD_PACK, the built
 binaries; BATCHCLIENT_LIB, the built libbatchclient; PYTHONPATH reaching

@@ -5,7 +5,7 @@
 #
 #   bash tests/remote/test-s3-server.sh PATH/TO/batchd-pack
 #
-# tests/test-s3.c checks the S3 client's parts without a server; this
+# tests/unit/test-s3.c checks the S3 client's parts without a server; this
 # script checks what a user of batchd-pack sees against one: a sharded
 # dataset and a pack large enough for a multipart upload of 3 parts are
 # created straight to s3://, `info --json` of each there says exactly what

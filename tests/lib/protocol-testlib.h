@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * protocol-testlib.h - the fixture shared by the protocol suites
- * (tests/test-protocol-*.c): message buffers, one sample message of every
+ * (tests/unit/test-protocol-*.c): message buffers, one sample message of every
  * type, and the patch-and-decode helpers the attacks are written with.
  *
  * The suites check the byte layout against PROTOCOL.md's tables, so the

@@ -11,7 +11,7 @@
  * through openat2 itself against the bare walk, flag for flag. The magic
  * link cases use /proc/self as a root, the one place such links are.
  *
- * The cache cases load small packs written here (tests/pack-testlib.c)
+ * The cache cases load small packs written here (tests/lib/pack-testlib.c)
  * and count what bd_dataset_cache_stats() and /proc/self/fd say: versions
  * loaded and freed, unused ones kept, descriptors left open.
  */

@@ -15,7 +15,7 @@
  * slashes and ".." that stays inside the root are served. Every delivered
  * sample is compared byte for byte with the pack on disk (dt_consume).
  *
- * The packs are written here with tests/pack-testlib.c, so two versions of
+ * The packs are written here with tests/lib/pack-testlib.c, so two versions of
  * a dataset have the same sample count and sizes and differ in the bytes.
  */
 #include <dirent.h>
