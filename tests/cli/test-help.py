@@ -148,20 +148,20 @@ def disagreements(readme_text, binaries):
         if sub:
             where = usage_block(helps[tool, sub], tool, sub)
             if not where:
-                bad.append(f"README line {n}: {name} is not in {tool} --help")
+                bad.append(f"doc line {n}: {name} is not in {tool} --help")
                 continue
             if "[options]" not in where:
                 for opt in sorted(set(OPTION.findall(where)) - options):
-                    bad.append(f"README line {n}: {name} lacks {opt}, which its --help shows")
+                    bad.append(f"doc line {n}: {name} lacks {opt}, which its --help shows")
             else:
                 where = helps[tool, sub]
         for opt in sorted(options):
             if not has(where, opt):
-                bad.append(f"README line {n}: {name} {opt} is not in its --help")
+                bad.append(f"doc line {n}: {name} {opt} is not in its --help")
     return bad
 
 
-def caught(readme, binaries, what, edit, want):
+def caught(readme, binaries, what, edit, want, where):
     """Does the check refuse the README with edit (old, new) made, saying want
     and nothing else? Prints ok or FAIL. @return 0 or 1 (failed)."""
     forged = readme.replace(*edit, 1)
@@ -169,7 +169,7 @@ def caught(readme, binaries, what, edit, want):
     if forged == readme or len(found) != 1 or want not in found[0]:
         print(f"FAIL - {what} is not caught: {found}")
         return 1
-    print(f"ok - {what} is caught: {found[0]}")
+    print(f"ok - {what} is caught: {where(found[0])}")
     return 0
 
 
@@ -180,7 +180,7 @@ def main(argv):
     binaries = dict(zip(TOOLS, argv[2:6]))
     texts = [open(p, encoding="utf-8").read().rstrip("\n") for p in paths]
     readme = "\n".join(texts)
-    # "README line N" of the joined text, as FILE:LINE, for the messages.
+    # "doc line N" of the joined docs, as FILE:LINE, for the messages.
     starts = [0]
     for t in texts:
         starts.append(starts[-1] + t.count("\n") + 1)
@@ -190,28 +190,28 @@ def main(argv):
             n = int(m.group(1))
             k = max(i for i in range(len(paths)) if starts[i] < n)
             return f"{os.path.relpath(paths[k])}:{n - starts[k]}"
-        return re.sub(r"README line (\d+)", loc, msg)
+        return re.sub(r"doc line (\d+)", loc, msg)
     failed = 0
 
     # The checker must catch a made-up option, and an option --help shows
     # that the README's synopsis lost, or it proves nothing.
-    failed += caught(readme, binaries, "a made-up README option",
+    failed += caught(readme, binaries, "a made-up option in a synopsis",
                      ("batchd-bench h2d [", "batchd-bench h2d [--made-up-flag] ["),
-                     "batchd-bench h2d --made-up-flag is not in its --help")
-    failed += caught(readme, binaries, "an option missing from the README",
+                     "batchd-bench h2d --made-up-flag is not in its --help", where)
+    failed += caught(readme, binaries, "an option missing from a synopsis",
                      ("batchd-bench h2d [--size SIZE] [--reps N]", "batchd-bench h2d [--size SIZE]"),
-                     "batchd-bench h2d lacks --reps")
+                     "batchd-bench h2d lacks --reps", where)
     found = readme_commands(readme)
     counts = {t: sum(1 for c in found if c[0] == t) for t in TOOLS}
     if min(counts.values()) == 0:
-        print(f"FAIL - README command lines found per tool: {counts}")
+        print(f"FAIL - documented command lines found per tool: {counts}")
         failed += 1
     for d in disagreements(readme, binaries):
         print(f"FAIL - {where(d)}")
         failed += 1
     total = sum(len(c[2]) for c in found)
-    print(f"{'ok' if not failed else 'FAIL'} - {total} README options of {len(found)} command "
-          f"lines checked against --help")
+    print(f"{'ok' if not failed else 'FAIL'} - {total} documented options of {len(found)} "
+          f"command lines checked against --help")
     return 1 if failed else 0
 
 
