@@ -661,25 +661,48 @@ out:
 	return r;
 }
 
+/*
+ * A remote dataset whose bytes did not check at load: drop its objects'
+ * cached chunks, so that a second load reads them from the bucket again
+ * (a bad reply, or a cache file changed under us, must not stay cached).
+ * @return whether anything was dropped.
+ */
+static bool drop_cached(const bd__scan *sc, const char *path, const char *err)
+{
+	if (!sc->robj || !sc->disk)
+		return false;
+	bd_log(LOG_WARNING, "dataset %s: %s: its cached bytes are dropped and fetched again", path,
+	       err);
+	for (size_t i = 0; i < sc->nrobj; i++)
+		bd_robj_invalidate(sc->robj[i], 0, sc->disk->shards[i].size);
+	return true;
+}
+
 int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
 		   const bd_read_policy *rp, bd_dataset **ret, char *err, size_t errlen)
 {
 	bd_dataset *d;
 	bd__scan sc;
+	bool again;
 	int r;
 
-	err[0] = '\0';
-	r = find(roots, nroots, path, rp, &sc, err, errlen);
-	if (r < 0)
-		return r;
-	d = cache_find(sc.disk);
-	if (!d) {
-		/* Loading happens outside the lock; of two racing loads one is kept. */
-		r = load(&sc, path, rp, &d, err, errlen);
-		if (r == 0)
-			d = cache_insert(d);
+	for (int attempt = 0;; attempt++) {
+		err[0] = '\0';
+		r = find(roots, nroots, path, rp, &sc, err, errlen);
+		if (r < 0)
+			return r;
+		d = cache_find(sc.disk);
+		if (!d) {
+			/* Loading happens outside the lock; of two racing loads one is kept. */
+			r = load(&sc, path, rp, &d, err, errlen);
+			if (r == 0)
+				d = cache_insert(d);
+		}
+		again = r == -EBADMSG && attempt == 0 && drop_cached(&sc, path, err);
+		bd__scan_free(&sc);
+		if (!again)
+			break;
 	}
-	bd__scan_free(&sc);
 	if (r == 0)
 		*ret = d;
 	return r;

@@ -6,10 +6,14 @@
  *
  * Chunk states: ABSENT (nothing on disk; maybe partial bytes of a failed
  * fetch, never read), FETCHING (a fetch is queued, waiting for a retry or
- * on the wire), PRESENT (its bytes are in the data file). A chunk is on
- * the LRU list exactly when it is PRESENT and unpinned. Every state
- * change happens under R.mu; the bytes of a FETCHING chunk are written by
- * the fetcher thread alone, so no reader ever sees them before PRESENT.
+ * on the wire, or its cached bytes are being checked), PRESENT (its bytes
+ * are in the data file). A chunk is on the LRU list exactly when it is
+ * PRESENT and unpinned. Every state change happens under R.mu; the bytes
+ * of a FETCHING chunk are written by the fetcher thread alone, so no
+ * reader ever sees them before PRESENT. Each chunk's XXH3-64 is taken as
+ * its bytes come and kept in the map; a chunk found on disk at start is
+ * PRESENT but unverified until its bytes match it (remote_verify.c), so
+ * a file swapped in the cache directory is never served.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -21,6 +25,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "log.h"
 #include "pack_file.h"
@@ -83,8 +88,7 @@ typedef struct wnode {
 	struct wnode *next;
 } wnode;
 
-/* Chunk c is settled (err 0: present): its waiters that have nothing left to wait for go on *done. */
-static void settle_waiters(bd_chunk *c, int err, const char *why, waiter **done)
+void bd__settle_waiters(bd_chunk *c, int err, const char *why, waiter **done)
 {
 	wnode *n = c->waiters, *next;
 
@@ -119,18 +123,26 @@ static void call_waiters(waiter *done)
 
 /* ---- fetches ----------------------------------------------------------------------------- */
 
-/* Queue chunk i of o for fetching. Under R.mu; o is referenced by the fetch. */
-static int queue_fetch(bd_robj *o, uint32_t i)
+bd_fetch *bd__fetch_new(bd_robj *o, uint32_t i)
 {
 	bd_fetch *f = calloc(1, sizeof(*f));
 
 	if (!f)
-		return -ENOMEM;
+		return NULL;
 	f->obj = o;
 	f->idx = i;
 	f->off = (uint64_t)i * R.chunk;
 	f->len = bd__chunk_len(o, i);
 	o->refs++;
+	return f;
+}
+
+int bd__queue_fetch(bd_robj *o, uint32_t i)
+{
+	bd_fetch *f = bd__fetch_new(o, i);
+
+	if (!f)
+		return -ENOMEM;
 	if (R.queue_tail)
 		R.queue_tail->next = f;
 	else
@@ -182,7 +194,7 @@ int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn rea
 {
 	uint32_t first, last, i;
 	waiter *w = NULL;
-	bool queued = false;
+	bool queued = false, fetch = false;
 
 	if (!span(o, off, len, &first, &last))
 		return len == 0 ? 0 : -EINVAL;
@@ -199,23 +211,27 @@ int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn rea
 		if (c->on_lru)
 			bd__lru_remove(c);
 		c->pins++;
-		if (c->state == BD_CHUNK_PRESENT)
+		if (c->state == BD_CHUNK_PRESENT && !c->unverified)
 			continue;
 		if (!w && !(w = calloc(1, sizeof(*w))))
 			goto nomem;
 		n = malloc(sizeof(*n));
-		if (!n || (c->state == BD_CHUNK_ABSENT && queue_fetch(o, i) < 0)) {
+		if (!n || (c->state == BD_CHUNK_ABSENT && bd__queue_fetch(o, i) < 0) ||
+		    (c->state == BD_CHUNK_PRESENT && bd__verify_queue(o, i) < 0)) {
 			free(n);
 			goto nomem;
 		}
 		queued |= c->state == BD_CHUNK_FETCHING;
+		/* Unverified: on disk, being checked (remote_verify.c); else on its way from the bucket. */
+		fetch |= !c->unverified;
 		n->w = w;
 		n->next = c->waiters;
 		c->waiters = n;
 		w->missing++;
 	}
-	if (!w) {
+	if (!fetch)
 		R.stats.hit_bytes += len;
+	if (!w) {
 		pthread_mutex_unlock(&R.mu);
 		return 0;
 	}
@@ -408,6 +424,7 @@ static size_t on_body(void *ctx, const char *data, size_t n)
 		return 0; /* more than asked: the server ignored the range */
 	if (bp_pwrite_full(f->obj->fd, data, n, f->off + f->got) < 0)
 		return 0;
+	XXH3_64bits_update(f->hs, data, n);
 	f->got += n;
 	__atomic_add_fetch(&R.stats_bytes, n, __ATOMIC_RELAXED);
 	return n;
@@ -416,6 +433,9 @@ static size_t on_body(void *ctx, const char *data, size_t n)
 /* Put f on the wire. Under R.mu (f's chunk is FETCHING, its room reserved). @return 0 or -ENOMEM. */
 static int start(bd_fetch *f)
 {
+	if (!f->hs && !(f->hs = XXH3_createState()))
+		return -ENOMEM;
+	XXH3_64bits_reset(f->hs);
 	f->got = 0;
 	f->h = bp_s3_request_get(R.s3, &f->obj->loc, f->obj->etag, f->off, f->len, on_body, f);
 	if (!f->h)
@@ -500,6 +520,8 @@ static void conclude(bd_fetch *f, int err, const char *why, waiter **done)
 	R.reserved -= f->len;
 	if (err == 0) {
 		c->state = BD_CHUNK_PRESENT;
+		c->hash = XXH3_64bits_digest(f->hs);
+		c->unverified = false;
 		R.cache_bytes += f->len;
 		R.stats.fetched_bytes += f->len;
 		o->dirty = true;
@@ -517,8 +539,9 @@ static void conclude(bd_fetch *f, int err, const char *why, waiter **done)
 		R.stats.errors++;
 		snprintf(o->last_err, sizeof(o->last_err), "%s", why);
 	}
-	settle_waiters(c, err, why, done);
+	bd__settle_waiters(c, err, why, done);
 	bd__robj_unref(o);
+	XXH3_freeState(f->hs);
 	free(f);
 }
 
@@ -586,6 +609,7 @@ static void cancel_all(waiter **done)
 		R.retry = f->next;
 		conclude(f, -ECANCELED, why, done);
 	}
+	bd__verify_cancel(why, done);
 }
 
 /* How long the fetcher may sleep: until the next retry is due, a second at most. */
@@ -610,7 +634,7 @@ static void *fetcher_main(void *arg)
 		waiter *done = NULL;
 		CURLMsg *m;
 		int running, left;
-		bool stop, cancel, deletes, tick;
+		bool stop, cancel, deletes, tick, verify;
 
 		curl_multi_perform(R.multi, &running);
 		pthread_mutex_lock(&R.mu);
@@ -628,8 +652,14 @@ static void *fetcher_main(void *arg)
 		stop = R.stop;
 		deletes = R.delete_pending || R.sync_asked;
 		R.sync_asked = false;
+		verify = R.verify != NULL;
 		pthread_mutex_unlock(&R.mu);
 		call_waiters(done);
+		if (verify) {
+			done = NULL;
+			bd__verify_run(&done);
+			call_waiters(done);
+		}
 		if (cancel) {
 			/* Everything settled and told: bd_remote_cancel may return. */
 			pthread_mutex_lock(&R.mu);
@@ -728,6 +758,8 @@ void bd_remote_stop(void)
 	bd__remote_close_dir();
 	bp_s3_free(R.s3);
 	R.s3 = NULL;
+	free(R.verify_buf);
+	R.verify_buf = NULL;
 	R.started = false;
 }
 

@@ -4,14 +4,22 @@
  * sparse data file and one map file per object version under
  * DIR/objects, named by a hash of the version's identity.
  *
- * A map file is the object's identity and a bitmap of its chunks on
- * disk, closed by an XXH3-64 of everything before it; it is written to a
- * temporary and renamed over the old one after the data file is
- * fdatasync'd, so whatever map a crash leaves behind lists only chunks
- * whose bytes reached the disk. At start every map is read back: a map
- * that does not check, or whose chunk size or data file disagree, is
- * deleted with its data (refetched when needed, never guessed at), as
- * are data files without a map and temporaries.
+ * A map file is the object's identity, a bitmap of its chunks on disk
+ * and the XXH3-64 of each of those chunks' bytes as they came, closed by
+ * an XXH3-64 of everything before it; it is written to a temporary and
+ * renamed over the old one after the data file is fdatasync'd, so
+ * whatever map a crash leaves behind lists only chunks whose bytes
+ * reached the disk. At start every map is read back: a map that does not
+ * check, or whose chunk size or data file disagree, is deleted with its
+ * data (refetched when needed, never guessed at), as are data files
+ * without a map and temporaries; the chunks a map lists are served only
+ * once their bytes match its hashes (remote_verify.c).
+ *
+ * Whoever may write the directory is not trusted either: every file is
+ * opened relative to the objects directory's descriptor, never through a
+ * symlink (O_NOFOLLOW), and used only when it is a regular file of ours
+ * with one link; data files are created anew (O_EXCL), and temporaries
+ * have unpredictable names, so nothing planted there is written through.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -28,10 +37,13 @@
 #include "remote_priv.h"
 #include "util.h"
 
-#define MAP_MAGIC "BDCMAP1\n"
+#define MAP_MAGIC "BDCMAP2\n"
 #define MAP_MAX (UINT64_C(64) << 20)
 
-/* The fixed part of a map file; the bucket, key and ETag follow, then the bitmap and the hash. */
+/*
+ * The fixed part of a map file; the bucket, key and ETag follow, then the
+ * bitmap, each present chunk's hash in chunk order, and the file's hash.
+ */
 typedef struct map_head {
 	char magic[8];
 	uint32_t chunk;
@@ -110,22 +122,61 @@ static bool same_key(const bd_robj *o, const bp_s3_loc *loc)
 	       (!loc->bucket || !strcmp(o->loc.bucket, loc->bucket));
 }
 
+/*
+ * Open name in the objects directory with flags: never through a symlink,
+ * and only a regular file of this user's with one link (O_NONBLOCK while
+ * opening, so that a FIFO planted there cannot hang us). @return the fd;
+ * -ELOOP (a symlink), -EPERM (anything else not ours), -errno.
+ */
+static int obj_open(const char *name, int flags, struct stat *ret_st)
+{
+	struct stat st;
+	int fd, r;
+
+	fd = openat(R.objdir, name, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || st.st_nlink != 1) {
+		r = -EPERM;
+		goto fail;
+	}
+	/* io_uring would answer EAGAIN on a file marked non-blocking. */
+	if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (ret_st)
+		*ret_st = st;
+	return fd;
+fail:
+	close(fd);
+	return r;
+}
+
+/* A new, empty data file for o: whatever had its name is unlinked, not written through. */
 static int create_data(const bd_robj *o, char *err, size_t errlen)
 {
 	char name[48];
 	int fd;
 
 	snprintf(name, sizeof(name), "%s.data", o->id);
-	fd = openat(R.objdir, name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0 || ftruncate(fd, (off_t)o->size) < 0) {
+	if (unlinkat(R.objdir, name, 0) < 0 && errno != ENOENT)
+		fd = -errno;
+	else
+		fd = obj_open(name, O_RDWR | O_CREAT | O_EXCL, NULL);
+	if (fd >= 0 && ftruncate(fd, (off_t)o->size) < 0) {
 		int r = -errno;
 
-		snprintf(err, errlen, "remote cache %s/objects/%s: %s: check that batchd may write "
-			 "[cache] dir and that it has room", R.dir, name, strerror(-r));
-		if (fd >= 0)
-			close(fd);
-		return r;
+		close(fd);
+		fd = r;
 	}
+	if (fd < 0)
+		snprintf(err, errlen, "remote cache %s/objects/%s: %s: check that batchd may write "
+			 "[cache] dir and that it has room", R.dir, name, strerror(-fd));
 	return fd;
 }
 
@@ -229,14 +280,17 @@ void bd_robj_put(bd_robj *o)
 static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 {
 	size_t bl = o->loc.bucket ? strlen(o->loc.bucket) : 0, kl = strlen(o->loc.key),
-	       el = strlen(o->etag), bits = (o->nchunks + 7u) / 8u;
-	size_t len = sizeof(map_head) + bl + kl + el + bits + 8;
-	uint8_t *b = calloc(1, len), *p;
+	       el = strlen(o->etag), bits = (o->nchunks + 7u) / 8u, present = 0;
+	size_t len;
+	uint8_t *b, *p, *hashes;
 	map_head h = { .chunk = R.chunk, .nchunks = o->nchunks, .size = o->size,
 		       .bucket_len = (uint16_t)bl, .key_len = (uint16_t)kl, .etag_len = (uint16_t)el };
 	uint64_t sum;
 
-	if (!b)
+	for (uint32_t i = 0; i < o->nchunks; i++)
+		present += o->chunks[i].state == BD_CHUNK_PRESENT;
+	len = sizeof(map_head) + bl + kl + el + bits + 8 * present + 8;
+	if (!(b = calloc(1, len)))
 		return NULL;
 	memcpy(h.magic, MAP_MAGIC, 8);
 	memcpy(b, &h, sizeof(h));
@@ -245,11 +299,15 @@ static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 	memcpy(p += bl, o->loc.key, kl);
 	memcpy(p += kl, o->etag, el);
 	p += el;
+	hashes = p + bits;
 	for (uint32_t i = 0; i < o->nchunks; i++)
-		if (o->chunks[i].state == BD_CHUNK_PRESENT)
+		if (o->chunks[i].state == BD_CHUNK_PRESENT) {
 			p[i / 8] |= (uint8_t)(1u << (i % 8));
+			memcpy(hashes, &o->chunks[i].hash, 8);
+			hashes += 8;
+		}
 	sum = XXH3_64bits(b, len - 8);
-	memcpy(p + bits, &sum, 8);
+	memcpy(hashes, &sum, 8);
 	*ret_len = len;
 	return b;
 }
@@ -257,16 +315,20 @@ static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 /* Write bytes as o's map: data synced first, then a temporary renamed over the map. */
 static int map_write(const bd_robj *o, const uint8_t *bytes, size_t len, bool sync_data)
 {
-	char tmp[64], name[48];
+	char tmp[80], name[48];
+	uint64_t nonce;
 	int fd, r = 0;
 
 	if (sync_data && fdatasync(o->fd) < 0)
 		return -errno;
-	snprintf(tmp, sizeof(tmp), ".%s.map.tmp", o->id);
-	snprintf(name, sizeof(name), "%s.map", o->id);
-	fd = openat(R.objdir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	if (fd < 0)
+	/* A name nobody can plant a link at beforehand (scan() removes leftovers: .*.tmp). */
+	if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
 		return -errno;
+	snprintf(tmp, sizeof(tmp), ".%s.%016llx.tmp", o->id, (unsigned long long)nonce);
+	snprintf(name, sizeof(name), "%s.map", o->id);
+	fd = obj_open(tmp, O_WRONLY | O_CREAT | O_EXCL, NULL);
+	if (fd < 0)
+		return fd;
 	if (bp_pwrite_full(fd, bytes, len, 0) < 0 || fsync(fd) < 0)
 		r = -errno;
 	close(fd);
@@ -283,9 +345,9 @@ static bd_robj *map_decode(const uint8_t *b, size_t len)
 	map_head h;
 	char *bucket = NULL, *key = NULL, *etag = NULL;
 	bd_robj *o = NULL;
-	size_t need, bits;
+	size_t need, bits, present = 0;
 	uint64_t sum;
-	const uint8_t *p;
+	const uint8_t *p, *hashes;
 
 	if (len < sizeof(h) + 8)
 		return NULL;
@@ -295,9 +357,18 @@ static bd_robj *map_decode(const uint8_t *b, size_t len)
 		return NULL;
 	bits = (h.nchunks + 7u) / 8u;
 	need = sizeof(h) + h.bucket_len + h.key_len + h.etag_len + bits + 8;
-	memcpy(&sum, b + len - 8, 8);
-	if (need != len || XXH3_64bits(b, len - 8) != sum)
+	if (need > len)
 		return NULL;
+	p = b + sizeof(h) + h.bucket_len + h.key_len + h.etag_len;
+	for (uint32_t i = 0; i < h.nchunks; i++)
+		present += (p[i / 8] >> (i % 8)) & 1u;
+	/* The bits past the last chunk are zero, and each present chunk has its hash. */
+	if ((h.nchunks % 8 && p[bits - 1] >> (h.nchunks % 8)) || need + 8 * present != len)
+		return NULL;
+	memcpy(&sum, b + len - 8, 8);
+	if (XXH3_64bits(b, len - 8) != sum)
+		return NULL;
+	hashes = p + bits;
 	p = b + sizeof(h);
 	bucket = h.bucket_len ? strndup((const char *)p, h.bucket_len) : NULL;
 	key = strndup((const char *)(p += h.bucket_len), h.key_len);
@@ -306,8 +377,12 @@ static bd_robj *map_decode(const uint8_t *b, size_t len)
 	if (key && etag && (bucket || !h.bucket_len))
 		o = robj_new(bucket, key, etag, h.size);
 	for (uint32_t i = 0; o && i < o->nchunks; i++)
-		if (p[i / 8] & (1u << (i % 8)))
+		if (p[i / 8] & (1u << (i % 8))) {
 			o->chunks[i].state = BD_CHUNK_PRESENT;
+			o->chunks[i].unverified = true;
+			memcpy(&o->chunks[i].hash, hashes, 8);
+			hashes += 8;
+		}
 	free(bucket);
 	free(key);
 	free(etag);
@@ -474,8 +549,8 @@ static bd_robj *load_one(const char *name)
 	int fd;
 
 	snprintf(id, sizeof(id), "%.*s", (int)(strlen(name) - 4), name);
-	fd = openat(R.objdir, name, O_RDONLY | O_CLOEXEC);
-	if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size <= MAP_MAX &&
+	fd = obj_open(name, O_RDONLY, &st);
+	if (fd >= 0 && (uint64_t)st.st_size <= MAP_MAX &&
 	    (b = malloc((size_t)st.st_size + 1)) &&
 	    bp_pread_full(fd, b, (size_t)st.st_size, 0) == 0)
 		o = map_decode(b, (size_t)st.st_size);
@@ -488,8 +563,8 @@ static bd_robj *load_one(const char *name)
 	}
 	snprintf(data, sizeof(data), "%s.data", id);
 	if (o) {
-		o->fd = openat(R.objdir, data, O_RDWR | O_CLOEXEC);
-		if (o->fd < 0 || fstat(o->fd, &ds) < 0 || (uint64_t)ds.st_size != o->size) {
+		o->fd = obj_open(data, O_RDWR, &ds);
+		if (o->fd < 0 || (uint64_t)ds.st_size != o->size) {
 			robj_free(o);
 			o = NULL;
 		} else {
@@ -571,7 +646,7 @@ static int scan(void)
 
 		if (len == 37 && !strcmp(e->d_name + 32, ".data")) {
 			snprintf(map, sizeof(map), "%.32s.map", e->d_name);
-			if (faccessat(R.objdir, map, F_OK, 0) < 0)
+			if (faccessat(R.objdir, map, F_OK, AT_SYMLINK_NOFOLLOW) < 0)
 				unlinkat(R.objdir, e->d_name, 0);
 		}
 	}
@@ -584,6 +659,7 @@ static int scan(void)
 int bd__remote_open_dir(const char *dir, char *err, size_t errlen)
 {
 	char objects[4200];
+	struct stat st;
 	int r;
 
 	snprintf(objects, sizeof(objects), "%s/objects", dir);
@@ -593,7 +669,21 @@ int bd__remote_open_dir(const char *dir, char *err, size_t errlen)
 			 "may write (systemd: CacheDirectory=batchd)", dir, objects, strerror(-r));
 		return r;
 	}
-	R.objdir = open(objects, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* Not through a symlink, and ours: whoever else owns it could swap anything in it. */
+	R.objdir = open(objects, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (R.objdir >= 0 && fstat(R.objdir, &st) == 0 && st.st_uid != geteuid()) {
+		snprintf(err, errlen, "[cache] dir %s: %s is owned by uid %u, not by batchd's uid %u: "
+			 "remove it or give it to batchd", dir, objects, (unsigned)st.st_uid,
+			 (unsigned)geteuid());
+		close(R.objdir);
+		R.objdir = -1;
+		return -EPERM;
+	}
+	if (R.objdir < 0 && lstat(objects, &st) == 0 && S_ISLNK(st.st_mode)) {
+		snprintf(err, errlen, "[cache] dir %s: %s is a symbolic link, which batchd does not "
+			 "follow there: make it a directory of batchd's", dir, objects);
+		return -ELOOP;
+	}
 	if (R.objdir < 0 || faccessat(R.objdir, ".", W_OK, AT_EACCESS) < 0) {
 		r = -errno;
 		snprintf(err, errlen, "[cache] dir %s: %s: %s: give batchd a directory it may write "

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * remote_priv.h - what remote.c (chunks, waiters, the fetcher) and
+ * remote_priv.h - what remote.c (chunks, waiters, the fetcher),
  * remote_map.c (the cache directory: objects, map files, punches,
- * deletions) share. Everything here is guarded by R.mu unless it says
+ * deletions) and remote_verify.c (cached chunks checked against their
+ * map's hashes) share. Everything here is guarded by R.mu unless it says
  * otherwise.
  */
 #ifndef BATCHD_DAEMON_REMOTE_PRIV_H
@@ -18,9 +19,11 @@ enum { BD_CHUNK_ABSENT, BD_CHUNK_FETCHING, BD_CHUNK_PRESENT };
 
 typedef struct bd_chunk {
 	uint8_t state;
+	bool unverified;         /* PRESENT as a map found on disk says: not yet checked against hash */
 	bool on_lru;             /* PRESENT and unpinned */
 	bool punch;              /* its space is to be punched out (evicted, or a failed fetch's part) */
 	uint32_t pins;           /* reads using it */
+	uint64_t hash;           /* PRESENT: XXH3-64 of its bytes as they came from the bucket */
 	struct wnode *waiters;   /* acquires waiting for it */
 	struct bd_chunk *prev, *next; /* the LRU list */
 	struct bd_robj *obj;
@@ -51,6 +54,7 @@ typedef struct bd_fetch {
 	uint32_t idx;
 	uint64_t off, len;
 	uint64_t got;            /* body bytes written for this attempt */
+	void *hs;                /* XXH3_state_t of those bytes (fetcher thread) */
 	unsigned attempt;        /* retries made */
 	uint64_t due_ms;         /* a retry's time */
 	void *h;                 /* the easy handle on the wire */
@@ -75,6 +79,8 @@ struct bd_remote_state {
 	bd_fetch *queue_head, *queue_tail; /* waiting for a request */
 	bd_fetch *retry;         /* waiting for their time */
 	bd_fetch *wire;          /* on the wire (fetcher thread only) */
+	bd_fetch *verify;        /* unverified chunks an acquire waits for: checked next */
+	void *verify_buf;        /* a chunk's bytes read back (fetcher thread) */
 	pthread_cond_t quiet;    /* signalled once a cancel has settled everything */
 	bool cancelled;          /* the fetcher has settled every fetch since cancel */
 	unsigned inflight, queued;
@@ -100,6 +106,28 @@ bool bd__evict_one(void);
 void bd__lru_append(bd_chunk *c);
 /* Drop a reference to o; a doomed object with none left is deleted by the next sync. */
 void bd__robj_unref(bd_robj *o);
+
+struct waiter;
+/* Chunk c is settled (err 0: present): its waiters with nothing left to wait for go on *done. */
+void bd__settle_waiters(bd_chunk *c, int err, const char *why, struct waiter **done);
+/* A fetch of chunk i of o, o referenced by it; not queued. Under R.mu. @return NULL: no memory. */
+bd_fetch *bd__fetch_new(bd_robj *o, uint32_t i);
+/* Queue chunk i of o for fetching (it becomes FETCHING; o referenced). @return 0 or -ENOMEM. */
+int bd__queue_fetch(bd_robj *o, uint32_t i);
+
+/*
+ * Queue PRESENT, unverified chunk i of o for a check of its bytes against
+ * its hash (it becomes FETCHING; o referenced). @return 0 or -ENOMEM.
+ */
+int bd__verify_queue(bd_robj *o, uint32_t i);
+/*
+ * Fetcher thread, without R.mu: check every queued chunk's bytes. A match
+ * is PRESENT again, its waiters on *done; a mismatch (a file changed or
+ * swapped under the cache) is fetched again, its waiters waiting on.
+ */
+void bd__verify_run(struct waiter **done);
+/* Stopping: every queued check undone (PRESENT, unverified), waiters failed with why. Under R.mu. */
+void bd__verify_cancel(const char *why, struct waiter **done);
 
 /* Wake the fetcher (curl_multi_wakeup): work was queued, room made, an object doomed. Any thread. */
 void bd__remote_wake(void);

@@ -15,8 +15,8 @@ payload hash from x-amz-content-sha256, which it also checks against the
 body) and answers S3's own XML errors when it is wrong; it answers 412 to
 a GET or HEAD whose If-Match names another ETag than the object's; it
 injects faults (a status every Nth GET, a connection dropped after K body
-bytes every Nth GET, a delay per request, a fixed status per key); and it
-counts what it saw.
+bytes every Nth GET, a delay per request, a fixed status per key, the last
+body byte of every GET of a key flipped); and it counts what it saw.
 
 Control endpoint (never signed, never counted), under /__proxy:
   GET  /__proxy/stats    {"requests": N, "by_method": {...}, "gets": [...],
@@ -30,7 +30,8 @@ Control endpoint (never signed, never counted), under /__proxy:
   POST /__proxy/faults   a JSON object replacing them (absent members: off):
                          {"status_every": N, "status": 503, "drop_every": N,
                           "drop_after_bytes": K, "delay_ms": D,
-                          "key_status": {"KEY": 403}, "require_signature": false}
+                          "key_status": {"KEY": 403}, "flip_keys": ["KEY"],
+                          "require_signature": false}
                          and restarting the GET count the *_every members use
   POST /__proxy/reset    stats and faults both cleared (?what=stats: stats only)
 
@@ -78,7 +79,7 @@ CODES = {400: ("InvalidRequest", "Bad Request"), 403: ("AccessDenied", "Access D
          500: ("InternalError", "We encountered an internal error. Please try again."),
          503: ("SlowDown", "Please reduce your request rate.")}
 FAULT_KEYS = {"status_every", "status", "drop_every", "drop_after_bytes", "delay_ms", "key_status",
-              "require_signature"}
+              "flip_keys", "require_signature"}
 SPOOL_MEMORY = 8 << 20  # request bodies above this wait on disk for their hash check
 BLOCK = 64 << 10
 
@@ -268,7 +269,7 @@ def check_faults(f):
     if unknown:
         raise ValueError(f"unknown fault member(s) {unknown}; known: {sorted(FAULT_KEYS)}")
     out = {"status_every": 0, "status": 503, "drop_every": 0, "drop_after_bytes": 0, "delay_ms": 0,
-           "key_status": {}, "require_signature": False}
+           "key_status": {}, "flip_keys": [], "require_signature": False}
     limits = {"status_every": (0, 1 << 31), "status": (400, 599), "drop_every": (0, 1 << 31),
               "drop_after_bytes": (0, 1 << 62), "delay_ms": (0, 60000)}
     for k, (lo, hi) in limits.items():
@@ -283,6 +284,10 @@ def check_faults(f):
             for k, v in ks.items()):
         raise ValueError("key_status must map keys to HTTP statuses 400..599")
     out["key_status"] = dict(ks)
+    fk = f.get("flip_keys", [])
+    if not isinstance(fk, list) or not all(isinstance(k, str) for k in fk):
+        raise ValueError("flip_keys must be a list of keys")
+    out["flip_keys"] = list(fk)
     if "require_signature" in f:
         if not isinstance(f["require_signature"], bool):
             raise ValueError("require_signature must be true or false")
@@ -330,7 +335,7 @@ class State:
             self.refused[code] = self.refused.get(code, 0) + 1
 
     def fault_for(self, method, bucket, key):
-        """What to do to this request: (None | "key_status" | "status" | "drop", status, K)."""
+        """What to do to this request: (None | "key_status" | "status" | "drop" | "flip", status, K)."""
         with self.lock:
             f = self.faults
             for name in (key, f"{bucket}/{key}"):
@@ -344,6 +349,8 @@ class State:
                 return "status", f["status"], 0
             if f["drop_every"] and n % f["drop_every"] == 0:
                 return "drop", 0, f["drop_after_bytes"]
+            if key in f["flip_keys"] or f"{bucket}/{key}" in f["flip_keys"]:
+                return "flip", 0, 0
             return None, 0, 0
 
     def record_get(self, entry):
@@ -409,7 +416,8 @@ class Handler(BaseHTTPRequestHandler):
                               Key=key)
             if key and self.command in ("GET", "HEAD"):
                 self.check_if_match(raw_path)
-            entry["status"], entry["bytes"], entry["fault"] = self.forward(body, after if fault == "drop" else None)
+            entry["status"], entry["bytes"], entry["fault"] = self.forward(
+                body, after if fault == "drop" else None, fault == "flip")
         except Refusal as r:
             entry["status"] = r.status
             entry["fault"] = entry["fault"] or "refused"
@@ -528,10 +536,11 @@ class Handler(BaseHTTPRequestHandler):
                     raise
         raise AssertionError("unreachable")
 
-    def forward(self, body, drop_after):
+    def forward(self, body, drop_after, flip=False):
         """Relay the request and stream the reply back; with drop_after, close the
-        client's connection after that many body bytes (when the body is longer).
-        @return (status, body bytes sent, None | "drop" | "client-closed")."""
+        client's connection after that many body bytes (when the body is longer);
+        with flip, a 2xx body's last byte inverted (its length as it was).
+        @return (status, body bytes sent, None | "drop" | "flip" | "client-closed")."""
         headers = [(k, v) for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP]
         try:
             resp = self.send_upstream(self.command, self.path, headers, body)
@@ -564,6 +573,8 @@ class Handler(BaseHTTPRequestHandler):
                     return resp.status, drop_after, "drop"
                 if not data:
                     break
+                if flip and 200 <= resp.status < 300 and length and sent + len(data) == int(length):
+                    data = data[:-1] + bytes([data[-1] ^ 0xFF])
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
                 sent += len(data)
             if chunked:
@@ -573,7 +584,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.drop_upstream()
             return resp.status, sent, "client-closed"
-        return resp.status, sent, None
+        return resp.status, sent, "flip" if flip else None
 
     def drop_client(self):
         """End this connection mid-reply, as a network would; the upstream

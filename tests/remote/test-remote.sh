@@ -3,11 +3,12 @@
 #
 # test-remote.sh - remote datasets through real batchd daemons: starts
 # moto and the proxy (tests/remote/s3lib.sh), then runs
-# tests/remote/test_remote.py against them, which starts its own daemons.
+# tests/remote/test_remote.py (or the test file named first: test_cache.py)
+# against them, which starts its own daemons.
 #
 #   BATCHD=build/daemon/batchd BATCHD_PACK=build/tools/batchd-pack \
 #   BATCHCLIENT_LIB=build/client/libbatchclient.so.0 PYTHONPATH=client/python \
-#   bash tests/remote/test-remote.sh [TestCase[.test_name]...]
+#   bash tests/remote/test-remote.sh [test_cache.py] [TestCase[.test_name]...]
 #
 # (meson test sets the environment.) Exit status: the Python test's; 77
 # (skip) when moto cannot be installed, unless BATCHD_S3_REQUIRED=1.
@@ -38,6 +39,11 @@ s3_start "$W"
 export PYTHONPATH="$HERE/../python${PYTHONPATH:+:$PYTHONPATH}"
 export S3_WORKDIR=$W
 rc=0
-LD_PRELOAD=$preload "${BATCHD_TEST_PYTHON:-/usr/bin/python3}" "$HERE/test_remote.py" "$@" || rc=$?
+script=test_remote.py
+if [[ ${1:-} == *.py ]]; then
+	script=$1
+	shift
+fi
+LD_PRELOAD=$preload "${BATCHD_TEST_PYTHON:-/usr/bin/python3}" "$HERE/$script" "$@" || rc=$?
 s3_stop
 exit "$rc"

@@ -370,6 +370,15 @@ class RemoteCase(unittest.TestCase):
                          f"{ctx}: the daemon's remote.requests against the requests the proxy saw "
                          f"({stats()['by_method']})")
 
+    def swap_packs(self, directory, n, size, block_size):
+        """Two packs of one size and shape, different bytes. @return (path, expect) of each."""
+        a = os.path.join(directory, "a.bpk")
+        b = os.path.join(directory, "b.bpk")
+        ea = records_pack(a, n, size, 21, block_size)
+        eb = records_pack(b, n, size, 22, block_size)
+        self.assertEqual(os.path.getsize(a), os.path.getsize(b), "the two versions must have one size")
+        return (a, ea), (b, eb)
+
     def open_error(self, d, dataset):
         """The BatchdError of opening dataset (the test fails if it opens)."""
         with self.assertRaises(batchclient.BatchdError, msg=f"{dataset} opened") as cm:
@@ -477,18 +486,9 @@ class CacheReuse(RemoteCase):
 
 
 class Replaced(RemoteCase):
-    def swap_packs(self, d, n, size, block_size):
-        """Two packs of one size and shape, different bytes. @return (path, expect) of each."""
-        a = os.path.join(d.dir, "a.bpk")
-        b = os.path.join(d.dir, "b.bpk")
-        ea = records_pack(a, n, size, 21, block_size)
-        eb = records_pack(b, n, size, 22, block_size)
-        self.assertEqual(os.path.getsize(a), os.path.getsize(b), "the two versions must have one size")
-        return (a, ea), (b, eb)
-
     def test_next_session_gets_the_new_bytes(self):
         d = self.daemon("replace")
-        (a, ea), (b, eb) = self.swap_packs(d, 256, 4096, "16K")
+        (a, ea), (b, eb) = self.swap_packs(d.dir, 256, 4096, "16K")
         upload_dataset(a, "swap.bpk")
         old = etag(f"{PREFIX}/swap.bpk")
         self.epochs_exact(d, f"{REMOTE}/swap.bpk", ea, keys=False)
@@ -507,7 +507,7 @@ class Replaced(RemoteCase):
         # One GET in flight and one batch staged: most blocks are fetched
         # after the object changes, each with If-Match the opened ETag.
         d = self.daemon("changed", requests=1, chunk="64K")
-        (a, ea), (b, eb) = self.swap_packs(d, 512, 64 << 10, "64K")
+        (a, ea), (b, eb) = self.swap_packs(d.dir, 512, 64 << 10, "64K")
         upload_dataset(a, "change.bpk")
         ld = self.loader(d, f"{REMOTE}/change.bpk", batch_size=1, shuffle="none", prefetch=1)
         got, errors = self.read_through_errors(ld, lambda: upload_dataset(b, "change.bpk"))
