@@ -90,7 +90,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
 	/* A new status line (after a 100 Continue): forget the last reply's head. */
 	if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
 		r->etag[0] = r->region[0] = '\0';
-		r->has_length = r->has_range = false;
+		r->has_length = r->has_range = r->bad_etag = false;
 		return len;
 	}
 	if (!colon)
@@ -100,8 +100,10 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
 	while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
 		end--;
 #define IS(name) ((size_t)(colon - p) == strlen(name) && !strncasecmp(p, name, strlen(name)))
-	if (IS("etag") && (size_t)(end - v) < sizeof(r->etag))
+	if (IS("etag") && bp__s3_etag_ok(v, (size_t)(end - v)))
 		snprintf(r->etag, sizeof(r->etag), "%.*s", (int)(end - v), v);
+	else if (IS("etag"))
+		r->bad_etag = true;
 	else if (IS("content-length"))
 		r->has_length = parse_u64(v, end, &r->length) == 0;
 	else if (IS("content-range"))
@@ -348,7 +350,7 @@ static void rewind_req(bp__s3_req *r)
 {
 	r->status = 0;
 	r->etag[0] = r->region[0] = '\0';
-	r->has_length = r->has_range = false;
+	r->has_length = r->has_range = r->bad_etag = false;
 	r->got = r->in_pos = 0;
 	r->body_len = 0;
 	r->stop = 0;

@@ -71,6 +71,10 @@ int bp_s3_head(const bp_s3 *s, const bp_s3_loc *loc, bp_s3_object *ret, bp_s3_er
 		explain(s, loc, where, e);
 	if (err == 0 && !r.has_length)
 		err = bp__s3_fail(e, -EPROTO, where, "HEAD answered without a Content-Length");
+	if (err == 0 && r.bad_etag)
+		err = bp__s3_fail(e, -EPROTO, where, "HEAD answered an ETag with control characters, "
+				  "spaces or over %d bytes: not one batchd can send back in If-Match",
+				  BP_S3_ETAG_MAX - 1);
 	if (err == 0 && !(key = strdup(loc->key)))
 		err = bp__s3_fail(e, -ENOMEM, where, "out of memory");
 	if (err == 0) {
@@ -201,6 +205,10 @@ static int list_page(const bp_s3 *s, const bp_s3_loc *bucket, const char *prefix
 			bp__s3_fail(e, err, where, "more than %zu objects", l->max);
 		else if (err == -ENOMEM)
 			bp__s3_fail(e, err, where, "out of memory");
+		else if (err == -EILSEQ)
+			err = bp__s3_fail(e, -EPROTO, where, "the listing holds a key with control "
+					  "characters, or an ETag with control characters, spaces or "
+					  "over %d bytes", BP_S3_ETAG_MAX - 1);
 		else if (err < 0)
 			bp__s3_fail(e, err, where, "the listing's XML is not a ListBucketResult "
 				    "of keys under the prefix");

@@ -104,6 +104,7 @@ typedef struct bp__s3_req {
 	/* the reply's head */
 	long status;
 	char etag[BP_S3_ETAG_MAX];
+	bool bad_etag;            /* an ETag header bp__s3_etag_ok refused */
 	bool has_length, has_range;
 	uint64_t length;          /* Content-Length */
 	uint64_t range_first, range_last; /* Content-Range */
@@ -169,6 +170,16 @@ int bp__s3_content_md5(int fd, uint64_t off, uint64_t len, char out[32]);
 /* ---- XML replies (s3_xml.c) ----------------------------------------------------- */
 
 /*
+ * Is s[0..n) an ETag batchd may send back in If-Match and log: empty (the
+ * server has none), or under BP_S3_ETAG_MAX bytes of visible ASCII (no
+ * control character, space or byte over 0x7e: a CR or LF would end the
+ * header and start another)?
+ */
+bool bp__s3_etag_ok(const char *s, size_t n);
+/* Is key free of control characters (bytes below 0x20, and 0x7f), which logs would carry raw? */
+bool bp__s3_key_ok(const char *key);
+
+/*
  * An S3 <Error>: its Code into code and Message into msg ("" when absent).
  * @return 0; -EPROTO when buf is not an <Error> document.
  */
@@ -187,7 +198,8 @@ typedef struct bp__s3_list {
  * Append the <Contents> of a ListBucketResult page to l (each key must
  * start with prefix) and set truncated and next. @return 0; -EPROTO (not
  * a listing, a key outside prefix, a bad Size, truncated without a
- * token); -E2BIG; -ENOMEM.
+ * token); -EILSEQ (a key or ETag with control characters, an ETag too
+ * long: bp__s3_key_ok, bp__s3_etag_ok); -E2BIG; -ENOMEM.
  */
 int bp__s3_xml_list(const char *buf, size_t len, const char *prefix, bp__s3_list *l);
 

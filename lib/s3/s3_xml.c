@@ -74,6 +74,24 @@ static char *text(const xmlNode *n)
 }
 
 /* n's text into buf (truncated), "" when n is NULL. */
+bool bp__s3_etag_ok(const char *s, size_t n)
+{
+	if (n >= BP_S3_ETAG_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+			return false;
+	return true;
+}
+
+bool bp__s3_key_ok(const char *key)
+{
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
+			return false;
+	return true;
+}
+
 static void text_to(const xmlNode *n, char *buf, size_t len)
 {
 	char *t = text(n);
@@ -117,7 +135,7 @@ static int parse_size(const char *s, uint64_t *ret)
 static int add_object(const xmlNode *c, const char *prefix, bp__s3_list *l)
 {
 	bp_s3_object o = { 0 };
-	char *size;
+	char *size, *etag;
 	int err;
 
 	if (l->max && l->n >= l->max)
@@ -142,7 +160,16 @@ static int add_object(const xmlNode *c, const char *prefix, bp__s3_list *l)
 		free(o.key);
 		return err;
 	}
-	text_to(child(c, "ETag"), o.etag, sizeof(o.etag));
+	etag = text(child(c, "ETag"));
+	if (!bp__s3_key_ok(o.key) || (etag && !bp__s3_etag_ok(etag, strlen(etag))))
+		err = -EILSEQ;
+	else
+		snprintf(o.etag, sizeof(o.etag), "%s", etag ? etag : "");
+	free(etag);
+	if (err < 0) {
+		free(o.key);
+		return err;
+	}
 	l->v[l->n++] = o;
 	return 0;
 }

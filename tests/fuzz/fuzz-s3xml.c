@@ -142,8 +142,8 @@ static int list_once(const char *buf, size_t len, const char *prefix, size_t max
 
 	*l = (bp__s3_list){ .max = max };
 	r = bp__s3_xml_list(buf, len, prefix, l);
-	require(r == 0 || r == -EPROTO || r == -E2BIG || r == -ENOMEM,
-		"xml_list returns 0, -EPROTO, -E2BIG or -ENOMEM", r);
+	require(r == 0 || r == -EPROTO || r == -EILSEQ || r == -E2BIG || r == -ENOMEM,
+		"xml_list returns 0, -EPROTO, -EILSEQ, -E2BIG or -ENOMEM", r);
 	require(l->n <= l->cap, "xml_list n <= cap", (long long)l->n);
 	if (max)
 		require(l->n <= max, "xml_list n <= max", (long long)l->n);
@@ -154,6 +154,11 @@ static int list_once(const char *buf, size_t len, const char *prefix, size_t max
 		require(!strncmp(l->v[i].key, prefix, strlen(prefix)),
 			"xml_list key starts with the prefix", (long long)i);
 		terminated(l->v[i].etag, sizeof(l->v[i].etag), "xml_list etag NUL-terminated");
+		/* Nothing that could end a header or a log line gets through. */
+		require(bp__s3_key_ok(l->v[i].key), "xml_list key has no control character",
+			(long long)i);
+		require(bp__s3_etag_ok(l->v[i].etag, strlen(l->v[i].etag)),
+			"xml_list etag is visible ASCII", (long long)i);
 	}
 	if (l->truncated)
 		require(l->next && l->next[0], "xml_list truncated has a next token", 0);

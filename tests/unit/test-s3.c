@@ -5,7 +5,8 @@
  * breaks), credentials (the named file's mode and owner, profiles, the
  * environment, session tokens, the shared file), the backoff's bounds,
  * query strings and URLs as SigV4 wants them signed, the XML replies
- * (errors, listing pages, multipart replies, a DTD refused), how a reply
+ * (errors, listing pages, multipart replies, a DTD refused, ETags and
+ * keys with control characters refused), how a reply
  * is classified into an errno and a message, and ranged GETs (the
  * synchronous ones, and the daemon's on a multi handle) against a small
  * HTTP server in a child process that drops a connection halfway through
@@ -541,6 +542,14 @@ START_TEST(test_xml_list)
 	list_bad("<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>", 0, -EPROTO);
 	list_bad("<Error><Code>AccessDenied</Code></Error>", 0, -EPROTO);
 	list_bad("<ListBucketResult>", 0, -EPROTO);
+	/* Header bytes in an ETag (it goes back in If-Match), control characters in a key. */
+	list_bad("<ListBucketResult><Contents><Key>ds/x</Key><ETag>\"e&#13;&#10;X-Injected: 1\""
+		 "</ETag><Size>1</Size></Contents></ListBucketResult>", 0, -EILSEQ);
+	list_bad("<ListBucketResult><Contents><Key>ds/x&#10;y</Key><Size>1</Size></Contents>"
+		 "</ListBucketResult>", 0, -EILSEQ);
+	ck_assert(bp__s3_etag_ok("W/\"0-9a\"", 8) && bp__s3_etag_ok("", 0));
+	ck_assert(!bp__s3_etag_ok("\"a b\"", 5) && !bp__s3_etag_ok("\"\x7f\"", 3));
+	ck_assert(!bp__s3_etag_ok(page1, BP_S3_ETAG_MAX));
 }
 END_TEST
 
