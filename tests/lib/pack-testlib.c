@@ -500,6 +500,15 @@ void pt_put_le64(uint8_t *p, uint64_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
+ZSTD_DCtx *pt_dctx_new(void)
+{
+	ZSTD_DCtx *d = ZSTD_createDCtx();
+
+	ck_assert_ptr_nonnull(d);
+	ck_assert_int_eq(bp_pack_dctx_init(d), 0);
+	return d;
+}
+
 /* ---- packs taken apart and forged ---------------------------------------------- */
 
 int pt_forge_from(pt_forge *g, const uint8_t *buf, size_t len)

@@ -197,6 +197,12 @@ uint32_t pt_le32(const uint8_t *p);
 void pt_put_le64(uint8_t *p, uint64_t v);
 void pt_put_le32(uint8_t *p, uint32_t v);
 
+/*
+ * Check suites only: a fresh DCtx set up as the reader sets one up
+ * (bp_pack_dctx_init). Caller frees with ZSTD_freeDCtx().
+ */
+ZSTD_DCtx *pt_dctx_new(void);
+
 /* ---- packs taken apart and forged ---- */
 
 #define PT_FORGE_MAX_BLOCKS 16
