@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * daemon-testlib.h - what the suites that run a real daemon (test-daemon.c,
- * test-faults.c, test-paths.c, the service suites and gpu/test-gpu.c)
+ * daemon-testlib.h - what the suites that run a real daemon (test-daemon*.c,
+ * test-faults*.c, test-paths.c, the service suites and gpu/test-gpu.c)
  * need around it: test datasets, starting and stopping batchd, a reference
  * reader to check delivered bytes against, a consumer that records what a
  * stream delivered, status JSON peeking, a raw protocol client that speaks to the

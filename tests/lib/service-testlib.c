@@ -4,6 +4,7 @@
  * readers shared by the service suites (see service-testlib.h).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -396,6 +397,15 @@ size_t sv_prom_count(const sv_prom *p, const char *name)
 	for (size_t i = 0; i < p->n; i++)
 		n += !strcmp(p->s[i].name, name);
 	return n;
+}
+
+double sv_prom_session(const sv_prom *p, const char *name, uint64_t id)
+{
+	char match[48];
+	double v;
+
+	snprintf(match, sizeof(match), "session=\"%" PRIu64 "\"", id);
+	return sv_prom_get(p, name, match, &v) ? v : NAN;
 }
 
 /*

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * service-testlib.h - what the service suites (test-reload.c,
- * test-limits.c, test-access.c, test-metrics.c) share on top of
+ * test-limits.c, test-access.c, test-metrics*.c) share on top of
  * daemon-testlib.h: a batchd started with `-c FILE` whose file the test
  * rewrites, the status document's sessions, and the Prometheus text
  * exposition parsed back and checked against its rules.
  *
- * Why a file of its own: the four suites are one behaviour each of batchd
+ * Why a file of its own: the service suites are one behaviour each of batchd
  * as a service, but all of them configure it through a file, reload it
  * with SIGHUP and read its reports; one parser of the metrics text keeps
  * them reading it alike (and strictly: a series that breaks the
@@ -99,6 +99,8 @@ void sv_prom_free(sv_prom *p);
 bool sv_prom_get(const sv_prom *p, const char *name, const char *match, double *ret);
 /* Samples of name (any labels). */
 size_t sv_prom_count(const sv_prom *p, const char *name);
+/* The value of family name's series for session id (session="id"), NAN when missing. */
+double sv_prom_session(const sv_prom *p, const char *name, uint64_t id);
 /*
  * Check a histogram family (without labels other than le): buckets in
  * increasing le, cumulative counts, a last +Inf bucket equal to _count, a
