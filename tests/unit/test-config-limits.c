@@ -5,9 +5,10 @@
  * connections_per_uid and max_connections, [access] admin_uid and
  * admin_gid, [metrics] sessions. Their defaults, every accepted form, and
  * each refusal with the exact FILE:LINE message an operator reads (the
- * rest of the grammar is test-config.c's). And the sizes those limits
- * and the budget are written in (lib/proto/units.c, shared by the daemon and
- * the tools): every unit, the blanks and cases allowed, every refusal.
+ * rest of the grammar is test-config.c's and test-config-errors.c's).
+ * And the sizes those limits and the budget are written in
+ * (lib/proto/units.c, shared by the daemon and the tools): every unit, the
+ * blanks and cases allowed, every refusal.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -2,9 +2,10 @@
 /*
  * test-sampler.c - the Check suite for daemon/session/sampler.c: epoch orders are
  * bijections, ranks split an epoch exactly once (plus documented padding),
- * orders are pinned bit for bit, resume needs no replay, huge datasets cost
- * nothing, block mode stays local, and bad configurations are refused with
- * the documented errno.
+ * orders are pinned bit for bit, huge datasets cost nothing, block mode
+ * stays local, and bad configurations are refused with the documented
+ * errno. Resuming (a restarted daemon, a later start, another world size)
+ * is test-sampler-resume.c's; the helpers both use are sampler-testlib.c's.
  *
  * The sampler is the only thing standing between a training job and a
  * silently skewed dataset, so every TCase asserts ids and counts directly
@@ -20,62 +21,7 @@
 
 #include <check.h>
 
-#include "sampler.h"
-
-#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-
-/*
- * For hot loops: Check reports the location of every passing ck_assert to
- * the parent through a pipe, a write(2) each, which would dominate the run
- * time of loops over 10^5 positions. This only talks on failure.
- */
-#define expect_eq(a, b) do { \
-	uint64_t a_ = (a), b_ = (b); \
-	if (a_ != b_) \
-		ck_abort_msg("%s:%d: %s == %s: %" PRIu64 " != %" PRIu64, \
-			     __func__, __LINE__, #a, #b, a_, b_); \
-} while (0)
-#define expect(cond, ...) do { if (!(cond)) ck_abort_msg(__VA_ARGS__); } while (0)
-
-static const enum bp_shuffle all_modes[] = {
-	BP_SHUFFLE_NONE, BP_SHUFFLE_GLOBAL, BP_SHUFFLE_BLOCK,
-};
-
-static bd_sampler_cfg cfg_of(uint64_t n, enum bp_shuffle mode, uint64_t seed)
-{
-	bd_sampler_cfg c = {
-		.samples = n,
-		.fingerprint = UINT64_C(0x0123456789abcdef),
-		.seed = seed,
-		.rank = 0,
-		.world = 1,
-		.batch_size = 1,
-		.drop_last = false,
-		.mode = mode,
-		.chunk = 8,
-		.window = 4,
-	};
-	return c;
-}
-
-static void init_ok(bd_sampler *s, const bd_sampler_cfg *c)
-{
-	int r = bd_sampler_init(s, c);
-
-	ck_assert_msg(r == 0, "init n=%" PRIu64 " mode=%d world=%u rank=%u B=%u: %d",
-		      c->samples, (int)c->mode, c->world, c->rank, c->batch_size, r);
-}
-
-/*
- * The striped rule, written out independently of lib/proto/schedule.c: sample
- * i of rank r's batch b (len samples; every batch before it held B of each
- * rank's) of an epoch that starts at global position S.
- */
-static uint64_t striped(uint64_t S, uint64_t b, uint32_t B, uint32_t world, uint32_t r,
-			uint32_t len, uint32_t i)
-{
-	return S + b * B * (uint64_t)world + (uint64_t)r * len + i;
-}
+#include "sampler-testlib.h"
 
 /* A small deterministic generator for picking test positions. */
 static uint64_t t_next(uint64_t *x)
@@ -122,18 +68,18 @@ START_TEST(test_bijection)
 	static const struct { uint64_t chunk; uint32_t window; } shapes[] = {
 		{ 1, 0 }, { 3, 5 }, { 64, 1 }, { 7, 16 }, { 1000, 3 }, { 5, 100000 },
 	};
-	enum bp_shuffle mode = all_modes[_i];
+	enum bp_shuffle mode = st_all_modes[_i];
 	unsigned k = 0;
 
 	for (size_t i = 0; i < ARRAY_SIZE(bij_sizes); i++)
 		for (size_t j = 0; j < ARRAY_SIZE(bij_seeds); j++, k++) {
-			bd_sampler_cfg c = cfg_of(bij_sizes[i], mode, bij_seeds[j]);
+			bd_sampler_cfg c = st_cfg_of(bij_sizes[i], mode, bij_seeds[j]);
 			bd_sampler s;
 			bool moved;
 
 			c.chunk = shapes[k % ARRAY_SIZE(shapes)].chunk;
 			c.window = shapes[k % ARRAY_SIZE(shapes)].window;
-			init_ok(&s, &c);
+			st_init_ok(&s, &c);
 			moved = assert_bijection(&s, c.samples, j + 3);
 			if (mode == BP_SHUFFLE_NONE)
 				ck_assert(!moved);
@@ -167,7 +113,7 @@ static void check_split(uint64_t n, enum bp_shuffle mode, uint32_t world, uint32
 
 	ck_assert(count && ids);
 	for (uint32_t r = 0; r < world; r++) {
-		bd_sampler_cfg c = cfg_of(n, mode, 42);
+		bd_sampler_cfg c = st_cfg_of(n, mode, 42);
 		int rc;
 
 		c.world = world;
@@ -193,7 +139,7 @@ static void check_split(uint64_t n, enum bp_shuffle mode, uint32_t world, uint32
 			ck_assert_uint_eq(len, want);
 			bd_sampler_batch(&s, epoch, b, ids);
 			for (uint32_t i = 0; i < len; i++) {
-				uint64_t pos = striped(0, b, B, world, r, len, i);
+				uint64_t pos = st_striped(0, b, B, world, r, len, i);
 
 				expect(ids[i] < n, "id %" PRIu64 " >= n", ids[i]);
 				/* Positions past the end wrap to the epoch's first samples. */
@@ -236,7 +182,7 @@ out:
 
 START_TEST(test_ranks_exactly_once)
 {
-	enum bp_shuffle mode = all_modes[_i];
+	enum bp_shuffle mode = st_all_modes[_i];
 
 	for (size_t i = 0; i < ARRAY_SIZE(rank_sizes); i++)
 		for (size_t w = 0; w < ARRAY_SIZE(rank_worlds); w++)
@@ -250,14 +196,14 @@ END_TEST
 /* Explicit padding and wrap-around: n = 10, world = 3, B = 3, global. */
 START_TEST(test_padding_wraps)
 {
-	bd_sampler_cfg c = cfg_of(10, BP_SHUFFLE_GLOBAL, 7);
+	bd_sampler_cfg c = st_cfg_of(10, BP_SHUFFLE_GLOBAL, 7);
 	uint64_t ids[3];
 	bd_sampler s;
 
 	c.world = 3;
 	c.rank = 2;
 	c.batch_size = 3;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	/*
 	 * per_rank = 4, striped: step 0 deals positions 0-2, 3-5, 6-8 to ranks
 	 * 0, 1, 2; the final step (1 sample each) 9, 10 -> 0, 11 -> 1.
@@ -274,17 +220,17 @@ START_TEST(test_padding_wraps)
 	ck_assert_uint_eq(ids[0], bd_sampler_order(&s, 1, 1));
 	ck_assert_uint_eq(bd_sampler_order(&s, 1, 11), bd_sampler_order(&s, 1, 1));
 	c.rank = 1;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	bd_sampler_batch(&s, 1, 1, ids);
 	ck_assert_uint_eq(ids[0], bd_sampler_order(&s, 1, 0));
 	ck_assert_uint_eq(bd_sampler_order(&s, 1, 10), bd_sampler_order(&s, 1, 0));
 
 	/* world > n: one sample, eight ranks, each gets it once. */
-	c = cfg_of(1, BP_SHUFFLE_GLOBAL, 7);
+	c = st_cfg_of(1, BP_SHUFFLE_GLOBAL, 7);
 	c.world = 8;
 	for (uint32_t r = 0; r < 8; r++) {
 		c.rank = r;
-		init_ok(&s, &c);
+		st_init_ok(&s, &c);
 		ck_assert_uint_eq(bd_sampler_batches_per_epoch(&s), 1);
 		ids[0] = 99;
 		bd_sampler_batch(&s, 0, 0, ids);
@@ -314,14 +260,14 @@ START_TEST(test_equal_batches)
 
 	for (size_t i = 0; i < ARRAY_SIZE(cases); i++)
 		for (uint32_t r = 0; r < cases[i].world; r++) {
-			bd_sampler_cfg c = cfg_of(cases[i].n, BP_SHUFFLE_BLOCK, 3);
+			bd_sampler_cfg c = st_cfg_of(cases[i].n, BP_SHUFFLE_BLOCK, 3);
 			bd_sampler s;
 
 			c.world = cases[i].world;
 			c.rank = r;
 			c.batch_size = cases[i].B;
 			c.drop_last = cases[i].drop;
-			init_ok(&s, &c);
+			st_init_ok(&s, &c);
 			ck_assert_uint_eq(bd_sampler_samples_per_rank(&s), cases[i].per_rank);
 			ck_assert_uint_eq(bd_sampler_batches_per_epoch(&s), cases[i].batches);
 			for (uint64_t b = 0; b + 1 < cases[i].batches; b++)
@@ -346,7 +292,7 @@ static void check_pinned(bd_sampler_cfg c, const uint64_t want[8], const char *w
 	bd_sampler s;
 
 	c.batch_size = 8;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	bd_sampler_batch(&s, 3, 0, ids);
 	for (int i = 0; i < 8; i++)
 		ck_assert_msg(ids[i] == want[i], "%s id %d: %" PRIu64 " != %" PRIu64,
@@ -359,7 +305,7 @@ START_TEST(test_pinned_global)
 		781079, 221934, 783734, 536946, 627701, 503126, 126097, 748415,
 	};
 
-	check_pinned(cfg_of(1000000, BP_SHUFFLE_GLOBAL, 2024), want, "global");
+	check_pinned(st_cfg_of(1000000, BP_SHUFFLE_GLOBAL, 2024), want, "global");
 }
 END_TEST
 
@@ -368,7 +314,7 @@ START_TEST(test_pinned_block)
 	static const uint64_t want[8] = {
 		168967, 861400, 652708, 144361, 168958, 53334, 861415, 960300,
 	};
-	bd_sampler_cfg c = cfg_of(1000000, BP_SHUFFLE_BLOCK, 2024);
+	bd_sampler_cfg c = st_cfg_of(1000000, BP_SHUFFLE_BLOCK, 2024);
 
 	c.chunk = 100;
 	c.window = 16;
@@ -382,10 +328,10 @@ START_TEST(test_pinned_huge)
 		UINT64_C(3184999041626979735), UINT64_C(3751578073587755594),
 		UINT64_C(1366423735026151694), UINT64_C(364628687668373403),
 	};
-	bd_sampler_cfg c = cfg_of((UINT64_C(1) << 62) + 3, BP_SHUFFLE_GLOBAL, 99);
+	bd_sampler_cfg c = st_cfg_of((UINT64_C(1) << 62) + 3, BP_SHUFFLE_GLOBAL, 99);
 	bd_sampler s;
 
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	for (int i = 0; i < 4; i++) {
 		uint64_t id = bd_sampler_order(&s, 0, (uint64_t)i * UINT64_C(1000000007));
 
@@ -400,13 +346,13 @@ END_TEST
  */
 START_TEST(test_repeatable)
 {
-	bd_sampler_cfg c = cfg_of(4097, all_modes[_i], 11);
+	bd_sampler_cfg c = st_cfg_of(4097, st_all_modes[_i], 11);
 	bd_sampler a, b;
 
 	memset(&a, 0x00, sizeof(a));
 	memset(&b, 0xff, sizeof(b));
-	init_ok(&a, &c);
-	init_ok(&b, &c);
+	st_init_ok(&a, &c);
+	st_init_ok(&b, &c);
 	for (uint64_t p = 0; p < 4097; p++)
 		expect_eq(bd_sampler_order(&a, 2, p), bd_sampler_order(&b, 2, p));
 	/* a, used for other epochs meanwhile and walked backwards, still agrees with b. */
@@ -433,12 +379,12 @@ static uint64_t agreements(const bd_sampler *a, uint64_t ea, const bd_sampler *b
 START_TEST(test_epochs_differ)
 {
 	/* _i: 0 global, 1 block */
-	bd_sampler_cfg c = cfg_of(1000, _i ? BP_SHUFFLE_BLOCK : BP_SHUFFLE_GLOBAL, 5);
+	bd_sampler_cfg c = st_cfg_of(1000, _i ? BP_SHUFFLE_BLOCK : BP_SHUFFLE_GLOBAL, 5);
 	bd_sampler s;
 
 	c.chunk = 10;
 	c.window = 4;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	for (uint64_t e1 = 0; e1 < 6; e1++)
 		for (uint64_t e2 = e1 + 1; e2 < 6; e2++)
 			/* A random pair of permutations agrees at ~1 place; allow 10%. */
@@ -466,17 +412,17 @@ END_TEST
 START_TEST(test_seeds_differ)
 {
 	enum bp_shuffle mode = _i ? BP_SHUFFLE_BLOCK : BP_SHUFFLE_GLOBAL;
-	bd_sampler_cfg c = cfg_of(1000, mode, 0);
+	bd_sampler_cfg c = st_cfg_of(1000, mode, 0);
 	bd_sampler s[4];
 
 	c.chunk = 10;
 	for (int i = 0; i < 3; i++) {
 		c.seed = (uint64_t)i;
-		init_ok(&s[i], &c);
+		st_init_ok(&s[i], &c);
 	}
 	c.seed = 0;
 	c.fingerprint ^= 1;
-	init_ok(&s[3], &c);
+	st_init_ok(&s[3], &c);
 	for (int i = 0; i < 4; i++)
 		for (int j = i + 1; j < 4; j++)
 			ck_assert_uint_lt(agreements(&s[i], 1, &s[j], 1, 1000), 100);
@@ -485,14 +431,14 @@ END_TEST
 
 START_TEST(test_none_identity)
 {
-	bd_sampler_cfg c = cfg_of(1000, BP_SHUFFLE_NONE, 9);
+	bd_sampler_cfg c = st_cfg_of(1000, BP_SHUFFLE_NONE, 9);
 	uint64_t ids[64];
 	bd_sampler s;
 
 	c.world = 3;
 	c.rank = 1;
 	c.batch_size = 64;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	/* Striped: rank 1's batch 2 starts at 2 steps of 3 * 64 plus rank 0's 64. */
 	bd_sampler_batch(&s, 17, 2, ids);
 	for (uint64_t i = 0; i < 64; i++)
@@ -500,311 +446,17 @@ START_TEST(test_none_identity)
 }
 END_TEST
 
-/* ---- resume ----------------------------------------------------------- */
-
-/*
- * A reference stream for one rank, built by walking positions one by one,
- * cut into batches by batch_len; bd_sampler_batch(e, b) from a freshly
- * initialised sampler (a restarted daemon) must hit the same ids, in any
- * call order.
- */
-START_TEST(test_resume)
-{
-	enum bp_shuffle mode = all_modes[_i];
-	bd_sampler_cfg c = cfg_of(1003, mode, 77);
-	uint64_t stream[3][1003 / 3 + 1], ids[16];
-	bd_sampler s, fresh;
-	uint64_t nb;
-
-	c.world = 3;
-	c.rank = 2;
-	c.batch_size = 16;
-	c.chunk = 16;
-	c.window = 3;
-	init_ok(&s, &c);
-	nb = bd_sampler_batches_per_epoch(&s);
-	for (uint64_t e = 0; e < 3; e++) {
-		uint64_t k = 0;
-
-		for (uint64_t b = 0; b < nb; b++) {
-			uint32_t len = bd_sampler_batch_len(&s, b);
-
-			for (uint32_t i = 0; i < len; i++, k++)
-				stream[e][k] = bd_sampler_order(&s, e, striped(0, b, 16, 3, 2, len, i));
-		}
-		ck_assert_uint_eq(k, bd_sampler_samples_per_rank(&s));
-	}
-
-	init_ok(&fresh, &c);
-	/* Backwards over epochs and batches: nothing depends on earlier calls. */
-	for (uint64_t e = 3; e-- > 0;)
-		for (uint64_t b = nb; b-- > 0;) {
-			uint32_t len = bd_sampler_batch_len(&fresh, b);
-
-			bd_sampler_batch(&fresh, e, b, ids);
-			for (uint32_t i = 0; i < len; i++)
-				expect_eq(ids[i], stream[e][b * 16 + i]);
-		}
-	/* Out-of-range batch writes nothing. */
-	ids[0] = 12345;
-	bd_sampler_batch(&fresh, 0, nb, ids);
-	ck_assert_uint_eq(ids[0], 12345);
-}
-END_TEST
-
-/* ---- striping and elastic resume ------------------------------------------ */
-
-/* The ids of (epoch, batch) for cfg c at rank r; @return the batch's length. */
-static uint32_t batch_of(bd_sampler_cfg c, uint32_t r, uint64_t epoch, uint64_t batch,
-			 uint64_t *ids)
-{
-	bd_sampler s;
-
-	c.rank = r;
-	init_ok(&s, &c);
-	bd_sampler_batch(&s, epoch, batch, ids);
-	return bd_sampler_epoch_batch_len(&s, epoch, batch);
-}
-
-/* Unshuffled, ids are positions: the striped rule by explicit example (n = 10, world 3). */
-START_TEST(test_striped_positions)
-{
-	static const struct {
-		uint32_t B;
-		bool drop;
-		uint64_t start;
-		uint64_t batches;
-		uint32_t last;           /* the final batch's length */
-		uint64_t want[3][2][3];  /* [rank][batch][i] */
-	} cases[] = {
-		/* per_rank 4: one full step, then a final step of 1 with the wrap 10 -> 0, 11 -> 1. */
-		{ 3, false, 0, 2, 1, { { { 0, 1, 2 }, { 9 } }, { { 3, 4, 5 }, { 0 } },
-				    { { 6, 7, 8 }, { 1 } } } },
-		/* drop_last: per_rank 3, one step, position 9 dropped. */
-		{ 3, true, 0, 1, 3, { { { 0, 1, 2 } }, { { 3, 4, 5 } }, { { 6, 7, 8 } } } },
-		/* From 4: 6 left, per_rank 2, one final batch of 2 each. */
-		{ 3, false, 4, 1, 2, { { { 4, 5 } }, { { 6, 7 } }, { { 8, 9 } } } },
-		/* From 5, batch 1: 5 left, per_rank 2; the tail wraps 10 -> 0. */
-		{ 1, false, 5, 2, 1, { { { 5 }, { 8 } }, { { 6 }, { 9 } }, { { 7 }, { 0 } } } },
-		/* From 5 with drop_last: per_rank 1; 8 and 9 dropped. */
-		{ 1, true, 5, 1, 1, { { { 5 } }, { { 6 } }, { { 7 } } } },
-	};
-
-	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
-		bd_sampler_cfg c = cfg_of(10, BP_SHUFFLE_NONE, 1);
-		uint64_t ids[3];
-
-		c.world = 3;
-		c.batch_size = cases[k].B;
-		c.drop_last = cases[k].drop;
-		c.start_epoch = 4;
-		c.start_sample = cases[k].start;
-		for (uint32_t r = 0; r < 3; r++) {
-			bd_sampler s;
-
-			c.rank = r;
-			init_ok(&s, &c);
-			ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 4), cases[k].batches);
-			for (uint64_t b = 0; b < cases[k].batches; b++) {
-				uint32_t len = bd_sampler_epoch_batch_len(&s, 4, b);
-
-				ck_assert_uint_eq(len, b + 1 < cases[k].batches ? cases[k].B
-							       : cases[k].last);
-				bd_sampler_batch(&s, 4, b, ids);
-				for (uint32_t i = 0; i < len; i++)
-					ck_assert_msg(ids[i] == cases[k].want[r][b][i], "case %zu rank %u "
-						      "batch %" PRIu64 " [%u]: %" PRIu64 " != %" PRIu64, k,
-						      r, b, i, ids[i], cases[k].want[r][b][i]);
-			}
-			/* Epoch 5 starts at 0 again: rank r's first batch begins at r * B. */
-			bd_sampler_batch(&s, 5, 0, ids);
-			ck_assert_uint_eq(ids[0], (uint64_t)r * cases[k].B);
-		}
-	}
-}
-END_TEST
-
-/* g counts batches from (start_epoch, 0); a start epoch of none starts with the next. */
-START_TEST(test_locate)
-{
-	bd_sampler_cfg c = cfg_of(10, BP_SHUFFLE_GLOBAL, 1);
-	uint64_t e, b;
-	bd_sampler s;
-
-	c.world = 3;
-	c.batch_size = 1;
-	c.start_epoch = 7;
-	c.start_sample = 5;      /* 2 batches, then 4 a full epoch */
-	init_ok(&s, &c);
-	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 7), 2);
-	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 8), 4);
-	bd_sampler_locate(&s, 1, &e, &b);
-	ck_assert(e == 7 && b == 1);
-	bd_sampler_locate(&s, 2, &e, &b);
-	ck_assert(e == 8 && b == 0);
-	bd_sampler_locate(&s, 2 + 4 * 3 + 3, &e, &b);
-	ck_assert(e == 11 && b == 3);
-
-	c.drop_last = true;
-	c.start_sample = 8;      /* 2 left for 3 ranks: no batch in epoch 7 */
-	init_ok(&s, &c);
-	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 7), 0);
-	ck_assert_uint_eq(bd_sampler_epoch_batches(&s, 8), 3);
-	bd_sampler_locate(&s, 0, &e, &b);
-	ck_assert(e == 8 && b == 0);
-	bd_sampler_locate(&s, 4, &e, &b);
-	ck_assert(e == 9 && b == 1);
-}
-END_TEST
-
-/* Resuming with S + k*B*W at the same world and batch is continuing, batch for batch. */
-START_TEST(test_same_world_resume)
-{
-	enum bp_shuffle mode = all_modes[_i];
-	const uint64_t ks[] = { 1, 7, 20 };
-	uint64_t a[16], b[16];
-
-	for (int drop = 0; drop < 2; drop++)
-		for (size_t x = 0; x < ARRAY_SIZE(ks); x++)
-			for (uint32_t r = 0; r < 3; r++) {
-				bd_sampler_cfg c = cfg_of(1003, mode, 5);
-				bd_sampler whole, rest;
-
-				c.world = 3, c.rank = r, c.batch_size = 16, c.drop_last = drop;
-				c.start_epoch = 2;
-				init_ok(&whole, &c);
-				c.start_sample = ks[x] * 16 * 3;
-				init_ok(&rest, &c);
-				ck_assert_uint_eq(bd_sampler_epoch_batches(&rest, 2) + ks[x],
-						  bd_sampler_epoch_batches(&whole, 2));
-				for (uint64_t j = 0; j < bd_sampler_epoch_batches(&rest, 2); j++) {
-					uint32_t len = bd_sampler_epoch_batch_len(&rest, 2, j);
-
-					ck_assert_uint_eq(len, bd_sampler_epoch_batch_len(&whole, 2,
-											  ks[x] + j));
-					bd_sampler_batch(&rest, 2, j, a);
-					bd_sampler_batch(&whole, 2, ks[x] + j, b);
-					for (uint32_t i = 0; i < len; i++)
-						expect_eq(a[i], b[i]);
-				}
-				/* And the epochs after are the same. */
-				for (uint64_t j = 0; j < bd_sampler_batches_per_epoch(&rest); j++) {
-					bd_sampler_batch(&rest, 3, j, a);
-					bd_sampler_batch(&whole, 3, j, b);
-					for (uint32_t i = 0; i < bd_sampler_batch_len(&rest, j); i++)
-						expect_eq(a[i], b[i]);
-				}
-			}
-}
-END_TEST
-
-/* World w1 (batch b1) for k steps, then world w2 (batch b2) from there. */
-typedef struct elastic {
-	uint32_t w1, b1, w2, b2;
-} elastic;
-
-static const elastic elastic_cases[] = {
-	{ 2, 12, 3, 8 },     /* b2 = b1 * w1 / w2 */
-	{ 4, 6, 1, 24 },
-	{ 3, 8, 8, 3 },      /* 24 / 8 */
-	{ 2, 12, 3, 5 },     /* another b2 */
-};
-
-/*
- * Count every id the old part (k steps of w1) and the new part (the rest
- * of the epoch at w2 from S = k*b1*w1) deal, then check: without
- * drop_last every id once plus exactly the padding (the ids at positions
- * p - n for the positions p >= n the new part ends at), with drop_last at
- * most once and exactly the kept count. The epoch after equals a fresh
- * w2 run's.
- */
-static void check_elastic(enum bp_shuffle mode, const elastic *x, bool drop, uint64_t k)
-{
-	const uint64_t n = 1003, epoch = 6;
-	uint64_t S = k * x->b1 * x->w1, total = 0, rem = n - S, ids[64], ref[64];
-	uint64_t per = drop ? rem / x->w2 : (rem + x->w2 - 1) / x->w2;
-	uint32_t *count = calloc(n, sizeof(*count));
-	bd_sampler_cfg c = cfg_of(n, mode, 99);
-	bd_sampler s, fresh;
-
-	ck_assert_ptr_nonnull(count);
-	c.chunk = 7, c.window = 3, c.drop_last = drop, c.start_epoch = epoch;
-	c.world = x->w1, c.batch_size = x->b1;
-	for (uint32_t r = 0; r < x->w1; r++)
-		for (uint64_t j = 0; j < k; j++) {
-			ck_assert_uint_eq(batch_of(c, r, epoch, j, ids), x->b1);
-			for (uint32_t i = 0; i < x->b1; i++, total++)
-				count[ids[i]]++;
-		}
-	c.world = x->w2, c.batch_size = x->b2, c.start_sample = S;
-	for (uint32_t r = 0; r < x->w2; r++) {
-		c.rank = r;
-		init_ok(&s, &c);
-		for (uint64_t j = 0; j < bd_sampler_epoch_batches(&s, epoch); j++) {
-			uint32_t len = batch_of(c, r, epoch, j, ids);
-
-			for (uint32_t i = 0; i < len; i++, total++)
-				count[ids[i]]++;
-		}
-		/* The epoch after is a fresh w2 run's. */
-		c.start_sample = 0;
-		init_ok(&fresh, &c);
-		c.start_sample = S;
-		for (uint64_t j = 0; j < bd_sampler_batches_per_epoch(&fresh); j++) {
-			uint32_t len = bd_sampler_epoch_batch_len(&s, epoch + 1, j);
-
-			ck_assert_uint_eq(len, bd_sampler_batch_len(&fresh, j));
-			bd_sampler_batch(&s, epoch + 1, j, ids);
-			bd_sampler_batch(&fresh, epoch + 1, j, ref);
-			for (uint32_t i = 0; i < len; i++)
-				expect_eq(ids[i], ref[i]);
-		}
-	}
-	if (drop) {
-		uint64_t kept = (per / x->b2) * x->b2 * x->w2;
-
-		expect_eq(total, S + kept);
-		for (uint64_t id = 0; id < n; id++)
-			expect(count[id] <= 1, "mode %d %u->%u k %" PRIu64 ": id %" PRIu64 " %u times",
-			       (int)mode, x->w1, x->w2, k, id, count[id]);
-	} else {
-		uint64_t end = S + per * x->w2;
-
-		expect_eq(total, end);
-		/* The padding: positions n .. end-1 hold the ids at 0 .. end-n-1. */
-		for (uint64_t p = n; p < end; p++)
-			count[bd_sampler_order(&s, epoch, p - n)]--;
-		for (uint64_t id = 0; id < n; id++)
-			expect(count[id] == 1, "mode %d %u->%u k %" PRIu64 ": id %" PRIu64 " %u times "
-			       "(padding aside)", (int)mode, x->w1, x->w2, k, id, count[id]);
-	}
-	free(count);
-}
-
-START_TEST(test_elastic_resume)
-{
-	enum bp_shuffle mode = all_modes[_i % 3];
-	const elastic *x = &elastic_cases[_i / 3];
-	uint64_t steps = 1003 / x->w1 / x->b1;   /* full steps of the drop_last schedule */
-	const uint64_t ks[] = { 1, steps / 3, steps / 2, steps - 1 };
-
-	for (int drop = 0; drop < 2; drop++)
-		for (size_t i = 0; i < ARRAY_SIZE(ks); i++)
-			check_elastic(mode, x, drop, ks[i]);
-}
-END_TEST
-
 /* ---- huge datasets ---------------------------------------------------- */
 
 static void check_huge(uint64_t n, enum bp_shuffle mode, uint64_t chunk)
 {
-	bd_sampler_cfg c = cfg_of(n, mode, 1);
+	bd_sampler_cfg c = st_cfg_of(n, mode, 1);
 	uint64_t x = n, probes[] = { 0, 1, 2, n / 2, n - 3, n - 2, n - 1 };
 	bd_sampler s;
 
 	c.chunk = chunk;
 	c.window = 16;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	for (size_t i = 0; i < ARRAY_SIZE(probes) + 2000; i++) {
 		uint64_t p = i < ARRAY_SIZE(probes) ? probes[i] : t_next(&x) % n;
 		uint64_t id = bd_sampler_order(&s, 4, p);
@@ -846,7 +498,7 @@ START_TEST(test_huge_ranks)
 	uint64_t ids[1000];
 
 	for (uint32_t r = 0; r < 7; r++) {
-		bd_sampler_cfg c = cfg_of(n, BP_SHUFFLE_GLOBAL, 1);
+		bd_sampler_cfg c = st_cfg_of(n, BP_SHUFFLE_GLOBAL, 1);
 		uint64_t per_rank = n / 7 + 1, nb;
 		uint32_t len;
 		bd_sampler s;
@@ -854,7 +506,7 @@ START_TEST(test_huge_ranks)
 		c.world = 7;
 		c.rank = r;
 		c.batch_size = 1000;
-		init_ok(&s, &c);
+		st_init_ok(&s, &c);
 		ck_assert_uint_eq(bd_sampler_samples_per_rank(&s), per_rank);
 		nb = bd_sampler_batches_per_epoch(&s);
 		ck_assert_uint_eq(nb, (per_rank + 999) / 1000);
@@ -862,7 +514,7 @@ START_TEST(test_huge_ranks)
 		ck_assert_uint_eq(len, per_rank - (nb - 1) * 1000);
 		bd_sampler_batch(&s, 0, nb - 1, ids);
 		for (uint32_t i = 0; i < len; i++) {
-			uint64_t pos = striped(0, nb - 1, 1000, 7, r, len, i);
+			uint64_t pos = st_striped(0, nb - 1, 1000, 7, r, len, i);
 
 			expect(ids[i] < n, "id %" PRIu64 " >= n", ids[i]);
 			expect_eq(ids[i], bd_sampler_order(&s, 0, pos % n));
@@ -878,11 +530,11 @@ START_TEST(test_huge_ranks)
 
 	/* 2^63 samples, one sample per batch: 2^63 batches. */
 	{
-		bd_sampler_cfg c = cfg_of(BD_SAMPLER_MAX_SAMPLES, BP_SHUFFLE_BLOCK, 1);
+		bd_sampler_cfg c = st_cfg_of(BD_SAMPLER_MAX_SAMPLES, BP_SHUFFLE_BLOCK, 1);
 		bd_sampler s;
 
 		c.chunk = 4096;
-		init_ok(&s, &c);
+		st_init_ok(&s, &c);
 		ck_assert_uint_eq(bd_sampler_batches_per_epoch(&s), BD_SAMPLER_MAX_SAMPLES);
 		bd_sampler_batch(&s, 9, BD_SAMPLER_MAX_SAMPLES - 1, ids);
 		ck_assert_uint_lt(ids[0], BD_SAMPLER_MAX_SAMPLES);
@@ -895,7 +547,7 @@ END_TEST
 
 static void check_locality(uint64_t n, uint64_t chunk, uint32_t window)
 {
-	bd_sampler_cfg c = cfg_of(n, BP_SHUFFLE_BLOCK, 8);
+	bd_sampler_cfg c = st_cfg_of(n, BP_SHUFFLE_BLOCK, 8);
 	uint32_t w = window ? window : BD_SAMPLER_DEFAULT_WINDOW;
 	uint64_t span = (uint64_t)w * chunk, body = n / chunk * chunk;
 	uint64_t *seen = malloc((w + 1) * sizeof(*seen));
@@ -904,7 +556,7 @@ static void check_locality(uint64_t n, uint64_t chunk, uint32_t window)
 	ck_assert_ptr_nonnull(seen);
 	c.chunk = chunk;
 	c.window = window;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	for (uint64_t epoch = 0; epoch < 2; epoch++)
 		for (uint64_t start = 0; start < n; start += span) {
 			uint64_t end = start + span < n ? start + span : n;
@@ -948,13 +600,13 @@ END_TEST
 /* Block mode does shuffle inside a window and changes the chunk order. */
 START_TEST(test_block_shuffles)
 {
-	bd_sampler_cfg c = cfg_of(1600, BP_SHUFFLE_BLOCK, 8);
+	bd_sampler_cfg c = st_cfg_of(1600, BP_SHUFFLE_BLOCK, 8);
 	uint64_t sequential = 0;
 	bd_sampler s;
 
 	c.chunk = 100;
 	c.window = 4;
-	init_ok(&s, &c);
+	st_init_ok(&s, &c);
 	for (uint64_t p = 1; p < 1600; p++)
 		sequential += bd_sampler_order(&s, 0, p) == bd_sampler_order(&s, 0, p - 1) + 1;
 	ck_assert_uint_lt(sequential, 100);
@@ -965,7 +617,7 @@ END_TEST
 
 START_TEST(test_invalid)
 {
-	bd_sampler_cfg good = cfg_of(100, BP_SHUFFLE_BLOCK, 1), c;
+	bd_sampler_cfg good = st_cfg_of(100, BP_SHUFFLE_BLOCK, 1), c;
 	bd_sampler s, before;
 
 	memset(&s, 0xa5, sizeof(s));
@@ -1024,19 +676,12 @@ static Suite *sampler_suite(void)
 	TCase *tc;
 
 	tc = tcase_create("bijection");
-	tcase_add_loop_test(tc, test_bijection, 0, ARRAY_SIZE(all_modes));
+	tcase_add_loop_test(tc, test_bijection, 0, ARRAY_SIZE(st_all_modes));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("ranks_exactly_once");
-	tcase_add_loop_test(tc, test_ranks_exactly_once, 0, ARRAY_SIZE(all_modes));
+	tcase_add_loop_test(tc, test_ranks_exactly_once, 0, ARRAY_SIZE(st_all_modes));
 	tcase_add_test(tc, test_padding_wraps);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("striped");
-	tcase_add_test(tc, test_striped_positions);
-	tcase_add_test(tc, test_locate);
-	tcase_add_loop_test(tc, test_same_world_resume, 0, ARRAY_SIZE(all_modes));
-	tcase_add_loop_test(tc, test_elastic_resume, 0, ARRAY_SIZE(elastic_cases) * 3);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("equal_batches");
@@ -1047,17 +692,13 @@ static Suite *sampler_suite(void)
 	tcase_add_test(tc, test_pinned_global);
 	tcase_add_test(tc, test_pinned_block);
 	tcase_add_test(tc, test_pinned_huge);
-	tcase_add_loop_test(tc, test_repeatable, 0, ARRAY_SIZE(all_modes));
+	tcase_add_loop_test(tc, test_repeatable, 0, ARRAY_SIZE(st_all_modes));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("orders_differ");
 	tcase_add_loop_test(tc, test_epochs_differ, 0, 2);
 	tcase_add_loop_test(tc, test_seeds_differ, 0, 2);
 	tcase_add_test(tc, test_none_identity);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("resume");
-	tcase_add_loop_test(tc, test_resume, 0, ARRAY_SIZE(all_modes));
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("huge");
