@@ -35,41 +35,6 @@
 struct bd_remote_state R = { .mu = PTHREAD_MUTEX_INITIALIZER, .quiet = PTHREAD_COND_INITIALIZER,
 			     .objdir = -1 };
 
-/* ---- chunks and the LRU ------------------------------------------------------------------ */
-
-uint64_t bd__chunk_len(const bd_robj *o, uint32_t i)
-{
-	uint64_t off = (uint64_t)i * R.chunk;
-
-	return o->size - off < R.chunk ? o->size - off : R.chunk;
-}
-
-void bd__lru_remove(bd_chunk *c)
-{
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		R.lru_head = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	else
-		R.lru_tail = c->prev;
-	c->prev = c->next = NULL;
-	c->on_lru = false;
-}
-
-void bd__lru_append(bd_chunk *c)
-{
-	c->prev = R.lru_tail;
-	c->next = NULL;
-	if (R.lru_tail)
-		R.lru_tail->next = c;
-	else
-		R.lru_head = c;
-	R.lru_tail = c;
-	c->on_lru = true;
-}
-
 /* ---- waiters ----------------------------------------------------------------------------- */
 
 /* One acquire still missing chunks. */
@@ -149,7 +114,7 @@ int bd__queue_fetch(bd_robj *o, uint32_t i)
 		R.queue_head = f;
 	R.queue_tail = f;
 	R.queued++;
-	o->chunks[i].state = BD_CHUNK_FETCHING;
+	bd__chunk_if(o, i)->state = BD_CHUNK_FETCHING;
 	return 0;
 }
 
@@ -163,7 +128,7 @@ void bd__remote_wake(void)
 static void unpin(bd_robj *o, uint32_t first, uint32_t end, waiter *w)
 {
 	for (uint32_t i = first; i < end; i++) {
-		bd_chunk *c = &o->chunks[i];
+		bd_chunk *c = bd__chunk_if(o, i);
 
 		for (wnode **p = &c->waiters; *p;) {
 			wnode *n = *p;
@@ -205,9 +170,16 @@ int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn rea
 		return -ECANCELED;
 	}
 	for (i = first; i <= last; i++) {
-		bd_chunk *c = &o->chunks[i];
+		bd_chunk *c = bd__chunk(o, i);
 		wnode *n;
 
+		if (!c) {
+			/* Nothing of i is pinned yet: undo only those before it. */
+			unpin(o, first, i, w);
+			pthread_mutex_unlock(&R.mu);
+			free(w);
+			return -ENOMEM;
+		}
 		if (c->on_lru)
 			bd__lru_remove(c);
 		c->pins++;
@@ -258,7 +230,7 @@ void bd_robj_release(bd_robj *o, uint64_t off, uint64_t len)
 		return;
 	pthread_mutex_lock(&R.mu);
 	for (uint32_t i = first; i <= last; i++) {
-		bd_chunk *c = &o->chunks[i];
+		bd_chunk *c = bd__chunk_if(o, i);
 
 		if (--c->pins == 0 && c->state == BD_CHUNK_PRESENT) {
 			bd__lru_append(c);
@@ -280,9 +252,9 @@ void bd_robj_invalidate(bd_robj *o, uint64_t off, uint64_t len)
 		return;
 	pthread_mutex_lock(&R.mu);
 	for (uint32_t i = first; i <= last; i++) {
-		bd_chunk *c = &o->chunks[i];
+		bd_chunk *c = bd__chunk_if(o, i);
 
-		if (c->state != BD_CHUNK_PRESENT)
+		if (!c || c->state != BD_CHUNK_PRESENT)
 			continue;
 		if (c->on_lru)
 			bd__lru_remove(c);
@@ -379,30 +351,6 @@ int bd_robj_fd(const bd_robj *o)
 static uint64_t now_ms(void)
 {
 	return bd_now_ns() / 1000000u;
-}
-
-bool bd__evict_one(void)
-{
-	bd_chunk *c = R.lru_head;
-	bd_robj *o;
-	uint32_t i;
-	uint64_t n;
-
-	if (!c)
-		return false;
-	o = c->obj;
-	i = (uint32_t)(c - o->chunks);
-	n = bd__chunk_len(o, i);
-	bd__lru_remove(c);
-	c->state = BD_CHUNK_ABSENT;
-	if (!c->punch) {
-		c->punch = true;
-		o->punches++;
-	}
-	o->dirty = true;
-	R.cache_bytes -= n;
-	R.stats.evicted_bytes += n;
-	return true;
 }
 
 /*
@@ -515,7 +463,7 @@ static void start_fetches(void)
 static void conclude(bd_fetch *f, int err, const char *why, waiter **done)
 {
 	bd_robj *o = f->obj;
-	bd_chunk *c = &o->chunks[f->idx];
+	bd_chunk *c = bd__chunk_if(o, f->idx);
 
 	R.reserved -= f->len;
 	if (err == 0) {
@@ -688,6 +636,7 @@ int bd_remote_start(const bd_remote_opts *o, char *err, size_t errlen)
 
 	R.chunk = o->chunk;
 	R.max_size = o->max_size;
+	R.table_max = bd_remote_table_budget(o->max_size, o->chunk);
 	R.requests = o->requests ? o->requests : BD_REMOTE_DEFAULT_REQUESTS;
 	R.retries = o->s3.retries;
 	r = bp_s3_new(&o->s3, &R.s3, err, errlen);
@@ -804,5 +753,7 @@ void bd_remote_stats_get(bd_remote_stats *ret)
 	ret->cache_bytes = R.cache_bytes;
 	ret->max_size = R.max_size;
 	ret->objects = R.nobjects;
+	ret->table_bytes = __atomic_load_n(&R.table_bytes, __ATOMIC_RELAXED);
+	ret->table_max = R.table_max;
 	pthread_mutex_unlock(&R.mu);
 }

@@ -55,6 +55,10 @@
 #define BD_REMOTE_MAX_CHUNK (UINT32_C(64) << 20)
 #define BD_REMOTE_DEFAULT_MAX_SIZE (UINT64_C(10) << 30)
 #define BD_REMOTE_MIN_MAX_SIZE (UINT64_C(64) << 20)
+/* S3's largest object: a bucket that claims more is not believed. */
+#define BD_REMOTE_MAX_OBJECT (UINT64_C(5) << 40)
+/* What the chunk tables may take besides a page per chunk max_size holds. */
+#define BD_REMOTE_TABLE_BASE (UINT64_C(16) << 20)
 
 typedef struct bd_remote_opts {
 	bp_s3_config s3;
@@ -63,6 +67,12 @@ typedef struct bd_remote_opts {
 	uint32_t chunk;          /* bytes, a multiple of 4096 in [MIN_CHUNK, MAX_CHUNK] */
 	unsigned requests;       /* GETs in flight at most */
 } bd_remote_opts;
+
+/*
+ * The memory the cache's object records and chunk tables may take with
+ * [cache] max_size and chunk: set aside from the sessions' budget. Any thread.
+ */
+uint64_t bd_remote_table_budget(uint64_t max_size, uint32_t chunk);
 
 typedef struct bd_remote_stats {
 	uint64_t requests;       /* HTTP requests sent: the opens' HEADs and listings, GETs of chunks, retries */
@@ -76,6 +86,8 @@ typedef struct bd_remote_stats {
 	uint64_t fetched_bytes;  /* written into the cache since start */
 	uint64_t hit_bytes;      /* read bytes whose chunks were all cached already */
 	uint64_t evicted_bytes;
+	uint64_t table_bytes;    /* object records and chunk tables in memory */
+	uint64_t table_max;
 	size_t objects;          /* object versions known to the cache */
 } bd_remote_stats;
 

@@ -4,7 +4,7 @@
  * sparse data file and one map file per object version under
  * DIR/objects, named by a hash of the version's identity.
  *
- * A map file is the object's identity, a bitmap of its chunks on disk
+ * A map file is the object's identity, the list of its chunks on disk
  * and the XXH3-64 of each of those chunks' bytes as they came, closed by
  * an XXH3-64 of everything before it; it is written to a temporary and
  * renamed over the old one after the data file is fdatasync'd, so
@@ -35,14 +35,19 @@
 #include "log.h"
 #include "pack_file.h"
 #include "remote_priv.h"
+#include "units.h"
 #include "util.h"
 
-#define MAP_MAGIC "BDCMAP2\n"
+#define MAP_MAGIC "BDCMAP3\n"
+/* A present chunk in a map: its index (u32) and the XXH3-64 of its bytes. */
+#define MAP_ENTRY 12u
 #define MAP_MAX (UINT64_C(64) << 20)
 
 /*
  * The fixed part of a map file; the bucket, key and ETag follow, then the
- * bitmap, each present chunk's hash in chunk order, and the file's hash.
+ * count of present chunks (u32), each present chunk's index and hash in
+ * increasing index order, and the file's hash: a map grows with what is
+ * cached, never with the size the bucket claims.
  */
 typedef struct map_head {
 	char magic[8];
@@ -79,16 +84,28 @@ static void robj_free(bd_robj *o)
 		close(o->fd);
 	bp_s3_loc_free(&o->loc);
 	free(o->name);
-	free(o->chunks);
+	bd__chunks_free(o);
 	free(o);
 }
 
-/* A new object record for loc/etag/size with no chunks present; its files are the caller's. */
-static bd_robj *robj_new(const char *bucket, const char *key, const char *etag, uint64_t size)
+/* What an object's record takes besides its chunk table: the struct, its name and location. */
+static size_t record_bytes(const char *bucket, const char *key)
+{
+	return sizeof(bd_robj) + 2 * (strlen(key) + (bucket ? strlen(bucket) : 0) + 8);
+}
+
+/*
+ * A new object record for loc/etag/size with no chunks present, charged to
+ * R.table_bytes; its files are the caller's. @return NULL: no memory, or
+ * *ret_err -ENOSPC when its table would go over R.table_max.
+ */
+static bd_robj *robj_new(const char *bucket, const char *key, const char *etag, uint64_t size,
+			 int *ret_err)
 {
 	bd_robj *o = calloc(1, sizeof(*o));
 	size_t n;
 
+	*ret_err = -ENOMEM;
 	if (!o)
 		return NULL;
 	o->fd = -1;
@@ -101,8 +118,8 @@ static bd_robj *robj_new(const char *bucket, const char *key, const char *etag, 
 	o->loc.key = strdup(key);
 	n = strlen(key) + (bucket ? strlen(bucket) : 0) + 8;
 	o->name = malloc(n);
-	o->chunks = calloc(o->nchunks ? o->nchunks : 1, sizeof(*o->chunks));
-	if (!o->loc.key || (bucket && !o->loc.bucket) || !o->name || !o->chunks) {
+	if (!o->loc.key || (bucket && !o->loc.bucket) || !o->name ||
+	    (*ret_err = bd__chunks_init(o, record_bytes(bucket, key))) < 0) {
 		robj_free(o);
 		return NULL;
 	}
@@ -110,8 +127,6 @@ static bd_robj *robj_new(const char *bucket, const char *key, const char *etag, 
 		snprintf(o->name, n, "s3://%s/%s", bucket, key);
 	else
 		snprintf(o->name, n, "%s", key);
-	for (uint32_t i = 0; i < o->nchunks; i++)
-		o->chunks[i].obj = o;
 	return o;
 }
 
@@ -196,23 +211,98 @@ static bd_robj *find(const char *id)
 	return NULL;
 }
 
+/* o's data file, when it is a regular file of ours of o's size. @return the fd; -1. */
+static int data_open(const bd_robj *o)
+{
+	char name[48];
+	struct stat st;
+	int fd;
+
+	snprintf(name, sizeof(name), "%s.data", o->id);
+	fd = obj_open(name, O_RDWR, &st);
+	if (fd >= 0 && (uint64_t)st.st_size != o->size) {
+		close(fd);
+		fd = -1;
+	}
+	return fd < 0 ? -1 : fd;
+}
+
+/*
+ * o's data file open again after it was closed while unused (sync_object).
+ * A file gone or not ours any more: o starts over empty, in a new file.
+ * Under R.mu, with a reference held. @return 0 or -errno (err says).
+ */
+static int reopen(bd_robj *o, char *err, size_t errlen)
+{
+	if (o->fd >= 0 || (o->fd = data_open(o)) >= 0)
+		return 0;
+	bd_log(LOG_NOTICE, "remote cache %s: %s: its data file is gone or changed: fetched anew",
+	       R.dir, o->name);
+	BD_FOR_EACH_CHUNK(o, c)
+		if (c->state == BD_CHUNK_PRESENT) {
+			if (c->on_lru)
+				bd__lru_remove(c);
+			c->state = BD_CHUNK_ABSENT;
+			R.cache_bytes -= bd__chunk_len(o, c->idx);
+		}
+	o->dirty = true;
+	o->fd = create_data(o, err, errlen);
+	return o->fd < 0 ? o->fd : 0;
+}
+
+/* Does o hold a chunk on disk? Under R.mu. */
+static bool holds_chunks(const bd_robj *o)
+{
+	BD_FOR_EACH_CHUNK(o, c)
+		if (c->state != BD_CHUNK_ABSENT)
+			return true;
+	return false;
+}
+
 int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, char *err,
 		size_t errlen)
 {
 	char id[33];
 	bd_robj *o, *fresh;
-	int fd;
+	int fd, r;
 
 	identity_id(loc->bucket, loc->key, ob->etag, ob->size, id);
 	pthread_mutex_lock(&R.mu);
 	o = find(id);
+	r = o ? reopen(o, err, errlen) : 0;
+	if (r < 0)
+		bd__robj_unref(o);
 	pthread_mutex_unlock(&R.mu);
+	if (r < 0)
+		return r;
 	if (o) {
 		*ret = o;
 		return 0;
 	}
 
-	fresh = robj_new(loc->bucket, loc->key, ob->etag, ob->size);
+	if (ob->size > BD_REMOTE_MAX_OBJECT) {
+		snprintf(err, errlen, "%s%s%s%s: the bucket claims %llu bytes, over S3's 5 TiB limit "
+			 "for one object: not believed", loc->bucket ? "s3://" : "",
+			 loc->bucket ? loc->bucket : "", loc->bucket ? "/" : "", loc->key,
+			 (unsigned long long)ob->size);
+		return -EFBIG;
+	}
+	fresh = robj_new(loc->bucket, loc->key, ob->etag, ob->size, &r);
+	if (!fresh && r == -ENOSPC) {
+		char a[32], b[32], c[32], d[32];
+
+		snprintf(err, errlen, "remote cache: %s%s%s%s (%s) needs %s of chunk tables, and "
+			 "%s of the %s they may take are in use: fewer or smaller remote datasets "
+			 "at once, or a larger [cache] chunk", loc->bucket ? "s3://" : "",
+			 loc->bucket ? loc->bucket : "", loc->bucket ? "/" : "", loc->key,
+			 bp_format_size(ob->size, a, sizeof(a)),
+			 bp_format_size(bd__robj_table_need(ob->size, record_bytes(loc->bucket, loc->key)),
+					b, sizeof(b)),
+			 bp_format_size(__atomic_load_n(&R.table_bytes, __ATOMIC_RELAXED), c,
+					sizeof(c)),
+			 bp_format_size(R.table_max, d, sizeof(d)));
+		return -ENOMEM;
+	}
 	if (!fresh) {
 		snprintf(err, errlen, "remote cache: out of memory");
 		return -ENOMEM;
@@ -230,6 +320,7 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 	/* Another open may have made it meanwhile: then ours goes. */
 	o = find(id);
 	if (o) {
+		/* Its file is open: ours was made under the same name, and replaced nothing. */
 		pthread_mutex_unlock(&R.mu);
 		robj_free(fresh);
 		*ret = o;
@@ -256,7 +347,12 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 
 void bd__robj_unref(bd_robj *o)
 {
-	if (--o->refs == 0 && o->doomed)
+	if (--o->refs)
+		return;
+	/* Nothing cached and nothing using it (a failed open's object): its record and files go. */
+	if (!o->doomed && !holds_chunks(o))
+		o->doomed = true;
+	if (o->doomed)
 		R.delete_pending = true;
 }
 
@@ -280,17 +376,18 @@ void bd_robj_put(bd_robj *o)
 static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 {
 	size_t bl = o->loc.bucket ? strlen(o->loc.bucket) : 0, kl = strlen(o->loc.key),
-	       el = strlen(o->etag), bits = (o->nchunks + 7u) / 8u, present = 0;
+	       el = strlen(o->etag);
+	uint32_t present = 0;
 	size_t len;
-	uint8_t *b, *p, *hashes;
+	uint8_t *b, *p;
 	map_head h = { .chunk = R.chunk, .nchunks = o->nchunks, .size = o->size,
 		       .bucket_len = (uint16_t)bl, .key_len = (uint16_t)kl, .etag_len = (uint16_t)el };
 	uint64_t sum;
 
-	for (uint32_t i = 0; i < o->nchunks; i++)
-		present += o->chunks[i].state == BD_CHUNK_PRESENT;
-	len = sizeof(map_head) + bl + kl + el + bits + 8 * present + 8;
-	if (!(b = calloc(1, len)))
+	BD_FOR_EACH_CHUNK(o, c)
+		present += c->state == BD_CHUNK_PRESENT;
+	len = sizeof(map_head) + bl + kl + el + 4 + MAP_ENTRY * (size_t)present + 8;
+	if (!(b = malloc(len)))
 		return NULL;
 	memcpy(h.magic, MAP_MAGIC, 8);
 	memcpy(b, &h, sizeof(h));
@@ -298,16 +395,16 @@ static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 	memcpy(p, o->loc.bucket ? o->loc.bucket : "", bl);
 	memcpy(p += bl, o->loc.key, kl);
 	memcpy(p += kl, o->etag, el);
-	p += el;
-	hashes = p + bits;
-	for (uint32_t i = 0; i < o->nchunks; i++)
-		if (o->chunks[i].state == BD_CHUNK_PRESENT) {
-			p[i / 8] |= (uint8_t)(1u << (i % 8));
-			memcpy(hashes, &o->chunks[i].hash, 8);
-			hashes += 8;
+	memcpy(p += el, &present, 4);
+	p += 4;
+	BD_FOR_EACH_CHUNK(o, c)
+		if (c->state == BD_CHUNK_PRESENT) {
+			memcpy(p, &c->idx, 4);
+			memcpy(p + 4, &c->hash, 8);
+			p += MAP_ENTRY;
 		}
 	sum = XXH3_64bits(b, len - 8);
-	memcpy(hashes, &sum, 8);
+	memcpy(p, &sum, 8);
 	*ret_len = len;
 	return b;
 }
@@ -339,50 +436,64 @@ static int map_write(const bd_robj *o, const uint8_t *bytes, size_t len, bool sy
 	return r;
 }
 
+/*
+ * The present chunks a map lists, each (index, hash), in increasing index
+ * order below nchunks, into o (unverified). @return false: they do not.
+ */
+static bool map_chunks(bd_robj *o, const uint8_t *p, uint32_t present)
+{
+	for (uint32_t k = 0, last = 0; k < present; k++, p += MAP_ENTRY) {
+		uint32_t i;
+		bd_chunk *c;
+
+		memcpy(&i, p, 4);
+		if (i >= o->nchunks || (k && i <= last) || !(c = bd__chunk(o, i)))
+			return false;
+		c->state = BD_CHUNK_PRESENT;
+		c->unverified = true;
+		memcpy(&c->hash, p + 4, 8);
+		last = i;
+	}
+	return true;
+}
+
 /* Parse a map file's bytes into a new object (chunks present as listed). NULL: it does not check. */
 static bd_robj *map_decode(const uint8_t *b, size_t len)
 {
 	map_head h;
 	char *bucket = NULL, *key = NULL, *etag = NULL;
 	bd_robj *o = NULL;
-	size_t need, bits, present = 0;
+	size_t strings;
+	uint32_t present;
 	uint64_t sum;
-	const uint8_t *p, *hashes;
+	const uint8_t *p;
+	int err;
 
-	if (len < sizeof(h) + 8)
+	if (len < sizeof(h) + 4 + 8)
 		return NULL;
 	memcpy(&h, b, sizeof(h));
+	strings = (size_t)h.bucket_len + h.key_len + h.etag_len;
 	if (memcmp(h.magic, MAP_MAGIC, 8) || h.chunk != R.chunk || !h.key_len ||
-	    h.etag_len >= BP_S3_ETAG_MAX || h.nchunks != (h.size + R.chunk - 1) / R.chunk)
+	    h.size > BD_REMOTE_MAX_OBJECT || h.etag_len >= BP_S3_ETAG_MAX ||
+	    h.nchunks != (h.size + R.chunk - 1) / R.chunk || sizeof(h) + strings + 4 + 8 > len)
 		return NULL;
-	bits = (h.nchunks + 7u) / 8u;
-	need = sizeof(h) + h.bucket_len + h.key_len + h.etag_len + bits + 8;
-	if (need > len)
-		return NULL;
-	p = b + sizeof(h) + h.bucket_len + h.key_len + h.etag_len;
-	for (uint32_t i = 0; i < h.nchunks; i++)
-		present += (p[i / 8] >> (i % 8)) & 1u;
-	/* The bits past the last chunk are zero, and each present chunk has its hash. */
-	if ((h.nchunks % 8 && p[bits - 1] >> (h.nchunks % 8)) || need + 8 * present != len)
+	p = b + sizeof(h);
+	memcpy(&present, p + strings, 4);
+	if (present > h.nchunks || sizeof(h) + strings + 4 + MAP_ENTRY * (size_t)present + 8 != len)
 		return NULL;
 	memcpy(&sum, b + len - 8, 8);
 	if (XXH3_64bits(b, len - 8) != sum)
 		return NULL;
-	hashes = p + bits;
-	p = b + sizeof(h);
 	bucket = h.bucket_len ? strndup((const char *)p, h.bucket_len) : NULL;
 	key = strndup((const char *)(p += h.bucket_len), h.key_len);
 	etag = strndup((const char *)(p += h.key_len), h.etag_len);
-	p += h.etag_len;
+	p += h.etag_len + 4;
 	if (key && etag && (bucket || !h.bucket_len))
-		o = robj_new(bucket, key, etag, h.size);
-	for (uint32_t i = 0; o && i < o->nchunks; i++)
-		if (p[i / 8] & (1u << (i % 8))) {
-			o->chunks[i].state = BD_CHUNK_PRESENT;
-			o->chunks[i].unverified = true;
-			memcpy(&o->chunks[i].hash, hashes, 8);
-			hashes += 8;
-		}
+		o = robj_new(bucket, key, etag, h.size, &err);
+	if (o && !map_chunks(o, p, present)) {
+		robj_free(o);
+		o = NULL;
+	}
 	free(bucket);
 	free(key);
 	free(etag);
@@ -425,13 +536,11 @@ static bd_robj *take_doomed(void)
 		}
 		*p = o->next;
 		R.nobjects--;
-		for (uint32_t i = 0; i < o->nchunks; i++) {
-			bd_chunk *c = &o->chunks[i];
-
+		BD_FOR_EACH_CHUNK(o, c) {
 			if (c->on_lru)
 				bd__lru_remove(c);
 			if (c->state == BD_CHUNK_PRESENT)
-				R.cache_bytes -= bd__chunk_len(o, i);
+				R.cache_bytes -= bd__chunk_len(o, c->idx);
 		}
 		o->next = dead;
 		dead = o;
@@ -449,17 +558,23 @@ static void sync_object(bd_robj *o, bool all)
 	uint32_t *holes = NULL, nholes = 0;
 
 	pthread_mutex_lock(&R.mu);
+	bd__chunks_trim(o);
 	landed = o->landed;
 	if (o->dirty && (all || o->punches)) {
 		map = map_encode(o, &len);
 		o->dirty = !map;
 		o->landed = false;
 	}
+	/* An unused object's chunks evicted since its file was closed: open it to punch them. */
+	if (o->punches && o->fd < 0)
+		o->fd = data_open(o);
+	if (o->punches && o->fd < 0)
+		o->punches = 0; /* its file is gone or not ours: nothing of ours to punch */
 	if (o->punches && (holes = malloc(o->punches * sizeof(*holes)))) {
-		for (uint32_t i = 0; i < o->nchunks && nholes < o->punches; i++)
-			if (o->chunks[i].punch) {
-				o->chunks[i].punch = false;
-				holes[nholes++] = i;
+		BD_FOR_EACH_CHUNK(o, c)
+			if (c->punch && nholes < o->punches) {
+				c->punch = false;
+				holes[nholes++] = c->idx;
 			}
 		o->punches = 0;
 	}
@@ -477,7 +592,7 @@ static void sync_object(bd_robj *o, bool all)
 	if (map && !synced) {
 		pthread_mutex_lock(&R.mu);
 		for (uint32_t k = 0; k < nholes; k++)
-			o->chunks[holes[k]].punch = true;
+			bd__chunk_if(o, holes[k])->punch = true;
 		o->punches += nholes;
 		o->dirty = true;
 		R.punch_pending = true;
@@ -487,6 +602,13 @@ static void sync_object(bd_robj *o, bool all)
 	for (uint32_t k = 0; k < nholes; k++)
 		punch(o, holes[k]);
 	free(holes);
+	/* Unused and synced: its descriptor goes until an open wants it again (reopen). */
+	pthread_mutex_lock(&R.mu);
+	if (!o->refs && !o->dirty && !o->punches && o->fd >= 0) {
+		close(o->fd);
+		o->fd = -1;
+	}
+	pthread_mutex_unlock(&R.mu);
 }
 
 void bd__remote_sync(bool all)
@@ -599,10 +721,10 @@ static int adopt(bd_robj **found, size_t n)
 		R.nobjects++;
 	}
 	for (size_t k = 0; k < n; k++)
-		for (uint32_t i = 0; i < found[k]->nchunks; i++)
-			if (found[k]->chunks[i].state == BD_CHUNK_PRESENT) {
-				R.cache_bytes += bd__chunk_len(found[k], i);
-				bd__lru_append(&found[k]->chunks[i]);
+		BD_FOR_EACH_CHUNK(found[k], c)
+			if (c->state == BD_CHUNK_PRESENT) {
+				R.cache_bytes += bd__chunk_len(found[k], c->idx);
+				bd__lru_append(c);
 			}
 	return 0;
 }

@@ -17,11 +17,15 @@
 
 enum { BD_CHUNK_ABSENT, BD_CHUNK_FETCHING, BD_CHUNK_PRESENT };
 
+/* Chunks on one page of an object's chunk table (remote_chunks.c). */
+#define BD_CHUNK_PAGE 16u
+
 typedef struct bd_chunk {
 	uint8_t state;
 	bool unverified;         /* PRESENT as a map found on disk says: not yet checked against hash */
 	bool on_lru;             /* PRESENT and unpinned */
 	bool punch;              /* its space is to be punched out (evicted, or a failed fetch's part) */
+	uint32_t idx;            /* its index in obj */
 	uint32_t pins;           /* reads using it */
 	uint64_t hash;           /* PRESENT: XXH3-64 of its bytes as they came from the bucket */
 	struct wnode *waiters;   /* acquires waiting for it */
@@ -37,7 +41,8 @@ struct bd_robj {
 	uint64_t size;
 	int fd;                  /* the data file, O_RDWR; -1 once deleted */
 	uint32_t nchunks;
-	bd_chunk *chunks;
+	bd_chunk **pages;        /* nchunks / BD_CHUNK_PAGE pages, NULL where none is in use */
+	size_t table_bytes;      /* its share of R.table_bytes: the record, pages, page array */
 	unsigned refs;           /* datasets and fetches using it */
 	bool dirty;              /* the map on disk is older than the chunk states */
 	bool landed;             /* chunks landed since the data file was last synced */
@@ -89,6 +94,8 @@ struct bd_remote_state {
 	bool delete_pending;     /* doomed objects nothing uses */
 	bool sync_asked;         /* chunks invalidated by another thread: punch them */
 	uint64_t cache_bytes;    /* PRESENT chunks */
+	uint64_t table_bytes;    /* object records and chunk tables (atomic: any thread) */
+	uint64_t table_max;      /* ... at most: bd_remote_table_budget */
 	uint64_t reserved;       /* fetches started */
 	uint64_t stats_bytes;    /* atomic: body bytes, counted as they come */
 	bd_remote_stats stats;
@@ -98,6 +105,22 @@ extern struct bd_remote_state R;
 
 /* Bytes of chunk i of o (the last one may be short). Any thread: o->size and R.chunk are fixed. */
 uint64_t bd__chunk_len(const bd_robj *o, uint32_t i);
+/* What an object of size with a record of record bytes is charged before any chunk is used. */
+size_t bd__robj_table_need(uint64_t size, size_t record);
+/* o's page array, charged with record. @return 0; -ENOSPC (over R.table_max); -ENOMEM. */
+int bd__chunks_init(bd_robj *o, size_t record);
+/* Free o's pages and page array; uncharge everything o was charged. */
+void bd__chunks_free(bd_robj *o);
+/* Chunk i of o, its page made (and charged) when needed. @return NULL: over table_max or no memory. */
+bd_chunk *bd__chunk(bd_robj *o, uint32_t i);
+/* Chunk i of o when its page exists; NULL: never used since its page went, so ABSENT. */
+bd_chunk *bd__chunk_if(const bd_robj *o, uint32_t i);
+/* The first chunk of o at index from or after whose page exists; NULL: none. */
+bd_chunk *bd__chunk_next(const bd_robj *o, uint32_t from);
+#define BD_FOR_EACH_CHUNK(o, c) \
+	for (bd_chunk *c = bd__chunk_next((o), 0); c; c = bd__chunk_next((o), c->idx + 1))
+/* Free o's pages on which nothing is in use. */
+void bd__chunks_trim(bd_robj *o);
 /* Take c off the LRU list. */
 void bd__lru_remove(bd_chunk *c);
 /* Evict the least recently used unpinned chunk (marked to be punched). @return false: none. */

@@ -32,14 +32,14 @@ int bd__verify_queue(bd_robj *o, uint32_t i)
 	f->next = R.verify;
 	R.verify = f;
 	/* Off the LRU already (pinned by the acquire); still counted in cache_bytes. */
-	o->chunks[i].state = BD_CHUNK_FETCHING;
+	bd__chunk_if(o, i)->state = BD_CHUNK_FETCHING;
 	return 0;
 }
 
 /* f's chunk checked: 0 (its bytes match), -EBADMSG (they do not, or cannot be read), -ENOMEM. */
 static int check(const bd_fetch *f)
 {
-	const bd_chunk *c = &f->obj->chunks[f->idx];
+	const bd_chunk *c = bd__chunk_if(f->obj, f->idx);
 
 	if (!R.verify_buf && !(R.verify_buf = malloc(R.chunk)))
 		return -ENOMEM;
@@ -54,7 +54,7 @@ static int check(const bd_fetch *f)
 static bool settle(bd_fetch *f, int r, struct waiter **done)
 {
 	bd_robj *o = f->obj;
-	bd_chunk *c = &o->chunks[f->idx];
+	bd_chunk *c = bd__chunk_if(o, f->idx);
 	bool refetch = r == -EBADMSG;
 
 	if (r == 0)
@@ -107,7 +107,7 @@ void bd__verify_cancel(const char *why, struct waiter **done)
 {
 	while (R.verify) {
 		bd_fetch *f = R.verify;
-		bd_chunk *c = &f->obj->chunks[f->idx];
+		bd_chunk *c = bd__chunk_if(f->obj, f->idx);
 
 		R.verify = f->next;
 		/* Still on disk, still to be checked by a later start. */

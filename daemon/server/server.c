@@ -415,11 +415,13 @@ static uint64_t resolve_budget(const bd_server *srv)
 /*
  * The memory sessions may stage in: the budget less the block cache's
  * blocks and its bucket table, which the cache's own budget does not count
- * (blockcache.h). The cache keeps its start-time size until a restart.
+ * (blockcache.h), and less what the remote cache's chunk tables may take
+ * (remote.h). Both keep their start-time sizes until a restart.
  */
 static uint64_t session_budget(const bd_server *srv)
 {
-	uint64_t cache = srv->cache_budget + bd_cache_table_bytes(srv->cache_budget);
+	uint64_t cache = srv->cache_budget + bd_cache_table_bytes(srv->cache_budget) +
+			 srv->remote_tables;
 
 	return srv->budget > cache ? srv->budget - cache : 0;
 }
@@ -650,6 +652,7 @@ static int start_remote(bd_server *srv)
 	r = bd_remote_start(&o, err, sizeof(err));
 	if (r < 0)
 		return bd_log_ret(LOG_ERR, r, "remote datasets: %s", err);
+	srv->remote_tables = bd_remote_table_budget(o.max_size, o.chunk);
 	return 0;
 }
 

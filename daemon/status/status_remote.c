@@ -29,8 +29,10 @@ void bd__status_remote(bd_text *t)
 	bd_text_json_str(t, bd_remote_dir());
 	bd_text_printf(t, ", \"max_size\": %" PRIu64 ", \"bytes\": %"
 		       PRIu64 ", \"fetched_bytes\": %" PRIu64 ", \"hit_bytes\": %" PRIu64
-		       ", \"evicted_bytes\": %" PRIu64 ", \"objects\": %zu}}, ", st.max_size,
-		       st.cache_bytes, st.fetched_bytes, st.hit_bytes, st.evicted_bytes, st.objects);
+		       ", \"evicted_bytes\": %" PRIu64 ", \"objects\": %zu, \"table_bytes\": %"
+		       PRIu64 ", \"table_max\": %" PRIu64 "}}, ", st.max_size, st.cache_bytes,
+		       st.fetched_bytes, st.hit_bytes, st.evicted_bytes, st.objects, st.table_bytes,
+		       st.table_max);
 }
 
 static void one(bd_text *t, const char *name, const char *type, const char *help, uint64_t v)
@@ -65,4 +67,8 @@ void bd__metrics_remote(bd_text *t)
 	    "Bytes of block reads whose chunks were all cached already.", st.hit_bytes);
 	one(t, "batchd_cache_disk_evicted_bytes_total", "counter",
 	    "Bytes evicted from the cache directory to stay within max_size.", st.evicted_bytes);
+	one(t, "batchd_cache_table_bytes", "gauge",
+	    "Memory of the remote cache's object records and chunk tables.", st.table_bytes);
+	one(t, "batchd_cache_table_max_bytes", "gauge",
+	    "What those tables may take, set aside from the sessions' budget.", st.table_max);
 }
