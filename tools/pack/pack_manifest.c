@@ -9,14 +9,17 @@
  * the key. Every other column becomes a field of its own, in column order,
  * typed by --column NAME:TYPE or else by its values: all integers int64,
  * all numbers float64, anything else (or any JSON string) str. Paths are
- * resolved at the scan and must stay inside the manifest's directory
- * (no "..", no absolute path, no symlink out), so a manifest cannot reach
- * files its author's directory does not hold. Every refusal names the
- * file and line.
+ * resolved at the scan and must stay inside the manifest's directory (no
+ * "..", no absolute path, no symlink out), so a manifest cannot reach
+ * files its author's directory does not hold; each is then opened beneath
+ * that directory's descriptor following no symlink, at the scan and again
+ * when packing, so a directory swapped for a symlink after the scan leads
+ * nowhere. Every refusal names the file and line.
  *
  * Thread rules: single-threaded, as pack_input.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <json-c/json.h>
 #include <libgen.h>
@@ -27,8 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pack.h"
+#include "pack_beneath.h"
 #include "pack_file.h"
 #include "pack_scan.h"
 
@@ -483,13 +488,33 @@ static int check_columns(const pack_inputs *in, const table *t, size_t *ret_path
 }
 
 /*
- * Resolve row's path beneath the manifest's directory root (real path).
- * @return 0 with the path below root in *ret_name and the file's size, or -EINVAL (said why).
+ * The file at name (a real path below root_fd, no symlink in it): its
+ * stat, looked at through a descriptor opened as the packing pass will
+ * open it. @return 0, or a negative errno (-ELOOP: a symlink appeared).
  */
-static int resolve(const table *t, size_t row, const cell *x, const char *root, char **ret_name,
-		   uint64_t *ret_size)
+static int stat_beneath(int root_fd, const char *name, struct stat *st)
+{
+	int fd = pack_open_beneath(root_fd, name, O_RDONLY | O_NONBLOCK | O_NOCTTY), r = 0;
+
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, st) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+/*
+ * Resolve row's path beneath the manifest's directory p->root (real path),
+ * then open it beneath p->root_fd following no symlink, as the packing
+ * pass will. @return 0 with the path below root in *ret_name and the
+ * file's size, or -EINVAL (said why).
+ */
+static int resolve(const table *t, size_t row, const cell *x, const pack_input *p,
+		   char **ret_name, uint64_t *ret_size)
 {
 	char *joined = NULL, *real = NULL, *name = NULL;
+	const char *root = p->root;
 	size_t rl = strlen(root);
 	struct stat st;
 	int r = -EINVAL;
@@ -499,13 +524,18 @@ static int resolve(const table *t, size_t row, const cell *x, const char *root, 
 			    "directory", (int)x->len, x->s);
 	if (asprintf(&joined, "%s/%.*s", root, (int)x->len, x->s) < 0)
 		return -ENOMEM;
+	/* Symlinks that stay inside are allowed: the real name below root is what gets read. */
 	real = realpath(joined, NULL);
 	if (!real)
 		r = fail(t, t->lines[row], "path '%.*s': %s", (int)x->len, x->s, strerror(errno));
 	else if (strncmp(real, root, rl) || real[rl] != '/')
 		r = fail(t, t->lines[row], "path '%.*s' escapes the manifest's directory %s",
 			 (int)x->len, x->s, root);
-	else if (stat(real, &st) < 0 || !S_ISREG(st.st_mode))
+	else if ((r = stat_beneath(p->root_fd, real + rl + 1, &st)) < 0)
+		r = fail(t, t->lines[row], "path '%.*s' (%s): %s%s", (int)x->len, x->s, real,
+			 strerror(-r), r == -ELOOP ? " (a symlink appeared on it while scanning; "
+			 "nothing is read through a symlink leading out)" : "");
+	else if (!S_ISREG(st.st_mode))
 		r = fail(t, t->lines[row], "path '%.*s' is not a regular file", (int)x->len, x->s);
 	else if ((uint64_t)st.st_size > BP_PACK_MAX_SAMPLE)
 		r = fail(t, t->lines[row], "path '%.*s': over the 256 MiB sample limit", (int)x->len,
@@ -531,7 +561,7 @@ static int row_entry(pack_inputs *in, pack_input *p, const table *t, size_t row,
 	int r;
 
 	e->line = t->lines[row];
-	if ((r = resolve(t, row, x, p->root, &e->name, &e->size)) < 0)
+	if ((r = resolve(t, row, x, p, &e->name, &e->size)) < 0)
 		return r;
 	e->key = strndup(x->s, x->len);
 	e->vals = calloc(in->schema.count, sizeof(*e->vals));
@@ -584,6 +614,10 @@ int pack__manifest_scan(pack_inputs *in, pack_input *p)
 	free(dir);
 	if (!p->root)
 		return pack__err(-errno, p->path, "cannot resolve the manifest's directory");
+	/* Every row's file is opened beneath this descriptor, at the scan and when packing. */
+	p->root_fd = open(p->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (p->root_fd < 0)
+		return pack__err(-errno, p->root, "cannot open the manifest's directory");
 	if ((r = read_whole(p->path, &t.buf, &n)) < 0)
 		return r;
 	r = len > 4 && !strcmp(p->path + len - 4, ".csv") ? csv_parse(&t, n) : jsonl_parse(&t, n);
