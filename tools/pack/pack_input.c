@@ -4,7 +4,8 @@
  * directories, tar archives member by member, record files; the schema of
  * plain inputs, and the check that keys are unique. Class folders, grouped
  * tars and manifests are scanned by pack_labels.c, pack_group.c and
- * pack_manifest.c.
+ * pack_manifest.c, and tar members are found (their names made plain) by
+ * pack_tar.c.
  *
  * Files can change between the scan and the packing pass; every read checks
  * it got exactly the size the scan saw, so a changed file stops the pack
@@ -42,7 +43,7 @@ int pack__err(int err, const char *path, const char *what)
 	return err ? err : -EINVAL;
 }
 
-static int too_big(const char *path, const char *member, uint64_t size)
+int pack__too_big(const char *path, const char *member, uint64_t size)
 {
 	char lim[32];
 
@@ -259,7 +260,7 @@ static int tree_file(tree_walk *w, const struct stat *st)
 	char *name, where[PATH_MAX + 4096];
 
 	if ((uint64_t)st->st_size > BP_PACK_MAX_SAMPLE)
-		return too_big(tree_where(w, where, sizeof(where)), NULL,
+		return pack__too_big(tree_where(w, where, sizeof(where)), NULL,
 				     (uint64_t)st->st_size);
 	name = strdup(w->rel);
 	if (!name || pack__entry_push(w->in, &w->cap,
@@ -351,94 +352,6 @@ static int scan_dir(pack_input *in)
 	return 0;
 }
 
-/* ---- tar archives --------------------------------------------------------- */
-
-/* libarchive's errno for "not a format it reads" (its ARCHIVE_ERRNO_FILE_FORMAT, not public). */
-#ifdef EFTYPE
-#define NOT_AN_ARCHIVE EFTYPE
-#else
-#define NOT_AN_ARCHIVE EILSEQ
-#endif
-
-int pack__tar_open(const char *path, struct archive **ret)
-{
-	struct archive *a = archive_read_new();
-
-	if (!a)
-		return -ENOMEM;
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
-	archive_read_support_format_gnutar(a);
-	if (archive_read_open_filename(a, path, 1 << 20) != ARCHIVE_OK) {
-		/* A plain file given as INPUT is the common case: say what it could be. */
-		if (archive_errno(a) == NOT_AN_ARCHIVE)
-			fprintf(stderr, "batchd-pack: %s is not a tar archive (libarchive: %s): for a "
-				"file of fixed-size records use --records SIZE %s; for a directory of "
-				"files pass the directory\n", path, archive_error_string(a), path);
-		else
-			fprintf(stderr, "batchd-pack: %s: cannot read tar archive (libarchive: %s)\n",
-				path, archive_error_string(a));
-		archive_read_free(a);
-		return -EINVAL;
-	}
-	*ret = a;
-	return 0;
-}
-
-/* Next regular member: 1, 0 at the end, negative on error (message printed). */
-int pack__tar_next(struct archive *a, const char *path, struct archive_entry **ret)
-{
-	struct archive_entry *e;
-	int r;
-
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
-		if (archive_entry_filetype(e) == AE_IFREG) {
-			*ret = e;
-			return 1;
-		}
-	}
-	if (r == ARCHIVE_EOF)
-		return 0;
-	fprintf(stderr, "batchd-pack: %s: bad tar archive: %s\n", path, archive_error_string(a));
-	return -EINVAL;
-}
-
-/* Each regular member a sample, its path the key. */
-static int scan_tar(pack_input *in)
-{
-	struct archive_entry *e;
-	struct archive *a;
-	size_t cap = 0;
-	int r;
-
-	r = pack__tar_open(in->path, &a);
-	if (r < 0)
-		return r;
-	while ((r = pack__tar_next(a, in->path, &e)) == 1) {
-		uint64_t size = archive_entry_size_is_set(e) ? (uint64_t)archive_entry_size(e) : 0;
-		const char *name = archive_entry_pathname(e);
-		char *copy;
-
-		if (size > BP_PACK_MAX_SAMPLE) {
-			r = too_big(in->path, name, size);
-			break;
-		}
-		copy = strdup(name ? name : "");
-		r = copy ? pack__entry_push(in, &cap, &(pack_entry){ .name = copy, .size = size })
-			 : -ENOMEM;
-		if (r < 0) {
-			free(copy);
-			break;
-		}
-	}
-	archive_read_free(a);
-	if (r < 0)
-		return r;
-	if (in->count == 0)
-		return pack__err(0, in->path, "tar archive holds no regular files");
-	return 0;
-}
-
 /* ---- record files --------------------------------------------------------- */
 
 static int scan_records(pack_input *in)
@@ -448,7 +361,7 @@ static int scan_records(pack_input *in)
 	if (in->record_size == 0)
 		return pack__err(0, in->path, "record size must be at least 1 byte");
 	if (in->record_size > BP_PACK_MAX_SAMPLE)
-		return too_big(in->path, NULL, in->record_size);
+		return pack__too_big(in->path, NULL, in->record_size);
 	if (stat(in->path, &st) < 0)
 		return pack__err(-errno, in->path, "cannot stat");
 	if (st.st_size == 0)
@@ -591,7 +504,7 @@ static int scan_one(pack_inputs *in, pack_input *p)
 		r = scan_dir(p);
 		return r == 0 && in->fo.layout == LAYOUT_LABELS ? pack__labels_scan(in, p) : r;
 	case INPUT_TAR:
-		return in->fo.layout == LAYOUT_GROUPS ? pack__group_scan(in, p) : scan_tar(p);
+		return in->fo.layout == LAYOUT_GROUPS ? pack__group_scan(in, p) : pack__tar_scan(p);
 	case INPUT_MANIFEST:
 		return pack__manifest_scan(in, p);
 	case INPUT_RECORDS:
@@ -753,13 +666,13 @@ static int iter_tar_step(pack_iter *it, const pack_input *p)
 	if (grouped(it, p)) {
 		/* Skip what a skipped sample left unread; libarchive skips its data. */
 		for (; it->unread; it->unread--) {
-			if ((r = pack__tar_next(it->tar, p->path, &it->entry)) <= 0)
+			if ((r = pack__tar_next(it->tar, p->path, NULL, &it->entry)) <= 0)
 				return r < 0 ? r : pack__err(0, p->path, "archive changed while packing");
 		}
 		it->unread = p->entries[it->i].members;
 		return 0;
 	}
-	r = pack__tar_next(it->tar, p->path, &it->entry);
+	r = pack__tar_next(it->tar, p->path, NULL, &it->entry);
 	if (r < 0)
 		return r;
 	return r == 0 ? pack__err(0, p->path, "archive changed while packing") : 0;
