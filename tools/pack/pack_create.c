@@ -34,6 +34,7 @@
 
 #include <zstd.h>
 
+#include "batchd-build.h"
 #include "cli.h"
 #include "pack.h"
 #include "pack_create.h"
@@ -593,6 +594,29 @@ static void print_summary(const char *path, const pack_inputs *in, const output 
 	printf("; %.2f s, %.1f MB/s\n", secs, secs > 0 ? (double)in->raw_bytes / secs / 1e6 : 0.0);
 }
 
+#if BATCHD_FAULT_INJECTION
+/*
+ * Tests only (-Dfault_injection=true): run $BATCHD_PACK_AFTER_SCAN between
+ * the scan and the reads, so a test can change the inputs exactly there
+ * (tests/cli/test-pack-confined.sh swaps a directory for a symlink).
+ */
+static int after_scan(void)
+{
+	const char *cmd = getenv("BATCHD_PACK_AFTER_SCAN");
+
+	if (cmd && system(cmd) != 0) {
+		fprintf(stderr, "batchd-pack: BATCHD_PACK_AFTER_SCAN failed: %s\n", cmd);
+		return -ECANCELED;
+	}
+	return 0;
+}
+#else
+static int after_scan(void)
+{
+	return 0;
+}
+#endif
+
 int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 {
 	struct sigaction sa = { .sa_handler = on_signal }, old[3];
@@ -612,6 +636,8 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 		return -EEXIST;
 	}
 	r = pack_inputs_scan(in);
+	if (r == 0)
+		r = after_scan();
 	if (r < 0)
 		return r;
 	r = pack_train_dict(in, o, &dict, &out.dict_size);

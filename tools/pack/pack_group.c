@@ -46,6 +46,7 @@ typedef struct group_scan {
 	size_t nm, mcap, ecap;
 	uint32_t *first;          /* per sample: its first member in m */
 	size_t fcap;
+	bool warned;              /* of a member's leading '/' (pack__tar_next) */
 } group_scan;
 
 static bool int_ext(const char *ext)
@@ -180,7 +181,7 @@ static int read_members(group_scan *g)
 	size_t cap = 0;
 	int r;
 
-	while ((r = pack__tar_next(g->a, g->p->path, &ae)) == 1) {
+	while ((r = pack__tar_next(g->a, g->p->path, &g->warned, &ae)) == 1) {
 		const char *path = archive_entry_pathname(ae), *ext;
 		const pack_entry *cur = g->p->count ? &g->p->entries[g->p->count - 1] : NULL;
 		size_t key_len;
@@ -305,7 +306,7 @@ int pack__group_read(const pack_inputs *in, const pack_input *p, const pack_entr
 		size_t key_len;
 		int r, f;
 
-		if ((r = pack__tar_next(a, p->path, &ae)) <= 0)
+		if ((r = pack__tar_next(a, p->path, NULL, &ae)) <= 0)
 			return r < 0 ? r : pack__err(0, p->path, "archive changed while packing");
 		path = archive_entry_pathname(ae);
 		if (!path || split(p->path, path, &key_len, &ext) < 0 ||

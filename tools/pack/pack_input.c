@@ -4,18 +4,24 @@
  * directories, tar archives member by member, record files; the schema of
  * plain inputs, and the check that keys are unique. Class folders, grouped
  * tars and manifests are scanned by pack_labels.c, pack_group.c and
- * pack_manifest.c.
+ * pack_manifest.c, and tar members are found (their names made plain) by
+ * pack_tar.c.
  *
  * Files can change between the scan and the packing pass; every read checks
  * it got exactly the size the scan saw, so a changed file stops the pack
- * with a message instead of silently shifting sample boundaries.
+ * with a message instead of silently shifting sample boundaries. A tree
+ * can change too: a directory swapped for a symlink leading out would
+ * have a read by path pack a file from anywhere. So a directory input is
+ * opened once, walked by descriptors, and its files (and a manifest's)
+ * are read beneath that descriptor following no symlink (pack_beneath.h):
+ * what the scan checked is what is read, or the pack stops naming the file.
  */
 #include <archive.h>
 #include <archive_entry.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +30,7 @@
 #include <unistd.h>
 
 #include "pack.h"
+#include "pack_beneath.h"
 #include "pack_file.h"
 #include "pack_input.h"
 #include "pack_scan.h"
@@ -36,7 +43,7 @@ int pack__err(int err, const char *path, const char *what)
 	return err ? err : -EINVAL;
 }
 
-static int too_big(const char *path, const char *member, uint64_t size)
+int pack__too_big(const char *path, const char *member, uint64_t size)
 {
 	char lim[32];
 
@@ -55,6 +62,7 @@ static pack_input *input_push(pack_inputs *in)
 		return NULL;
 	in->v = v;
 	memset(&v[in->n], 0, sizeof(*v));
+	v[in->n].root_fd = -1;
 	return &v[in->n++];
 }
 
@@ -216,35 +224,98 @@ int pack__parse_i64(const char *s, size_t len, bool trim, int64_t *ret)
 
 /* ---- directories -------------------------------------------------------- */
 
-/* nftw has no user pointer; the scan is single-threaded, so a static is fine. */
-static struct {
+/*
+ * The walk goes by descriptors, never by path: the input's directory is
+ * opened once (p->root_fd) and each subdirectory relative to its parent
+ * with O_NOFOLLOW, so a directory swapped for a symlink mid-scan is an
+ * error rather than a way out of the tree, and the reads (read_file)
+ * open every file beneath the same root descriptor, following no symlink.
+ */
+typedef struct tree_walk {
 	pack_input *in;
-	size_t root_len, cap;
-	int err;
-} walk;
+	size_t cap;
+	char rel[PATH_MAX];      /* the path below the root being looked at */
+} tree_walk;
 
-static int walk_one(const char *fpath, const struct stat *sb, int type, struct FTW *ftw)
+/* "ROOT/REL" for a message ("/" as ROOT has its own separator). */
+static const char *tree_where(const tree_walk *w, char *buf, size_t len)
 {
-	char *name;
+	size_t n = strlen(w->in->path);
 
-	if (type == FTW_DNR || type == FTW_NS) {
-		walk.err = pack__err(-EACCES, fpath, "cannot read");
-		return 1;
-	}
-	if (type != FTW_F || !S_ISREG(sb->st_mode))
-		return 0; /* directories, symlinks, devices, sockets: not samples */
-	if ((uint64_t)sb->st_size > BP_PACK_MAX_SAMPLE) {
-		walk.err = too_big(fpath, NULL, (uint64_t)sb->st_size);
-		return 1;
-	}
-	name = strdup(fpath + walk.root_len);
-	if (!name || pack__entry_push(walk.in, &walk.cap,
-				      &(pack_entry){ .name = name, .size = (uint64_t)sb->st_size }) < 0) {
+	snprintf(buf, len, "%s%s%s", w->in->path, n && w->in->path[n - 1] == '/' ? "" : "/",
+		 w->rel);
+	return buf;
+}
+
+static int tree_fail(const tree_walk *w, int err, const char *what)
+{
+	char where[PATH_MAX + 4096];
+
+	return pack__err(err, tree_where(w, where, sizeof(where)), what);
+}
+
+/* One regular file at w->rel, found by fstatat. */
+static int tree_file(tree_walk *w, const struct stat *st)
+{
+	char *name, where[PATH_MAX + 4096];
+
+	if ((uint64_t)st->st_size > BP_PACK_MAX_SAMPLE)
+		return pack__too_big(tree_where(w, where, sizeof(where)), NULL,
+				     (uint64_t)st->st_size);
+	name = strdup(w->rel);
+	if (!name || pack__entry_push(w->in, &w->cap,
+				      &(pack_entry){ .name = name, .size = (uint64_t)st->st_size }) < 0) {
 		free(name);
-		walk.err = -ENOMEM;
-		return 1;
+		return -ENOMEM;
 	}
 	return 0;
+}
+
+/* Every regular file below directory fd (taken), whose path below the root is w->rel[0..len). */
+static int tree_dir(tree_walk *w, int fd, size_t len)
+{
+	DIR *d = fdopendir(fd);
+	struct dirent *de;
+	int r = 0;
+
+	if (!d) {
+		close(fd);
+		return tree_fail(w, -errno, "cannot read directory");
+	}
+	while (r == 0 && (errno = 0, de = readdir(d))) {
+		size_t n = strlen(de->d_name), at = len ? len + 1 : 0;
+		struct stat st;
+		int sub;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (at + n >= sizeof(w->rel)) {
+			w->rel[len] = '\0';
+			r = tree_fail(w, -ENAMETOOLONG, "cannot walk directory");
+			break;
+		}
+		if (len)
+			w->rel[len] = '/';
+		memcpy(w->rel + at, de->d_name, n + 1);
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			r = tree_fail(w, -errno, "cannot read");
+		else if (S_ISREG(st.st_mode))
+			r = tree_file(w, &st);
+		else if (S_ISDIR(st.st_mode)) {
+			/* O_NOFOLLOW: what fstatat saw as a directory may be a symlink by now. */
+			sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+				     O_CLOEXEC);
+			r = sub < 0 ? tree_fail(w, -errno, "cannot read directory")
+				    : tree_dir(w, sub, at + n);
+		}
+		/* Symlinks, devices, FIFOs, sockets: not samples. */
+	}
+	if (r == 0 && errno) {
+		w->rel[len] = '\0';
+		r = tree_fail(w, -errno, "cannot read directory");
+	}
+	closedir(d);
+	return r;
 }
 
 static int by_name(const void *a, const void *b)
@@ -254,108 +325,30 @@ static int by_name(const void *a, const void *b)
 
 static int scan_dir(pack_input *in)
 {
-	size_t len = strlen(in->path);
+	tree_walk *w;
+	int fd, r;
 
-	walk.in = in;
-	walk.cap = 0;
-	walk.err = 0;
-	/* Names start after the root and its separator (a root ending in '/', as "/", has its own). */
-	walk.root_len = len && in->path[len - 1] == '/' ? len : len + 1;
-	if (nftw(in->path, walk_one, 64, FTW_PHYS) < 0 && !walk.err)
-		return pack__err(-errno, in->path, "cannot walk directory");
-	if (walk.err)
-		return walk.err;
+	/* The input itself may be a symlink: the user named it. Nothing below it is followed. */
+	in->root_fd = open(in->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (in->root_fd < 0)
+		return pack__err(-errno, in->path, "cannot open directory");
+	/* A description of its own: readdir's offset is not the root's to move. */
+	fd = openat(in->root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return pack__err(-errno, in->path, "cannot read directory");
+	w = calloc(1, sizeof(*w));
+	if (!w) {
+		close(fd);
+		return -ENOMEM;
+	}
+	w->in = in;
+	r = tree_dir(w, fd, 0);
+	free(w);
+	if (r < 0)
+		return r;
 	if (in->count == 0)
 		return pack__err(0, in->path, "directory holds no regular files");
 	qsort(in->entries, in->count, sizeof(*in->entries), by_name);
-	return 0;
-}
-
-/* ---- tar archives --------------------------------------------------------- */
-
-/* libarchive's errno for "not a format it reads" (its ARCHIVE_ERRNO_FILE_FORMAT, not public). */
-#ifdef EFTYPE
-#define NOT_AN_ARCHIVE EFTYPE
-#else
-#define NOT_AN_ARCHIVE EILSEQ
-#endif
-
-int pack__tar_open(const char *path, struct archive **ret)
-{
-	struct archive *a = archive_read_new();
-
-	if (!a)
-		return -ENOMEM;
-	archive_read_support_filter_all(a);
-	archive_read_support_format_tar(a);
-	archive_read_support_format_gnutar(a);
-	if (archive_read_open_filename(a, path, 1 << 20) != ARCHIVE_OK) {
-		/* A plain file given as INPUT is the common case: say what it could be. */
-		if (archive_errno(a) == NOT_AN_ARCHIVE)
-			fprintf(stderr, "batchd-pack: %s is not a tar archive (libarchive: %s): for a "
-				"file of fixed-size records use --records SIZE %s; for a directory of "
-				"files pass the directory\n", path, archive_error_string(a), path);
-		else
-			fprintf(stderr, "batchd-pack: %s: cannot read tar archive (libarchive: %s)\n",
-				path, archive_error_string(a));
-		archive_read_free(a);
-		return -EINVAL;
-	}
-	*ret = a;
-	return 0;
-}
-
-/* Next regular member: 1, 0 at the end, negative on error (message printed). */
-int pack__tar_next(struct archive *a, const char *path, struct archive_entry **ret)
-{
-	struct archive_entry *e;
-	int r;
-
-	while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK || r == ARCHIVE_WARN) {
-		if (archive_entry_filetype(e) == AE_IFREG) {
-			*ret = e;
-			return 1;
-		}
-	}
-	if (r == ARCHIVE_EOF)
-		return 0;
-	fprintf(stderr, "batchd-pack: %s: bad tar archive: %s\n", path, archive_error_string(a));
-	return -EINVAL;
-}
-
-/* Each regular member a sample, its path the key. */
-static int scan_tar(pack_input *in)
-{
-	struct archive_entry *e;
-	struct archive *a;
-	size_t cap = 0;
-	int r;
-
-	r = pack__tar_open(in->path, &a);
-	if (r < 0)
-		return r;
-	while ((r = pack__tar_next(a, in->path, &e)) == 1) {
-		uint64_t size = archive_entry_size_is_set(e) ? (uint64_t)archive_entry_size(e) : 0;
-		const char *name = archive_entry_pathname(e);
-		char *copy;
-
-		if (size > BP_PACK_MAX_SAMPLE) {
-			r = too_big(in->path, name, size);
-			break;
-		}
-		copy = strdup(name ? name : "");
-		r = copy ? pack__entry_push(in, &cap, &(pack_entry){ .name = copy, .size = size })
-			 : -ENOMEM;
-		if (r < 0) {
-			free(copy);
-			break;
-		}
-	}
-	archive_read_free(a);
-	if (r < 0)
-		return r;
-	if (in->count == 0)
-		return pack__err(0, in->path, "tar archive holds no regular files");
 	return 0;
 }
 
@@ -368,7 +361,7 @@ static int scan_records(pack_input *in)
 	if (in->record_size == 0)
 		return pack__err(0, in->path, "record size must be at least 1 byte");
 	if (in->record_size > BP_PACK_MAX_SAMPLE)
-		return too_big(in->path, NULL, in->record_size);
+		return pack__too_big(in->path, NULL, in->record_size);
 	if (stat(in->path, &st) < 0)
 		return pack__err(-errno, in->path, "cannot stat");
 	if (st.st_size == 0)
@@ -511,7 +504,7 @@ static int scan_one(pack_inputs *in, pack_input *p)
 		r = scan_dir(p);
 		return r == 0 && in->fo.layout == LAYOUT_LABELS ? pack__labels_scan(in, p) : r;
 	case INPUT_TAR:
-		return in->fo.layout == LAYOUT_GROUPS ? pack__group_scan(in, p) : scan_tar(p);
+		return in->fo.layout == LAYOUT_GROUPS ? pack__group_scan(in, p) : pack__tar_scan(p);
 	case INPUT_MANIFEST:
 		return pack__manifest_scan(in, p);
 	case INPUT_RECORDS:
@@ -586,6 +579,8 @@ void pack_inputs_free(pack_inputs *in)
 		free(p->entries);
 		free(p->path);
 		free(p->root);
+		if (p->root_fd >= 0)
+			close(p->root_fd);
 	}
 	for (size_t c = 0; c < in->fo.ncolumns; c++)
 		free(in->fo.columns[c].name);
@@ -643,15 +638,18 @@ void pack_iter_free(pack_iter *it)
 
 static int iter_open_input(pack_iter *it, const pack_input *p)
 {
-	const char *dir = p->kind == INPUT_MANIFEST ? p->root : p->path;
-
 	it->i = 0;
 	it->started = true;
 	if (p->kind == INPUT_TAR)
 		return pack__tar_open(p->path, &it->tar);
-	it->fd = open(dir, O_RDONLY | O_CLOEXEC | (p->kind == INPUT_RECORDS ? 0 : O_DIRECTORY));
+	/* A directory's files are read beneath the descriptor the scan walked, never by path. */
+	if (p->kind != INPUT_RECORDS) {
+		it->fd = fcntl(p->root_fd, F_DUPFD_CLOEXEC, 0);
+		return it->fd < 0 ? pack__err(-errno, p->path, "cannot open input") : 0;
+	}
+	it->fd = open(p->path, O_RDONLY | O_CLOEXEC);
 	if (it->fd < 0)
-		return pack__err(-errno, dir, "cannot open input");
+		return pack__err(-errno, p->path, "cannot open input");
 	return 0;
 }
 
@@ -668,13 +666,13 @@ static int iter_tar_step(pack_iter *it, const pack_input *p)
 	if (grouped(it, p)) {
 		/* Skip what a skipped sample left unread; libarchive skips its data. */
 		for (; it->unread; it->unread--) {
-			if ((r = pack__tar_next(it->tar, p->path, &it->entry)) <= 0)
+			if ((r = pack__tar_next(it->tar, p->path, NULL, &it->entry)) <= 0)
 				return r < 0 ? r : pack__err(0, p->path, "archive changed while packing");
 		}
 		it->unread = p->entries[it->i].members;
 		return 0;
 	}
-	r = pack__tar_next(it->tar, p->path, &it->entry);
+	r = pack__tar_next(it->tar, p->path, NULL, &it->entry);
 	if (r < 0)
 		return r;
 	return r == 0 ? pack__err(0, p->path, "archive changed while packing") : 0;
@@ -725,16 +723,40 @@ const char *pack_iter_name(pack_iter *it)
 	return it->name;
 }
 
+/* Why a file the scan found cannot be opened now. */
+static int open_failed(pack_iter *it, int err)
+{
+	const char *why = "cannot open";
+
+	if (err == -ELOOP)
+		why = "cannot open: a symlink is on its path now, which the scan did not see (the "
+		      "input changed while packing; nothing below an input is read through a symlink)";
+	else if (err == -ENOTDIR)
+		why = "cannot open: a directory on its path is no longer one (the input changed "
+		      "while packing)";
+	return pack__err(err, pack_iter_name(it), why);
+}
+
 static int read_file(pack_iter *it, const pack_input *p, uint8_t *dst)
 {
 	uint64_t size = p->entries[it->i].size;
+	struct stat st;
 	uint8_t probe;
 	int fd, r;
 
-	/* Manifest paths were resolved at the scan: no symlink is left to follow. */
-	fd = openat(it->fd, p->entries[it->i].name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/*
+	 * Beneath the root the scan walked, following no symlink (manifest
+	 * paths were resolved to real names below it at the scan): what was
+	 * checked is what is read. O_NONBLOCK: a FIFO swapped in does not hang.
+	 */
+	fd = pack_open_beneath(it->fd, p->entries[it->i].name, O_RDONLY | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
-		return pack__err(-errno, pack_iter_name(it), "cannot open");
+		return open_failed(it, fd);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return pack__err(0, pack_iter_name(it), "no longer a regular file (the input "
+			"changed while packing)");
+	}
 	r = bp_pread_full(fd, dst, size, 0);
 	/* One more byte must not exist: the file must not have grown either. */
 	if (r == 0 && pread(fd, &probe, 1, (off_t)size) != 0)

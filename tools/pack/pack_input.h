@@ -57,6 +57,9 @@ typedef struct pack_input {
 	uint64_t count;          /* samples */
 	pack_entry *entries;     /* every kind but INPUT_RECORDS, in sample order */
 	char *root;              /* INPUT_MANIFEST: the directory its paths are relative to */
+	int root_fd;             /* INPUT_DIR, INPUT_MANIFEST: that directory, opened at the scan;
+				  * every file is opened beneath it, following no symlink
+				  * (pack_beneath.h); -1 before */
 } pack_input;
 
 /* --column NAME:TYPE for a manifest. */

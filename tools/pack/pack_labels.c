@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pack_scan.h"
 
@@ -30,16 +31,22 @@ static int by_str(const void *a, const void *b)
  * The first-level directories of root (not symlinks to one), in bytewise
  * order: the class names, as torchvision's ImageFolder indexes them.
  */
-static int list_classes(const char *root, char ***ret, uint32_t *ret_n)
+static int list_classes(const char *root, int root_fd, char ***ret, uint32_t *ret_n)
 {
-	DIR *d = opendir(root);
+	/* The directory the scan walked, by its descriptor (a description of its own for readdir). */
+	int fd = openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
 	char **v = NULL;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
 	int r = 0;
 
-	if (!d)
-		return pack__err(-errno, root, "cannot list directory");
+	if (!d) {
+		r = -errno;
+		if (fd >= 0)
+			close(fd);
+		return pack__err(r, root, "cannot list directory");
+	}
 	while (r == 0 && (de = readdir(d))) {
 		struct stat st;
 
@@ -85,7 +92,7 @@ int pack__labels_scan(pack_inputs *in, pack_input *p)
 	    (f = pack__schema_add(&in->schema, "label", BP_FIELD_INT64)) < 0)
 		return -ENOMEM;
 	label = &in->schema.fields[f];
-	r = list_classes(p->path, &label->classes, &label->class_count);
+	r = list_classes(p->path, p->root_fd, &label->classes, &label->class_count);
 	if (r < 0)
 		return r;
 	for (uint64_t i = 0; i < p->count; i++) {

@@ -8,15 +8,20 @@
  * directory, and becomes the bytes field "data"; the path as written is
  * the key. Every other column becomes a field of its own, in column order,
  * typed by --column NAME:TYPE or else by its values: all integers int64,
- * all numbers float64, anything else (or any JSON string) str. Paths are
- * resolved at the scan and must stay inside the manifest's directory
- * (no "..", no absolute path, no symlink out), so a manifest cannot reach
- * files its author's directory does not hold. Every refusal names the
- * file and line.
+ * all numbers float64, anything else (or any JSON string) str; a column
+ * of integers with one beyond int64 is refused, never made float64 (that
+ * would round its other values too). Paths are resolved at the scan and
+ * must stay inside the manifest's directory (no "..", no absolute path,
+ * no symlink out), so a manifest cannot reach files its author's
+ * directory does not hold; each is then opened beneath that directory's
+ * descriptor following no symlink, at the scan and again when packing, so
+ * a directory swapped for a symlink after the scan leads nowhere. Every
+ * refusal names the file and line.
  *
  * Thread rules: single-threaded, as pack_input.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <json-c/json.h>
 #include <libgen.h>
@@ -27,8 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pack.h"
+#include "pack_beneath.h"
 #include "pack_file.h"
 #include "pack_scan.h"
 
@@ -302,6 +309,71 @@ static int json_row(table *t, uint32_t line, json_object *o)
 	return 0;
 }
 
+/* -?D+: a decimal integer as CSV and JSON write one, whatever its size. */
+static bool integer(const char *s, size_t len)
+{
+	size_t i = len && s[0] == '-';
+
+	if (i == len)
+		return false;
+	for (; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+	}
+	return true;
+}
+
+/* Whether the integer literal s[0..len) (-?D+) lies beyond what json-c holds: int64 and uint64. */
+static bool beyond_json_c(const char *s, size_t len)
+{
+	bool neg = s[0] == '-';
+	const char *lim = neg ? "9223372036854775808" : "18446744073709551615";
+	size_t z = neg, n;
+
+	while (z + 1 < len && s[z] == '0')
+		z++;
+	n = len - z;
+	return n > strlen(lim) || (n == strlen(lim) && memcmp(s + z, lim, n) > 0);
+}
+
+/*
+ * json-c saturates an integer beyond int64 and uint64 to the nearest
+ * limit without a word, so such a literal is looked for in the line
+ * itself, before json-c reads it: refused naming the member (the last
+ * string before it), whatever --column says, since no type could get its
+ * value back. @return 0 or -EINVAL (said why).
+ */
+static int json_big_ints(const table *t, uint32_t line, const char *p, const char *eol)
+{
+	const char *key = "", *str = "";
+	int key_len = 0, str_len = 0;
+
+	while (p < eol) {
+		size_t n;
+
+		if (*p == '"') {
+			for (str = ++p; p < eol && *p != '"'; p++)
+				p += *p == '\\' && p + 1 < eol;
+			str_len = (int)(p - str);
+			p += p < eol;
+			continue;
+		}
+		if (*p == ':') {
+			key = str;
+			key_len = str_len;
+		}
+		n = *p == '-' || (*p >= '0' && *p <= '9') ? strspn(p + 1, "0123456789.eE+-") + 1 : 1;
+		if (n > 1 && integer(p, n) && beyond_json_c(p, n))
+			return fail(t, line, "member '%.*s': the integer %.*s%s is beyond what a JSON "
+				    "number can carry here (int64 and uint64); write it as a JSON "
+				    "string (\"%.*s%s\") and pass --column %.*s:str to keep it as text",
+				    key_len, key, (int)(n > 64 ? 64 : n), p, n > 64 ? "..." : "",
+				    (int)(n > 64 ? 64 : n), p, n > 64 ? "..." : "", key_len, key);
+		p += n;
+	}
+	return 0;
+}
+
 static int jsonl_parse(table *t, size_t len)
 {
 	json_tokener *tok = json_tokener_new();
@@ -320,6 +392,8 @@ static int jsonl_parse(table *t, size_t len)
 			p = eol + 1;
 			continue;
 		}
+		if ((r = json_big_ints(t, line, p, eol)) < 0)
+			break;
 		json_tokener_reset(tok);
 		o = json_tokener_parse_ex(tok, p, (int)(eol - p));
 		if (!o || json_tokener_get_parse_end(tok) + strspn(p + json_tokener_get_parse_end(tok),
@@ -388,11 +462,14 @@ static int parse_float(const cell *c, uint32_t type, double *ret)
 	return 0;
 }
 
-/* The type of column c: --column's, else the narrowest its values allow. */
+/*
+ * The type of column c: --column's, else the narrowest its values allow.
+ * A column of integers is int64 even when one does not fit (cell_value
+ * then refuses that one): as float64 every value over 2^53 would round.
+ */
 static uint32_t column_type(const pack_inputs *in, const table *t, size_t c)
 {
 	bool ints = true, nums = true;
-	int64_t i64;
 	double f;
 
 	for (size_t k = 0; k < in->fo.ncolumns; k++) {
@@ -404,8 +481,8 @@ static uint32_t column_type(const pack_inputs *in, const table *t, size_t c)
 
 		if (x->quoted)
 			return BP_FIELD_STR;
-		ints = ints && pack__parse_i64(x->s, x->len, false, &i64) == 0;
-		nums = nums && parse_float(x, BP_FIELD_FLOAT64, &f) == 0;
+		ints = ints && integer(x->s, x->len);
+		nums = nums && (ints || parse_float(x, BP_FIELD_FLOAT64, &f) == 0);
 	}
 	return ints ? BP_FIELD_INT64 : nums ? BP_FIELD_FLOAT64 : BP_FIELD_STR;
 }
@@ -431,6 +508,12 @@ static int cell_value(const table *t, size_t row, size_t c, uint32_t type, bp_fi
 	}
 	r = type == BP_FIELD_INT64 ? pack__parse_i64(x->s, x->len, false, &v->i64)
 				   : parse_float(x, type, &v->f64);
+	if (r == -ERANGE && type == BP_FIELD_INT64)
+		return fail(t, t->lines[row], "column %s: '%.*s%s' does not fit int64 "
+			    "(-9223372036854775808 to 9223372036854775807), and an integer is never "
+			    "rounded to a float; to keep it exactly, store the column as text with "
+			    "--column %s:str", t->names[c], (int)(x->len > 64 ? 64 : x->len), x->s,
+			    x->len > 64 ? "..." : "", t->names[c]);
 	if (r == -ERANGE)
 		return fail(t, t->lines[row], "column %s: '%.*s' does not fit %s", t->names[c],
 			    (int)(x->len > 64 ? 64 : x->len), x->s, tn);
@@ -483,13 +566,33 @@ static int check_columns(const pack_inputs *in, const table *t, size_t *ret_path
 }
 
 /*
- * Resolve row's path beneath the manifest's directory root (real path).
- * @return 0 with the path below root in *ret_name and the file's size, or -EINVAL (said why).
+ * The file at name (a real path below root_fd, no symlink in it): its
+ * stat, looked at through a descriptor opened as the packing pass will
+ * open it. @return 0, or a negative errno (-ELOOP: a symlink appeared).
  */
-static int resolve(const table *t, size_t row, const cell *x, const char *root, char **ret_name,
-		   uint64_t *ret_size)
+static int stat_beneath(int root_fd, const char *name, struct stat *st)
+{
+	int fd = pack_open_beneath(root_fd, name, O_RDONLY | O_NONBLOCK | O_NOCTTY), r = 0;
+
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, st) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+/*
+ * Resolve row's path beneath the manifest's directory p->root (real path),
+ * then open it beneath p->root_fd following no symlink, as the packing
+ * pass will. @return 0 with the path below root in *ret_name and the
+ * file's size, or -EINVAL (said why).
+ */
+static int resolve(const table *t, size_t row, const cell *x, const pack_input *p,
+		   char **ret_name, uint64_t *ret_size)
 {
 	char *joined = NULL, *real = NULL, *name = NULL;
+	const char *root = p->root;
 	size_t rl = strlen(root);
 	struct stat st;
 	int r = -EINVAL;
@@ -499,13 +602,18 @@ static int resolve(const table *t, size_t row, const cell *x, const char *root, 
 			    "directory", (int)x->len, x->s);
 	if (asprintf(&joined, "%s/%.*s", root, (int)x->len, x->s) < 0)
 		return -ENOMEM;
+	/* Symlinks that stay inside are allowed: the real name below root is what gets read. */
 	real = realpath(joined, NULL);
 	if (!real)
 		r = fail(t, t->lines[row], "path '%.*s': %s", (int)x->len, x->s, strerror(errno));
 	else if (strncmp(real, root, rl) || real[rl] != '/')
 		r = fail(t, t->lines[row], "path '%.*s' escapes the manifest's directory %s",
 			 (int)x->len, x->s, root);
-	else if (stat(real, &st) < 0 || !S_ISREG(st.st_mode))
+	else if ((r = stat_beneath(p->root_fd, real + rl + 1, &st)) < 0)
+		r = fail(t, t->lines[row], "path '%.*s' (%s): %s%s", (int)x->len, x->s, real,
+			 strerror(-r), r == -ELOOP ? " (a symlink appeared on it while scanning; "
+			 "nothing is read through a symlink leading out)" : "");
+	else if (!S_ISREG(st.st_mode))
 		r = fail(t, t->lines[row], "path '%.*s' is not a regular file", (int)x->len, x->s);
 	else if ((uint64_t)st.st_size > BP_PACK_MAX_SAMPLE)
 		r = fail(t, t->lines[row], "path '%.*s': over the 256 MiB sample limit", (int)x->len,
@@ -531,7 +639,7 @@ static int row_entry(pack_inputs *in, pack_input *p, const table *t, size_t row,
 	int r;
 
 	e->line = t->lines[row];
-	if ((r = resolve(t, row, x, p->root, &e->name, &e->size)) < 0)
+	if ((r = resolve(t, row, x, p, &e->name, &e->size)) < 0)
 		return r;
 	e->key = strndup(x->s, x->len);
 	e->vals = calloc(in->schema.count, sizeof(*e->vals));
@@ -584,6 +692,10 @@ int pack__manifest_scan(pack_inputs *in, pack_input *p)
 	free(dir);
 	if (!p->root)
 		return pack__err(-errno, p->path, "cannot resolve the manifest's directory");
+	/* Every row's file is opened beneath this descriptor, at the scan and when packing. */
+	p->root_fd = open(p->root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (p->root_fd < 0)
+		return pack__err(-errno, p->root, "cannot open the manifest's directory");
 	if ((r = read_whole(p->path, &t.buf, &n)) < 0)
 		return r;
 	r = len > 4 && !strcmp(p->path + len - 4, ".csv") ? csv_parse(&t, n) : jsonl_parse(&t, n);

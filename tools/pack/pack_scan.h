@@ -41,9 +41,21 @@ int pack__group_read(const pack_inputs *in, const pack_input *p, const pack_entr
 /* Manifests (pack_manifest.c). */
 int pack__manifest_scan(pack_inputs *in, pack_input *p);
 
-/* Tar archives (pack_input.c): open with every filter, and the next regular member. */
+/* "PATH[:MEMBER]: sample of SIZE bytes is over the limit". @return -E2BIG. */
+int pack__too_big(const char *path, const char *member, uint64_t size);
+
+/* Tar archives (pack_tar.c): open with every filter (message printed on error). */
 struct archive_entry;
 int pack__tar_open(const char *path, struct archive **ret);
-int pack__tar_next(struct archive *a, const char *path, struct archive_entry **ret);
+/*
+ * The next regular member, its path made plain (no leading '/' or "./",
+ * no "." or empty component): 1 with *ret, 0 at the end, or a negative
+ * errno with a message naming the member (a hard link, a ".."
+ * component, a bad archive). warned: the scan's, so that a leading '/'
+ * is warned of once an archive; NULL in later passes.
+ */
+int pack__tar_next(struct archive *a, const char *path, bool *warned, struct archive_entry **ret);
+/* A plain tar: a sample per regular member, keyed by its plain path. */
+int pack__tar_scan(pack_input *in);
 
 #endif
