@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""batchd against a bucket that lies on purpose (tests/remote/s3hostile.py,
+which this starts on loopback; no moto needed).
+
+Each test starts its own daemon on a cache of its own, points it at the
+hostile server configured for one attack, and asserts the outcome: a
+claimed size decides no allocation (the daemon's RSS and its chunk tables
+stay small, the refusal names the figures); a failed open of thousands of
+listed keys leaves no descriptor and no empty object behind, and a local
+dataset opens after it; an ETag carrying header bytes is refused before
+it is ever sent back.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import batchd_testlib as T  # noqa: E402
+import batchclient  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUCKET = "hostile"
+MiB = 1 << 20
+TiB = 1 << 40
+
+
+class Hostile:
+    """The s3hostile.py server of this module."""
+
+    def start(self, top):
+        port_file = os.path.join(top, "hostile.port")
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+        self.log = open(os.path.join(top, "hostile.log"), "wb")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "s3hostile.py"),
+                                      "--port-file", port_file], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("s3hostile.py did not start")
+            time.sleep(0.02)
+        with open(port_file) as f:
+            self.endpoint = f"http://127.0.0.1:{int(f.read())}"
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+
+    def ctl(self, what, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.endpoint}/__hostile/{what}", data=data,
+                                     method="GET" if data is None else "POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.load(r)
+
+    def configure(self, objects=None, listings=None):
+        self.ctl("config", {"objects": objects or {}, "listings": listings or {}})
+        self.ctl("reset", {})
+
+
+H = Hostile()
+
+
+def setUpModule():
+    T.require_tools()
+    H.top = tempfile.mkdtemp(prefix="bd-hostile-")
+    H.start(H.top)
+
+
+def tearDownModule():
+    H.stop()
+
+
+class HostileDaemon(T.Daemon):
+    """A batchd whose remote is s3://hostile/p on the hostile server, unsigned."""
+
+    def __init__(self, directory, max_size="256M", chunk="4M", timeout=10, memory="256M"):
+        super().__init__(directory, memory=memory)
+        self.cache = os.path.join(directory, "cache")
+        self.conf = os.path.join(directory, "batchd.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"[datasets]\nroot = {self.root}\nremote = s3://{BUCKET}/p\n\n"
+                    f"[remote]\nendpoint = {H.endpoint}\nregion = us-east-1\naddressing = path\n"
+                    f"retries = 1\ntimeout = {timeout}\n\n"
+                    f"[cache]\ndir = {self.cache}\nmax_size = {max_size}\nchunk = {chunk}\n")
+
+    def start(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        argv = [T.BATCHD, "--no-config", "-c", self.conf, "--socket", self.sock, "--log-level",
+                "debug", "--memory", self.memory, "--direct", self.direct]
+        return self.spawn(argv, env=env, timeout=20)
+
+    def rss(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        raise AssertionError("no VmRSS")
+
+    def fds(self):
+        return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def cache_status(self):
+        return batchclient.status(self.sock)["remote"]["cache"]
+
+
+class HostileCase(unittest.TestCase):
+    def daemon(self, tag, **kw):
+        d = HostileDaemon(tempfile.mkdtemp(prefix=f"{tag}-", dir=H.top), **kw)
+        self.addCleanup(self.stop, d)
+        return d.start()
+
+    def stop(self, d):
+        rc = d.stop()
+        self.assertEqual(rc, 0, f"batchd exited with {rc}:\n{d.tail()}")
+
+    def open_error(self, d, dataset):
+        with self.assertRaises(batchclient.BatchdError, msg=f"{dataset} opened") as cm:
+            ld = batchclient.Loader(dataset, 8, socket=d.sock, timeout=60)
+            ld.close()
+        return str(cm.exception)
+
+    def settle(self, d, what, want, timeout=10):
+        """Wait (the fetcher syncs each second) until what() <= want; @return its last value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = what()
+            if got <= want or time.monotonic() > deadline:
+                return got
+            time.sleep(0.2)
+
+
+# ---- 1. sizes the bucket claims ----------------------------------------------------------------
+
+
+class Claims(HostileCase):
+    def test_over_s3s_limit_is_not_believed(self):
+        H.configure({"p/huge.bpk": {"claim": 15 * TiB}})
+        d = self.daemon("claim15t", chunk="64K")
+        err = self.open_error(d, f"s3://{BUCKET}/p/huge.bpk")
+        self.assertIn("over S3's 5 TiB limit", err)
+        self.assertLess(d.rss(), 200 * MiB)
+
+    def test_a_table_that_does_not_fit_is_refused_with_its_figures(self):
+        # 4 TiB in 64 KiB chunks: 64M chunks, 32 MiB of page pointers; the
+        # tables may take 16 MiB + a page per chunk of max_size 256M.
+        H.configure({"p/big.bpk": {"claim": 4 * TiB}})
+        d = self.daemon("claim4t", chunk="64K")
+        err = self.open_error(d, f"s3://{BUCKET}/p/big.bpk")
+        self.assertIn("needs 32.0 MiB of chunk tables", err)
+        c = d.cache_status()
+        self.assertLessEqual(c["table_bytes"], c["table_max"])
+        self.assertLess(d.rss(), 200 * MiB)
+
+    def test_a_believed_claim_costs_what_is_read(self):
+        # 1 TiB in 4 MiB chunks is believed (128 KiB of page pointers); the
+        # footer read at its end is zeros and the open fails, having spent
+        # a page or two, not a table of the claimed size.
+        H.configure({"p/tera.bpk": {"claim": TiB}})
+        d = self.daemon("claim1t")
+        base = d.rss()
+        err = self.open_error(d, f"s3://{BUCKET}/p/tera.bpk")
+        self.assertIn("EBADMSG", err)
+        c = d.cache_status()
+        self.assertLess(c["table_bytes"], 1 * MiB, c)
+        self.assertLess(d.rss() - base, 64 * MiB)
+
+
+# ---- 4. what failed opens leave -----------------------------------------------------------------
+
+
+class FailedOpens(HostileCase):
+    def test_thousands_of_listed_keys_leave_no_descriptor(self):
+        # 3000 listed *.bpk keys whose bytes are zeros: the open makes a
+        # cache object for each, then fails at the first footer.
+        H.configure(listings={"p/many/": {"generate": {"count": 3000, "size": 1 << 20}}})
+        d = self.daemon("manykeys")
+        src = os.path.join(d.dir, "src")
+        os.makedirs(src)
+        for i in range(64):
+            with open(os.path.join(src, f"s{i:03d}"), "wb") as f:
+                f.write(bytes([i]) * (100 + i))
+        T.pack(os.path.join(d.root, "local.bpk"), src)
+        base = d.fds()
+        err = self.open_error(d, f"s3://{BUCKET}/p/many")
+        self.assertIn("EBADMSG", err)
+        fds = self.settle(d, d.fds, base + 2)
+        self.assertLessEqual(fds, base + 2, "descriptors left behind by the failed open")
+        objects = self.settle(d, lambda: d.cache_status()["objects"], 2)
+        self.assertLessEqual(objects, 2, "empty objects left behind by the failed open")
+        left = len(os.listdir(os.path.join(d.cache, "objects")))
+        self.assertLessEqual(left, 4, f"{left} files left in the cache directory")
+        # And another open, of a local dataset, is served.
+        ld = batchclient.Loader("local.bpk", 8, socket=d.sock, timeout=60)
+        self.assertEqual(sum(len(b) for b in ld), 64)
+        ld.close()
+
+
+# ---- 12. header bytes in an ETag -------------------------------------------------------------
+
+
+class Headers(HostileCase):
+    def test_etag_with_crlf_is_refused_before_it_is_sent(self):
+        H.configure(listings={"p/inject/": {"generate": {
+            "count": 2, "size": 1 << 20, "etag": '"e"\r\nX-Injected: 1'}}})
+        d = self.daemon("etag")
+        err = self.open_error(d, f"s3://{BUCKET}/p/inject")
+        self.assertIn("control characters", err)
+        sent = [h for h in H.ctl("stats")["headers"] if h[0].lower() == "x-injected"]
+        self.assertEqual(sent, [], "an injected header reached the server")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
