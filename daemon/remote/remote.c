@@ -30,6 +30,7 @@
 #include "log.h"
 #include "pack_file.h"
 #include "remote_priv.h"
+#include "units.h"
 #include "util.h"
 
 struct bd_remote_state R = { .mu = PTHREAD_MUTEX_INITIALIZER, .quiet = PTHREAD_COND_INITIALIZER,
@@ -164,6 +165,16 @@ int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn rea
 	if (!span(o, off, len, &first, &last))
 		return len == 0 ? 0 : -EINVAL;
 	pthread_mutex_lock(&R.mu);
+	/* Chunks it could never all hold at once: waiting for room would wait forever. */
+	if ((uint64_t)(last - first + 1) * R.chunk > R.max_size) {
+		char a[32], b[32];
+
+		snprintf(o->last_err, sizeof(o->last_err), "%s: a read of %s needs more than [cache] "
+			 "max_size (%s) at once: raise max_size", o->name,
+			 bp_format_size(len, a, sizeof(a)), bp_format_size(R.max_size, b, sizeof(b)));
+		pthread_mutex_unlock(&R.mu);
+		return -EFBIG;
+	}
 	/* Stopping: no new waiter, so that none is called once bd_remote_cancel returned. */
 	if (R.cancel) {
 		pthread_mutex_unlock(&R.mu);

@@ -158,8 +158,9 @@ typedef void (*bd_robj_ready_fn)(void *ctx, int err, const char *why);
 /*
  * Pin the chunks [off, off+len) covers and fetch the missing ones.
  * @return 0: all present, read now; 1: ready(ctx, ...) will be called
- * once, from the fetcher thread; -ENOMEM; -ECANCELED (stopping: nothing
- * pinned). Either way (ready with an
+ * once, from the fetcher thread; -ENOMEM; -EFBIG (the chunks are more
+ * than [cache] max_size: nothing pinned, bd_robj_failed says so);
+ * -ECANCELED (stopping: nothing pinned). Either way (ready with an
  * error too) the range stays pinned until bd_robj_release(r, off, len).
  */
 int bd_robj_acquire(bd_robj *r, uint64_t off, uint64_t len, bd_robj_ready_fn ready, void *ctx);

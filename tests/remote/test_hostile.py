@@ -9,7 +9,8 @@ claimed size decides no allocation (the daemon's RSS and its chunk tables
 stay small, the refusal names the figures); a failed open of thousands of
 listed keys leaves no descriptor and no empty object behind, and a local
 dataset opens after it; an ETag carrying header bytes is refused before
-it is ever sent back.
+it is ever sent back; an index larger than the cache is refused at
+once, naming the figures, and the fetcher serves other opens after it.
 """
 import json
 import os
@@ -182,12 +183,7 @@ class FailedOpens(HostileCase):
         # cache object for each, then fails at the first footer.
         H.configure(listings={"p/many/": {"generate": {"count": 3000, "size": 1 << 20}}})
         d = self.daemon("manykeys")
-        src = os.path.join(d.dir, "src")
-        os.makedirs(src)
-        for i in range(64):
-            with open(os.path.join(src, f"s{i:03d}"), "wb") as f:
-                f.write(bytes([i]) * (100 + i))
-        T.pack(os.path.join(d.root, "local.bpk"), src)
+        os.rename(small_pack(d.dir, "local.bpk"), os.path.join(d.root, "local.bpk"))
         base = d.fds()
         err = self.open_error(d, f"s3://{BUCKET}/p/many")
         self.assertIn("EBADMSG", err)
@@ -199,6 +195,41 @@ class FailedOpens(HostileCase):
         self.assertLessEqual(left, 4, f"{left} files left in the cache directory")
         # And another open, of a local dataset, is served.
         ld = batchclient.Loader("local.bpk", 8, socket=d.sock, timeout=60)
+        self.assertEqual(sum(len(b) for b in ld), 64)
+        ld.close()
+
+
+# ---- 7. reads larger than the cache ----------------------------------------------------------
+
+
+def small_pack(top, name, n=64):
+    """A local pack of n samples, sample i being n bytes of value i. @return its path."""
+    src = os.path.join(top, name + ".src")
+    os.makedirs(src)
+    for i in range(n):
+        with open(os.path.join(src, f"s{i:03d}"), "wb") as f:
+            f.write(bytes([i]) * (100 + i))
+    return T.pack(os.path.join(top, name), src)
+
+
+class Larger(HostileCase):
+    def test_an_index_over_max_size_is_refused_at_once(self):
+        # 950,000 one-byte records, one block each: about 69 MiB of index,
+        # more than the smallest max_size (64M) holds.
+        top = tempfile.mkdtemp(prefix="bigindex-", dir=H.top)
+        rec = os.path.join(top, "records")
+        with open(rec, "wb") as f:
+            f.write(os.urandom(950_000))
+        big = T.pack(os.path.join(top, "big.bpk"), records=(1, rec))
+        small = small_pack(top, "small.bpk")
+        H.configure({"p/big.bpk": {"file": big}, "p/small.bpk": {"file": small}})
+        d = self.daemon("bigindex", max_size="64M")
+        t0 = time.monotonic()
+        err = self.open_error(d, f"s3://{BUCKET}/p/big.bpk")
+        self.assertIn("needs more than [cache] max_size (64.0 MiB) at once", err)
+        self.assertLess(time.monotonic() - t0, 30, "the refusal waited for the fetcher")
+        # The fetcher's queue is not held by it: another remote open is served.
+        ld = batchclient.Loader(f"s3://{BUCKET}/p/small.bpk", 8, socket=d.sock, timeout=60)
         self.assertEqual(sum(len(b) for b in ld), 64)
         ld.close()
 
