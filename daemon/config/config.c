@@ -64,6 +64,7 @@ void bd_config_init(bd_config *c)
 		.remote_requests = BD_CONFIG_DEFAULT_REMOTE_REQ,
 		.remote_retries = BD_CONFIG_DEFAULT_RETRIES,
 		.remote_timeout = BD_CONFIG_DEFAULT_TIMEOUT,
+		.remote_min_rate = BD_CONFIG_DEFAULT_MIN_RATE,
 		.cache_max_size = BD_CONFIG_DEFAULT_CACHE_MAX,
 		.cache_chunk = BD_CONFIG_DEFAULT_CHUNK,
 	};
@@ -241,6 +242,7 @@ enum key_id {
 	KEY_REMOTE_REQUESTS,
 	KEY_REMOTE_RETRIES,
 	KEY_REMOTE_TIMEOUT,
+	KEY_REMOTE_MIN_RATE,
 	KEY_CACHE_DIR,
 	KEY_CACHE_MAX_SIZE,
 	KEY_CACHE_CHUNK,
@@ -294,6 +296,7 @@ static const struct key {
 	{ "remote", "requests", KEY_REMOTE_REQUESTS, 1, BD_CONFIG_MAX_REMOTE_REQ },
 	{ "remote", "retries", KEY_REMOTE_RETRIES, 0, BD_CONFIG_MAX_RETRIES },
 	{ "remote", "timeout", KEY_REMOTE_TIMEOUT, 1, BD_CONFIG_MAX_TIMEOUT },
+	{ "remote", "min_rate", KEY_REMOTE_MIN_RATE, 0, 0 },
 	{ "cache", "dir", KEY_CACHE_DIR, 0, 0 },
 	{ "cache", "max_size", KEY_CACHE_MAX_SIZE, 0, 0 },
 	{ "cache", "chunk", KEY_CACHE_CHUNK, 0, 0 },
@@ -482,6 +485,9 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 					     &next->cache_max_size, what, wlen);
 	case KEY_CACHE_CHUNK:
 		return bd__config_parse_chunk(v, &next->cache_chunk, what, wlen);
+	case KEY_REMOTE_MIN_RATE:
+		return bd__config_parse_size(v, 0, BD_CONFIG_MAX_MIN_RATE, &next->remote_min_rate,
+					     what, wlen);
 	default:
 		return bd__config_parse_uint(v, k->min, k->max, uint_field(next, k->id), what,
 					     wlen);

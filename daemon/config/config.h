@@ -95,6 +95,8 @@ typedef enum bd_config_tier {
 #define BD_CONFIG_MAX_RETRIES       100u
 #define BD_CONFIG_DEFAULT_TIMEOUT   30u
 #define BD_CONFIG_MAX_TIMEOUT       3600u
+#define BD_CONFIG_DEFAULT_MIN_RATE  (UINT64_C(16) << 10)
+#define BD_CONFIG_MAX_MIN_RATE      (UINT64_C(1) << 30)
 #define BD_CONFIG_DEFAULT_CACHE_MAX (UINT64_C(10) << 30)
 #define BD_CONFIG_MIN_CACHE_MAX     (UINT64_C(64) << 20)
 #define BD_CONFIG_DEFAULT_CHUNK     (UINT64_C(4) << 20)
@@ -153,6 +155,7 @@ typedef struct bd_config {
 	unsigned remote_requests; /* [remote] requests: GETs in flight, 1..1024, default 32 */
 	unsigned remote_retries; /* [remote] retries per request, 0..100, default 5 */
 	unsigned remote_timeout; /* [remote] timeout: seconds a request may go without a byte, 1..3600, default 30 */
+	uint64_t remote_min_rate; /* [remote] min_rate: bytes/s a request must average over timeout seconds, 0..1G, default 16K; 0: only a stall fails */
 	char *cache_dir;         /* [cache] dir (absolute); NULL = $CACHE_DIRECTORY, /var/cache/batchd as root, else $XDG_CACHE_HOME/batchd or ~/.cache/batchd */
 	uint64_t cache_max_size; /* [cache] max_size: disk the remote cache may hold, at least 64M, default 10G */
 	uint64_t cache_chunk;    /* [cache] chunk: bytes fetched and cached at once, 64K..64M, a multiple of 4K, default 4M */

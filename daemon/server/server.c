@@ -643,7 +643,8 @@ static int start_remote(bd_server *srv)
 			.credentials = cfg->remote_credentials, .profile = cfg->remote_profile,
 			/* No file named: the daemon's environment (systemd EnvironmentFile=). */
 			.allow_env = !cfg->remote_credentials,
-			.retries = cfg->remote_retries, .timeout = cfg->remote_timeout },
+			.retries = cfg->remote_retries, .timeout = cfg->remote_timeout,
+			.min_rate = cfg->remote_min_rate },
 		.dir = dir,
 		.max_size = cfg->cache_max_size,
 		.chunk = (uint32_t)cfg->cache_chunk,

@@ -361,6 +361,7 @@ int bp_s3_new(const bp_s3_config *c, bp_s3 **ret, char *err, size_t errlen)
 	s->addressing = c->addressing;
 	s->retries = c->retries;
 	s->timeout = c->timeout ? c->timeout : BP_S3_DEFAULT_TIMEOUT;
+	s->min_rate = c->min_rate;
 	r = region(s, c->region ? c->region : BP_S3_DEFAULT_REGION, err, errlen);
 	if (r == 0 && !c->endpoint && asprintf(&ep, "https://s3.%s.amazonaws.com", s->region) < 0)
 		r = -ENOMEM;

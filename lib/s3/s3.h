@@ -108,6 +108,9 @@ typedef struct bp_s3_config {
 	bool allow_env;           /* also look in the environment and ~/.aws (tools: yes; the daemon: no) */
 	unsigned retries;         /* retries of a retryable failure; 0 = none */
 	unsigned timeout;         /* seconds without progress before a request fails (retryable); 0 = default */
+	uint64_t min_rate;        /* bytes/s a request's body must average over timeout seconds (then it
+				   * fails, retryable), and a ranged GET's or a listing's deadline:
+				   * timeout + bytes / min_rate; 0: only a stall of timeout fails */
 	const char *ca_file;      /* CA bundle for https, or NULL for the system's */
 } bp_s3_config;
 
@@ -166,7 +169,8 @@ int bp_s3_head(const bp_s3 *s, const bp_s3_loc *loc, bp_s3_object *ret, bp_s3_er
  * following continuation tokens), in bytewise key order. Plain locations:
  * -EOPNOTSUPP. @return 0 with *ret (n may be 0; free with
  * bp_s3_objects_free); negative errno with e. max caps the count (-E2BIG
- * beyond it); 0 is no cap.
+ * beyond it); 0 is no cap. A listing that pages on past twice the pages
+ * max needs (2 * max / 1000 + 16; 100,000 without a cap) fails -EPROTO.
  */
 int bp_s3_list(const bp_s3 *s, const char *bucket, const char *prefix, size_t max,
 	       bp_s3_object **ret, size_t *ret_n, bp_s3_error *e);

@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,17 @@ static void content_range(bp__s3_req *r, const char *v, const char *end)
 	slash = dash ? memchr(dash, '/', (size_t)(end - dash)) : NULL;
 	r->has_range = slash && parse_u64(v, dash, &r->range_first) == 0 &&
 		       parse_u64(dash + 1, slash, &r->range_last) == 0;
+}
+
+void bp__s3_req_deadline(const bp_s3 *s, bp__s3_req *r, uint64_t bytes)
+{
+	uint64_t ms;
+
+	if (!s->min_rate)
+		return;
+	ms = (uint64_t)s->timeout * 1000 + bytes / s->min_rate * 1000 +
+	     bytes % s->min_rate * 1000 / s->min_rate;
+	curl_easy_setopt(r->h, CURLOPT_TIMEOUT_MS, (long)(ms < LONG_MAX ? ms : LONG_MAX));
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *user)
@@ -279,8 +291,13 @@ static int set_options(const bp_s3 *s, const bp_s3_loc *loc, bp__s3_req *r)
 	bad |= curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	bad |= curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	bad |= curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-	/* A request fails (retryably) after timeout seconds without a byte moving. */
-	bad |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	/*
+	 * A request fails (retryably) after timeout seconds averaging less than
+	 * min_rate bytes a second (without a byte moving, when min_rate is 0):
+	 * a server that trickles cannot hold a request, nor the fetcher.
+	 */
+	bad |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT,
+				(long)(s->min_rate ? (s->min_rate < LONG_MAX ? s->min_rate : LONG_MAX) : 1));
 	bad |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)s->timeout);
 	bad |= curl_easy_setopt(h, CURLOPT_USERAGENT, "batchd/" BATCHD_VERSION);
 	bad |= curl_easy_setopt(h, CURLOPT_ERRORBUFFER, r->errbuf);

@@ -66,6 +66,7 @@ int bp_s3_head(const bp_s3 *s, const bp_s3_loc *loc, bp_s3_object *ret, bp_s3_er
 	if (bp__s3_req_init(s, loc, NULL, NULL, &r) < 0)
 		return bp__s3_fail(e, -ENOMEM, where, "out of memory");
 	curl_easy_setopt(r.h, CURLOPT_NOBODY, 1L);
+	bp__s3_req_deadline(s, &r, 0);
 	err = bp__s3_perform(s, &r, where, e);
 	if (err < 0)
 		explain(s, loc, where, e);
@@ -104,6 +105,7 @@ static int range_req(const bp_s3 *s, const bp_s3_loc *loc, const char *etag, uin
 	r->ranged = true;
 	r->want_off = off;
 	r->want_len = len;
+	bp__s3_req_deadline(s, r, len);
 	/* The bytes must be the bytes stored: no transfer encoding a proxy might add. */
 	curl_easy_setopt(r->h, CURLOPT_HTTP_CONTENT_DECODING, 0L);
 	return 0;
@@ -196,6 +198,8 @@ static int list_page(const bp_s3 *s, const bp_s3_loc *bucket, const char *prefix
 	}
 	free(q);
 	r.keep = true;
+	/* A page of a thousand keys is well under a MiB. */
+	bp__s3_req_deadline(s, &r, 1u << 20);
 	err = bp__s3_perform(s, &r, where, e);
 	if (err == 0) {
 		free(l->next);
@@ -228,16 +232,19 @@ int bp_s3_list(const bp_s3 *s, const char *bucket, const char *prefix, size_t ma
 	bp_s3_loc b = { .bucket = (char *)bucket, .key = (char *)"" };
 	bp__s3_list l = { .max = max };
 	char where[BP_S3_MSG_MAX];
-	unsigned pages = 0;
+	/* S3 pages hold 1000 keys: twice the pages max needs, and some, is plenty. */
+	size_t pages = 0, most = max ? max / 1000 * 2 + 16 : 100000;
 	int err;
 
 	snprintf(where, sizeof(where), "s3://%s/%s", bucket ? bucket : "", prefix);
 	if (!bucket)
 		return bp__s3_fail(e, -EOPNOTSUPP, where, "a plain URL cannot be listed");
 	do {
-		/* A server that hands back the same token forever must not keep us here. */
-		if (++pages > 1000000u) {
-			err = bp__s3_fail(e, -EPROTO, where, "the listing never ends");
+		/* A server that hands back tokens forever must not keep us here. */
+		if (++pages > most) {
+			err = bp__s3_fail(e, -EPROTO, where, "the listing goes on past %zu pages, "
+					  "more than %zu objects need: not an S3 listing", most,
+					  max ? max : (size_t)100000 * 1000);
 			break;
 		}
 		err = list_page(s, &b, prefix, l.next, &l, where, e);

@@ -19,6 +19,7 @@
 #include "s3.h"
 
 #define BP__S3_ERRBODY_MAX 4096u          /* an error reply's body kept for its XML */
+
 #define BP__S3_XML_MAX (16u << 20)        /* a listing page or multipart reply, at most */
 #define BP__S3_KEY_MAX 1024u              /* S3's own limit on a key, in bytes */
 #define BP__S3_URL_MAX 8192u              /* a plain http(s):// location, at most */
@@ -44,6 +45,7 @@ struct bp_s3 {
 	char *ca_file;
 	unsigned retries;
 	unsigned timeout;
+	uint64_t min_rate;
 	char source[PATH_MAX + 16]; /* bp_s3_credentials_source */
 	bp__s3_counts *counts;
 };
@@ -127,6 +129,12 @@ typedef struct bp__s3_req {
 	char stop_msg[160];
 	char errbuf[CURL_ERROR_SIZE];
 } bp__s3_req;
+
+/*
+ * Give r a deadline for a body of at most bytes: s->timeout seconds plus
+ * what bytes take at s->min_rate (none when min_rate is 0).
+ */
+void bp__s3_req_deadline(const bp_s3 *s, bp__s3_req *r, uint64_t bytes);
 
 /*
  * Build r for loc with query q (may be NULL): URL, the signing (unless loc

@@ -82,14 +82,15 @@ def tearDownModule():
 class HostileDaemon(T.Daemon):
     """A batchd whose remote is s3://hostile/p on the hostile server, unsigned."""
 
-    def __init__(self, directory, max_size="256M", chunk="4M", timeout=10, memory="256M"):
+    def __init__(self, directory, max_size="256M", chunk="4M", timeout=10, min_rate="16K",
+                 memory="256M"):
         super().__init__(directory, memory=memory)
         self.cache = os.path.join(directory, "cache")
         self.conf = os.path.join(directory, "batchd.conf")
         with open(self.conf, "w") as f:
             f.write(f"[datasets]\nroot = {self.root}\nremote = s3://{BUCKET}/p\n\n"
                     f"[remote]\nendpoint = {H.endpoint}\nregion = us-east-1\naddressing = path\n"
-                    f"retries = 1\ntimeout = {timeout}\n\n"
+                    f"retries = 1\ntimeout = {timeout}\nmin_rate = {min_rate}\n\n"
                     f"[cache]\ndir = {self.cache}\nmax_size = {max_size}\nchunk = {chunk}\n")
 
     def start(self):
@@ -174,6 +175,36 @@ class Claims(HostileCase):
         self.assertLess(d.rss() - base, 64 * MiB)
 
 
+# ---- 2. servers that hold on ------------------------------------------------------------------
+
+
+class Slow(HostileCase):
+    def test_a_trickle_fails_the_open_within_its_deadline(self):
+        # 256 KiB at 2 KB/s would take two minutes; far under min_rate 64K
+        # over timeout 2 s, each GET fails after about 2 s, once retried:
+        # the open fails within seconds, then SIGTERM is quick.
+        top = tempfile.mkdtemp(prefix="trickle-", dir=H.top)
+        H.configure({"p/slow.bpk": {"file": small_pack(top, "slow.bpk", size=4096), "rate": 2000}})
+        d = self.daemon("trickle", timeout=2, min_rate="64K")
+        t0 = time.monotonic()
+        err = self.open_error(d, f"s3://{BUCKET}/p/slow.bpk")
+        took = time.monotonic() - t0
+        self.assertLess(took, 30, f"the open waited {took:.1f} s on a trickle: {err}")
+        self.assertIn("slow.bpk", err)
+        t0 = time.monotonic()
+        self.stop(d)
+        self.assertLess(time.monotonic() - t0, 10, "SIGTERM waited on the trickle")
+
+    def test_an_endless_listing_ends(self):
+        H.configure(listings={"p/endless/": {"endless": True}})
+        d = self.daemon("endless")
+        t0 = time.monotonic()
+        err = self.open_error(d, f"s3://{BUCKET}/p/endless")
+        self.assertIn("goes on past 146 pages", err)
+        self.assertLess(time.monotonic() - t0, 30)
+        self.assertLessEqual(H.ctl("stats")["lists"], 146)
+
+
 # ---- 4. what failed opens leave -----------------------------------------------------------------
 
 
@@ -202,14 +233,14 @@ class FailedOpens(HostileCase):
 # ---- 7. reads larger than the cache ----------------------------------------------------------
 
 
-def small_pack(top, name, n=64):
-    """A local pack of n samples, sample i being n bytes of value i. @return its path."""
+def small_pack(top, name, n=64, size=100):
+    """A local pack of n samples, sample i being size + i random bytes. @return its path."""
     src = os.path.join(top, name + ".src")
     os.makedirs(src)
     for i in range(n):
         with open(os.path.join(src, f"s{i:03d}"), "wb") as f:
-            f.write(bytes([i]) * (100 + i))
-    return T.pack(os.path.join(top, name), src)
+            f.write(os.urandom(size + i))
+    return T.pack(os.path.join(top, name), src, extra=["--no-dict"])
 
 
 class Larger(HostileCase):
