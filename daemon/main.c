@@ -102,10 +102,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	uv_run(&loop, UV_RUN_DEFAULT);
-	/* A stop that timed out leaves threads and handles behind: just exit. */
+	/*
+	 * A stop that timed out leaves threads and handles behind: just exit,
+	 * without exit()'s handlers (libuv's joins its thread pool, which may
+	 * be the very thing stuck).
+	 */
 	if (uv_loop_close(&loop) == UV_EBUSY) {
 		bd_log(LOG_WARNING, "stopped with work still in flight");
-		return 0;
+		fflush(NULL);
+		_exit(0);
 	}
 	bd_server_free(srv);
 	bd_log(LOG_NOTICE, "stopped");

@@ -522,7 +522,7 @@ static void delete_files(const char *id)
 	unlinkat(R.objdir, name, 0);
 }
 
-/* Take doomed objects nothing uses off the list (their chunks off the LRU). Under R.mu. */
+/* Take doomed objects nothing uses off the list, their files deleted, chunks off the LRU. Under R.mu. */
 static bd_robj *take_doomed(void)
 {
 	bd_robj *dead = NULL;
@@ -536,6 +536,11 @@ static bd_robj *take_doomed(void)
 		}
 		*p = o->next;
 		R.nobjects--;
+		/*
+		 * Its files go under the lock: once off the list, its identity may
+		 * be opened again, and a new file of that name must not be lost.
+		 */
+		delete_files(o->id);
 		BD_FOR_EACH_CHUNK(o, c) {
 			if (c->on_lru)
 				bd__lru_remove(c);
@@ -622,7 +627,6 @@ void bd__remote_sync(bool all)
 	while (dead) {
 		bd_robj *next = dead->next;
 
-		delete_files(dead->id);
 		robj_free(dead);
 		dead = next;
 	}

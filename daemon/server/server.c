@@ -868,6 +868,12 @@ static void stop_begin(bd_server *srv)
 	for (entry *e = srv->entries; e; e = e->next)
 		bd_session_close(e->s, -ESHUTDOWN);
 	bd__clients_goodbye(srv);
+	/*
+	 * Opens waiting on a bucket (on the thread pool) and blocks waiting for
+	 * the fetcher fail now with ECANCELED, not when a slow server lets go:
+	 * nothing being served any more, nothing is worth waiting for.
+	 */
+	bd_remote_cancel();
 	uv_timer_start(&srv->stop_timer, on_stop_timeout, STOP_GRACE_MS, 0);
 }
 

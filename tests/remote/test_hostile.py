@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -194,6 +195,31 @@ class Slow(HostileCase):
         t0 = time.monotonic()
         self.stop(d)
         self.assertLess(time.monotonic() - t0, 10, "SIGTERM waited on the trickle")
+
+    def test_sigterm_ends_an_open_stuck_on_a_bucket(self):
+        # No rate floor and a long timeout: the open's GET would trickle for
+        # two minutes. SIGTERM fails it at once and the daemon exits.
+        top = tempfile.mkdtemp(prefix="stuck-", dir=H.top)
+        H.configure({"p/stuck.bpk": {"file": small_pack(top, "stuck.bpk", size=4096), "rate": 2000}})
+        d = self.daemon("stuck", timeout=600, min_rate="0")
+        errors = []
+
+        def opener():
+            try:
+                batchclient.Loader(f"s3://{BUCKET}/p/stuck.bpk", 8, socket=d.sock, timeout=120)
+            except Exception as e:  # noqa: BLE001 - any failure is the outcome wanted
+                errors.append(e)
+        th = threading.Thread(target=opener)
+        th.start()
+        deadline = time.monotonic() + 20
+        while H.ctl("stats")["gets"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        self.stop(d)
+        took = time.monotonic() - t0
+        th.join(30)
+        self.assertLess(took, 5, f"SIGTERM took {took:.1f} s with an open stuck on a bucket")
+        self.assertEqual(len(errors), 1, "the stuck open did not fail")
 
     def test_an_endless_listing_ends(self):
         H.configure(listings={"p/endless/": {"endless": True}})
