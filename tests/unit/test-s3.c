@@ -6,12 +6,12 @@
  * environment, session tokens, the shared file), the backoff's bounds,
  * query strings and URLs as SigV4 wants them signed, the XML replies
  * (errors, listing pages, multipart replies, a DTD refused, ETags and
- * keys with control characters refused), how a reply
- * is classified into an errno and a message, and ranged GETs (the
+ * keys with control characters refused), and ranged GETs (the
  * synchronous ones, and the daemon's on a multi handle) against a small
  * HTTP server in a child process that drops a connection halfway through
  * a range, answers 503, ignores Range or sends the wrong range.
  *
+ * How a failed reply becomes an errno and a message: test-s3-errors.c.
  * tests/remote/test-s3-server.sh tests the same client against a real
  * S3 server (moto) through batchd-pack.
  */
@@ -608,81 +608,6 @@ START_TEST(test_content_md5)
 }
 END_TEST
 
-/* ---- outcomes -------------------------------------------------------------------------- */
-
-/* r's outcome for a reply of status with body (may be NULL). */
-static int outcome(long status, const char *body, CURLcode code, bp_s3_error *e)
-{
-	bp__s3_req r = { .status = status, .fd = -1, .in_fd = -1 };
-	int err;
-
-	r.h = curl_easy_init();
-	ck_assert_ptr_nonnull(r.h);
-	if (body) {
-		r.body = strdup(body);
-		r.body_len = strlen(body);
-	}
-	if (status == 301)
-		snprintf(r.region, sizeof(r.region), "eu-west-1");
-	err = bp__s3_req_outcome(&r, code, "s3://b/k", e);
-	bp__s3_req_cleanup(&r);
-	return err;
-}
-
-START_TEST(test_outcomes)
-{
-	static const struct {
-		long status;
-		int err;
-		bool retry;
-		const char *body, *msg;
-	} t[] = {
-		{ 200, 0, false, NULL, NULL },
-		{ 206, 0, false, NULL, NULL },
-		{ 404, -ENOENT, false, "<Error><Code>NoSuchKey</Code><Message>The specified key "
-		  "does not exist.</Message></Error>",
-		  "s3://b/k: HTTP 404 NoSuchKey: The specified key does not exist." },
-		{ 404, -ENOENT, false, NULL, "s3://b/k: HTTP 404 Not Found" },
-		{ 403, -EACCES, false, "<Error><Code>InvalidAccessKeyId</Code><Message>nope</Message>"
-		  "</Error>", "s3://b/k: HTTP 403 InvalidAccessKeyId: nope" },
-		{ 401, -EACCES, false, NULL, "s3://b/k: HTTP 401" },
-		{ 412, -ESTALE, false, NULL, "HTTP 412 Precondition Failed" },
-		{ 416, -ERANGE, false, NULL, "HTTP 416" },
-		{ 400, -EINVAL, false, "garbage <", "s3://b/k: HTTP 400 Bad Request" },
-		{ 503, -EAGAIN, true, "<Error><Code>SlowDown</Code><Message>Please reduce your "
-		  "request rate.</Message></Error>", "HTTP 503 SlowDown: Please reduce" },
-		{ 500, -EAGAIN, true, NULL, "HTTP 500" },
-		{ 429, -EAGAIN, true, NULL, "HTTP 429" },
-		{ 408, -EAGAIN, true, NULL, "HTTP 408" },
-		{ 301, -EINVAL, false, "<Error><Code>PermanentRedirect</Code></Error>",
-		  "another region (eu-west-1): set [remote] region / --region" },
-	};
-	bp_s3_error e;
-
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-		int err = outcome(t[i].status, t[i].body, CURLE_OK, &e);
-
-		ck_assert_msg(err == t[i].err, "HTTP %ld: %d, not %d", t[i].status, err, t[i].err);
-		if (!err)
-			continue;
-		ck_assert_int_eq(e.status, t[i].status);
-		ck_assert_int_eq(e.retryable, t[i].retry);
-		ck_assert_msg(strstr(e.msg, t[i].msg), "HTTP %ld: '%s' lacks '%s'", t[i].status,
-			      e.msg, t[i].msg);
-	}
-	ck_assert_int_eq(outcome(0, NULL, CURLE_COULDNT_CONNECT, &e), -EAGAIN);
-	ck_assert(e.retryable);
-	ck_assert_int_eq(e.status, 0);
-	ck_assert_msg(!strncmp(e.msg, "s3://b/k: ", 10), "%s", e.msg);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_PARTIAL_FILE, &e), -EAGAIN);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_OPERATION_TIMEDOUT, &e), -EAGAIN);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_GOT_NOTHING, &e), -EAGAIN);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_SSL_CONNECT_ERROR, &e), -EIO);
-	ck_assert(!e.retryable);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_COULDNT_RESOLVE_HOST, &e), -EIO);
-}
-END_TEST
-
 /* ---- ranged GETs against a scripted server ----------------------------------------------- */
 
 #define OBJ_SIZE 100000u
@@ -974,7 +899,6 @@ static Suite *s3_suite(void)
 	tcase_add_test(t, test_content_md5);
 	suite_add_tcase(s, t);
 	t = tcase_create("requests");
-	tcase_add_test(t, test_outcomes);
 	tcase_add_test(t, test_get_retries);
 	tcase_add_test(t, test_get_checks);
 	tcase_add_test(t, test_multi_request);
