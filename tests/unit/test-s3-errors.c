@@ -8,25 +8,22 @@
  * x-amz-bucket-region header, or the <Region> of its <Error>), and a
  * redirect that names none is reported as a redirect, with its Location
  * made safe to print. The replies are set in a request's state directly,
- * and once through curl from a small HTTP server in a child process, so
- * that the headers are seen to be kept.
+ * and once through curl from a small HTTP server in a child process
+ * (s3-testlib.c), so that the headers are seen to be kept.
  *
  * The rest of the client (locations, credentials, XML, ranged GETs):
  * test-s3.c.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
 
+#include "s3-testlib.h"
 #include "s3.h"
 #include "s3_priv.h"
 
@@ -231,40 +228,12 @@ END_TEST
 
 /* ---- through curl ------------------------------------------------------------------------ */
 
-/* A child answering every connection with the reply text. @return its pid; *port. */
-static pid_t answer_all(const char *text, int *port)
+/* s3t_answer_fn: every connection gets the reply text ctx. */
+static void answer_text(int c, const char *req, unsigned n, const void *ctx)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t alen = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM, 0);
-	pid_t pid;
-
-	ck_assert_int_ge(l, 0);
-	ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(listen(l, 4), 0);
-	ck_assert_int_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
-	*port = ntohs(a.sin_port);
-	if ((pid = fork()) != 0) {
-		close(l);
-		return pid;
-	}
-	for (;;) {
-		char req[4096];
-		ssize_t got = 0, k;
-		int c = accept(l, NULL, NULL);
-
-		if (c < 0)
-			_exit(1);
-		while (got < (ssize_t)sizeof(req) - 1 &&
-		       (k = read(c, req + got, sizeof(req) - 1 - (size_t)got)) > 0) {
-			got += k;
-			req[got] = '\0';
-			if (strstr(req, "\r\n\r\n"))
-				break;
-		}
-		(void)!write(c, text, strlen(text));
-		close(c);
-	}
+	(void)req;
+	(void)n;
+	(void)!write(c, ctx, strlen(ctx));
 }
 
 /* A GET of a range of s3://bkt/o.bpk from a server that answers text. @return its errno; e. */
@@ -274,8 +243,8 @@ static int get_answered(const char *text, bp_s3_error *e)
 	bp_s3_config c = { .retries = 0 };
 	bp_s3_loc loc = { .bucket = (char *)"bkt", .key = (char *)"o.bpk" };
 	bp_s3 *s;
-	int port, fd, r, st;
-	pid_t pid = answer_all(text, &port);
+	int port, fd, r;
+	pid_t pid = s3t_server(answer_text, text, &port);
 
 	snprintf(ep, sizeof(ep), "http://127.0.0.1:%d", port);
 	c.endpoint = ep;
@@ -283,8 +252,7 @@ static int get_answered(const char *text, bp_s3_error *e)
 	fd = open("/tmp", O_TMPFILE | O_RDWR, 0600);
 	ck_assert_int_ge(fd, 0);
 	r = bp_s3_get_to_fd(s, &loc, "", 0, 10, fd, 0, e);
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
+	s3t_server_stop(pid);
 	bp_s3_free(s);
 	close(fd);
 	return r;
@@ -334,14 +302,5 @@ static Suite *s3_errors_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	if (bp_s3_global_init() < 0)
-		return EXIT_FAILURE;
-	sr = srunner_create(s3_errors_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return s3t_run(s3_errors_suite());
 }

@@ -17,18 +17,15 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
 
+#include "s3-testlib.h"
 #include "s3.h"
 #include "s3_priv.h"
 
@@ -659,41 +656,18 @@ static void serve_range(int c, const char *req, const char *how)
 	free(body);
 }
 
-/* A child answering connections by sc, one step each, then "ok"s. @return its pid; *port. */
+/* s3t_answer_fn for a script: connection n takes step n, then "ok"s. */
+static void scripted(int c, const char *req, unsigned n, const void *ctx)
+{
+	const script *sc = ctx;
+
+	serve_range(c, req, n < 8 && sc->steps[n] ? sc->steps[n] : "ok");
+}
+
+/* A child answering connections by sc. @return its pid; *port. */
 static pid_t server(const script *sc, int *port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t alen = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM, 0);
-	pid_t pid;
-
-	ck_assert_int_ge(l, 0);
-	ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(listen(l, 16), 0);
-	ck_assert_int_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
-	*port = ntohs(a.sin_port);
-	if ((pid = fork()) != 0) {
-		close(l);
-		return pid;
-	}
-	for (int n = 0;; n++) {
-		char req[4096];
-		ssize_t got = 0, k;
-		int c = accept(l, NULL, NULL);
-
-		if (c < 0)
-			_exit(1);
-		while (got < (ssize_t)sizeof(req) - 1 &&
-		       (k = read(c, req + got, sizeof(req) - 1 - (size_t)got)) > 0) {
-			got += k;
-			req[got] = '\0';
-			if (strstr(req, "\r\n\r\n"))
-				break;
-		}
-		req[got > 0 ? got : 0] = '\0';
-		serve_range(c, req, n < 8 && sc->steps[n] ? sc->steps[n] : "ok");
-		close(c);
-	}
+	return s3t_server(scripted, sc, port);
 }
 
 /* A GET of [off, off + len) through a server scripted by sc, into a fresh file. */
@@ -704,7 +678,7 @@ static int get_scripted(const script *sc, unsigned retries, uint64_t off, uint64
 	bp_s3_config c = { .retries = retries };
 	bp_s3_loc loc = { .bucket = (char *)"bkt", .key = (char *)"o.bpk" };
 	bp_s3 *s;
-	int port, fd, r, st;
+	int port, fd, r;
 	pid_t pid = server(sc, &port);
 
 	clear_env();
@@ -719,8 +693,7 @@ static int get_scripted(const script *sc, unsigned retries, uint64_t off, uint64
 	r = bp_s3_get_to_fd(s, &loc, "\"e1\"", off, len, fd, 1000, e);
 	if (stats)
 		bp_s3_stats_get(s, stats);
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
+	s3t_server_stop(pid);
 	bp_s3_free(s);
 	*ret_fd = fd;
 	return r;
@@ -837,7 +810,7 @@ START_TEST(test_multi_request)
 	sink_buf *b = calloc(1, sizeof(*b));
 	bp_s3_error e;
 	bp_s3 *s;
-	int port, st;
+	int port;
 	pid_t pid = server(&sc, &port);
 
 	clear_env();
@@ -863,8 +836,7 @@ START_TEST(test_multi_request)
 	ck_assert_uint_eq(b->n, 10000);
 	ck_assert_ptr_null(bp_s3_request_get(s, &(bp_s3_loc){ .bucket = (char *)"b",
 				.key = (char *)"k" }, NULL, 0, 0, to_buf, b));
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
+	s3t_server_stop(pid);
 	bp_s3_free(s);
 	free(b);
 }
@@ -909,14 +881,5 @@ static Suite *s3_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	if (bp_s3_global_init() < 0)
-		return EXIT_FAILURE;
-	sr = srunner_create(s3_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return s3t_run(s3_suite());
 }
