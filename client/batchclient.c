@@ -431,6 +431,20 @@ static int ready_check(bc_client *c, const bp_msg_open *m, const bc_stream *s, i
 }
 
 /*
+ * No answer to OPEN m in time: say which dataset, and what an open waits
+ * for, in c->err (not "waiting for a batch": there is no stream yet).
+ * c->mu held.
+ */
+static void open_timed_out(bc_client *c, const bp_msg_open *m)
+{
+	snprintf(c->err, sizeof(c->err), "batchd did not answer the OPEN of %.*s within %d s "
+		 "(an open reads the dataset's index; a remote one waits for its bucket and the "
+		 "fetcher: batchctl status shows them); this connection serves no more requests: "
+		 "connect again", (int)(m->path_len < 512 ? m->path_len : 512), m->path,
+		 bc__reply_timeout_s(c));
+}
+
+/*
  * OPEN m and take the READY that answers it into s: its sizes in s->r,
  * its descriptors in s's fds. no_gpu as for ready_check.
  * @return 0, or negative errno with c->err set where the daemon or we had
@@ -447,6 +461,8 @@ static int open_session(bc_client *c, const bp_msg_open *m, bc_stream *s, const 
 	}
 	if ((r = open_send(c, m)) < 0 || (r = ready_recv(c, s, fds, &nfds)) < 0 ||
 	    (r = ready_check(c, m, s, fds, nfds, no_gpu)) < 0) {
+		if (r == -ETIMEDOUT)
+			open_timed_out(c, m);
 		old_daemon(c, m, r);
 		goto unlock;
 	}
@@ -632,7 +648,7 @@ const char *bc_strerror(int err)
 	case BC_EPOCH_END:
 		return "end of epoch";
 	case -ETIMEDOUT:
-		return "timed out waiting for a batch";
+		return "timed out waiting for batchd (for a batch, or for the answer to a request)";
 	case -ENOBUFS:
 		return "held batches keep the daemon from staging the next: release them (in order) first";
 	case -ESHUTDOWN:

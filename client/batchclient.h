@@ -172,8 +172,14 @@ BC_API int bc_metrics(bc_client *c, char **ret_text);
  * roots, -EBADMSG corrupt pack, -ENOMEM over the memory budget, -ENODEV
  * no CUDA device, -EINVAL bad options; -EOPNOTSUPP a GPU stream from
  * another PID namespace than batchd's, where CUDA IPC events do not
- * open) with its message in
- * bc_client_error(); -EPIPE when the daemon is gone; -EINVAL for a NULL c
+ * open; for a remote dataset, what its bucket did: -EPROTO a reply that
+ * broke the protocol, -EIO a transport failure, -EAGAIN failures left
+ * after the retries, the message naming the object, s3://BUCKET/KEY or
+ * its URL) with its message in bc_client_error(); -ETIMEDOUT when batchd
+ * did not answer within 120 s (bc_client_error() names the dataset; the
+ * client then serves no more requests, since the late answer could be
+ * taken for another's: bc_disconnect and connect again); -EPIPE when the
+ * daemon is gone; -EINVAL for a NULL c
  * or ret, or options it refuses before asking (batch_size 0, rank not
  * below world, batch_stride outside 1 .. 4096, a field list that is not
  * comma-separated names of [A-Za-z0-9_.-], ...), every one of them but a
@@ -188,7 +194,12 @@ BC_API int bc_open(bc_client *c, const bc_stream_opts *o, bc_stream **ret);
  * wait). @return 0 with *ret set; BC_EPOCH_END once between the last batch
  * of an epoch and the first of the next (nothing consumed); -ETIMEDOUT;
  * a negative errno for a batch the daemon could not build (the stream
- * moves past it; the reason is in bc_stream_error()); -ENOBUFS when the
+ * moves past it; the reason is in bc_stream_error()): any errno, those
+ * below too; a remote dataset's fetch fails a batch with -EPROTO (the
+ * server's reply broke the protocol), -ETIMEDOUT, -EIO or -EAGAIN, the
+ * reason naming the object (s3://BUCKET/KEY or its URL). Such a failed
+ * batch moves bc_stream_position() on, which a wait that ran out and the
+ * stops and deaths below never do: that tells them apart. -ENOBUFS when the
  * batches the caller holds keep the daemon from staging the next one
  * (every slot held, or more than two held, or an old one held while newer
  * ones were released: memory is reused in order) — release them first;

@@ -107,6 +107,8 @@ struct bc_stream {
 int bc__send_all(bc_client *c, const uint8_t *msg, int len);
 int bc__recv_reply(bc_client *c, int *fds, int nfds, int *ret_nfds);
 int bc__reply_error(bc_client *c, const uint8_t *buf, int len);
+/* Seconds a request waits for its reply (the socket's receive timeout), for messages. */
+int bc__reply_timeout_s(const bc_client *c);
 void bc__close_fds(int *fds, int n);
 /* Say in s->err why the session's memory was refused (bc_open passes it on). @return -EBADMSG. */
 int bc__bad_ring(bc_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

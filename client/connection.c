@@ -76,10 +76,10 @@ static int take_fds(struct msghdr *mh, int *fds, int nfds)
  * carries in fds (*ret_nfds of them, the caller's; the rest are closed).
  * A GOODBYE in its place marks the client dead and fails the call, its
  * text kept in c->err.
- * @return the message length; -ETIMEDOUT when nothing came within
- * REPLY_TIMEOUT_S; -EMFILE when the kernel dropped descriptors at our
- * limit (c->last_len holds the length of what came); -EPIPE, -EBADMSG or
- * -ESHUTDOWN (GOODBYE) with the client dead.
+ * @return the message length; -EMFILE when the kernel dropped
+ * descriptors at our limit (c->last_len holds the length of what came);
+ * -ETIMEDOUT when nothing came within REPLY_TIMEOUT_S, -EPIPE, -EBADMSG
+ * or -ESHUTDOWN (GOODBYE), each with the client dead.
  */
 int bc__recv_reply(bc_client *c, int *fds, int nfds, int *ret_nfds)
 {
@@ -97,8 +97,11 @@ int bc__recv_reply(bc_client *c, int *fds, int nfds, int *ret_nfds)
 	do
 		n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+		/* The answer may still come, and would be taken for the next request's. */
+		c->dead = true;
 		return -ETIMEDOUT;
+	}
 	if (n <= 0) {
 		c->dead = true;
 		return -EPIPE;
@@ -126,6 +129,16 @@ int bc__recv_reply(bc_client *c, int *fds, int nfds, int *ret_nfds)
 	}
 	*ret_nfds = got;
 	return (int)n;
+}
+
+int bc__reply_timeout_s(const bc_client *c)
+{
+	struct timeval tv = { .tv_sec = REPLY_TIMEOUT_S };
+	socklen_t len = sizeof(tv);
+
+	if (getsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &len) < 0)
+		return REPLY_TIMEOUT_S;
+	return (int)tv.tv_sec + (tv.tv_usec >= 500000);
 }
 
 /* If buf holds an ERROR, keep its message and return its code; else 0. */

@@ -248,9 +248,9 @@ static void ring_release(bc_stream *s, uint64_t seq)
 }
 
 /*
- * Why the daemon stopped the ring, in s->err unless a reason is there
- * already. @return the errno it gave, or -ESHUTDOWN when it gave none
- * that is one.
+ * Why the daemon stopped the ring, in s->err: over whatever is there (the
+ * reason of a batch that failed before, say), which is not why. @return
+ * the errno it gave, or -ESHUTDOWN when it gave none that is one.
  */
 static int stopped_error(bc_stream *s)
 {
@@ -258,11 +258,10 @@ static int stopped_error(bc_stream *s)
 
 	if (e >= 0 || e <= -4096)
 		e = -ESHUTDOWN;
-	if (!s->err[0])
-		snprintf(s->err, sizeof(s->err), "the daemon ended the stream: %s",
-			 e == -EPROTO ? "ring protocol violation"
-			 : e == -ETIME ? "lease expired: no batch released for [session] lease_timeout"
-			 : e == -ESHUTDOWN ? "it is stopping" : strerror(-e));
+	snprintf(s->err, sizeof(s->err), "the daemon ended the stream: %s",
+		 e == -EPROTO ? "ring protocol violation"
+		 : e == -ETIME ? "lease expired: no batch released for [session] lease_timeout"
+		 : e == -ESHUTDOWN ? "it is stopping" : strerror(-e));
 	return e;
 }
 

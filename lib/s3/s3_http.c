@@ -12,8 +12,11 @@
  * its first byte and writes over the same offsets, so the bytes of a
  * dropped attempt are all overwritten or the whole call fails.
  *
- * Redirects are not followed: S3 answers a bucket in another region with
- * 301 and that region's name, which becomes the fix in the message.
+ * Redirects are not followed. S3 answers a bucket in another region with
+ * a 301 or 307 naming that region (x-amz-bucket-region, or the <Region>
+ * of its <Error>), which becomes the fix in the message; a redirect that
+ * names no region is reported as one, with where it points (Location),
+ * since it may come from a proxy or another service altogether.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -101,7 +104,7 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
 
 	/* A new status line (after a 100 Continue): forget the last reply's head. */
 	if (len >= 5 && !strncmp(p, "HTTP/", 5)) {
-		r->etag[0] = r->region[0] = '\0';
+		r->etag[0] = r->region[0] = r->location[0] = '\0';
 		r->has_length = r->has_range = r->bad_etag = false;
 		return len;
 	}
@@ -122,6 +125,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *user)
 		content_range(r, v, end);
 	else if (IS("x-amz-bucket-region") && (size_t)(end - v) < sizeof(r->region))
 		snprintf(r->region, sizeof(r->region), "%.*s", (int)(end - v), v);
+	else if (IS("location"))
+		snprintf(r->location, sizeof(r->location), "%.*s", (int)(end - v), v);
 #undef IS
 	return len;
 }
@@ -366,7 +371,7 @@ void bp__s3_req_cleanup(bp__s3_req *r)
 static void rewind_req(bp__s3_req *r)
 {
 	r->status = 0;
-	r->etag[0] = r->region[0] = '\0';
+	r->etag[0] = r->region[0] = r->location[0] = '\0';
 	r->has_length = r->has_range = r->bad_etag = false;
 	r->got = r->in_pos = 0;
 	r->body_len = 0;
@@ -410,7 +415,9 @@ static const char *reason(long status)
 {
 	switch (status) {
 	case 301: return "Moved Permanently";
+	case 302: return "Found";
 	case 307: return "Temporary Redirect";
+	case 308: return "Permanent Redirect";
 	case 400: return "Bad Request";
 	case 401: return "Unauthorized";
 	case 403: return "Forbidden";
@@ -423,6 +430,81 @@ static const char *reason(long status)
 	case 503: return "Service Unavailable";
 	default: return "";
 	}
+}
+
+/* Does s name a region as AWS spells them (lowercase letters, digits, '-')? */
+static bool region_named(const char *s)
+{
+	size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-");
+
+	return n > 0 && s[n] == '\0';
+}
+
+/* s for a message into buf: bytes outside visible ASCII as '?', cut with "..." to fit. */
+static void visible(const char *s, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (; s[n] && n + 1 < len; n++)
+		buf[n] = (unsigned char)s[n] < 0x20 || (unsigned char)s[n] > 0x7e ? '?' : s[n];
+	buf[n] = '\0';
+	if (s[n] && len > 4)
+		memcpy(buf + len - 4, "...", 4);
+}
+
+/* The host[:port] of absolute URL u (userinfo left out) into buf; "" when u is relative. */
+static void url_host(const char *u, char *buf, size_t len)
+{
+	const char *p = strstr(u, "://"), *end, *at;
+
+	buf[0] = '\0';
+	if (!p || p != u + strcspn(u, "/?#:"))
+		return;
+	p += 3;
+	end = p + strcspn(p, "/?#");
+	for (at = p; at < end; at++)
+		if (*at == '@')
+			p = at + 1;
+	snprintf(buf, len, "%.*s", (int)(end - p), p);
+}
+
+/*
+ * What a redirect, or a refusal for signing the wrong region, asks of the
+ * caller, appended at buf. "Another region" only when the reply names one
+ * (x-amz-bucket-region, or its <Error>'s <Region>): a redirect that names
+ * none may come from a proxy or another service, so it is reported as a
+ * redirect, with where it points.
+ */
+static void redirect_fix(const bp__s3_req *r, const char *code, char *buf, size_t len)
+{
+	bool redirect = r->status >= 300 && r->status < 400;
+	char region[64] = "", loc[160], host[128];
+
+	if (!redirect && strcmp(code, "AuthorizationHeaderMalformed"))
+		return;
+	if (region_named(r->region))
+		snprintf(region, sizeof(region), "%s", r->region);
+	else if (!r->body_len || bp__s3_xml_error_region(r->body, r->body_len, region) < 0 ||
+		 !region_named(region))
+		region[0] = '\0';
+	if (region[0]) {
+		snprintf(buf, len, "; the bucket is in another region (%s): set [remote] region / "
+			 "--region", region);
+		return;
+	}
+	if (!redirect)
+		return;
+	visible(r->location, loc, sizeof(loc));
+	url_host(loc, host, sizeof(host));
+	if (host[0])
+		snprintf(buf, len, "; redirected to %s (Location: %s): redirects are not followed: "
+			 "check [remote] endpoint / --endpoint", host, loc);
+	else if (loc[0])
+		snprintf(buf, len, "; redirected (Location: %s): redirects are not followed: check "
+			 "[remote] endpoint / --endpoint", loc);
+	else
+		snprintf(buf, len, "; redirects are not followed: check [remote] endpoint / "
+			 "--endpoint");
 }
 
 /* A reply with an HTTP error status: the sentence, with the server's Code and Message. */
@@ -439,15 +521,8 @@ static int http_error(bp__s3_req *r, const char *where, bp_s3_error *e)
 	snprintf(e->code, sizeof(e->code), "%s", code);
 	n = (size_t)snprintf(e->msg, sizeof(e->msg), "%s: HTTP %ld %s%s%s", where, r->status,
 			     code[0] ? code : reason(r->status), msg[0] ? ": " : "", msg);
-	if (n >= sizeof(e->msg))
-		return status_errno(r->status);
-	if (r->status == 301 || r->status == 307 || !strcmp(code, "AuthorizationHeaderMalformed"))
-		snprintf(e->msg + n, sizeof(e->msg) - n, "; the bucket is in another region%s%s%s: "
-			 "set [remote] region / --region", r->region[0] ? " (" : "", r->region,
-			 r->region[0] ? ")" : "");
-	else if (r->status >= 300 && r->status < 400)
-		snprintf(e->msg + n, sizeof(e->msg) - n, "; redirects are not followed: check "
-			 "[remote] endpoint / --endpoint");
+	if (n < sizeof(e->msg))
+		redirect_fix(r, code, e->msg + n, sizeof(e->msg) - n);
 	return r->status >= 300 && r->status < 400 ? -EINVAL : status_errno(r->status);
 }
 

@@ -111,6 +111,7 @@ typedef struct bp__s3_req {
 	uint64_t length;          /* Content-Length */
 	uint64_t range_first, range_last; /* Content-Range */
 	char region[64];          /* x-amz-bucket-region */
+	char location[256];       /* Location, as sent (cut to fit): for messages only */
 	/* where a 2xx body goes: a range written to fd or to write(), or kept */
 	bool ranged;
 	uint64_t want_off, want_len, got;
@@ -192,6 +193,14 @@ bool bp__s3_key_ok(const char *key);
  * @return 0; -EPROTO when buf is not an <Error> document.
  */
 int bp__s3_xml_error(const char *buf, size_t len, char code[64], char *msg, size_t msglen);
+
+/*
+ * An S3 <Error>'s Region (AuthorizationHeaderMalformed says which region
+ * the bucket wants; some servers add it to PermanentRedirect) into region,
+ * "" when absent. Unchecked text: the caller decides whether it names a
+ * region. @return 0; -EPROTO when buf is not an <Error> document.
+ */
+int bp__s3_xml_error_region(const char *buf, size_t len, char region[64]);
 
 /* One ListObjectsV2 page, appended to by bp__s3_xml_list. */
 typedef struct bp__s3_list {

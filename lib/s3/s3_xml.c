@@ -114,6 +114,17 @@ int bp__s3_xml_error(const char *buf, size_t len, char code[64], char *msg, size
 	return 0;
 }
 
+int bp__s3_xml_error_region(const char *buf, size_t len, char region[64])
+{
+	xmlDoc *d = parse(buf, len, "Error");
+
+	if (!d)
+		return -EPROTO;
+	text_to(child(xmlDocGetRootElement(d), "Region"), region, 64);
+	xmlFreeDoc(d);
+	return 0;
+}
+
 static int parse_size(const char *s, uint64_t *ret)
 {
 	uint64_t v = 0;

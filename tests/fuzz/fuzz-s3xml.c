@@ -2,13 +2,14 @@
 /*
  * fuzz-s3xml.c - libFuzzer target for the S3 client's XML reply parsers.
  *
- * The replies come from a remote server, so every input is fed to all four
- * parsers of s3_priv.h (bp__s3_xml_error, bp__s3_xml_list,
- * bp__s3_xml_upload_id, bp__s3_xml_complete). Beyond "no crash, no
+ * The replies come from a remote server, so every input is fed to all five
+ * parsers of s3_priv.h (bp__s3_xml_error, bp__s3_xml_error_region,
+ * bp__s3_xml_list, bp__s3_xml_upload_id, bp__s3_xml_complete). Beyond "no crash, no
  * sanitizer report" it checks the promises s3_priv.h makes, and aborts
  * when one is broken:
  *
- *  - return values only from each parser's documented set;
+ *  - return values only from each parser's documented set, and an <Error>
+ *    to bp__s3_xml_error_region exactly when it is one to bp__s3_xml_error;
  *  - on success, strings are NUL-terminated inside their buffers (the
  *    message buffer is malloc'd to its exact size, so ASan sees a write
  *    past it), and an upload id is non-empty;
@@ -51,6 +52,7 @@ typedef struct reply {
 	int r;
 	char code[64];
 	char etag[BP_S3_ETAG_MAX];
+	char region[64];
 	char *msg;                /* MSG_LEN bytes, malloc'd so that ASan bounds it */
 } reply;
 
@@ -72,6 +74,11 @@ static void reply_once(const char *buf, size_t len, bool complete, reply *o)
 	} else {
 		o->r = bp__s3_xml_error(buf, len, o->code, o->msg, MSG_LEN);
 		require(o->r == 0 || o->r == -EPROTO, "xml_error returns 0 or -EPROTO", o->r);
+		memset(o->region, 'x', sizeof(o->region));
+		require(bp__s3_xml_error_region(buf, len, o->region) == o->r,
+			"xml_error_region returns what xml_error does", o->r);
+		if (o->r == 0)
+			terminated(o->region, sizeof(o->region), "region NUL-terminated in 64");
 		/* xml_error's success is an <Error>, as xml_complete's 1 */
 		o->r = o->r == 0 ? 1 : o->r;
 	}
@@ -97,8 +104,9 @@ static void check_replies(const char *buf, size_t len, char *m1, char *m2)
 		if (a.r == 0)
 			require(!strcmp(a.etag, b.etag), "xml_complete deterministic (etag)", 0);
 		if (a.r == 1)
-			require(!strcmp(a.code, b.code) && !strcmp(a.msg, b.msg),
-				"deterministic (code, msg)", complete);
+			require(!strcmp(a.code, b.code) && !strcmp(a.msg, b.msg) &&
+				(complete || !strcmp(a.region, b.region)),
+				"deterministic (code, msg, region)", complete);
 		if (!complete)
 			as_error = a.r;
 		else

@@ -2,7 +2,11 @@
 """A stand-in batchd that serves GPU sessions as lib/proto/PROTOCOL.md says, for
 testing libbatchclient's GPU streams against the fake CUDA driver
 (fake_libcuda.c) where there is no GPU, and that breaks, on request, each
-rule of the device table a hostile daemon could break.
+rule of the device table a hostile daemon could break. It serves host
+sessions too (an OPEN with placement -1: four descriptors, no device
+table), for the failures no real daemon makes on demand: batches failed
+with a given errno and reason, a ring stopped, an OPEN never answered, a
+connection hung up mid-stream.
 
 Why not the real batchd: it needs a GPU to make a GPU session. This one
 speaks the socket protocol (HELLO, OPEN, READY with five descriptors,
@@ -86,11 +90,15 @@ class Plan:
         self.dev_size = None      # None: slots * slot_bytes rounded up to 2 MiB
         self.gpu_offset = None    # None: right after the arena
         self.gpu_size = None      # None: gpu_size(slots)
-        self.nfds = 5
+        self.nfds = None          # None: 5 for a GPU session, 4 for a host one
         self.placement = None     # None: as opened
         self.desc_device = {}     # seq -> a device offset other than the slot's
         self.refuse = None        # (errno, message): answer OPEN with ERROR
         self.copies_land = True   # False: slots poisoned, ready pending until Session.land
+        self.failed = {}          # seq -> (errno, reason): that batch failed
+        self.produced = None      # batches published (None: all slots)
+        self.stop = None          # errno: the ring STOPPED with it after the published ones
+        self.silent = False       # True: OPEN is never answered
         for k, v in kw.items():
             if not hasattr(self, k):
                 raise AttributeError(k)
@@ -117,6 +125,7 @@ class Session:
         self.dev_size = (up(S * self.slot_bytes, 2 << 20) if p.dev_size is None else p.dev_size)
         self.uuid = bytes(p.uuid if p.uuid is not None else uuid)
         self.placement = placement if p.placement is None else p.placement
+        self.host = placement < 0              # a host session was asked for: no device side
 
         self.data_fd = memfd("fake-data", self.data_size)
         self.ctrl_fd = memfd("fake-ctrl", self.ctrl_size)
@@ -128,7 +137,8 @@ class Session:
 
         struct.pack_into("<QIIQQQQQII", self.data, 0, RING_MAGIC, 1, 4096, sid, self.data_size,
                          arena, S * rec, S, S, B)
-        struct.pack_into("<QQ", self.data, 64, hdr_off, gsize)
+        if not self.host:
+            struct.pack_into("<QQ", self.data, 64, hdr_off, gsize)
         # The device table and its events.
         self.ready, self.released = [], []
         struct.pack_into("<Q16sQQIIi", self.data, self.gpu_off, p.table_magic, self.uuid,
@@ -155,10 +165,18 @@ class Session:
                           seq * self.slot_bytes)
             if not p.copies_land:
                 fake.event_pending(self.ready[seq], 1)
+            status = 0
+            if seq in p.failed:
+                err, reason = p.failed[seq]
+                status = -err
+                self.data[at:at + len(reason) + 1] = reason.encode() + b"\0"
             struct.pack_into("<QQQQQQIiQ", self.data, 4096 + 64 * seq, seq, 0, seq, at,
-                             at + self.payload_at, payload, B, 0, dev)
+                             at + self.payload_at, payload, B, status,
+                             0 if self.host else dev)
             self.expect.append((ids, body))
-        struct.pack_into("<Q", self.data, 128, S)      # produced: all of them
+        struct.pack_into("<Q", self.data, 128, S if p.produced is None else p.produced)
+        if p.stop is not None:
+            struct.pack_into("<Ii", self.data, 192, 1, -p.stop)   # STOPPED, and why
         fcntl.fcntl(self.data_fd, fcntl.F_ADD_SEALS,
                     fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE)
         fcntl.fcntl(self.ctrl_fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
@@ -180,7 +198,10 @@ class Session:
                            p.slots, self.placement, 0)
 
     def client_fds(self):
-        return [self.data_fd, self.ctrl_fd, self.rel_w, self.pub_r, self.dev_fd][:self.plan.nfds]
+        n = self.plan.nfds
+        if n is None:
+            n = 4 if self.host else 5
+        return [self.data_fd, self.ctrl_fd, self.rel_w, self.pub_r, self.dev_fd][:n]
 
     def close(self):
         for fd in (self.data_fd, self.ctrl_fd, self.dev_fd, self.rel_r, self.rel_w, self.pub_r,
@@ -195,7 +216,8 @@ class Session:
 class FakeBatchd:
     """Listen on path; serve one connection at a time in a thread.
     opens: (placement, device_uuid bytes, path) per OPEN received;
-    closes: session ids CLOSEd; sessions: id -> Session of the open ones."""
+    closes: session ids CLOSEd; sessions: id -> Session of the open ones.
+    hang_up() ends the connection being served, as a daemon that died."""
 
     def __init__(self, path, fake):
         self.path = path
@@ -203,6 +225,7 @@ class FakeBatchd:
         self.plan = Plan()
         self.opens, self.closes, self.sessions = [], [], {}
         self.next_id = 1
+        self.conn = None
         self.lock = threading.Lock()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.bind(path)
@@ -216,6 +239,7 @@ class FakeBatchd:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            self.conn = conn
             with conn:
                 self._connection(conn)
 
@@ -250,6 +274,8 @@ class FakeBatchd:
         uuid = msg[68:84]
         n = struct.unpack_from("<I", msg, 84)[0]
         self.opens.append((placement, uuid, msg[88:88 + n].decode()))
+        if self.plan.silent:
+            return
         if self.plan.refuse:
             code, text = self.plan.refuse
             text = text.encode()
@@ -259,6 +285,10 @@ class FakeBatchd:
         self.next_id += 1
         self.sessions[s.id] = s
         socket.send_fds(conn, [message(READY, s.ready_body())], s.client_fds())
+
+    def hang_up(self):
+        if self.conn is not None:
+            self.conn.shutdown(socket.SHUT_RDWR)
 
     def close(self):
         self.sock.close()

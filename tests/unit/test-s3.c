@@ -6,29 +6,26 @@
  * environment, session tokens, the shared file), the backoff's bounds,
  * query strings and URLs as SigV4 wants them signed, the XML replies
  * (errors, listing pages, multipart replies, a DTD refused, ETags and
- * keys with control characters refused), how a reply
- * is classified into an errno and a message, and ranged GETs (the
+ * keys with control characters refused), and ranged GETs (the
  * synchronous ones, and the daemon's on a multi handle) against a small
  * HTTP server in a child process that drops a connection halfway through
  * a range, answers 503, ignores Range or sends the wrong range.
  *
+ * How a failed reply becomes an errno and a message: test-s3-errors.c.
  * tests/remote/test-s3-server.sh tests the same client against a real
  * S3 server (moto) through batchd-pack.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
 
+#include "s3-testlib.h"
 #include "s3.h"
 #include "s3_priv.h"
 
@@ -608,81 +605,6 @@ START_TEST(test_content_md5)
 }
 END_TEST
 
-/* ---- outcomes -------------------------------------------------------------------------- */
-
-/* r's outcome for a reply of status with body (may be NULL). */
-static int outcome(long status, const char *body, CURLcode code, bp_s3_error *e)
-{
-	bp__s3_req r = { .status = status, .fd = -1, .in_fd = -1 };
-	int err;
-
-	r.h = curl_easy_init();
-	ck_assert_ptr_nonnull(r.h);
-	if (body) {
-		r.body = strdup(body);
-		r.body_len = strlen(body);
-	}
-	if (status == 301)
-		snprintf(r.region, sizeof(r.region), "eu-west-1");
-	err = bp__s3_req_outcome(&r, code, "s3://b/k", e);
-	bp__s3_req_cleanup(&r);
-	return err;
-}
-
-START_TEST(test_outcomes)
-{
-	static const struct {
-		long status;
-		int err;
-		bool retry;
-		const char *body, *msg;
-	} t[] = {
-		{ 200, 0, false, NULL, NULL },
-		{ 206, 0, false, NULL, NULL },
-		{ 404, -ENOENT, false, "<Error><Code>NoSuchKey</Code><Message>The specified key "
-		  "does not exist.</Message></Error>",
-		  "s3://b/k: HTTP 404 NoSuchKey: The specified key does not exist." },
-		{ 404, -ENOENT, false, NULL, "s3://b/k: HTTP 404 Not Found" },
-		{ 403, -EACCES, false, "<Error><Code>InvalidAccessKeyId</Code><Message>nope</Message>"
-		  "</Error>", "s3://b/k: HTTP 403 InvalidAccessKeyId: nope" },
-		{ 401, -EACCES, false, NULL, "s3://b/k: HTTP 401" },
-		{ 412, -ESTALE, false, NULL, "HTTP 412 Precondition Failed" },
-		{ 416, -ERANGE, false, NULL, "HTTP 416" },
-		{ 400, -EINVAL, false, "garbage <", "s3://b/k: HTTP 400 Bad Request" },
-		{ 503, -EAGAIN, true, "<Error><Code>SlowDown</Code><Message>Please reduce your "
-		  "request rate.</Message></Error>", "HTTP 503 SlowDown: Please reduce" },
-		{ 500, -EAGAIN, true, NULL, "HTTP 500" },
-		{ 429, -EAGAIN, true, NULL, "HTTP 429" },
-		{ 408, -EAGAIN, true, NULL, "HTTP 408" },
-		{ 301, -EINVAL, false, "<Error><Code>PermanentRedirect</Code></Error>",
-		  "another region (eu-west-1): set [remote] region / --region" },
-	};
-	bp_s3_error e;
-
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
-		int err = outcome(t[i].status, t[i].body, CURLE_OK, &e);
-
-		ck_assert_msg(err == t[i].err, "HTTP %ld: %d, not %d", t[i].status, err, t[i].err);
-		if (!err)
-			continue;
-		ck_assert_int_eq(e.status, t[i].status);
-		ck_assert_int_eq(e.retryable, t[i].retry);
-		ck_assert_msg(strstr(e.msg, t[i].msg), "HTTP %ld: '%s' lacks '%s'", t[i].status,
-			      e.msg, t[i].msg);
-	}
-	ck_assert_int_eq(outcome(0, NULL, CURLE_COULDNT_CONNECT, &e), -EAGAIN);
-	ck_assert(e.retryable);
-	ck_assert_int_eq(e.status, 0);
-	ck_assert_msg(!strncmp(e.msg, "s3://b/k: ", 10), "%s", e.msg);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_PARTIAL_FILE, &e), -EAGAIN);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_OPERATION_TIMEDOUT, &e), -EAGAIN);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_GOT_NOTHING, &e), -EAGAIN);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_SSL_CONNECT_ERROR, &e), -EIO);
-	ck_assert(!e.retryable);
-	ck_assert_int_eq(outcome(0, NULL, CURLE_COULDNT_RESOLVE_HOST, &e), -EIO);
-}
-END_TEST
-
 /* ---- ranged GETs against a scripted server ----------------------------------------------- */
 
 #define OBJ_SIZE 100000u
@@ -734,41 +656,18 @@ static void serve_range(int c, const char *req, const char *how)
 	free(body);
 }
 
-/* A child answering connections by sc, one step each, then "ok"s. @return its pid; *port. */
+/* s3t_answer_fn for a script: connection n takes step n, then "ok"s. */
+static void scripted(int c, const char *req, unsigned n, const void *ctx)
+{
+	const script *sc = ctx;
+
+	serve_range(c, req, n < 8 && sc->steps[n] ? sc->steps[n] : "ok");
+}
+
+/* A child answering connections by sc. @return its pid; *port. */
 static pid_t server(const script *sc, int *port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t alen = sizeof(a);
-	int l = socket(AF_INET, SOCK_STREAM, 0);
-	pid_t pid;
-
-	ck_assert_int_ge(l, 0);
-	ck_assert_int_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	ck_assert_int_eq(listen(l, 16), 0);
-	ck_assert_int_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
-	*port = ntohs(a.sin_port);
-	if ((pid = fork()) != 0) {
-		close(l);
-		return pid;
-	}
-	for (int n = 0;; n++) {
-		char req[4096];
-		ssize_t got = 0, k;
-		int c = accept(l, NULL, NULL);
-
-		if (c < 0)
-			_exit(1);
-		while (got < (ssize_t)sizeof(req) - 1 &&
-		       (k = read(c, req + got, sizeof(req) - 1 - (size_t)got)) > 0) {
-			got += k;
-			req[got] = '\0';
-			if (strstr(req, "\r\n\r\n"))
-				break;
-		}
-		req[got > 0 ? got : 0] = '\0';
-		serve_range(c, req, n < 8 && sc->steps[n] ? sc->steps[n] : "ok");
-		close(c);
-	}
+	return s3t_server(scripted, sc, port);
 }
 
 /* A GET of [off, off + len) through a server scripted by sc, into a fresh file. */
@@ -779,7 +678,7 @@ static int get_scripted(const script *sc, unsigned retries, uint64_t off, uint64
 	bp_s3_config c = { .retries = retries };
 	bp_s3_loc loc = { .bucket = (char *)"bkt", .key = (char *)"o.bpk" };
 	bp_s3 *s;
-	int port, fd, r, st;
+	int port, fd, r;
 	pid_t pid = server(sc, &port);
 
 	clear_env();
@@ -794,8 +693,7 @@ static int get_scripted(const script *sc, unsigned retries, uint64_t off, uint64
 	r = bp_s3_get_to_fd(s, &loc, "\"e1\"", off, len, fd, 1000, e);
 	if (stats)
 		bp_s3_stats_get(s, stats);
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
+	s3t_server_stop(pid);
 	bp_s3_free(s);
 	*ret_fd = fd;
 	return r;
@@ -912,7 +810,7 @@ START_TEST(test_multi_request)
 	sink_buf *b = calloc(1, sizeof(*b));
 	bp_s3_error e;
 	bp_s3 *s;
-	int port, st;
+	int port;
 	pid_t pid = server(&sc, &port);
 
 	clear_env();
@@ -938,8 +836,7 @@ START_TEST(test_multi_request)
 	ck_assert_uint_eq(b->n, 10000);
 	ck_assert_ptr_null(bp_s3_request_get(s, &(bp_s3_loc){ .bucket = (char *)"b",
 				.key = (char *)"k" }, NULL, 0, 0, to_buf, b));
-	kill(pid, SIGKILL);
-	waitpid(pid, &st, 0);
+	s3t_server_stop(pid);
 	bp_s3_free(s);
 	free(b);
 }
@@ -974,7 +871,6 @@ static Suite *s3_suite(void)
 	tcase_add_test(t, test_content_md5);
 	suite_add_tcase(s, t);
 	t = tcase_create("requests");
-	tcase_add_test(t, test_outcomes);
 	tcase_add_test(t, test_get_retries);
 	tcase_add_test(t, test_get_checks);
 	tcase_add_test(t, test_multi_request);
@@ -985,14 +881,5 @@ static Suite *s3_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	if (bp_s3_global_init() < 0)
-		return EXIT_FAILURE;
-	sr = srunner_create(s3_suite());
-	srunner_run_all(sr, CK_ENV);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return s3t_run(s3_suite());
 }

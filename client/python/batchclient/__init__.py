@@ -41,7 +41,7 @@ batchclient._lib for how the library is found ($BATCHCLIENT_LIB first).
 """
 from .batch import Batch, ReleasedError
 from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError,
-                     PinnedBatchError)
+                     PinnedBatchError, RemoteError)
 from .loader import Loader, WaitTimeout, rank_and_world, status
 from .schema import Field
 
@@ -71,5 +71,6 @@ __version__ = _version()
 
 __all__ = [
     "Batch", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Field", "Loader",
-    "PinnedBatchError", "ReleasedError", "WaitTimeout", "rank_and_world", "status",
+    "PinnedBatchError", "ReleasedError", "RemoteError", "WaitTimeout", "rank_and_world",
+    "status",
 ]

@@ -45,7 +45,7 @@ import weakref
 from . import _lib, schema
 from .batch import Batch
 from .errors import (BatchdError, BatchError, DaemonGoneError, PinnedBatchError,
-                     connect_error, from_code)
+                     connect_error, from_code, open_error, remote_error)
 
 STATE_VERSION = 1
 _WAIT_SLICE_MS = 200   # bc_next waits in slices so that Ctrl-C and timeouts work
@@ -225,7 +225,7 @@ class _Stream:
         h = ctypes.c_void_p()
         r = L.bc_open(client.h, ctypes.byref(o), ctypes.byref(h))
         if r < 0:
-            raise from_code(r, client.error(), f"cannot open dataset {cfg['dataset']!r}")
+            raise open_error(r, client.error(), cfg["dataset"])
         self.client = client
         self.h = h.value
         self.dataset = cfg["dataset"]
@@ -369,18 +369,25 @@ class _Stream:
                 # The loader stops at the last batch by position; this is the
                 # marker between that epoch and the one it now starts.
                 continue
-            if r == -errno.ETIMEDOUT:
+            # A batch that failed moved the stream on; a wait that ran out, a
+            # stop and a death did not, whatever errno each gave (batchclient.h).
+            failed = self.position() != pos
+            if r == -errno.ETIMEDOUT and not failed:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout(errno.ETIMEDOUT, f"no batch within {timeout} s",
                                       f"reading {self.dataset!r} at {pos[0]}:{pos[1]}")
                 continue
             msg = self.error()
-            if -r in (errno.EPIPE, errno.ESHUTDOWN, errno.EPROTO):
+            if not failed and -r in (errno.EPIPE, errno.ESHUTDOWN, errno.EPROTO):
                 raise from_code(r, msg, f"reading {self.dataset!r}", DaemonGoneError)
             if r == -errno.ENOBUFS:
                 raise from_code(r, "", f"reading {self.dataset!r}")
-            raise BatchError(-r, msg or _lib.text(L.bc_strerror(r)),
-                             f"batch {pos[0]}:{pos[1]} of {self.dataset!r}", pos[0], pos[1])
+            where = f"batch {pos[0]}:{pos[1]} of {self.dataset!r}"
+            if failed:
+                e = remote_error(r, msg, where, self.dataset, pos[0], pos[1])
+                if e is not None:
+                    raise e
+            raise BatchError(-r, msg or _lib.text(L.bc_strerror(r)), where, pos[0], pos[1])
 
     # -- closing --
 
