@@ -21,7 +21,7 @@
 
 static bool tenant_active(const bd_tenant *t)
 {
-	return t->queued || t->inflight;
+	return t->queued || t->inflight || t->parked;
 }
 
 uint32_t bd__sched_tenant_cap(const bd_sched *s)
@@ -38,7 +38,7 @@ static void flow_ready(bd_sched *s, bd_flow *f)
 {
 	bd_tenant *t = f->tenant;
 
-	if (f->ready || !f->queue.head || f->inflight >= s->flow_cap)
+	if (f->ready || !f->queue.head || f->inflight >= s->flow_cap || f->parked >= s->flow_cap)
 		return;
 	f->ready = true;
 	f->next_ready = NULL;
@@ -160,7 +160,7 @@ static void flow_retire(bd_sched *s, bd_flow *f)
 {
 	bd_tenant *t = f->tenant;
 
-	if (f == &s->spare || !f->done || f->queue.head || f->inflight || f->ready)
+	if (f == &s->spare || !f->done || f->queue.head || f->inflight || f->parked || f->ready)
 		return;
 	for (bd_flow **pp = &s->flows; *pp; pp = &(*pp)->next)
 		if (*pp == f) {
@@ -321,4 +321,42 @@ bd_task *bd__sched_cancel(bd_sched *s, void *owner)
 	}
 	pthread_mutex_unlock(&s->mu);
 	return list;
+}
+
+void bd__sched_park(bd_sched *s, bd_task *task)
+{
+	bd_flow *f = task->flow;
+	bd_tenant *t = f->tenant;
+
+	pthread_mutex_lock(&s->mu);
+	/*
+	 * Off the caps, but a flow with flow_cap tasks parked is not served
+	 * more until one comes back: parking is no way round the caps, and
+	 * the same user's other flows get the slots meanwhile.
+	 */
+	task->parked = true;
+	f->inflight--;
+	f->parked++;
+	t->inflight--;
+	t->parked++;
+	flow_ready(s, f);
+	if (tenant_ready(s, t) && s->wake)
+		s->wake(s->ctx);
+	pthread_mutex_unlock(&s->mu);
+}
+
+void bd__sched_unpark(bd_sched *s, bd_task *task)
+{
+	pthread_mutex_lock(&s->mu);
+	if (task->parked) {
+		bd_flow *f = task->flow;
+
+		task->parked = false;
+		f->inflight++;
+		f->parked--;
+		f->tenant->inflight++;
+		f->tenant->parked--;
+		flow_ready(s, f);
+	}
+	pthread_mutex_unlock(&s->mu);
 }

@@ -253,6 +253,7 @@ static void fetched(void *ctx, int err, const char *why)
 	bd_task *t = ctx;
 	bd_io_thread *it = t->home;
 
+	bd__sched_unpark(&it->p->sched, t);
 	t->remote_pinned = true;
 	t->remote_err = err;
 	if (err < 0)
@@ -285,7 +286,10 @@ static int acquire(io_worker *w, bd_task *t)
 	/* Off the list first: the fetcher may hand it back before acquire returns. */
 	bd__fifo_pop(&w->local);
 	t->home = w->it;
+	bd__sched_park(&w->p->sched, t);
 	r = bd_robj_acquire(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size, fetched, t);
+	if (r != 1)
+		bd__sched_unpark(&w->p->sched, t); /* no wait after all */
 	if (r == 0) {
 		t->remote_pinned = true;
 		bd__fifo_unpop(&w->local, t);

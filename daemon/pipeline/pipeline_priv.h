@@ -59,6 +59,7 @@ typedef struct bd_task {
 	uint32_t skip;              /* stored bytes start at buf + skip */
 	/* A remote dataset's block: its cache chunks pinned (remote.h), and the fetch's outcome. */
 	bool remote_pinned;
+	bool parked;                /* waiting on the fetcher, not counted in flight (bd__sched_park) */
 	int32_t remote_err;
 	struct bd_io_thread *home;  /* the I/O thread it waits for a fetch on */
 	struct bd_flow *flow;       /* its owner's, from submission to bd__task_finish */
@@ -109,6 +110,7 @@ typedef struct bd_flow {
 	struct bd_tenant *tenant;
 	bd_fifo queue;
 	uint32_t inflight;
+	uint32_t parked;            /* its tasks waiting on the fetcher (bd__sched_park) */
 	bool ready;                 /* on its tenant's ready list */
 	bool done;                  /* the owner submits no more (bd__sched_cancel) */
 	struct bd_flow *next;       /* all flows */
@@ -124,6 +126,7 @@ typedef struct bd_tenant {
 	uint32_t uid;
 	uint32_t queued;            /* its flows' tasks not yet claimed */
 	uint32_t inflight;          /* its flows' blocks claimed and not yet finished */
+	uint32_t parked;            /* ... of which waiting on the fetcher, not counted above */
 	uint32_t nflows;
 	bd_flow *ready_head, *ready_tail;
 	bool ready;                 /* on the scheduler's ready list */
@@ -173,6 +176,17 @@ void bd__sched_done(bd_sched *s, bd_task *task);
 bd_task *bd__sched_cancel(bd_sched *s, void *owner);
 /* Blocks in flight a tenant may have now: share / tenants with work, at least 1. Under mu. */
 uint32_t bd__sched_tenant_cap(const bd_sched *s);
+/*
+ * task is about to wait on the remote fetcher, for as long as a bucket
+ * takes: it stops counting against its flow's and tenant's caps, so the
+ * same user's other sessions, local ones first of all, are served
+ * meanwhile; a flow with flow_cap tasks parked gets no more until one is
+ * back. Before the wait starts (the fetcher may hand it back at once).
+ * Any thread.
+ */
+void bd__sched_park(bd_sched *s, bd_task *task);
+/* task's wait is over (or never started): it counts in flight again. Any thread. */
+void bd__sched_unpark(bd_sched *s, bd_task *task);
 
 /*
  * A read that finds no run free in the pool (or is larger than it) gets

@@ -17,6 +17,8 @@ Control endpoint (under /__hostile, never counted):
           "claim": N (the size HEAD and listings say; default the file's),
           "etag": "\\"...\\"" (default a hash of the key),
           "rate": BYTES_PER_SECOND (a GET's body trickles at that rate),
+          "slow_from": OFFSET, "slow_to": OFFSET (only GETs whose range
+            starts in [slow_from, slow_to) trickle; default all),
           "status": CODE (every request on it answers CODE),
           "location": URL (with status 301/307: the Location header),
           "region": NAME (x-amz-bucket-region on that reply)}
@@ -26,8 +28,9 @@ Control endpoint (under /__hostile, never counted):
            "etag": "..." (the ETag listed for generated keys)}
     Objects below a prefix are listed under it too.
   GET  /__hostile/stats   {"requests": N, "by_method": {...}, "lists": N,
-                           "gets": N, "headers": [[NAME, VALUE]...] of every
-                           request (the last 1000), "open": live connections}
+                           "gets": N, "trickling": GETs trickling now,
+                           "headers": [[NAME, VALUE]...] of every request
+                           (the last 1000), "open": live connections}
   POST /__hostile/reset   stats cleared
 
     s3hostile.py [--listen 127.0.0.1:0] [--port-file FILE]
@@ -62,6 +65,7 @@ class State:
             self.by_method = {}
             self.lists = 0
             self.gets = 0
+            self.trickling = 0
             self.headers = []
             self.open = 0
 
@@ -141,6 +145,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with STATE.lock:
                 body = json.dumps({"requests": STATE.requests, "by_method": STATE.by_method,
                                    "lists": STATE.lists, "gets": STATE.gets,
+                                   "trickling": STATE.trickling,
                                    "headers": STATE.headers, "open": STATE.open}).encode()
             return self.reply(200, body, [("Content-Type", "application/json")])
         n = int(self.headers.get("Content-Length") or 0)
@@ -223,16 +228,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 data = f.read(n)
         data += bytes(n - len(data))
         rate = obj.get("rate")
+        if rate and not obj.get("slow_from", 0) <= off < obj.get("slow_to", 1 << 62):
+            rate = None
         try:
             if not rate:
                 self.wfile.write(data)
                 return
             # A trickle: a few bytes at a time, rate bytes a second.
-            step = max(1, int(rate) // 10)
-            for i in range(0, len(data), step):
-                self.wfile.write(data[i:i + step])
-                self.wfile.flush()
-                time.sleep(step / rate)
+            with STATE.lock:
+                STATE.trickling += 1
+            try:
+                step = max(1, int(rate) // 10)
+                for i in range(0, len(data), step):
+                    self.wfile.write(data[i:i + step])
+                    self.wfile.flush()
+                    time.sleep(step / rate)
+            finally:
+                with STATE.lock:
+                    STATE.trickling -= 1
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

@@ -84,7 +84,7 @@ class HostileDaemon(T.Daemon):
     """A batchd whose remote is s3://hostile/p on the hostile server, unsigned."""
 
     def __init__(self, directory, max_size="256M", chunk="4M", timeout=10, min_rate="16K",
-                 memory="256M"):
+                 memory="256M", extra=""):
         super().__init__(directory, memory=memory)
         self.cache = os.path.join(directory, "cache")
         self.conf = os.path.join(directory, "batchd.conf")
@@ -92,7 +92,7 @@ class HostileDaemon(T.Daemon):
             f.write(f"[datasets]\nroot = {self.root}\nremote = s3://{BUCKET}/p\n\n"
                     f"[remote]\nendpoint = {H.endpoint}\nregion = us-east-1\naddressing = path\n"
                     f"retries = 1\ntimeout = {timeout}\nmin_rate = {min_rate}\n\n"
-                    f"[cache]\ndir = {self.cache}\nmax_size = {max_size}\nchunk = {chunk}\n")
+                    f"[cache]\ndir = {self.cache}\nmax_size = {max_size}\nchunk = {chunk}\n{extra}")
 
     def start(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
@@ -231,6 +231,45 @@ class Slow(HostileCase):
         self.assertLessEqual(H.ctl("stats")["lists"], 146)
 
 
+# ---- 3. one slow bucket, the same user's other sessions ---------------------------------------
+
+
+class SameUser(HostileCase):
+    def test_a_stuck_remote_session_leaves_the_users_local_one_served(self):
+        # The remote pack opens (its header and index chunks come at once),
+        # then every block chunk trickles at 100 B/s with no rate floor: its
+        # session's reads are stuck. The same uid's local session must still
+        # get every batch.
+        top = tempfile.mkdtemp(prefix="sameuid-", dir=H.top)
+        slow = small_pack(top, "slow.bpk", n=64, size=16 << 10, block_size="16K")
+        size = os.path.getsize(slow)
+        H.configure({"p/slow.bpk": {"file": slow, "rate": 100, "slow_from": 64 << 10,
+                                    "slow_to": size - (128 << 10)}})
+        # One I/O thread at queue depth 2: four blocks in flight a user, which
+        # the remote session's eight batches of four blocks would all take.
+        d = self.daemon("sameuid", chunk="64K", timeout=600, min_rate="0",
+                        extra="\n[io]\nthreads = 1\nqueue_depth = 2\n")
+        os.rename(small_pack(d.dir, "local.bpk", n=256, size=2048), os.path.join(d.root, "local.bpk"))
+        stuck = batchclient.Loader(f"s3://{BUCKET}/p/slow.bpk", 4, socket=d.sock, timeout=120,
+                                   prefetch=8)
+        got = []
+        th = threading.Thread(target=lambda: got.extend(b.ids for b in stuck), daemon=True)
+        th.start()
+        deadline = time.monotonic() + 20
+        while H.ctl("stats")["trickling"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertGreater(H.ctl("stats")["trickling"], 0, "no block read of the remote session trickles")
+        t0 = time.monotonic()
+        ld = batchclient.Loader("local.bpk", 16, socket=d.sock, timeout=30)
+        n = sum(len(b) for b in ld)
+        took = time.monotonic() - t0
+        ld.close()
+        self.assertEqual(n, 256)
+        self.assertLess(took, 10, f"the local session of the same uid took {took:.1f} s")
+        self.stop(d)
+        th.join(30)
+
+
 # ---- 4. what failed opens leave -----------------------------------------------------------------
 
 
@@ -259,14 +298,14 @@ class FailedOpens(HostileCase):
 # ---- 7. reads larger than the cache ----------------------------------------------------------
 
 
-def small_pack(top, name, n=64, size=100):
+def small_pack(top, name, n=64, size=100, block_size=None):
     """A local pack of n samples, sample i being size + i random bytes. @return its path."""
     src = os.path.join(top, name + ".src")
     os.makedirs(src)
     for i in range(n):
         with open(os.path.join(src, f"s{i:03d}"), "wb") as f:
             f.write(os.urandom(size + i))
-    return T.pack(os.path.join(top, name), src, extra=["--no-dict"])
+    return T.pack(os.path.join(top, name), src, block_size=block_size, extra=["--no-dict"])
 
 
 class Larger(HostileCase):
