@@ -389,24 +389,9 @@ static void dataset_free(bd_dataset *d)
 	free(d->disk);
 	free(d->place);
 	free(d->name);
+	/* Charged once loaded (load): given back with the memory. */
+	bd_budget_give(d->budget, BD_BUDGET_DATASETS, d->bytes);
 	free(d);
-}
-
-/*
- * The index, dictionary, lookup-table and field-column bytes a version
- * holds: what keeping it costs.
- */
-static uint64_t held_bytes(const bp_dataset *ds)
-{
-	uint64_t n = 0;
-
-	for (size_t i = 0; i < bp_dataset_shard_count(ds); i++) {
-		const bp_shard *sh = bp_dataset_shard(ds, i);
-
-		n += sh->footer.index_size + sh->header.dict_size;
-	}
-	/* The columns, text and field sizes are loaded whole at open (pack_fields.h). */
-	return n + bp_dataset_lookup_bytes(ds) + bp_dataset_field_bytes(ds);
 }
 
 /* A remote shard's load failed on a fetch: say what the bucket answered, after err. */
@@ -428,6 +413,8 @@ static int load(bd__scan *sc, const char *path, const bd_read_policy *rp, bd_dat
 {
 	enum bd_direct_mode direct;
 	bp_dataset_fault fault = { 0 };
+	bd__charge ch = { .rp = rp, .path = path, .when = "read from its shards' footers, before "
+		      "loading", .shards = sc->set.count, .err = err, .errlen = errlen };
 	bd_dataset *d = bd_calloc(1, sizeof(*d));
 	int r;
 
@@ -436,7 +423,12 @@ static int load(bd__scan *sc, const char *path, const bd_read_policy *rp, bd_dat
 		snprintf(err, errlen, "dataset %s: out of memory", path);
 		return -ENOMEM;
 	}
+	/* Each part of its memory is charged before the reader allocates it. */
+	sc->set.charge = bd__charge_load;
+	sc->set.charge_ctx = &ch;
 	r = bp_dataset_from_set(&sc->set, &d->ds, &fault);
+	if (r < 0 && ch.refused) /* err says why */
+		goto fail;
 	if (r < 0) {
 		set_refusal(-1, false, path, r, &fault, err, errlen);
 		remote_refusal(sc, err, errlen);
@@ -462,19 +454,24 @@ static int load(bd__scan *sc, const char *path, const bd_read_policy *rp, bd_dat
 			snprintf(err, errlen, "dataset %s: %s", path, strerror(-r));
 		goto fail;
 	}
+	r = bd__charge_loaded(d, &ch);
+	if (r < 0)
+		goto fail;
 	compute_topk(d);
 	d->samples_per_block = bp_dataset_samples(d->ds) / bp_dataset_blocks(d->ds);
-	d->bytes = held_bytes(d->ds);
 	d->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
 	bd_log(LOG_INFO, "dataset %s: %llu samples in %zu shards, %llu MiB decoded, %llu MiB "
-	       "stored: tier %s, %s reads", path, (unsigned long long)bp_dataset_samples(d->ds),
-	       bp_dataset_shard_count(d->ds), (unsigned long long)(bp_dataset_raw_bytes(d->ds) >> 20),
-	       (unsigned long long)(bp_dataset_stored_bytes(d->ds) >> 20), bd_tier_name(d->tier),
+	       "stored, %.1f MiB in memory (index and tables): tier %s, %s reads", path,
+	       (unsigned long long)bp_dataset_samples(d->ds), bp_dataset_shard_count(d->ds),
+	       (unsigned long long)(bp_dataset_raw_bytes(d->ds) >> 20),
+	       (unsigned long long)(bp_dataset_stored_bytes(d->ds) >> 20),
+	       (double)d->bytes / (1 << 20), bd_tier_name(d->tier),
 	       d->direct ? "O_DIRECT" : "buffered");
 	*ret = d;
 	return 0;
 fail:
 	dataset_free(d);
+	bd__charge_drop(&ch);
 	return r;
 }
 
@@ -484,7 +481,7 @@ static struct {
 	pthread_mutex_t mu;
 	bd_dataset *list;        /* every cached version, newest first */
 	uint64_t clock;          /* ticks at each last put: the LRU order */
-	uint64_t loaded, freed;
+	uint64_t loaded, freed, evicted;
 } cache = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 static void unlink_version(bd_dataset *d)
@@ -542,26 +539,59 @@ static void make_current(bd_dataset *d, bd_dataset **dead)
 	}
 }
 
+/* The least recently used version no session uses, and how many there are and hold. */
+static bd_dataset *oldest_unused(size_t *ret_n, uint64_t *ret_bytes)
+{
+	bd_dataset *oldest = NULL;
+	uint64_t bytes = 0;
+	size_t n = 0;
+
+	for (bd_dataset *d = cache.list; d; d = d->next) {
+		if (d->refs)
+			continue;
+		n++;
+		bytes += d->bytes;
+		if (!oldest || d->last_used < oldest->last_used)
+			oldest = d;
+	}
+	*ret_n = n;
+	*ret_bytes = bytes;
+	return oldest;
+}
+
 /* Keep at most BD_DATASET_KEEP_UNUSED unused versions and BD_DATASET_KEEP_BYTES of theirs. */
 static void trim(bd_dataset **dead)
 {
 	for (;;) {
-		bd_dataset *oldest = NULL;
-		uint64_t bytes = 0;
-		size_t n = 0;
+		uint64_t bytes;
+		size_t n;
+		bd_dataset *oldest = oldest_unused(&n, &bytes);
 
-		for (bd_dataset *d = cache.list; d; d = d->next) {
-			if (d->refs)
-				continue;
-			n++;
-			bytes += d->bytes;
-			if (!oldest || d->last_used < oldest->last_used)
-				oldest = d;
-		}
 		if (n <= BD_DATASET_KEEP_UNUSED && bytes <= BD_DATASET_KEEP_BYTES)
 			return;
 		retire(oldest, dead);
 	}
+}
+
+bool bd_dataset_cache_evict_one(void)
+{
+	bd_dataset *d, *dead = NULL;
+	uint64_t bytes;
+	size_t n;
+
+	pthread_mutex_lock(&cache.mu);
+	d = oldest_unused(&n, &bytes);
+	if (d) {
+		retire(d, &dead);
+		cache.evicted++;
+	}
+	pthread_mutex_unlock(&cache.mu);
+	if (d)
+		bd_log(LOG_INFO, "dataset %s: an unused version evicted, %.1f MiB of its index and "
+		       "tables given back to the memory budget", d->name, (double)d->bytes / (1 << 20));
+	/* Outside the lock: closing shards and freeing an index takes a while. */
+	free_dead(dead);
+	return d != NULL;
 }
 
 /* A cached version the scan matches, referenced; NULL when there is none. */
@@ -733,11 +763,16 @@ void bd_dataset_cache_clear(void)
 	pthread_mutex_lock(&cache.mu);
 	for (d = cache.list; d; d = next) {
 		next = d->next;
-		/* What sessions still use goes with the last of them (bd_dataset_put). */
-		if (d->refs == 0)
+		/*
+		 * What sessions still use goes with the last of them
+		 * (bd_dataset_put), no longer charged: the budget goes first.
+		 */
+		if (d->refs == 0) {
 			retire(d, &dead);
-		else
+		} else {
 			unlink_version(d);
+			d->budget = NULL;
+		}
 	}
 	pthread_mutex_unlock(&cache.mu);
 	free_dead(dead);
@@ -750,8 +785,10 @@ void bd_dataset_cache_stats(bd_dataset_stats *ret)
 	pthread_mutex_lock(&cache.mu);
 	st.loaded = cache.loaded;
 	st.freed = cache.freed;
+	st.evicted = cache.evicted;
 	for (bd_dataset *d = cache.list; d; d = d->next) {
 		st.held++;
+		st.bytes += d->bytes;
 		if (!d->refs) {
 			st.unused++;
 			st.unused_bytes += d->bytes;

@@ -25,7 +25,21 @@
  * all, until they end. A version is freed when no session uses it and it
  * is no longer current (replaced), or when it is the least recently used
  * of more than BD_DATASET_KEEP_UNUSED unused versions (or of more than
- * BD_DATASET_KEEP_BYTES of their index bytes).
+ * BD_DATASET_KEEP_BYTES of their bytes), or to make room in the memory
+ * budget (bd_dataset_cache_evict_one).
+ *
+ * Memory: what a version holds in memory (its index, dictionaries, lookup
+ * tables, field sections, and the daemon's records of its shards: `bytes`)
+ * is charged once to the memory budget (budget.h) the open's policy
+ * names, shared by every session on it, and given back when the version is
+ * freed; unused versions stay charged, and are evicted, least recently
+ * used first, when a session or a load needs their room. The charge is
+ * taken before the memory is spent: from the shards' headers and footers
+ * before any index is read (bp_shard_charge_fn), from each shard's section
+ * table before its sections are, and the rest, exactly, once loaded and
+ * before the version is cached or handed to anyone. An open whose version
+ * does not fit what the budget (or the opening uid's limit) has left is
+ * refused with -ENOMEM, naming the figures.
  *
  * Thread rules: bd_dataset_get() may block on disk and runs on a libuv
  * worker thread; the cache is guarded by a mutex, and bd_dataset_put(),
@@ -41,13 +55,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "budget.h"
 #include "pack_file.h"
 
 #define BD_TOPK 1024u  /* largest sample sizes kept for batch bounds */
 
 /* Unused versions kept for the next open: at most this many ... */
 #define BD_DATASET_KEEP_UNUSED 16u
-/* ... holding at most this many index and dictionary bytes. */
+/* ... holding at most this many bytes in memory (bd_dataset.bytes). */
 #define BD_DATASET_KEEP_BYTES (UINT64_C(256) << 20)
 
 enum bd_direct_mode { BD_DIRECT_AUTO, BD_DIRECT_ON, BD_DIRECT_OFF };
@@ -84,6 +99,15 @@ typedef struct bd_read_policy {
 	 * the choice needs it (so cached opens and refusals read nothing).
 	 */
 	uint64_t (*memory_now)(void);
+	/* The budget a version loaded now is charged to; NULL: none (tests, tools). */
+	bd_budget *budget;
+	/*
+	 * The opening uid's [limits] memory_per_uid (0: none) and what it
+	 * held when the open was asked: a version loaded now must fit that
+	 * too. The server checks again, exactly, when the session is made.
+	 */
+	uid_t uid;
+	uint64_t uid_limit, uid_held;
 } bd_read_policy;
 
 /* The tier policy p picks for a dataset of raw decoded and stored bytes (never BD_TIER_AUTO). */
@@ -106,7 +130,9 @@ typedef struct bd_dataset {
 	/* What it was loaded from, and its place in the cache (dataset.c). */
 	struct bd_dataset_disk *disk; /* the shards' identities when loaded */
 	char *place;             /* the resolved path of the dataset, or NULL */
-	uint64_t bytes;          /* index and dictionary bytes held */
+	/* Heap bytes it holds (bp_dataset_held_bytes and the above): charged to budget. */
+	uint64_t bytes;
+	bd_budget *budget;       /* what bytes are charged to (rp->budget at load), or NULL */
 	/* Remote: per shard, its object in the cache (remote.h), read through it; else NULL. */
 	struct bd_robj **robj;
 	/* Guarded by the cache mutex (refs is written atomically: bd_dataset_shared). */
@@ -123,7 +149,9 @@ typedef struct bd_dataset_stats {
 	uint64_t freed;          /* versions closed and freed since start */
 	size_t held;             /* versions open now, used or not */
 	size_t unused;           /* of those, kept for reopening with no session */
-	uint64_t unused_bytes;   /* index and dictionary bytes of the unused ones */
+	uint64_t bytes;          /* bytes in memory of the versions held (bd_dataset.bytes) */
+	uint64_t unused_bytes;   /* of those, the unused ones' */
+	uint64_t evicted;        /* unused versions freed to make room in the budget since start */
 } bd_dataset_stats;
 
 
@@ -136,7 +164,9 @@ typedef struct bd_dataset_stats {
  * wrong. @return 0; -EACCES (outside the roots, or leaving one); -ENOENT;
  * -EINVAL (not a file or directory, an entry of a directory that is not a
  * regular file, empty path); -ELOOP (a magic link, a symlink shard, too
- * many symlinks); -EBADMSG and friends from the pack reader; -ENOMEM.
+ * many symlinks); -EBADMSG and friends from the pack reader; -ENOMEM (out
+ * of memory, or a version to load that does not fit rp's budget or uid
+ * limit: err names its bytes, what is left and what to change).
  */
 int bd_dataset_get(const char *const *roots, size_t nroots, const char *path,
 		   const bd_read_policy *rp, bd_dataset **ret, char *err, size_t errlen);
@@ -169,8 +199,18 @@ double bd_dataset_amplification(const bd_dataset *d, int shuffle, uint64_t cache
 /* Upper bound on the payload bytes of any batch of n samples. */
 uint64_t bd_dataset_batch_bound(const bd_dataset *d, uint32_t n);
 
-/* Free every cached version no session uses; the rest go with their last session (shutdown). */
+/*
+ * Free every cached version no session uses; the rest go with their last
+ * session, their charge no longer counted (shutdown: the budget goes).
+ */
 void bd_dataset_cache_clear(void);
+
+/*
+ * Free the least recently used version no session uses, giving its bytes
+ * back to its budget: room for a session or a load. @return false when
+ * there is none.
+ */
+bool bd_dataset_cache_evict_one(void);
 
 /* The cache's numbers now. */
 void bd_dataset_cache_stats(bd_dataset_stats *ret);

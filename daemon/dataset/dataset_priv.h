@@ -2,7 +2,8 @@
 /*
  * dataset_priv.h - what dataset.c and dataset_path.c share: finding a
  * dataset's path under the roots and opening it, and the path resolution
- * the unit tests call directly.
+ * the unit tests call directly; and the charge of a version's memory that
+ * dataset.c's loading takes through dataset_charge.c.
  *
  * Resolution has two implementations: openat2() with RESOLVE_BENEATH and
  * RESOLVE_NO_MAGICLINKS, and a component walk in user space for kernels
@@ -79,6 +80,42 @@ void bd__scan_free(bd__scan *sc);
  */
 int bd__dataset_scan_remote(const char *const *remotes, size_t nremotes, const char *path,
 			    const bd_read_policy *rp, bd__scan *sc, char *err, size_t errlen);
+
+/*
+ * What loading one version has taken from rp's budget, and how to say no
+ * (dataset_charge.c). The loader fills in rp, path, when, shards, err and
+ * errlen, and hands it to the pack reader with bd__charge_load.
+ */
+typedef struct bd__charge {
+	const bd_read_policy *rp;
+	const char *path;
+	const char *when;        /* where in the load: for the refusal */
+	size_t shards;
+	uint64_t taken;          /* bytes taken from rp->budget so far */
+	uint64_t index;          /* index bytes, from the footers */
+	bool refused;            /* the charge refused: err says why */
+	char *err;
+	size_t errlen;
+} bd__charge;
+
+/*
+ * bp_shard_charge_fn (ctx a bd__charge): bytes more for the version being
+ * loaded, taken from the budget before they are spent (evicting unused
+ * versions while that makes room), within the uid's limit. @return 0, or
+ * -ENOMEM with ch->err naming the figures and what to change.
+ */
+int bd__charge_load(void *ctx, uint64_t bytes, uint64_t index);
+
+/*
+ * d is loaded: charge exactly what it holds (taking more, or giving back
+ * what the bounds took over it) and set d->bytes and d->budget, before
+ * anyone else sees it; d's charge is given back when it is freed.
+ * @return 0; -ENOMEM as bd__charge_load (what was taken stays in ch).
+ */
+int bd__charge_loaded(bd_dataset *d, bd__charge *ch);
+
+/* Give back what ch holds (a load that failed). */
+void bd__charge_drop(bd__charge *ch);
 
 enum bd__resolve {
 	BD__RESOLVE_AUTO,        /* openat2, the walk where it is missing */

@@ -149,11 +149,29 @@ static void open_work_free(open_work *ow)
 
 /* ---- the session ------------------------------------------------------------------------ */
 
-/* What the client's uid holds already, against [limits] memory_per_uid. */
-static bd_session_quota uid_quota(bd_server *srv, uid_t uid)
+static int cmp_ptr(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(const void *const *)a, y = (uintptr_t)*(const void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * What the client's uid holds already, against [limits] memory_per_uid:
+ * its sessions, and once each the dataset versions they read. d (may be
+ * NULL) is the new session's version: uid_dataset is its bytes unless the
+ * uid reads it already. With no per-uid limit, nothing is counted.
+ */
+static bd_session_quota uid_quota(bd_server *srv, uid_t uid, const bd_dataset *d)
 {
 	bd_session_quota quota = { .uid = uid, .uid_limit = srv->cfg.memory_per_uid };
+	const bd_dataset **v;
+	size_t n = 0;
 
+	if (!quota.uid_limit)
+		return quota;
+	/* Without room to sort the versions, each counts once per session: more, never less. */
+	v = calloc(srv->nsessions + 1, sizeof(*v));
 	for (entry *x = srv->entries; x; x = x->next) {
 		bd_session_info si;
 
@@ -161,7 +179,22 @@ static bd_session_quota uid_quota(bd_server *srv, uid_t uid)
 			continue;
 		bd_session_get_info(x->s, &si);
 		quota.uid_used += si.memory;
+		if (v)
+			v[n++] = bd_session_version(x->s);
+		else
+			quota.uid_used += si.dataset_memory;
 	}
+	if (v && n)
+		qsort(v, n, sizeof(*v), cmp_ptr);
+	quota.uid_dataset = d ? d->bytes : 0;
+	for (size_t i = 0; v && i < n; i++) {
+		if (i && v[i] == v[i - 1])
+			continue;
+		quota.uid_used += v[i]->bytes;
+		if (v[i] == d)
+			quota.uid_dataset = 0;
+	}
+	free(v);
 	return quota;
 }
 
@@ -320,7 +353,7 @@ static bool open_session(open_work *ow)
 {
 	client *c = ow->c;
 	bd_server *srv = c->srv;
-	bd_session_quota quota = uid_quota(srv, c->uid);
+	bd_session_quota quota = uid_quota(srv, c->uid, ow->d);
 	bp_msg_ready ready;
 	char err[BP_ERRMSG_MAX] = "";
 	bd_session *s;
@@ -369,6 +402,8 @@ static void open_work_done(uv_work_t *w, int status)
 
 	if (c->gone || srv->stopping)
 		bd_dataset_put(ow->d);
+	else if (ow->r == -ENOMEM && wait_for_memory(ow))
+		return; /* a version to load that did not fit: ending sessions may make room */
 	else if (ow->r < 0)
 		refuse(c, ow->r, "%s", ow->err);
 	else if (!open_session(ow))
@@ -396,6 +431,19 @@ static void open_finish(open_work *ow)
 	bd__server_stop_if_drained(srv);
 }
 
+/*
+ * What the opening uid holds now, for a version the lookup may load
+ * (bd_read_policy): its sessions, their versions, and what its clients
+ * keep of ended ones.
+ */
+static void uid_held_now(open_work *ow)
+{
+	bd_server *srv = ow->c->srv;
+
+	ow->policy.uid_held = uid_quota(srv, ow->c->uid, NULL).uid_used +
+			      bd_linger_uid_bytes(bd_pipeline_linger(srv->pipeline), ow->c->uid);
+}
+
 /* Try again: the lookup (the cached version, unless the files changed) and the session. */
 static void open_retry(uv_timer_t *t)
 {
@@ -408,6 +456,7 @@ static void open_retry(uv_timer_t *t)
 	}
 	ow->r = 0;
 	ow->err[0] = '\0';
+	uid_held_now(ow);
 	if (uv_queue_work(c->srv->loop, &ow->w, open_work_run, open_work_done) < 0) {
 		bd__client_error(c, -ENOMEM, "out of memory");
 		open_finish(ow);
@@ -489,6 +538,9 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 		.cache_budget = c->srv->cache_budget,
 		/* Read on the worker thread, when a version loads: what is free then. */
 		.memory_now = bd_machine_memory,
+		.budget = &c->srv->ledger,
+		.uid = c->uid,
+		.uid_limit = cfg->memory_per_uid,
 	};
 	ow->path = strndup(m->path, m->path_len);
 	ow->roots = calloc(cfg->nroots + cfg->nremotes + 1, sizeof(*ow->roots));
@@ -537,6 +589,7 @@ void bd__client_open(client *c, const bp_msg_open *m)
 		bd__client_error(c, -ENOMEM, "out of memory");
 		return;
 	}
+	uid_held_now(ow);
 	bd__client_pause(c);
 	srv->opening++;
 	if (uv_queue_work(srv->loop, &ow->w, open_work_run, open_work_done) < 0) {

@@ -377,10 +377,13 @@ static void on_lease_check(uv_timer_t *t)
 
 void bd__server_notify_status(bd_server *srv)
 {
+	bd_budget_view v;
+
+	bd_budget_get(&srv->ledger, &v);
 	bd_service_notify("STATUS=serving %u session%s on %s; I/O %s; CUDA %s; memory %" PRIu64
 			  " of %" PRIu64 " MiB", srv->nsessions, srv->nsessions == 1 ? "" : "s",
 			  srv->socket_path, bd_io_engine_name(bd_pipeline_engine(srv->pipeline)),
-			  srv->cuda.devices ? "available" : "unavailable", srv->budget_used >> 20,
+			  srv->cuda.devices ? "available" : "unavailable", bd_budget_used(&v) >> 20,
 			  srv->budget >> 20);
 }
 
@@ -413,17 +416,17 @@ static uint64_t resolve_budget(const bd_server *srv)
 }
 
 /*
- * The memory sessions may stage in: the budget less the block cache's
- * blocks and its bucket table, which the cache's own budget does not count
- * (blockcache.h), and less what the remote cache's chunk tables may take
- * (remote.h). Both keep their start-time sizes until a restart.
+ * The memory sessions and dataset versions share: the budget less the
+ * block cache's blocks and its bucket table, which the cache's own budget
+ * does not count (blockcache.h), and less what the remote cache's chunk
+ * tables may take (remote.h). Both keep their start-time sizes until a
+ * restart.
  */
-static uint64_t session_budget(const bd_server *srv)
+static void set_ledger(bd_server *srv)
 {
-	uint64_t cache = srv->cache_budget + bd_cache_table_bytes(srv->cache_budget) +
-			 srv->remote_tables;
-
-	return srv->budget > cache ? srv->budget - cache : 0;
+	bd_budget_set(&srv->ledger, srv->budget,
+		      srv->cache_budget + bd_cache_table_bytes(srv->cache_budget) +
+		      srv->remote_tables, !srv->cfg.memory_budget);
 }
 
 /* What a reload cannot change without a restart: say so, keep the running value. */
@@ -507,9 +510,7 @@ static void reload(bd_server *srv)
 	if (!srv->socket_activated)
 		socket_access(srv, srv->socket_path);
 	bd_log_set_level(srv->cfg.log_level);
-	srv->env.budget_total = session_budget(srv);
-	srv->env.memory_budget = srv->budget;
-	srv->env.memory_budget_auto = !srv->cfg.memory_budget;
+	set_ledger(srv);
 	srv->env.default_prefetch = srv->cfg.prefetch;
 	srv->env.max_prefetch = srv->cfg.max_prefetch;
 	bd__clients_handshake_arm(srv);
@@ -548,6 +549,7 @@ static bd_server *server_alloc(uv_loop_t *loop, bd_config *cfg, int argc, char *
 	srv->backoff_ms = BACKOFF_MIN_MS;
 	srv->next_session = 1;
 	srv->started_ns = bd_now_ns();
+	bd_budget_init(&srv->ledger);
 	return srv;
 }
 
@@ -681,10 +683,7 @@ static void session_env(bd_server *srv)
 		.pipeline = srv->pipeline,
 		.gpu = srv->gpu,
 		.cuda = &srv->cuda,
-		.budget_used = &srv->budget_used,
-		.budget_total = session_budget(srv),
-		.memory_budget = srv->budget,
-		.memory_budget_auto = !srv->cfg.memory_budget,
+		.budget = &srv->ledger,
 		.default_prefetch = srv->cfg.prefetch,
 		.max_prefetch = srv->cfg.max_prefetch,
 		.read_depth = srv->cfg.queue_depth * srv->cfg.io_threads,
@@ -822,6 +821,7 @@ int bd_server_new(uv_loop_t *loop, bd_config *cfg, int argc, char **argv,
 	start_gpu(srv);
 	/* Telemetry is optional: without NVML the status says why, and batchd serves on. */
 	bd_nvml_start(&srv->cuda, srv->cfg.gpu_interval);
+	set_ledger(srv);
 	session_env(srv);
 	r = open_socket(srv, path);
 	if (r < 0)
@@ -840,6 +840,7 @@ fail:
 	bd_pipeline_free(srv->pipeline);
 	bd_remote_stop();
 	bd_config_free(&srv->cfg);
+	bd_budget_destroy(&srv->ledger);
 	free(srv);
 	return r;
 }
@@ -918,5 +919,6 @@ void bd_server_free(bd_server *srv)
 	/* After the datasets: they hold the objects in the remote cache. */
 	bd_remote_stop();
 	bd_config_free(&srv->cfg);
+	bd_budget_destroy(&srv->ledger);
 	free(srv);
 }

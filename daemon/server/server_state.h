@@ -18,6 +18,7 @@
 
 #include <uv.h>
 
+#include "budget.h"
 #include "config.h"
 #include "cuda_probe.h"
 #include "metrics.h"
@@ -164,7 +165,12 @@ struct bd_server {
 	entry *entries;
 	unsigned nsessions, opening;
 	uint64_t next_session;
-	uint64_t budget_used;
+	/*
+	 * What sessions and dataset versions hold of the budget (budget.h):
+	 * the budget less the block cache's share, taken on the loop (sessions)
+	 * and on the workers (versions loading).
+	 */
+	bd_budget ledger;
 	uint64_t started_ns;
 	bd_totals totals;
 	struct bd_http *http;

@@ -26,7 +26,7 @@ typedef struct entry {
 	int wd;
 	uid_t uid;
 	uint64_t bytes;
-	uint64_t *budget;
+	bd_budget *budget;
 } entry;
 
 struct bd_linger {
@@ -69,7 +69,7 @@ static uint32_t entry_limit(void)
 
 static void uncharge(entry *x)
 {
-	*x->budget -= x->bytes;
+	bd_budget_give(x->budget, BD_BUDGET_SESSIONS, x->bytes);
 }
 
 /* Entry i's memfd is gone (or can no longer be watched): its bytes go back. */
@@ -194,7 +194,7 @@ static bool grow(bd_linger *l)
 	return true;
 }
 
-bool bd_linger_add(bd_linger *l, int fd, uint64_t bytes, uid_t uid, uint64_t *budget)
+bool bd_linger_add(bd_linger *l, int fd, uint64_t bytes, uid_t uid, bd_budget *budget)
 {
 	char path[32];
 	int wd;

@@ -37,6 +37,8 @@
 
 #include <uv.h>
 
+#include "budget.h"
+
 typedef struct bd_linger bd_linger;
 
 /* No uid: bytes that count for the budget only. */
@@ -55,14 +57,15 @@ int bd_linger_new(uv_loop_t *loop, bd_linger **ret);
 void bd_linger_free(bd_linger *l);
 
 /*
- * Keep `bytes` charged to *budget and to uid until the last descriptor
- * and mapping of memfd `fd` are gone. Call while fd is still open (before
- * the daemon's own close and unmap), then bd_linger_drain() after them.
- * @return true when the bytes linger (the tracker subtracts them from
- * *budget later); false when the caller must uncharge them now (no
- * tracker, no inotify, or a limit reached: see above).
+ * Keep `bytes` charged to budget (as sessions', budget.h) and to uid
+ * until the last descriptor and mapping of memfd `fd` are gone. Call
+ * while fd is still open (before the daemon's own close and unmap), then
+ * bd_linger_drain() after them. @return true when the bytes linger (the
+ * tracker gives them back to budget later); false when the caller must
+ * give them back now (no tracker, no inotify, or a limit reached: see
+ * above).
  */
-bool bd_linger_add(bd_linger *l, int fd, uint64_t bytes, uid_t uid, uint64_t *budget);
+bool bd_linger_add(bd_linger *l, int fd, uint64_t bytes, uid_t uid, bd_budget *budget);
 
 /* Take in the memfds that died since the last look, now. NULL is fine. */
 void bd_linger_drain(bd_linger *l);

@@ -64,7 +64,7 @@ static uint64_t linger(bd_session *s, bd_linger *l, int fd, uint64_t bytes)
 {
 	if (!s->memory || fd < 0)
 		return 0;
-	return bd_linger_add(l, fd, bytes, s->uid, s->env.budget_used) ? bytes : 0;
+	return bd_linger_add(l, fd, bytes, s->uid, s->env.budget) ? bytes : 0;
 }
 
 /*
@@ -98,7 +98,7 @@ static void release_memory(bd_session *s)
 		if (fds[i] >= 0)
 			close(fds[i]);
 	s->data_fd = s->ctrl_fd = s->rel_r = s->rel_w = s->pub_r = s->pub_w = -1;
-	*s->env.budget_used -= s->memory - kept;
+	bd_budget_give(s->env.budget, BD_BUDGET_SESSIONS, s->memory - kept);
 	s->memory = 0;
 	/* A client that let go already is uncharged now, not on the next loop turn. */
 	bd_linger_drain(l);
@@ -347,6 +347,8 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 
 	if (!s)
 		return -ENOMEM;
+	/* Whose limit its memory counts against, from the charge (s->memory) on. */
+	s->uid = q ? q->uid : BD_LINGER_NO_UID;
 	r = bd_selection_parse(d->ds, m, &s->sel, err, errlen);
 	/* Taken now, for bd__session_measure() to charge; handed back should the session fail. */
 	if (r == 0 && s->sel.keys && keys && *keys) {
@@ -383,9 +385,6 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 		r = map(s, err, errlen);
 	if (r < 0)
 		goto fail;
-	s->uid = q ? q->uid : BD_LINGER_NO_UID;
-	s->memory = s->data_size + s->ctrl_size + s->heap;
-	*env->budget_used += s->memory;
 	write_header(s);
 	if (device >= 0) {
 		r = attach_gpu(s, device, err, errlen);
@@ -513,6 +512,11 @@ const char *bd_session_dataset(const bd_session *s)
 	return s->dset->name;
 }
 
+const bd_dataset *bd_session_version(const bd_session *s)
+{
+	return s->dset;
+}
+
 bool bd_session_closing(const bd_session *s)
 {
 	return s->closing;
@@ -558,6 +562,7 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.delivered_bytes = s->delivered_bytes,
 		.memory = s->memory,
 		.memory_heap = s->memory ? s->heap : 0,
+		.dataset_memory = s->dset->bytes,
 		.planned = s->next_seq,
 		.epoch = epoch,
 		.batch = batch,

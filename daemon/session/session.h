@@ -30,6 +30,7 @@
 
 #include <uv.h>
 
+#include "budget.h"
 #include "cuda_probe.h"
 #include "dataset.h"
 #include "gpu.h"
@@ -52,11 +53,12 @@ typedef struct bd_session bd_session;
 typedef struct bd_session_env {
 	uv_loop_t *loop;
 	bd_pipeline *pipeline;
-	uint64_t *budget_used;      /* shared memory budget, bytes */
-	uint64_t budget_total;      /* what sessions may use: the budget less the block cache */
-	/* For refusals: the [memory] budget in force (budget_total + the cache's), auto or not. */
-	uint64_t memory_budget;
-	bool memory_budget_auto;    /* half the memory available: no [memory] budget set */
+	/*
+	 * The memory budget sessions are charged to, beside the dataset
+	 * versions (budget.h): the unused versions the dataset cache keeps
+	 * are evicted to make room for a session (dataset.h).
+	 */
+	bd_budget *budget;
 	unsigned default_prefetch;
 	unsigned max_prefetch;
 	unsigned read_depth;        /* reads the engines keep in flight: queue_depth x io_threads */
@@ -72,11 +74,17 @@ typedef struct bd_session_env {
 	void *ctx;
 } bd_session_env;
 
-/* What one user may still take: the per-uid memory limit. */
+/*
+ * What one user may still take: the per-uid memory limit. A dataset
+ * version counts once against each uid with a session on it (the
+ * budget counts it once in all).
+ */
 typedef struct bd_session_quota {
 	uid_t uid;
-	uint64_t uid_used;          /* shared memory the uid's sessions hold now */
+	uint64_t uid_used;          /* what the uid's sessions hold now, their versions included */
 	uint64_t uid_limit;         /* 0: no per-uid limit */
+	/* The new session's version, when the uid has no other session on it: its bytes; else 0. */
+	uint64_t uid_dataset;
 } bd_session_quota;
 
 /* bd_session_largest_batch: an epoch of more samples per rank is not read. */
@@ -158,6 +166,8 @@ bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns);
 
 uint64_t bd_session_id(const bd_session *s);
 const char *bd_session_dataset(const bd_session *s);
+/* The dataset version it reads (shared with the other sessions on it). */
+const bd_dataset *bd_session_version(const bd_session *s);
 /* Is it ending (bd_session_close called): its memory comes back once its jobs are in? */
 bool bd_session_closing(const bd_session *s);
 /* Where its dataset version is served from: "ram", "page" or "direct" (dataset.h). */
@@ -170,6 +180,11 @@ bool bd_session_keys(const bd_session *s);
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;
 	uint64_t memory_heap;       /* of memory: the daemon heap; the rest is the two memfds */
+	/*
+	 * Its dataset version's bytes in memory (dataset.h): shared with the
+	 * other sessions on it and charged once, to the version; not in memory.
+	 */
+	uint64_t dataset_memory;
 	uint64_t planned;           /* batches staged: published, or being read and decoded */
 	uint64_t delivered, delivered_bytes;  /* batches the client took and released, and their bytes */
 	uint64_t epoch, batch;      /* position of the next batch to publish */

@@ -172,10 +172,12 @@ uint64_t bd__session_stride(const bp_msg_open *m);
 void bd__session_maybe_end(bd_session *s);
 
 /* session_size.c: what bd_session_new sizes and charges. @return 0 or a
- * negative errno with err set. */
+ * negative errno with err set. bd__session_charge takes the session's
+ * bytes from the budget (s->memory; release_memory gives them back),
+ * evicting unused dataset versions when that makes room. */
 int bd__session_measure(bd_session *s, unsigned prefetch, int device, uint64_t largest,
 			char *err, size_t errlen);
-int bd__session_charge(const bd_session *s, const bd_session_quota *q, unsigned prefetch,
+int bd__session_charge(bd_session *s, const bd_session_quota *q, unsigned prefetch,
 		       char *err, size_t errlen);
 int bd__session_charge_without_keys(bd_session *s, bd_key_table **keys, int device,
 				    const bd_session_quota *q, unsigned prefetch, char *err,

@@ -280,60 +280,89 @@ int bd__session_measure(bd_session *s, unsigned prefetch, int device, uint64_t l
 	return 0;
 }
 
-/* Does the shared memory fit the daemon's budget and the uid's limit? @return 0 or -ENOMEM. */
-int bd__session_charge(const bd_session *s, const bd_session_quota *q, unsigned prefetch, char *err,
+/*
+ * Take need bytes for s from the budget, evicting the dataset cache's
+ * unused versions (least recently used first) while that makes room.
+ * @return whether they were taken.
+ */
+static bool take(const bd_session *s, uint64_t need)
+{
+	while (!bd_budget_take(s->env.budget, BD_BUDGET_SESSIONS, need))
+		if (!bd_dataset_cache_evict_one())
+			return false;
+	return true;
+}
+
+/* The refusal of a session the budget has no room for, naming the figures. */
+static void budget_refusal(const bd_session *s, uint64_t need, unsigned prefetch, char *err,
+			   size_t errlen)
+{
+	bd_budget_view v;
+	uint64_t datasets, room, used;
+	char a[32], b[32], c[32], d[32], fix[192], more[160] = "";
+
+	bd_budget_get(s->env.budget, &v);
+	datasets = v.held[BD_BUDGET_DATASETS];
+	used = v.held[BD_BUDGET_SESSIONS];
+	/* The dataset versions in memory are in use (unused ones were evicted): not the sessions'. */
+	room = v.total > datasets ? v.total - datasets : 0;
+	if (datasets)
+		snprintf(more, sizeof(more), "; dataset indexes and tables in memory take %s of the "
+			 "budget besides: close the sessions of datasets no longer read",
+			 bp_format_size(datasets, d, sizeof(d)));
+	/*
+	 * After a reload that lowered the budget, used may exceed room. The
+	 * message names the figures, the session's own remedies, where room
+	 * comes from (the budget less the block cache and the dataset
+	 * versions) and the settings that change it.
+	 */
+	snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
+		 "sessions may use %s and %s of it is in use: open with a smaller prefetch or "
+		 "batch%s%s%s", s->dset->name, s->req.batch_size, prefetch,
+		 bp_format_size(need, a, sizeof(a)), bp_format_size(room, c, sizeof(c)),
+		 bp_format_size(used, b, sizeof(b)),
+		 v.memory > v.total ? ", " : " or ", bd_budget_remedy(&v, fix, sizeof(fix)), more);
+}
+
+/*
+ * Does the session fit the daemon's budget and the uid's limit? Takes its
+ * bytes from the budget when it does (s->memory). @return 0 or -ENOMEM.
+ */
+int bd__session_charge(bd_session *s, const bd_session_quota *q, unsigned prefetch, char *err,
 		  size_t errlen)
 {
-	const bd_session_env *env = &s->env;
-	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_used, total = env->budget_total;
-	uint64_t cache = env->memory_budget > total ? env->memory_budget - total : 0;
-	const char *name = s->dset->name, *how = env->memory_budget_auto ?
-		", auto: half the memory available" : "";
+	uint64_t need = s->data_size + s->ctrl_size + s->heap, uid_need, uid_used;
+	const char *name = s->dset->name;
 	uint32_t batch_size = s->req.batch_size;
 	bd_linger *l = bd__session_linger_of(s);
-	char a[32], b[32], c[32], d[32], e[32], fix[192];
+	char a[32], b[32], c[32], d[32], version[96] = "";
 
 	/* Memory ended sessions' clients let go of since the loop last looked is free now. */
 	bd_linger_drain(l);
-
-	/*
-	 * After a reload that lowered the budget, used may exceed total. The
-	 * message names the figures, the session's own remedies, where total
-	 * comes from (the budget less the block cache) and the settings that
-	 * change it.
-	 */
-	if (*env->budget_used > total || need > total - *env->budget_used) {
-		bp_format_size(env->memory_budget, d, sizeof(d));
-		if (cache)
-			snprintf(fix, sizeof(fix), ", raise [memory] budget (%s%s, of which the block "
-				 "cache, [memory] cache, takes %s) or lower [memory] cache", d, how,
-				 bp_format_size(cache, e, sizeof(e)));
-		else
-			snprintf(fix, sizeof(fix), " or raise [memory] budget (%s%s; no block cache)",
-				 d, how);
-		snprintf(err, errlen, "memory budget: dataset %s with batch %u and prefetch %u needs %s; "
-			 "sessions may use %s and %s of it is in use: open with a smaller prefetch "
-			 "or batch%s", name, batch_size, prefetch,
-			 bp_format_size(need, a, sizeof(a)),
-			 bp_format_size(total, c, sizeof(c)),
-			 bp_format_size(*env->budget_used, b, sizeof(b)), fix);
+	if (!take(s, need)) {
+		budget_refusal(s, need, prefetch, err, errlen);
 		return -ENOMEM;
 	}
+	s->memory = need;
 	if (!q || !q->uid_limit)
 		return 0;
-	/* The uid's live sessions (q), and what its clients keep of ended ones. */
+	/* The uid's live sessions and their versions (q), and what its clients keep of ended ones. */
 	uid_used = q->uid_used + bd_linger_uid_bytes(l, q->uid);
-	if (need > (q->uid_limit > uid_used ? q->uid_limit - uid_used : 0)) {
-		snprintf(err, errlen, "memory limit per user: dataset %s with batch %u and prefetch %u "
-			 "needs %s; uid %u holds %s of the %s [limits] memory_per_uid allows: open "
-			 "with a smaller prefetch or batch, close one of its sessions, or raise "
-			 "[limits] memory_per_uid", name, batch_size, prefetch,
-			 bp_format_size(need, a, sizeof(a)), (unsigned)q->uid,
-			 bp_format_size(uid_used, b, sizeof(b)),
-			 bp_format_size(q->uid_limit, c, sizeof(c)));
-		return -ENOMEM;
-	}
-	return 0;
+	uid_need = need + q->uid_dataset;
+	if (uid_need <= (q->uid_limit > uid_used ? q->uid_limit - uid_used : 0))
+		return 0;
+	bd_budget_give(s->env.budget, BD_BUDGET_SESSIONS, need);
+	s->memory = 0;
+	if (q->uid_dataset)
+		snprintf(version, sizeof(version), " and its dataset's index and tables %s (the uid's "
+			 "first session on it)", bp_format_size(q->uid_dataset, d, sizeof(d)));
+	snprintf(err, errlen, "memory limit per user: dataset %s with batch %u and prefetch %u needs "
+		 "%s%s; uid %u holds %s of the %s [limits] memory_per_uid allows: open with a "
+		 "smaller prefetch or batch, close one of its sessions, or raise [limits] "
+		 "memory_per_uid", name, batch_size, prefetch, bp_format_size(need, a, sizeof(a)),
+		 version, (unsigned)q->uid, bp_format_size(uid_used, b, sizeof(b)),
+		 bp_format_size(q->uid_limit, c, sizeof(c)));
+	return -ENOMEM;
 }
 
 /*

@@ -215,11 +215,18 @@ static uint64_t cache_charged(const bd_pipeline_stats *ps)
 /* Memory, clients, threads, the pipeline and the cache. */
 static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
 {
+	bd_dataset_stats ds;
+	bd_budget_view v;
+
+	bd_budget_get(&srv->ledger, &v);
+	bd_dataset_cache_stats(&ds);
 	bd_text_printf(t, "\"memory\": {\"budget\": %" PRIu64 ", \"used\": %" PRIu64
-		       ", \"sessions\": %" PRIu64 ", \"lingering\": %" PRIu64 ", \"cache\": %" PRIu64
+		       ", \"sessions\": %" PRIu64 ", \"lingering\": %" PRIu64 ", \"datasets\": %"
+		       PRIu64 ", \"datasets_unused\": %" PRIu64 ", \"cache\": %" PRIu64
 		       ", \"cache_table\": %" PRIu64 "}, ", srv->budget,
-		       srv->budget_used + cache_charged(ps), srv->budget_used,
-		       bd_linger_bytes(bd_pipeline_linger(srv->pipeline)), cache_charged(ps),
+		       bd_budget_used(&v) + cache_charged(ps), v.held[BD_BUDGET_SESSIONS],
+		       bd_linger_bytes(bd_pipeline_linger(srv->pipeline)),
+		       v.held[BD_BUDGET_DATASETS], ds.unused_bytes, cache_charged(ps),
 		       bd_cache_table_bytes(ps->cache_budget));
 	bd_text_printf(t, "\"clients\": %u, \"threads\": {\"io\": %u, \"decode\": %u, "
 		       "\"decode_active\": %u, \"decode_autotune\": %s, \"decode_ups\": %u, "
@@ -278,9 +285,10 @@ static void status_datasets(bd_text *t)
 	bd_dataset_stats ds;
 
 	bd_dataset_cache_stats(&ds);
-	bd_text_printf(t, "\"datasets\": {\"held\": %zu, \"unused\": %zu, \"unused_index_bytes\": %"
-		       PRIu64 ", \"loaded\": %" PRIu64 ", \"freed\": %" PRIu64 "}, ", ds.held,
-		       ds.unused, ds.unused_bytes, ds.loaded, ds.freed);
+	bd_text_printf(t, "\"datasets\": {\"held\": %zu, \"unused\": %zu, \"bytes\": %" PRIu64
+		       ", \"unused_index_bytes\": %" PRIu64 ", \"loaded\": %" PRIu64 ", \"freed\": %"
+		       PRIu64 ", \"evicted\": %" PRIu64 "}, ", ds.held, ds.unused, ds.bytes,
+		       ds.unused_bytes, ds.loaded, ds.freed, ds.evicted);
 }
 
 /* One element of "sessions". */
@@ -306,13 +314,15 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
 		       PRIu64 ", \"delivered\": %" PRIu64 ", \"delivered_bytes\": %" PRIu64
 		       ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"memory\": %" PRIu64
-		       ", \"memory_heap\": %" PRIu64 ", \"slots\": %u, \"planned\": %" PRIu64
+		       ", \"memory_heap\": %" PRIu64 ", \"dataset_memory\": %" PRIu64
+		       ", \"slots\": %u, \"planned\": %" PRIu64
 		       ", \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
 		       ", \"wait_s\": %.6f, \"waits\": %" PRIu64 ", \"placement\": %d",
 		       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
 		       bp_shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
 		       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
-		       si.failed, si.bytes, si.memory, si.memory_heap, si.slots, si.planned,
+		       si.failed, si.bytes, si.memory, si.memory_heap, si.dataset_memory, si.slots,
+		       si.planned,
 		       si.inflight, (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9,
 		       si.waits, si.device);
 	bd_text_printf(t, ", \"stall_seconds\": %.6f, \"stall_ratio\": %.6f, \"stall_cost\": %.9g",
@@ -383,6 +393,7 @@ static uint64_t v_delivered_bytes(const bd_session_info *si) { return si->delive
 static uint64_t v_published(const bd_session_info *si) { return si->published; }
 static uint64_t v_failed(const bd_session_info *si) { return si->failed; }
 static uint64_t v_memory(const bd_session_info *si) { return si->memory; }
+static uint64_t v_dataset_memory(const bd_session_info *si) { return si->dataset_memory; }
 static uint64_t v_epoch(const bd_session_info *si) { return si->epoch; }
 static uint64_t v_gpu_copy_bytes(const bd_session_info *si) { return si->gpu.copy_bytes; }
 
@@ -527,6 +538,9 @@ static void metrics_sessions(bd_text *t, bd_server *srv, const bd_view *v)
 	session_family(t, srv, v, "batchd_session_memory_bytes", "gauge",
 		       "Memory charged to this session: its shared memory and the daemon heap it holds.",
 		       v_memory);
+	session_family(t, srv, v, "batchd_session_dataset_memory_bytes", "gauge",
+		       "Memory of the dataset version this session reads (index and tables), shared "
+		       "with the other sessions on it and charged once.", v_dataset_memory);
 	session_family(t, srv, v, "batchd_session_epoch", "gauge",
 		       "Epoch of the next batch this session will publish.", v_epoch);
 	session_family_f64(t, srv, v, "batchd_session_stall_seconds_total", "counter",
@@ -580,9 +594,12 @@ static void metrics_pipeline(bd_text *t, bd_server *srv, const bd_totals *sum,
 		    sum->bytes ? (double)ps->raw_bytes / (double)sum->bytes : 0.0);
 }
 
-/* The block cache and the memory budget it shares with staging. */
+/* The block cache and the memory budget it shares with staging and the dataset versions. */
 static void metrics_cache(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)
 {
+	bd_budget_view v;
+
+	bd_budget_get(&srv->ledger, &v);
 	counter(t, "batchd_cache_hits_total", "Decoded-block cache hits.", ps->cache_hits);
 	counter(t, "batchd_cache_misses_total", "Decoded-block cache misses (loads).", ps->cache_misses);
 	counter(t, "batchd_cache_waits_total", "Requests that waited for a block another was loading.",
@@ -590,10 +607,15 @@ static void metrics_cache(bd_text *t, bd_server *srv, const bd_pipeline_stats *p
 	counter(t, "batchd_cache_evictions_total", "Decoded blocks evicted.", ps->cache_evictions);
 	gauge(t, "batchd_cache_bytes", "Bytes of decoded blocks cached.", ps->cache_bytes);
 	gauge(t, "batchd_cache_budget_bytes", "Most bytes the block cache may hold.", ps->cache_budget);
-	gauge(t, "batchd_memory_budget_bytes", "The memory budget (staging and cache).",
-	      srv->budget);
-	gauge(t, "batchd_memory_used_bytes", "Memory of the budget in use (staging and cache).",
-	      srv->budget_used + cache_charged(ps));
+	gauge(t, "batchd_memory_budget_bytes",
+	      "The memory budget (staging, dataset indexes and tables, and cache).", srv->budget);
+	gauge(t, "batchd_memory_used_bytes",
+	      "Memory of the budget in use (staging, dataset indexes and tables, and cache).",
+	      bd_budget_used(&v) + cache_charged(ps));
+	gauge(t, "batchd_memory_datasets_bytes",
+	      "Memory of the budget dataset versions hold: indexes, dictionaries, lookup tables, "
+	      "field sections (unused versions included: evicted when room is needed).",
+	      v.held[BD_BUDGET_DATASETS]);
 	gauge(t, "batchd_memory_lingering_bytes",
 	      "Shared memory of ended sessions still held by their clients (charged until freed).",
 	      bd_linger_bytes(bd_pipeline_linger(srv->pipeline)));
@@ -614,7 +636,9 @@ static void metrics_datasets(bd_text *t)
 	gauge(t, "batchd_dataset_versions_unused", "Dataset versions kept for reopening, no session.",
 	      (uint64_t)ds.unused);
 	gauge(t, "batchd_dataset_unused_index_bytes",
-	      "Index and dictionary bytes of the unused dataset versions.", ds.unused_bytes);
+	      "Bytes in memory (index and tables) of the unused dataset versions.", ds.unused_bytes);
+	counter(t, "batchd_dataset_versions_evicted_total",
+		"Unused dataset versions freed to make room in the memory budget.", ds.evicted);
 }
 
 static void metrics_errors(bd_text *t, bd_server *srv, const bd_pipeline_stats *ps)

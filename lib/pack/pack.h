@@ -299,6 +299,14 @@ int bp_pack_lookup_new(const bp_pack_index *idx, bp_pack_lookup **ret);
 void bp_pack_lookup_free(bp_pack_lookup *lk);  /* NULL is fine */
 /* Heap bytes lk holds. */
 size_t bp_pack_lookup_bytes(const bp_pack_lookup *lk);
+/*
+ * The most heap bytes bp_pack_lookup_new can hold for an index of blocks
+ * blocks and samples samples (>= blocks >= 1), known from its footer
+ * before the index is read; framed: the index may have framed samples (a
+ * footer version above BP_PACK_VERSION). Never below bp_pack_lookup_bytes
+ * of that index's table.
+ */
+uint64_t bp_pack_lookup_bound(uint64_t blocks, uint64_t samples, bool framed);
 
 /* ---- whole shard in memory -------------------------------------------- */
 

@@ -8,6 +8,7 @@
  * the dataset is handed out, so lookups afterwards cannot go out of bounds.
  * Only block contents are checked lazily, when a block is decoded.
  */
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_estimateDDictSize */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <xxhash.h>
+#include <zstd.h>
 
 #include "pack_fields.h"
 #include "pack_file.h"
@@ -45,6 +47,8 @@ typedef struct shard_priv {
 	bp_pack_lookup *lookup;  /* pub.index.lookup: sample -> block without a search */
 	uint8_t *section_bytes;  /* the sections loaded at open (bp_pack_fields_extent) */
 	bp_pack_fields fields;   /* pointing into section_bytes */
+	/* As read, for the index's checksum (shard_meta, then shard_body). */
+	uint8_t header[BP_PACK_HEADER_SIZE], footer[BP_PACK_FOOTER_SIZE];
 } shard_priv;
 
 static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const char *what,
@@ -112,10 +116,13 @@ static int fields_load(const bp_shard *sh, uint8_t **ret_bytes, bp_pack_fields *
 	return 0;
 }
 
-/* Read and validate one shard's metadata. On failure the caller releases s. */
-static int shard_load(shard_priv *s, bp_dataset_fault *fault)
+/*
+ * Read and check one shard's header and footer: what it will hold is
+ * known from here on (shard_bound). On failure the caller releases s.
+ */
+static int shard_meta(shard_priv *s, bp_dataset_fault *fault)
 {
-	uint8_t header[BP_PACK_HEADER_SIZE], footer[BP_PACK_FOOTER_SIZE];
+	uint8_t *header = s->header, *footer = s->footer;
 	bp_shard *sh = &s->pub;
 	bp_pack_fault pf = { 0 };
 	struct stat st;
@@ -130,38 +137,76 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 	if (sh->file_size < BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE)
 		return fault_set(fault, sh->name, -EBADMSG, "file too short to be a pack",
 				 sh->file_size, -1);
-	r = read_meta(sh, header, sizeof(header), 0);
+	r = read_meta(sh, header, BP_PACK_HEADER_SIZE, 0);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read header", 0, -1);
-	r = bp_pack_header_decode(header, sizeof(header), &sh->header, &pf);
+	r = bp_pack_header_decode(header, BP_PACK_HEADER_SIZE, &sh->header, &pf);
 	if (r < 0)
 		goto bad;
-	r = read_meta(sh, footer, sizeof(footer), sh->file_size - BP_PACK_FOOTER_SIZE);
+	r = read_meta(sh, footer, BP_PACK_FOOTER_SIZE, sh->file_size - BP_PACK_FOOTER_SIZE);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read footer",
 				 sh->file_size - BP_PACK_FOOTER_SIZE, -1);
 	r = bp_pack_footer_decode(footer, sh->file_size, &sh->header, &sh->footer, &pf);
 	if (r < 0)
 		goto bad;
+	return 0;
+bad:
+	return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
+}
 
-	if (sh->header.dict_size) {
-		s->dict_bytes = malloc(sh->header.dict_size);
-		if (!s->dict_bytes)
-			return -ENOMEM;
-		r = read_meta(sh, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
-		if (r < 0)
-			return fault_set(fault, sh->name, r, "cannot read dictionary",
-					 sh->header.dict_offset, -1);
-		if (XXH3_64bits(s->dict_bytes, sh->header.dict_size) != sh->header.dict_hash)
-			return fault_set(fault, sh->name, -EBADMSG, "dictionary checksum mismatch",
-					 sh->header.dict_offset, -1);
-		sh->dict = s->dict_bytes;
-		sh->ddict = ZSTD_createDDict(s->dict_bytes, sh->header.dict_size);
-		if (!sh->ddict)
-			return fault_set(fault, sh->name, -EBADMSG, "dictionary is not usable by zstd",
-					 sh->header.dict_offset, -1);
-	}
+/*
+ * The most heap bytes shard_body allocates for sh's dictionary, index and
+ * lookup table, from its checked header and footer.
+ */
+static uint64_t shard_bound(const bp_shard *sh)
+{
+	uint64_t n = sh->footer.index_size + sh->header.dict_size;
 
+	if (sh->header.dict_size)
+		n += ZSTD_estimateDDictSize((size_t)sh->header.dict_size, ZSTD_dlm_byCopy);
+	return n + bp_pack_lookup_bound(sh->footer.block_count, sh->footer.sample_count,
+					sh->footer.version != BP_PACK_VERSION);
+}
+
+/* The dictionary of a shard whose header names one, checked and digested for zstd. */
+static int dict_load(shard_priv *s, bp_dataset_fault *fault)
+{
+	bp_shard *sh = &s->pub;
+	int r;
+
+	s->dict_bytes = malloc(sh->header.dict_size);
+	if (!s->dict_bytes)
+		return -ENOMEM;
+	r = read_meta(sh, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
+	if (r < 0)
+		return fault_set(fault, sh->name, r, "cannot read dictionary",
+				 sh->header.dict_offset, -1);
+	if (XXH3_64bits(s->dict_bytes, sh->header.dict_size) != sh->header.dict_hash)
+		return fault_set(fault, sh->name, -EBADMSG, "dictionary checksum mismatch",
+				 sh->header.dict_offset, -1);
+	sh->dict = s->dict_bytes;
+	sh->ddict = ZSTD_createDDict(s->dict_bytes, sh->header.dict_size);
+	if (!sh->ddict)
+		return fault_set(fault, sh->name, -EBADMSG, "dictionary is not usable by zstd",
+				 sh->header.dict_offset, -1);
+	return 0;
+}
+
+/*
+ * Read and validate the rest of a shard shard_meta has read: dictionary,
+ * index, lookup table, and the sections (once set's charge, when there is
+ * one, agreed to their bytes). On failure the caller releases s.
+ */
+static int shard_body(shard_priv *s, const bp_shard_set *set, bp_dataset_fault *fault)
+{
+	bp_shard *sh = &s->pub;
+	bp_pack_fault pf = { 0 };
+	uint64_t off, size;
+	int r;
+
+	if (sh->header.dict_size && (r = dict_load(s, fault)) < 0)
+		return r;
 	/* The footer check bounded index_size by BP_PACK_MAX_INDEX. */
 	s->index_bytes = malloc(sh->footer.index_size);
 	if (!s->index_bytes)
@@ -169,17 +214,18 @@ static int shard_load(shard_priv *s, bp_dataset_fault *fault)
 	r = read_meta(sh, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
 	if (r < 0)
 		return fault_set(fault, sh->name, r, "cannot read index", sh->footer.index_offset, -1);
-	r = bp_pack_index_parse(&sh->header, &sh->footer, header, footer, s->index_bytes,
+	r = bp_pack_index_parse(&sh->header, &sh->footer, s->header, s->footer, s->index_bytes,
 				&sh->index, &pf);
 	if (r < 0)
-		goto bad;
+		return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
 	r = bp_pack_lookup_new(&sh->index, &s->lookup);
 	if (r < 0)
 		return r;
 	sh->index.lookup = s->lookup;
+	bp_pack_fields_extent(&sh->index, &off, &size);
+	if (size && set->charge && (r = set->charge(set->charge_ctx, size, 0)) < 0)
+		return r;
 	return fields_load(sh, &s->section_bytes, &s->fields, fault);
-bad:
-	return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -498,8 +544,33 @@ fail:
 	return r;
 }
 
+/*
+ * Ask how's charge for every shard's index, dictionary and lookup table,
+ * and the shard map, once their headers and footers are read. @return 0,
+ * or the charge's refusal.
+ */
+static int charge_indexes(const bp_dataset *ds, const bp_shard_set *how)
+{
+	uint64_t bytes = 0, index = 0, samples = 0;
+
+	if (!how->charge)
+		return 0;
+	for (size_t i = 0; i < ds->shard_count; i++) {
+		const bp_shard *sh = &((const shard_priv *)ds->shards)[i].pub;
+
+		bytes += shard_bound(sh);
+		index += sh->footer.index_size;
+		samples += sh->footer.sample_count;
+	}
+	/* The shard map is a table of ranges: a lookup's bound covers it. */
+	bytes += bp_pack_lookup_bound(ds->shard_count, samples, false);
+	return how->charge(how->charge_ctx, bytes, index);
+}
+
 int bp_dataset_from_set(bp_shard_set *set, bp_dataset **ret, bp_dataset_fault *fault)
 {
+	/* The set is emptied below: what its charge is, kept. */
+	const bp_shard_set how = { .charge = set->charge, .charge_ctx = set->charge_ctx };
 	shard_priv *shards;
 	bp_dataset *ds;
 	int r;
@@ -525,10 +596,15 @@ int bp_dataset_from_set(bp_shard_set *set, bp_dataset **ret, bp_dataset_fault *f
 	}
 	bp_shard_set_close(set);
 	for (size_t i = 0; i < ds->shard_count; i++) {
-		r = shard_load(&shards[i], fault);
+		r = shard_meta(&shards[i], fault);
 		if (r < 0)
 			goto fail;
 	}
+	r = charge_indexes(ds, &how);
+	for (size_t i = 0; r == 0 && i < ds->shard_count; i++)
+		r = shard_body(&shards[i], &how, fault);
+	if (r < 0)
+		goto fail;
 	r = dataset_finish(ds, fault);
 	if (r < 0)
 		goto fail;
@@ -576,6 +652,33 @@ uint32_t bp_dataset_max_frames(const bp_dataset *ds) { return ds->max_frames; }
 uint64_t bp_dataset_fingerprint(const bp_dataset *ds) { return ds->fingerprint; }
 size_t bp_dataset_shard_count(const bp_dataset *ds) { return ds->shard_count; }
 size_t bp_dataset_lookup_bytes(const bp_dataset *ds) { return ds->lookup_bytes; }
+
+/* Heap bytes a schema holds: its fields and their class names. */
+static uint64_t schema_bytes(const bp_schema *sc)
+{
+	uint64_t n = (uint64_t)sc->count * sizeof(bp_field);
+
+	for (uint32_t f = 0; f < sc->count; f++)
+		for (uint32_t c = 0; c < sc->fields[f].class_count; c++)
+			n += sizeof(char *) + strlen(sc->fields[f].classes[c]) + 1;
+	return n;
+}
+
+uint64_t bp_dataset_held_bytes(const bp_dataset *ds)
+{
+	const shard_priv *shards = (const shard_priv *)ds->shards;
+	uint64_t n = sizeof(*ds) + ds->shard_count * sizeof(*shards) + ds->lookup_bytes +
+		     ds->field_bytes + schema_bytes(&ds->schema);
+
+	for (size_t i = 0; i < ds->shard_count; i++) {
+		const bp_shard *sh = &shards[i].pub;
+
+		n += strlen(sh->name) + 1 + sh->footer.index_size + sh->header.dict_size;
+		if (sh->ddict)
+			n += ZSTD_sizeof_DDict(sh->ddict);
+	}
+	return n;
+}
 
 const bp_schema *bp_dataset_schema(const bp_dataset *ds) { return &ds->schema; }
 bool bp_dataset_has_keys(const bp_dataset *ds) { return ds->keys; }

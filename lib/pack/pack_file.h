@@ -12,8 +12,9 @@
  * file (a directory, a FIFO, a symlink) makes the open fail rather than
  * being skipped silently: a dataset is never quietly smaller than it looks.
  *
- * Opening reads each shard's header, dictionary, footer and index with
- * pread(2) and validates them completely, and in a shard with fields the
+ * Opening reads every shard's header and footer, then each shard's
+ * dictionary and index, with pread(2) and validates them completely (a
+ * caller may refuse the memory in between: bp_shard_charge_fn), and in a shard with fields the
  * sections a batch needs (schema, columns, sizes: pack_fields.h), never
  * its keys; after a successful open every
  * sample id below bp_dataset_samples() resolves without further checks,
@@ -92,6 +93,23 @@ int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_
 int bp_dataset_fdopen(int fd, const char *name, bp_dataset **ret, bp_dataset_fault *fault);
 
 /*
+ * What a caller that pays for a dataset's memory (the daemon's budget) is
+ * asked before bp_dataset_from_set allocates it: `bytes` more heap bytes
+ * the dataset is about to hold, of which `index` are index bytes. It is
+ * asked twice over: once, after every shard's header and footer are read
+ * and checked and before any dictionary or index is, for all the shards'
+ * indexes, dictionaries (the bytes and zstd's digested copy) and lookup
+ * tables at most (bp_pack_lookup_bound); then, for each shard with
+ * fields, for its sections' bytes before they are read (index 0). What it
+ * is told is never less than what the load then allocates for those
+ * things; bp_dataset_held_bytes is the exact total after (which also counts
+ * the records, names and the small tables over the sections). @return 0 to go on, or
+ * a negative errno that stops the load: bp_dataset_from_set returns it,
+ * nothing more read, fault left empty.
+ */
+typedef int (*bp_shard_charge_fn)(void *ctx, uint64_t bytes, uint64_t index);
+
+/*
  * The first half of bp_dataset_fdopen on its own: the shards of the
  * dataset open as fd, each open for reading but nothing read yet, so a
  * caller (the daemon) can look at them (fstat, the footer) before deciding
@@ -109,6 +127,8 @@ typedef struct bp_shard_set {
 	bool dir;                /* a directory dataset */
 	bp_shard_read_fn read;   /* NULL, or how every shard is read (bp_shard.read) */
 	void **read_ctx;         /* per shard, with read; not owned (freed with the set) */
+	bp_shard_charge_fn charge; /* NULL, or asked before a load allocates (see above) */
+	void *charge_ctx;        /* charge's, not owned */
 } bp_shard_set;
 
 int bp_shard_set_open(int fd, const char *name, bp_shard_set *ret, bp_dataset_fault *fault);
@@ -153,6 +173,14 @@ uint64_t bp_dataset_fingerprint(const bp_dataset *ds);
 size_t bp_dataset_shard_count(const bp_dataset *ds);
 /* Heap bytes of the lookup tables built at open, beside the index and dictionary bytes. */
 size_t bp_dataset_lookup_bytes(const bp_dataset *ds);
+/*
+ * Every heap byte the open dataset holds: the dataset and its shards'
+ * records and names, each shard's index, dictionary and zstd's digested
+ * dictionary, the lookup tables, the field sections and their tables, the
+ * schema. What keeping it in memory costs (the daemon charges it to its
+ * budget); malloc's own overhead aside.
+ */
+uint64_t bp_dataset_held_bytes(const bp_dataset *ds);
 const bp_shard *bp_dataset_shard(const bp_dataset *ds, size_t i);
 
 /*

@@ -284,6 +284,22 @@ size_t bp_pack_lookup_bytes(const bp_pack_lookup *lk)
 }
 
 /*
+ * Ranges over fewer blocks (the sample-starting ones of a framed index)
+ * have a longer mean, so a group shift at least as large and no more
+ * groups: counting every block bounds both tables.
+ */
+uint64_t bp_pack_lookup_bound(uint64_t blocks, uint64_t samples, bool framed)
+{
+	uint64_t groups;
+
+	if (blocks == 0 || samples < blocks)
+		return sizeof(bp_pack_lookup);
+	groups = ((samples - 1) >> group_shift(blocks, samples)) + 1;
+	return sizeof(bp_pack_lookup) + blocks * sizeof(uint64_t) + (groups + 1) * sizeof(uint32_t) +
+	       blocks * sizeof(uint32_t) * (framed ? 2 : 1);
+}
+
+/*
  * The block holding id: the first block whose first sample is id (a framed
  * sample's first frame), else the last one starting before id, which then
  * holds whole samples (a framed sample's blocks hold no other).

@@ -263,11 +263,13 @@ START_TEST(test_memory_budget)
 	       "budget and what to change");
 	c = dt_connect_ok();
 	msg = refused_big(c);
-	/* 16 MiB less the cache's bucket table, a few KiB */
-	expect(strstr(msg, "; sessions may use 16.0 MiB and 0 B of it is in use: "
+	/* 16 MiB less the cache's bucket table, a few KiB, and the dataset's index and tables */
+	expect(strstr(msg, "; sessions may use 15.") && strstr(msg, " MiB and 0 B of it is in use: "
 	       "open with a smaller prefetch or batch, raise [memory] budget (64.0 MiB, of which the "
 	       "block cache, [memory] cache, takes 48.") && strstr(msg, " MiB) or lower [memory] "
-	       "cache"), "the refusal does not give the figures and the settings: \"%s\"", msg);
+	       "cache; dataset indexes and tables in memory take ") && strstr(msg, " KiB of the "
+	       "budget besides"), "the refusal does not give the figures and the settings: \"%s\"",
+	       msg);
 	expect(dt_status_u64("refused.memory") == 1, "status refused.memory is not 1");
 	bc_disconnect(c);
 }
@@ -283,9 +285,10 @@ START_TEST(test_memory_budget_no_cache)
 	sv_start_ok();
 	c = dt_connect_ok();
 	msg = refused_big(c);
-	expect(strstr(msg, "; sessions may use 16.0 MiB and 0 B of it is in use: open with a "
-		      "smaller prefetch or batch or raise [memory] budget (16.0 MiB; no block "
-		      "cache)") && !strstr(msg, "[memory] cache"),
+	expect(strstr(msg, "; sessions may use 15.") && strstr(msg, " MiB and 0 B of it is in use: "
+		      "open with a smaller prefetch or batch or raise [memory] budget (16.0 MiB; "
+		      "no block cache); dataset indexes and tables in memory take ") &&
+	       !strstr(msg, "[memory] cache"),
 	       "the refusal without a cache does not give the figures and the setting: \"%s\"", msg);
 	bc_disconnect(c);
 }

@@ -3,7 +3,9 @@
  * test-memacct.c - every byte a session costs is charged, and no more than
  * its schedule needs: a session's charge is its two memfds (as READY
  * describes them) plus its daemon heap, memory.sessions adds those up and
- * memory.used adds the block cache and its bucket table; a dataset of a few
+ * memory.used adds the dataset version's index and tables (memory.datasets,
+ * charged once, still while it is kept unused) and the block cache and its
+ * bucket table; a dataset of a few
  * large samples opens with batch 16 under a budget that sizing for the 16
  * largest samples refused, and delivers every byte; a client that exits or
  * is killed leaves a budget sized for one session free for an immediate
@@ -89,7 +91,7 @@ START_TEST(test_charged)
 			  .path = DSET_ONE, .path_len = (uint32_t)strlen(DSET_ONE) };
 	bp_msg_ready ready;
 	json_object *st, *se;
-	uint64_t memory, heap, budget, table;
+	uint64_t memory, heap, budget, table, datasets;
 	int conn, fds[BP_READY_FDS], r;
 
 	sv_conf_basic("info", "[memory]\nbudget = 256M\ncache = 64M\n");
@@ -118,17 +120,30 @@ START_TEST(test_charged)
 	expect(dt_ju64(st, "memory.cache") == dt_ju64(st, "cache.bytes") + table,
 	       "memory.cache %" PRIu64 " is not the blocks' %" PRIu64 " + the table's %" PRIu64,
 	       dt_ju64(st, "memory.cache"), dt_ju64(st, "cache.bytes"), table);
-	expect(dt_ju64(st, "memory.used") == memory + dt_ju64(st, "memory.cache"),
-	       "memory.used %" PRIu64 " is not sessions %" PRIu64 " + cache %" PRIu64,
-	       dt_ju64(st, "memory.used"), memory, dt_ju64(st, "memory.cache"));
+	/* The version it reads: its index (at least) and tables, once, the session's and in all. */
+	datasets = dt_ju64(st, "memory.datasets");
+	expect(datasets >= dt_ju64(st, "datasets.bytes") && datasets == dt_ju64(se, "dataset_memory") &&
+	       datasets > 0, "memory.datasets %" PRIu64 ", datasets.bytes %" PRIu64 ", the session's "
+	       "dataset_memory %" PRIu64, datasets, dt_ju64(st, "datasets.bytes"),
+	       dt_ju64(se, "dataset_memory"));
+	expect(dt_ju64(st, "memory.used") == memory + datasets + dt_ju64(st, "memory.cache"),
+	       "memory.used %" PRIu64 " is not sessions %" PRIu64 " + datasets %" PRIu64 " + cache %"
+	       PRIu64, dt_ju64(st, "memory.used"), memory, datasets, dt_ju64(st, "memory.cache"));
 	json_object_put(st);
 
 	for (int i = 0; i < BP_READY_FDS; i++)
 		close(fds[i]);
 	close(conn);
 	expect_no_sessions("after the connection closed");
-	expect(dt_status_u64("memory.used") == dt_status_u64("memory.cache"),
-	       "memory.used is not the cache's alone once the session is gone");
+	/* The version is kept for the next open, still charged (evicted when room is needed). */
+	st = dt_status_json_ok();
+	expect(dt_ju64(st, "memory.used") == dt_ju64(st, "memory.cache") + datasets &&
+	       dt_ju64(st, "memory.datasets_unused") == datasets,
+	       "once the session is gone memory.used %" PRIu64 " is not the cache's %" PRIu64
+	       " and the unused version's %" PRIu64 " (memory.datasets_unused %" PRIu64 ")",
+	       dt_ju64(st, "memory.used"), dt_ju64(st, "memory.cache"), datasets,
+	       dt_ju64(st, "memory.datasets_unused"));
+	json_object_put(st);
 }
 END_TEST
 

@@ -13,7 +13,8 @@
  *
  * The cache cases load small packs written here (tests/lib/pack-testlib.c)
  * and count what bd_dataset_cache_stats() and /proc/self/fd say: versions
- * loaded and freed, unused ones kept, descriptors left open.
+ * loaded and freed, unused ones kept, descriptors left open; and what the
+ * versions charge to a memory budget (budget.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -519,6 +520,89 @@ START_TEST(test_unused_bound)
 }
 END_TEST
 
+/* ---- the budget -------------------------------------------------------------------------- */
+
+/*
+ * Versions charged to a budget: each once, its bytes exactly (at least its
+ * index and lookup tables); an unused one stays charged; a load that does
+ * not fit is refused -ENOMEM from its footer, naming the figures, and
+ * nothing is loaded; an unused version is evicted for a load that needs
+ * its room; a uid's limit refuses before anything is loaded; and every
+ * charge comes back when the versions go.
+ */
+START_TEST(test_budget)
+{
+	const char *roots[] = { g_root };
+	bd_budget b;
+	bd_read_policy rp = { .direct = BD_DIRECT_OFF, .tier = BD_TIER_AUTO, .budget = &b };
+	bd_dataset *x, *y, *z = NULL;
+	bd_dataset_stats st;
+	bd_budget_view v;
+	char err[512];
+	uint64_t one;
+	int r;
+
+	write_pack("packs/b0.bpk", 2000, 7);
+	write_pack("packs/b1.bpk", 2000, 8);
+	write_pack("packs/b2.bpk", 2000, 9);
+	bd_budget_init(&b);
+	bd_budget_set(&b, UINT64_C(1) << 30, 0, false);
+	x = get_policy_ok("packs/b0.bpk", &rp);
+	one = x->bytes;
+	bd_budget_get(&b, &v);
+	ck_assert_uint_eq(v.held[BD_BUDGET_DATASETS], one);
+	ck_assert_uint_ge(one, bp_dataset_shard(x->ds, 0)->footer.index_size +
+			       bp_dataset_lookup_bytes(x->ds));
+	/* The same version again: charged once. */
+	y = get_policy_ok("packs/b0.bpk", &rp);
+	ck_assert_ptr_eq(x, y);
+	bd_dataset_put(y);
+	bd_budget_get(&b, &v);
+	ck_assert_uint_eq(v.held[BD_BUDGET_DATASETS], one);
+
+	/* Room for half another while x is used: refused before it is loaded. */
+	bd_budget_set(&b, one * 3 / 2, 0, false);
+	r = bd_dataset_get(roots, 1, "packs/b1.bpk", &rp, &z, err, sizeof(err));
+	ck_assert_int_eq(r, -ENOMEM);
+	ck_assert_msg(strstr(err, "memory budget: dataset packs/b1.bpk: its index and tables need ") &&
+		      strstr(err, "read from its shards' footers, before loading") &&
+		      strstr(err, "raise [memory] budget"), "%s", err);
+	bd_dataset_cache_stats(&st);
+	ck_assert_uint_eq(st.loaded, 1);
+	bd_budget_get(&b, &v);
+	ck_assert_uint_eq(v.held[BD_BUDGET_DATASETS], one);
+
+	/* x unused: kept and charged, then evicted for b1. */
+	bd_dataset_put(x);
+	bd_dataset_cache_stats(&st);
+	ck_assert_uint_eq(st.unused, 1);
+	ck_assert_uint_eq(st.unused_bytes, one);
+	z = get_policy_ok("packs/b1.bpk", &rp);
+	bd_dataset_cache_stats(&st);
+	ck_assert_uint_eq(st.evicted, 1);
+	ck_assert_uint_eq(st.held, 1);
+	bd_budget_get(&b, &v);
+	ck_assert_uint_eq(v.held[BD_BUDGET_DATASETS], z->bytes);
+	bd_dataset_put(z);
+
+	/* The uid's limit: refused from the footer, nothing loaded or taken. */
+	bd_budget_set(&b, UINT64_C(1) << 30, 0, false);
+	rp.uid = 1234;
+	rp.uid_limit = one / 2;
+	r = bd_dataset_get(roots, 1, "packs/b2.bpk", &rp, &z, err, sizeof(err));
+	ck_assert_int_eq(r, -ENOMEM);
+	ck_assert_msg(strstr(err, "memory limit per user: dataset packs/b2.bpk: its index and "
+			      "tables need ") && strstr(err, "uid 1234 holds 0 B of the "), "%s", err);
+	bd_dataset_cache_stats(&st);
+	ck_assert_uint_eq(st.loaded, 2);
+
+	bd_dataset_cache_clear();
+	bd_budget_get(&b, &v);
+	ck_assert_uint_eq(v.held[BD_BUDGET_DATASETS], 0);
+	bd_budget_destroy(&b);
+}
+END_TEST
+
 /* ---- tiers ---------------------------------------------------------------------------- */
 
 /* The choice alone, at its edges. */
@@ -602,6 +686,7 @@ static Suite *dataset_suite(void)
 	tc = tcase_create("cache");
 	tcase_add_test(tc, test_versions);
 	tcase_add_test(tc, test_unused_bound);
+	tcase_add_test(tc, test_budget);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("tiers");
 	tcase_add_test(tc, test_tier_choose);

@@ -4,8 +4,11 @@
  * (lib/pack/pack_file.c): a single shard file, a directory of shards, a
  * path relative to a dirfd, an open descriptor; shards taken in bytewise
  * name order; the errnos for bad paths (no shards, missing, a symlinked
- * shard, not a pack, a FIFO that must not hang the open); and a
- * fingerprint that is a function of the content only.
+ * shard, not a pack, a FIFO that must not hang the open); a
+ * fingerprint that is a function of the content only; and what an open
+ * holds in memory: the charge asked before anything large is read (and a
+ * refusal that stops the load before any index is), and
+ * bp_dataset_held_bytes after.
  *
  * Each test writes real shards with bp_pack_writer into its own directory
  * under one temporary root (made in main(), removed when the suite ends,
@@ -18,6 +21,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,6 +32,7 @@
 
 #include "pack-file-fixture.h"
 #include "pack-testlib.h"
+#include "pack_fields.h"
 #include "pack_file.h"
 
 /* ---- open ----------------------------------------------------------------- */
@@ -416,6 +422,163 @@ START_TEST(test_fingerprint)
 }
 END_TEST
 
+/* ---- memory: the charge, the bytes held --------------------------------------- */
+
+/* What the charge was asked, and what it answers. */
+typedef struct charges {
+	int calls;
+	uint64_t bytes[4], index[4];
+	int refuse_at;           /* the call (1-based) answered -ENOMEM; 0: none */
+} charges;
+
+static int record_charge(void *ctx, uint64_t bytes, uint64_t index)
+{
+	charges *c = ctx;
+
+	ck_assert_int_lt(c->calls, 4);
+	c->bytes[c->calls] = bytes;
+	c->index[c->calls] = index;
+	return ++c->calls == c->refuse_at ? -ENOMEM : 0;
+}
+
+/* Reads of shard data, counted (bp_shard_read_fn over the set's descriptors). */
+static unsigned reads;
+static uint64_t read_most;
+
+static int counting_read(void *ctx, void *buf, size_t len, uint64_t off)
+{
+	reads++;
+	read_most = len > read_most ? len : read_most;
+	return bp_pread_full((int)(intptr_t)ctx, buf, len, off);
+}
+
+/* Open path's shards with charge c and every read counted; load them. @return from_set's. */
+static int load_charged(const char *path, charges *c, bp_dataset **ret)
+{
+	bp_dataset_fault fault = { 0 };
+	bp_shard_set set;
+	int fd = open(path, O_RDONLY | O_CLOEXEC), r;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bp_shard_set_open(fd, path, &set, &fault), 0);
+	close(fd);
+	set.read = counting_read;
+	set.read_ctx = calloc(set.count, sizeof(*set.read_ctx));
+	ck_assert_ptr_nonnull(set.read_ctx);
+	for (size_t i = 0; i < set.count; i++)
+		set.read_ctx[i] = (void *)(intptr_t)set.fds[i];
+	set.charge = record_charge;
+	set.charge_ctx = c;
+	reads = 0;
+	read_most = 0;
+	r = bp_dataset_from_set(&set, ret, &fault);
+	if (r == -ENOMEM)
+		ck_assert_ptr_null(fault.pack.what);
+	return r;
+}
+
+/*
+ * The three-shard dataset (a dictionary in one): the charge is asked once,
+ * for every index (its exact bytes), dictionary and lookup table at most,
+ * before any is read; what the dataset then holds is at least those and
+ * at most the charge plus its small records.
+ */
+START_TEST(test_charge_before_load)
+{
+	dataset_fixture fx;
+	charges c = { 0 };
+	bp_dataset *ds;
+	uint64_t index = 0, dict = 0, held;
+
+	make_dataset(&fx, 0);
+	ck_assert_int_eq(load_charged(fx.dir, &c, &ds), 0);
+	for (size_t i = 0; i < NSHARDS; i++) {
+		index += fx.footer[i].index_size;
+		dict += bp_dataset_shard(ds, i)->header.dict_size;
+	}
+	ck_assert_uint_gt(dict, 0);
+	ck_assert_int_eq(c.calls, 1);
+	ck_assert_uint_eq(c.index[0], index);
+	ck_assert_uint_ge(c.bytes[0], index + 2 * dict + bp_dataset_lookup_bytes(ds));
+	held = bp_dataset_held_bytes(ds);
+	ck_assert_uint_ge(held, index + dict + bp_dataset_lookup_bytes(ds) +
+				bp_dataset_field_bytes(ds));
+	/* The records, names and the default schema's tables: a few hundred bytes a shard. */
+	ck_assert_uint_le(held, c.bytes[0] + NSHARDS * 1024);
+	bp_dataset_close(ds);
+	free_dataset(&fx);
+}
+END_TEST
+
+/* A shard with fields: a second charge for its sections' bytes, before they are read. */
+START_TEST(test_charge_sections)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	const char *keys[64];
+	char names[64][16];
+	bp_field_value vals[64];
+	pt_fields f = { .vals = vals, .keys = keys };
+	charges c = { 0 };
+	const bp_shard *sh;
+	uint64_t off, size, held;
+	bp_dataset *ds;
+	pt_samples s;
+	int fd;
+
+	new_dir(dir);
+	pt_samples_make(&s, 64, 1, 300, PT_TEXT, 5);
+	for (int i = 0; i < 64; i++) {
+		snprintf(names[i], sizeof(names[i]), "key-%d", i);
+		keys[i] = names[i];
+		vals[i] = (bp_field_value){ .size = s.sizes[i] };
+	}
+	join(path, dir, "fields.bpk");
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pt_pack_write_fields(fd, &s, 4, 0, &f, NULL), 0);
+	close(fd);
+	ck_assert_int_eq(load_charged(path, &c, &ds), 0);
+	sh = bp_dataset_shard(ds, 0);
+	bp_pack_fields_extent(&sh->index, &off, &size);
+	ck_assert_uint_gt(size, 0);
+	ck_assert_int_eq(c.calls, 2);
+	ck_assert_uint_eq(c.index[0], sh->footer.index_size);
+	ck_assert_uint_eq(c.bytes[1], size);
+	ck_assert_uint_eq(c.index[1], 0);
+	held = bp_dataset_held_bytes(ds);
+	ck_assert_uint_ge(held, sh->footer.index_size + size + bp_dataset_lookup_bytes(ds));
+	ck_assert_uint_le(held, c.bytes[0] + c.bytes[1] + 4096);
+	bp_dataset_close(ds);
+
+	/* Refused at the sections: the load stops there, nothing leaks (sanitizer builds). */
+	c = (charges){ .refuse_at = 2 };
+	ck_assert_int_eq(load_charged(path, &c, &ds), -ENOMEM);
+	ck_assert_int_eq(c.calls, 2);
+	pt_samples_free(&s);
+}
+END_TEST
+
+/*
+ * A charge that refuses stops the load at once: -ENOMEM, no fault, and
+ * nothing read but each shard's header and footer (no index, no
+ * dictionary).
+ */
+START_TEST(test_charge_refused)
+{
+	dataset_fixture fx;
+	charges c = { .refuse_at = 1 };
+	bp_dataset *ds = NULL;
+
+	make_dataset(&fx, 0);
+	ck_assert_int_eq(load_charged(fx.dir, &c, &ds), -ENOMEM);
+	ck_assert_ptr_null(ds);
+	ck_assert_int_eq(c.calls, 1);
+	ck_assert_uint_eq(reads, 2 * NSHARDS);
+	ck_assert_uint_eq(read_most, BP_PACK_FOOTER_SIZE);
+	free_dataset(&fx);
+}
+END_TEST
+
 static Suite *pack_file_suite(void)
 {
 	Suite *s = suite_create("pack-file");
@@ -444,6 +607,12 @@ static Suite *pack_file_suite(void)
 
 	tc = tcase_create("fingerprint");
 	tcase_add_test(tc, test_fingerprint);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("memory");
+	tcase_add_test(tc, test_charge_before_load);
+	tcase_add_test(tc, test_charge_sections);
+	tcase_add_test(tc, test_charge_refused);
 	suite_add_tcase(s, tc);
 
 	return s;

@@ -545,7 +545,7 @@ static void print_datasets(json_object *o)
 			users += !strcmp(name, get_str(json_object_array_get_idx(sessions, k), "dataset"));
 		printf("%s%s (%zu session%s)", shown++ ? ", " : "", name, users, users == 1 ? "" : "s");
 	}
-	printf("%s%" PRIu64 " version%s open, %" PRIu64 " kept unused (%s of index)\n",
+	printf("%s%" PRIu64 " version%s open, %" PRIu64 " kept unused (%s of index and tables)\n",
 	       shown ? "; " : "", get_u64(o, "datasets.held"),
 	       get_u64(o, "datasets.held") == 1 ? "" : "s", get_u64(o, "datasets.unused"),
 	       bp_format_size(get_u64(o, "datasets.unused_index_bytes"), a, sizeof(a)));
@@ -556,7 +556,7 @@ static void status_text(json_object *o)
 {
 	json_object *sessions = json_path_get(o, "sessions");
 	uint64_t hits = get_u64(o, "cache.hits"), looked = hits + get_u64(o, "cache.misses");
-	char a[32], b[32], c[32], d[32], e[32];
+	char a[32], b[32], c[32], d[32], e[32], f[32];
 
 	printf("%-22s %s (up %.0f s, pid %" PRIu64 ")\n", "batchd", get_str(o, "version"),
 	       get_f64(o, "uptime_s"), get_u64(o, "pid"));
@@ -568,10 +568,11 @@ static void status_text(json_object *o)
 	       get_str(o, "read_buffers.pages"));
 	print_cuda(o);
 	print_gpus(o, 22, true);
-	printf("%-22s %s used of %s (sessions %s, block cache %s, lingering %s)\n", "memory budget",
-	       bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
+	printf("%-22s %s used of %s (sessions %s, datasets %s, block cache %s, lingering %s)\n",
+	       "memory budget", bp_format_size(get_u64(o, "memory.used"), a, sizeof(a)),
 	       bp_format_size(get_u64(o, "memory.budget"), b, sizeof(b)),
 	       bp_format_size(get_u64(o, "memory.sessions"), c, sizeof(c)),
+	       bp_format_size(get_u64(o, "memory.datasets"), f, sizeof(f)),
 	       bp_format_size(get_u64(o, "memory.cache"), d, sizeof(d)),
 	       bp_format_size(get_u64(o, "memory.lingering"), e, sizeof(e)));
 	printf("%-22s %s of %s, %.1f%% hits (%" PRIu64 " of %" PRIu64 "), %" PRIu64 " evictions\n",
