@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pack_file.c - open datasets (a .bpk or a directory of them) from disk,
- * read samples synchronously, verify every block.
+ * pack_file.c - open datasets (a .bpk or a directory of them) from disk
+ * (samples are read and datasets verified in pack_read.c).
  *
  * Opening does all the distrust up front: each shard's header, dictionary,
  * footer and index are read with pread(2) and validated by pack.c before
@@ -25,6 +25,7 @@
 
 #include "pack_fields.h"
 #include "pack_file.h"
+#include "pack_file_priv.h"
 
 struct bp_dataset {
 	bp_shard *shards;
@@ -51,8 +52,8 @@ typedef struct shard_priv {
 	uint8_t header[BP_PACK_HEADER_SIZE], footer[BP_PACK_FOOTER_SIZE];
 } shard_priv;
 
-static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const char *what,
-		     uint64_t offset, int64_t block)
+int bp__fault_set(bp_dataset_fault *fault, const char *shard, int err, const char *what,
+		  uint64_t offset, int64_t block)
 {
 	if (fault) {
 		fault->pack.what = what;
@@ -63,8 +64,7 @@ static int fault_set(bp_dataset_fault *fault, const char *shard, int err, const 
 	return err;
 }
 
-/* Metadata reads: a shard that ends before its own header says is a truncated pack. */
-static int read_meta(const bp_shard *sh, void *buf, size_t len, uint64_t off)
+int bp__read_meta(const bp_shard *sh, void *buf, size_t len, uint64_t off)
 {
 	int r = bp_shard_pread(sh, buf, len, off);
 
@@ -88,8 +88,8 @@ static void shard_release(shard_priv *s)
  * Read the sections a batch needs (schema, columns, sizes) of a validated
  * shard and check them; *ret_bytes holds what *ret points into.
  */
-static int fields_load(const bp_shard *sh, uint8_t **ret_bytes, bp_pack_fields *ret,
-		       bp_dataset_fault *fault)
+int bp__fields_load(const bp_shard *sh, uint8_t **ret_bytes, bp_pack_fields *ret,
+		    bp_dataset_fault *fault)
 {
 	bp_pack_fault pf = { 0 };
 	uint64_t off, size;
@@ -101,16 +101,16 @@ static int fields_load(const bp_shard *sh, uint8_t **ret_bytes, bp_pack_fields *
 		bytes = malloc(size);
 		if (!bytes)
 			return -ENOMEM;
-		r = read_meta(sh, bytes, size, off);
+		r = bp__read_meta(sh, bytes, size, off);
 		if (r < 0) {
 			free(bytes);
-			return fault_set(fault, sh->name, r, "cannot read sections", off, -1);
+			return bp__fault_set(fault, sh->name, r, "cannot read sections", off, -1);
 		}
 	}
 	r = bp_pack_fields_parse(&sh->index, bytes, off, size, ret, &pf);
 	if (r < 0) {
 		free(bytes);
-		return pf.what ? fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block) : r;
+		return pf.what ? bp__fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block) : r;
 	}
 	*ret_bytes = bytes;
 	return 0;
@@ -129,30 +129,30 @@ static int shard_meta(shard_priv *s, bp_dataset_fault *fault)
 	int r;
 
 	if (fstat(sh->fd, &st) < 0)
-		return fault_set(fault, sh->name, -errno, "cannot stat shard", 0, -1);
+		return bp__fault_set(fault, sh->name, -errno, "cannot stat shard", 0, -1);
 	if (!S_ISREG(st.st_mode))
-		return fault_set(fault, sh->name, -EINVAL, "shard is not a regular file", 0, -1);
+		return bp__fault_set(fault, sh->name, -EINVAL, "shard is not a regular file", 0, -1);
 	sh->file_size = (uint64_t)st.st_size;
 
 	if (sh->file_size < BP_PACK_HEADER_SIZE + BP_PACK_FOOTER_SIZE)
-		return fault_set(fault, sh->name, -EBADMSG, "file too short to be a pack",
+		return bp__fault_set(fault, sh->name, -EBADMSG, "file too short to be a pack",
 				 sh->file_size, -1);
-	r = read_meta(sh, header, BP_PACK_HEADER_SIZE, 0);
+	r = bp__read_meta(sh, header, BP_PACK_HEADER_SIZE, 0);
 	if (r < 0)
-		return fault_set(fault, sh->name, r, "cannot read header", 0, -1);
+		return bp__fault_set(fault, sh->name, r, "cannot read header", 0, -1);
 	r = bp_pack_header_decode(header, BP_PACK_HEADER_SIZE, &sh->header, &pf);
 	if (r < 0)
 		goto bad;
-	r = read_meta(sh, footer, BP_PACK_FOOTER_SIZE, sh->file_size - BP_PACK_FOOTER_SIZE);
+	r = bp__read_meta(sh, footer, BP_PACK_FOOTER_SIZE, sh->file_size - BP_PACK_FOOTER_SIZE);
 	if (r < 0)
-		return fault_set(fault, sh->name, r, "cannot read footer",
+		return bp__fault_set(fault, sh->name, r, "cannot read footer",
 				 sh->file_size - BP_PACK_FOOTER_SIZE, -1);
 	r = bp_pack_footer_decode(footer, sh->file_size, &sh->header, &sh->footer, &pf);
 	if (r < 0)
 		goto bad;
 	return 0;
 bad:
-	return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
+	return bp__fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
 }
 
 /*
@@ -178,17 +178,17 @@ static int dict_load(shard_priv *s, bp_dataset_fault *fault)
 	s->dict_bytes = malloc(sh->header.dict_size);
 	if (!s->dict_bytes)
 		return -ENOMEM;
-	r = read_meta(sh, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
+	r = bp__read_meta(sh, s->dict_bytes, sh->header.dict_size, sh->header.dict_offset);
 	if (r < 0)
-		return fault_set(fault, sh->name, r, "cannot read dictionary",
+		return bp__fault_set(fault, sh->name, r, "cannot read dictionary",
 				 sh->header.dict_offset, -1);
 	if (XXH3_64bits(s->dict_bytes, sh->header.dict_size) != sh->header.dict_hash)
-		return fault_set(fault, sh->name, -EBADMSG, "dictionary checksum mismatch",
+		return bp__fault_set(fault, sh->name, -EBADMSG, "dictionary checksum mismatch",
 				 sh->header.dict_offset, -1);
 	sh->dict = s->dict_bytes;
 	sh->ddict = ZSTD_createDDict(s->dict_bytes, sh->header.dict_size);
 	if (!sh->ddict)
-		return fault_set(fault, sh->name, -EBADMSG, "dictionary is not usable by zstd",
+		return bp__fault_set(fault, sh->name, -EBADMSG, "dictionary is not usable by zstd",
 				 sh->header.dict_offset, -1);
 	return 0;
 }
@@ -211,13 +211,13 @@ static int shard_body(shard_priv *s, const bp_shard_set *set, bp_dataset_fault *
 	s->index_bytes = malloc(sh->footer.index_size);
 	if (!s->index_bytes)
 		return -ENOMEM;
-	r = read_meta(sh, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
+	r = bp__read_meta(sh, s->index_bytes, sh->footer.index_size, sh->footer.index_offset);
 	if (r < 0)
-		return fault_set(fault, sh->name, r, "cannot read index", sh->footer.index_offset, -1);
+		return bp__fault_set(fault, sh->name, r, "cannot read index", sh->footer.index_offset, -1);
 	r = bp_pack_index_parse(&sh->header, &sh->footer, s->header, s->footer, s->index_bytes,
 				&sh->index, &pf);
 	if (r < 0)
-		return fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
+		return bp__fault_set(fault, sh->name, r, pf.what, pf.offset, pf.block);
 	r = bp_pack_lookup_new(&sh->index, &s->lookup);
 	if (r < 0)
 		return r;
@@ -225,7 +225,7 @@ static int shard_body(shard_priv *s, const bp_shard_set *set, bp_dataset_fault *
 	bp_pack_fields_extent(&sh->index, &off, &size);
 	if (size && set->charge && (r = set->charge(set->charge_ctx, size, 0)) < 0)
 		return r;
-	return fields_load(sh, &s->section_bytes, &s->fields, fault);
+	return bp__fields_load(sh, &s->section_bytes, &s->fields, fault);
 }
 
 static int name_cmp(const void *a, const void *b)
@@ -353,7 +353,7 @@ static int merge_schemas(bp_dataset *ds, bp_dataset_fault *fault)
 		uint64_t off, size;
 
 		if (!same_fields(&ds->schema, &pf->schema))
-			return fault_set(fault, shards[i].pub.name, -EBADMSG,
+			return bp__fault_set(fault, shards[i].pub.name, -EBADMSG,
 					 "shards' schemas differ", shards[i].pub.index.data_end, -1);
 		for (uint32_t f = 0; f < ds->schema.count; f++)
 			if (ds->schema.fields[f].fixed_size != pf->schema.fields[f].fixed_size)
@@ -378,7 +378,7 @@ static int dataset_finish(bp_dataset *ds, bp_dataset_fault *fault)
 		/* Global ids must stay below 2^63 so they fit every signed consumer. */
 		if (sh->footer.sample_count > (UINT64_C(1) << 63) - ds->samples) {
 			free(fps);
-			return fault_set(fault, sh->name, -E2BIG, "dataset over 2^63 samples", 0, -1);
+			return bp__fault_set(fault, sh->name, -E2BIG, "dataset over 2^63 samples", 0, -1);
 		}
 		sh->first_sample = ds->samples;
 		ds->samples += sh->footer.sample_count;
@@ -414,7 +414,7 @@ int bp_dataset_openat(int dirfd, const char *path, bp_dataset **ret, bp_dataset_
 	/* O_NONBLOCK: a FIFO must be refused, not waited on (no effect on regular files). */
 	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
-		return fault_set(fault, path, -errno, "cannot open dataset", 0, -1);
+		return bp__fault_set(fault, path, -errno, "cannot open dataset", 0, -1);
 	r = bp_dataset_fdopen(fd, path, ret, fault);
 	close(fd);
 	return r;
@@ -483,11 +483,11 @@ static int open_entries(int fd, bp_shard_set *set, bp_dataset_fault *fault)
 		int r = bp_shard_openat(fd, set->names[i], &set->fds[i]);
 
 		if (r == -EINVAL)
-			return fault_set(fault, set->names[i], r, "shard is not a regular file", 0, -1);
+			return bp__fault_set(fault, set->names[i], r, "shard is not a regular file", 0, -1);
 		if (r == -ELOOP)
-			return fault_set(fault, set->names[i], r, "shard is a symbolic link", 0, -1);
+			return bp__fault_set(fault, set->names[i], r, "shard is a symbolic link", 0, -1);
 		if (r < 0)
-			return fault_set(fault, set->names[i], r, "cannot open shard", 0, -1);
+			return bp__fault_set(fault, set->names[i], r, "cannot open shard", 0, -1);
 	}
 	return 0;
 }
@@ -501,18 +501,18 @@ int bp_shard_set_open(int fd, const char *name, bp_shard_set *ret, bp_dataset_fa
 	if (fd < 0 || !name || !ret)
 		return -EINVAL;
 	if (fstat(fd, &st) < 0)
-		return fault_set(fault, name, -errno, "cannot stat dataset", 0, -1);
+		return bp__fault_set(fault, name, -errno, "cannot stat dataset", 0, -1);
 	if (S_ISDIR(st.st_mode)) {
 		set.dir = true;
 		r = list_shards(fd, &set.names, &set.count);
 		if (r < 0)
-			return fault_set(fault, name, r, "cannot list dataset directory", 0, -1);
+			return bp__fault_set(fault, name, r, "cannot list dataset directory", 0, -1);
 		if (set.count == 0) {
 			free(set.names);
-			return fault_set(fault, name, -ENODATA, "directory holds no .bpk shards", 0, -1);
+			return bp__fault_set(fault, name, -ENODATA, "directory holds no .bpk shards", 0, -1);
 		}
 	} else if (!S_ISREG(st.st_mode)) {
-		return fault_set(fault, name, -EINVAL, "dataset is neither a file nor a directory",
+		return bp__fault_set(fault, name, -EINVAL, "dataset is neither a file nor a directory",
 				 0, -1);
 	} else {
 		set.count = 1;
@@ -711,322 +711,5 @@ int bp_dataset_locate(const bp_dataset *ds, uint64_t id, size_t *ret_shard,
 	sh = &((const shard_priv *)ds->shards)[shard].pub;
 	bp_pack_index_sample(&sh->index, id - sh->first_sample, ret_sample);
 	*ret_shard = shard;
-	return 0;
-}
-
-/* ---- synchronous reader ------------------------------------------------ */
-
-struct bp_sample_reader {
-	const bp_dataset *ds;
-	ZSTD_DCtx *dctx;
-	uint8_t *stored, *raw;
-	size_t stored_cap, raw_cap;
-	size_t shard;            /* cached block, valid when have_block */
-	uint64_t block;
-	bool have_block;
-};
-
-int bp_sample_reader_new(const bp_dataset *ds, bp_sample_reader **ret)
-{
-	bp_sample_reader *r = calloc(1, sizeof(*r));
-
-	if (!r)
-		return -ENOMEM;
-	r->ds = ds;
-	r->dctx = ZSTD_createDCtx();
-	if (!r->dctx || bp_pack_dctx_init(r->dctx) < 0) {
-		bp_sample_reader_free(r);
-		return -ENOMEM;
-	}
-	*ret = r;
-	return 0;
-}
-
-void bp_sample_reader_free(bp_sample_reader *r)
-{
-	if (!r)
-		return;
-	ZSTD_freeDCtx(r->dctx);
-	free(r->stored);
-	free(r->raw);
-	free(r);
-}
-
-/* Read and decode block bi of shard sh (its entry b) into out (out_cap bytes). */
-static int reader_decode(bp_sample_reader *r, const bp_shard *sh, uint64_t bi,
-			 const bp_pack_block *b, uint8_t *out, size_t out_cap,
-			 bp_dataset_fault *fault)
-{
-	bp_pack_fault pf = { 0 };
-	uint8_t *in;
-	int err;
-
-	/* Raw blocks are read straight into place and checked there. */
-	if (b->codec == BP_CODEC_RAW) {
-		in = out;
-	} else {
-		if (bp_buf_reserve(&r->stored, &r->stored_cap, b->stored_size) < 0)
-			return -ENOMEM;
-		in = r->stored;
-	}
-	err = read_meta(sh, in, b->stored_size, b->offset);
-	if (err < 0)
-		return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
-				 "cannot read block", b->offset, (int64_t)bi);
-	err = bp_pack_block_decode(b, in, r->dctx, sh->ddict, out, out_cap, &pf);
-	if (err < 0)
-		return fault_set(fault, sh->name, err, pf.what, pf.offset, (int64_t)bi);
-	return 0;
-}
-
-/*
- * Read sample s's blocks into r->raw: its block, or a framed sample's
- * frames one after another, which lays the sample out whole.
- */
-static int reader_load(bp_sample_reader *r, const bp_shard *sh, const bp_pack_sample *s,
-		       bp_dataset_fault *fault)
-{
-	uint64_t need, at = 0;
-	bp_pack_block b;
-	int err;
-
-	r->have_block = false;
-	bp_pack_index_block(&sh->index, s->block, &b);
-	need = s->frames > 1 ? s->size : b.raw_size;
-	if (bp_buf_reserve(&r->raw, &r->raw_cap, need) < 0)
-		return -ENOMEM;
-	for (uint64_t k = 0; k < s->frames; k++) {
-		/* The index proved the frames add up to the sample: each fits what is left. */
-		if (k)
-			bp_pack_index_block(&sh->index, s->block + k, &b);
-		err = reader_decode(r, sh, s->block + k, &b, r->raw + at, r->raw_cap - at, fault);
-		if (err < 0)
-			return err;
-		at += b.raw_size;
-	}
-	return 0;
-}
-
-int bp_sample_reader_get(bp_sample_reader *r, uint64_t id, const uint8_t **ret_data,
-			 uint64_t *ret_size, bp_dataset_fault *fault)
-{
-	bp_pack_sample s;
-	const bp_shard *sh;
-	size_t shard;
-	int err;
-
-	err = bp_dataset_locate(r->ds, id, &shard, &s);
-	if (err < 0)
-		return err;
-	sh = bp_dataset_shard(r->ds, shard);
-	if (!r->have_block || r->shard != shard || r->block != s.block) {
-		err = reader_load(r, sh, &s, fault);
-		if (err < 0)
-			return err;
-		r->have_block = true;
-		r->shard = shard;
-		r->block = s.block;
-	}
-	*ret_data = r->raw + s.offset;
-	*ret_size = s.size;
-	return 0;
-}
-
-/* ---- verify ------------------------------------------------------------ */
-
-#define VERIFY_CHUNK (UINT64_C(8) << 20)
-
-/*
- * Blocks are contiguous, so verification reads the data region in large
- * sequential chunks of whole blocks and checks each block in place.
- */
-static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *stored_done,
-			uint64_t *raw_done, bp_dataset_fault *fault)
-{
-	uint64_t bi = 0, n = sh->footer.block_count;
-	int err;
-
-	posix_fadvise(sh->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	while (bi < n) {
-		bp_pack_block first, b;
-		uint64_t end = bi, span = 0, max_raw = 0;
-
-		bp_pack_index_block(&sh->index, bi, &first);
-		do {
-			bp_pack_index_block(&sh->index, end, &b);
-			span += b.stored_size;
-			if (b.raw_size > max_raw)
-				max_raw = b.raw_size;
-			end++;
-		} while (end < n && span < VERIFY_CHUNK);
-
-		if (bp_buf_reserve(&r->stored, &r->stored_cap, span) < 0 ||
-		    bp_buf_reserve(&r->raw, &r->raw_cap, max_raw) < 0)
-			return -ENOMEM;
-		err = read_meta(sh, r->stored, span, first.offset);
-		if (err < 0)
-			return fault_set(fault, sh->name, err == -ENODATA ? -EIO : err,
-					 "cannot read blocks", first.offset, (int64_t)bi);
-		for (; bi < end; bi++) {
-			bp_pack_fault pf = { 0 };
-
-			bp_pack_index_block(&sh->index, bi, &b);
-			err = bp_pack_block_decode(&b, r->stored + (b.offset - first.offset), r->dctx,
-						   sh->ddict, r->raw, r->raw_cap, &pf);
-			if (err < 0)
-				return fault_set(fault, sh->name, err, pf.what, pf.offset,
-						 (int64_t)bi);
-			*stored_done += b.stored_size;
-			*raw_done += b.raw_size;
-		}
-	}
-	return 0;
-}
-
-static int shard_pread(void *ctx, void *buf, size_t len, uint64_t off)
-{
-	int r = bp_shard_pread(ctx, buf, len, off);
-
-	return r == -ENODATA ? -EIO : r;
-}
-
-/*
- * The sections, read again from the file: those loaded at open checked
- * as open checks them, and every key block and key-hash page with them.
- */
-static int verify_sections(const bp_shard *sh, bp_sample_reader *r, bp_dataset_fault *fault)
-{
-	bp_pack_fault pf = { 0 };
-	bp_pack_fields fields;
-	uint8_t *bytes = NULL;
-	int err;
-
-	if (sh->index.section_count == 0)
-		return 0;
-	err = fields_load(sh, &bytes, &fields, fault);
-	if (err < 0)
-		return err;
-	if (fields.keys) {
-		err = bp_pack_keys_verify(&sh->index, shard_pread, (void *)sh, r->dctx, &pf);
-		if (err < 0 && pf.what)
-			fault_set(fault, sh->name, err, pf.what, pf.offset, pf.block);
-	}
-	bp_pack_fields_clear(&fields);
-	free(bytes);
-	return err;
-}
-
-int bp_dataset_verify(const bp_dataset *ds,
-		      void (*progress)(void *ctx, uint64_t stored_done, uint64_t raw_done),
-		      void *ctx, bp_dataset_fault *fault)
-{
-	uint64_t stored_done = 0, raw_done = 0;
-	bp_sample_reader *r;
-	int err;
-
-	err = bp_sample_reader_new(ds, &r);
-	if (err < 0)
-		return err;
-	for (size_t i = 0; i < ds->shard_count; i++) {
-		err = verify_shard(bp_dataset_shard(ds, i), r, &stored_done, &raw_done, fault);
-		if (err == 0)
-			err = verify_sections(bp_dataset_shard(ds, i), r, fault);
-		if (err < 0)
-			break;
-		if (progress)
-			progress(ctx, stored_done, raw_done);
-	}
-	bp_sample_reader_free(r);
-	return err;
-}
-
-void bp_dataset_fault_format(const bp_dataset_fault *fault, char *buf, size_t len)
-{
-	const char *what = fault->pack.what ? fault->pack.what : "error";
-
-	if (fault->pack.block >= 0)
-		snprintf(buf, len, "shard %s: block %" PRId64 " at byte %" PRIu64 ": %s",
-			 fault->shard, fault->pack.block, fault->pack.offset, what);
-	else
-		snprintf(buf, len, "shard %s: at byte %" PRIu64 ": %s", fault->shard,
-			 fault->pack.offset, what);
-}
-
-/* ---- whole reads and writes ----------------------------------------------- */
-
-/* One call moves at most 1 GiB: Linux caps a read or write below 2 GiB anyway. */
-#define IO_CHUNK ((size_t)1 << 30)
-
-int bp_shard_pread(const bp_shard *sh, void *buf, size_t len, uint64_t off)
-{
-	return sh->read ? sh->read(sh->read_ctx, buf, len, off) : bp_pread_full(sh->fd, buf, len, off);
-}
-
-int bp_pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-	uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = pread(fd, p, len > IO_CHUNK ? IO_CHUNK : len, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -ENODATA;
-		p += n;
-		len -= (size_t)n;
-		off += (uint64_t)n;
-	}
-	return 0;
-}
-
-/* write(2) when off is negative, else pwrite(2) at off, until len bytes are out. */
-static int write_loop(int fd, const void *buf, size_t len, int64_t off)
-{
-	const uint8_t *p = buf;
-
-	while (len) {
-		size_t n1 = len > IO_CHUNK ? IO_CHUNK : len;
-		ssize_t n = off < 0 ? write(fd, p, n1) : pwrite(fd, p, n1, (off_t)off);
-
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (n == 0)
-			return -EIO;
-		p += n;
-		len -= (size_t)n;
-		if (off >= 0)
-			off += n;
-	}
-	return 0;
-}
-
-int bp_write_full(int fd, const void *buf, size_t len)
-{
-	return write_loop(fd, buf, len, -1);
-}
-
-int bp_pwrite_full(int fd, const void *buf, size_t len, uint64_t off)
-{
-	return off > INT64_MAX ? -EINVAL : write_loop(fd, buf, len, (int64_t)off);
-}
-
-int bp_buf_reserve(uint8_t **buf, size_t *cap, size_t need)
-{
-	uint8_t *p;
-
-	if (need <= *cap && *buf)
-		return 0;
-	p = realloc(*buf, need ? need : 1);
-	if (!p)
-		return -ENOMEM;
-	*buf = p;
-	*cap = need;
 	return 0;
 }
