@@ -381,8 +381,10 @@ static size_t on_body(void *ctx, const char *data, size_t n)
 
 	if (f->got + n > f->len)
 		return 0; /* more than asked: the server ignored the range */
-	if (bp_pwrite_full(f->obj->fd, data, n, f->off + f->got) < 0)
+	if (bp_pwrite_full(f->obj->fd, data, n, f->off + f->got) < 0) {
+		f->werr = errno;
 		return 0;
+	}
 	XXH3_64bits_update(f->hs, data, n);
 	f->got += n;
 	__atomic_add_fetch(&R.stats_bytes, n, __ATOMIC_RELAXED);
@@ -396,6 +398,7 @@ static int start(bd_fetch *f)
 		return -ENOMEM;
 	XXH3_64bits_reset(f->hs);
 	f->got = 0;
+	f->werr = 0;
 	f->h = bp_s3_request_get(R.s3, &f->obj->loc, f->obj->etag, f->off, f->len, on_body, f);
 	if (!f->h)
 		return -ENOMEM;
@@ -504,6 +507,50 @@ static void conclude(bd_fetch *f, int err, const char *why, waiter **done)
 	free(f);
 }
 
+/* Attempts a fetch makes on a full disk, each after evicting what it needs and more. */
+#define BD_REMOTE_FULL_RETRIES 16u
+
+/*
+ * Evict least recently used chunks worth four times len, to give a full
+ * disk room (their space goes at the next sync's punches). Under R.mu.
+ * @return whether anything was evicted.
+ */
+static bool free_disk(uint64_t len)
+{
+	uint64_t before = R.cache_bytes;
+
+	while (before - R.cache_bytes < 4 * len && bd__evict_one())
+		R.punch_pending = true;
+	return R.cache_bytes < before;
+}
+
+/*
+ * f could not write what came (werr): on a full disk, room is made and f
+ * retried, as long as retries last and something could be evicted; else
+ * it fails with the cause. Under R.mu.
+ */
+static void write_failed(bd_fetch *f, int werr, waiter **done)
+{
+	char msg[BP_S3_MSG_MAX];
+
+	/* Not the bucket's fault: these retries are the disk's own, while eviction frees room. */
+	if (werr == ENOSPC && f->full < BD_REMOTE_FULL_RETRIES && !R.cancel && free_disk(f->len)) {
+		f->full++;
+		f->due_ms = now_ms() + bp_s3_backoff_ms(f->full);
+		f->next = R.retry;
+		R.retry = f;
+		R.stats.retries++;
+		bd_log(LOG_NOTICE, "remote cache %s: the disk is full (ENOSPC) writing %s: evicted "
+		       "chunks to make room, retrying", R.dir, f->obj->name);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "remote cache %s: writing the bytes of %s: %s%s", R.dir,
+		 f->obj->name, strerror(werr), werr == ENOSPC ? ": the disk is full and nothing "
+		 "more can be evicted: lower [cache] max_size to what its disk holds" : "");
+	bd_log(LOG_WARNING, "%s", msg);
+	conclude(f, -werr, msg, done);
+}
+
 /* A request finished with curl result code: done, retried later, or failed. Under R.mu. */
 static void finished(bd_fetch *f, CURLcode code, waiter **done)
 {
@@ -512,6 +559,10 @@ static void finished(bd_fetch *f, CURLcode code, waiter **done)
 
 	r = bp_s3_request_result(f->h, (int)code, &f->obj->loc, &e);
 	off_wire(f);
+	if (f->werr) {
+		write_failed(f, f->werr, done);
+		return;
+	}
 	if (r == 0 && f->got != f->len) {
 		r = -EPROTO;
 		e.retryable = true;

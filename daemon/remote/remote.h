@@ -22,16 +22,19 @@
  * dataset uses (the others go when their last session does).
  *
  * Durability: each object has a map file, the chunks whose bytes are on
- * disk, replaced by rename after the data file is fdatasync'd, at most
- * once a second while chunks land and always before chunks are punched
- * out; so after a crash a chunk the map calls present holds the bytes
- * fetched for it. Those bytes are checked like local ones (every block's
- * hashes at decode): the cache is trusted no more than the bucket.
+ * disk and each one's hash as fetched, replaced by rename after the data
+ * file is fdatasync'd, at most once a second while chunks land and before
+ * chunks are punched out (unless the disk is too full to write it); so
+ * after a crash a chunk the map calls present holds the bytes fetched for
+ * it, and a chunk found on disk is served only once it matches its hash
+ * (remote_verify.c): the cache directory is trusted no more than the
+ * bucket, and every block's hashes are checked at decode as well.
  *
  * Budget: the chunks present and the fetches in flight never hold more
  * than [cache] max_size; least recently used unpinned chunks are evicted
  * (FALLOC_FL_PUNCH_HOLE) to make room; a fetch waits while no room can be
- * made.
+ * made. A write that finds the disk full evicts and retries, then fails
+ * naming ENOSPC.
  *
  * Thread rules: bd_remote_start/stop on the main thread; the rest from
  * any thread (one mutex guards the chunk states; file writes, punches,

@@ -593,16 +593,17 @@ static void sync_object(bd_robj *o, bool all)
 			       o->name, strerror(-r));
 		free(map);
 	}
-	/* A chunk still listed on disk is never punched: after a crash it would read as zeros. */
+	/*
+	 * The map is written before the punches, so that a crash leaves no map
+	 * listing a hole; when it cannot be (a full disk: the punches are what
+	 * frees it), they go ahead all the same: a listed chunk that reads as
+	 * zeros fails its hash at the next start and is fetched again
+	 * (remote_verify.c).
+	 */
 	if (map && !synced) {
 		pthread_mutex_lock(&R.mu);
-		for (uint32_t k = 0; k < nholes; k++)
-			bd__chunk_if(o, holes[k])->punch = true;
-		o->punches += nholes;
 		o->dirty = true;
-		R.punch_pending = true;
 		pthread_mutex_unlock(&R.mu);
-		nholes = 0;
 	}
 	for (uint32_t k = 0; k < nholes; k++)
 		punch(o, holes[k]);

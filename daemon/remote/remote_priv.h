@@ -60,6 +60,8 @@ typedef struct bd_fetch {
 	uint64_t off, len;
 	uint64_t got;            /* body bytes written for this attempt */
 	void *hs;                /* XXH3_state_t of those bytes (fetcher thread) */
+	int werr;                /* errno of a failed write into the data file this attempt, or 0 */
+	unsigned full;           /* attempts that found the disk full (remote.c, write_failed) */
 	unsigned attempt;        /* retries made */
 	uint64_t due_ms;         /* a retry's time */
 	void *h;                 /* the easy handle on the wire */

@@ -12,6 +12,7 @@ dataset opens after it; an ETag carrying header bytes is refused before
 it is ever sent back; an index larger than the cache is refused at
 once, naming the figures, and the fetcher serves other opens after it.
 """
+import hashlib
 import json
 import os
 import subprocess
@@ -298,14 +299,23 @@ class FailedOpens(HostileCase):
 # ---- 7. reads larger than the cache ----------------------------------------------------------
 
 
-def small_pack(top, name, n=64, size=100, block_size=None):
-    """A local pack of n samples, sample i being size + i random bytes. @return its path."""
+def hashed_pack(top, name, n=64, size=100, block_size=None):
+    """A local pack of n samples, sample i being size + i random bytes.
+    @return (its path, [sha256 of sample i])."""
     src = os.path.join(top, name + ".src")
     os.makedirs(src)
+    shas = []
     for i in range(n):
+        data = os.urandom(size + i)
+        shas.append(hashlib.sha256(data).hexdigest())
         with open(os.path.join(src, f"s{i:03d}"), "wb") as f:
-            f.write(os.urandom(size + i))
-    return T.pack(os.path.join(top, name), src, block_size=block_size, extra=["--no-dict"])
+            f.write(data)
+    return T.pack(os.path.join(top, name), src, block_size=block_size, extra=["--no-dict"]), shas
+
+
+def small_pack(top, name, n=64, size=100, block_size=None):
+    """hashed_pack's path alone."""
+    return hashed_pack(top, name, n, size, block_size)[0]
 
 
 class Larger(HostileCase):
@@ -328,6 +338,38 @@ class Larger(HostileCase):
         ld = batchclient.Loader(f"s3://{BUCKET}/p/small.bpk", 8, socket=d.sock, timeout=60)
         self.assertEqual(sum(len(b) for b in ld), 64)
         ld.close()
+
+
+# ---- 11. a full cache disk ----------------------------------------------------------------------
+
+
+class FullDisk(HostileCase):
+    def test_a_full_disk_evicts_and_retries(self):
+        # The cache on a 2 MiB tmpfs (max_size says 64M): the second pack's
+        # chunks find the disk full of the first's, which are evicted to
+        # make room; every batch of both is exact.
+        top = tempfile.mkdtemp(prefix="fulldisk-", dir=H.top)
+        a, sa = hashed_pack(top, "a.bpk", n=40, size=30000, block_size="64K")
+        b, sb = hashed_pack(top, "b.bpk", n=40, size=30000, block_size="64K")
+        H.configure({"p/a.bpk": {"file": a}, "p/b.bpk": {"file": b}})
+        d = HostileDaemon(tempfile.mkdtemp(prefix="fulldisk-", dir=H.top), max_size="64M",
+                          chunk="64K")
+        os.makedirs(d.cache)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", d.cache],
+                          capture_output=True).returncode != 0:
+            self.skipTest("mounting a tmpfs needs root")
+        self.addCleanup(subprocess.run, ["umount", "-l", d.cache])
+        d.start()
+        self.addCleanup(self.stop, d)
+        for name, shas in (("a.bpk", sa), ("b.bpk", sb), ("a.bpk", sa)):
+            ld = batchclient.Loader(f"s3://{BUCKET}/p/{name}", 4, socket=d.sock, timeout=60)
+            got = {}
+            for bt in ld:
+                for sid, view in zip(bt.ids, bt.samples):
+                    got[sid] = hashlib.sha256(view).hexdigest()
+            ld.close()
+            self.assertEqual(got, dict(enumerate(shas)), f"{name}: the samples delivered")
+        self.assertIn("the disk is full (ENOSPC)", open(d.log, errors="replace").read())
 
 
 # ---- 12. header bytes in an ETag -------------------------------------------------------------
