@@ -18,8 +18,9 @@
  * Whoever may write the directory is not trusted either: every file is
  * opened relative to the objects directory's descriptor, never through a
  * symlink (O_NOFOLLOW), and used only when it is a regular file of ours
- * with one link; data files are created anew (O_EXCL), and temporaries
- * have unpredictable names, so nothing planted there is written through.
+ * with one link; data and map files are made under unpredictable
+ * temporary names (O_EXCL) and renamed into place, which replaces a link
+ * planted there rather than writing through it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -172,27 +173,61 @@ fail:
 	return r;
 }
 
-/* A new, empty data file for o: whatever had its name is unlinked, not written through. */
-static int create_data(const bd_robj *o, char *err, size_t errlen)
+/* A name nobody can plant a link at beforehand: ".ID.NONCE.tmp" (scan() removes leftovers). */
+static int temp_name(const char *id, char buf[80])
 {
-	char name[48];
-	int fd;
+	uint64_t nonce;
 
-	snprintf(name, sizeof(name), "%s.data", o->id);
-	if (unlinkat(R.objdir, name, 0) < 0 && errno != ENOENT)
-		fd = -errno;
-	else
-		fd = obj_open(name, O_RDWR | O_CREAT | O_EXCL, NULL);
+	if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+		return -errno;
+	snprintf(buf, 80, ".%s.%016llx.tmp", id, (unsigned long long)nonce);
+	return 0;
+}
+
+/*
+ * A new, empty data file of o's size under a temporary name (tmp), which
+ * place_data gives it: two opens making one object at once must not
+ * unlink each other's file. @return the fd, or -errno (err says).
+ */
+static int create_data(const bd_robj *o, char tmp[80], char *err, size_t errlen)
+{
+	int fd = temp_name(o->id, tmp);
+
+	if (fd == 0)
+		fd = obj_open(tmp, O_RDWR | O_CREAT | O_EXCL, NULL);
 	if (fd >= 0 && ftruncate(fd, (off_t)o->size) < 0) {
 		int r = -errno;
 
 		close(fd);
+		unlinkat(R.objdir, tmp, 0);
 		fd = r;
 	}
 	if (fd < 0)
-		snprintf(err, errlen, "remote cache %s/objects/%s: %s: check that batchd may write "
-			 "[cache] dir and that it has room", R.dir, name, strerror(-fd));
+		snprintf(err, errlen, "remote cache %s/objects: a data file for %s: %s: check that "
+			 "batchd may write [cache] dir and that it has room", R.dir, o->name,
+			 strerror(-fd));
 	return fd;
+}
+
+/*
+ * tmp becomes o's data file, replacing whatever had the name: a rename
+ * replaces a symlink planted there, never writes through it. Under R.mu,
+ * so that no other open places the same identity's at once.
+ * @return 0 or -errno (err says).
+ */
+static int place_data(const bd_robj *o, const char *tmp, char *err, size_t errlen)
+{
+	char name[48];
+	int r = 0;
+
+	snprintf(name, sizeof(name), "%s.data", o->id);
+	if (renameat(R.objdir, tmp, R.objdir, name) < 0) {
+		r = -errno;
+		unlinkat(R.objdir, tmp, 0);
+		snprintf(err, errlen, "remote cache %s/objects/%s: %s: check that batchd may write "
+			 "[cache] dir", R.dir, name, strerror(-r));
+	}
+	return r;
 }
 
 /*
@@ -234,6 +269,9 @@ static int data_open(const bd_robj *o)
  */
 static int reopen(bd_robj *o, char *err, size_t errlen)
 {
+	char tmp[80];
+	int r;
+
 	if (o->fd >= 0 || (o->fd = data_open(o)) >= 0)
 		return 0;
 	bd_log(LOG_NOTICE, "remote cache %s: %s: its data file is gone or changed: fetched anew",
@@ -246,7 +284,11 @@ static int reopen(bd_robj *o, char *err, size_t errlen)
 			R.cache_bytes -= bd__chunk_len(o, c->idx);
 		}
 	o->dirty = true;
-	o->fd = create_data(o, err, errlen);
+	o->fd = create_data(o, tmp, err, errlen);
+	if (o->fd >= 0 && (r = place_data(o, tmp, err, errlen)) < 0) {
+		close(o->fd);
+		o->fd = r;
+	}
 	return o->fd < 0 ? o->fd : 0;
 }
 
@@ -262,7 +304,7 @@ static bool holds_chunks(const bd_robj *o)
 int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, char *err,
 		size_t errlen)
 {
-	char id[33];
+	char id[33], tmp[80];
 	bd_robj *o, *fresh;
 	int fd, r;
 
@@ -307,7 +349,7 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 		snprintf(err, errlen, "remote cache: out of memory");
 		return -ENOMEM;
 	}
-	fd = create_data(fresh, err, errlen);
+	fd = create_data(fresh, tmp, err, errlen);
 	if (fd < 0) {
 		robj_free(fresh);
 		return fd;
@@ -319,10 +361,16 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 	pthread_mutex_lock(&R.mu);
 	/* Another open may have made it meanwhile: then ours goes. */
 	o = find(id);
-	if (o) {
-		/* Its file is open: ours was made under the same name, and replaced nothing. */
+	r = o ? reopen(o, err, errlen) : place_data(fresh, tmp, err, errlen);
+	if (o || r < 0) {
+		if (o && r < 0)
+			bd__robj_unref(o);
 		pthread_mutex_unlock(&R.mu);
+		if (o)
+			unlinkat(R.objdir, tmp, 0);
 		robj_free(fresh);
+		if (r < 0)
+			return r;
 		*ret = o;
 		return 0;
 	}
@@ -413,15 +461,13 @@ static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 static int map_write(const bd_robj *o, const uint8_t *bytes, size_t len, bool sync_data)
 {
 	char tmp[80], name[48];
-	uint64_t nonce;
 	int fd, r = 0;
 
 	if (sync_data && fdatasync(o->fd) < 0)
 		return -errno;
-	/* A name nobody can plant a link at beforehand (scan() removes leftovers: .*.tmp). */
-	if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
-		return -errno;
-	snprintf(tmp, sizeof(tmp), ".%s.%016llx.tmp", o->id, (unsigned long long)nonce);
+	r = temp_name(o->id, tmp);
+	if (r < 0)
+		return r;
 	snprintf(name, sizeof(name), "%s.map", o->id);
 	fd = obj_open(tmp, O_WRONLY | O_CREAT | O_EXCL, NULL);
 	if (fd < 0)

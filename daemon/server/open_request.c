@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include "linger.h"
 #include "log.h"
 #include "machine.h"
+#include "open_pool.h"
+#include "s3.h"
 #include "server_state.h"
 
 _Static_assert((int)BD_CFG_TIER_RAM == (int)BD_TIER_RAM && (int)BD_CFG_TIER_PAGE == (int)BD_TIER_PAGE &&
@@ -88,7 +91,10 @@ static void refuse_device(client *c, int code, const char *fmt, ...)
 /* ---- the lookup, on the thread pool --------------------------------------------------- */
 
 typedef struct open_work {
-	uv_work_t w;
+	uv_work_t w;            /* on libuv's pool: the local roots */
+	bd_open_job job;        /* on the remote opens' pool (open_pool.h): every root */
+	bool remote;            /* the lookup goes on the remote pool: a bucket may be reached */
+	size_t nlocal;          /* roots[0, nlocal) are local, the rest remotes */
 	uv_timer_t retry;       /* waiting for ending sessions' memory (open_session) */
 	bool retrying;          /* retry is initialised: the work is freed once it closed */
 	uint64_t wait_since_ns; /* when the first try was refused for memory; 0: not refused */
@@ -109,12 +115,19 @@ typedef struct open_work {
 	char err[BP_ERRMSG_MAX];
 } open_work;
 
-static void open_work_run(uv_work_t *w)
-{
-	open_work *ow = w->data;
+/* Not an errno: the name is not under the local roots, so the remote pool looks for it next. */
+#define TRY_REMOTE 1
 
-	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->path, &ow->policy,
-			       &ow->d, ow->err, sizeof(ow->err));
+/* The lookup: on libuv's pool the local roots alone, on the remote pool every root. */
+static void lookup(open_work *ow)
+{
+	ow->r = bd_dataset_get((const char *const *)ow->roots, ow->remote ? ow->nroots : ow->nlocal,
+			       ow->path, &ow->policy, &ow->d, ow->err, sizeof(ow->err));
+	if (!ow->remote && ow->nroots > ow->nlocal && ow->path[0] != '/' &&
+	    (ow->r == -ENOENT || (ow->r == -EACCES && !ow->nlocal))) {
+		ow->r = TRY_REMOTE;
+		return;
+	}
 	/*
 	 * The sizing reads the start epochs' sample sizes: here, not on the
 	 * loop, and once per version (a retry that finds the same one keeps
@@ -133,6 +146,16 @@ static void open_work_run(uv_work_t *w)
 		return;
 	}
 	ow->sized = ow->d->uid;
+}
+
+static void open_work_run(uv_work_t *w)
+{
+	lookup(w->data);
+}
+
+static void open_job_run(bd_open_job *job)
+{
+	lookup((open_work *)((char *)job - offsetof(open_work, job)));
 }
 
 static void open_work_free(open_work *ow)
@@ -394,12 +417,44 @@ static bool open_session(open_work *ow)
 	return true;
 }
 
+static void open_done(open_work *ow);
+
 static void open_work_done(uv_work_t *w, int status)
 {
-	open_work *ow = w->data;
+	open_done(w->data);
+}
+
+static void open_job_done(bd_open_job *job)
+{
+	open_done((open_work *)((char *)job - offsetof(open_work, job)));
+}
+
+/* The lookup to its pool: libuv's, or the remote opens'. @return 0 or -ENOMEM. */
+static int queue_lookup(open_work *ow)
+{
+	bd_server *srv = ow->c->srv;
+
+	if (!ow->remote)
+		return uv_queue_work(srv->loop, &ow->w, open_work_run, open_work_done) < 0 ? -ENOMEM : 0;
+	ow->job = (bd_open_job){ .work = open_job_run, .done = open_job_done, .uid = ow->c->uid };
+	bd_open_pool_queue(srv->open_pool, &ow->job);
+	return 0;
+}
+
+static void open_done(open_work *ow)
+{
 	client *c = ow->c;
 	bd_server *srv = c->srv;
 
+	if (ow->r == TRY_REMOTE && !c->gone && !srv->stopping) {
+		ow->remote = true;
+		ow->r = 0;
+		ow->err[0] = '\0';
+		queue_lookup(ow);
+		return;
+	}
+	if (ow->r == TRY_REMOTE)
+		ow->r = -ECANCELED;
 	if (c->gone || srv->stopping)
 		bd_dataset_put(ow->d);
 	else if (ow->r == -ENOMEM && wait_for_memory(ow))
@@ -457,7 +512,7 @@ static void open_retry(uv_timer_t *t)
 	ow->r = 0;
 	ow->err[0] = '\0';
 	uid_held_now(ow);
-	if (uv_queue_work(c->srv->loop, &ow->w, open_work_run, open_work_done) < 0) {
+	if (queue_lookup(ow) < 0) {
 		bd__client_error(c, -ENOMEM, "out of memory");
 		open_finish(ow);
 	}
@@ -560,6 +615,9 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 	for (size_t i = 0; i < cfg->nremotes; i++, ow->nroots++)
 		if (!(ow->roots[ow->nroots] = strdup(cfg->remotes[i])))
 			goto nomem;
+	ow->nlocal = cfg->nroots;
+	/* A bucket's location goes straight to the remote pool; a name looks on local disks first. */
+	ow->remote = c->srv->open_pool && bp_s3_is_remote(ow->path);
 	return ow;
 nomem:
 	open_work_free(ow);
@@ -592,7 +650,7 @@ void bd__client_open(client *c, const bp_msg_open *m)
 	uid_held_now(ow);
 	bd__client_pause(c);
 	srv->opening++;
-	if (uv_queue_work(srv->loop, &ow->w, open_work_run, open_work_done) < 0) {
+	if (queue_lookup(ow) < 0) {
 		srv->opening--;
 		bd__client_resume(c);
 		open_work_free(ow);

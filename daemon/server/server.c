@@ -29,6 +29,7 @@
 #include "remote.h"
 #include "machine.h"
 #include "nvml.h"
+#include "open_pool.h"
 #include "server_state.h"
 #include "service.h"
 #include "units.h"
@@ -655,6 +656,10 @@ static int start_remote(bd_server *srv)
 	r = bd_remote_start(&o, err, sizeof(err));
 	if (r < 0)
 		return bd_log_ret(LOG_ERR, r, "remote datasets: %s", err);
+	r = bd_open_pool_new(srv->loop, &srv->open_pool);
+	if (r < 0)
+		return bd_log_ret(LOG_ERR, r, "remote datasets: cannot start the threads that open "
+				  "them: %s", strerror(-r));
 	srv->remote_tables = bd_remote_table_budget(o.max_size, o.chunk);
 	return 0;
 }
@@ -837,6 +842,7 @@ fail:
 	bd_nvml_stop();
 	bd_gpu_free(srv->gpu);
 	bd_remote_cancel();
+	bd_open_pool_close(srv->open_pool);
 	bd_pipeline_free(srv->pipeline);
 	bd_remote_stop();
 	bd_config_free(&srv->cfg);
@@ -896,6 +902,9 @@ void bd_server_stop(bd_server *srv)
 	uv_close((uv_handle_t *)&srv->sigterm, NULL);
 	uv_close((uv_handle_t *)&srv->sigint, NULL);
 	uv_close((uv_handle_t *)&srv->sighup, NULL);
+	/* Its threads are idle: every open is done. */
+	bd_open_pool_close(srv->open_pool);
+	srv->open_pool = NULL;
 	/* No fetch may hand a block back to an I/O thread once they are gone. */
 	bd_remote_cancel();
 	bd_pipeline_free(srv->pipeline);

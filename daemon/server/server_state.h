@@ -157,6 +157,7 @@ struct bd_server {
 	uint64_t budget;         /* the memory budget in force: [memory] budget, or auto's */
 	uint64_t auto_budget;    /* what budget = auto means: fixed at start */
 	uint64_t cache_budget;
+	struct bd_open_pool *open_pool; /* remote opens' threads (open_pool.h); NULL without remotes */
 	uint64_t remote_tables;  /* set aside for the remote cache's chunk tables (remote.h) */
 	client *clients;
 	unsigned nclients;

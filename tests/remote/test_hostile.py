@@ -222,6 +222,42 @@ class Slow(HostileCase):
         self.assertLess(took, 5, f"SIGTERM took {took:.1f} s with an open stuck on a bucket")
         self.assertEqual(len(errors), 1, "the stuck open did not fail")
 
+    def test_opens_stuck_on_a_bucket_leave_local_opens_served(self):
+        # Six opens trickling for minutes (no rate floor) would hold every
+        # thread of libuv's pool; remote opens have threads of their own,
+        # at most half of them for one user, so a local open is served.
+        top = tempfile.mkdtemp(prefix="stuckopens-", dir=H.top)
+        H.configure({f"p/stuck{i}.bpk": {"file": small_pack(top, f"stuck{i}.bpk", size=4096),
+                                         "rate": 500} for i in range(6)})
+        d = self.daemon("stuckopens", timeout=600, min_rate="0")
+        os.rename(small_pack(d.dir, "local.bpk"), os.path.join(d.root, "local.bpk"))
+        errors = []
+
+        def opener(i):
+            try:
+                batchclient.Loader(f"s3://{BUCKET}/p/stuck{i}.bpk", 8, socket=d.sock, timeout=120)
+            except Exception as e:  # noqa: BLE001 - failing at the stop is the outcome wanted
+                errors.append(e)
+        threads = [threading.Thread(target=opener, args=(i,), daemon=True) for i in range(6)]
+        for th in threads:
+            th.start()
+        deadline = time.monotonic() + 20
+        while H.ctl("stats")["trickling"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertGreaterEqual(H.ctl("stats")["trickling"], 2, "the remote opens never started")
+        t0 = time.monotonic()
+        ld = batchclient.Loader("local.bpk", 8, socket=d.sock, timeout=30)
+        self.assertEqual(sum(len(b) for b in ld), 64)
+        ld.close()
+        took = time.monotonic() - t0
+        self.assertLess(took, 5, f"a local open took {took:.1f} s behind remote ones")
+        # At most half the remote pool is one user's: two trickle, four wait.
+        self.assertEqual(H.ctl("stats")["trickling"], 2)
+        self.stop(d)
+        for th in threads:
+            th.join(30)
+        self.assertEqual(len(errors), 6, "the stuck opens did not fail at the stop")
+
     def test_an_endless_listing_ends(self):
         H.configure(listings={"p/endless/": {"endless": True}})
         d = self.daemon("endless")
