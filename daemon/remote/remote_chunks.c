@@ -6,11 +6,13 @@
  * An object's size comes from the bucket (a HEAD's Content-Length, a
  * listing's Size, a map found on disk), so a table sized by it would let
  * a server decide an allocation: one HEAD claiming 15 TiB with 64 KiB
- * chunks once cost 10 GB. The table is two-level instead: an array of
- * page pointers (8 bytes per BD_CHUNK_PAGE chunks) made with the object,
- * and pages of chunk records made when a read first touches one of their
- * chunks and freed when every chunk on them is idle again; so what the
- * tables hold follows what is cached and in flight, not what is claimed.
+ * chunks once cost 10 GB. The table has three levels instead: an array of
+ * directory pointers made with the object (8 bytes per BD_CHUNK_DIR x
+ * BD_CHUNK_PAGE chunks: 512 KiB for 4 TiB in 64 KiB chunks), directories of
+ * page pointers and pages of chunk records made when a read first touches
+ * one of their chunks, freed when every chunk below them is idle again; so
+ * what the tables hold follows what is cached and in flight, not what is
+ * claimed.
  * Objects over S3's 5 TiB limit are refused outright. Records, page
  * arrays and pages are counted in R.table_bytes, which never goes over
  * R.table_max (bd_remote_table_budget, set aside from the sessions'
@@ -24,10 +26,16 @@
 
 #include "remote_priv.h"
 
+#define PAGE_BYTES (BD_CHUNK_PAGE * sizeof(bd_chunk))
+#define DIR_BYTES (BD_CHUNK_DIR * sizeof(bd_chunk *))
+
 uint64_t bd_remote_table_budget(uint64_t max_size, uint32_t chunk)
 {
-	/* Pages enough for every chunk max_size holds, each alone on its page, and slack for opens. */
-	return BD_REMOTE_TABLE_BASE + max_size / chunk * (BD_CHUNK_PAGE * sizeof(bd_chunk) + 64);
+	/*
+	 * A directory and a page for every chunk max_size holds, each alone in
+	 * its directory (the most scattered reads), and slack for opens.
+	 */
+	return BD_REMOTE_TABLE_BASE + max_size / chunk * (PAGE_BYTES + DIR_BYTES + 64);
 }
 
 uint64_t bd__chunk_len(const bd_robj *o, uint32_t i)
@@ -60,11 +68,17 @@ static uint32_t npages(const bd_robj *o)
 	return (o->nchunks + BD_CHUNK_PAGE - 1) / BD_CHUNK_PAGE;
 }
 
+static uint32_t ndirs(const bd_robj *o)
+{
+	return (npages(o) + BD_CHUNK_DIR - 1) / BD_CHUNK_DIR;
+}
+
 size_t bd__robj_table_need(uint64_t size, size_t record)
 {
 	uint64_t chunks = (size + R.chunk - 1) / R.chunk;
+	uint64_t pages = (chunks + BD_CHUNK_PAGE - 1) / BD_CHUNK_PAGE;
 
-	return record + (size_t)((chunks + BD_CHUNK_PAGE - 1) / BD_CHUNK_PAGE) * sizeof(bd_chunk *);
+	return record + (size_t)((pages + BD_CHUNK_DIR - 1) / BD_CHUNK_DIR) * sizeof(bd_chunk **);
 }
 
 int bd__chunks_init(bd_robj *o, size_t record)
@@ -73,8 +87,8 @@ int bd__chunks_init(bd_robj *o, size_t record)
 
 	if (!charge(n))
 		return -ENOSPC;
-	o->pages = calloc(npages(o) ? npages(o) : 1, sizeof(*o->pages));
-	if (!o->pages) {
+	o->dirs = calloc(ndirs(o) ? ndirs(o) : 1, sizeof(*o->dirs));
+	if (!o->dirs) {
 		uncharge(n);
 		return -ENOMEM;
 	}
@@ -84,28 +98,50 @@ int bd__chunks_init(bd_robj *o, size_t record)
 
 void bd__chunks_free(bd_robj *o)
 {
-	for (uint32_t p = 0; o->pages && p < npages(o); p++)
-		free(o->pages[p]);
-	free(o->pages);
-	o->pages = NULL;
+	for (uint32_t d = 0; o->dirs && d < ndirs(o); d++) {
+		for (uint32_t p = 0; o->dirs[d] && p < BD_CHUNK_DIR; p++)
+			free(o->dirs[d][p]);
+		free(o->dirs[d]);
+	}
+	free(o->dirs);
+	o->dirs = NULL;
 	uncharge(o->table_bytes);
 	o->table_bytes = 0;
 }
 
+/* Allocate n charged bytes (zeroed) for o's table. @return NULL: over table_max or no memory. */
+static void *table_alloc(bd_robj *o, size_t n)
+{
+	void *v;
+
+	if (!charge(n))
+		return NULL;
+	if (!(v = calloc(1, n))) {
+		uncharge(n);
+		return NULL;
+	}
+	o->table_bytes += n;
+	return v;
+}
+
+static void table_free(bd_robj *o, void *v, size_t n)
+{
+	free(v);
+	o->table_bytes -= n;
+	uncharge(n);
+}
+
 bd_chunk *bd__chunk(bd_robj *o, uint32_t i)
 {
-	bd_chunk **page = &o->pages[i / BD_CHUNK_PAGE];
-	uint32_t first = i / BD_CHUNK_PAGE * BD_CHUNK_PAGE;
+	uint32_t p = i / BD_CHUNK_PAGE, first = p * BD_CHUNK_PAGE;
+	bd_chunk ***dir = &o->dirs[p / BD_CHUNK_DIR], **page;
 
+	if (!*dir && !(*dir = table_alloc(o, DIR_BYTES)))
+		return NULL;
+	page = &(*dir)[p % BD_CHUNK_DIR];
 	if (!*page) {
-		if (!charge(BD_CHUNK_PAGE * sizeof(bd_chunk)))
+		if (!(*page = table_alloc(o, PAGE_BYTES)))
 			return NULL;
-		*page = calloc(BD_CHUNK_PAGE, sizeof(bd_chunk));
-		if (!*page) {
-			uncharge(BD_CHUNK_PAGE * sizeof(bd_chunk));
-			return NULL;
-		}
-		o->table_bytes += BD_CHUNK_PAGE * sizeof(bd_chunk);
 		for (uint32_t k = 0; k < BD_CHUNK_PAGE; k++) {
 			(*page)[k].obj = o;
 			(*page)[k].idx = first + k;
@@ -116,20 +152,35 @@ bd_chunk *bd__chunk(bd_robj *o, uint32_t i)
 
 bd_chunk *bd__chunk_if(const bd_robj *o, uint32_t i)
 {
-	bd_chunk *page = o->pages[i / BD_CHUNK_PAGE];
+	uint32_t p = i / BD_CHUNK_PAGE;
+	bd_chunk **dir = o->dirs[p / BD_CHUNK_DIR];
+	bd_chunk *page = dir ? dir[p % BD_CHUNK_DIR] : NULL;
 
 	return page ? &page[i % BD_CHUNK_PAGE] : NULL;
 }
 
 bd_chunk *bd__chunk_next(const bd_robj *o, uint32_t from)
 {
-	for (uint32_t p = from / BD_CHUNK_PAGE; p < npages(o); p++, from = p * BD_CHUNK_PAGE)
-		if (o->pages[p] && from < o->nchunks)
-			return &o->pages[p][from % BD_CHUNK_PAGE];
+	uint32_t p = from / BD_CHUNK_PAGE;
+
+	while (from < o->nchunks) {
+		bd_chunk **dir = o->dirs[p / BD_CHUNK_DIR];
+
+		if (!dir) {
+			/* A whole directory unused: on to the next one. */
+			p = (p / BD_CHUNK_DIR + 1) * BD_CHUNK_DIR;
+		} else if (dir[p % BD_CHUNK_DIR]) {
+			return &dir[p % BD_CHUNK_DIR][from % BD_CHUNK_PAGE];
+		} else {
+			p++;
+		}
+		if ((uint64_t)p * BD_CHUNK_PAGE > from)
+			from = p * BD_CHUNK_PAGE;
+	}
 	return NULL;
 }
 
-/* Is nothing on page p of o in use: every chunk absent, unpinned, unwaited, with nothing to punch? */
+/* Is nothing on page in use: every chunk absent, unpinned, unwaited, with nothing to punch? */
 static bool idle(const bd_chunk *page)
 {
 	for (uint32_t k = 0; k < BD_CHUNK_PAGE; k++)
@@ -141,13 +192,22 @@ static bool idle(const bd_chunk *page)
 
 void bd__chunks_trim(bd_robj *o)
 {
-	for (uint32_t p = 0; p < npages(o); p++)
-		if (o->pages[p] && idle(o->pages[p])) {
-			free(o->pages[p]);
-			o->pages[p] = NULL;
-			o->table_bytes -= BD_CHUNK_PAGE * sizeof(bd_chunk);
-			uncharge(BD_CHUNK_PAGE * sizeof(bd_chunk));
+	for (uint32_t d = 0; d < ndirs(o); d++) {
+		bd_chunk **dir = o->dirs[d];
+		bool empty = true;
+
+		for (uint32_t p = 0; dir && p < BD_CHUNK_DIR; p++) {
+			if (dir[p] && idle(dir[p])) {
+				table_free(o, dir[p], PAGE_BYTES);
+				dir[p] = NULL;
+			}
+			empty &= !dir[p];
 		}
+		if (dir && empty) {
+			table_free(o, dir, DIR_BYTES);
+			o->dirs[d] = NULL;
+		}
+	}
 }
 
 /* ---- the LRU ----------------------------------------------------------------------------- */

@@ -17,8 +17,9 @@
 
 enum { BD_CHUNK_ABSENT, BD_CHUNK_FETCHING, BD_CHUNK_PRESENT };
 
-/* Chunks on one page of an object's chunk table (remote_chunks.c). */
+/* Chunks on one page of an object's chunk table, pages in one directory (remote_chunks.c). */
 #define BD_CHUNK_PAGE 16u
+#define BD_CHUNK_DIR 64u
 
 typedef struct bd_chunk {
 	uint8_t state;
@@ -41,8 +42,8 @@ struct bd_robj {
 	uint64_t size;
 	int fd;                  /* the data file, O_RDWR; -1 once deleted */
 	uint32_t nchunks;
-	bd_chunk **pages;        /* nchunks / BD_CHUNK_PAGE pages, NULL where none is in use */
-	size_t table_bytes;      /* its share of R.table_bytes: the record, pages, page array */
+	bd_chunk ***dirs;        /* directories of BD_CHUNK_DIR pages of BD_CHUNK_PAGE chunks; NULL: none used */
+	size_t table_bytes;      /* its share of R.table_bytes: the record, directories, pages */
 	unsigned refs;           /* datasets and fetches using it */
 	bool dirty;              /* the map on disk is older than the chunk states */
 	bool landed;             /* chunks landed since the data file was last synced */
@@ -109,9 +110,9 @@ extern struct bd_remote_state R;
 uint64_t bd__chunk_len(const bd_robj *o, uint32_t i);
 /* What an object of size with a record of record bytes is charged before any chunk is used. */
 size_t bd__robj_table_need(uint64_t size, size_t record);
-/* o's page array, charged with record. @return 0; -ENOSPC (over R.table_max); -ENOMEM. */
+/* o's directory array, charged with record. @return 0; -ENOSPC (over R.table_max); -ENOMEM. */
 int bd__chunks_init(bd_robj *o, size_t record);
-/* Free o's pages and page array; uncharge everything o was charged. */
+/* Free o's whole table; uncharge everything o was charged. */
 void bd__chunks_free(bd_robj *o);
 /* Chunk i of o, its page made (and charged) when needed. @return NULL: over table_max or no memory. */
 bd_chunk *bd__chunk(bd_robj *o, uint32_t i);
@@ -121,7 +122,7 @@ bd_chunk *bd__chunk_if(const bd_robj *o, uint32_t i);
 bd_chunk *bd__chunk_next(const bd_robj *o, uint32_t from);
 #define BD_FOR_EACH_CHUNK(o, c) \
 	for (bd_chunk *c = bd__chunk_next((o), 0); c; c = bd__chunk_next((o), c->idx + 1))
-/* Free o's pages on which nothing is in use. */
+/* Free o's pages on which nothing is in use, and directories left empty. */
 void bd__chunks_trim(bd_robj *o);
 /* Take c off the LRU list. */
 void bd__lru_remove(bd_chunk *c);

@@ -153,15 +153,19 @@ class Claims(HostileCase):
         self.assertLess(d.rss(), 200 * MiB)
 
     def test_a_table_that_does_not_fit_is_refused_with_its_figures(self):
-        # 4 TiB in 64 KiB chunks: 64M chunks, 32 MiB of page pointers; the
-        # tables may take 16 MiB + a page per chunk of max_size 256M.
-        H.configure({"p/big.bpk": {"claim": 4 * TiB}})
-        d = self.daemon("claim4t", chunk="64K")
-        err = self.open_error(d, f"s3://{BUCKET}/p/big.bpk")
-        self.assertIn("needs 32.0 MiB of chunk tables", err)
+        # 64 listed objects claiming 5 TiB each, in 64 KiB chunks: 640 KiB
+        # of directory pointers each; the tables may take 16 MiB + a page
+        # and a directory per chunk of max_size 256M, about 22 MiB.
+        H.configure(listings={"p/claims/": {"generate": {"count": 64, "size": 5 * TiB}}})
+        d = self.daemon("claims", chunk="64K")
+        err = self.open_error(d, f"s3://{BUCKET}/p/claims")
+        self.assertIn("needs 641 KiB of chunk tables", err)
+        self.assertIn("of the 21.8 MiB they may take are in use", err)
         c = d.cache_status()
         self.assertLessEqual(c["table_bytes"], c["table_max"])
         self.assertLess(d.rss(), 200 * MiB)
+        # Nothing of the failed open stays: no chunk was fetched.
+        self.assertEqual(self.settle(d, lambda: d.cache_status()["table_bytes"], 0), 0)
 
     def test_a_believed_claim_costs_what_is_read(self):
         # 1 TiB in 4 MiB chunks is believed (128 KiB of page pointers); the

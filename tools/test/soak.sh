@@ -23,6 +23,13 @@
 # and no session memory, memory.used equal to the cache. Then SIGTERM must
 # stop it with status 0 within 30 s.
 #
+# With SOAK_BUCKET=N, the daemon also has a remote: tests/remote/s3hostile.py,
+# a bucket that lies (tools/test/hostile_bucket.py), and N threads of each
+# kind open its datasets through the main wave: every byte trickling, sizes
+# of 15 and 4 TiB claimed, a listing that never ends, 3,000 keys of zeros.
+# Their opens fail, and must cost the good clients nothing and leave the
+# daemon at its baseline (descriptors, RSS, memory) as above.
+#
 # With SOAK_HOSTILE=N, N hostile clients of each kind (tools/test/hostile-client.c:
 # silent connections, requests never read, session memory kept mapped after
 # close, floods of huge batches, absurd wait counters) run through the main
@@ -50,6 +57,8 @@
 #                  batches while asking for more, releasing oldest first or
 #                  (any) sometimes newest first (soak-client -H)
 #   SOAK_HOSTILE   hostile clients of each kind during the main wave (default 0)
+#   SOAK_BUCKET    threads of each kind opening a lying bucket's datasets (default 0;
+#                  needs BATCHCLIENT_LIB, the libbatchclient the threads load)
 #   HOSTILE_CLIENT the hostile-client binary (default: BATCHD_BUILD's)
 #   SOAK_FAULTS    BATCHD_FAULTS rules for batchd (needs -Dfault_injection);
 #                  failed batches are then expected and counted, not errors
@@ -64,7 +73,8 @@ usage() {
 [ $# -ge 1 ] && [ $# -le 2 ] || usage
 seconds=$1
 clients=${2:-32}
-case "$seconds$clients${SOAK_HOSTILE:-0}" in *[!0-9]*) usage ;; esac
+case "$seconds$clients${SOAK_HOSTILE:-0}${SOAK_BUCKET:-0}" in *[!0-9]*) usage ;; esac
+bucket=${SOAK_BUCKET:-0}
 [ "$seconds" -ge 1 ] && [ "$clients" -ge 1 ] || usage
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -93,6 +103,7 @@ cleanup() {
 	if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then
 		kill -KILL "$daemon_pid" 2>/dev/null || true
 	fi
+	[ -n "${bucket_pid:-}" ] && kill "$bucket_pid" 2>/dev/null || true
 	if [ "$failed" -eq 0 ] && [ "${SOAK_KEEP:-0}" != 1 ]; then
 		rm -rf "$dir"
 	else
@@ -183,8 +194,23 @@ else
 fi
 client_flags+=(-H "${SOAK_HOLD:-any}")
 [ -n "${SOAK_MEMORY:-}" ] && client_flags+=(-m)
-"$batchd" --no-config --socket "$sock" --root "$dir/root" --memory "$memory" --log-level notice \
-	2>"$dir/batchd.log" &
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+conf=()
+bucket_pid=
+if [ "$bucket" -gt 0 ]; then
+	mkdir "$dir/bucket"
+	"$py" "$here/hostile_bucket.py" --serve "$dir/bucket" --slow-file "$dir/root/mixed.bpk" \
+		--n "$bucket" >"$dir/bucket/endpoint" 2>"$dir/bucket/serve.err" &
+	bucket_pid=$!
+	for _ in $(seq 200); do [ -s "$dir/bucket/endpoint" ] && break; sleep 0.05; done
+	[ -s "$dir/bucket/endpoint" ] || { fail "the hostile bucket did not start"; exit 1; }
+	"$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); import hostile_bucket as h
+print(h.conf(sys.argv[2], sys.argv[3]), end="")' "$here" "$(cat "$dir/bucket/endpoint")" \
+		"$dir/bucket/cache" >"$dir/batchd.conf"
+	conf=(-c "$dir/batchd.conf")
+fi
+"$batchd" --no-config "${conf[@]}" --socket "$sock" --root "$dir/root" --memory "$memory" \
+	--log-level notice 2>"$dir/batchd.log" &
 daemon_pid=$!
 for _ in $(seq 100); do
 	"$ctl" -s "$sock" status >/dev/null 2>&1 && break
@@ -309,6 +335,12 @@ with=""
 echo "soak.sh: main wave: $clients clients for ${seconds}s$with"
 t0=$(date +%s)
 [ "$hostile" -gt 0 ] && start_hostile "$seconds"
+bucket_attack=
+if [ "$bucket" -gt 0 ]; then
+	"$py" "$here/hostile_bucket.py" --attack --sock "$sock" --n "$bucket" --seconds "$seconds" \
+		>"$dir/bucket/attack.out" 2>"$dir/bucket/attack.err" &
+	bucket_attack=$!
+fi
 killer_pid=
 [ "$kills" -gt 0 ] && { killer "$seconds" & killer_pid=$!; }
 run_wave main "$seconds" 0 || fail "main wave"
@@ -317,6 +349,11 @@ t1=$(date +%s)
 for p in "${hostile_pids[@]}"; do
 	wait "$p" || fail "a hostile client failed (see $dir/hostile.*.err)"
 done
+if [ -n "$bucket_attack" ]; then
+	wait "$bucket_attack" || fail "the bucket's tenants did not end (see $dir/bucket/attack.err)"
+	echo "soak.sh: the lying bucket's opens: $(cat "$dir/bucket/attack.out")"
+	sleep 2 # the fetcher's sync closes the files of objects nobody uses
+fi
 [ "$hostile" -gt 0 ] && echo "soak.sh: during the attack: $(cat "$dir"/hostile.*.out | awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); s[kv[1]] += kv[2] } } END { for (k in s) printf "%s=%d ", k, s[k] }')"
 wait_idle || fail "sessions still open $(status_json | field memory.sessions) bytes after the main wave"
 rss1=$(rss_kb)
@@ -346,6 +383,8 @@ for k in protocol_violations ring_violations pipeline.failures ended.failed refu
 	refused.other refused.corrupt refused.invalid refused.not_found; do
 	v=$(echo "$st" | field "$k")
 	[ "$k" = refused.memory ] && [ -n "${SOAK_MEMORY:-}" ] && continue
+	# The lying bucket's opens are refused, as they should be.
+	[[ $k == refused.* ]] && [ "$bucket" -gt 0 ] && continue
 	if [ "$v" -ne 0 ] && { [ -z "${SOAK_FAULTS:-}" ] || [[ $k != pipeline.failures && $k != ended.failed ]]; }; then
 		fail "daemon status $k = $v"
 	fi
