@@ -16,6 +16,7 @@
 
 #include <zstd.h>
 
+#include "log.h"
 #include "pipeline_priv.h"
 #include "remote.h"
 #include "util.h"
@@ -123,7 +124,37 @@ static void decode_failed(bd_pipeline *p, bd_task *t, const bp_shard *sh, int r,
 		cache_settle(p, t, false);
 }
 
-static void decode_one(worker *w, bd_task *t)
+/*
+ * A remote block whose cached bytes do not check, the first time: they
+ * are dropped from the remote cache and t goes back to its I/O thread,
+ * which fetches and reads them again; the trainer sees nothing of it
+ * (the second failure fails the batch, decode_failed). @return whether
+ * t went back.
+ */
+static bool refetch(bd_pipeline *p, bd_task *t, const bp_shard *sh, int r,
+		    const bp_pack_fault *pf)
+{
+	bd_io_thread *it = t->home;
+
+	if (!t->dset->robj || t->refetched || !it || r != -EBADMSG)
+		return false;
+	bd__stat_add(&p->stats.checksum_errors, 1);
+	bd_log(LOG_WARNING, "dataset %s: shard %s: block %llu at byte %llu: %s: its cached bytes are "
+	       "dropped and fetched again", t->dset->name, sh->name, (unsigned long long)t->block,
+	       (unsigned long long)t->blk.offset, pf->what ? pf->what : strerror(-r));
+	bd_robj_invalidate(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size);
+	t->refetched = true;
+	t->req.result = 0;
+	t->remote_err = 0;
+	pthread_mutex_lock(&it->mu);
+	bd__fifo_push(&it->fetched, t);
+	pthread_mutex_unlock(&it->mu);
+	bd__io_kick(it);
+	return true;
+}
+
+/* @return false: t is done; true: it went back to be read again (refetch). */
+static bool decode_one(worker *w, bd_task *t)
 {
 	bd_pipeline *p = w->p;
 	const bp_shard *sh = bp_dataset_shard(t->dset->ds, t->shard);
@@ -136,17 +167,19 @@ static void decode_one(worker *w, bd_task *t)
 	if (t->centry && !t->cache_load) {
 		/* Someone decoded this block already: only the copy is left. */
 		bd__copy_pieces(t, bd_cache_data(t->centry));
-		return;
+		return false;
 	}
 	if (target(w, t, &out, &cap) < 0)
-		return;
+		return false;
 	t0 = bd_now_ns();
 	r = bp_pack_block_decode(&t->blk, t->buf ? t->buf + t->skip : out, w->dctx, sh->ddict, out,
 				 cap, &pf);
 	bd_hist_add(&p->decode_lat, bd_now_ns() - t0);
 	if (r < 0) {
+		if (refetch(p, t, sh, r, &pf))
+			return true;
 		decode_failed(p, t, sh, r, &pf);
-		return;
+		return false;
 	}
 	if (t->direct_dst && !t->cache_load)
 		bd__stat_add(&p->stats.direct_decodes, 1);
@@ -156,6 +189,7 @@ static void decode_one(worker *w, bd_task *t)
 		cache_settle(p, t, true);
 	bd__stat_add(&p->stats.blocks_decoded, 1);
 	bd__stat_add(&p->stats.raw_bytes, t->blk.raw_size);
+	return false;
 }
 
 /*
@@ -196,9 +230,9 @@ static void run(worker *w, bd_task *t)
 
 	/* A task that failed its read carries the job's failure already. */
 	if (__atomic_load_n(&t->req.result, __ATOMIC_RELAXED) >= 0) {
-		if (w->dctx)
-			decode_one(w, t);
-		else
+		if (w->dctx && decode_one(w, t))
+			return; /* back to its I/O thread, to be fetched and read again */
+		if (!w->dctx)
 			bd__job_fail(t->job, -ENOMEM, "dataset %s: no zstd context", t->dset->name);
 	} else if (t->cache_load && t->centry) {
 		cache_settle(p, t, false);

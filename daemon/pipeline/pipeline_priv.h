@@ -59,6 +59,7 @@ typedef struct bd_task {
 	uint32_t skip;              /* stored bytes start at buf + skip */
 	/* A remote dataset's block: its cache chunks pinned (remote.h), and the fetch's outcome. */
 	bool remote_pinned;
+	bool refetched;             /* its cached bytes failed decode once and were fetched again */
 	bool parked;                /* waiting on the fetcher, not counted in flight (bd__sched_park) */
 	int32_t remote_err;
 	struct bd_io_thread *home;  /* the I/O thread it waits for a fetch on */

@@ -16,7 +16,8 @@ body) and answers S3's own XML errors when it is wrong; it answers 412 to
 a GET or HEAD whose If-Match names another ETag than the object's; it
 injects faults (a status every Nth GET, a connection dropped after K body
 bytes every Nth GET, a delay per request, a fixed status per key, the last
-body byte of every GET of a key flipped); and it counts what it saw.
+body byte of every GET of a key flipped, or of the first GET of a range
+starting at a given offset); and it counts what it saw.
 
 Control endpoint (never signed, never counted), under /__proxy:
   GET  /__proxy/stats    {"requests": N, "by_method": {...}, "gets": [...],
@@ -31,6 +32,7 @@ Control endpoint (never signed, never counted), under /__proxy:
                          {"status_every": N, "status": 503, "drop_every": N,
                           "drop_after_bytes": K, "delay_ms": D,
                           "key_status": {"KEY": 403}, "flip_keys": ["KEY"],
+                          "flip_once": {"KEY": [OFFSET, ...]},
                           "require_signature": false}
                          and restarting the GET count the *_every members use
   POST /__proxy/reset    stats and faults both cleared (?what=stats: stats only)
@@ -79,7 +81,7 @@ CODES = {400: ("InvalidRequest", "Bad Request"), 403: ("AccessDenied", "Access D
          500: ("InternalError", "We encountered an internal error. Please try again."),
          503: ("SlowDown", "Please reduce your request rate.")}
 FAULT_KEYS = {"status_every", "status", "drop_every", "drop_after_bytes", "delay_ms", "key_status",
-              "flip_keys", "require_signature"}
+              "flip_keys", "flip_once", "require_signature"}
 SPOOL_MEMORY = 8 << 20  # request bodies above this wait on disk for their hash check
 BLOCK = 64 << 10
 
@@ -261,6 +263,14 @@ class Verifier:
 # ---- shared state ---------------------------------------------------------------------------
 
 
+def parse_range_start(value):
+    """The first byte of a "bytes=A-B" Range; None without one."""
+    if not value or not value.startswith("bytes="):
+        return None
+    a = value[6:].partition("-")[0]
+    return int(a) if a.isdigit() else None
+
+
 def check_faults(f):
     """A validated copy of a faults object. @raise ValueError naming the bad member."""
     if not isinstance(f, dict):
@@ -269,7 +279,7 @@ def check_faults(f):
     if unknown:
         raise ValueError(f"unknown fault member(s) {unknown}; known: {sorted(FAULT_KEYS)}")
     out = {"status_every": 0, "status": 503, "drop_every": 0, "drop_after_bytes": 0, "delay_ms": 0,
-           "key_status": {}, "flip_keys": [], "require_signature": False}
+           "key_status": {}, "flip_keys": [], "flip_once": {}, "require_signature": False}
     limits = {"status_every": (0, 1 << 31), "status": (400, 599), "drop_every": (0, 1 << 31),
               "drop_after_bytes": (0, 1 << 62), "delay_ms": (0, 60000)}
     for k, (lo, hi) in limits.items():
@@ -288,6 +298,12 @@ def check_faults(f):
     if not isinstance(fk, list) or not all(isinstance(k, str) for k in fk):
         raise ValueError("flip_keys must be a list of keys")
     out["flip_keys"] = list(fk)
+    fo = f.get("flip_once", {})
+    if not isinstance(fo, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(x, int) for x in v)
+            for k, v in fo.items()):
+        raise ValueError("flip_once must map keys to lists of range start offsets")
+    out["flip_once"] = {k: list(v) for k, v in fo.items()}
     if "require_signature" in f:
         if not isinstance(f["require_signature"], bool):
             raise ValueError("require_signature must be true or false")
@@ -334,7 +350,7 @@ class State:
             self.bad_signatures += 1
             self.refused[code] = self.refused.get(code, 0) + 1
 
-    def fault_for(self, method, bucket, key):
+    def fault_for(self, method, bucket, key, first=None):
         """What to do to this request: (None | "key_status" | "status" | "drop" | "flip", status, K)."""
         with self.lock:
             f = self.faults
@@ -350,6 +366,10 @@ class State:
             if f["drop_every"] and n % f["drop_every"] == 0:
                 return "drop", 0, f["drop_after_bytes"]
             if key in f["flip_keys"] or f"{bucket}/{key}" in f["flip_keys"]:
+                return "flip", 0, 0
+            once = f["flip_once"].get(key, [])
+            if first in once:
+                once.remove(first)
                 return "flip", 0, 0
             return None, 0, 0
 
@@ -409,7 +429,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if self.signed(state, raw_path, raw_query, sha) is None and require_signed:
                 raise Refusal(403, "AccessDenied", "Anonymous access is refused (require_signature)")
-            fault, status, after = state.fault_for(self.command, bucket, key)
+            rng = parse_range_start(self.headers.get("Range"))
+            fault, status, after = state.fault_for(self.command, bucket, key, rng)
             if fault in ("key_status", "status"):
                 entry["fault"] = fault
                 raise Refusal(status, *CODES.get(status, ("InternalError", f"injected status {status}")),

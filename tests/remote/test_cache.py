@@ -175,6 +175,26 @@ class Planted(CacheCase):
 
 
 class BadBytesFromTheBucket(CacheCase):
+    def test_a_bad_block_is_fetched_again_unseen(self):
+        # The first GET of the object's second chunk (block bytes only)
+        # comes with its last byte flipped: the block that holds it fails
+        # its hash at decode, its chunk is fetched again, and the epoch is
+        # exact with no failed batch.
+        packs = self.two_packs("badblock")
+        (a, akey, ea, apath), _ = packs
+        d = self.daemon("badblock")
+        chunk = 256 << 10
+        lo, hi = TR.block_region(apath)
+        self.assertGreater(hi, 2 * chunk, "the pack's blocks must cover its second chunk")
+        TR.faults(flip_once={akey: [chunk]})
+        ld = self.loader(d, a, shuffle="none", keys=False)
+        self.assert_exact(self.read_epoch(ld), ea, f"{a} with a bad block fetched")
+        ld.close()
+        gets = [g for g in TR.stats()["gets"] if g["key"] == akey and
+                TR.parse_range(g["range"]) and TR.parse_range(g["range"])[0] == chunk]
+        self.assertEqual(len(gets), 2, f"the second chunk's GETs: {gets}")
+        self.assertIn("its cached bytes are dropped and fetched again", log_text(d))
+
     def test_index_corrupted_in_flight_is_not_kept(self):
         packs = self.two_packs("badidx")
         (a, akey, ea, _), _ = packs
