@@ -77,7 +77,7 @@ static void identity_id(const char *bucket, const char *key, const char *etag, u
 		 (unsigned long long)h.low64);
 }
 
-static void robj_free(bd_robj *o)
+void bd__robj_free(bd_robj *o)
 {
 	if (!o)
 		return;
@@ -121,7 +121,7 @@ static bd_robj *robj_new(const char *bucket, const char *key, const char *etag, 
 	o->name = malloc(n);
 	if (!o->loc.key || (bucket && !o->loc.bucket) || !o->name ||
 	    (*ret_err = bd__chunks_init(o, record_bytes(bucket, key))) < 0) {
-		robj_free(o);
+		bd__robj_free(o);
 		return NULL;
 	}
 	if (bucket)
@@ -351,7 +351,7 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 	}
 	fd = create_data(fresh, tmp, err, errlen);
 	if (fd < 0) {
-		robj_free(fresh);
+		bd__robj_free(fresh);
 		return fd;
 	}
 	fresh->fd = fd;
@@ -368,7 +368,7 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 		pthread_mutex_unlock(&R.mu);
 		if (o)
 			unlinkat(R.objdir, tmp, 0);
-		robj_free(fresh);
+		bd__robj_free(fresh);
 		if (r < 0)
 			return r;
 		*ret = o;
@@ -503,8 +503,7 @@ static bool map_chunks(bd_robj *o, const uint8_t *p, uint32_t present)
 	return true;
 }
 
-/* Parse a map file's bytes into a new object (chunks present as listed). NULL: it does not check. */
-static bd_robj *map_decode(const uint8_t *b, size_t len)
+bd_robj *bd__map_decode(const uint8_t *b, size_t len)
 {
 	map_head h;
 	char *bucket = NULL, *key = NULL, *etag = NULL;
@@ -537,7 +536,7 @@ static bd_robj *map_decode(const uint8_t *b, size_t len)
 	if (key && etag && (bucket || !h.bucket_len))
 		o = robj_new(bucket, key, etag, h.size, &err);
 	if (o && !map_chunks(o, p, present)) {
-		robj_free(o);
+		bd__robj_free(o);
 		o = NULL;
 	}
 	free(bucket);
@@ -674,7 +673,7 @@ void bd__remote_sync(bool all)
 	while (dead) {
 		bd_robj *next = dead->next;
 
-		robj_free(dead);
+		bd__robj_free(dead);
 		dead = next;
 	}
 	/*
@@ -726,19 +725,19 @@ static bd_robj *load_one(const char *name)
 	if (fd >= 0 && (uint64_t)st.st_size <= MAP_MAX &&
 	    (b = malloc((size_t)st.st_size + 1)) &&
 	    bp_pread_full(fd, b, (size_t)st.st_size, 0) == 0)
-		o = map_decode(b, (size_t)st.st_size);
+		o = bd__map_decode(b, (size_t)st.st_size);
 	if (fd >= 0)
 		close(fd);
 	free(b);
 	if (o && strcmp(o->id, id)) {
-		robj_free(o);
+		bd__robj_free(o);
 		o = NULL;
 	}
 	snprintf(data, sizeof(data), "%s.data", id);
 	if (o) {
 		o->fd = obj_open(data, O_RDWR, &ds);
 		if (o->fd < 0 || (uint64_t)ds.st_size != o->size) {
-			robj_free(o);
+			bd__robj_free(o);
 			o = NULL;
 		} else {
 			o->mtime = (int64_t)st.st_mtim.tv_sec;
@@ -802,7 +801,7 @@ static int scan(void)
 				bd_robj **g = realloc(found, (cap = cap ? 2 * cap : 64) * sizeof(*g));
 
 				if (!g) {
-					robj_free(o);
+					bd__robj_free(o);
 					o = NULL;
 				} else {
 					found = g;
@@ -889,7 +888,7 @@ void bd__remote_close_dir(void)
 		bd_robj *o = R.objects;
 
 		R.objects = o->next;
-		robj_free(o);
+		bd__robj_free(o);
 	}
 	R.nobjects = 0;
 	R.lru_head = R.lru_tail = NULL;

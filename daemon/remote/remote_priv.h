@@ -155,6 +155,16 @@ void bd__verify_run(struct waiter **done);
 /* Stopping: every queued check undone (PRESENT, unverified), waiters failed with why. Under R.mu. */
 void bd__verify_cancel(const char *why, struct waiter **done);
 
+/*
+ * A map file's bytes (untrusted: the cache directory is anyone's who may
+ * write it) as a new object, its chunks present and unverified as listed,
+ * charged to R.table_bytes. @return NULL: they do not check.
+ * tests/fuzz/fuzz-remote-map.c feeds it everything.
+ */
+bd_robj *bd__map_decode(const uint8_t *b, size_t len);
+/* Free an object that is on no list, its files closed; uncharge its tables. NULL is fine. */
+void bd__robj_free(bd_robj *o);
+
 /* Wake the fetcher (curl_multi_wakeup): work was queued, room made, an object doomed. Any thread. */
 void bd__remote_wake(void);
 
