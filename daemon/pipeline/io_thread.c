@@ -287,7 +287,8 @@ static int acquire(io_worker *w, bd_task *t)
 	bd__fifo_pop(&w->local);
 	t->home = w->it;
 	bd__sched_park(&w->p->sched, t);
-	r = bd_robj_acquire(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size, fetched, t);
+	r = bd_robj_acquire(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size,
+			    t->job->tenant, fetched, t);
 	if (r != 1)
 		bd__sched_unpark(&w->p->sched, t); /* no wait after all */
 	if (r == 0) {

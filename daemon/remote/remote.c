@@ -103,12 +103,87 @@ bd_fetch *bd__fetch_new(bd_robj *o, uint32_t i)
 	return f;
 }
 
-int bd__queue_fetch(bd_robj *o, uint32_t i)
+/* ---- users' shares ----------------------------------------------------------------------- */
+
+/* One user's fetches: queued, and on the wire. Under R.mu. */
+typedef struct bd_fetch_user {
+	uint32_t uid;
+	unsigned queued, inflight;
+	struct bd_fetch_user *next;
+} bd_fetch_user;
+
+/* Users without an entry of their own (out of memory) share this one. */
+static bd_fetch_user spare_user = { .uid = BD_REMOTE_DAEMON_UID };
+
+static __thread uint32_t thread_uid = BD_REMOTE_DAEMON_UID;
+
+void bd_remote_thread_uid(uint32_t uid)
+{
+	thread_uid = uid;
+}
+
+/* uid's entry, made when it has none. Under R.mu. */
+static bd_fetch_user *user_of(uint32_t uid)
+{
+	bd_fetch_user *u;
+
+	for (u = R.users; u; u = u->next)
+		if (u->uid == uid)
+			return u;
+	if (!(u = calloc(1, sizeof(*u))))
+		return &spare_user;
+	u->uid = uid;
+	u->next = R.users;
+	R.users = u;
+	return u;
+}
+
+/*
+ * What one user may have on the wire now: requests / users with fetches,
+ * or three quarters of requests alone, so that a newcomer's fetch finds a
+ * request free however long the others' take. Under R.mu; frees the
+ * entries of users with nothing left.
+ */
+static unsigned user_cap(void)
+{
+	unsigned active = 0;
+
+	for (bd_fetch_user **p = &R.users; *p;) {
+		bd_fetch_user *u = *p;
+
+		if (!u->queued && !u->inflight) {
+			*p = u->next;
+			free(u);
+			continue;
+		}
+		active++;
+		p = &u->next;
+	}
+	if (active <= 1)
+		return R.requests - R.requests / 4 ? R.requests - R.requests / 4 : 1;
+	return R.requests / active ? R.requests / active : 1;
+}
+
+static void users_free(void)
+{
+	while (R.users) {
+		bd_fetch_user *u = R.users;
+
+		R.users = u->next;
+		free(u);
+	}
+}
+
+/* ---- fetches, continued ------------------------------------------------------------------ */
+
+int bd__queue_fetch(bd_robj *o, uint32_t i, uint32_t uid)
 {
 	bd_fetch *f = bd__fetch_new(o, i);
 
 	if (!f)
 		return -ENOMEM;
+	f->uid = uid;
+	user_of(uid)->queued++;
 	if (R.queue_tail)
 		R.queue_tail->next = f;
 	else
@@ -156,7 +231,8 @@ static bool span(const bd_robj *o, uint64_t off, uint64_t len, uint32_t *first, 
 	return true;
 }
 
-int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn ready, void *ctx)
+int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, uint32_t uid, bd_robj_ready_fn ready,
+		    void *ctx)
 {
 	uint32_t first, last, i;
 	waiter *w = NULL;
@@ -199,8 +275,8 @@ int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, bd_robj_ready_fn rea
 		if (!w && !(w = calloc(1, sizeof(*w))))
 			goto nomem;
 		n = malloc(sizeof(*n));
-		if (!n || (c->state == BD_CHUNK_ABSENT && bd__queue_fetch(o, i) < 0) ||
-		    (c->state == BD_CHUNK_PRESENT && bd__verify_queue(o, i) < 0)) {
+		if (!n || (c->state == BD_CHUNK_ABSENT && bd__queue_fetch(o, i, uid) < 0) ||
+		    (c->state == BD_CHUNK_PRESENT && bd__verify_queue(o, i, uid) < 0)) {
 			free(n);
 			goto nomem;
 		}
@@ -313,7 +389,7 @@ int bd_robj_read(void *ctx, void *buf, size_t len, uint64_t off)
 
 	if (off > o->size || len > o->size - off)
 		return -ENODATA;
-	r = bd_robj_acquire(o, off, len, sync_ready, &s);
+	r = bd_robj_acquire(o, off, len, thread_uid, sync_ready, &s);
 	if (r < 0)
 		return r;
 	if (r == 1) {
@@ -408,6 +484,7 @@ static int start(bd_fetch *f)
 		return -ENOMEM;
 	}
 	R.inflight++;
+	user_of(f->uid)->inflight++;
 	R.stats.requests++;
 	f->wnext = R.wire;
 	R.wire = f;
@@ -425,12 +502,14 @@ static void off_wire(bd_fetch *f)
 	bp_s3_request_free(f->h);
 	f->h = NULL;
 	R.inflight--;
+	user_of(f->uid)->inflight--;
 }
 
 /* Start what may start: due retries first, then the queue, while requests and room allow. */
 static void start_fetches(void)
 {
 	uint64_t now = now_ms();
+	unsigned cap;
 
 	R.waiting_room = false;
 	for (bd_fetch **p = &R.retry; *p;) {
@@ -447,29 +526,36 @@ static void start_fetches(void)
 			break;
 		}
 	}
-	while (R.queue_head && R.inflight < R.requests) {
-		bd_fetch *f = R.queue_head;
+	/* In order of arrival, skipping users at their share. */
+	cap = user_cap();
+	for (bd_fetch *prev = NULL, *f = R.queue_head, *next; f && R.inflight < R.requests; f = next) {
+		bd_fetch_user *u = user_of(f->uid);
 
+		next = f->next;
+		if (u->inflight >= cap) {
+			prev = f;
+			continue;
+		}
 		if (!make_room(f->len)) {
 			R.waiting_room = true;
 			break;
 		}
 		R.reserved += f->len;
-		R.queue_head = f->next;
-		if (!R.queue_head)
-			R.queue_tail = NULL;
-		R.queued--;
-		f->next = NULL;
 		if (start(f) < 0) {
-			/* Out of memory: it stays queued, at the front. */
+			/* Out of memory: it stays queued where it is. */
 			R.reserved -= f->len;
-			f->next = R.queue_head;
-			R.queue_head = f;
-			if (!R.queue_tail)
-				R.queue_tail = f;
-			R.queued++;
 			break;
 		}
+		/* Off the queue: start put it on the wire. */
+		if (prev)
+			prev->next = next;
+		else
+			R.queue_head = next;
+		if (R.queue_tail == f)
+			R.queue_tail = prev;
+		f->next = NULL;
+		R.queued--;
+		u->queued--;
 	}
 }
 
@@ -609,6 +695,7 @@ static void cancel_all(waiter **done)
 
 		R.queue_head = f->next;
 		R.queued--;
+		user_of(f->uid)->queued--;
 		R.reserved += f->len; /* conclude gives back what a started fetch holds */
 		conclude(f, -ECANCELED, why, done);
 	}
@@ -771,6 +858,7 @@ void bd_remote_stop(void)
 	R.s3 = NULL;
 	free(R.verify_buf);
 	R.verify_buf = NULL;
+	users_free();
 	R.started = false;
 }
 

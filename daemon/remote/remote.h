@@ -158,15 +158,29 @@ bool bd_robj_failed(bd_robj *r, char *buf, size_t len);
  */
 typedef void (*bd_robj_ready_fn)(void *ctx, int err, const char *why);
 
+/* The user of reads made for the daemon itself, not a client. */
+#define BD_REMOTE_DAEMON_UID UINT32_MAX
+
 /*
- * Pin the chunks [off, off+len) covers and fetch the missing ones.
+ * Whose reads this thread's bd_robj_read makes from now on (an open's
+ * lookup on the remote opens' pool): the fetcher shares its requests
+ * among users. Any thread; BD_REMOTE_DAEMON_UID until set.
+ */
+void bd_remote_thread_uid(uint32_t uid);
+
+/*
+ * Pin the chunks [off, off+len) covers and fetch the missing ones, for
+ * user uid: while several users have fetches, each may have requests /
+ * users of them on the wire, and a user alone three quarters of them, so
+ * that a newcomer always finds one.
  * @return 0: all present, read now; 1: ready(ctx, ...) will be called
  * once, from the fetcher thread; -ENOMEM; -EFBIG (the chunks are more
  * than [cache] max_size: nothing pinned, bd_robj_failed says so);
  * -ECANCELED (stopping: nothing pinned). Either way (ready with an
  * error too) the range stays pinned until bd_robj_release(r, off, len).
  */
-int bd_robj_acquire(bd_robj *r, uint64_t off, uint64_t len, bd_robj_ready_fn ready, void *ctx);
+int bd_robj_acquire(bd_robj *r, uint64_t off, uint64_t len, uint32_t uid, bd_robj_ready_fn ready,
+		    void *ctx);
 void bd_robj_release(bd_robj *r, uint64_t off, uint64_t len);
 
 /*

@@ -62,6 +62,7 @@ typedef struct bd_fetch {
 	uint64_t got;            /* body bytes written for this attempt */
 	void *hs;                /* XXH3_state_t of those bytes (fetcher thread) */
 	int werr;                /* errno of a failed write into the data file this attempt, or 0 */
+	uint32_t uid;            /* whose read asked for it first: the fetcher's share (remote.c) */
 	unsigned full;           /* attempts that found the disk full (remote.c, write_failed) */
 	unsigned attempt;        /* retries made */
 	uint64_t due_ms;         /* a retry's time */
@@ -88,6 +89,7 @@ struct bd_remote_state {
 	bd_fetch *retry;         /* waiting for their time */
 	bd_fetch *wire;          /* on the wire (fetcher thread only) */
 	bd_fetch *verify;        /* unverified chunks an acquire waits for: checked next */
+	struct bd_fetch_user *users; /* users with fetches queued or on the wire (remote.c) */
 	void *verify_buf;        /* a chunk's bytes read back (fetcher thread) */
 	pthread_cond_t quiet;    /* signalled once a cancel has settled everything */
 	bool cancelled;          /* the fetcher has settled every fetch since cancel */
@@ -138,14 +140,14 @@ struct waiter;
 void bd__settle_waiters(bd_chunk *c, int err, const char *why, struct waiter **done);
 /* A fetch of chunk i of o, o referenced by it; not queued. Under R.mu. @return NULL: no memory. */
 bd_fetch *bd__fetch_new(bd_robj *o, uint32_t i);
-/* Queue chunk i of o for fetching (it becomes FETCHING; o referenced). @return 0 or -ENOMEM. */
-int bd__queue_fetch(bd_robj *o, uint32_t i);
+/* Queue chunk i of o for fetching for uid (it becomes FETCHING; o referenced). @return 0 or -ENOMEM. */
+int bd__queue_fetch(bd_robj *o, uint32_t i, uint32_t uid);
 
 /*
  * Queue PRESENT, unverified chunk i of o for a check of its bytes against
  * its hash (it becomes FETCHING; o referenced). @return 0 or -ENOMEM.
  */
-int bd__verify_queue(bd_robj *o, uint32_t i);
+int bd__verify_queue(bd_robj *o, uint32_t i, uint32_t uid);
 /*
  * Fetcher thread, without R.mu: check every queued chunk's bytes. A match
  * is PRESENT again, its waiters on *done; a mismatch (a file changed or

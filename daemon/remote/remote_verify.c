@@ -23,12 +23,13 @@
 #include "pack_file.h"
 #include "remote_priv.h"
 
-int bd__verify_queue(bd_robj *o, uint32_t i)
+int bd__verify_queue(bd_robj *o, uint32_t i, uint32_t uid)
 {
 	bd_fetch *f = bd__fetch_new(o, i);
 
 	if (!f)
 		return -ENOMEM;
+	f->uid = uid;
 	f->next = R.verify;
 	R.verify = f;
 	/* Off the LRU already (pinned by the acquire); still counted in cache_bytes. */
@@ -73,7 +74,7 @@ static bool settle(bd_fetch *f, int r, struct waiter **done)
 		R.cache_bytes -= f->len;
 		R.stats.errors++;
 		o->dirty = true;
-		if (bd__queue_fetch(o, f->idx) < 0)
+		if (bd__queue_fetch(o, f->idx, f->uid) < 0)
 			bd__settle_waiters(c, -ENOMEM, "remote cache: out of memory", done);
 	}
 	bd__robj_unref(o);

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "machine.h"
 #include "open_pool.h"
+#include "remote.h"
 #include "s3.h"
 #include "server_state.h"
 
@@ -155,7 +156,10 @@ static void open_work_run(uv_work_t *w)
 
 static void open_job_run(bd_open_job *job)
 {
+	/* The fetcher shares its requests among users: this lookup's reads are job->uid's. */
+	bd_remote_thread_uid(job->uid);
 	lookup((open_work *)((char *)job - offsetof(open_work, job)));
+	bd_remote_thread_uid(BD_REMOTE_DAEMON_UID);
 }
 
 static void open_work_free(open_work *ow)

@@ -29,9 +29,10 @@ Control endpoint (under /__hostile, never counted):
     Objects below a prefix are listed under it too.
   GET  /__hostile/stats   {"requests": N, "by_method": {...}, "lists": N,
                            "gets": N, "trickling": GETs trickling now,
+                           "trickling_keys": {KEY: GETs of it trickling now},
                            "headers": [[NAME, VALUE]...] of every request
                            (the last 1000), "open": live connections}
-  POST /__hostile/reset   stats cleared
+  POST /__hostile/reset   the counts cleared (trickling and open are gauges: kept)
 
     s3hostile.py [--listen 127.0.0.1:0] [--port-file FILE]
 
@@ -57,17 +58,20 @@ class State:
     def __init__(self):
         self.lock = threading.Lock()
         self.config = {"objects": {}, "listings": {}}
+        # Gauges of what is going on now: a reset leaves them be.
+        self.trickling = 0
+        self.trickling_keys = {}
+        self.open = 0
         self.reset()
 
     def reset(self):
+        """The counts cleared (not the gauges, trickling and open)."""
         with self.lock:
             self.requests = 0
             self.by_method = {}
             self.lists = 0
             self.gets = 0
-            self.trickling = 0
             self.headers = []
-            self.open = 0
 
     def counted(self, method, headers):
         with self.lock:
@@ -146,6 +150,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 body = json.dumps({"requests": STATE.requests, "by_method": STATE.by_method,
                                    "lists": STATE.lists, "gets": STATE.gets,
                                    "trickling": STATE.trickling,
+                                   "trickling_keys": dict(STATE.trickling_keys),
                                    "headers": STATE.headers, "open": STATE.open}).encode()
             return self.reply(200, body, [("Content-Type", "application/json")])
         n = int(self.headers.get("Content-Length") or 0)
@@ -218,9 +223,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
         self.send_header("ETag", etag)
         self.end_headers()
-        self.body(obj, first, last - first + 1)
+        self.body(obj, first, last - first + 1, key)
 
-    def body(self, obj, off, n):
+    def body(self, obj, off, n, key):
         data = b""
         if "file" in obj:
             with open(obj["file"], "rb") as f:
@@ -237,6 +242,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             # A trickle: a few bytes at a time, rate bytes a second.
             with STATE.lock:
                 STATE.trickling += 1
+                STATE.trickling_keys[key] = STATE.trickling_keys.get(key, 0) + 1
             try:
                 step = max(1, int(rate) // 10)
                 for i in range(0, len(data), step):
@@ -246,6 +252,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             finally:
                 with STATE.lock:
                     STATE.trickling -= 1
+                    STATE.trickling_keys[key] -= 1
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 

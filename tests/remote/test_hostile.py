@@ -15,6 +15,7 @@ once, naming the figures, and the fetcher serves other opens after it.
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -245,10 +246,13 @@ class Slow(HostileCase):
         threads = [threading.Thread(target=opener, args=(i,), daemon=True) for i in range(6)]
         for th in threads:
             th.start()
+        def trickling():
+            keys = H.ctl("stats")["trickling_keys"]
+            return sum(keys.get(f"p/stuck{i}.bpk", 0) for i in range(6))
         deadline = time.monotonic() + 20
-        while H.ctl("stats")["trickling"] < 2 and time.monotonic() < deadline:
+        while trickling() < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.assertGreaterEqual(H.ctl("stats")["trickling"], 2, "the remote opens never started")
+        self.assertGreaterEqual(trickling(), 2, "the remote opens never started")
         t0 = time.monotonic()
         ld = batchclient.Loader("local.bpk", 8, socket=d.sock, timeout=30)
         self.assertEqual(sum(len(b) for b in ld), 64)
@@ -256,7 +260,7 @@ class Slow(HostileCase):
         took = time.monotonic() - t0
         self.assertLess(took, 5, f"a local open took {took:.1f} s behind remote ones")
         # At most half the remote pool is one user's: two trickle, four wait.
-        self.assertEqual(H.ctl("stats")["trickling"], 2)
+        self.assertEqual(trickling(), 2)
         self.stop(d)
         for th in threads:
             th.join(30)
@@ -296,10 +300,12 @@ class SameUser(HostileCase):
         got = []
         th = threading.Thread(target=lambda: got.extend(b.ids for b in stuck), daemon=True)
         th.start()
+        def trickling():
+            return H.ctl("stats")["trickling_keys"].get("p/slow.bpk", 0)
         deadline = time.monotonic() + 20
-        while H.ctl("stats")["trickling"] == 0 and time.monotonic() < deadline:
+        while trickling() == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.assertGreater(H.ctl("stats")["trickling"], 0, "no block read of the remote session trickles")
+        self.assertGreater(trickling(), 0, "no block read of the remote session trickles")
         t0 = time.monotonic()
         ld = batchclient.Loader("local.bpk", 16, socket=d.sock, timeout=30)
         n = sum(len(b) for b in ld)
@@ -307,6 +313,55 @@ class SameUser(HostileCase):
         ld.close()
         self.assertEqual(n, 256)
         self.assertLess(took, 10, f"the local session of the same uid took {took:.1f} s")
+        self.stop(d)
+        th.join(30)
+
+
+# ---- 2 and 3. one user's stuck fetches, another user's dataset --------------------------------
+
+
+class Shares(HostileCase):
+    def test_a_users_stuck_fetches_leave_another_user_requests(self):
+        # Four requests in flight at most. Root's session reads a pack whose
+        # block chunks trickle at 100 B/s with no rate floor: alone it may
+        # hold three of the four, so uid 60001's open of another pack in
+        # the same bucket finds one and is served.
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            self.skipTest("needs root and setpriv to run a client as another user")
+        top = tempfile.mkdtemp(prefix="shares-", dir=H.top)
+        slow = small_pack(top, "slowblocks.bpk", n=64, size=16 << 10, block_size="16K")
+        fast = small_pack(top, "fast.bpk")
+        size = os.path.getsize(slow)
+        H.configure({"p/slowblocks.bpk": {"file": slow, "rate": 100, "slow_from": 64 << 10,
+                                          "slow_to": size - (128 << 10)},
+                     "p/fast.bpk": {"file": fast}})
+        os.chmod(H.top, 0o755)
+        d = self.daemon("shares", chunk="64K", timeout=600, min_rate="0",
+                        extra="\n[daemon]\nsocket_mode = 0666\n[remote]\nrequests = 4\n")
+        os.chmod(d.dir, 0o755)
+        stuck = batchclient.Loader(f"s3://{BUCKET}/p/slowblocks.bpk", 4, socket=d.sock,
+                                   timeout=120, prefetch=8)
+        th = threading.Thread(target=lambda: [None for _ in stuck], daemon=True)
+        th.start()
+        def trickling():
+            return H.ctl("stats")["trickling_keys"].get("p/slowblocks.bpk", 0)
+        deadline = time.monotonic() + 20
+        while trickling() < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        self.assertEqual(trickling(), 3, "root's share alone is 3 of 4 requests")
+        code = ("import batchclient, sys\n"
+                f"ld = batchclient.Loader('s3://{BUCKET}/p/fast.bpk', 8, socket={d.sock!r}, timeout=60)\n"
+                "print(sum(len(b) for b in ld))\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "..", "..", "client", "python"))
+        t0 = time.monotonic()
+        p = subprocess.run(["setpriv", "--reuid=60001", "--regid=60001", "--clear-groups",
+                            sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=90, env=env)
+        took = time.monotonic() - t0
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), "64")
+        self.assertLess(took, 20, f"another user's remote dataset took {took:.1f} s")
         self.stop(d)
         th.join(30)
 
