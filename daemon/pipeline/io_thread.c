@@ -288,7 +288,7 @@ static int acquire(io_worker *w, bd_task *t)
 	t->home = w->it;
 	bd__sched_park(&w->p->sched, t);
 	r = bd_robj_acquire(t->dset->robj[t->shard], t->blk.offset, t->blk.stored_size,
-			    t->job->tenant, fetched, t);
+			    t->job->tenant, t->job->owner, fetched, t);
 	if (r != 1)
 		bd__sched_unpark(&w->p->sched, t); /* no wait after all */
 	if (r == 0) {

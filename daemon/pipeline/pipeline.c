@@ -23,6 +23,7 @@
 #include "linger.h"
 #include "log.h"
 #include "pipeline_priv.h"
+#include "remote.h"
 #include "util.h"
 
 
@@ -526,6 +527,8 @@ void bd_pipeline_cancel(bd_pipeline *p, void *owner)
 		bd__job_fail(t->job, -ECANCELED, "the session ended");
 		bd__task_finish(p, t);
 	}
+	/* Its blocks waiting on the fetcher come back now, failed, and their fetches are dropped. */
+	bd_remote_abandon(owner);
 }
 
 struct bd_linger *bd_pipeline_linger(bd_pipeline *p)

@@ -124,10 +124,12 @@ int bd_pipeline_new(uv_loop_t *loop, const bd_pipeline_opts *o, bd_pipeline **re
 void bd_pipeline_submit(bd_pipeline *p, bd_job *job);
 /*
  * owner submits no more (call once, when it ends; it must not submit
- * after). Its blocks that no I/O thread has taken yet are dropped: their
- * jobs come back failed (-ECANCELED) once the blocks already in flight are
- * done, so an ending session waits for at most session_blocks blocks, not
- * for its whole backlog. The pipeline then forgets the owner.
+ * after). Its blocks that no I/O thread has taken yet are dropped, and so
+ * are those waiting on a remote dataset's fetcher (bd_remote_abandon):
+ * their jobs come back failed (-ECANCELED) once the blocks being read or
+ * decoded are done, so an ending session waits for at most session_blocks
+ * local reads, never for its whole backlog or for a slow bucket. The
+ * pipeline then forgets the owner.
  */
 void bd_pipeline_cancel(bd_pipeline *p, void *owner);
 /* Stop and join every thread; jobs still queued are not run. */

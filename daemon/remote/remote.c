@@ -42,11 +42,29 @@ struct bd_remote_state R = { .mu = PTHREAD_MUTEX_INITIALIZER, .quiet = PTHREAD_C
 typedef struct waiter {
 	bd_robj_ready_fn ready;
 	void *ctx;
+	void *owner;             /* whose read: bd_remote_abandon(owner) tells it at once */
+	bd_robj *obj;            /* the chunks [first, last] of obj it pins */
+	uint32_t first, last;
 	unsigned missing;        /* chunks not settled yet */
 	int err;                 /* the first failure */
 	char why[BP_S3_MSG_MAX];
 	struct waiter *next;     /* on the list of those to call */
+	struct waiter *prev_open, *next_open; /* on R's list of those unsettled (waiting) */
 } waiter;
+
+/* Acquires waiting, each until it is settled or abandoned. Under R.mu. */
+static waiter *waiting;
+
+static void waiting_remove(waiter *w)
+{
+	if (w->prev_open)
+		w->prev_open->next_open = w->next_open;
+	else if (waiting == w)
+		waiting = w->next_open;
+	if (w->next_open)
+		w->next_open->prev_open = w->prev_open;
+	w->prev_open = w->next_open = NULL;
+}
 
 /* A waiter's place on one chunk's list. */
 typedef struct wnode {
@@ -69,6 +87,7 @@ void bd__settle_waiters(bd_chunk *c, int err, const char *why, waiter **done)
 			snprintf(w->why, sizeof(w->why), "%s", why);
 		}
 		if (--w->missing == 0) {
+			waiting_remove(w);
 			w->next = *done;
 			*done = w;
 		}
@@ -200,22 +219,28 @@ void bd__remote_wake(void)
 		curl_multi_wakeup(R.multi);
 }
 
+/* Take w off c's list of waiters. Under R.mu. */
+static void unlist(bd_chunk *c, const waiter *w)
+{
+	for (wnode **p = &c->waiters; *p;) {
+		wnode *n = *p;
+
+		if (n->w == w) {
+			*p = n->next;
+			free(n);
+		} else {
+			p = &n->next;
+		}
+	}
+}
+
 /* Undo an acquire's pins on chunks [first, end) and w's places on their lists. Under R.mu. */
 static void unpin(bd_robj *o, uint32_t first, uint32_t end, waiter *w)
 {
 	for (uint32_t i = first; i < end; i++) {
 		bd_chunk *c = bd__chunk_if(o, i);
 
-		for (wnode **p = &c->waiters; *p;) {
-			wnode *n = *p;
-
-			if (n->w == w) {
-				*p = n->next;
-				free(n);
-			} else {
-				p = &n->next;
-			}
-		}
+		unlist(c, w);
 		if (--c->pins == 0 && c->state == BD_CHUNK_PRESENT)
 			bd__lru_append(c);
 	}
@@ -231,8 +256,8 @@ static bool span(const bd_robj *o, uint64_t off, uint64_t len, uint32_t *first, 
 	return true;
 }
 
-int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, uint32_t uid, bd_robj_ready_fn ready,
-		    void *ctx)
+int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, uint32_t uid, void *owner,
+		    bd_robj_ready_fn ready, void *ctx)
 {
 	uint32_t first, last, i;
 	waiter *w = NULL;
@@ -296,6 +321,14 @@ int bd_robj_acquire(bd_robj *o, uint64_t off, uint64_t len, uint32_t uid, bd_rob
 	}
 	w->ready = ready;
 	w->ctx = ctx;
+	w->owner = owner;
+	w->obj = o;
+	w->first = first;
+	w->last = last;
+	w->next_open = waiting;
+	if (waiting)
+		waiting->prev_open = w;
+	waiting = w;
 	pthread_mutex_unlock(&R.mu);
 	if (queued)
 		bd__remote_wake();
@@ -323,12 +356,41 @@ void bd_robj_release(bd_robj *o, uint64_t off, uint64_t len)
 			bd__lru_append(c);
 			room = true;
 		}
+		/* Fetching for nobody now (its reads were abandoned): the fetcher drops it. */
+		if (c->pins == 0 && c->state == BD_CHUNK_FETCHING) {
+			R.unwanted = true;
+			room = true;
+		}
 	}
-	/* A fetch waiting for room may go now. */
-	room = room && R.queue_head && R.waiting_room;
+	/* A fetch waiting for room may go now; an unwanted one is dropped. */
+	room = room && (R.unwanted || (R.queue_head && R.waiting_room));
 	pthread_mutex_unlock(&R.mu);
 	if (room)
 		bd__remote_wake();
+}
+
+void bd_remote_abandon(void *owner)
+{
+	static const char why[] = "the session ended";
+	waiter *done = NULL;
+
+	if (!owner)
+		return;
+	pthread_mutex_lock(&R.mu);
+	for (waiter *w = waiting, *next; w; w = next) {
+		next = w->next_open;
+		if (w->owner != owner)
+			continue;
+		for (uint32_t i = w->first; i <= w->last; i++)
+			unlist(bd__chunk_if(w->obj, i), w);
+		waiting_remove(w);
+		w->err = -ECANCELED;
+		snprintf(w->why, sizeof(w->why), "%s", why);
+		w->next = done;
+		done = w;
+	}
+	pthread_mutex_unlock(&R.mu);
+	call_waiters(done);
 }
 
 void bd_robj_invalidate(bd_robj *o, uint64_t off, uint64_t len)
@@ -389,7 +451,7 @@ int bd_robj_read(void *ctx, void *buf, size_t len, uint64_t off)
 
 	if (off > o->size || len > o->size - off)
 		return -ENODATA;
-	r = bd_robj_acquire(o, off, len, thread_uid, sync_ready, &s);
+	r = bd_robj_acquire(o, off, len, thread_uid, NULL, sync_ready, &s);
 	if (r < 0)
 		return r;
 	if (r == 1) {
@@ -559,13 +621,32 @@ static void start_fetches(void)
 	}
 }
 
+/* f's chunk is not on disk after all: ABSENT, whatever part of it came released at the next punch. */
+static void fetch_undone(bd_fetch *f, bd_chunk *c)
+{
+	c->state = BD_CHUNK_ABSENT;
+	if (f->got > 0 && !c->punch) {
+		c->punch = true;
+		f->obj->punches++;
+		R.punch_pending = true;
+	}
+}
+
+/* Free f, done with; its room reserved is given back. Under R.mu. */
+static void fetch_free(bd_fetch *f)
+{
+	R.reserved -= f->len;
+	bd__robj_unref(f->obj);
+	XXH3_freeState(f->hs);
+	free(f);
+}
+
 /* f is over, with err (0: its chunk is on disk). Under R.mu; waiters to call go on *done. */
 static void conclude(bd_fetch *f, int err, const char *why, waiter **done)
 {
 	bd_robj *o = f->obj;
 	bd_chunk *c = bd__chunk_if(o, f->idx);
 
-	R.reserved -= f->len;
 	if (err == 0) {
 		c->state = BD_CHUNK_PRESENT;
 		c->hash = XXH3_64bits_digest(f->hs);
@@ -577,20 +658,80 @@ static void conclude(bd_fetch *f, int err, const char *why, waiter **done)
 		if (c->pins == 0)
 			bd__lru_append(c);
 	} else {
-		c->state = BD_CHUNK_ABSENT;
-		/* Whatever part of it came is released at the next punch. */
-		if (f->got > 0 && !c->punch) {
-			c->punch = true;
-			o->punches++;
-			R.punch_pending = true;
-		}
+		fetch_undone(f, c);
 		R.stats.errors++;
 		snprintf(o->last_err, sizeof(o->last_err), "%s", why);
 	}
 	bd__settle_waiters(c, err, why, done);
-	bd__robj_unref(o);
-	XXH3_freeState(f->hs);
-	free(f);
+	fetch_free(f);
+}
+
+/* Does any read still want f's chunk? A waiter pins it too. Under R.mu. */
+static bool wanted(const bd_fetch *f)
+{
+	return bd__chunk_if(f->obj, f->idx)->pins > 0;
+}
+
+/* Drop f, wanted by nobody: its chunk goes back to ABSENT, as if never asked for. Under R.mu. */
+static void drop(bd_fetch *f)
+{
+	fetch_undone(f, bd__chunk_if(f->obj, f->idx));
+	R.stats.dropped++;
+	fetch_free(f);
+}
+
+/*
+ * Drop the fetches no read wants any more (their sessions ended): on the
+ * wire, due to retry, queued. Under R.mu.
+ */
+static void drop_unwanted(void)
+{
+	unsigned n = 0;
+
+	R.unwanted = false;
+	for (bd_fetch **p = &R.wire; *p;) {
+		bd_fetch *f = *p;
+
+		if (wanted(f)) {
+			p = &f->wnext;
+			continue;
+		}
+		off_wire(f); /* unlinks f from *p */
+		drop(f);
+		n++;
+	}
+	for (bd_fetch **p = &R.retry; *p;) {
+		bd_fetch *f = *p;
+
+		if (wanted(f)) {
+			p = &f->next;
+			continue;
+		}
+		*p = f->next;
+		drop(f);
+		n++;
+	}
+	for (bd_fetch *prev = NULL, *f = R.queue_head, *next; f; f = next) {
+		next = f->next;
+		if (wanted(f)) {
+			prev = f;
+			continue;
+		}
+		if (prev)
+			prev->next = next;
+		else
+			R.queue_head = next;
+		if (R.queue_tail == f)
+			R.queue_tail = prev;
+		R.queued--;
+		user_of(f->uid)->queued--;
+		R.reserved += f->len; /* fetch_free gives back what a started fetch holds */
+		drop(f);
+		n++;
+	}
+	if (n)
+		bd_log(LOG_DEBUG, "remote: %u fetch%s dropped: no read wants them any more", n,
+		       n == 1 ? "" : "es");
 }
 
 /* Attempts a fetch makes on a full disk, each after evicting what it needs and more. */
@@ -742,10 +883,13 @@ static void *fetcher_main(void *arg)
 				finished(f, m->data.result, &done);
 			}
 		cancel = R.cancel;
-		if (cancel)
+		if (cancel) {
 			cancel_all(&done);
-		else
+		} else {
+			if (R.unwanted)
+				drop_unwanted();
 			start_fetches();
+		}
 		stop = R.stop;
 		deletes = R.delete_pending || R.sync_asked;
 		R.sync_asked = false;

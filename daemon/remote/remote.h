@@ -82,6 +82,7 @@ typedef struct bd_remote_stats {
 	uint64_t bytes;          /* body bytes received */
 	uint64_t retries;
 	uint64_t errors;         /* fetches failed for good */
+	uint64_t dropped;        /* fetches dropped, queued or on the wire, once no read wanted them */
 	uint32_t inflight;       /* GETs on the wire now */
 	uint32_t queued;         /* chunks waiting for a request or for room */
 	uint64_t cache_bytes;    /* bytes of chunks on disk now */
@@ -170,7 +171,7 @@ void bd_remote_thread_uid(uint32_t uid);
 
 /*
  * Pin the chunks [off, off+len) covers and fetch the missing ones, for
- * user uid: while several users have fetches, each may have requests /
+ * user uid, on behalf of owner (bd_remote_abandon; NULL: none): while several users have fetches, each may have requests /
  * users of them on the wire, and a user alone three quarters of them, so
  * that a newcomer always finds one.
  * @return 0: all present, read now; 1: ready(ctx, ...) will be called
@@ -179,9 +180,23 @@ void bd_remote_thread_uid(uint32_t uid);
  * -ECANCELED (stopping: nothing pinned). Either way (ready with an
  * error too) the range stays pinned until bd_robj_release(r, off, len).
  */
-int bd_robj_acquire(bd_robj *r, uint64_t off, uint64_t len, uint32_t uid, bd_robj_ready_fn ready,
-		    void *ctx);
+int bd_robj_acquire(bd_robj *r, uint64_t off, uint64_t len, uint32_t uid, void *owner,
+		    bd_robj_ready_fn ready, void *ctx);
+/*
+ * Unpin what an acquire pinned. A chunk still on its way that no read
+ * pins any more is not fetched for nobody: the fetcher drops its fetch,
+ * queued, due to retry or on the wire.
+ */
 void bd_robj_release(bd_robj *r, uint64_t off, uint64_t len);
+
+/*
+ * owner's reads are no longer wanted (its session ended): each of its
+ * acquires still waiting is told now, ready(ctx, -ECANCELED, "the session
+ * ended"), from this thread; the ranges stay pinned until released, as
+ * always, and once released the fetches nobody else waits for are dropped.
+ * Any thread but the fetcher's, holding no lock a ready callback takes.
+ */
+void bd_remote_abandon(void *owner);
 
 /*
  * The bytes of [off, off+len) failed their checks: drop the chunks it

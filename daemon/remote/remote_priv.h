@@ -98,6 +98,7 @@ struct bd_remote_state {
 	bool punch_pending;      /* fetcher thread only */
 	bool delete_pending;     /* doomed objects nothing uses */
 	bool sync_asked;         /* chunks invalidated by another thread: punch them */
+	bool unwanted;           /* a fetching chunk lost its last pin: drop its fetch */
 	uint64_t cache_bytes;    /* PRESENT chunks */
 	uint64_t table_bytes;    /* object records and chunk tables (atomic: any thread) */
 	uint64_t table_max;      /* ... at most: bd_remote_table_budget */

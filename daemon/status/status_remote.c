@@ -22,9 +22,9 @@ void bd__status_remote(bd_text *t)
 	}
 	bd_remote_stats_get(&st);
 	bd_text_printf(t, "\"remote\": {\"requests\": %" PRIu64 ", \"bytes\": %" PRIu64
-		       ", \"retries\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"inflight\": %u"
-		       ", \"queued\": %u, ", st.requests, st.bytes, st.retries, st.errors,
-		       st.inflight, st.queued);
+		       ", \"retries\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"dropped\": %"
+		       PRIu64 ", \"inflight\": %u, \"queued\": %u, ", st.requests, st.bytes,
+		       st.retries, st.errors, st.dropped, st.inflight, st.queued);
 	bd_text_printf(t, "\"cache\": {\"dir\": ");
 	bd_text_json_str(t, bd_remote_dir());
 	bd_text_printf(t, ", \"max_size\": %" PRIu64 ", \"bytes\": %"
@@ -57,6 +57,9 @@ void bd__metrics_remote(bd_text *t)
 	    "Requests retried after a 5xx, 429, timeout or dropped connection.", st.retries);
 	one(t, "batchd_remote_errors_total", "counter",
 	    "Requests that failed for good (4xx, or retries exhausted).", st.errors);
+	one(t, "batchd_remote_dropped_total", "counter",
+	    "Chunk fetches dropped, queued or on the wire, once no session wanted them.",
+	    st.dropped);
 	one(t, "batchd_remote_inflight", "gauge", "Ranged GETs on the wire now.", st.inflight);
 	one(t, "batchd_cache_disk_bytes", "gauge", "Bytes of remote chunks in the cache directory.",
 	    st.cache_bytes);

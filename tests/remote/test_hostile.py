@@ -142,6 +142,28 @@ class HostileCase(unittest.TestCase):
             time.sleep(0.2)
 
 
+def trickling_blocks(top, name, others=None):
+    """Serve a pack at p/NAME whose header and index come at once and whose
+    block chunks (64K) trickle at 100 B/s; others: more objects to serve."""
+    path = small_pack(top, name, n=64, size=16 << 10, block_size="16K")
+    size = os.path.getsize(path)
+    H.configure(dict({f"p/{name}": {"file": path, "rate": 100, "slow_from": 64 << 10,
+                                    "slow_to": size - (128 << 10)}}, **(others or {})))
+
+
+def trickling(name):
+    """GETs of p/NAME the server is trickling now."""
+    return H.ctl("stats")["trickling_keys"].get(f"p/{name}", 0)
+
+
+def wait_trickling(name, want, timeout=20):
+    """Wait until at least want GETs of p/NAME trickle; @return how many do."""
+    deadline = time.monotonic() + timeout
+    while trickling(name) < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return trickling(name)
+
+
 # ---- 1. sizes the bucket claims ----------------------------------------------------------------
 
 
@@ -246,13 +268,13 @@ class Slow(HostileCase):
         threads = [threading.Thread(target=opener, args=(i,), daemon=True) for i in range(6)]
         for th in threads:
             th.start()
-        def trickling():
+        def opens_trickling():
             keys = H.ctl("stats")["trickling_keys"]
             return sum(keys.get(f"p/stuck{i}.bpk", 0) for i in range(6))
         deadline = time.monotonic() + 20
-        while trickling() < 2 and time.monotonic() < deadline:
+        while opens_trickling() < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        self.assertGreaterEqual(trickling(), 2, "the remote opens never started")
+        self.assertGreaterEqual(opens_trickling(), 2, "the remote opens never started")
         t0 = time.monotonic()
         ld = batchclient.Loader("local.bpk", 8, socket=d.sock, timeout=30)
         self.assertEqual(sum(len(b) for b in ld), 64)
@@ -260,7 +282,7 @@ class Slow(HostileCase):
         took = time.monotonic() - t0
         self.assertLess(took, 5, f"a local open took {took:.1f} s behind remote ones")
         # At most half the remote pool is one user's: two trickle, four wait.
-        self.assertEqual(trickling(), 2)
+        self.assertEqual(opens_trickling(), 2)
         self.stop(d)
         for th in threads:
             th.join(30)
@@ -285,11 +307,7 @@ class SameUser(HostileCase):
         # then every block chunk trickles at 100 B/s with no rate floor: its
         # session's reads are stuck. The same uid's local session must still
         # get every batch.
-        top = tempfile.mkdtemp(prefix="sameuid-", dir=H.top)
-        slow = small_pack(top, "slow.bpk", n=64, size=16 << 10, block_size="16K")
-        size = os.path.getsize(slow)
-        H.configure({"p/slow.bpk": {"file": slow, "rate": 100, "slow_from": 64 << 10,
-                                    "slow_to": size - (128 << 10)}})
+        trickling_blocks(tempfile.mkdtemp(prefix="sameuid-", dir=H.top), "slow.bpk")
         # One I/O thread at queue depth 2: four blocks in flight a user, which
         # the remote session's eight batches of four blocks would all take.
         d = self.daemon("sameuid", chunk="64K", timeout=600, min_rate="0",
@@ -300,12 +318,8 @@ class SameUser(HostileCase):
         got = []
         th = threading.Thread(target=lambda: got.extend(b.ids for b in stuck), daemon=True)
         th.start()
-        def trickling():
-            return H.ctl("stats")["trickling_keys"].get("p/slow.bpk", 0)
-        deadline = time.monotonic() + 20
-        while trickling() == 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertGreater(trickling(), 0, "no block read of the remote session trickles")
+        self.assertGreater(wait_trickling("slow.bpk", 1), 0,
+                           "no block read of the remote session trickles")
         t0 = time.monotonic()
         ld = batchclient.Loader("local.bpk", 16, socket=d.sock, timeout=30)
         n = sum(len(b) for b in ld)
@@ -329,12 +343,7 @@ class Shares(HostileCase):
         if os.geteuid() != 0 or not shutil.which("setpriv"):
             self.skipTest("needs root and setpriv to run a client as another user")
         top = tempfile.mkdtemp(prefix="shares-", dir=H.top)
-        slow = small_pack(top, "slowblocks.bpk", n=64, size=16 << 10, block_size="16K")
-        fast = small_pack(top, "fast.bpk")
-        size = os.path.getsize(slow)
-        H.configure({"p/slowblocks.bpk": {"file": slow, "rate": 100, "slow_from": 64 << 10,
-                                          "slow_to": size - (128 << 10)},
-                     "p/fast.bpk": {"file": fast}})
+        trickling_blocks(top, "slowblocks.bpk", {"p/fast.bpk": {"file": small_pack(top, "fast.bpk")}})
         os.chmod(H.top, 0o755)
         d = self.daemon("shares", chunk="64K", timeout=600, min_rate="0",
                         extra="\n[daemon]\nsocket_mode = 0666\n[remote]\nrequests = 4\n")
@@ -343,13 +352,9 @@ class Shares(HostileCase):
                                    timeout=120, prefetch=8)
         th = threading.Thread(target=lambda: [None for _ in stuck], daemon=True)
         th.start()
-        def trickling():
-            return H.ctl("stats")["trickling_keys"].get("p/slowblocks.bpk", 0)
-        deadline = time.monotonic() + 20
-        while trickling() < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_trickling("slowblocks.bpk", 3)
         time.sleep(0.5)
-        self.assertEqual(trickling(), 3, "root's share alone is 3 of 4 requests")
+        self.assertEqual(trickling("slowblocks.bpk"), 3, "root's share alone is 3 of 4 requests")
         code = ("import batchclient, sys\n"
                 f"ld = batchclient.Loader('s3://{BUCKET}/p/fast.bpk', 8, socket={d.sock!r}, timeout=60)\n"
                 "print(sum(len(b) for b in ld))\n")
@@ -364,6 +369,49 @@ class Shares(HostileCase):
         self.assertLess(took, 20, f"another user's remote dataset took {took:.1f} s")
         self.stop(d)
         th.join(30)
+
+
+class Abandoned(HostileCase):
+    def test_a_closed_sessions_fetches_are_dropped(self):
+        # A session whose block chunks trickle at 100 B/s with no rate floor
+        # holds three of four requests and has more chunks queued behind
+        # them. Once it closes, nobody wants them: the requests on the wire
+        # are cut (the server sees its connections close), the queued ones
+        # are never sent, the session is gone from the status, and a new
+        # session of the same pack gets the requests again.
+        trickling_blocks(tempfile.mkdtemp(prefix="abandon-", dir=H.top), "abandoned.bpk")
+        d = self.daemon("abandon", chunk="64K", timeout=600, min_rate="0",
+                        extra="\n[remote]\nrequests = 4\n")
+        def remote():
+            return batchclient.status(d.sock)["remote"]
+        ld = batchclient.Loader(f"s3://{BUCKET}/p/abandoned.bpk", 4, socket=d.sock,
+                                timeout=120, prefetch=8)
+        self.assertEqual(wait_trickling("abandoned.bpk", 3), 3,
+                         "the session's share is 3 of 4 requests")
+        before = remote()
+        self.assertGreater(before["queued"], 0, f"no fetch queued behind the wire: {before}")
+        self.assertEqual(before["dropped"], 0)
+        gets = H.ctl("stats")["gets"]
+        ld.close()
+        self.assertEqual(self.settle(d, lambda: trickling("abandoned.bpk"), 0), 0,
+                         "the server still sends to batchd")
+        after = self.settle(d, lambda: remote()["inflight"] + remote()["queued"], 0)
+        self.assertEqual(after, 0, f"fetches left for a closed session: {remote()}")
+        st = remote()
+        self.assertGreaterEqual(st["dropped"], 3 + before["queued"],
+                                f"fewer fetches dropped than were wanted: {before} -> {st}")
+        self.assertLessEqual(H.ctl("stats")["gets"], gets,
+                             "fetches sent after their session closed")
+        self.assertEqual(self.settle(d, lambda: len(batchclient.status(d.sock)["sessions"]), 0), 0,
+                         "the closed session is still listed")
+        # The chunks were dropped, not failed: the same pack opens again and
+        # its block chunks are asked for anew.
+        ld = batchclient.Loader(f"s3://{BUCKET}/p/abandoned.bpk", 4, socket=d.sock,
+                                timeout=120, prefetch=1)
+        self.assertGreater(wait_trickling("abandoned.bpk", 1), 0,
+                           "the reopened session fetched nothing")
+        ld.close()
+        self.assertEqual(remote()["errors"], 0, "a dropped fetch counted as an error")
 
 
 # ---- 4. what failed opens leave -----------------------------------------------------------------
