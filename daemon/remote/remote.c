@@ -567,6 +567,20 @@ static void off_wire(bd_fetch *f)
 	user_of(f->uid)->inflight--;
 }
 
+/* Take f, after prev (NULL: f is the head), off the queue. Under R.mu. */
+static void dequeue(bd_fetch *prev, bd_fetch *f)
+{
+	if (prev)
+		prev->next = f->next;
+	else
+		R.queue_head = f->next;
+	if (R.queue_tail == f)
+		R.queue_tail = prev;
+	f->next = NULL;
+	R.queued--;
+	user_of(f->uid)->queued--;
+}
+
 /* Start what may start: due retries first, then the queue, while requests and room allow. */
 static void start_fetches(void)
 {
@@ -609,15 +623,7 @@ static void start_fetches(void)
 			break;
 		}
 		/* Off the queue: start put it on the wire. */
-		if (prev)
-			prev->next = next;
-		else
-			R.queue_head = next;
-		if (R.queue_tail == f)
-			R.queue_tail = prev;
-		f->next = NULL;
-		R.queued--;
-		u->queued--;
+		dequeue(prev, f);
 	}
 }
 
@@ -717,14 +723,7 @@ static void drop_unwanted(void)
 			prev = f;
 			continue;
 		}
-		if (prev)
-			prev->next = next;
-		else
-			R.queue_head = next;
-		if (R.queue_tail == f)
-			R.queue_tail = prev;
-		R.queued--;
-		user_of(f->uid)->queued--;
+		dequeue(prev, f);
 		R.reserved += f->len; /* fetch_free gives back what a started fetch holds */
 		drop(f);
 		n++;
