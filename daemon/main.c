@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -42,6 +43,22 @@ static void log_source(const bd_config *cfg)
 	else
 		bd_log(LOG_NOTICE, "no configuration file (%s absent): defaults",
 		       BATCHD_CONFIG_FILE);
+}
+
+/*
+ * Descriptors: the soft limit up to the hard one (batchd uses no select()),
+ * so that LimitNOFILE= alone sets what it may hold.
+ */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+		bd_log(LOG_WARNING, "cannot raise RLIMIT_NOFILE to its hard limit %llu: %s",
+		       (unsigned long long)rl.rlim_max, strerror(errno));
 }
 
 int main(int argc, char **argv)
@@ -78,6 +95,7 @@ int main(int argc, char **argv)
 	}
 	bd_log_init(cfg.log_level);
 	log_source(&cfg);
+	raise_nofile();
 	if (cfg.nroots == 0 && cfg.nremotes == 0)
 		bd_log(LOG_WARNING, "no dataset roots configured ([datasets] root or remote, or "
 		       "--root): every open will be refused");

@@ -44,8 +44,9 @@ static void put_objects(struct bd_robj **robj, size_t n)
 
 void bd__scan_free(bd__scan *sc)
 {
-	put_objects(sc->robj, sc->nrobj);
+	/* The shards' descriptors first: each object counts its copy until put (remote.h). */
 	bp_shard_set_close(&sc->set);
+	put_objects(sc->robj, sc->nrobj);
 	free(sc->disk);
 	free(sc->place);
 }
@@ -539,15 +540,18 @@ static void make_current(bd_dataset *d, bd_dataset **dead)
 	}
 }
 
-/* The least recently used version no session uses, and how many there are and hold. */
-static bd_dataset *oldest_unused(size_t *ret_n, uint64_t *ret_bytes)
+/*
+ * The least recently used version no session uses (of a remote dataset
+ * when remote), and how many there are and hold.
+ */
+static bd_dataset *oldest_unused(bool remote, size_t *ret_n, uint64_t *ret_bytes)
 {
 	bd_dataset *oldest = NULL;
 	uint64_t bytes = 0;
 	size_t n = 0;
 
 	for (bd_dataset *d = cache.list; d; d = d->next) {
-		if (d->refs)
+		if (d->refs || (remote && !d->disk->remote))
 			continue;
 		n++;
 		bytes += d->bytes;
@@ -565,7 +569,7 @@ static void trim(bd_dataset **dead)
 	for (;;) {
 		uint64_t bytes;
 		size_t n;
-		bd_dataset *oldest = oldest_unused(&n, &bytes);
+		bd_dataset *oldest = oldest_unused(false, &n, &bytes);
 
 		if (n <= BD_DATASET_KEEP_UNUSED && bytes <= BD_DATASET_KEEP_BYTES)
 			return;
@@ -573,14 +577,15 @@ static void trim(bd_dataset **dead)
 	}
 }
 
-bool bd_dataset_cache_evict_one(void)
+/* Free the least recently used unused version (remote: of a remote dataset). @return whether one was. */
+static bool evict_one(bool remote)
 {
 	bd_dataset *d, *dead = NULL;
 	uint64_t bytes;
 	size_t n;
 
 	pthread_mutex_lock(&cache.mu);
-	d = oldest_unused(&n, &bytes);
+	d = oldest_unused(remote, &n, &bytes);
 	if (d) {
 		retire(d, &dead);
 		cache.evicted++;
@@ -592,6 +597,16 @@ bool bd_dataset_cache_evict_one(void)
 	/* Outside the lock: closing shards and freeing an index takes a while. */
 	free_dead(dead);
 	return d != NULL;
+}
+
+bool bd_dataset_cache_evict_one(void)
+{
+	return evict_one(false);
+}
+
+bool bd__dataset_evict_unused_remote(void)
+{
+	return evict_one(true);
 }
 
 /* A cached version the scan matches, referenced; NULL when there is none. */

@@ -69,6 +69,13 @@ typedef struct bd__scan {
 void bd__scan_free(bd__scan *sc);
 
 /*
+ * Free the least recently used version of a remote dataset that no
+ * session uses: its descriptors go back to the remote cache's share
+ * (remote.h, bd_remote_files_budget). @return whether one was.
+ */
+bool bd__dataset_evict_unused_remote(void);
+
+/*
  * The remote half of an open: path is an s3:// or http(s):// location
  * under one of remotes, or a name tried below each of them in order. One
  * object named so is a one-file dataset; else the *.bpk objects directly

@@ -177,6 +177,11 @@ static int make_set(const bp_s3_loc *loc, const char *path, bp_s3_object *obj, s
 		const char *base = strrchr(obj[i].key, '/');
 		int r = bd_robj_get(&oloc, &obj[i], &sc->robj[i], err, errlen);
 
+		/* The cache's descriptors are all used: unused versions give theirs back first. */
+		while (r == -EMFILE && bd__dataset_evict_unused_remote()) {
+			err[0] = '\0';
+			r = bd_robj_get(&oloc, &obj[i], &sc->robj[i], err, errlen);
+		}
 		if (r < 0)
 			return r;
 		sc->nrobj++;

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -922,6 +923,15 @@ static void *fetcher_main(void *arg)
 
 /* ---- start, stop, stats ------------------------------------------------------------------ */
 
+unsigned bd_remote_files_budget(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 1u << 20;
+	return rl.rlim_cur / 2 > 16 ? (unsigned)(rl.rlim_cur / 2) : 16;
+}
+
 int bd_remote_start(const bd_remote_opts *o, char *err, size_t errlen)
 {
 	int r;
@@ -929,6 +939,7 @@ int bd_remote_start(const bd_remote_opts *o, char *err, size_t errlen)
 	R.chunk = o->chunk;
 	R.max_size = o->max_size;
 	R.table_max = bd_remote_table_budget(o->max_size, o->chunk);
+	R.files_max = bd_remote_files_budget();
 	R.requests = o->requests ? o->requests : BD_REMOTE_DEFAULT_REQUESTS;
 	R.retries = o->s3.retries;
 	r = bp_s3_new(&o->s3, &R.s3, err, errlen);
@@ -1046,6 +1057,8 @@ void bd_remote_stats_get(bd_remote_stats *ret)
 	ret->cache_bytes = R.cache_bytes;
 	ret->max_size = R.max_size;
 	ret->objects = R.nobjects;
+	ret->files = __atomic_load_n(&R.files, __ATOMIC_RELAXED);
+	ret->files_max = R.files_max;
 	ret->table_bytes = __atomic_load_n(&R.table_bytes, __ATOMIC_RELAXED);
 	ret->table_max = R.table_max;
 	pthread_mutex_unlock(&R.mu);

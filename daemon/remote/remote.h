@@ -77,6 +77,15 @@ typedef struct bd_remote_opts {
  */
 uint64_t bd_remote_table_budget(uint64_t max_size, uint32_t chunk);
 
+/*
+ * The data files the cache may hold open at once: half of the daemon's
+ * RLIMIT_NOFILE (16 at least), the other half kept for local datasets,
+ * connections and sessions, so that no user's remote opens can cost
+ * another's local ones. An open that would pass it first closes unused
+ * objects' files, then is refused (-EMFILE) naming the figures.
+ */
+unsigned bd_remote_files_budget(void);
+
 typedef struct bd_remote_stats {
 	uint64_t requests;       /* HTTP requests sent: the opens' HEADs and listings, GETs of chunks, retries */
 	uint64_t bytes;          /* body bytes received */
@@ -93,6 +102,8 @@ typedef struct bd_remote_stats {
 	uint64_t table_bytes;    /* object records and chunk tables in memory */
 	uint64_t table_max;
 	size_t objects;          /* object versions known to the cache */
+	unsigned files;          /* descriptors of their data files now, datasets' copies included */
+	unsigned files_max;      /* ... at most (bd_remote_files_budget) */
 } bd_remote_stats;
 
 /*
@@ -132,7 +143,10 @@ typedef struct bd_robj bd_robj;
  * The cached version of object o at loc (bucket and key; plain: the URL):
  * found, or created empty. A reference; drop it with bd_robj_put. Cached
  * versions of the same key with another identity that nothing uses are
- * deleted. @return 0; -ENOMEM; -errno creating its file (err says).
+ * deleted. The caller reads through two copies of bd_robj_fd (the
+ * dataset's shard and read descriptors), closed before the put: they are
+ * counted in the cache's share of descriptors (bd_remote_files_budget). @return 0; -ENOMEM; -EMFILE (the share is
+ * used); -errno creating its file (err says).
  */
 int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *o, bd_robj **ret, char *err,
 		size_t errlen);

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -77,12 +78,66 @@ static void identity_id(const char *bucket, const char *key, const char *etag, u
 		 (unsigned long long)h.low64);
 }
 
+/* ---- data files' descriptors ------------------------------------------------------------ */
+
+/*
+ * Every data file open is counted against R.files_max, the cache's share
+ * of the daemon's descriptors, and so are the copies a reference from
+ * bd_robj_get stands for (its dataset's shard and read descriptors, both
+ * closed before bd_robj_put), so that remote opens, however many and
+ * whoever makes them, leave the rest to local datasets, connections and
+ * sessions. Any thread: the count is atomic.
+ */
+#define COPIES 2u
+
+static void data_fd_set(bd_robj *o, int fd)
+{
+	o->fd = fd;
+	if (fd >= 0)
+		__atomic_add_fetch(&R.files, 1, __ATOMIC_RELAXED);
+}
+
+static void data_fd_close(bd_robj *o)
+{
+	if (o->fd < 0)
+		return;
+	close(o->fd);
+	o->fd = -1;
+	__atomic_sub_fetch(&R.files, 1, __ATOMIC_RELAXED);
+}
+
+/*
+ * Room for need more descriptors of name's data file? Unused objects'
+ * files (closed at the next sync anyway) are closed now to make it. Under
+ * R.mu. @return 0; -EMFILE, err naming the figures and what to change.
+ * Opens running at once on the remote opens' pool may each pass: the
+ * share may be passed by COPIES + 1 descriptors a thread of that pool.
+ */
+static int data_fd_room(const char *name, unsigned need, char *err, size_t errlen)
+{
+	struct rlimit rl = { 0 };
+
+	for (bd_robj *o = R.objects; o; o = o->next) {
+		if (__atomic_load_n(&R.files, __ATOMIC_RELAXED) + need <= R.files_max)
+			return 0;
+		if (!o->refs && !o->dirty && !o->punches)
+			data_fd_close(o);
+	}
+	if (__atomic_load_n(&R.files, __ATOMIC_RELAXED) + need <= R.files_max)
+		return 0;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	snprintf(err, errlen, "remote cache: %s: the cache and its datasets hold %u descriptors of "
+		 "data files, their share of batchd's (half of its RLIMIT_NOFILE, %llu): close "
+		 "other remote sessions, or raise batchd's LimitNOFILE", name, R.files_max,
+		 (unsigned long long)rl.rlim_cur);
+	return -EMFILE;
+}
+
 void bd__robj_free(bd_robj *o)
 {
 	if (!o)
 		return;
-	if (o->fd >= 0)
-		close(o->fd);
+	data_fd_close(o);
 	bp_s3_loc_free(&o->loc);
 	free(o->name);
 	bd__chunks_free(o);
@@ -270,10 +325,14 @@ static int data_open(const bd_robj *o)
 static int reopen(bd_robj *o, char *err, size_t errlen)
 {
 	char tmp[80];
-	int r;
+	int r, fd;
 
-	if (o->fd >= 0 || (o->fd = data_open(o)) >= 0)
+	if (o->fd >= 0)
 		return 0;
+	if ((fd = data_open(o)) >= 0) {
+		data_fd_set(o, fd);
+		return 0;
+	}
 	bd_log(LOG_NOTICE, "remote cache %s: %s: its data file is gone or changed: fetched anew",
 	       R.dir, o->name);
 	BD_FOR_EACH_CHUNK(o, c)
@@ -284,12 +343,15 @@ static int reopen(bd_robj *o, char *err, size_t errlen)
 			R.cache_bytes -= bd__chunk_len(o, c->idx);
 		}
 	o->dirty = true;
-	o->fd = create_data(o, tmp, err, errlen);
-	if (o->fd >= 0 && (r = place_data(o, tmp, err, errlen)) < 0) {
-		close(o->fd);
-		o->fd = r;
+	fd = create_data(o, tmp, err, errlen);
+	if (fd >= 0 && (r = place_data(o, tmp, err, errlen)) < 0) {
+		close(fd);
+		return r;
 	}
-	return o->fd < 0 ? o->fd : 0;
+	if (fd < 0)
+		return fd;
+	data_fd_set(o, fd);
+	return 0;
 }
 
 /* Does o hold a chunk on disk? Under R.mu. */
@@ -299,6 +361,25 @@ static bool holds_chunks(const bd_robj *o)
 		if (c->state != BD_CHUNK_ABSENT)
 			return true;
 	return false;
+}
+
+/*
+ * o, found referenced, for one more dataset: its data file open (room made
+ * for it and for the dataset's copy), the copy counted. Under R.mu.
+ * @return 0; -errno, the reference dropped (err says).
+ */
+static int reuse(bd_robj *o, char *err, size_t errlen)
+{
+	int r = data_fd_room(o->name, COPIES + (o->fd < 0), err, errlen);
+
+	if (r == 0)
+		r = reopen(o, err, errlen);
+	if (r < 0) {
+		bd__robj_unref(o);
+		return r;
+	}
+	__atomic_add_fetch(&R.files, COPIES, __ATOMIC_RELAXED);
+	return 0;
 }
 
 int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, char *err,
@@ -311,9 +392,7 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 	identity_id(loc->bucket, loc->key, ob->etag, ob->size, id);
 	pthread_mutex_lock(&R.mu);
 	o = find(id);
-	r = o ? reopen(o, err, errlen) : 0;
-	if (r < 0)
-		bd__robj_unref(o);
+	r = o ? reuse(o, err, errlen) : 0;
 	pthread_mutex_unlock(&R.mu);
 	if (r < 0)
 		return r;
@@ -349,22 +428,23 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 		snprintf(err, errlen, "remote cache: out of memory");
 		return -ENOMEM;
 	}
-	fd = create_data(fresh, tmp, err, errlen);
+	pthread_mutex_lock(&R.mu);
+	r = data_fd_room(fresh->name, COPIES + 1, err, errlen);
+	pthread_mutex_unlock(&R.mu);
+	fd = r < 0 ? r : create_data(fresh, tmp, err, errlen);
 	if (fd < 0) {
 		bd__robj_free(fresh);
 		return fd;
 	}
-	fresh->fd = fd;
+	data_fd_set(fresh, fd);
 	fresh->dirty = true;
 	fresh->refs = 1;
 
 	pthread_mutex_lock(&R.mu);
 	/* Another open may have made it meanwhile: then ours goes. */
 	o = find(id);
-	r = o ? reopen(o, err, errlen) : place_data(fresh, tmp, err, errlen);
+	r = o ? reuse(o, err, errlen) : place_data(fresh, tmp, err, errlen);
 	if (o || r < 0) {
-		if (o && r < 0)
-			bd__robj_unref(o);
 		pthread_mutex_unlock(&R.mu);
 		if (o)
 			unlinkat(R.objdir, tmp, 0);
@@ -386,6 +466,7 @@ int bd_robj_get(const bp_s3_loc *loc, const bp_s3_object *ob, bd_robj **ret, cha
 	fresh->next = R.objects;
 	R.objects = fresh;
 	R.nobjects++;
+	__atomic_add_fetch(&R.files, COPIES, __ATOMIC_RELAXED); /* its dataset's */
 	pthread_mutex_unlock(&R.mu);
 	if (R.multi)
 		bd__remote_wake();
@@ -411,6 +492,7 @@ void bd_robj_put(bd_robj *o)
 	if (!o)
 		return;
 	pthread_mutex_lock(&R.mu);
+	__atomic_sub_fetch(&R.files, COPIES, __ATOMIC_RELAXED); /* its dataset's are closed */
 	bd__robj_unref(o);
 	wake = R.delete_pending;
 	pthread_mutex_unlock(&R.mu);
@@ -617,7 +699,7 @@ static void sync_object(bd_robj *o, bool all)
 	}
 	/* An unused object's chunks evicted since its file was closed: open it to punch them. */
 	if (o->punches && o->fd < 0)
-		o->fd = data_open(o);
+		data_fd_set(o, data_open(o));
 	if (o->punches && o->fd < 0)
 		o->punches = 0; /* its file is gone or not ours: nothing of ours to punch */
 	if (o->punches && (holes = malloc(o->punches * sizeof(*holes)))) {
@@ -655,10 +737,8 @@ static void sync_object(bd_robj *o, bool all)
 	free(holes);
 	/* Unused and synced: its descriptor goes until an open wants it again (reopen). */
 	pthread_mutex_lock(&R.mu);
-	if (!o->refs && !o->dirty && !o->punches && o->fd >= 0) {
-		close(o->fd);
-		o->fd = -1;
-	}
+	if (!o->refs && !o->dirty && !o->punches)
+		data_fd_close(o);
 	pthread_mutex_unlock(&R.mu);
 }
 
@@ -734,14 +814,15 @@ static bd_robj *load_one(const char *name)
 		o = NULL;
 	}
 	snprintf(data, sizeof(data), "%s.data", id);
-	if (o) {
-		o->fd = obj_open(data, O_RDWR, &ds);
-		if (o->fd < 0 || (uint64_t)ds.st_size != o->size) {
-			bd__robj_free(o);
-			o = NULL;
-		} else {
+	/* Its data file checked, not kept open: an open that uses o opens it (reopen). */
+	if (o && (fd = obj_open(data, O_RDONLY, &ds)) >= 0) {
+		close(fd);
+		if ((uint64_t)ds.st_size == o->size)
 			o->mtime = (int64_t)st.st_mtim.tv_sec;
-		}
+	}
+	if (o && (fd < 0 || (uint64_t)ds.st_size != o->size)) {
+		bd__robj_free(o);
+		o = NULL;
 	}
 	if (!o) {
 		bd_log(LOG_NOTICE, "remote cache %s: %s does not check: deleted (refetched when needed)",

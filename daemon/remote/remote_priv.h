@@ -103,6 +103,8 @@ struct bd_remote_state {
 	uint64_t table_bytes;    /* object records and chunk tables (atomic: any thread) */
 	uint64_t table_max;      /* ... at most: bd_remote_table_budget */
 	uint64_t reserved;       /* fetches started */
+	unsigned files;          /* data files open (atomic: any thread; remote_map.c) */
+	unsigned files_max;      /* ... the cache's share of the daemon's descriptors */
 	uint64_t stats_bytes;    /* atomic: body bytes, counted as they come */
 	bd_remote_stats stats;
 };

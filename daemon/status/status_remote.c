@@ -30,9 +30,9 @@ void bd__status_remote(bd_text *t)
 	bd_text_printf(t, ", \"max_size\": %" PRIu64 ", \"bytes\": %"
 		       PRIu64 ", \"fetched_bytes\": %" PRIu64 ", \"hit_bytes\": %" PRIu64
 		       ", \"evicted_bytes\": %" PRIu64 ", \"objects\": %zu, \"table_bytes\": %"
-		       PRIu64 ", \"table_max\": %" PRIu64 "}}, ", st.max_size, st.cache_bytes,
-		       st.fetched_bytes, st.hit_bytes, st.evicted_bytes, st.objects, st.table_bytes,
-		       st.table_max);
+		       PRIu64 ", \"table_max\": %" PRIu64 ", \"files\": %u, \"files_max\": %u}}, ",
+		       st.max_size, st.cache_bytes, st.fetched_bytes, st.hit_bytes, st.evicted_bytes,
+		       st.objects, st.table_bytes, st.table_max, st.files, st.files_max);
 }
 
 static void one(bd_text *t, const char *name, const char *type, const char *help, uint64_t v)
@@ -70,6 +70,10 @@ void bd__metrics_remote(bd_text *t)
 	    "Bytes of block reads whose chunks were all cached already.", st.hit_bytes);
 	one(t, "batchd_cache_disk_evicted_bytes_total", "counter",
 	    "Bytes evicted from the cache directory to stay within max_size.", st.evicted_bytes);
+	one(t, "batchd_cache_files", "gauge", "Descriptors of the remote cache's data files, datasets' copies included.", st.files);
+	one(t, "batchd_cache_files_max", "gauge",
+	    "Descriptors of data files the remote cache may hold: half of batchd's RLIMIT_NOFILE.",
+	    st.files_max);
 	one(t, "batchd_cache_table_bytes", "gauge",
 	    "Memory of the remote cache's object records and chunk tables.", st.table_bytes);
 	one(t, "batchd_cache_table_max_bytes", "gauge",

@@ -86,8 +86,9 @@ class HostileDaemon(T.Daemon):
     """A batchd whose remote is s3://hostile/p on the hostile server, unsigned."""
 
     def __init__(self, directory, max_size="256M", chunk="4M", timeout=10, min_rate="16K",
-                 memory="256M", extra=""):
+                 memory="256M", extra="", nofile=None):
         super().__init__(directory, memory=memory)
+        self.nofile = nofile
         self.cache = os.path.join(directory, "cache")
         self.conf = os.path.join(directory, "batchd.conf")
         with open(self.conf, "w") as f:
@@ -100,6 +101,8 @@ class HostileDaemon(T.Daemon):
         env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         argv = [T.BATCHD, "--no-config", "-c", self.conf, "--socket", self.sock, "--log-level",
                 "debug", "--memory", self.memory, "--direct", self.direct]
+        if self.nofile:
+            argv = ["prlimit", f"--nofile={self.nofile}:{self.nofile}", "--"] + argv
         return self.spawn(argv, env=env, timeout=20)
 
     def rss(self):
@@ -437,6 +440,48 @@ class FailedOpens(HostileCase):
         ld = batchclient.Loader("local.bpk", 8, socket=d.sock, timeout=60)
         self.assertEqual(sum(len(b) for b in ld), 64)
         ld.close()
+
+
+    def test_remote_opens_leave_descriptors_for_local_ones(self):
+        # RLIMIT_NOFILE 160: the remote cache and its datasets may hold 80
+        # descriptors, three a pack (the cache's, the shard's, the read's).
+        # A remote dataset of 20 packs opens and stays open (60); a second
+        # one is refused, naming the figures, though the daemon has room
+        # for it: that room is the local datasets', and a local dataset of
+        # 32 packs (64 descriptors) opens after it.
+        top = tempfile.mkdtemp(prefix="nofile-", dir=H.top)
+        one = small_pack(top, "one.bpk", n=4)
+        H.configure({f"p/w{w}/s{i:02d}.bpk": {"file": one} for w in "ab" for i in range(20)})
+        d = self.daemon("nofile", nofile=160)
+        local = os.path.join(d.root, "local")
+        os.mkdir(local)
+        for i in range(32):
+            shutil.copy(one, os.path.join(local, f"s{i:02d}.bpk"))
+        self.assertEqual(d.cache_status()["files_max"], 80)
+        base = d.fds()
+        wa = batchclient.Loader(f"s3://{BUCKET}/p/wa", 8, socket=d.sock, timeout=60)
+        self.assertEqual(d.cache_status()["files"], 60)
+        # What the cache counts is what the daemon holds, besides the
+        # session's own few (its connection, ring, memory): one a pack off
+        # would be 20.
+        extra = d.fds() - base - 60
+        self.assertTrue(0 <= extra <= 12, f"{d.fds()} descriptors, {base} before")
+        err = self.open_error(d, f"s3://{BUCKET}/p/wb")
+        self.assertIn("EMFILE", err)
+        self.assertIn("hold 80 descriptors", err)
+        self.assertIn("RLIMIT_NOFILE, 160", err)
+        self.assertEqual(self.settle(d, lambda: d.cache_status()["files"], 60), 60)
+        ld = batchclient.Loader("local", 16, socket=d.sock, timeout=60)
+        self.assertEqual(sorted(i for b in ld for i in b.ids), list(range(128)))
+        ld.close()
+        # Once the first closes, the second fits (the first's version, kept
+        # for reopening, gives its descriptors back), and is served.
+        self.assertEqual(sum(len(b) for b in wa), 80)
+        wa.close()
+        wb = batchclient.Loader(f"s3://{BUCKET}/p/wb", 8, socket=d.sock, timeout=60)
+        self.assertEqual(sum(len(b) for b in wb), 80)
+        self.assertEqual(self.settle(d, lambda: d.cache_status()["files"], 60), 60)
+        wb.close()
 
 
 # ---- 7. reads larger than the cache ----------------------------------------------------------
