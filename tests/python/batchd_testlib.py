@@ -120,17 +120,20 @@ def cat(path, sample_id):
     return p.stdout
 
 
-def real_files(patterns, count, min_size=1):
+def real_files(patterns, count, min_size=1, max_size=1 << 20):
     """Up to count existing files matching the glob patterns, in sorted
-    order, each at least min_size bytes: the installed system's own files
-    (licences, copyright notices, images), bytes no test wrote. Exits 77
-    when fewer than count exist."""
+    order, each of min_size .. max_size bytes: the installed system's own
+    files (licences, copyright notices, images), bytes no test wrote. The
+    cap keeps what the tests size for the same whatever else is installed
+    (a wallpaper package's photographs are megabytes each). Exits 77 when
+    fewer than count exist."""
     import glob
     out, seen = [], set()
     for pat in patterns:
         for p in sorted(glob.glob(pat, recursive=True)):
             real = os.path.realpath(p)
-            if real in seen or not os.path.isfile(real) or os.path.getsize(real) < min_size:
+            if (real in seen or not os.path.isfile(real)
+                    or not min_size <= os.path.getsize(real) <= max_size):
                 continue
             seen.add(real)
             out.append(real)

@@ -28,7 +28,7 @@ def make_samples():
     """[(key, {extension: bytes})] from real files: images where the system has
     them (copyright notices otherwise), JSON documents likewise."""
     images = T.real_files(["/usr/share/**/*.jpg", "/usr/share/**/*.png",
-                           "/usr/share/doc/*/copyright"], 2 * N)
+                           "/usr/share/doc/*/copyright"], 2 * N, max_size=256 << 10)
     docs = T.real_files(["/usr/share/**/*.json", "/usr/share/doc/*/copyright"], N)
     out = []
     for i in range(N):

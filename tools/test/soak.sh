@@ -48,7 +48,8 @@
 # Environment:
 #   BATCHD_BUILD   build directory for the binaries below (default: build)
 #   BATCHD, BATCHD_PACK, BATCHCTL, SOAK_CLIENT   the binaries themselves
-#   SOAK_MEMORY    batchd --memory (default 2G: no client is ever refused);
+#   SOAK_MEMORY    batchd --memory (default 2G, 3G with SOAK_BUCKET, whose stuck
+#                  sessions hold their share: no client is ever refused);
 #                  when set, opens refused for memory are expected and counted
 #   SOAK_RSS_OVER_MB  RSS allowed over the budget at any sample (default 64)
 #   SOAK_KILLS     clients killed at a time during the main wave (default 0)
@@ -85,7 +86,7 @@ ctl=${BATCHCTL:-$build/tools/batchctl}
 client=${SOAK_CLIENT:-$build/tools/soak-client}
 hostile_bin=${HOSTILE_CLIENT:-$build/tools/hostile-client}
 hostile=${SOAK_HOSTILE:-0}
-memory=${SOAK_MEMORY:-2G}
+memory=${SOAK_MEMORY:-$([ "$bucket" -gt 0 ] && echo 3G || echo 2G)}
 kills=${SOAK_KILLS:-0}
 case "$kills" in '' | *[!0-9]*) usage ;; esac
 seed=${SOAK_SEED:-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}
