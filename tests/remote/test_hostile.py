@@ -443,21 +443,21 @@ class FailedOpens(HostileCase):
 
 
     def test_remote_opens_leave_descriptors_for_local_ones(self):
-        # RLIMIT_NOFILE 160: the remote cache and its datasets may hold 80
+        # RLIMIT_NOFILE 200: the remote cache and its datasets may hold 100
         # descriptors, three a pack (the cache's, the shard's, the read's).
         # A remote dataset of 20 packs opens and stays open (60); a second
         # one is refused, naming the figures, though the daemon has room
         # for it: that room is the local datasets', and a local dataset of
-        # 32 packs (64 descriptors) opens after it.
+        # 24 packs (48 descriptors) opens after it.
         top = tempfile.mkdtemp(prefix="nofile-", dir=H.top)
         one = small_pack(top, "one.bpk", n=4)
         H.configure({f"p/w{w}/s{i:02d}.bpk": {"file": one} for w in "ab" for i in range(20)})
-        d = self.daemon("nofile", nofile=160)
+        d = self.daemon("nofile", nofile=200)
         local = os.path.join(d.root, "local")
         os.mkdir(local)
-        for i in range(32):
+        for i in range(24):
             shutil.copy(one, os.path.join(local, f"s{i:02d}.bpk"))
-        self.assertEqual(d.cache_status()["files_max"], 80)
+        self.assertEqual(d.cache_status()["files_max"], 100)
         base = d.fds()
         wa = batchclient.Loader(f"s3://{BUCKET}/p/wa", 8, socket=d.sock, timeout=60)
         self.assertEqual(d.cache_status()["files"], 60)
@@ -468,11 +468,11 @@ class FailedOpens(HostileCase):
         self.assertTrue(0 <= extra <= 12, f"{d.fds()} descriptors, {base} before")
         err = self.open_error(d, f"s3://{BUCKET}/p/wb")
         self.assertIn("EMFILE", err)
-        self.assertIn("hold 80 descriptors", err)
-        self.assertIn("RLIMIT_NOFILE, 160", err)
+        self.assertIn("hold 100 descriptors", err)
+        self.assertIn("RLIMIT_NOFILE, 200", err)
         self.assertEqual(self.settle(d, lambda: d.cache_status()["files"], 60), 60)
         ld = batchclient.Loader("local", 16, socket=d.sock, timeout=60)
-        self.assertEqual(sorted(i for b in ld for i in b.ids), list(range(128)))
+        self.assertEqual(sorted(i for b in ld for i in b.ids), list(range(96)))
         ld.close()
         # Once the first closes, the second fits (the first's version, kept
         # for reopening, gives its descriptors back), and is served.
