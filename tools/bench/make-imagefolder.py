@@ -30,10 +30,20 @@ down to it, a horizontal flip half the time, brightness, contrast and
 saturation each within +-8%, and a JPEG quality of 75-95 (PIL, 4:2:0),
 written to OUT/cNN/IIIIII.jpg (NN the class, IIIIII the image's index).
 Everything is drawn from --seed, image by image, so a tree is the same
-whatever --jobs (with the same Pillow and libjpeg). OUT/manifest.json,
-written last, records what made the tree; a later run with the same
-settings and sources reuses it, any other remakes it. An OUT that exists
-without such a manifest is refused (it is not ours to empty).
+whatever --jobs (with the same Pillow and libjpeg). OUT.manifest.json
+(beside OUT: a file inside would be a sample without a class to
+`batchd-pack create --labels dirname`), written last, records what made
+the tree; a later run with the same settings and sources reuses it, any
+other remakes it. An OUT that holds files without such a manifest is
+refused (it is not ours to empty).
+
+The default tree (3000 images, 10 classes) takes about 75 s on 2 busy
+cores and 118 MB: 39 KB an image on average, a third of ImageNet's
+~110 KB at the same sizes. Wallpapers are smoother than most photographs
+(sky, water, out-of-focus backgrounds), so their JPEGs hold fewer bits
+per pixel even at the high qualities drawn here: a decoder does the same
+pixel work as on ImageNet (IDCT, colour conversion, resizing), and less
+entropy decoding.
 
 Needs Debian's python3 and python3-pil, nothing from pip. Exit status: 0
 ok, 1 failure, 2 usage or a missing package.
@@ -52,7 +62,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORMAT = 1                  # bump when render() or plan_one() change (the constants
                             # below are in the manifest's key themselves)
-MANIFEST = "manifest.json"
+MANIFEST = ".manifest.json"     # OUT + this
 SHARE = "/usr/share"
 
 # (package, path under /usr/share): the photographs, by name. The packages
@@ -297,7 +307,7 @@ def make(out, args, srcs):
 
 def read_manifest(out):
     try:
-        with open(os.path.join(out, MANIFEST)) as f:
+        with open(out + MANIFEST) as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
@@ -317,7 +327,7 @@ def count_images(out, classes):
 def clear(out, old):
     """Empty OUT of a tree this script made (its manifest first, so that an
     interruption leaves no manifest over a partial tree)."""
-    os.unlink(os.path.join(out, MANIFEST))
+    os.unlink(out + MANIFEST)
     for name in old.get("class_names", []):
         if "/" not in name and name not in ("", ".", ".."):
             shutil.rmtree(os.path.join(out, name), ignore_errors=True)
@@ -334,8 +344,8 @@ def prepare_out(out, key):
     if old is not None and old.get("made_by") == "make-imagefolder":
         clear(out, old)
     if os.path.isdir(out) and os.listdir(out):
-        raise Usage(f"{out} exists and holds files this script did not make (no manifest.json "
-                    f"of its own): pass an empty or new --out")
+        raise Usage(f"{out} holds files this script did not make (no {out + MANIFEST} of "
+                    f"its own): pass an empty or new --out")
     os.makedirs(out, exist_ok=True)
     return None
 
@@ -345,7 +355,7 @@ def imagefolder(args):
     ensure_packages()
     import PIL
     srcs = sources()
-    out = os.path.abspath(args.out)
+    out = os.path.abspath(args.out).rstrip("/") or "/"
     key = {"format": FORMAT, "n": args.n, "classes": args.classes, "seed": args.seed,
            "recipe": {"short": SHORT, "aspects": ASPECTS, "zoom": ZOOM, "quality": QUALITY,
                       "jitter": JITTER, "long_max": LONG_MAX},
@@ -369,10 +379,10 @@ def imagefolder(args):
          "photos_used": used, "class_names": [class_name(k, args.classes)
                                               for k in range(args.classes)],
          "packages": package_versions(), "pillow": PIL.__version__}
-    tmp = os.path.join(out, MANIFEST + ".tmp")
+    tmp = out + MANIFEST + ".tmp"
     with open(tmp, "w") as f:
         json.dump(m, f, indent=1)
-    os.rename(tmp, os.path.join(out, MANIFEST))
+    os.rename(tmp, out + MANIFEST)
     log(f"{out}: {count} images in {args.classes} classes from {used} photographs "
         f"({', '.join(PACKAGES)}): {nbytes / 1e6:.0f} MB, {nbytes / max(1, count) / 1e3:.0f} KB "
         f"on average, made in {dt:.1f} s on {args.jobs} process(es)")
@@ -403,7 +413,7 @@ def main():
     ap.add_argument("--jobs", type=count_arg(1, 256), default=os.cpu_count() or 1,
                     help="processes (default: the CPUs)")
     ap.add_argument("--force", action="store_true", help="remake the tree even if it matches")
-    ap.add_argument("--json", action="store_true", help="print the manifest")
+    ap.add_argument("--json", action="store_true", help="print the manifest (OUT.manifest.json)")
     args = ap.parse_args()
     try:
         m = imagefolder(args)
