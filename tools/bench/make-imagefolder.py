@@ -404,7 +404,7 @@ def count_arg(least, most=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].split(": ", 1)[1],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:3]))
+                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     ap.add_argument("--out", required=True, help="the tree's directory (made; a tree of ours "
                     "there is reused or remade)")
     ap.add_argument("--n", type=count_arg(1, 10_000_000), default=3000, help="images (3000)")
