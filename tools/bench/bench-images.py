@@ -203,7 +203,7 @@ def run_batchd_pil(args):
     try:
         return timed(args, lambda: iter(dl))
     finally:
-        del dl                      # the workers exit before the dataset's streams close
+        dl = None                   # the workers exit before the dataset's streams close
         ds.close()
 
 
@@ -487,6 +487,13 @@ class Contest:
                 log(f"  pair {rep + 1}: {c} / {name} = {a['images_s'] / b['images_s']:.2f}x")
                 self.pairs_of.setdefault(name, []).append((a, b))
 
+    def sweep_medians(self, name):
+        """{settings: median images/s of its sweep runs} of one arm."""
+        by = {}
+        for s, r in self.swept[name]:
+            by.setdefault(describe(s), []).append(r["images_s"])
+        return {k: med(v) for k, v in by.items()}
+
     def rows(self):
         rows = []
         c = self.candidate
@@ -503,7 +510,7 @@ class Contest:
             row = {"arm": name, "title": ARMS[name].title, "settings": describe(self.best[name]),
                    "runs": len(v), "images_s": med(v), "min": min(v), "max": max(v),
                    "load": [min(r["load"] for r in runs), max(r["load"] for r in runs)],
-                   "sweep": {describe(s): r["images_s"] for s, r in self.swept[name]},
+                   "sweep": self.sweep_medians(name),
                    "sweep_failed": self.sweep_failed.get(name, {})}
             if name in self.pairs_of:
                 ratios = [a["images_s"] / b["images_s"] for a, b in self.pairs_of[name]]
@@ -660,9 +667,11 @@ def report(args, m, info, pack_s, contest, rows, load0):
               + (f", made in {pack_s:.1f} s" if pack_s is not None else ", reused"))
     print(f"batch {args.batch_size}, RandomResizedCrop({args.size}) + horizontal flip, uint8 "
           f"[B, 3, {args.size}, {args.size}] and int64 labels, shuffled; {args.epochs} timed "
-          f"epoch(s) after 1 warm-up a run, {args.pairs} pair(s) per arm with "
-          f"{contest.candidate or '(no candidate ran)'}; torch {torch.__version__}, torchvision "
-          f"{torchvision.__version__}")
+          f"epoch(s) after 1 warm-up a run, "
+          + (f"{args.pairs} pair(s) per arm with {contest.candidate}" if contest.pairs_of
+             else "no pairs (one arm ran)")
+          + f"; sweeps: the median of {args.sweep_repeat} run(s) a point; torch "
+          f"{torch.__version__}, torchvision {torchvision.__version__}")
     load1 = os.getloadavg()
     print(f"machine: {os.cpu_count()} CPUs, load average {load0[0]:.2f} {load0[1]:.2f} "
           f"{load0[2]:.2f} at the start, {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f} at the end")

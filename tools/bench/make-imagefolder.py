@@ -138,11 +138,8 @@ def missing_packages():
 
 
 def _have_pil():
-    try:
-        import PIL  # noqa: F401
-        return True
-    except ImportError:
-        return False
+    import importlib.util
+    return importlib.util.find_spec("PIL") is not None
 
 
 def ensure_packages():
