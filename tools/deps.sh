@@ -8,6 +8,7 @@ BATCHD_DEPS=(
 	liburing-dev libzstd-dev libuv1-dev check libxxhash-dev libinih-dev
 	libarchive-dev libsystemd-dev libmicrohttpd-dev libjson-c-dev
 	libcurl4-openssl-dev libxml2-dev
+	libjpeg62-turbo-dev libspng-dev libwebp-dev   # lib/image: the decoders
 	zstd tar gzip python3 python3-venv python3-numpy python3-xxhash python3-torch python3-pil adwaita-icon-theme strace
 	prometheus   # promtool: the alerting rules and the metrics checked in tests/prometheus
 	patchelf     # tests/gpu/bundle.sh: the GPU bundle's RPATH
