@@ -65,6 +65,23 @@ enum {
 	OPEN_RESUME_SAMPLE = 0,      /* u64 start_sample */
 	OPEN_RESUME_STRIDE = 8,      /* u32 batch_stride, 1 .. BP_STRIDE_MAX */
 	OPEN_RESUME_SIZE = 12,
+	/* With BP_OPEN_DECODE, last: */
+	OPEN_DECODE_HEIGHT = 0,      /* u32 */
+	OPEN_DECODE_WIDTH = 4,       /* u32 */
+	OPEN_DECODE_RESIZE = 8,      /* u32 */
+	OPEN_DECODE_KIND = 12,       /* u8 */
+	OPEN_DECODE_CROP = 13,       /* u8 */
+	OPEN_DECODE_LAYOUT = 14,     /* u8 */
+	OPEN_DECODE_ON_ERROR = 15,   /* u8 */
+	OPEN_DECODE_SCALE_MIN = 16,  /* f32, as its IEEE 754 bits, little-endian */
+	OPEN_DECODE_SCALE_MAX = 20,
+	OPEN_DECODE_RATIO_MIN = 24,
+	OPEN_DECODE_RATIO_MAX = 28,
+	OPEN_DECODE_FLIP = 32,
+	OPEN_DECODE_FIELD_LEN = 36,  /* u8, 1 .. 64 */
+	OPEN_DECODE_FIELD = 37,      /* u8[64]: the name, zero after it */
+	OPEN_DECODE_RESERVED = 101,  /* u8[3], zero */
+	OPEN_DECODE_SIZE = 104,
 
 	READY_SESSION = 16,
 	READY_FINGERPRINT = 24,
@@ -199,9 +216,32 @@ static bool field_list_ok(const char *s, uint32_t len)
 	return len == 0 || (run > 0 && names <= PROTO_FIELDS_MAX);
 }
 
+static bool in_range(float v, float lo, float hi)
+{
+	return v >= lo && v <= hi; /* false for a NaN */
+}
+
+/* A decode trailer's fields, each in its range (what they mean together is the daemon's). */
+static bool decode_valid(const bp_open_decode *d)
+{
+	if (d->kind == 0)
+		return true;
+	return d->kind == BP_DECODE_IMAGE &&
+	       (d->crop == BP_CROP_RANDOM_RESIZED || d->crop == BP_CROP_CENTER) &&
+	       d->layout <= BP_LAYOUT_NHWC && d->on_error <= BP_ON_ERROR_SKIP &&
+	       d->height >= 1 && d->height <= BP_DECODE_SIDE_MAX && d->width >= 1 &&
+	       d->width <= BP_DECODE_SIDE_MAX && d->resize <= BP_DECODE_RESIZE_MAX &&
+	       in_range(d->scale_min, 0x1p-24f, 1.0f) && in_range(d->scale_max, d->scale_min, 1.0f) &&
+	       in_range(d->ratio_min, 0x1p-24f, 100.0f) &&
+	       in_range(d->ratio_max, d->ratio_min, 100.0f) && in_range(d->flip, 0.0f, 1.0f) &&
+	       d->field && d->field_len >= 1 && d->field_len <= PROTO_FIELD_NAME_MAX &&
+	       field_list_ok(d->field, d->field_len) && !memchr(d->field, ',', d->field_len);
+}
+
 static bool open_valid(const bp_msg_open *m)
 {
-	return batch_size_ok(m->batch_size) && m->world >= 1 && m->world <= PROTO_WORLD_MAX &&
+	return decode_valid(&m->decode) &&
+	       batch_size_ok(m->batch_size) && m->world >= 1 && m->world <= PROTO_WORLD_MAX &&
 	       m->rank < m->world && m->prefetch <= PROTO_PREFETCH_MAX &&
 	       m->window <= PROTO_WINDOW_MAX && placement_ok(m->placement) &&
 	       m->shuffle <= BP_SHUFFLE_BLOCK && m->path_len >= 1 &&
@@ -418,6 +458,103 @@ int bp_msg_hello_ok_decode(const uint8_t *buf, size_t len, bp_msg_hello_ok *ret)
 
 /* ---- OPEN -------------------------------------------------------------- */
 
+/* What is wrong with d, which decode_valid refused. */
+static void decode_why(const bp_open_decode *d, char *buf, size_t len)
+{
+	if (d->kind != BP_DECODE_IMAGE)
+		snprintf(buf, len, "decode kind %u is not image (1)", d->kind);
+	else if (d->crop != BP_CROP_RANDOM_RESIZED && d->crop != BP_CROP_CENTER)
+		snprintf(buf, len, "decode crop %u is not random-resized (1) or center (2)", d->crop);
+	else if (d->layout > BP_LAYOUT_NHWC)
+		snprintf(buf, len, "decode layout %u is not NCHW (0) or NHWC (1)", d->layout);
+	else if (d->on_error > BP_ON_ERROR_SKIP)
+		snprintf(buf, len, "decode on_error %u is not fail (0) or skip (1)", d->on_error);
+	else if (d->height < 1 || d->height > BP_DECODE_SIDE_MAX || d->width < 1 ||
+		 d->width > BP_DECODE_SIDE_MAX)
+		snprintf(buf, len, "decode size %ux%u: height and width must be 1 .. %u", d->height,
+			 d->width, BP_DECODE_SIDE_MAX);
+	else if (d->resize > BP_DECODE_RESIZE_MAX)
+		snprintf(buf, len, "decode resize %u is over %u", d->resize, BP_DECODE_RESIZE_MAX);
+	else if (!in_range(d->scale_min, 0x1p-24f, 1.0f) ||
+		 !in_range(d->scale_max, d->scale_min, 1.0f))
+		snprintf(buf, len, "decode scale (%g, %g) must be 0 < min <= max <= 1",
+			 (double)d->scale_min, (double)d->scale_max);
+	else if (!in_range(d->ratio_min, 0x1p-24f, 100.0f) ||
+		 !in_range(d->ratio_max, d->ratio_min, 100.0f))
+		snprintf(buf, len, "decode ratio (%g, %g) must be 0 < min <= max <= 100",
+			 (double)d->ratio_min, (double)d->ratio_max);
+	else if (!in_range(d->flip, 0.0f, 1.0f))
+		snprintf(buf, len, "decode flip %g is not a probability (0 .. 1)", (double)d->flip);
+	else
+		snprintf(buf, len, "decode field \"%.*s\" is not one field name of [A-Za-z0-9_.-] "
+			 "(1 .. %u bytes)", (int)(d->field_len > 64 ? 64 : d->field_len),
+			 d->field ? d->field : "", PROTO_FIELD_NAME_MAX);
+}
+
+static void put_f32(uint8_t *p, float v)
+{
+	uint32_t u;
+
+	memcpy(&u, &v, sizeof(u));
+	bp_put_le32(p, u);
+}
+
+static float get_f32(const uint8_t *p)
+{
+	uint32_t u = bp_le32(p);
+	float v;
+
+	memcpy(&v, &u, sizeof(v));
+	return v;
+}
+
+static void decode_put(uint8_t *t, const bp_open_decode *d)
+{
+	memset(t, 0, OPEN_DECODE_SIZE);
+	bp_put_le32(t + OPEN_DECODE_HEIGHT, d->height);
+	bp_put_le32(t + OPEN_DECODE_WIDTH, d->width);
+	bp_put_le32(t + OPEN_DECODE_RESIZE, d->resize);
+	t[OPEN_DECODE_KIND] = d->kind;
+	t[OPEN_DECODE_CROP] = d->crop;
+	t[OPEN_DECODE_LAYOUT] = d->layout;
+	t[OPEN_DECODE_ON_ERROR] = d->on_error;
+	put_f32(t + OPEN_DECODE_SCALE_MIN, d->scale_min);
+	put_f32(t + OPEN_DECODE_SCALE_MAX, d->scale_max);
+	put_f32(t + OPEN_DECODE_RATIO_MIN, d->ratio_min);
+	put_f32(t + OPEN_DECODE_RATIO_MAX, d->ratio_max);
+	put_f32(t + OPEN_DECODE_FLIP, d->flip);
+	t[OPEN_DECODE_FIELD_LEN] = (uint8_t)d->field_len;
+	memcpy(t + OPEN_DECODE_FIELD, d->field, d->field_len);
+}
+
+/* @return 0, or -EBADMSG for bytes that would not re-encode to themselves. */
+static int decode_get(const uint8_t *t, bp_open_decode *d)
+{
+	static const uint8_t zero[PROTO_FIELD_NAME_MAX];
+
+	d->height = bp_le32(t + OPEN_DECODE_HEIGHT);
+	d->width = bp_le32(t + OPEN_DECODE_WIDTH);
+	d->resize = bp_le32(t + OPEN_DECODE_RESIZE);
+	d->kind = t[OPEN_DECODE_KIND];
+	d->crop = t[OPEN_DECODE_CROP];
+	d->layout = t[OPEN_DECODE_LAYOUT];
+	d->on_error = t[OPEN_DECODE_ON_ERROR];
+	d->scale_min = get_f32(t + OPEN_DECODE_SCALE_MIN);
+	d->scale_max = get_f32(t + OPEN_DECODE_SCALE_MAX);
+	d->ratio_min = get_f32(t + OPEN_DECODE_RATIO_MIN);
+	d->ratio_max = get_f32(t + OPEN_DECODE_RATIO_MAX);
+	d->flip = get_f32(t + OPEN_DECODE_FLIP);
+	d->field_len = t[OPEN_DECODE_FIELD_LEN];
+	d->field = (const char *)t + OPEN_DECODE_FIELD;
+	/* The name's padding and the reserved bytes are zero; the kind says there is a trailer. */
+	if (d->kind == 0 || d->field_len > PROTO_FIELD_NAME_MAX ||
+	    memcmp(t + OPEN_DECODE_FIELD + d->field_len, zero,
+		   PROTO_FIELD_NAME_MAX - d->field_len) ||
+	    memcmp(t + OPEN_DECODE_RESERVED, zero, OPEN_DECODE_SIZE - OPEN_DECODE_RESERVED))
+		return -EBADMSG;
+	return 0;
+}
+
 bool bp_msg_open_why(const bp_msg_open *m, char *buf, size_t len)
 {
 	if (!batch_size_ok(m->batch_size))
@@ -446,6 +583,8 @@ bool bp_msg_open_why(const bp_msg_open *m, char *buf, size_t len)
 			 PROTO_FIELDS_MAX, PROTO_FIELD_NAME_MAX);
 	else if (m->batch_stride > BP_STRIDE_MAX)
 		snprintf(buf, len, "batch_stride %u must be 1 .. %u", m->batch_stride, BP_STRIDE_MAX);
+	else if (!decode_valid(&m->decode))
+		decode_why(&m->decode, buf, len);
 	else
 		return false;
 	return true;
@@ -459,7 +598,7 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	if (!m)
 		return -EINVAL;
 	len = (uint64_t)OPEN_PATH + m->path_len + (m->fields_len ? 4u + m->fields_len : 0) +
-	      (open_resumes(m) ? OPEN_RESUME_SIZE : 0);
+	      (open_resumes(m) ? OPEN_RESUME_SIZE : 0) + (m->decode.kind ? OPEN_DECODE_SIZE : 0);
 	r = begin(open_valid(m), buf, cap, len);
 	if (r < 0)
 		return r;
@@ -477,7 +616,8 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	buf[OPEN_DROP_LAST] = m->drop_last ? 1 : 0;
 	put_le16(buf + OPEN_FLAGS, (uint16_t)((m->fields_len ? BP_OPEN_FIELDS : 0) |
 					      (m->keys ? BP_OPEN_KEYS : 0) |
-					      (open_resumes(m) ? BP_OPEN_RESUME : 0)));
+					      (open_resumes(m) ? BP_OPEN_RESUME : 0) |
+					      (m->decode.kind ? BP_OPEN_DECODE : 0)));
 	memcpy(buf + OPEN_DEVICE_UUID, m->device_uuid, sizeof(m->device_uuid));
 	bp_put_le32(buf + OPEN_PATH_LEN, m->path_len);
 	if (m->fields_len) {
@@ -486,13 +626,17 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	} else {
 		memcpy(buf + OPEN_PATH, m->path, m->path_len);
 	}
+	if (m->decode.kind) {
+		decode_put(buf + len - OPEN_DECODE_SIZE, &m->decode);
+		len -= OPEN_DECODE_SIZE; /* the resume trailer comes before it */
+	}
 	if (open_resumes(m)) {
 		uint8_t *t = buf + len - OPEN_RESUME_SIZE;
 
 		bp_put_le64(t + OPEN_RESUME_SAMPLE, m->start_sample);
 		bp_put_le32(t + OPEN_RESUME_STRIDE, m->batch_stride ? m->batch_stride : 1);
 	}
-	return (int)len;
+	return (int)(len + (m->decode.kind ? OPEN_DECODE_SIZE : 0));
 }
 
 int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
@@ -508,8 +652,15 @@ int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
 	flags = le16(buf + OPEN_FLAGS);
 	/* A bool byte other than 0/1, or an unknown flag, would not re-encode to itself. */
 	if (buf[OPEN_DROP_LAST] > 1 ||
-	    (flags & ~(BP_OPEN_FIELDS | BP_OPEN_KEYS | BP_OPEN_RESUME)))
+	    (flags & ~(BP_OPEN_FIELDS | BP_OPEN_KEYS | BP_OPEN_RESUME | BP_OPEN_DECODE)))
 		return -EBADMSG;
+	/* The decode trailer is last: take it off the end first. */
+	if (flags & BP_OPEN_DECODE) {
+		if (len < OPEN_PATH + OPEN_DECODE_SIZE ||
+		    decode_get(buf + len - OPEN_DECODE_SIZE, &m.decode) < 0)
+			return -EBADMSG;
+		len -= OPEN_DECODE_SIZE;
+	}
 	m.path_len = bp_le32(buf + OPEN_PATH_LEN);
 	if (flags & BP_OPEN_FIELDS) {
 		if (len < OPEN_FIELDS)

@@ -80,6 +80,29 @@ int bp_shuffle_parse(const char *name, enum bp_shuffle *ret);
 #define BP_OPEN_FIELDS 0x1u      /* a field list comes before the path */
 #define BP_OPEN_KEYS   0x2u      /* batches carry the samples' keys */
 #define BP_OPEN_RESUME 0x4u      /* start_sample and batch_stride follow the path */
+#define BP_OPEN_DECODE 0x8u      /* the decode trailer ends the message */
+
+/* What a session asks the daemon to make of one bytes field (OPEN's decode trailer). */
+enum bp_decode_kind { BP_DECODE_IMAGE = 1 };
+enum bp_decode_crop { BP_CROP_RANDOM_RESIZED = 1, BP_CROP_CENTER = 2 };
+enum bp_decode_layout { BP_LAYOUT_NCHW = 0, BP_LAYOUT_NHWC = 1 };
+enum bp_decode_on_error { BP_ON_ERROR_FAIL = 0, BP_ON_ERROR_SKIP = 1 };
+#define BP_DECODE_SIDE_MAX 8192u   /* an output tensor's height or width */
+#define BP_DECODE_RESIZE_MAX 65535u
+
+typedef struct bp_open_decode {
+	uint8_t kind;                /* enum bp_decode_kind; 0: no decode trailer */
+	uint8_t crop;                /* enum bp_decode_crop */
+	uint8_t layout;              /* enum bp_decode_layout */
+	uint8_t on_error;            /* enum bp_decode_on_error */
+	uint32_t height, width;      /* the tensor's: 1 .. BP_DECODE_SIDE_MAX */
+	uint32_t resize;             /* CENTER: the short side before the crop (0: the crop's); 0 .. BP_DECODE_RESIZE_MAX */
+	float scale_min, scale_max;  /* RANDOM_RESIZED: 0 < min <= max <= 1 */
+	float ratio_min, ratio_max;  /* RANDOM_RESIZED: 0 < min <= max <= 100 */
+	float flip;                  /* horizontal flip probability, 0 .. 1 */
+	const char *field;           /* the bytes field decoded: a field name */
+	uint32_t field_len;          /* 1 .. 64 */
+} bp_open_decode;
 
 typedef struct bp_msg_header {
 	uint32_t magic;
@@ -136,6 +159,8 @@ typedef struct bp_msg_open {
 	 */
 	uint64_t start_sample;       /* global positions of start_epoch all ranks consumed */
 	uint32_t batch_stride;       /* serve every batch_stride-th batch: 1 .. BP_STRIDE_MAX; 0 = 1 */
+	/* Flags BP_OPEN_DECODE when decode.kind != 0: a field decoded into a tensor. */
+	bp_open_decode decode;
 } bp_msg_open;
 
 typedef struct bp_msg_ready {

@@ -83,11 +83,19 @@ static int decode_and_recode(uint16_t type, const uint8_t *data, size_t size, ui
 		bp_msg_open m;
 		r = bp_msg_open_decode(data, size, &m);
 		if (r == 0) {
-			/* The resume trailer, when its flag is set, follows the path. */
-			size_t trailer = m.start_sample || m.batch_stride > 1 ? 12 : 0;
+			/*
+			 * The resume trailer, when its flag is set, follows the
+			 * path; the decode trailer, when set, ends the message.
+			 */
+			size_t dec = m.decode.kind ? 104 : 0;
+			size_t trailer = (m.start_sample || m.batch_stride > 1 ? 12 : 0) + dec;
 
-			require(size >= trailer, "OPEN shorter than its trailer", type, size);
+			require(size >= trailer, "OPEN shorter than its trailers", type, size);
 			check_string(data, size - trailer, m.path, m.path_len, type);
+			/* The field's name lies inside the decode trailer. */
+			require(!dec || ((const uint8_t *)m.decode.field == data + size - dec + 37 &&
+					 m.decode.field_len <= 64), "OPEN decode field outside its trailer",
+				type, m.decode.field_len);
 			require(m.path_len >= 1 && m.rank < m.world && m.batch_stride >= 1 &&
 				m.batch_stride <= BP_STRIDE_MAX, "OPEN out of range", type,
 				m.path_len);

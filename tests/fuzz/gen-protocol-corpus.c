@@ -113,6 +113,18 @@ int main(int argc, char **argv)
 				    .path_len = 6, .start_sample = 960, .batch_stride = 4 };
 	put_encoded("open-resume.bin", bp_msg_open_encode(&open_resume, buf, sizeof(buf)), buf);
 
+	/* Images decoded in the daemon: the decode trailer after the resume trailer. */
+	bp_msg_open open_decode = { .seed = 17, .batch_size = 64, .rank = 0, .world = 1,
+				    .placement = BP_PLACEMENT_HOST, .shuffle = BP_SHUFFLE_GLOBAL,
+				    .fields = "image,label", .fields_len = 11,
+				    .path = "imagenet", .path_len = 8, .start_sample = 64,
+				    .decode = { .kind = BP_DECODE_IMAGE,
+						.crop = BP_CROP_RANDOM_RESIZED, .height = 224,
+						.width = 224, .scale_min = 0.08f, .scale_max = 1.0f,
+						.ratio_min = 0.75f, .ratio_max = 4.0f / 3.0f,
+						.flip = 0.5f, .field = "image", .field_len = 5 } };
+	put_encoded("open-decode.bin", bp_msg_open_encode(&open_decode, buf, sizeof(buf)), buf);
+
 	bp_msg_ready ready = { .session = 42, .fingerprint = 0xfeedfacecafebeefu,
 			       .samples = 1281167, .batches_per_epoch = 625,
 			       .data_size = bp_ring_arena_offset(8) + (1u << 20),

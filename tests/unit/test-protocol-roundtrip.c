@@ -10,6 +10,7 @@
  * assert that too, since the daemon relies on it to avoid allocating.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -241,6 +242,141 @@ START_TEST(test_open_resume_roundtrip)
 }
 END_TEST
 
+/*
+ * The decode trailer (flags bit 3): 104 bytes, last, after the resume
+ * trailer; each field where PROTOCOL.md puts it, floats as their bits;
+ * every byte the encoder writes zero must be zero, every range checked.
+ */
+static bp_open_decode sample_decode(void)
+{
+	return (bp_open_decode){ .kind = BP_DECODE_IMAGE, .crop = BP_CROP_RANDOM_RESIZED,
+				 .layout = BP_LAYOUT_NHWC, .height = 224, .width = 192,
+				 .scale_min = 0.08f, .scale_max = 1.0f, .ratio_min = 0.75f,
+				 .ratio_max = 4.0f / 3.0f, .flip = 0.5f, .field = "image",
+				 .field_len = 5 };
+}
+
+START_TEST(test_open_decode_roundtrip)
+{
+	bp_msg_open m = prt_sample_open(), got;
+	const uint8_t *t;
+	int n;
+
+	m.decode = sample_decode();
+	m.start_sample = 5;
+	n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+	ck_assert_int_eq(n, OPEN_PATH + (int)m.path_len + 12 + 104);
+	ck_assert_uint_eq(prt_rd(prt_msg + OPEN_RESERVED, 2), 4 | 8);
+	t = prt_msg + n - 104;
+	ck_assert_uint_eq(prt_rd(t, 4), 224);
+	ck_assert_uint_eq(prt_rd(t + 4, 4), 192);
+	ck_assert_uint_eq(prt_rd(t + 8, 4), 0);
+	ck_assert_uint_eq(t[12], 1);
+	ck_assert_uint_eq(t[13], 1);
+	ck_assert_uint_eq(t[14], 1);
+	ck_assert_uint_eq(t[15], 0);
+	ck_assert_uint_eq(prt_rd(t + 32, 4), 0x3f000000); /* 0.5f */
+	ck_assert_uint_eq(t[36], 5);
+	ck_assert_mem_eq(t + 37, "image\0", 6);
+	/* The resume trailer comes before it. */
+	ck_assert_uint_eq(prt_rd(prt_msg + n - 104 - 12, 8), 5);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+	ck_assert_uint_eq(got.decode.kind, BP_DECODE_IMAGE);
+	ck_assert_uint_eq(got.decode.height, 224);
+	ck_assert_uint_eq(got.decode.width, 192);
+	ck_assert_uint_eq(got.decode.layout, BP_LAYOUT_NHWC);
+	ck_assert(got.decode.scale_min == 0.08f && got.decode.ratio_max == 4.0f / 3.0f);
+	ck_assert(got.decode.flip == 0.5f);
+	ck_assert_uint_eq(got.decode.field_len, 5);
+	ck_assert_mem_eq(got.decode.field, "image", 5);
+	ck_assert_uint_eq(got.start_sample, 5);
+	ck_assert_mem_eq(got.path, SAMPLE_PATH, got.path_len);
+
+	/* Alone, center crop. */
+	m = prt_sample_open();
+	m.decode = sample_decode();
+	m.decode.crop = BP_CROP_CENTER;
+	m.decode.resize = 256;
+	n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+	ck_assert_int_eq(n, OPEN_PATH + (int)m.path_len + 104);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+	ck_assert_uint_eq(got.decode.resize, 256);
+	ck_assert_uint_eq(got.start_sample, 0);
+
+	/* Not canonical: a byte after the name, a reserved byte, kind 0 with the flag. */
+	for (int at = 37 + 5; at < 104; at += 9) {
+		uint8_t save = prt_msg[n - 104 + at];
+
+		prt_msg[n - 104 + at] = 1;
+		ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+		prt_msg[n - 104 + at] = save;
+	}
+	prt_msg[n - 104 + 12] = 0;
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+}
+END_TEST
+
+/* Every field out of its range is refused by the encoder, which says which, and by the decoder. */
+START_TEST(test_open_decode_ranges)
+{
+	static const char *const says[] = { "kind 2", "crop 3", "layout 2", "on_error 2",
+					     "height and width", "height and width", "resize",
+					     "scale", "scale", "ratio", "flip", "flip", "field" };
+	uint8_t good[BP_MSG_MAX];
+	bp_msg_open m = prt_sample_open(), got;
+	char why[256];
+	int n, len;
+
+	m.decode = sample_decode();
+	len = bp_msg_open_encode(&m, good, sizeof(good));
+	ck_assert_int_gt(len, 0);
+	for (int k = 0; k < (int)(sizeof(says) / sizeof(says[0])); k++) {
+		bp_open_decode *d = &m.decode;
+		uint8_t *t = prt_msg + len - 104;
+		float nan = NAN;
+
+		m.decode = sample_decode();
+		switch (k) {
+		case 0: d->kind = 2; break;
+		case 1: d->crop = 3; break;
+		case 2: d->layout = 2; break;
+		case 3: d->on_error = 2; break;
+		case 4: d->height = 0; break;
+		case 5: d->width = BP_DECODE_SIDE_MAX + 1; break;
+		case 6: d->resize = BP_DECODE_RESIZE_MAX + 1; break;
+		case 7: d->scale_min = 0; break;
+		case 8: d->scale_max = 0.01f; break;
+		case 9: d->ratio_max = 0.5f; break;
+		case 10: d->flip = 1.5f; break;
+		case 11: d->flip = nan; break;
+		default: d->field = "a,b"; d->field_len = 3; break;
+		}
+		ck_assert_int_eq(bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg)), -EINVAL);
+		ck_assert(bp_msg_open_why(&m, why, sizeof(why)));
+		ck_assert_msg(strstr(why, says[k]), "case %d: \"%s\"", k, why);
+		/* The same bytes forged into a good message: refused on the way in too. */
+		memcpy(prt_msg, good, (size_t)len);
+		switch (k) {
+		case 0: t[12] = 2; break;
+		case 1: t[13] = 3; break;
+		case 2: t[14] = 2; break;
+		case 3: t[15] = 2; break;
+		case 4: memset(t, 0, 4); break;
+		case 5: t[5] = 0x30; break;
+		case 6: t[10] = 1; break;
+		case 7: memset(t + 16, 0, 4); break;
+		case 8: memcpy(t + 20, &d->scale_max, 4); break;
+		case 9: memcpy(t + 28, &d->ratio_max, 4); break;
+		case 10:
+		case 11: memcpy(t + 32, &d->flip, 4); break;
+		default: t[38] = ','; break;
+		}
+		n = bp_msg_open_decode(prt_msg, (size_t)len, &got);
+		ck_assert_msg(n == -EBADMSG, "case %d decoded", k);
+	}
+}
+END_TEST
+
 START_TEST(test_ready_roundtrip)
 {
 	bp_msg_ready m = prt_sample_ready(), got;
@@ -403,6 +539,8 @@ static Suite *roundtrip_suite(void)
 	tcase_add_test(tc, test_hello_ok_roundtrip);
 	tcase_add_test(tc, test_open_roundtrip);
 	tcase_add_test(tc, test_open_resume_roundtrip);
+	tcase_add_test(tc, test_open_decode_roundtrip);
+	tcase_add_test(tc, test_open_decode_ranges);
 	tcase_add_test(tc, test_ready_roundtrip);
 	tcase_add_test(tc, test_error_roundtrip);
 	tcase_add_test(tc, test_session_roundtrip);
