@@ -259,6 +259,8 @@ static bool opts_copy(const bc_stream_opts *o, bc_stream_opts *ret)
 	return true;
 }
 
+static bp_msg_open open_msg(const bc_stream_opts *o);
+
 /*
  * What bc_open refuses with -EINVAL before anything goes to the daemon:
  * c->err says which value and what is allowed. @return 0 or -EINVAL.
@@ -287,12 +289,42 @@ static int opts_check(bc_client *c, const bc_stream_opts *o)
 	else if (o->batch_stride == 0 || o->batch_stride > BP_STRIDE_MAX)
 		snprintf(why, sizeof(why), "batch_stride %u must be 1 .. %u", o->batch_stride,
 			 BP_STRIDE_MAX);
-	else
+	else if (o->decode.field) {
+		bp_msg_open m = open_msg(o);
+
+		if (!bp_msg_open_why(&m, why, sizeof(why)))
+			return 0;
+	} else {
 		return 0;
+	}
 	pthread_mutex_lock(&c->mu);
 	memcpy(c->err, why, sizeof(why));
 	pthread_mutex_unlock(&c->mu);
 	return -EINVAL;
+}
+
+static bp_open_decode decode_msg(const bc_decode *d)
+{
+	bool center = d->crop == BC_CROP_CENTER;
+
+	if (!d->field)
+		return (bp_open_decode){ .kind = 0 };
+	return (bp_open_decode){
+		.kind = BP_DECODE_IMAGE,
+		.crop = (uint8_t)d->crop,
+		.layout = d->nhwc ? BP_LAYOUT_NHWC : BP_LAYOUT_NCHW,
+		.height = d->height,
+		.width = d->width,
+		.resize = center ? d->resize : 0,
+		/* torchvision's defaults travel as numbers: the daemon checks them like any. */
+		.scale_min = d->scale_min || d->scale_max ? d->scale_min : 0.08f,
+		.scale_max = d->scale_min || d->scale_max ? d->scale_max : 1.0f,
+		.ratio_min = d->ratio_min || d->ratio_max ? d->ratio_min : 3.0f / 4.0f,
+		.ratio_max = d->ratio_min || d->ratio_max ? d->ratio_max : 4.0f / 3.0f,
+		.flip = d->flip,
+		.field = d->field,
+		.field_len = (uint32_t)strnlen(d->field, 65),
+	};
 }
 
 static bp_msg_open open_msg(const bc_stream_opts *o)
@@ -316,6 +348,7 @@ static bp_msg_open open_msg(const bc_stream_opts *o)
 		.path_len = (uint32_t)strnlen(o->dataset, BP_PATH_MAX + 1),
 		.start_sample = o->start_sample,
 		.batch_stride = o->batch_stride,
+		.decode = decode_msg(&o->decode),
 	};
 }
 
@@ -353,11 +386,12 @@ static int open_send(bc_client *c, const bp_msg_open *m)
  */
 static void old_daemon(bc_client *c, const bp_msg_open *m, int r)
 {
-	static const char why[] = "the daemon refused the field selection, keys, start_sample or "
-				  "batch_stride (a batchd from before them?): ";
+	static const char why[] = "the daemon refused the field selection, keys, start_sample, "
+				  "batch_stride or image decoding (a batchd from before them?): ";
 	size_t keep = strlen(c->err), room = sizeof(c->err) - sizeof(why);
 
-	if (r != -EBADMSG || (!m->fields_len && !m->keys && !m->start_sample && m->batch_stride <= 1))
+	if (r != -EBADMSG || (!m->fields_len && !m->keys && !m->start_sample &&
+			      m->batch_stride <= 1 && !m->decode.kind))
 		return;
 	/* Its own message after ours, cut to what fits. */
 	keep = keep < room ? keep : room;

@@ -71,6 +71,23 @@ enum bc_shuffle {
 
 #define BC_HOST (-1)            /* placement: host memory */
 
+enum bc_crop {
+	BC_CROP_RANDOM_RESIZED = 1, /* RandomResizedCrop(size, scale, ratio) */
+	BC_CROP_CENTER = 2,         /* Resize(resize) + CenterCrop(size) */
+};
+
+/* What the daemon makes of one bytes field (bc_stream_opts.decode). */
+typedef struct bc_decode {
+	const char *field;      /* the bytes field decoded; NULL: none */
+	uint32_t height, width; /* the tensor's, 1 .. 8192 */
+	enum bc_crop crop;
+	uint32_t resize;        /* BC_CROP_CENTER: the short side before the crop; 0: max(height, width) */
+	float scale_min, scale_max; /* BC_CROP_RANDOM_RESIZED; 0, 0: 0.08, 1 */
+	float ratio_min, ratio_max; /* 0, 0: 3/4, 4/3 */
+	float flip;             /* horizontal flip probability */
+	bool nhwc;              /* [H, W, 3] a sample; false: [3, H, W] */
+} bc_decode;
+
 typedef struct bc_stream_opts {
 	uint32_t struct_size;   /* set by bc_stream_opts_init; lets the struct grow */
 	const char *dataset;    /* relative to a daemon root, or absolute under one */
@@ -108,6 +125,16 @@ typedef struct bc_stream_opts {
 	 * batches, worker k taking batches k, k+N, ... across epochs.
 	 */
 	uint32_t batch_stride;
+	/*
+	 * Images decoded in the daemon (docs/images.md): with decode.field
+	 * set, that bytes field of each sample (JPEG, PNG or WebP) arrives
+	 * as a uint8 tensor of decode.height x decode.width RGB pixels
+	 * (bc_batch_field: 3·height·width bytes a sample), made with
+	 * torchvision's RandomResizedCrop + flip or Resize + CenterCrop,
+	 * every random choice a function of (seed, epoch, sample id). A bad
+	 * image fails its batch, naming the sample.
+	 */
+	bc_decode decode;
 } bc_stream_opts;
 
 /*

@@ -17,6 +17,7 @@
 #include <zstd.h>
 
 #include "log.h"
+#include "image.h"
 #include "pipeline_priv.h"
 #include "remote.h"
 #include "util.h"
@@ -73,6 +74,7 @@ typedef struct worker {
 	ZSTD_DCtx *dctx;
 	uint8_t *scratch;
 	size_t scratch_cap;
+	bi_scratch *img;            /* images' decode and resize (lib/image), made on first use */
 } worker;
 
 /* Where t's block decompresses to, and its room. @return 0, or -ENOMEM with the job failed. */
@@ -166,7 +168,7 @@ static bool decode_one(worker *w, bd_task *t)
 
 	if (t->centry && !t->cache_load) {
 		/* Someone decoded this block already: only the copy is left. */
-		bd__copy_pieces(t, bd_cache_data(t->centry));
+		bd__copy_pieces(t, bd_cache_data(t->centry), &w->img);
 		return false;
 	}
 	if (target(w, t, &out, &cap) < 0)
@@ -184,7 +186,7 @@ static bool decode_one(worker *w, bd_task *t)
 	if (t->direct_dst && !t->cache_load)
 		bd__stat_add(&p->stats.direct_decodes, 1);
 	else
-		bd__copy_pieces(t, out);
+		bd__copy_pieces(t, out, &w->img);
 	if (t->cache_load)
 		cache_settle(p, t, true);
 	bd__stat_add(&p->stats.blocks_decoded, 1);
@@ -261,6 +263,7 @@ void *bd__decode_main(void *arg)
 		bd__stat_add(&w.p->stats.decode_busy_ns, bd_now_ns() - t0);
 	}
 	free(w.scratch);
+	bi_scratch_free(w.img);
 	ZSTD_freeDCtx(w.dctx);
 	return NULL;
 }

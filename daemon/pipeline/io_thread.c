@@ -203,12 +203,13 @@ static bool lookup(io_worker *w, bd_task *t)
 	/* Off the local list first: a waiter is chained through t->next. */
 	bd__fifo_pop(&w->local);
 	r = bd_cache_get(w->p->cache, &key, t->blk.raw_size, t, &e);
-	if (r == BD_CACHE_HIT && bd__task_bytes_at_most(t, BD_INLINE_COPY_MAX)) {
+	/* Images are made on the decode workers, never here. */
+	if (r == BD_CACHE_HIT && !t->job->image && bd__task_bytes_at_most(t, BD_INLINE_COPY_MAX)) {
 		/*
 		 * A small copy costs less than waking a decode worker for it: with
 		 * tiny samples in the ram tier the hand-off was most of the cost.
 		 */
-		bd__copy_pieces(t, bd_cache_data(e));
+		bd__copy_pieces(t, bd_cache_data(e), NULL);
 		bd_cache_put(w->p->cache, e);
 		bd__task_finish(w->p, t);
 		w->copies++;

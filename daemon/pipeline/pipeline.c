@@ -12,6 +12,7 @@
  * an I/O thread (pipeline.h, "Fairness").
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "image.h"
 #include "linger.h"
 #include "log.h"
 #include "pipeline_priv.h"
@@ -288,6 +290,25 @@ void bd_job_add_piece(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst)
 	job->tasks[job->ntasks - 1].npieces++;
 }
 
+uint64_t bd_pipeline_image_scratch(const bd_pipeline *p)
+{
+	return p ? (uint64_t)p->ndec * BD_IMAGE_SCRATCH : 0;
+}
+
+void bd_job_set_image(bd_job *job, const bi_spec *spec, uint64_t seed)
+{
+	job->image = spec;
+	job->image_seed = seed;
+}
+
+void bd_job_add_image(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, uint64_t id,
+		      uint64_t epoch)
+{
+	job->pieces[job->npieces++] = (bd_piece){ .src = src, .size = size, .dst = dst,
+						  .image = true, .id = id, .epoch = epoch };
+	job->tasks[job->ntasks - 1].npieces++;
+}
+
 void bd_job_free(bd_job *job)
 {
 	free(job);
@@ -307,12 +328,33 @@ void bd__job_fail(bd_job *job, int err, const char *fmt, ...)
 	va_end(ap);
 }
 
-void bd__copy_pieces(const bd_task *t, const uint8_t *raw)
+/* Make piece pc's image (a task of t's job) with *img; a bad one fails the job, naming it. */
+static void make_image(const bd_task *t, const bd_piece *pc, const uint8_t *raw,
+		       bi_scratch **img)
+{
+	bd_job *job = t->job;
+	char why[BP_RING_REASON_MAX - 96];
+	int r;
+
+	if (!*img && !(*img = bi_scratch_new(BD_IMAGE_SCRATCH))) {
+		bd__job_fail(job, -ENOMEM, "dataset %s: out of memory decoding images", t->dset->name);
+		return;
+	}
+	r = bi_transform(*img, job->image, raw + pc->src, pc->size, job->image_seed, pc->epoch,
+			 pc->id, pc->dst, why, sizeof(why));
+	if (r < 0)
+		bd__job_fail(job, r, "dataset %s: sample %" PRIu64 ": %s", t->dset->name, pc->id, why);
+}
+
+void bd__copy_pieces(const bd_task *t, const uint8_t *raw, bi_scratch **img)
 {
 	const bd_piece *pc = &t->job->pieces[t->first_piece];
 
 	for (uint32_t i = 0; i < t->npieces; i++)
-		memcpy(pc[i].dst, raw + pc[i].src, pc[i].size);
+		if (pc[i].image)
+			make_image(t, &pc[i], raw, img);
+		else
+			memcpy(pc[i].dst, raw + pc[i].src, pc[i].size);
 }
 
 bool bd__task_bytes_at_most(const bd_task *t, uint64_t max)
@@ -511,7 +553,8 @@ void bd_pipeline_submit(bd_pipeline *p, bd_job *job)
 		bd_task *t = &job->tasks[k];
 		const bd_piece *pc = &job->pieces[t->first_piece];
 
-		t->direct_dst = bd__pieces_tile(pc, t->npieces, t->blk.raw_size);
+		/* An image is made from the raw bytes, never decoded into its place. */
+		t->direct_dst = !job->image && bd__pieces_tile(pc, t->npieces, t->blk.raw_size);
 	}
 	job->pending = job->ntasks;
 	bd__sched_push(&p->sched, job);

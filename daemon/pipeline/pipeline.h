@@ -61,6 +61,7 @@
 #include <uv.h>
 
 #include "dataset.h"
+#include "image.h"
 #include "io.h"
 #include "job_event.h"
 #include "metrics.h"
@@ -83,6 +84,21 @@ void bd_job_add_block(bd_job *job, const bd_dataset *d, uint32_t shard, uint64_t
 
 /* Raw bytes [src, src + size) of the last block added go to dst. */
 void bd_job_add_piece(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst);
+
+/*
+ * The job's images (bd_job_add_image) are made with spec, their random
+ * choices keyed by seed (lib/image); spec must outlive the job.
+ */
+void bd_job_set_image(bd_job *job, const bi_spec *spec, uint64_t seed);
+
+/*
+ * Raw bytes [src, src + size) of the last block added are sample id's
+ * encoded image, decoded, transformed (bd_job_set_image's spec, for
+ * epoch) and written as a bi_out_bytes tensor to dst. A bad image fails
+ * the job, naming the sample.
+ */
+void bd_job_add_image(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, uint64_t id,
+		      uint64_t epoch);
 
 /* Free a job that was never submitted. NULL is fine. */
 void bd_job_free(bd_job *job);
@@ -178,6 +194,13 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret);
  * decides how many). Tasks already queued are taken by the active ones.
  */
 void bd_pipeline_set_decoders(bd_pipeline *p, unsigned active);
+
+/*
+ * The most the decode workers' image scratch may hold together (lib/image:
+ * every worker made an image at its largest): what a session that decodes
+ * images is charged besides its records. 0 for p NULL. Any thread.
+ */
+uint64_t bd_pipeline_image_scratch(const bd_pipeline *p);
 
 /* Read latency (submission to completion) and decode time histograms. */
 void bd_pipeline_get_hists(const bd_pipeline *p, bd_hist *read, bd_hist *decode);

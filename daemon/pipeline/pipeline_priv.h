@@ -36,6 +36,9 @@ typedef struct bd_piece {
 	uint64_t src;
 	uint64_t size;
 	uint8_t *dst;
+	/* An image (bd_job_add_image): the sample and epoch its choices are keyed by. */
+	bool image;
+	uint64_t id, epoch;
 } bd_piece;
 
 /* One block read and decode. */
@@ -79,6 +82,8 @@ struct bd_job {
 	uint32_t pending;           /* tasks not yet finished (atomic) */
 	int32_t status;             /* 0, or the first failure's negative errno (atomic) */
 	char reason[BP_RING_REASON_MAX];
+	const bi_spec *image;       /* its image pieces' spec (bd_job_set_image), or NULL */
+	uint64_t image_seed;
 	struct bd_job *next;
 };
 
@@ -311,7 +316,20 @@ void bd__job_fail(bd_job *job, int err, const char *fmt, ...) __attribute__((for
 bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);
 
 /* Copy the task's pieces out of its decoded block's raw bytes. */
-void bd__copy_pieces(const bd_task *t, const uint8_t *raw);
+/*
+ * The most a decode worker's image scratch may hold (lib/image): a crop of
+ * about 10 megapixels decoded whole and its resize. An image that needs
+ * more fails its batch, naming it. Charged to each session that decodes
+ * images, once a decode worker (session_size.c).
+ */
+#define BD_IMAGE_SCRATCH ((size_t)48 << 20)
+
+/*
+ * Copy t's pieces out of its block's raw bytes; its images are made with
+ * *img, a decode worker's scratch (made on first use): NULL for a caller
+ * with none, which must not be given a job with images (bd_job.image).
+ */
+void bd__copy_pieces(const bd_task *t, const uint8_t *raw, bi_scratch **img);
 /* Do the task's pieces add up to at most max bytes? (Stops counting past max.) */
 bool bd__task_bytes_at_most(const bd_task *t, uint64_t max);
 

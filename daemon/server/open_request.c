@@ -105,6 +105,7 @@ typedef struct open_work {
 	int device;             /* the daemon's CUDA ordinal, or -1: host */
 	char *path;
 	char *fields;           /* the OPEN's field list, or NULL: m.fields points here */
+	char decode_field[BP_FIELD_NAME_MAX + 1]; /* the decoded field's name: m.decode.field points here */
 	char **roots;
 	size_t nroots;
 	bd_read_policy policy;
@@ -611,6 +612,11 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 		if (!ow->fields)
 			goto nomem;
 		ow->m.fields = ow->fields;
+	}
+	if (m->decode.kind) {
+		snprintf(ow->decode_field, sizeof(ow->decode_field), "%.*s", (int)m->decode.field_len,
+			 m->decode.field);
+		ow->m.decode.field = ow->decode_field;
 	}
 	for (; ow->nroots < cfg->nroots; ow->nroots++)
 		if (!(ow->roots[ow->nroots] = strdup(cfg->roots[ow->nroots])))

@@ -107,6 +107,51 @@ static void derive(bd_selection *sel)
 		       : sel->count + (sel->keys ? 1 : 0);
 }
 
+/* OPEN's decode trailer: which slot becomes an image tensor, and how. */
+static int parse_decode(const bp_dataset *ds, const bp_msg_open *m, const char *shown,
+			bd_selection *sel, char *err, size_t errlen)
+{
+	const bp_open_decode *d = &m->decode;
+	char name[BP_FIELD_NAME_MAX + 1], why[200];
+	int f;
+
+	snprintf(name, sizeof(name), "%.*s", (int)d->field_len, d->field);
+	f = bp_schema_find(sel->schema, name);
+	if (f < 0 || !(sel->mask & (UINT64_C(1) << f)) ||
+	    sel->schema->fields[f].type != BP_FIELD_BYTES) {
+		snprintf(err, errlen, "dataset %s: decode %s: %s", shown, name,
+			 f < 0 ? "no such field" : !(sel->mask & (UINT64_C(1) << f))
+			 ? "not among the fields selected: select it" : "not a bytes field");
+		return f < 0 ? -ENOENT : -EINVAL;
+	}
+	if (d->on_error == BP_ON_ERROR_SKIP) {
+		snprintf(err, errlen, "dataset %s: decode %s: on_error=skip is not supported by this "
+			 "daemon: a bad image fails its batch, naming the sample (on_error=fail)",
+			 shown, name);
+		return -EOPNOTSUPP;
+	}
+	if (bp_dataset_max_frames(ds) > 1) {
+		snprintf(err, errlen, "dataset %s: decode %s: the pack has samples larger than a "
+			 "block (framed), which are not decoded: repack with a larger --block-size",
+			 shown, name);
+		return -EOPNOTSUPP;
+	}
+	sel->image = (bi_spec){ .crop = d->crop, .height = d->height, .width = d->width,
+				.resize = d->resize, .scale_min = d->scale_min,
+				.scale_max = d->scale_max, .ratio_min = d->ratio_min,
+				.ratio_max = d->ratio_max, .flip = d->flip,
+				.nhwc = d->layout == BP_LAYOUT_NHWC };
+	if (bi_spec_check(&sel->image, why, sizeof(why)) < 0) {
+		snprintf(err, errlen, "dataset %s: decode %s: %s", shown, name, why);
+		return -EINVAL;
+	}
+	for (uint32_t k = 0; k < sel->count; k++)
+		if ((int)sel->field[k] == f)
+			sel->image_slot = sel->slot[k];
+	sel->image_size = bi_out_bytes(&sel->image);
+	return 0;
+}
+
 int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection *ret,
 		       char *err, size_t errlen)
 {
@@ -129,6 +174,12 @@ int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection 
 		return -ENODATA;
 	}
 	derive(&sel);
+	sel.image_slot = -1;
+	if (m->decode.kind) {
+		r = parse_decode(ds, m, shown, &sel, err, errlen);
+		if (r < 0)
+			return r;
+	}
 	*ret = sel;
 	return 0;
 }
@@ -153,6 +204,8 @@ uint64_t bd_selection_value_size(const bd_selection *sel, const bp_dataset *ds, 
 	uint64_t off, size;
 	const uint8_t *data;
 
+	if (bd_selection_is_image(sel, v))
+		return sel->image_size;
 	if (sel->schema->fields[f].type == BP_FIELD_STR) {
 		bp_dataset_field_str(ds, id, f, &data, &size);
 		return size;

@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "image.h"
 #include "pack_fields.h"
 #include "protocol.h"
 
@@ -41,13 +42,29 @@ typedef struct bd_selection {
 	uint32_t regions;             /* region entries in a record: 0 for the plain record */
 	uint64_t scalar_bytes;        /* a sample's selected scalars */
 	bool whole;                   /* the schema has one bytes field: its span is the whole sample */
+	/*
+	 * OPEN's decode trailer: the value slot decoded into an image tensor
+	 * (-1: none), each sample's bytes of it (3·height·width, whatever its
+	 * stored size), and what lib/image makes of it.
+	 */
+	int32_t image_slot;
+	uint64_t image_size;
+	bi_spec image;
 } bd_selection;
 
+/* Is value slot v of sel decoded into an image? */
+static inline bool bd_selection_is_image(const bd_selection *sel, uint32_t v)
+{
+	return sel->image_slot >= 0 && (uint32_t)sel->image_slot == v;
+}
+
 /*
- * The selection OPEN m asks of ds: m->fields (NULL or empty: all fields)
- * and m->keys. @return 0; -ENOENT for a name ds has not (err lists the
- * fields it has); -EINVAL for a name given twice; -ENODATA for keys of a
- * dataset that stores none.
+ * The selection OPEN m asks of ds: m->fields (NULL or empty: all fields),
+ * m->keys and m->decode. @return 0; -ENOENT for a name ds has not (err
+ * lists the fields it has); -EINVAL for a name given twice, or a decode
+ * of a field that is not a selected bytes field, or of a spec lib/image
+ * refuses; -ENODATA for keys of a dataset that stores none; -EOPNOTSUPP
+ * for a decode of samples larger than a block (framed) or on_error skip.
  */
 int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection *ret,
 		       char *err, size_t errlen);
@@ -65,7 +82,7 @@ static inline bool bd_selection_plain(const bd_selection *sel)
  */
 uint64_t bd_selection_head(const bd_selection *sel, uint32_t n);
 
-/* The value slot's size of sample id for slots other than the key's. */
+/* The value slot's size of sample id for slots other than the key's (an image's: its tensor's). */
 uint64_t bd_selection_value_size(const bd_selection *sel, const bp_dataset *ds, uint32_t slot,
 				 uint64_t id);
 

@@ -41,7 +41,7 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 				    .src = ps.offset, .size = ps.size };
 		s->order[i] = i;
 		if (bd_selection_plain(&s->sel)) {
-			s->vals[i].size = ps.size;
+			s->vals[i].size = s->sel.image_slot == 0 ? s->sel.image_size : ps.size;
 			continue;
 		}
 		for (uint32_t v = 0; v < named; v++) {
@@ -49,7 +49,7 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 
 			/* The one bytes field is the whole sample: no second lookup. */
 			s->vals[(size_t)v * n + i].size =
-				s->sel.whole && fd->type == BP_FIELD_BYTES
+				s->sel.whole && fd->type == BP_FIELD_BYTES && !bd_selection_is_image(&s->sel, v)
 					? ps.size : bd_selection_value_size(&s->sel, ds, v, s->ids[i]);
 		}
 	}
@@ -151,7 +151,7 @@ static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n
 	uint32_t added = 0;
 
 	/* One bytes field: the sample's bytes are its value (the planner's hot path). */
-	if (bd_selection_plain(sel)) {
+	if (bd_selection_plain(sel) && sel->image_slot < 0) {
 		uint64_t size = s->locs[i].size, b = size < hi ? size : hi;
 
 		if (lo > b || (skip_empty && lo == b))
@@ -164,6 +164,7 @@ static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n
 	for (uint32_t k = 0; k < sel->count; k++) {
 		uint32_t f = sel->field[k], v = (uint32_t)sel->slot[k];
 		uint64_t so, ss, a, b;
+		uint8_t *dst;
 
 		if (sel->schema->fields[f].type != BP_FIELD_BYTES)
 			continue;
@@ -176,9 +177,15 @@ static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n
 		if (a > b || (skip_empty && a == b))
 			continue;
 		added++;
-		if (job)
-			bd_job_add_piece(job, a - base, b - a, payload + s->lay.voff[v] +
-					 s->vals[(size_t)v * n + i].offset + (a - so));
+		if (!job)
+			continue;
+		dst = payload + (bd_selection_plain(sel) ? 0 : s->lay.voff[v]) +
+		      s->vals[(size_t)v * n + i].offset;
+		/* An image: its whole encoded value (no sample spans blocks: fields.c) to its tensor. */
+		if (bd_selection_is_image(sel, v))
+			bd_job_add_image(job, so - base, ss, dst, s->ids[i], s->plan_epoch);
+		else
+			bd_job_add_piece(job, a - base, b - a, dst + (a - so));
 	}
 	return added;
 }
@@ -229,6 +236,8 @@ static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *paylo
 	r = bd_job_new(s, s->uid, bd__session_on_job_event, s->next_seq, nblocks, npieces, &job);
 	if (r < 0)
 		return r;
+	if (s->sel.image_slot >= 0)
+		bd_job_set_image(job, &s->sel.image, s->req.seed);
 	for (uint32_t i = 0, run; i < n; i += run) {
 		const loc *l = &s->locs[s->order[i]];
 
@@ -400,6 +409,7 @@ int bd__session_plan_one(bd_session *s)
 		return 0;
 	base = s->data + s->arena_off + off;
 	/* Out of memory closes the session: the record is never used. */
+	s->plan_epoch = epoch;
 	if (s->sel.bytes &&
 	    (r = build_job(s, n, s->lay.nblocks, base + table_bytes(s, n), &job)) < 0)
 		return r;

@@ -114,6 +114,7 @@ struct bd_session {
 
 	slot *slot;
 	uint64_t next_seq;      /* next batch to plan */
+	uint64_t plan_epoch;    /* the epoch of the batch being planned: its images' key */
 	uint64_t published;     /* batches published */
 	uint64_t reclaimed;     /* batches whose records were reclaimed */
 	uint32_t inflight;      /* jobs in the pipeline */

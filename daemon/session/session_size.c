@@ -16,6 +16,7 @@
 
 #include "fault.h"
 #include "log.h"
+#include "pipeline.h"
 #include "session_priv.h"
 
 /*
@@ -65,6 +66,9 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	b += bd_pipeline_owner_bytes() + BD_MALLOC_OVERHEAD;
 	if (device >= 0)
 		b += bd_gpu_session_bytes(s->slots);
+	/* Images: the decode workers' scratch, at its most (charged to each such session). */
+	if (s->sel.image_slot >= 0)
+		b += bd_pipeline_image_scratch(s->env.pipeline);
 	return b;
 }
 
@@ -86,6 +90,8 @@ static uint64_t sample_cost(const sizing *z, uint64_t id)
 		bp_pack_sample ps;
 		size_t shard;
 
+		if (sel->image_slot == 0)
+			return sel->image_size;
 		/* Ids come from the sampler and are < samples: locate cannot fail. */
 		bp_dataset_locate(z->d->ds, id, &shard, &ps);
 		return ps.size;
@@ -154,6 +160,9 @@ static uint64_t selection_bound(const bd_dataset *d, const bd_selection *sel, ui
 {
 	uint64_t most = sel->bytes ? bd_dataset_batch_bound(d, n) : 0, samples;
 
+	/* An image's tensor in place of its bytes: counting both bounds it. */
+	if (sel->image_slot >= 0)
+		most = (bd_selection_plain(sel) ? 0 : most) + (uint64_t)n * sel->image_size;
 	if (bd_selection_plain(sel))
 		return most;
 	samples = bp_dataset_samples(d->ds);
@@ -231,6 +240,9 @@ int bd__session_measure(bd_session *s, unsigned prefetch, int device, uint64_t l
 	uint64_t mean, most, max_rec, mean_rec;
 
 	mean = s->sel.bytes ? bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds) : 0;
+	/* An image's tensor in place of its bytes (the bytes counted too, but in a plain record). */
+	if (s->sel.image_slot >= 0)
+		mean = (bd_selection_plain(&s->sel) ? 0 : mean) + s->sel.image_size;
 	/*
 	 * Text and keys have no mean at hand: the largest batch's stands in
 	 * for it (an overestimate of the prefetch staging only).

@@ -299,11 +299,11 @@ START_TEST(test_tile)
 {
 	uint8_t rec[100];
 	bd_piece whole[] = { { .src = 0, .size = 100, .dst = rec } };
-	bd_piece split[] = { { 0, 30, rec }, { 30, 70, rec + 30 } };
-	bd_piece gap[] = { { 0, 30, rec }, { 40, 60, rec + 30 } };
-	bd_piece moved[] = { { 0, 30, rec }, { 30, 70, rec + 31 } };
-	bd_piece part[] = { { 0, 30, rec } };
-	bd_piece late[] = { { 10, 90, rec } };
+	bd_piece split[] = { { .src = 0, .size = 30, .dst = rec }, { .src = 30, .size = 70, .dst = rec + 30 } };
+	bd_piece gap[] = { { .src = 0, .size = 30, .dst = rec }, { .src = 40, .size = 60, .dst = rec + 30 } };
+	bd_piece moved[] = { { .src = 0, .size = 30, .dst = rec }, { .src = 30, .size = 70, .dst = rec + 31 } };
+	bd_piece part[] = { { .src = 0, .size = 30, .dst = rec } };
+	bd_piece late[] = { { .src = 10, .size = 90, .dst = rec } };
 
 	ck_assert(bd__pieces_tile(whole, 1, 100));
 	ck_assert(bd__pieces_tile(split, 2, 100));

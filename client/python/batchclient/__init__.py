@@ -25,6 +25,13 @@ and torch(dtype, shape) for fixed-size samples; for datasets with fields
         images = batch["data"]          # B memoryviews (or one [B, n] array)
         names = batch.keys              # each sample's relative path
 
+Images decoded and augmented in the daemon (batchclient.image):
+
+    loader = batchclient.Loader("train", 64, fields=["data", "label"],
+                                decode={"data": batchclient.Image(224)})
+    for batch in loader:
+        x = batch.torch("data")         # uint8 [B, 3, 224, 224]
+
 Views stay valid while
 they live; the batch's own memoryviews are revoked when it is released
 (at the next step of the iteration, at batch.release() or Loader.close()),
@@ -42,6 +49,7 @@ batchclient._lib for how the library is found ($BATCHCLIENT_LIB first).
 from .batch import Batch, ReleasedError
 from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError,
                      PinnedBatchError, RemoteError)
+from .image import Image
 from .loader import Loader, WaitTimeout, rank_and_world, status
 from .schema import Field
 
@@ -70,7 +78,7 @@ def _version():
 __version__ = _version()
 
 __all__ = [
-    "Batch", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Field", "Loader",
+    "Batch", "Image", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Field", "Loader",
     "PinnedBatchError", "ReleasedError", "RemoteError", "WaitTimeout", "rank_and_world",
     "status",
 ]

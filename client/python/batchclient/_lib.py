@@ -38,6 +38,23 @@ SHUFFLE = {"none": 0, "global": 1, "block": 2}
 SONAME = "libbatchclient.so.0"
 
 
+class DecodeOpts(ctypes.Structure):
+    """struct bc_decode: an image field decoded in the daemon."""
+    _fields_ = [
+        ("field", ctypes.c_char_p),
+        ("height", ctypes.c_uint32),
+        ("width", ctypes.c_uint32),
+        ("crop", ctypes.c_int),
+        ("resize", ctypes.c_uint32),
+        ("scale_min", ctypes.c_float),
+        ("scale_max", ctypes.c_float),
+        ("ratio_min", ctypes.c_float),
+        ("ratio_max", ctypes.c_float),
+        ("flip", ctypes.c_float),
+        ("nhwc", ctypes.c_bool),
+    ]
+
+
 class StreamOpts(ctypes.Structure):
     """struct bc_stream_opts. bc_stream_opts_init() writes struct_size bytes:
     the trailing reserve keeps a newer library's larger struct inside our
@@ -60,6 +77,7 @@ class StreamOpts(ctypes.Structure):
         ("keys", ctypes.c_bool),
         ("start_sample", ctypes.c_uint64),
         ("batch_stride", ctypes.c_uint32),
+        ("decode", DecodeOpts),
         ("_reserve", ctypes.c_uint8 * 512),
     ]
 
@@ -68,6 +86,8 @@ class StreamOpts(ctypes.Structure):
 OPTS_FIELDS_SIZE = StreamOpts.keys.offset + ctypes.sizeof(ctypes.c_bool)
 # ... and when it knows .start_sample and .batch_stride (elastic resume, workers).
 OPTS_ELASTIC_SIZE = StreamOpts.batch_stride.offset + ctypes.sizeof(ctypes.c_uint32)
+# ... and when it knows .decode (images decoded in the daemon).
+OPTS_DECODE_SIZE = StreamOpts.decode.offset + ctypes.sizeof(DecodeOpts)
 
 # enum bc_field_type
 FIELD_TYPES = {1: "bytes", 2: "int64", 3: "float32", 4: "float64", 5: "str"}

@@ -103,6 +103,13 @@ def _from_numpy(arr):
     return torch.from_numpy(arr)
 
 
+def _sample_shape(f):
+    """One sample's shape of dense field f: () for a scalar."""
+    if f.type != "bytes":
+        return ()
+    return tuple(f.shape) if f.shape else (f.fixed_size,)
+
+
 class Batch:
     """A batch delivered by batchd, valid until released.
 
@@ -362,7 +369,8 @@ class Batch:
 
         torch(name) is field `name` as a tensor, the same memory as
         batch[name]: int64 [B] for a label, float32/float64 [B], uint8
-        [B, fixed_size] for a fixed-size bytes field."""
+        [B, fixed_size] for a fixed-size bytes field, uint8 [B, 3, H, W]
+        (or [B, H, W, 3]) for an image the daemon decoded."""
         self._check()
         if isinstance(dtype, str):
             return self._field_tensor(dtype, shape)
@@ -386,8 +394,7 @@ class Batch:
             what = "text" if f.type == "str" else "bytes of differing sizes"
             raise ValueError(f"field {name!r} holds {what}: torch() needs a scalar field or a "
                              f"bytes field of fixed size; use batch[{name!r}] (a list)")
-        shape = (f.fixed_size,) if f.type == "bytes" else ()
-        return _from_numpy(self._dense(f, f.dtype or "uint8", shape, writable=True))
+        return _from_numpy(self._dense(f, f.dtype or "uint8", _sample_shape(f), writable=True))
 
     # ---- fields ------------------------------------------------------------------------
 
@@ -410,6 +417,7 @@ class Batch:
 
         int64 / float32 / float64: a read-only NumPy array of shape [B];
         bytes of fixed size (Field.fixed_size): a uint8 array [B, fixed_size];
+        an image decoded in the daemon (Loader(decode=...)): uint8 [B, *Field.shape];
         bytes of varying size: a list of B read-only memoryviews;
         str: a list of B str (UTF-8; undecodable bytes kept as surrogates).
 
@@ -421,8 +429,7 @@ class Batch:
             return list(self._values(f))
         if f.type == "bytes" and not f.fixed_size:
             return list(self._values(f))
-        shape = (f.fixed_size,) if f.type == "bytes" else ()
-        return self._dense(f, f.dtype or "uint8", shape)
+        return self._dense(f, f.dtype or "uint8", _sample_shape(f))
 
     def _field(self, name):
         self._check()

@@ -35,6 +35,7 @@ Finalizers that close a stream whose views outlived Loader.close() may run
 in any thread; they touch only that closed stream.
 """
 import ctypes
+import dataclasses
 import errno
 import gc
 import os
@@ -42,7 +43,7 @@ import threading
 import time
 import weakref
 
-from . import _lib, schema
+from . import _lib, image, schema
 from .batch import Batch
 from .errors import (BatchdError, BatchError, DaemonGoneError, PinnedBatchError,
                      connect_error, from_code, open_error, remote_error)
@@ -213,6 +214,13 @@ class _Stream:
             if cfg["fields"] is not None:
                 o.fields = ",".join(cfg["fields"]).encode()
             o.keys = cfg["keys"]
+        if cfg["decode"] is not None:
+            field, spec = cfg["decode"]
+            if o.struct_size < _lib.OPTS_DECODE_SIZE:
+                raise BatchdError(errno.EOVERFLOW, f"decode={{{field!r}: ...}}: libbatchclient's "
+                                  f"bc_stream_opts ({o.struct_size} bytes) has no decode member: "
+                                  "install the libbatchclient of this batchclient")
+            spec.fill(field, o.decode)
         if start_sample or stride != 1:
             what = (f"resuming at sample {start_sample}" if start_sample
                     else f"a batch stride of {stride}")
@@ -247,6 +255,12 @@ class _Stream:
             except BaseException:
                 L.bc_close(self.h)
                 raise
+            if cfg["decode"] is not None:
+                # The decoded field's samples are tensors of one shape now.
+                field, spec = cfg["decode"]
+                self.schema = tuple(dataclasses.replace(f, fixed_size=spec.nbytes,
+                                                        shape=spec.shape)
+                                    if f.name == field else f for f in self.schema)
             self.selected = tuple(f.name for f in self.schema if f.selected)
             self.has_bytes = any(f.selected and f.type == "bytes" for f in self.schema)
             self._by_name = {f.name: f for f in self.schema}
@@ -552,8 +566,8 @@ class Loader:
 
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
                  drop_last=False, prefetch=None, device=None, socket=None, *, window=None,
-                 collate=None, timeout=None, fields=None, keys=False, _place=(0, 0, 0),
-                 _stride=1):
+                 collate=None, timeout=None, fields=None, keys=False, decode=None,
+                 _place=(0, 0, 0), _stride=1):
         # _place, _stride: where the first stream opens (batchclient.torch's
         # workers open at their share at once instead of at (0, 0) and again).
         self._stream = None
@@ -591,6 +605,7 @@ class Loader:
             "device": _device(device),
             "fields": _fields(fields),
             "keys": bool(keys),
+            "decode": image.parse(decode),
         }
         self._collate = collate
         self._timeout = timeout

@@ -42,6 +42,9 @@ class Field:
         0 otherwise.
     selected: whether the Loader delivers it (Loader(fields=...)).
     index: its position in the schema.
+    shape: for a bytes field the daemon decodes into an image
+        (Loader(decode=...)), one sample's tensor shape, (3, H, W) or
+        (H, W, 3); None otherwise.
     """
 
     name: str
@@ -50,6 +53,7 @@ class Field:
     fixed_size: int = 0
     selected: bool = True
     index: int = 0
+    shape: tuple = None
 
     @property
     def dtype(self):

@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Images decoded in the daemon: Loader(decode={"data": Image(...)}).
+
+An ImageFolder of real pictures (Adwaita's icons at photo-like sizes, as
+JPEG, progressive JPEG, PNG and WebP) packed with its labels by
+batchd-pack, served by a real batchd to a real client. Every sample's
+tensor is compared byte for byte with what image-transform (the same
+library, run alone on the file the sample's key names) makes for (seed,
+epoch, id): so two runs, a restart and a resume at another world size all
+see the same crops, and each label is its image's class. A corrupt image
+fails its batch naming the sample; a decode of a field that is not bytes,
+or a spec out of range, is refused at open.
+"""
+import glob
+import os
+import subprocess
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import batchd_testlib as T  # noqa: E402
+import batchclient  # noqa: E402
+
+try:
+    import numpy as np
+    from PIL import Image as PIL
+except ImportError:
+    np = None
+
+TOOL = os.environ.get("IMAGE_TRANSFORM", "")
+ICONS = sorted(glob.glob("/usr/share/icons/Adwaita/512x512/*/*.png"))
+CLASSES = ("birds", "cats", "dogs")
+SEED = 5
+
+
+def make_tree(root):
+    """ImageFolder root/<class>/<n>.<ext>; @return {key: class index}."""
+    labels = {}
+    kinds = [("jpg", dict(format="JPEG", quality=90)),
+             ("jpg", dict(format="JPEG", quality=80, progressive=True)),
+             ("png", dict(format="PNG")), ("webp", dict(format="WEBP", quality=85))]
+    for i, src in enumerate(ICONS[:36]):
+        cls = i % len(CLASSES)
+        ext, kw = kinds[i % len(kinds)]
+        im = PIL.open(src).convert("RGB").resize((300 + 17 * (i % 9), 240 + 13 * (i % 7)))
+        key = f"{CLASSES[cls]}/{i:03d}.{ext}"
+        os.makedirs(os.path.join(root, CLASSES[cls]), exist_ok=True)
+        im.save(os.path.join(root, key), **kw)
+        labels[key] = cls
+    return labels
+
+
+@unittest.skipIf(np is None, "needs NumPy and PIL (python3-numpy, python3-pil)")
+class Images(T.DaemonCase):
+    @classmethod
+    def make_datasets(cls, d):
+        if not TOOL or len(ICONS) < 36:
+            raise unittest.SkipTest("needs IMAGE_TRANSFORM and adwaita-icon-theme's icons")
+        d.memory = "1G"
+        cls.tree = os.path.join(cls.tmp, "tree")
+        cls.labels = make_tree(cls.tree)
+        T.pack(d.path("photos.bpk"), cls.tree, extra=["--labels", "dirname"])
+        bad = os.path.join(cls.tmp, "bad")
+        os.makedirs(os.path.join(bad, "x"))
+        for i in range(8):
+            with open(os.path.join(bad, "x", f"{i}.jpg"), "wb") as f:
+                with open(os.path.join(cls.tree, "birds", "000.jpg"), "rb") as g:
+                    b = g.read()
+                # Sample 5 is cut short: it cannot be decoded.
+                f.write(b[: len(b) // 3] if i == 5 else b)
+        T.pack(d.path("bad.bpk"), bad, extra=["--labels", "dirname"])
+
+    def expected(self, key, epoch, sid, *args):
+        out = subprocess.run([TOOL, "-S", str(SEED), "-E", str(epoch), "-I", str(sid), *args,
+                              os.path.join(self.tree, key)], capture_output=True, check=True)
+        return out.stdout
+
+    def loader(self, *args, **kw):
+        kw.setdefault("seed", SEED)
+        kw.setdefault("timeout", 60)
+        return super().loader(*args, **kw)
+
+    def check_epochs(self, ld, spec_args, shape, epochs=(0, 1), counts=None):
+        for e in epochs:
+            ld.set_epoch(e)
+            for b in ld:
+                x, y = b.torch("data"), b.torch("label")
+                self.assertEqual(tuple(x.shape), (len(b),) + shape)
+                self.assertEqual(str(x.dtype), "torch.uint8")
+                for i, (sid, key) in enumerate(zip(b.ids, b.keys)):
+                    self.assertEqual(int(y[i]), self.labels[key], key)
+                    want = self.expected(key, e, sid, *spec_args)
+                    self.assertEqual(x[i].numpy().tobytes(), want,
+                                     f"epoch {e} sample {sid} ({key})")
+                    if counts is not None:
+                        counts[e] = counts.get(e, 0) + 1
+
+    def test_random_resized_crop_is_every_samples_own(self):
+        spec = batchclient.Image(64)
+        ld = self.loader("photos.bpk", 8, fields=["data", "label"], keys=True,
+                         decode={"data": spec})
+        self.assertEqual({f.name: f.shape for f in ld.schema}["data"], (3, 64, 64))
+        self.check_epochs(ld, ["-c", "random", "-s", "64", "-f", "0.5"], (3, 64, 64))
+        ld.close()
+
+    def test_a_resume_at_another_world_size_sees_the_same_crops(self):
+        spec = batchclient.Image((48, 40), layout="NHWC")
+        args = ["-c", "random", "-s", "48x40", "-f", "0.5", "-n"]
+        counts = {}
+        for rank in range(2):
+            ld = self.loader("photos.bpk", 5, fields=["data", "label"], keys=True,
+                             decode={"data": spec}, rank=rank, world=2)
+            self.check_epochs(ld, args, (48, 40, 3), epochs=(1,), counts=counts)
+            ld.close()
+        self.assertEqual(counts[1], 36)
+
+    def test_center_crop_for_evaluation(self):
+        spec = batchclient.Image(56, crop="center", resize=64)
+        ld = self.loader("photos.bpk", 7, fields=["data", "label"], keys=True, shuffle="none",
+                         decode={"data": spec})
+        self.check_epochs(ld, ["-c", "center", "-s", "56", "-r", "64"], (3, 56, 56), epochs=(0,))
+        ld.close()
+
+    def test_a_corrupt_image_fails_its_batch_naming_the_sample(self):
+        ld = self.loader("bad.bpk", 4, fields=["data", "label"], shuffle="none",
+                         decode={"data": batchclient.Image(32)})
+        with self.assertRaises(batchclient.BatchError) as cm:
+            for b in ld:
+                b.torch("data")
+        self.assertIn("sample 5", str(cm.exception))
+        self.assertIn("JPEG", str(cm.exception))
+        ld.close()
+
+    def test_bad_specs_are_refused_at_open(self):
+        with self.assertRaises(batchclient.BatchdError) as cm:
+            self.loader("photos.bpk", 4, fields=["data", "label"],
+                        decode={"label": batchclient.Image(32)})
+        self.assertIn("not a bytes field", str(cm.exception))
+        with self.assertRaises(batchclient.BatchdError) as cm:
+            self.loader("photos.bpk", 4, fields=["label"], decode={"data": batchclient.Image(32)})
+        self.assertIn("not among the fields selected", str(cm.exception))
+        with self.assertRaises(ValueError):
+            batchclient.Image(0)
+        with self.assertRaises(ValueError):
+            batchclient.Image(32, crop="center", resize=16)
+        with self.assertRaises(ValueError):
+            batchclient.Loader("photos.bpk", 4, socket=self.daemon.sock,
+                               decode={"data": batchclient.Image(8), "x": batchclient.Image(8)})
+
+
+if __name__ == "__main__":
+    unittest.main()
