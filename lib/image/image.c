@@ -336,7 +336,7 @@ int bi_transform(bi_scratch *sc, const bi_spec *s, const void *img, size_t len, 
 		return r;
 	if ((uint64_t)w * h > s->max_pixels)
 		return bi__fail(-E2BIG, err, errlen, "%ux%u is %llu pixels, over max_pixels (%llu): "
-				"raise it ([images] max_pixels) if such images are meant", w, h,
+				"refused as a decompression bomb; shrink it when packing", w, h,
 				(unsigned long long)w * h, (unsigned long long)s->max_pixels);
 	bi_params_for(s, w, h, seed, epoch, id, &p);
 	/*
@@ -367,7 +367,7 @@ int bi_transform(bi_scratch *sc, const bi_spec *s, const void *img, size_t len, 
 		       s->height, p.flip, s->nhwc, out);
 	if (r == -E2BIG)
 		return bi__fail(r, err, errlen, "%ux%u: resizing needs more scratch than the "
-				"%zu bytes allowed", w, h, sc->max);
+				"%zu bytes a decode thread has; shrink it when packing", w, h, sc->max);
 	if (r < 0)
 		return bi__fail(r, err, errlen, "out of memory resizing");
 	return 0;

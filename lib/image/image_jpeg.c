@@ -113,7 +113,7 @@ static unsigned scale_num(const bi_want *want)
 
 	if (!want->dct_scale)
 		return 8;
-	/* 1/8, 1/4, 1/2 only: libjpeg-turbo's SIMD has those; 3/8, 5/8 ... are plain C and slower than 8/8. */
+	/* 1/8, 1/4, 1/2 only: libjpeg-turbo has SIMD for those; 3/8, 5/8 ... are slower than 8/8. */
 	for (unsigned m = 1; m < 8; m *= 2)
 		if ((uint64_t)cw * m >= (uint64_t)want->out_w * 8 &&
 		    (uint64_t)ch * m >= (uint64_t)want->out_h * 8)
@@ -162,7 +162,8 @@ int bi__jpeg_decode(bi_scratch *sc, const uint8_t *b, size_t n, const bi_want *w
 		r = bi__grow(sc, (void **)&sc->row, &sc->row_cap, (size_t)cw * 4);
 	if (r < 0) {
 		r = bi__fail(r, err, el, "JPEG: a %ux%u region %s", cw, y1 - y0,
-			     r == -E2BIG ? "needs more scratch than allowed" : "is out of memory");
+			     r == -E2BIG ? "needs more scratch than a decode thread has: shrink it "
+				"when packing" : "is out of memory");
 		goto out;
 	}
 	if (y0 > 0 && jpeg_skip_scanlines(&ci, y0) != y0) {

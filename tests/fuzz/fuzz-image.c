@@ -23,6 +23,8 @@
 
 #include "image.h"
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 static void check(bi_scratch *sc, bi_spec *s, const uint8_t *data, size_t size)
 {
 	size_t n = bi_out_bytes(s);

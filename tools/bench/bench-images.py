@@ -13,9 +13,8 @@ in a shuffled epoch. The arms, each at its best settings:
                RandomResizedCrop(224), RandomHorizontalFlip(), PILToTensor(),
                DataLoader(batch_size=64, shuffle=True, persistent_workers),
                num_workers swept (--workers, default 0,1,2,3)
-  batchd       batchclient.Loader over the pack, the decode and crop in the
-               daemon (batchclient.Image); not yet in batchclient: until it
-               is, the arm says so and does not run
+  batchd       batchclient.Loader over the pack, the decode, crop and flip
+               in the daemon (batchclient.Image, docs/images.md)
   batchd-pil   what batchd's users do today: BatchdDataset delivers each
                sample's bytes and its label, and its collate hook decodes
                with PIL and applies the same three transforms (as
@@ -38,8 +37,8 @@ daemon's cache fill) and then --epochs timed ones, each checked: every
 image once (the labels of the epoch count each class's images exactly),
 every batch of the shape and types above, every byte of it read. Each arm
 first runs once with every point of its sweep; its best point then runs in
---pairs alternating pairs with the candidate (--candidate, default batchd;
-batchd-pil while batchd does not run), candidate first, A B A B, so that
+--pairs alternating pairs with the candidate (--candidate, default batchd),
+candidate first, A B A B, so that
 both sides of a pair see the same machine. The table gives each arm's
 median images/s with its min-max and the median of the per-pair ratios
 candidate / arm with their spread; a wide spread means a busy machine,
@@ -146,12 +145,9 @@ def run_torchvision(args):
 
 @arm("batchd", "batchd, decode in the daemon", lambda a: [{}], batchd=True)
 def run_batchd(args):
-    # ---- TO FILL IN: the daemon decodes (batchclient.Image). ----
-    # What this arm is to measure: batchd reads, decodes, crops and flips, the
-    # client takes the batch as a [B, 3, size, size] uint8 view and the labels.
+    # batchd reads, decodes, crops and flips on its decode threads; the client
+    # takes the batch as a [B, 3, size, size] uint8 view and the labels.
     import batchclient
-    if not hasattr(batchclient, "Image"):
-        raise NotImplementedError("batchclient has no Image yet (decoding in the daemon)")
     ld = batchclient.Loader(args.pack, args.batch_size, shuffle="global", seed=args.seed,
                             socket=args.socket, fields=["data", "label"],
                             decode={"data": batchclient.Image(size=args.size,
