@@ -140,6 +140,7 @@ int bi__jpeg_decode(bi_scratch *sc, const uint8_t *b, size_t n, const bi_want *w
 	jpeg_read_header(&ci, TRUE);
 	cmyk = ci.jpeg_color_space == JCS_CMYK || ci.jpeg_color_space == JCS_YCCK;
 	ci.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+	/* PIL's (and so torchvision's) IDCT: the fast one was no faster here (README.md). */
 	ci.dct_method = JDCT_ISLOW;
 	m = scale_num(want);
 	ci.scale_num = m;
