@@ -19,6 +19,7 @@ soon as an open fails; any open that succeeds is read to its end.
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -118,12 +119,16 @@ def main(argv):
     ap.add_argument("--seconds", type=float, default=10)
     a = ap.parse_args(argv)
     if a.serve:
+        # soak.sh ends us with SIGTERM: exit through the finally below, so
+        # that the server goes with us instead of outliving the soak.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         proc, endpoint = serve(a.serve, a.slow_file, a.n)
         print(endpoint, flush=True)
         try:
             proc.wait()
         finally:
             proc.kill()
+            proc.wait()
         return 0
     sys.path.insert(0, os.path.join(SRC, "client", "python"))
     attack = Attack(a.sock, a.n)
