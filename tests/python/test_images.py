@@ -122,6 +122,29 @@ class Images(T.DaemonCase):
         self.check_epochs(ld, ["-c", "center", "-s", "56", "-r", "64"], (3, 56, 56), epochs=(0,))
         ld.close()
 
+    def test_batchd_dataset_gives_image_and_label_tensors(self):
+        # The same through BatchdDataset and batchclient.torch.DataLoader with
+        # two workers: to_tensors gives (x [B, 3, H, W], y [B]), each x the
+        # sample's own crop (keys come from a second Loader of the same seed).
+        from batchclient.torch import BatchdDataset, DataLoader
+        spec = batchclient.Image(40)
+        ds = BatchdDataset("photos.bpk", 6, seed=SEED, socket=self.daemon.sock, timeout=60,
+                           fields=["data", "label"], decode={"data": spec})
+        keyed = self.loader("photos.bpk", 6, fields=["data", "label"], keys=True,
+                            decode={"data": spec})
+        want = {}
+        for b in keyed:
+            for i, key in enumerate(b.keys):
+                want[self.labels[key], b.torch("data")[i].numpy().tobytes()] = key
+        seen = 0
+        for x, y in DataLoader(ds, num_workers=2):
+            self.assertEqual(tuple(x.shape[1:]), (3, 40, 40))
+            self.assertEqual(x.shape[0], y.shape[0])
+            for i in range(len(y)):
+                self.assertIn((int(y[i]), x[i].numpy().tobytes()), want)
+                seen += 1
+        self.assertEqual(seen, 36)
+
     def test_a_corrupt_image_fails_its_batch_naming_the_sample(self):
         ld = self.loader("bad.bpk", 4, fields=["data", "label"], shuffle="none",
                          decode={"data": batchclient.Image(32)})

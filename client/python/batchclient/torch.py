@@ -165,7 +165,8 @@ def to_tensors(batch):
 
     x is the first selected bytes field as a uint8 tensor [B, n], n its
     samples' size (Field.fixed_size, or else every sample's of this batch:
-    a --records pack's "data"); y the label,
+    a --records pack's "data"), or [B, 3, H, W] for an image the daemon
+    decodes (decode=); y the label,
     the first selected int64 field with class names (else the first int64
     field), as an int64 tensor [B]. Without a label field: x alone; with
     no bytes field selected: y alone. Samples of differing sizes:
@@ -257,8 +258,8 @@ class BatchdDataset(IterableDataset):
     """A batchd stream as a torch IterableDataset; see the module doc.
 
     Arguments are Loader's (dataset, batch_size, shuffle, seed, rank,
-    world, drop_last, prefetch, socket, window, timeout, fields, keys; see
-    batchclient.Loader), except collate: a function called with each Batch
+    world, drop_last, prefetch, socket, window, timeout, fields, keys,
+    decode; see batchclient.Loader), except collate: a function called with each Batch
     (in the worker, with workers) whose result is what the DataLoader
     yields; default to_tensors, to_dict gives a dict. Use it with
     batchclient.torch.DataLoader(ds, ...) (exact state_dict() anywhere) or
@@ -275,7 +276,7 @@ class BatchdDataset(IterableDataset):
 
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
                  drop_last=False, prefetch=None, socket=None, *, window=None, collate=None,
-                 timeout=None, fields=None, keys=False):
+                 timeout=None, fields=None, keys=False, decode=None):
         super().__init__()
         rank, world = rank_and_world(rank, world)
         if collate is None:
@@ -284,7 +285,8 @@ class BatchdDataset(IterableDataset):
             raise ValueError(f"collate {collate!r} must be callable (a function of a Batch)")
         self._kw = dict(dataset=dataset, batch_size=batch_size, shuffle=shuffle, seed=seed,
                         rank=rank, world=world, drop_last=drop_last, prefetch=prefetch,
-                        socket=socket, window=window, timeout=timeout, fields=fields, keys=keys)
+                        socket=socket, window=window, timeout=timeout, fields=fields, keys=keys,
+                        decode=decode)
         self._collate = collate
         if prefetch is not None and not 1 <= _int(prefetch, "prefetch") <= 1022:
             raise ValueError(f"prefetch {prefetch} must be in 1 .. 1022 (or None)")
