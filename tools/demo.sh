@@ -68,7 +68,7 @@ trap - EXIT
 echo "== batchd stopped cleanly"
 echo "== a small CNN on real PNG images (class folders from /usr/share, PIL decode to 32x32):"
 echo "   epoch time and data wait with DataLoader over the files (best of 0/2/4 workers) and"
-echo "   with batchd, decoding in the collate hook and in 2 workers (train_cnn.py --short)"
+echo "   with batchd, decoding in the collate hook, in 2 workers, and in the daemon (train_cnn.py --short)"
 /usr/bin/python3 client/python/examples/train_cnn.py --short ||
 	echo "   (skipped: client/python/examples/train_cnn.py says what it needs above)"
 if [ $trained = 1 ]; then

@@ -130,12 +130,6 @@ static int parse_decode(const bp_dataset *ds, const bp_msg_open *m, const char *
 			 shown, name);
 		return -EOPNOTSUPP;
 	}
-	if (bp_dataset_max_frames(ds) > 1) {
-		snprintf(err, errlen, "dataset %s: decode %s: the pack has samples larger than a "
-			 "block (framed), which are not decoded: repack with a larger --block-size",
-			 shown, name);
-		return -EOPNOTSUPP;
-	}
 	sel->image = (bi_spec){ .crop = d->crop, .height = d->height, .width = d->width,
 				.resize = d->resize, .scale_min = d->scale_min,
 				.scale_max = d->scale_max, .ratio_min = d->ratio_min,

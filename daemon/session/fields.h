@@ -64,7 +64,7 @@ static inline bool bd_selection_is_image(const bd_selection *sel, uint32_t v)
  * lists the fields it has); -EINVAL for a name given twice, or a decode
  * of a field that is not a selected bytes field, or of a spec lib/image
  * refuses; -ENODATA for keys of a dataset that stores none; -EOPNOTSUPP
- * for a decode of samples larger than a block (framed) or on_error skip.
+ * for on_error skip (a framed image fails its batch: session_plan.c).
  */
 int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection *ret,
 		       char *err, size_t errlen);

@@ -362,6 +362,15 @@ static int measure_batch(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t
 	if (s->measured == s->next_seq + 1)
 		return 0;
 	locate(s, epoch, batch, n);
+	/* An image is made from one block's bytes: a framed one fails its batch, naming it. */
+	for (uint32_t i = 0; s->sel.image_slot >= 0 && i < n; i++)
+		if (s->locs[i].frames > 1) {
+			snprintf(why, whylen, "sample %" PRIu64 ": its %" PRIu64 " bytes are stored in "
+				 "%u frames, and an image is decoded from one block: repack with a "
+				 "--frame-size over the largest image", s->ids[i], s->locs[i].size,
+				 s->locs[i].frames);
+			return -EFBIG;
+		}
 	/* Sorted by id for the blocks, and for the keys: one decode a key block. */
 	s->lay.nblocks = s->sel.bytes || s->sel.keys ? group_by_block(s, n) : 0;
 	if (!s->sel.bytes)

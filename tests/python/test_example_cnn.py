@@ -3,7 +3,7 @@
 """client/python/examples/train_cnn.py, the example the demo runs, end to
 end on a few real PNG files from /usr/share (adwaita-icon-theme, which
 tools/deps.sh installs, has hundreds): it packs them, starts its own
-batchd from the build tree and trains with all three loaders; the table
+batchd from the build tree and trains with all four loaders; the table
 has one row per loader with a positive epoch time, a wait fraction within
 0-100% and a finite loss, over exactly the images it was given. Too few
 images and a missing build tree exit 2 naming what is wrong.
@@ -28,7 +28,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "c
                       "python", "examples", "train_cnn.py")
 BUILD = os.path.dirname(os.path.dirname(os.path.abspath(T.BATCHD)))
 IMAGES = 40
-ROWS = ("a. DataLoader", "b. batchd", "c. batchd")
+ROWS = ("a. DataLoader", "b. batchd", "c. batchd", "d. batchd")
 
 
 def example(*args):
@@ -47,7 +47,7 @@ class ExampleCnn(unittest.TestCase):
         self.assertTrue(lines[0].startswith(f"{IMAGES} images, "), lines[0])
         rows = [ln for ln in lines if ln.startswith(ROWS)]
         self.assertEqual([ln[:len(p)] for ln, p in zip(rows, ROWS)], list(ROWS), r.stdout)
-        for ln, workers in zip(rows, ("0|2|4", "0", "2")):
+        for ln, workers in zip(rows, ("0|2|4", "0", "2", "0")):
             w, epoch_s, wait, loss = ln[44:].split()
             self.assertIn(w, workers.split("|"), ln)
             self.assertGreater(float(epoch_s), 0, ln)

@@ -9,8 +9,9 @@ tensor is compared byte for byte with what image-transform (the same
 library, run alone on the file the sample's key names) makes for (seed,
 epoch, id): so two runs, a restart and a resume at another world size all
 see the same crops, and each label is its image's class. A corrupt image
-fails its batch naming the sample; a decode of a field that is not bytes,
-or a spec out of range, is refused at open.
+fails its batch naming the sample, and so does an image stored in frames;
+a decode of a field that is not bytes, or a spec out of range, is refused
+at open.
 """
 import glob
 import os
@@ -70,6 +71,8 @@ class Images(T.DaemonCase):
                 # Sample 5 is cut short: it cannot be decoded.
                 f.write(b[: len(b) // 3] if i == 5 else b)
         T.pack(d.path("bad.bpk"), bad, extra=["--labels", "dirname"])
+        # Every image over 4 KiB stored as frames of 4 KiB.
+        T.pack(d.path("framed.bpk"), cls.tree, extra=["--labels", "dirname", "--frame-size", "4K"])
 
     def expected(self, key, epoch, sid, *args):
         out = subprocess.run([TOOL, "-S", str(SEED), "-E", str(epoch), "-I", str(sid), *args,
@@ -153,6 +156,16 @@ class Images(T.DaemonCase):
                 b.torch("data")
         self.assertIn("sample 5", str(cm.exception))
         self.assertIn("JPEG", str(cm.exception))
+        ld.close()
+
+    def test_a_framed_image_fails_its_batch_saying_how_to_repack(self):
+        ld = self.loader("framed.bpk", 4, fields=["data", "label"], shuffle="none",
+                         decode={"data": batchclient.Image(32)})
+        with self.assertRaises(batchclient.BatchError) as cm:
+            for b in ld:
+                b.torch("data")
+        self.assertIn("sample 0", str(cm.exception))
+        self.assertIn("--frame-size", str(cm.exception))
         ld.close()
 
     def test_bad_specs_are_refused_at_open(self):
