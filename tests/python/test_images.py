@@ -148,6 +148,30 @@ class Images(T.DaemonCase):
                 seen += 1
         self.assertEqual(seen, 36)
 
+    def test_batchctl_consume_decodes_the_same(self):
+        # batchctl consume --decode prints each sample's XXH3 of its tensor.
+        import xxhash
+        batchctl = os.environ.get("BATCHCTL", "")
+        if not batchctl:
+            self.skipTest("BATCHCTL is not set")
+        r = subprocess.run([batchctl, "-s", self.daemon.sock, "consume", "photos.bpk",
+                            "--batch-size", "6", "--seed", str(SEED), "--fields", "data,label",
+                            "--keys", "--decode", "data=jpeg:40:random-resized",
+                            "--print-samples"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [ln.split() for ln in r.stdout.splitlines() if ln.startswith("0 ")]
+        self.assertEqual(len(lines), 36, r.stdout)
+        for ln in lines:
+            epoch, sid, digest = int(ln[0]), int(ln[2]), ln[3]
+            key = next(f[4:] for f in ln if f.startswith("key="))
+            want = self.expected(key, epoch, sid, "-c", "random", "-s", "40", "-f", "0.5")
+            self.assertEqual(digest, f"{xxhash.xxh3_64_intdigest(want):016x}", key)
+        r = subprocess.run([batchctl, "-s", self.daemon.sock, "consume", "photos.bpk",
+                            "--batch-size", "6", "--decode", "data=gif:40:random-resized"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("kind 'gif' is not jpeg, png, webp or image", r.stderr)
+
     def test_a_corrupt_image_fails_its_batch_naming_the_sample(self):
         ld = self.loader("bad.bpk", 4, fields=["data", "label"], shuffle="none",
                          decode={"data": batchclient.Image(32)})

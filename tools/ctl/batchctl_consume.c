@@ -35,6 +35,7 @@ typedef struct consume_opts {
 	bc_stream_opts so;
 	uint64_t epochs, step_ms, step_cpu_ms;
 	bool print, json;
+	char decode_field[65];   /* --decode: the field's name, so.decode.field points here */
 } consume_opts;
 
 /* What a `consume` run measured. */
@@ -50,7 +51,7 @@ typedef struct consume_run {
 
 enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
        O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE, O_STEP_CPU, O_FIELDS,
-       O_KEYS, O_SSAMPLE, O_STRIDE };
+       O_KEYS, O_SSAMPLE, O_STRIDE, O_DECODE };
 
 static const struct option consume_options[] = {
 	{ "batch-size", required_argument, NULL, O_BATCH },
@@ -74,6 +75,7 @@ static const struct option consume_options[] = {
 	{ "keys", no_argument, NULL, O_KEYS },
 	{ "start-sample", required_argument, NULL, O_SSAMPLE },
 	{ "batch-stride", required_argument, NULL, O_STRIDE },
+	{ "decode", required_argument, NULL, O_DECODE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -110,6 +112,44 @@ static int consume_number(consume_opts *co, int ch, const char *arg)
 	return 0;
 }
 
+/*
+ * --decode FIELD=KIND:SIZE:CROP[:RESIZE]: KIND jpeg, png, webp or image
+ * (the kind is told by each sample's bytes: all four mean the same), SIZE
+ * N or HxW, CROP random-resized (flipped half the time) or center (after
+ * a Resize of the short side to RESIZE). @return 0, or the usage exit
+ * status.
+ */
+static int consume_decode(consume_opts *co, const char *arg)
+{
+	bc_decode *d = &co->so.decode;
+	char kind[16], crop[32];
+	unsigned h = 0, w = 0, resize = 0;
+	const char *eq = strchr(arg, '=');
+	int n = 0;
+
+	if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof(co->decode_field))
+		return cli_usage("--decode: '%s' is not FIELD=KIND:SIZE:CROP[:RESIZE]", arg);
+	snprintf(co->decode_field, sizeof(co->decode_field), "%.*s", (int)(eq - arg), arg);
+	if (sscanf(eq + 1, "%15[a-z]:%ux%u:%31[a-z-]%n", kind, &h, &w, crop, &n) != 4) {
+		n = 0;
+		if (sscanf(eq + 1, "%15[a-z]:%u:%31[a-z-]%n", kind, &h, crop, &n) != 3)
+			return cli_usage("--decode: '%s' is not FIELD=KIND:SIZE:CROP[:RESIZE] (e.g. "
+					 "data=jpeg:224:random-resized)", arg);
+		w = h;
+	}
+	if (eq[1 + n] == ':' && sscanf(eq + 2 + n, "%u", &resize) != 1)
+		return cli_usage("--decode: '%s': RESIZE is not a number", arg);
+	if (strcmp(kind, "jpeg") && strcmp(kind, "png") && strcmp(kind, "webp") &&
+	    strcmp(kind, "image"))
+		return cli_usage("--decode: kind '%s' is not jpeg, png, webp or image", kind);
+	if (strcmp(crop, "random-resized") && strcmp(crop, "center"))
+		return cli_usage("--decode: crop '%s' is not random-resized or center", crop);
+	*d = (bc_decode){ .field = co->decode_field, .height = h, .width = w,
+			  .crop = strcmp(crop, "center") ? BC_CROP_RANDOM_RESIZED : BC_CROP_CENTER,
+			  .resize = resize, .flip = strcmp(crop, "center") ? 0.5f : 0.0f };
+	return 0;
+}
+
 /* Read argv into co. @return 0, or the usage exit status. */
 static int consume_parse(int argc, char **argv, consume_opts *co)
 {
@@ -133,6 +173,7 @@ static int consume_parse(int argc, char **argv, consume_opts *co)
 		case O_PRINT: co->print = true; continue;
 		case O_JSON: co->json = true; continue;
 		case O_SHUFFLE: r = trainer_opt_shuffle(optarg, &co->so); break;
+		case O_DECODE: r = consume_decode(co, optarg); break;
 		default:
 			if (ch == '?' || ch < 256)
 				return cli_usage(NULL);
