@@ -97,111 +97,68 @@ static inline uint8_t clip8(int32_t v)
 	return (uint8_t)(v >> PRECISION_BITS);
 }
 
-/* The coefficient tables and bounds of both axes, and the vertical pass's row of sums. */
+/* The coefficient tables and bounds of both axes. */
 static size_t coef_ints(const axis *x, const axis *y)
 {
-	return (size_t)x->n * (x->ksize + 2) + (size_t)y->n * (y->ksize + 2) + (size_t)x->n * 3;
+	return (size_t)x->n * (x->ksize + 2) + (size_t)y->n * (y->ksize + 2);
 }
 
 size_t bi__resize_need(uint32_t region_w, uint32_t region_h, uint32_t out_w, uint32_t out_h)
 {
 	double sx = (double)region_w / out_w, sy = (double)region_h / out_h;
-	size_t coef = (size_t)out_w * (ksize_of(sx) + 2) + (size_t)out_h * (ksize_of(sy) + 2) +
-		      (size_t)out_w * 3;
+	size_t coef = (size_t)out_w * (ksize_of(sx) + 2) + (size_t)out_h * (ksize_of(sy) + 2);
+	size_t sums = (size_t)(region_h > out_w ? region_h : out_w) * 3 * sizeof(int32_t);
 
-	return coef * sizeof(int32_t) + (size_t)region_h * out_w * 3;
+	return coef * sizeof(int32_t) + ((size_t)region_w + out_w) * (region_h + 1) * 3 + sums;
 }
 
-/*
- * One row of the horizontal pass with every pixel's window K taps wide
- * (K a constant: the loop unrolls), its unused taps of weight 0.
- */
-#define HROW(K)                                                                              \
-	static void hrow##K(const uint8_t *in, uint32_t n, const int32_t *bx, const int32_t *kx, \
-			    uint8_t *o)                                                          \
-	{                                                                                    \
-		for (uint32_t i = 0; i < n; i++, o += 3) {                                   \
-			const int32_t *k = kx + (size_t)i * K;                               \
-			const uint8_t *p = in + (size_t)bx[2 * i] * 3;                       \
-			int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;            \
-                                                                                             \
-			for (int t = 0; t < K; t++) {                                        \
-				s0 += p[3 * t] * k[t];                                       \
-				s1 += p[3 * t + 1] * k[t];                                   \
-				s2 += p[3 * t + 2] * k[t];                                   \
-			}                                                                    \
-			o[0] = clip8(s0);                                                    \
-			o[1] = clip8(s1);                                                    \
-			o[2] = clip8(s2);                                                    \
-		}                                                                            \
-	}
-HROW(3)
-HROW(5)
-HROW(7)
-HROW(9)
-
-/* Any window: each pixel's own tap count. */
-static void hrow_any(const uint8_t *in, const axis *ax, const int32_t *bx, const int32_t *kx,
-		     uint8_t *o)
+/* Rows [y0, y1) of r, columns [0, w), transposed: dst[x][y - y0] (3 bytes a pixel). */
+static void transpose_in(const bi_region *r, uint32_t y0, uint32_t y1, uint8_t *dst)
 {
-	for (uint32_t i = 0; i < ax->n; i++, o += 3) {
-		const int32_t *k = kx + (size_t)i * ax->ksize;
-		const uint8_t *p = in + (size_t)bx[2 * i] * 3;
-		int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+	size_t col = (size_t)(y1 - y0) * 3;
 
-		for (int32_t t = 0; t < bx[2 * i + 1]; t++) {
-			s0 += p[3 * t] * k[t];
-			s1 += p[3 * t + 1] * k[t];
-			s2 += p[3 * t + 2] * k[t];
-		}
-		o[0] = clip8(s0);
-		o[1] = clip8(s1);
-		o[2] = clip8(s2);
-	}
-}
-
-/*
- * Give every pixel's window the full ksize taps, moved left where it
- * would pass the region's end and padded with weights of 0: the same sums,
- * in a loop of constant length. @return whether every window fits (the
- * region is at least ksize wide).
- */
-static bool widen(const axis *a, int32_t *bounds, int32_t *k)
-{
-	if (a->limit < a->ksize)
-		return false;
-	for (uint32_t i = 0; i < a->n; i++) {
-		int32_t *ki = k + (size_t)i * a->ksize, xmin = bounds[2 * i];
-		int32_t shift = xmin + (int32_t)a->ksize - (int32_t)a->limit;
-
-		if (shift > 0) {
-			/* Move the taps right by shift: the window starts shift earlier. */
-			memmove(ki + shift, ki, (a->ksize - (uint32_t)shift) * sizeof(*ki));
-			memset(ki, 0, (uint32_t)shift * sizeof(*ki));
-			bounds[2 * i] = xmin - shift;
-		}
-		bounds[2 * i + 1] = (int32_t)a->ksize;
-	}
-	return true;
-}
-
-/* The horizontal pass: rows [y0, y1) of r into tmp, out_w pixels a row. */
-static void horizontal(const bi_region *r, const axis *ax, int32_t *bx, int32_t *kx,
-		       uint32_t y0, uint32_t y1, uint8_t *tmp)
-{
-	void (*row)(const uint8_t *, uint32_t, const int32_t *, const int32_t *, uint8_t *) = NULL;
-
-	if (widen(ax, bx, kx))
-		row = ax->ksize == 3 ? hrow3 : ax->ksize == 5 ? hrow5 : ax->ksize == 7 ? hrow7
-		    : ax->ksize == 9 ? hrow9 : NULL;
 	for (uint32_t y = y0; y < y1; y++) {
 		const uint8_t *in = r->px + (size_t)y * r->stride;
-		uint8_t *o = tmp + (size_t)(y - y0) * ax->n * 3;
+		uint8_t *d = dst + (size_t)(y - y0) * 3;
 
-		if (row)
-			row(in, ax->n, bx, kx, o);
-		else
-			hrow_any(in, ax, bx, kx, o);
+		for (uint32_t x = 0; x < r->w; x++, in += 3, d += col) {
+			d[0] = in[0];
+			d[1] = in[1];
+			d[2] = in[2];
+		}
+	}
+}
+
+/*
+ * The horizontal pass on transposed rows (cols: one region column of
+ * `rows` pixels after another): each output column is the columns of its
+ * window summed tap by tap, in acc (rows·3 sums), contiguous loops the
+ * compiler vectorizes; the sums are Pillow's, in the same order. Then
+ * back to rows: tmp[y][i], out_w pixels a row.
+ */
+static void horizontal(const uint8_t *cols, uint32_t rows, const axis *ax, const int32_t *bx,
+		       const int32_t *kx, int32_t *acc, uint8_t *tmp)
+{
+	size_t col = (size_t)rows * 3, row = (size_t)ax->n * 3;
+
+	for (uint32_t i = 0; i < ax->n; i++) {
+		const int32_t *k = kx + (size_t)i * ax->ksize;
+		const uint8_t *c = cols + (size_t)bx[2 * i] * col;
+		uint8_t *o = tmp + (size_t)i * 3;
+
+		for (size_t x = 0; x < col; x++)
+			acc[x] = 1 << (PRECISION_BITS - 1);
+		for (int32_t t = 0; t < bx[2 * i + 1]; t++, c += col) {
+			int32_t kt = k[t];
+
+			for (size_t x = 0; x < col; x++)
+				acc[x] += c[x] * kt;
+		}
+		for (uint32_t y = 0; y < rows; y++, o += row) {
+			o[0] = clip8(acc[3 * y]);
+			o[1] = clip8(acc[3 * y + 1]);
+			o[2] = clip8(acc[3 * y + 2]);
+		}
 	}
 }
 
@@ -256,8 +213,8 @@ int bi__resize(bi_scratch *sc, const bi_region *r, double bx0, double by0, doubl
 {
 	axis ax = { .in0 = bx0, .step = (bx1 - bx0) / out_w, .n = out_w, .limit = r->w };
 	axis ay = { .in0 = by0, .step = (by1 - by0) / out_h, .n = out_h, .limit = r->h };
-	int32_t *bx, *kx, *by, *ky, *acc;
-	uint32_t y0 = UINT32_MAX, y1 = 0;
+	int32_t *bx, *kx, *by, *ky;
+	uint32_t y0 = UINT32_MAX, y1 = 0, rows;
 	int e;
 
 	ax.ksize = ksize_of(ax.step);
@@ -269,7 +226,6 @@ int bi__resize(bi_scratch *sc, const bi_region *r, double bx0, double by0, doubl
 	kx = bx + 2 * (size_t)ax.n;
 	by = kx + (size_t)ax.n * ax.ksize;
 	ky = by + 2 * (size_t)ay.n;
-	acc = ky + (size_t)ay.n * ay.ksize;
 	coeffs(&ax, bx, kx);
 	coeffs(&ay, by, ky);
 	/* Only the rows some output row uses go through the horizontal pass. */
@@ -281,10 +237,19 @@ int bi__resize(bi_scratch *sc, const bi_region *r, double bx0, double by0, doubl
 	}
 	if (y1 <= y0)
 		y0 = y1 = 0;
-	e = bi__grow(sc, (void **)&sc->tmp, &sc->tmp_cap, (size_t)(y1 - y0 + 1) * ax.n * 3);
+	/* tmp: the region's rows transposed, then the horizontal pass's rows after them. */
+	rows = y1 - y0;
+	e = bi__grow(sc, (void **)&sc->tmp, &sc->tmp_cap,
+		     ((size_t)r->w + ax.n) * (rows + 1) * 3);
+	if (e == 0)
+		e = bi__grow(sc, (void **)&sc->row, &sc->row_cap,
+			     (size_t)(rows > ax.n ? rows : ax.n) * 3 * sizeof(int32_t));
 	if (e < 0)
 		return e;
-	horizontal(r, &ax, bx, kx, y0, y1, sc->tmp);
-	vertical(&ax, &ay, by, ky, y0, sc->tmp, flip, nhwc, acc, out);
+	transpose_in(r, y0, y1, sc->tmp);
+	horizontal(sc->tmp, rows, &ax, bx, kx, (int32_t *)sc->row,
+		   sc->tmp + (size_t)r->w * rows * 3);
+	vertical(&ax, &ay, by, ky, y0, sc->tmp + (size_t)r->w * rows * 3, flip, nhwc,
+		 (int32_t *)sc->row, out);
 	return 0;
 }
