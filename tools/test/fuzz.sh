@@ -5,8 +5,8 @@
 #
 #   tools/test/fuzz.sh NAME SECONDS [LIBFUZZER-FLAG...]
 #
-# NAME is pack, protocol or config (tests/fuzz/fuzz-NAME.c). The target is
-# built in its own directory (build-fuzz, or $BATCHD_FUZZ_BUILD) so the
+# NAME is pack, protocol, config, remote-map, s3xml or image
+# (tests/fuzz/fuzz-NAME.c). The target is built in its own directory (build-fuzz, or $BATCHD_FUZZ_BUILD) so the
 # ordinary gcc build is left alone, then run for SECONDS on a scratch copy
 # of its seed corpus (tests/fuzz/corpus/NAME), so the inputs it finds do not
 # pile up in the repository. Extra arguments go to libFuzzer (e.g. -jobs=2).
@@ -22,7 +22,7 @@
 set -euo pipefail
 
 usage() {
-	echo "usage: $0 pack|protocol|config SECONDS [LIBFUZZER-FLAG...]" >&2
+	echo "usage: $0 pack|protocol|config|remote-map|s3xml|image SECONDS [LIBFUZZER-FLAG...]" >&2
 	exit 2
 }
 
@@ -31,7 +31,7 @@ name=$1
 seconds=$2
 shift 2
 case $name in
-pack | protocol | config) ;;
+pack | protocol | config | remote-map | s3xml | image) ;;
 *) usage ;;
 esac
 case $seconds in
@@ -80,13 +80,13 @@ else
 	CC=clang meson setup "$builddir" "${opts[@]}" >/dev/null
 fi
 # A directory configured earlier with gcc would silently build no fuzzers.
-if ! grep -q "^ *build tests/fuzz-$name:" "$builddir/build.ninja"; then
+if ! grep -q "^ *build tests/fuzz/fuzz-$name:" "$builddir/build.ninja"; then
 	echo "fuzz.sh: $builddir has no fuzz-$name target (configured with another compiler?);" \
 		"remove it or set BATCHD_FUZZ_BUILD" >&2
 	exit 2
 fi
-ninja -C "$builddir" "tests/fuzz-$name" >/dev/null
-case $builddir in /*) fuzzer=$builddir/tests/fuzz-$name ;; *) fuzzer=$src/$builddir/tests/fuzz-$name ;; esac
+ninja -C "$builddir" "tests/fuzz/fuzz-$name" >/dev/null
+case $builddir in /*) fuzzer=$builddir/tests/fuzz/fuzz-$name ;; *) fuzzer=$src/$builddir/tests/fuzz/fuzz-$name ;; esac
 
 # ---- run -----------------------------------------------------------------------
 
