@@ -317,6 +317,18 @@ static void span(double a, double b, double margin, uint32_t n, uint32_t *lo, ui
 		*hi = *lo + 1 <= n ? *lo + 1 : n, *lo = *hi - 1;
 }
 
+/* Cut r down to p's whole-pixel box, which it holds (decoded at full scale). */
+static void narrow(bi_region *r, const bi_params *p)
+{
+	uint32_t dx = (uint32_t)(p->x - r->x0), dy = (uint32_t)(p->y - r->y0);
+
+	r->px += (size_t)dy * r->stride + (size_t)dx * 3;
+	r->w = (uint32_t)p->w;
+	r->h = (uint32_t)p->h;
+	r->x0 = p->x;
+	r->y0 = p->y;
+}
+
 int bi_transform(bi_scratch *sc, const bi_spec *s, const void *img, size_t len, uint64_t seed,
 		 uint64_t epoch, uint64_t id, uint8_t *out, char *err, size_t errlen)
 {
@@ -347,6 +359,13 @@ int bi_transform(bi_scratch *sc, const bi_spec *s, const void *img, size_t len, 
 	if (s->crop == BI_CROP_CENTER) {
 		mx = 2.0 * (p.w / s->width > 1 ? p.w / s->width : 1) + 1;
 		my = 2.0 * (p.h / s->height > 1 ? p.h / s->height : 1) + 1;
+	} else if (kind == BI_KIND_JPEG) {
+		/*
+		 * A JPEG cut at the crop's edge upsamples its chroma there from
+		 * a cut neighbourhood: decode a little more, then resize the
+		 * crop alone (below), as torchvision crops the whole image.
+		 */
+		mx = my = 2;
 	}
 	want.out_w = s->width;
 	want.out_h = s->height;
@@ -361,6 +380,9 @@ int bi_transform(bi_scratch *sc, const bi_spec *s, const void *img, size_t len, 
 		r = bi__webp_decode(sc, b, len, &want, &rg, err, errlen);
 	if (r < 0)
 		return r;
+	/* A random-resized crop at full scale: the region is the crop, taps clipped to it. */
+	if (s->crop == BI_CROP_RANDOM_RESIZED && rg.scale == 1.0)
+		narrow(&rg, &p);
 	/* The box in region pixels. */
 	r = bi__resize(sc, &rg, (p.x - rg.x0) * rg.scale, (p.y - rg.y0) * rg.scale,
 		       (p.x + p.w - rg.x0) * rg.scale, (p.y + p.h - rg.y0) * rg.scale, s->width,

@@ -6,8 +6,9 @@
 #   tools/test/fuzz.sh NAME SECONDS [LIBFUZZER-FLAG...]
 #
 # NAME is pack, protocol, config, remote-map, s3xml or image
-# (tests/fuzz/fuzz-NAME.c). The target is built in its own directory (build-fuzz, or $BATCHD_FUZZ_BUILD) so the
-# ordinary gcc build is left alone, then run for SECONDS on a scratch copy
+# (tests/fuzz/fuzz-NAME.c). The target is built in its own directory
+# (build-fuzz, or $BATCHD_FUZZ_BUILD) so the ordinary gcc build is left
+# alone, then run for SECONDS on a scratch copy
 # of its seed corpus (tests/fuzz/corpus/NAME), so the inputs it finds do not
 # pile up in the repository. Extra arguments go to libFuzzer (e.g. -jobs=2).
 #
