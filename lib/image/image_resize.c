@@ -163,6 +163,35 @@ static void horizontal(const uint8_t *cols, uint32_t rows, const axis *ax, const
 }
 
 /*
+ * The horizontal pass straight from the region's rows (when the transposed
+ * copy would not fit the scratch: a large region): each output pixel's
+ * window summed in place. The same sums, in the same order.
+ */
+static void horizontal_rows(const bi_region *r, uint32_t y0, uint32_t y1, const axis *ax,
+			    const int32_t *bx, const int32_t *kx, uint8_t *tmp)
+{
+	for (uint32_t y = y0; y < y1; y++) {
+		const uint8_t *in = r->px + (size_t)y * r->stride;
+		uint8_t *o = tmp + (size_t)(y - y0) * ax->n * 3;
+
+		for (uint32_t i = 0; i < ax->n; i++, o += 3) {
+			const int32_t *k = kx + (size_t)i * ax->ksize;
+			const uint8_t *p = in + (size_t)bx[2 * i] * 3;
+			int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+
+			for (int32_t t = 0; t < bx[2 * i + 1]; t++) {
+				s0 += p[3 * t] * k[t];
+				s1 += p[3 * t + 1] * k[t];
+				s2 += p[3 * t + 2] * k[t];
+			}
+			o[0] = clip8(s0);
+			o[1] = clip8(s1);
+			o[2] = clip8(s2);
+		}
+	}
+}
+
+/*
  * The vertical pass from tmp (rows from y0) into out, in its layout,
  * mirrored when flip. A row at a time, tap by tap over the whole row into
  * acc (the row's 3·n sums): contiguous loops the compiler vectorizes; the
@@ -237,19 +266,26 @@ int bi__resize(bi_scratch *sc, const bi_region *r, double bx0, double by0, doubl
 	}
 	if (y1 <= y0)
 		y0 = y1 = 0;
-	/* tmp: the region's rows transposed, then the horizontal pass's rows after them. */
 	rows = y1 - y0;
-	e = bi__grow(sc, (void **)&sc->tmp, &sc->tmp_cap,
-		     ((size_t)r->w + ax.n) * (rows + 1) * 3);
-	if (e == 0)
-		e = bi__grow(sc, (void **)&sc->row, &sc->row_cap,
-			     (size_t)(rows > ax.n ? rows : ax.n) * 3 * sizeof(int32_t));
+	e = bi__grow(sc, (void **)&sc->row, &sc->row_cap,
+		     (size_t)(rows > ax.n ? rows : ax.n) * 3 * sizeof(int32_t));
 	if (e < 0)
 		return e;
-	transpose_in(r, y0, y1, sc->tmp);
-	horizontal(sc->tmp, rows, &ax, bx, kx, (int32_t *)sc->row,
-		   sc->tmp + (size_t)r->w * rows * 3);
-	vertical(&ax, &ay, by, ky, y0, sc->tmp + (size_t)r->w * rows * 3, flip, nhwc,
-		 (int32_t *)sc->row, out);
+	/* tmp: the region's rows transposed, then the horizontal pass's rows after them. */
+	e = bi__grow(sc, (void **)&sc->tmp, &sc->tmp_cap, ((size_t)r->w + ax.n) * (rows + 1) * 3);
+	if (e == 0) {
+		transpose_in(r, y0, y1, sc->tmp);
+		horizontal(sc->tmp, rows, &ax, bx, kx, (int32_t *)sc->row,
+			   sc->tmp + (size_t)r->w * rows * 3);
+		vertical(&ax, &ay, by, ky, y0, sc->tmp + (size_t)r->w * rows * 3, flip, nhwc,
+			 (int32_t *)sc->row, out);
+		return 0;
+	}
+	/* No room for the transposed copy (a large region): the rows as they are. */
+	e = bi__grow(sc, (void **)&sc->tmp, &sc->tmp_cap, (size_t)(rows + 1) * ax.n * 3);
+	if (e < 0)
+		return e;
+	horizontal_rows(r, y0, y1, &ax, bx, kx, sc->tmp);
+	vertical(&ax, &ay, by, ky, y0, sc->tmp, flip, nhwc, (int32_t *)sc->row, out);
 	return 0;
 }

@@ -6,6 +6,7 @@
  *   image-transform [-c center|random] [-s H[xW]] [-r RESIZE] [-f FLIP]
  *                   [-n] [-d on|off] [-S SEED] [-E EPOCH] [-I ID] FILE
  *
+ * -x BYTES: the scratch's cap (default 256 MiB; a decode thread has 48 MiB).
  * -n: NHWC (default NCHW). With -p it prints the box and flip chosen
  * instead ("x y w h flip"). With -t N it transforms every FILE given N
  * times, ids 0, 1, ..., and prints the mean microseconds an image (what
@@ -104,10 +105,11 @@ int main(int argc, char **argv)
 	uint64_t seed = 0, epoch = 0, id = 0;
 	bool params = false;
 	unsigned times = 0;
+	size_t scratch = (size_t)256 << 20;
 	char err[256];
 	int opt, r;
 
-	while ((opt = getopt(argc, argv, "c:s:r:f:nd:S:E:I:pm:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "c:s:r:f:nd:S:E:I:pm:t:x:")) != -1) {
 		switch (opt) {
 		case 'c':
 			s.crop = !strcmp(optarg, "center") ? BI_CROP_CENTER : BI_CROP_RANDOM_RESIZED;
@@ -126,6 +128,7 @@ int main(int argc, char **argv)
 		case 'p': params = true; break;
 		case 'm': s.max_pixels = strtoull(optarg, NULL, 0); break;
 		case 't': times = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'x': scratch = (size_t)strtoull(optarg, NULL, 0); break;
 		default: return 2;
 		}
 	}
@@ -137,7 +140,7 @@ int main(int argc, char **argv)
 	}
 	size_t len = 0;
 	uint8_t *img = slurp(argv[optind], &len), *out = malloc(bi_out_bytes(&s));
-	bi_scratch *sc = bi_scratch_new((size_t)256 << 20);
+	bi_scratch *sc = bi_scratch_new(scratch);
 
 	if (!img || !out || !sc) {
 		fprintf(stderr, "image-transform: %s: %s\n", argv[optind], strerror(errno));

@@ -135,6 +135,15 @@ class Kinds(unittest.TestCase):
             self.assertLessEqual(diff.mean(), 3.0, f"sample {i} at a DCT scale")
         self.assertTrue(4 <= flips <= 20, f"{flips} of 24 flipped at p = 0.5")
 
+    def test_a_large_image_fits_a_decode_threads_scratch(self):
+        # 4000 x 3000 (36 MB of pixels) centre-cropped whole within the 48 MiB
+        # a decode thread has: the resize then works on the rows as they are.
+        path = os.path.join(self.dir, "large.png")
+        on_photo_like(ICONS[0]).resize((4000, 3000), Image.BILINEAR).save(path, compress_level=1)
+        want = pil_center(Image.open(path).convert("RGB"), (32, 32), 32).astype(int)
+        got = tensor(path, (32, 32), "-c", "center", "-r", "32", "-x", str(48 << 20))
+        self.assertEqual(np.abs(got - want).max(), 0)
+
     def test_layouts_are_transposes(self):
         path = next(iter(self.files))
         nchw = tensor(path, (96, 128), "-c", "center", "-r", "128")
