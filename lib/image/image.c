@@ -29,6 +29,13 @@ int bi__fail(int r, char *err, size_t errlen, const char *fmt, ...)
 	return r;
 }
 
+int bi__fail_region(int r, char *err, size_t errlen, const char *kind, uint32_t w, uint32_t h)
+{
+	return bi__fail(r, err, errlen, "%s: a %ux%u region %s", kind, w, h,
+			r == -E2BIG ? "needs more scratch than a decode thread has: shrink it when "
+			"packing" : "is out of memory");
+}
+
 /* ---- specs ---------------------------------------------------------------------------- */
 
 static bool within(float v, float lo, float hi)

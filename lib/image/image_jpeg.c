@@ -162,9 +162,7 @@ int bi__jpeg_decode(bi_scratch *sc, const uint8_t *b, size_t n, const bi_want *w
 	if (r == 0 && cmyk)
 		r = bi__grow(sc, (void **)&sc->row, &sc->row_cap, (size_t)cw * 4);
 	if (r < 0) {
-		r = bi__fail(r, err, el, "JPEG: a %ux%u region %s", cw, y1 - y0,
-			     r == -E2BIG ? "needs more scratch than a decode thread has: shrink it "
-				"when packing" : "is out of memory");
+		r = bi__fail_region(r, err, el, "JPEG", cw, y1 - y0);
 		goto out;
 	}
 	if (y0 > 0 && jpeg_skip_scanlines(&ci, y0) != y0) {

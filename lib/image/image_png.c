@@ -96,9 +96,7 @@ int bi__png_decode(bi_scratch *sc, const uint8_t *b, size_t n, const bi_want *wa
 		r = bi__grow(sc, (void **)&sc->pix, &sc->pix_cap, (size_t)cw * 3 * rows);
 	if (r < 0) {
 		spng_ctx_free(c);
-		return bi__fail(r, err, el, "PNG: %ux%u %s", ihdr.width, ihdr.height,
-				r == -E2BIG ? "needs more scratch than a decode thread has: shrink it "
-				"when packing" : "is out of memory");
+		return bi__fail_region(r, err, el, "PNG", ihdr.width, ihdr.height);
 	}
 	if (ihdr.interlace_method) {
 		e = spng_decode_image(c, sc->row, whole, SPNG_FMT_RGBA8, 0);

@@ -26,6 +26,12 @@ struct bi_scratch {
 /* Grow *buf (holding *cap bytes) to at least n, within sc->max. @return 0; -E2BIG; -ENOMEM. */
 int bi__grow(bi_scratch *sc, void **buf, size_t *cap, size_t n);
 
+/*
+ * A decoder's buffer for a w x h region could not grow (r from bi__grow):
+ * err says which kind and why, -E2BIG naming what to change. @return r.
+ */
+int bi__fail_region(int r, char *err, size_t errlen, const char *kind, uint32_t w, uint32_t h);
+
 /* err = the formatted reason; @return r. */
 int bi__fail(int r, char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

@@ -83,9 +83,7 @@ int bi__webp_decode(bi_scratch *sc, const uint8_t *b, size_t n, const bi_want *w
 		return r;
 	r = bi__grow(sc, (void **)&sc->pix, &sc->pix_cap, size);
 	if (r < 0)
-		return bi__fail(r, err, el, "WebP: a %ux%u region %s", cw, ch,
-				r == -E2BIG ? "needs more scratch than a decode thread has: shrink it "
-				"when packing" : "is out of memory");
+		return bi__fail_region(r, err, el, "WebP", cw, ch);
 	cfg.options.use_cropping = 1;
 	cfg.options.crop_left = (int)x0;
 	cfg.options.crop_top = (int)y0;

@@ -13,6 +13,7 @@ fails its batch naming the sample, and so does an image stored in frames;
 a decode of a field that is not bytes, or a spec out of range, is refused
 at open.
 """
+import errno
 import glob
 import os
 import subprocess
@@ -172,25 +173,32 @@ class Images(T.DaemonCase):
         self.assertEqual(r.returncode, 2)
         self.assertIn("kind 'gif' is not jpeg, png, webp or image", r.stderr)
 
-    def test_a_corrupt_image_fails_its_batch_naming_the_sample(self):
-        ld = self.loader("bad.bpk", 4, fields=["data", "label"], shuffle="none",
+    def lost_batch(self, dataset, errno_want):
+        """The BatchError of the first batch of dataset (unshuffled, 4 a
+        batch, decoded at 32): its errno and index checked; @return its text."""
+        ld = self.loader(dataset, 4, fields=["data", "label"], shuffle="none",
                          decode={"data": batchclient.Image(32)})
+        served = []
         with self.assertRaises(batchclient.BatchError) as cm:
             for b in ld:
                 b.torch("data")
-        self.assertIn("sample 5", str(cm.exception))
-        self.assertIn("JPEG", str(cm.exception))
+                served.append(list(b.ids))
         ld.close()
+        e = cm.exception
+        self.assertEqual(e.errno, errno_want, str(e))
+        # The batches before the lost one came whole, in order.
+        self.assertEqual(served, [list(range(4 * k, 4 * k + 4)) for k in range(e.batch)])
+        return str(e)
+
+    def test_a_corrupt_image_fails_its_batch_naming_the_sample(self):
+        why = self.lost_batch("bad.bpk", errno.EBADMSG)
+        self.assertIn("sample 5", why)
+        self.assertIn("JPEG", why)
 
     def test_a_framed_image_fails_its_batch_saying_how_to_repack(self):
-        ld = self.loader("framed.bpk", 4, fields=["data", "label"], shuffle="none",
-                         decode={"data": batchclient.Image(32)})
-        with self.assertRaises(batchclient.BatchError) as cm:
-            for b in ld:
-                b.torch("data")
-        self.assertIn("sample 0", str(cm.exception))
-        self.assertIn("--frame-size", str(cm.exception))
-        ld.close()
+        why = self.lost_batch("framed.bpk", errno.EFBIG)
+        self.assertIn("sample 0", why)
+        self.assertIn("--frame-size", why)
 
     def test_bad_specs_are_refused_at_open(self):
         with self.assertRaises(batchclient.BatchdError) as cm:
