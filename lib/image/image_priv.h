@@ -82,5 +82,7 @@ int bi__resize(bi_scratch *sc, const bi_region *r, double bx0, double by0, doubl
 
 /* Bytes of the resize's scratch for a region of region_h rows to out_w x out_h. */
 size_t bi__resize_need(uint32_t region_w, uint32_t region_h, uint32_t out_w, uint32_t out_h);
+/* For tests: whether the SIMD passes run (when the CPU has them). @return whether they now do. */
+bool bi__resize_simd(bool on);
 
 #endif

@@ -9,12 +9,14 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <check.h>
 
 #include "image.h"
+#include "image_priv.h"
 
 static bi_spec spec(uint8_t crop)
 {
@@ -163,6 +165,64 @@ START_TEST(test_refused_before_scratch)
 }
 END_TEST
 
+/*
+ * The SIMD passes (image_resize.c, where the CPU has them) give the C
+ * passes' bytes: regions from 1 pixel wide (the SIMD horizontal pass
+ * reads past a row's end, so narrow regions and a region's last row take
+ * the C one), shrinks and enlargements, boxes inside and at the edges,
+ * both layouts, mirrored or not. Each region sits at the end of its own
+ * allocation so that a read past it is ASan's to see.
+ */
+START_TEST(test_simd_passes_are_the_c_ones)
+{
+	static const uint32_t sizes[][4] = {
+		/* region w, h, out w, h */
+		{ 1, 1, 1, 1 },     { 1, 9, 3, 4 },       { 2, 2, 5, 5 },     { 3, 7, 2, 2 },
+		{ 4, 4, 4, 4 },     { 5, 3, 9, 2 },       { 17, 13, 7, 11 },  { 64, 48, 224, 224 },
+		{ 333, 250, 224, 224 }, { 301, 487, 37, 100 }, { 900, 40, 13, 13 }, { 640, 480, 640, 480 },
+	};
+	bi_scratch *sc = bi_scratch_new((size_t)64 << 20);
+	uint64_t rnd = 0x9E3779B97F4A7C15u;
+	bool simd = bi__resize_simd(true);
+
+	ck_assert_ptr_nonnull(sc);
+	if (!simd)
+		fprintf(stderr, "test-image: this CPU has no AVX2: the C passes against themselves\n");
+	for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
+		uint32_t w = sizes[c][0], h = sizes[c][1], ow = sizes[c][2], oh = sizes[c][3];
+		size_t bytes = (size_t)w * h * 3, out_bytes = (size_t)ow * oh * 3;
+		uint8_t *px = malloc(bytes), *a = malloc(out_bytes), *b = malloc(out_bytes);
+
+		ck_assert(px && a && b);
+		for (size_t i = 0; i < bytes; i++) {
+			rnd = rnd * 6364136223846793005u + 1442695040888963407u;
+			px[i] = (uint8_t)(rnd >> 56);
+		}
+		bi_region r = { .px = px, .w = w, .h = h, .stride = (size_t)w * 3, .scale = 1.0 };
+		/* The whole region, and a box off its corner. */
+		const double boxes[][4] = { { 0, 0, w, h }, { w / 3.0, h / 5.0, w * 0.9, h } };
+
+		for (int k = 0; k < 2; k++)
+			for (int mode = 0; mode < 4; mode++) {
+				bool flip = mode & 1, nhwc = mode & 2;
+
+				bi__resize_simd(false);
+				ck_assert_int_eq(bi__resize(sc, &r, boxes[k][0], boxes[k][1], boxes[k][2],
+							    boxes[k][3], ow, oh, flip, nhwc, a), 0);
+				bi__resize_simd(true);
+				ck_assert_int_eq(bi__resize(sc, &r, boxes[k][0], boxes[k][1], boxes[k][2],
+							    boxes[k][3], ow, oh, flip, nhwc, b), 0);
+				ck_assert_msg(!memcmp(a, b, out_bytes), "%ux%u to %ux%u, box %d, mode %d",
+					      w, h, ow, oh, k, mode);
+			}
+		free(px);
+		free(a);
+		free(b);
+	}
+	bi_scratch_free(sc);
+}
+END_TEST
+
 static Suite *image_suite(void)
 {
 	Suite *s = suite_create("image");
@@ -179,6 +239,9 @@ static Suite *image_suite(void)
 	suite_add_tcase(s, tc);
 	tc = tcase_create("scratch");
 	tcase_add_test(tc, test_refused_before_scratch);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("resize");
+	tcase_add_test(tc, test_simd_passes_are_the_c_ones);
 	suite_add_tcase(s, tc);
 	return s;
 }
