@@ -46,7 +46,8 @@ int gpucheck_wait(gpucheck *g, bc_batch *b, char *err, size_t errlen);
 
 /*
  * After gpucheck_wait: copy b's device payload back to the host on the
- * stream, wait for it, and compare it byte for byte with bc_batch_data(b).
+ * stream, wait for it, and compare it byte for byte with the staged
+ * payload from bc_batch_data(b) on (every selected field's bytes).
  * @return 0 when identical; 1 when not (a length mismatch, no device
  * payload, or different bytes: err names the first differing offset);
  * -ENOMEM, -EIO for a CUDA error, with err saying why.
