@@ -126,12 +126,13 @@ static int stream_schema(bc_stream *s)
 					    fault.what ? fault.what : strerror(-r), fault.offset);
 	}
 	if (mask == 0 || (s->schema.count < 64 && mask >> s->schema.count) ||
-	    (h->flags & ~BP_RING_KEYS) || (size == 0 && h->flags))
+	    (h->flags & ~(BP_RING_KEYS | BP_RING_SKIPS)) || (size == 0 && h->flags))
 		return bc__bad_ring(s, "the ring header's selection (fields %#" PRIx64 ", flags %#x) "
 				    "does not fit the schema's %u fields", mask, h->flags,
 				    s->schema.count);
 	s->fields = mask;
 	s->keys = (h->flags & BP_RING_KEYS) != 0;
+	s->skips = (h->flags & BP_RING_SKIPS) != 0;
 	s->info = calloc(s->schema.count, sizeof(*s->info));
 	if (!s->info)
 		return -ENOMEM;
@@ -322,6 +323,7 @@ static bp_open_decode decode_msg(const bc_decode *d)
 		.ratio_min = d->ratio_min || d->ratio_max ? d->ratio_min : 3.0f / 4.0f,
 		.ratio_max = d->ratio_min || d->ratio_max ? d->ratio_max : 4.0f / 3.0f,
 		.flip = d->flip,
+		.on_error = d->skip_bad ? BP_ON_ERROR_SKIP : BP_ON_ERROR_FAIL,
 		.field = d->field,
 		.field_len = (uint32_t)strnlen(d->field, 65),
 	};

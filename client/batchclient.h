@@ -86,6 +86,13 @@ typedef struct bc_decode {
 	float ratio_min, ratio_max; /* 0, 0: 3/4, 4/3 */
 	float flip;             /* horizontal flip probability */
 	bool nhwc;              /* [H, W, 3] a sample; false: [3, H, W] */
+	/*
+	 * A bad image (corrupt, truncated, too large, not an image) is left
+	 * out of its batch, which comes with the others (bc_batch_count
+	 * fewer, bc_batch_skipped naming it); false: it fails its batch,
+	 * naming the sample (on_error "fail", the default).
+	 */
+	bool skip_bad;
 } bc_decode;
 
 typedef struct bc_stream_opts {
@@ -132,7 +139,8 @@ typedef struct bc_stream_opts {
 	 * (bc_batch_field: 3·height·width bytes a sample), made with
 	 * torchvision's RandomResizedCrop + flip or Resize + CenterCrop,
 	 * every random choice a function of (seed, epoch, sample id). A bad
-	 * image fails its batch, naming the sample.
+	 * image fails its batch, naming the sample, or with decode.skip_bad
+	 * is left out of it.
 	 */
 	bc_decode decode;
 } bc_stream_opts;
@@ -260,6 +268,12 @@ BC_API int bc_release(bc_batch *b);
 BC_API uint64_t bc_batch_epoch(const bc_batch *b);
 BC_API uint64_t bc_batch_index(const bc_batch *b);   /* within the epoch, for this rank */
 BC_API uint32_t bc_batch_count(const bc_batch *b);   /* samples */
+/*
+ * The samples left out of b: bad images of a stream opened with
+ * decode.skip_bad, in batch order. @return how many (0 for other streams
+ * and a NULL b); *ret_ids (when not NULL) their ids, valid until release.
+ */
+BC_API uint32_t bc_batch_skipped(const bc_batch *b, const uint64_t **ret_ids);
 /* Sample i's id; UINT64_MAX when i >= count or b is NULL. */
 BC_API uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i);
 /*

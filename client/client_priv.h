@@ -42,6 +42,8 @@ struct bc_batch {
 	const bp_ring_span *regions; /* fields (ring.h): region entries, NULL for a plain record */
 	const bp_ring_span *values;  /* ... and the value tables after them */
 	const uint8_t *payload;
+	const uint64_t *skipped; /* the ids left out (ring.h, BP_RING_SKIPS), nskipped of them */
+	uint32_t nskipped;
 	void *dev;               /* GPU streams: the payload in device memory, else NULL */
 	void *stream;            /* CUstream last given to bc_batch_wait_stream; NULL: legacy default */
 	bool held;
@@ -91,6 +93,7 @@ struct bc_stream {
 	bc_field_info *info;     /* schema.count, for bc_stream_schema */
 	uint64_t fields;         /* selected: bit i = schema field i */
 	bool keys;               /* records carry the keys */
+	bool skips;              /* records list the samples left out (BP_RING_SKIPS) */
 	bc_layout lay;
 	char err[BP_RING_REASON_MAX + 1];
 };

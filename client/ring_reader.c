@@ -91,6 +91,21 @@ static int batch_bind(bc_stream *s, bc_batch *b, const bp_ring_desc *d, uint64_t
 					 sizeof(bp_ring_sample));
 	if (s->lay.regions && !regions_ok(s, regions, d))
 		return -EBADMSG;
+	b->skipped = NULL;
+	b->nskipped = 0;
+	if (s->skips) {
+		/* After the tables: a count k and k ids, all before the payload. */
+		const uint64_t *list = (const uint64_t *)(s->data + d->record + head);
+		uint64_t k, room = d->payload > d->record + head ? d->payload - d->record - head : 0;
+
+		if (room < sizeof(uint64_t))
+			return -EBADMSG;
+		k = __atomic_load_n(&list[0], __ATOMIC_RELAXED);
+		if (k > s->r.batch_size - d->count || (k + 1) * sizeof(uint64_t) > room)
+			return -EBADMSG;
+		b->skipped = list + 1;
+		b->nskipped = (uint32_t)k;
+	}
 	if ((r = bc__gpu_bind(s, d, seq, &dev)) < 0)
 		return r;
 	b->s = s;
@@ -532,6 +547,13 @@ void *bc_batch_device_data(const bc_batch *b, size_t *ret_len)
 uint64_t bc_batch_epoch(const bc_batch *b) { return b ? b->d.epoch : 0; }
 uint64_t bc_batch_index(const bc_batch *b) { return b ? b->d.batch : 0; }
 uint32_t bc_batch_count(const bc_batch *b) { return b ? b->d.count : 0; }
+
+uint32_t bc_batch_skipped(const bc_batch *b, const uint64_t **ret_ids)
+{
+	if (ret_ids)
+		*ret_ids = b ? b->skipped : NULL;
+	return b ? b->nskipped : 0;
+}
 
 uint64_t bc_batch_sample_id(const bc_batch *b, uint32_t i)
 {

@@ -66,6 +66,7 @@ void bd_config_init(bd_config *c)
 		.remote_timeout = BD_CONFIG_DEFAULT_TIMEOUT,
 		.remote_min_rate = BD_CONFIG_DEFAULT_MIN_RATE,
 		.cache_max_size = BD_CONFIG_DEFAULT_CACHE_MAX,
+		.image_max_pixels = BD_CONFIG_DEFAULT_IMAGE_PIXELS,
 		.cache_chunk = BD_CONFIG_DEFAULT_CHUNK,
 	};
 }
@@ -246,6 +247,7 @@ enum key_id {
 	KEY_CACHE_DIR,
 	KEY_CACHE_MAX_SIZE,
 	KEY_CACHE_CHUNK,
+	KEY_IMAGE_MAX_PIXELS,
 };
 
 static const struct key {
@@ -270,6 +272,7 @@ static const struct key {
 	{ "io", "threads", KEY_IO_THREADS, 1, BD_CONFIG_MAX_IO_THR },
 	{ "decode", "threads", KEY_DECODE_THREADS, 0, BD_CONFIG_MAX_DECODE_THR },
 	{ "decode", "autotune", KEY_DECODE_AUTOTUNE, 0, 0 },
+	{ "images", "max_pixels", KEY_IMAGE_MAX_PIXELS, 0, 0 },
 	{ "session", "prefetch", KEY_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
 	{ "session", "max_prefetch", KEY_MAX_PREFETCH, 1, BD_CONFIG_MAX_PREFETCH },
 	{ "session", "lease_timeout", KEY_LEASE_TIMEOUT, 0, 604800 },
@@ -485,6 +488,9 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 					     &next->cache_max_size, what, wlen);
 	case KEY_CACHE_CHUNK:
 		return bd__config_parse_chunk(v, &next->cache_chunk, what, wlen);
+	case KEY_IMAGE_MAX_PIXELS:
+		return bd__config_parse_size(v, BD_CONFIG_MIN_IMAGE_PIXELS, BD_CONFIG_MAX_IMAGE_PIXELS,
+					     &next->image_max_pixels, what, wlen);
 	case KEY_REMOTE_MIN_RATE:
 		return bd__config_parse_size(v, 0, BD_CONFIG_MAX_MIN_RATE, &next->remote_min_rate,
 					     what, wlen);

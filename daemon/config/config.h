@@ -102,6 +102,9 @@ typedef enum bd_config_tier {
 #define BD_CONFIG_DEFAULT_CHUNK     (UINT64_C(4) << 20)
 #define BD_CONFIG_MIN_CHUNK         (UINT64_C(64) << 10)
 #define BD_CONFIG_MAX_CHUNK         (UINT64_C(64) << 20)
+#define BD_CONFIG_DEFAULT_IMAGE_PIXELS (UINT64_C(64) << 20) /* lib/image's BI_MAX_PIXELS */
+#define BD_CONFIG_MIN_IMAGE_PIXELS  (UINT64_C(1) << 16)
+#define BD_CONFIG_MAX_IMAGE_PIXELS  (UINT64_C(1) << 30)
 
 typedef struct bd_config {
 	char *file;              /* the configuration file read (-c, or the default file); NULL = none */
@@ -159,6 +162,7 @@ typedef struct bd_config {
 	char *cache_dir;         /* [cache] dir (absolute); NULL = $CACHE_DIRECTORY, /var/cache/batchd as root, else $XDG_CACHE_HOME/batchd or ~/.cache/batchd */
 	uint64_t cache_max_size; /* [cache] max_size: disk the remote cache may hold, at least 64M, default 10G */
 	uint64_t cache_chunk;    /* [cache] chunk: bytes fetched and cached at once, 64K..64M, a multiple of 4K, default 4M */
+	uint64_t image_max_pixels; /* [images] max_pixels: a larger image is refused unread (a bomb), 64K..1G, default 64M (BI_MAX_PIXELS) */
 } bd_config;
 
 /*

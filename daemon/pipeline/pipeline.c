@@ -295,17 +295,20 @@ uint64_t bd_pipeline_image_scratch(const bd_pipeline *p)
 	return p ? (uint64_t)p->ndec * BD_IMAGE_SCRATCH : 0;
 }
 
-void bd_job_set_image(bd_job *job, const bi_spec *spec, uint64_t seed)
+void bd_job_set_image(bd_job *job, const bi_spec *spec, uint64_t seed, bool skip, uint64_t *bad)
 {
 	job->image = spec;
 	job->image_seed = seed;
+	job->image_skip = skip;
+	job->image_bad = bad;
 }
 
 void bd_job_add_image(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, uint64_t id,
-		      uint64_t epoch)
+		      uint64_t epoch, uint32_t index)
 {
 	job->pieces[job->npieces++] = (bd_piece){ .src = src, .size = size, .dst = dst,
-						  .image = true, .id = id, .epoch = epoch };
+						  .image = true, .index = index, .id = id,
+						  .epoch = epoch };
 	job->tasks[job->ntasks - 1].npieces++;
 }
 
@@ -314,7 +317,7 @@ void bd_job_free(bd_job *job)
 	free(job);
 }
 
-void bd__job_fail(bd_job *job, int err, const char *fmt, ...)
+bool bd__job_fail(bd_job *job, int err, const char *fmt, ...)
 {
 	int32_t zero = 0;
 	va_list ap;
@@ -322,18 +325,24 @@ void bd__job_fail(bd_job *job, int err, const char *fmt, ...)
 	/* The first failure names the batch's reason; later ones are dropped. */
 	if (!__atomic_compare_exchange_n(&job->status, &zero, err, false, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
-		return;
+		return false;
 	va_start(ap, fmt);
 	vsnprintf(job->reason, sizeof(job->reason), fmt, ap);
 	va_end(ap);
+	return true;
 }
 
-/* Make piece pc's image (a task of t's job) with *img; a bad one fails the job, naming it. */
+/*
+ * Make piece pc's image (a task of t's job) with *img. A bad one is left
+ * out or fails the job, its index in the record's image outcome either
+ * way (bd_job_set_image); the daemon running out of memory fails the job.
+ */
 static void make_image(const bd_task *t, const bd_piece *pc, const uint8_t *raw,
 		       bi_scratch **img)
 {
 	bd_job *job = t->job;
-	char why[BP_RING_REASON_MAX - 96];
+	char why[BP_RING_REASON_MAX / 2];
+	uint64_t k;
 	int r;
 
 	if (!*img && !(*img = bi_scratch_new(BD_IMAGE_SCRATCH))) {
@@ -342,8 +351,23 @@ static void make_image(const bd_task *t, const bd_piece *pc, const uint8_t *raw,
 	}
 	r = bi_transform(*img, job->image, raw + pc->src, pc->size, job->image_seed, pc->epoch,
 			 pc->id, pc->dst, why, sizeof(why));
-	if (r < 0)
+	if (r >= 0)
+		return;
+	if (r == -ENOMEM) {
 		bd__job_fail(job, r, "dataset %s: sample %" PRIu64 ": %s", t->dset->name, pc->id, why);
+		return;
+	}
+	if (job->image_skip) {
+		k = __atomic_fetch_add(&job->image_bad[0], 1, __ATOMIC_RELAXED);
+		job->image_bad[1 + k] = pc->index;
+		if (k == 0)
+			snprintf(job->skip_why, sizeof(job->skip_why), "%s", why);
+		return;
+	}
+	if (bd__job_fail(job, r, "%s", why)) {
+		job->image_bad[1] = pc->index;
+		job->image_bad[0] = 1;
+	}
 }
 
 void bd__copy_pieces(const bd_task *t, const uint8_t *raw, bi_scratch **img)
@@ -418,7 +442,8 @@ static void on_async(uv_async_t *a)
 	while (rev) {
 		bd_job *next = rev->next;
 
-		rev->event(rev->owner, rev->seq, BD_JOB_DECODED, rev->status, rev->reason);
+		rev->event(rev->owner, rev->seq, BD_JOB_DECODED, rev->status,
+			   rev->status ? rev->reason : rev->skip_why);
 		bd_job_free(rev);
 		rev = next;
 	}

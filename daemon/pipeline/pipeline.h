@@ -88,17 +88,25 @@ void bd_job_add_piece(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst);
 /*
  * The job's images (bd_job_add_image) are made with spec, their random
  * choices keyed by seed (lib/image); spec must outlive the job.
+ *
+ * bad (the batch record's image outcome, fields.h: bad[0] a count, then
+ * batch indices) says which images were bad. With skip, each bad image
+ * is left as it is, its index added to bad (in any order) and the job
+ * goes on; the first one's reason is the DECODED event's (with status
+ * 0). Without, the job fails with the image's reason alone (what lib/image
+ * said, no sample named) and bad holds that image's index: the owner
+ * names the sample. bad must outlive the job; the owner zeroes bad[0].
  */
-void bd_job_set_image(bd_job *job, const bi_spec *spec, uint64_t seed);
+void bd_job_set_image(bd_job *job, const bi_spec *spec, uint64_t seed, bool skip, uint64_t *bad);
 
 /*
  * Raw bytes [src, src + size) of the last block added are sample id's
- * encoded image, decoded, transformed (bd_job_set_image's spec, for
- * epoch) and written as a bi_out_bytes tensor to dst. A bad image fails
- * the job, naming the sample.
+ * encoded image, index `index` of the batch, decoded, transformed
+ * (bd_job_set_image's spec, for epoch) and written as a bi_out_bytes
+ * tensor to dst.
  */
 void bd_job_add_image(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, uint64_t id,
-		      uint64_t epoch);
+		      uint64_t epoch, uint32_t index);
 
 /* Free a job that was never submitted. NULL is fine. */
 void bd_job_free(bd_job *job);

@@ -38,6 +38,7 @@ typedef struct bd_piece {
 	uint8_t *dst;
 	/* An image (bd_job_add_image): the sample and epoch its choices are keyed by. */
 	bool image;
+	uint32_t index;             /* its place in the batch */
 	uint64_t id, epoch;
 } bd_piece;
 
@@ -84,6 +85,9 @@ struct bd_job {
 	char reason[BP_RING_REASON_MAX];
 	const bi_spec *image;       /* its image pieces' spec (bd_job_set_image), or NULL */
 	uint64_t image_seed;
+	bool image_skip;            /* a bad image is left out, not the batch failed */
+	uint64_t *image_bad;        /* the record's image outcome (bd_job_set_image) */
+	char skip_why[BP_RING_REASON_MAX / 2]; /* the first left-out image's reason */
 	struct bd_job *next;
 };
 
@@ -310,7 +314,7 @@ static inline void bd__stat_add(uint64_t *c, uint64_t v)
 }
 
 /* Record the job's failure; the first one names the batch's reason. Any thread. */
-void bd__job_fail(bd_job *job, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+bool bd__job_fail(bd_job *job, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Does the piece list cover a block of raw_size bytes exactly, in order, into contiguous bytes? */
 bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);

@@ -120,6 +120,7 @@ typedef struct bd_ratelog {
 typedef struct bd_totals {
 	/* Sessions that ended, so totals do not drop when they go. */
 	uint64_t sessions, batches, bytes, failed;
+	uint64_t skipped;        /* bad images left out of their batches (on_error=skip) */
 	bd_hist wait;            /* client-reported bc_next time */
 	uint64_t refused[BD_REFUSED_KINDS];
 	uint64_t protocol_violations;   /* connections cut for breaking the protocol */

@@ -124,12 +124,7 @@ static int parse_decode(const bp_dataset *ds, const bp_msg_open *m, const char *
 			 ? "not among the fields selected: select it" : "not a bytes field");
 		return f < 0 ? -ENOENT : -EINVAL;
 	}
-	if (d->on_error == BP_ON_ERROR_SKIP) {
-		snprintf(err, errlen, "dataset %s: decode %s: on_error=skip is not supported by this "
-			 "daemon: a bad image fails its batch, naming the sample (on_error=fail)",
-			 shown, name);
-		return -EOPNOTSUPP;
-	}
+	sel->image_skip = d->on_error == BP_ON_ERROR_SKIP;
 	sel->image = (bi_spec){ .crop = d->crop, .height = d->height, .width = d->width,
 				.resize = d->resize, .scale_min = d->scale_min,
 				.scale_max = d->scale_max, .ratio_min = d->ratio_min,
@@ -178,7 +173,7 @@ int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection 
 	return 0;
 }
 
-uint64_t bd_selection_head(const bd_selection *sel, uint32_t n)
+uint64_t bd_selection_tables(const bd_selection *sel, uint32_t n)
 {
 	uint64_t b = (uint64_t)n * sizeof(bp_ring_sample);
 
@@ -188,6 +183,15 @@ uint64_t bd_selection_head(const bd_selection *sel, uint32_t n)
 		b += (uint64_t)sel->regions * sizeof(bp_ring_span) +
 		     (uint64_t)tables * n * sizeof(bp_ring_span);
 	}
+	return b;
+}
+
+uint64_t bd_selection_head(const bd_selection *sel, uint32_t n)
+{
+	uint64_t b = bd_selection_tables(sel, n);
+
+	if (sel->image_slot >= 0)
+		b += sizeof(uint64_t) * (1 + (uint64_t)n);
 	return BD_ALIGN_UP(b, BP_RING_PAYLOAD_ALIGN);
 }
 

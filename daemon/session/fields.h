@@ -50,6 +50,7 @@ typedef struct bd_selection {
 	int32_t image_slot;
 	uint64_t image_size;
 	bi_spec image;
+	bool image_skip;              /* on_error skip: a bad image is left out of its batch */
 } bd_selection;
 
 /* Is value slot v of sel decoded into an image? */
@@ -63,8 +64,7 @@ static inline bool bd_selection_is_image(const bd_selection *sel, uint32_t v)
  * m->keys and m->decode. @return 0; -ENOENT for a name ds has not (err
  * lists the fields it has); -EINVAL for a name given twice, or a decode
  * of a field that is not a selected bytes field, or of a spec lib/image
- * refuses; -ENODATA for keys of a dataset that stores none; -EOPNOTSUPP
- * for on_error skip (a framed image fails its batch: session_plan.c).
+ * refuses; -ENODATA for keys of a dataset that stores none.
  */
 int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection *ret,
 		       char *err, size_t errlen);
@@ -75,10 +75,15 @@ static inline bool bd_selection_plain(const bd_selection *sel)
 	return sel->regions == 0;
 }
 
+/* Bytes of a record's tables for n samples: the sample table, the region entries, the value tables. */
+uint64_t bd_selection_tables(const bd_selection *sel, uint32_t n);
+
 /*
- * Bytes of a record's tables for n samples: the sample table, the region
- * entries and the value tables, rounded up to BP_RING_PAYLOAD_ALIGN: where
- * the payload starts.
+ * Bytes of a record's head for n samples: its tables, then for an image
+ * session its image outcome (ring.h: a u64 count and n u64 slots, where
+ * the decode threads note bad images, and the published record lists the
+ * ids left out), rounded up to BP_RING_PAYLOAD_ALIGN: where the payload
+ * starts.
  */
 uint64_t bd_selection_head(const bd_selection *sel, uint32_t n);
 

@@ -283,7 +283,7 @@ static void write_header(bd_session *s)
 		.schema_offset = s->schema_off,
 		.schema_size = s->schema_size,
 		.fields = s->sel.mask,
-		.flags = s->sel.keys ? BP_RING_KEYS : 0,
+		.flags = (s->sel.keys ? BP_RING_KEYS : 0) | (s->sel.image_skip ? BP_RING_SKIPS : 0),
 	};
 	bp_schema_encode(s->sel.schema, s->data + s->schema_off);
 }
@@ -350,6 +350,7 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	/* Whose limit its memory counts against, from the charge (s->memory) on. */
 	s->uid = q ? q->uid : BD_LINGER_NO_UID;
 	r = bd_selection_parse(d->ds, m, &s->sel, err, errlen);
+	s->sel.image.max_pixels = env->image_max_pixels;
 	/* Taken now, for bd__session_measure() to charge; handed back should the session fail. */
 	if (r == 0 && s->sel.keys && keys && *keys) {
 		s->keys.table = *keys;
@@ -557,6 +558,7 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.published = s->published,
 		.released = s->reclaimed,
 		.failed = s->failed,
+		.skipped = s->skipped,
 		.bytes = s->bytes,
 		.delivered = s->delivered,
 		.delivered_bytes = s->delivered_bytes,

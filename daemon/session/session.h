@@ -62,6 +62,7 @@ typedef struct bd_session_env {
 	unsigned default_prefetch;
 	unsigned max_prefetch;
 	unsigned read_depth;        /* reads the engines keep in flight: queue_depth x io_threads */
+	uint64_t image_max_pixels;  /* [images] max_pixels: an image session's bi_spec.max_pixels */
 	bd_gpu *gpu;                /* NULL when CUDA is unusable: host sessions only */
 	const bd_cuda_state *cuda;  /* the devices, when gpu is set */
 	/*
@@ -179,6 +180,7 @@ bool bd_session_keys(const bd_session *s);
 
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;
+	uint64_t skipped;           /* bad images left out of its batches (on_error=skip) */
 	uint64_t memory_heap;       /* of memory: the daemon heap; the rest is the two memfds */
 	/*
 	 * Its dataset version's bytes in memory (dataset.h): shared with the

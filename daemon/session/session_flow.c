@@ -101,7 +101,7 @@ void bd__session_publish(bd_session *s)
 			.epoch = sl->epoch,
 			.batch = sl->batch,
 			.record = s->arena_off + sl->rec_off,
-			.payload = s->arena_off + sl->rec_off + table_bytes(s, sl->count),
+			.payload = s->arena_off + sl->rec_off + sl->head,
 			.count = sl->count,
 			.status = sl->status,
 			.device = s->gpu ? (seq % s->slots) * s->slot_bytes : 0,
@@ -221,7 +221,9 @@ static void decoded(bd_session *s, slot *sl, int status, const char *reason)
 		bd__session_maybe_end(s);
 		return;
 	}
-	if (status < 0)
+	if (s->sel.image_slot >= 0)
+		bd__session_image_outcome(s, sl, status, reason);
+	else if (status < 0)
 		fail_slot(s, sl, status, reason);
 	bd__session_record_final(s, sl);
 	progress(s);
@@ -308,7 +310,7 @@ static void queue_copies(bd_session *s)
 			int r;
 
 			/* Published once issued (ENQUEUED), reclaimable once done (COPIED). */
-			r = bd_gpu_copy(s->gpu, seq, record(s, sl) + table_bytes(s, sl->count),
+			r = bd_gpu_copy(s->gpu, seq, record(s, sl) + sl->head,
 					sl->payload);
 			if (r == 0) {
 				s->gpu_pending++;

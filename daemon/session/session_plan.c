@@ -183,7 +183,7 @@ static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n
 		      s->vals[(size_t)v * n + i].offset;
 		/* An image: its whole encoded value (no sample spans blocks: fields.c) to its tensor. */
 		if (bd_selection_is_image(sel, v))
-			bd_job_add_image(job, so - base, ss, dst, s->ids[i], s->plan_epoch);
+			bd_job_add_image(job, so - base, ss, dst, s->ids[i], s->plan_epoch, i);
 		else
 			bd_job_add_piece(job, a - base, b - a, dst + (a - so));
 	}
@@ -224,8 +224,9 @@ static void add_frames(bd_session *s, bd_job *job, const uint32_t *o, uint32_t c
  * payload, block by block (nblocks of them at most, frames counted).
  * @return 0 or -ENOMEM.
  */
-static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *payload, bd_job **ret)
+static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *rec, bd_job **ret)
 {
+	uint8_t *payload = rec + table_bytes(s, n);
 	uint32_t npieces = 0;
 	bd_job *job;
 	int r;
@@ -236,8 +237,12 @@ static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *paylo
 	r = bd_job_new(s, s->uid, bd__session_on_job_event, s->next_seq, nblocks, npieces, &job);
 	if (r < 0)
 		return r;
-	if (s->sel.image_slot >= 0)
-		bd_job_set_image(job, &s->sel.image, s->req.seed);
+	if (s->sel.image_slot >= 0) {
+		uint64_t *bad = (uint64_t *)(rec + bd_selection_tables(&s->sel, n));
+
+		bad[0] = 0;
+		bd_job_set_image(job, &s->sel.image, s->req.seed, s->sel.image_skip, bad);
+	}
 	for (uint32_t i = 0, run; i < n; i += run) {
 		const loc *l = &s->locs[s->order[i]];
 
@@ -420,11 +425,11 @@ int bd__session_plan_one(bd_session *s)
 	/* Out of memory closes the session: the record is never used. */
 	s->plan_epoch = epoch;
 	if (s->sel.bytes &&
-	    (r = build_job(s, n, s->lay.nblocks, base + table_bytes(s, n), &job)) < 0)
+	    (r = build_job(s, n, s->lay.nblocks, base, &job)) < 0)
 		return r;
 	sl = &s->slot[s->next_seq % s->slots];
 	*sl = (slot){ .epoch = epoch, .batch = batch, .count = n, .rec_off = off, .rec_size = rec,
-		      .payload = payload };
+		      .head = table_bytes(s, n), .payload = payload };
 	s->next_seq++;
 	s->measured = 0;
 	write_tables(s, n, base);

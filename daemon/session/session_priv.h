@@ -12,6 +12,7 @@
  *   session_flow.c  the loop: planning ahead, publishing in order,
  *                   reclaiming released records, the pipeline's and the
  *                   GPU thread's events
+ *   session_images.c a decoded batch's bad images: named, or left out
  *
  * Everything here runs on the loop thread but session_size.c's sizing
  * (bd_session_largest_batch, from a libuv worker at open).
@@ -52,8 +53,9 @@ typedef struct slot {
 	enum slot_state state;
 	int32_t status;         /* 0, or why the batch failed (the reason is in the record) */
 	uint64_t epoch, batch;  /* its place in the schedule */
-	uint32_t count;         /* samples */
+	uint32_t count;         /* samples (fewer than planned once bad images are left out) */
 	uint64_t rec_off, rec_size;
+	uint64_t head;          /* the payload's offset in the record: table_bytes of the planned count */
 	uint64_t payload;       /* payload bytes, as planned; 0 once published as failed */
 } slot;
 
@@ -120,6 +122,7 @@ struct bd_session {
 	uint32_t inflight;      /* jobs in the pipeline */
 	uint32_t max_jobs;      /* ... at most: see jobs_in_flight() */
 	uint64_t failed, bytes;
+	uint64_t skipped;       /* bad images left out of their batches (on_error=skip) */
 	uint64_t delivered, delivered_bytes; /* released by the client after publication */
 
 	uint64_t *ids;          /* planning scratch, batch_size each */
@@ -195,5 +198,12 @@ void bd__session_reclaim(bd_session *s);
 void bd__session_poke_client(bd_session *s);
 void bd__session_on_job_event(void *owner, uint64_t seq, enum bd_job_event ev, int status,
 			      const char *reason);
+
+/*
+ * An image session's batch is decoded (status, reason: the DECODED
+ * event's): name the image that failed it, or leave its bad images out
+ * of the record (session_images.c); a failed batch gets its reason.
+ */
+void bd__session_image_outcome(bd_session *s, slot *sl, int status, const char *reason);
 
 #endif

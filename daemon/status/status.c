@@ -260,9 +260,10 @@ static void status_totals(bd_text *t, bd_server *srv)
 	bd_totals sum = totals_now(srv);
 
 	bd_text_printf(t, "\"ended\": {\"sessions\": %" PRIu64 ", \"batches\": %" PRIu64
-		       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 "}, \"refused\": {",
+		       ", \"bytes\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"skipped\": %" PRIu64
+		       "}, \"refused\": {",
 		       srv->totals.sessions, srv->totals.batches, srv->totals.bytes,
-		       srv->totals.failed);
+		       srv->totals.failed, srv->totals.skipped);
 	for (int k = 0; k < BD_REFUSED_KINDS; k++)
 		bd_text_printf(t, "%s\"%s\": %" PRIu64, k ? ", " : "", refusal_names[k],
 			       srv->totals.refused[k]);
@@ -313,7 +314,8 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 		       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
 		       PRIu64 ", \"delivered\": %" PRIu64 ", \"delivered_bytes\": %" PRIu64
-		       ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"memory\": %" PRIu64
+		       ", \"failed\": %" PRIu64 ", \"skipped\": %" PRIu64 ", \"bytes\": %" PRIu64
+		       ", \"memory\": %" PRIu64
 		       ", \"memory_heap\": %" PRIu64 ", \"dataset_memory\": %" PRIu64
 		       ", \"slots\": %u, \"planned\": %" PRIu64
 		       ", \"inflight\": %u, \"age_s\": %.3f, \"consumed\": %" PRIu64
@@ -321,7 +323,7 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 		       (unsigned)e->uid, (int)e->pid, e->c ? "true" : "false",
 		       bp_shuffle_name(si.shuffle), si.rank, si.world, si.batch_size, si.epoch,
 		       si.batch, si.published, si.released, si.delivered, si.delivered_bytes,
-		       si.failed, si.bytes, si.memory, si.memory_heap, si.dataset_memory, si.slots,
+		       si.failed, si.skipped, si.bytes, si.memory, si.memory_heap, si.dataset_memory, si.slots,
 		       si.planned,
 		       si.inflight, (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9,
 		       si.waits, si.device);
@@ -392,6 +394,7 @@ static uint64_t v_delivered(const bd_session_info *si) { return si->delivered; }
 static uint64_t v_delivered_bytes(const bd_session_info *si) { return si->delivered_bytes; }
 static uint64_t v_published(const bd_session_info *si) { return si->published; }
 static uint64_t v_failed(const bd_session_info *si) { return si->failed; }
+static uint64_t v_skipped(const bd_session_info *si) { return si->skipped; }
 static uint64_t v_memory(const bd_session_info *si) { return si->memory; }
 static uint64_t v_dataset_memory(const bd_session_info *si) { return si->dataset_memory; }
 static uint64_t v_epoch(const bd_session_info *si) { return si->epoch; }
@@ -473,6 +476,7 @@ void bd__totals_add(bd_totals *t, const bd_session_info *si)
 	t->batches += si->delivered;
 	t->bytes += si->delivered_bytes;
 	t->failed += si->failed;
+	t->skipped += si->skipped;
 	h.count = si->waits;
 	h.sum_ns = si->wait_ns;
 	memcpy(h.bucket, si->wait_hist, sizeof(h.bucket));
@@ -502,6 +506,9 @@ static void metrics_server(bd_text *t, bd_server *srv, const bd_totals *sum)
 		"Payload bytes of the batches clients took and released.", sum->bytes);
 	counter(t, "batchd_batches_failed_total", "Batches that could not be built (corrupt or unreadable blocks).",
 		sum->failed);
+	counter(t, "batchd_images_skipped_total",
+		"Bad images left out of their batches (decode on_error=skip), all sessions.",
+		sum->skipped);
 }
 
 /* The cost of waiting, all sessions, ended and open: seconds, and money at the price set. */
@@ -535,6 +542,9 @@ static void metrics_sessions(bd_text *t, bd_server *srv, const bd_view *v)
 		       "Batches staged and published to this session (prefetch included).", v_published);
 	session_family(t, srv, v, "batchd_session_batches_failed_total", "counter",
 		       "Batches of this session that failed.", v_failed);
+	session_family(t, srv, v, "batchd_session_images_skipped_total", "counter",
+		       "Bad images left out of this session's batches (decode on_error=skip).",
+		       v_skipped);
 	session_family(t, srv, v, "batchd_session_memory_bytes", "gauge",
 		       "Memory charged to this session: its shared memory and the daemon heap it holds.",
 		       v_memory);

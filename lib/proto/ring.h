@@ -23,7 +23,10 @@
  * at payload_offset (256-byte aligned), by the samples' bytes laid end to
  * end, so fixed-size samples form one dense [count, sample_bytes] array.
  * A failed batch has status < 0 and a NUL-terminated reason at its
- * record offset instead of samples.
+ * record offset instead of samples. A record's payload starts at its
+ * descriptor's `payload`, which a reader must use: a batch that left
+ * samples out (BP_RING_SKIPS) has tables for fewer samples than were
+ * planned, and its payload did not move.
  *
  * Fields (PROTOCOL.md, "Fields"): the header names the dataset's schema
  * (encoded as lib/pack/pack_fields.h's bp_schema_encode, at schema_offset)
@@ -140,6 +143,12 @@ typedef struct bp_ring_sample {
 
 /* Header flags: records carry the samples' keys. */
 #define BP_RING_KEYS 0x1u
+/*
+ * Records list the samples left out (the session decodes images with
+ * on_error skip): right after the record's tables, a u64 count k and k
+ * u64 sample ids, before payload.
+ */
+#define BP_RING_SKIPS 0x2u
 
 /* A field's region of the payload, or one sample's value (offset from the payload start). */
 typedef struct bp_ring_span {

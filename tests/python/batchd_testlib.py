@@ -177,6 +177,7 @@ class Daemon:
         self.log = os.path.join(directory, "batchd.log")
         self.memory = memory
         self.direct = direct      # buffered reads: the page cache keeps the tests off the disk
+        self.extra = []           # more flags, after the others (--config FILE: the file's keys)
         self.proc = None
         os.makedirs(self.root, exist_ok=True)
 
@@ -186,7 +187,7 @@ class Daemon:
     def start(self):
         # --no-config: never the machine's SYSCONFDIR/batchd/batchd.conf.
         argv = [BATCHD, "--no-config", "--socket", self.sock, "--root", self.root, "--log-level", "debug",
-                "--memory", self.memory, "--direct", self.direct]
+                "--memory", self.memory, "--direct", self.direct, *self.extra]
         return self.spawn(argv)
 
     def spawn(self, argv, env=None, timeout=10):

@@ -9,15 +9,20 @@ tensor is compared byte for byte with what image-transform (the same
 library, run alone on the file the sample's key names) makes for (seed,
 epoch, id): so two runs, a restart and a resume at another world size all
 see the same crops, and each label is its image's class. A corrupt image
-fails its batch naming the sample, and so does an image stored in frames;
+fails its batch naming the sample by id and key, or with on_error="skip"
+is left out of it (the rest of the batch intact, its id in
+batch.skipped, the daemon's count); an image stored in frames fails its
+batch;
 a decode of a field that is not bytes, or a spec out of range, is refused
 at open.
 """
 import errno
 import glob
+import json
 import os
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -172,6 +177,15 @@ class Images(T.DaemonCase):
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2)
         self.assertIn("kind 'gif' is not jpeg, png, webp or image", r.stderr)
+        # --skip-bad: the corrupt image left out and counted, the batch kept.
+        r = subprocess.run([batchctl, "-s", self.daemon.sock, "consume", "bad.bpk",
+                            "--batch-size", "4", "--shuffle", "none", "--fields", "data,label",
+                            "--decode", "data=jpeg:32:random-resized", "--skip-bad", "--json"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        got = json.loads(r.stdout)
+        self.assertEqual((got["batches"], got["samples"], got["skipped"], got["failed"]),
+                         (2, 7, 1, 0), r.stdout)
 
     def lost_batch(self, dataset, errno_want):
         """The BatchError of the first batch of dataset (unshuffled, 4 a
@@ -192,8 +206,47 @@ class Images(T.DaemonCase):
 
     def test_a_corrupt_image_fails_its_batch_naming_the_sample(self):
         why = self.lost_batch("bad.bpk", errno.EBADMSG)
-        self.assertIn("sample 5", why)
-        self.assertIn("JPEG", why)
+        self.assertIn("dataset bad.bpk: sample 5 (key x/5.jpg): JPEG", why)
+
+    def test_skip_leaves_a_bad_image_out_and_counts_it(self):
+        ld = self.loader("bad.bpk", 3, fields=["data", "label"], keys=True, shuffle="none",
+                         decode={"data": batchclient.Image(32, on_error="skip")})
+        bad = os.path.join(self.tmp, "bad")
+        for e in (0, 1):
+            ld.set_epoch(e)
+            seen = []
+            for b in ld:
+                x, y = b.torch("data"), b.torch("label")
+                self.assertEqual(tuple(x.shape), (len(b), 3, 32, 32))
+                self.assertEqual(tuple(y.shape), (len(b),))
+                seen.append((list(b.ids), list(b.skipped)))
+                for i, (sid, key) in enumerate(zip(b.ids, b.keys)):
+                    # The kept samples' tensors, labels and keys stay together.
+                    self.assertEqual(key, f"x/{sid}.jpg")
+                    self.assertEqual(int(y[i]), 0)
+                    want = subprocess.run([TOOL, "-S", str(SEED), "-E", str(e), "-I", str(sid),
+                                           "-c", "random", "-s", "32", "-f", "0.5",
+                                           os.path.join(bad, key)],
+                                          capture_output=True, check=True).stdout
+                    self.assertEqual(x[i].numpy().tobytes(), want, f"epoch {e} sample {sid}")
+            # Sample 5 (the middle batch's last) is left out, the others come whole.
+            self.assertEqual(seen, [([0, 1, 2], []), ([3, 4], [5]), ([6, 7], [])])
+        # Counted as batches are built, prefetched ones too: once for each
+        # middle batch built, of the two epochs taken and any staged ahead.
+        s, = self.daemon.sessions()
+        self.assertGreaterEqual(s["skipped"], 2)
+        self.assertLessEqual(s["skipped"], s["planned"] // 3 + 1)
+        self.assertEqual(s["failed"], 0)
+        before = batchclient.status(self.daemon.sock)["ended"]
+        del x, y, b  # the last batch's tensors would keep the stream open
+        ld.close()
+        # Its count joins the ended sessions' once it ends (its reads in flight done).
+        deadline = time.monotonic() + 10
+        while (after := batchclient.status(self.daemon.sock)["ended"])["sessions"] == \
+                before["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(after["sessions"], before["sessions"] + 1)
+        self.assertGreaterEqual(after["skipped"], before["skipped"] + s["skipped"])
 
     def test_a_framed_image_fails_its_batch_saying_how_to_repack(self):
         why = self.lost_batch("framed.bpk", errno.EFBIG)
@@ -215,6 +268,50 @@ class Images(T.DaemonCase):
         with self.assertRaises(ValueError):
             batchclient.Loader("photos.bpk", 4, socket=self.daemon.sock,
                                decode={"data": batchclient.Image(8), "x": batchclient.Image(8)})
+
+
+@unittest.skipIf(np is None, "needs NumPy and PIL (python3-numpy, python3-pil)")
+class Bombs(T.DaemonCase):
+    """[images] max_pixels: an image with more pixels than that, told by its
+    header, is refused before it is decoded; its batch fails saying so and
+    naming it, or with on_error="skip" it is left out."""
+
+    @classmethod
+    def make_datasets(cls, d):
+        if len(ICONS) < 4:
+            raise unittest.SkipTest("needs adwaita-icon-theme's icons")
+        conf = os.path.join(cls.tmp, "batchd.conf")
+        with open(conf, "w") as f:
+            f.write("[images]\nmax_pixels = 64K\n")
+        d.extra = ["--config", conf]
+        tree = os.path.join(cls.tmp, "tree")
+        os.makedirs(os.path.join(tree, "x"))
+        # 200x200 (40,000 pixels) within 64K (65,536); 300x240 (72,000) over it.
+        for i, side in enumerate([(200, 200), (300, 240), (200, 200), (300, 240)]):
+            PIL.open(ICONS[i]).convert("RGB").resize(side).save(
+                os.path.join(tree, "x", f"{i}.jpg"), quality=90)
+        T.pack(d.path("sizes.bpk"), tree, extra=["--labels", "dirname"])
+
+    def test_a_bomb_fails_its_batch_naming_the_limit(self):
+        ld = self.loader("sizes.bpk", 4, fields=["data", "label"], shuffle="none", timeout=60,
+                         decode={"data": batchclient.Image(32)})
+        with self.assertRaises(batchclient.BatchError) as cm:
+            next(iter(ld))
+        self.assertEqual(cm.exception.errno, errno.E2BIG, str(cm.exception))
+        why = str(cm.exception)
+        self.assertRegex(why, r"sample [13] \(key x/[13]\.jpg\)")
+        self.assertIn("300x240", why)
+        self.assertIn("max_pixels", why)
+        ld.close()
+
+    def test_bombs_are_left_out_with_skip(self):
+        ld = self.loader("sizes.bpk", 4, fields=["data", "label"], shuffle="none", timeout=60,
+                         decode={"data": batchclient.Image(32, on_error="skip")})
+        b = next(iter(ld))
+        self.assertEqual((list(b.ids), sorted(b.skipped)), ([0, 2], [1, 3]))
+        self.assertEqual(tuple(b.torch("data").shape), (2, 3, 32, 32))
+        b.release()
+        ld.close()
 
 
 if __name__ == "__main__":

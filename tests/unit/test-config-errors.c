@@ -103,6 +103,9 @@ static const struct bad_case {
 	{ "[cache]\nchunk = 128M\n", 2, "[cache] chunk: '128M' is" },
 	{ "[cache]\nchunk = 65537K\n", 2, "[cache] chunk: '65537K' is" },
 	{ "[cache]\nchunk = 100000\n", 2, "[cache] chunk: '100000' is not a multiple of 4K" },
+	{ "[images]\nmax_pixels = 1000\n", 2, "[images] max_pixels: '1000' is below the minimum of 64K" },
+	{ "[images]\nmax_pixels = 2G\n", 2, "[images] max_pixels: '2G' is" },
+	{ "[images]\nmax_pixels = lots\n", 2, "[images] max_pixels: 'lots' is" },
 	/* line numbers count comments, blank lines and CRLF lines */
 	{ "# c\n\n; c\r\n[io]\r\n\n  # c\nengine = auto\nqueue_depth = 0\n", 8, "[io] queue_depth: '0'" },
 };
@@ -132,7 +135,7 @@ END_TEST
 /* ---- unknown sections and keys ----------------------------------------- */
 
 static const struct bad_case unknown_cases[] = {
-	{ "[foo]\n", 1, "unknown section 'foo' (known: [daemon] [datasets] [memory] [io] [decode] [session] [limits] [access] [metrics] [remote] [cache])" },
+	{ "[foo]\n", 1, "unknown section 'foo' (known: [daemon] [datasets] [memory] [io] [decode] [images] [session] [limits] [access] [metrics] [remote] [cache])" },
 	{ "[io]\nqueue_depth = 1\n\n[bogus]\n", 4, "unknown section 'bogus'" },
 	{ "[IO]\nengine = auto\n", 1, "unknown section 'IO'" },
 	{ "[ io ]\n", 1, "unknown section ' io '" },

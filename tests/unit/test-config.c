@@ -177,7 +177,9 @@ START_TEST(test_full_valid_file)
 		"[cache]\n"
 		"dir = /var/cache//batchd/\n"
 		"max_size = 100G\n"
-		"chunk = 64M\n";
+		"chunk = 64M\n"
+		"[images]\n"
+		"max_pixels = 1G\n";
 	static const char *const roots[] = { "/data/a", "/data/b" };
 	bd_config c;
 
@@ -222,6 +224,7 @@ START_TEST(test_full_valid_file)
 	ck_assert_str_eq(c.cache_dir, "/var/cache/batchd");
 	ck_assert_uint_eq(c.cache_max_size, UINT64_C(100) << 30);
 	ck_assert_uint_eq(c.cache_chunk, UINT64_C(64) << 20);
+	ck_assert_uint_eq(c.image_max_pixels, UINT64_C(1) << 30);
 	bd_config_free(&c);
 }
 END_TEST

@@ -10,7 +10,7 @@
  *            [--drop-last] [--start-epoch E --start-batch B] [--start-sample S]
  *            [--batch-stride N] [--prefetch P] [--step-ms T] [--step-cpu-ms T]
  *            [--print-samples] [--device N] [--json] [--fields NAME,...] [--keys]
- *            [--decode FIELD=KIND:SIZE:CROP[:RESIZE]]
+ *            [--decode FIELD=KIND:SIZE:CROP[:RESIZE] [--skip-bad]]
  *
  * `consume` (batchctl_consume.c) is a real client through libbatchclient:
  * it takes batches, optionally "trains" for T ms on each, and measures how
@@ -50,6 +50,7 @@ static const char usage_text[] =
 	"                [--batch-stride N] [--prefetch P]\n"
 	"                [--step-ms T] [--step-cpu-ms T] [--print-samples] [--device N] [--json]\n"
 	"                [--fields NAME,...] [--keys] [--decode FIELD=KIND:SIZE:CROP[:RESIZE]]\n"
+	"                [--skip-bad]\n"
 	"  consume --start-sample S: resume --start-epoch after the S samples that all ranks\n"
 	"          consumed (ranks stripe the epoch, so any --world may resume there)\n"
 	"  consume --batch-stride N: take every N-th batch from --start-batch (1 .. 4096; N\n"

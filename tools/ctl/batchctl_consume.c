@@ -35,12 +35,14 @@ typedef struct consume_opts {
 	bc_stream_opts so;
 	uint64_t epochs, step_ms, step_cpu_ms;
 	bool print, json;
+	bool skip_bad;           /* --skip-bad: so.decode.skip_bad once --decode is read */
 	char decode_field[65];   /* --decode: the field's name, so.decode.field points here */
 } consume_opts;
 
 /* What a `consume` run measured. */
 typedef struct consume_run {
 	uint64_t batches, samples, bytes, failed, mismatches;
+	uint64_t skipped;        /* bad images left out (--skip-bad) */
 	trainer_waits waits;     /* seconds blocked in bc_next, per batch taken */
 	double t0, t_first, waited, secs;
 	double cpu0, cpu;        /* this process's CPU seconds: at the start, used */
@@ -51,7 +53,7 @@ typedef struct consume_run {
 
 enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
        O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE, O_STEP_CPU, O_FIELDS,
-       O_KEYS, O_SSAMPLE, O_STRIDE, O_DECODE };
+       O_KEYS, O_SSAMPLE, O_STRIDE, O_DECODE, O_SKIP_BAD };
 
 static const struct option consume_options[] = {
 	{ "batch-size", required_argument, NULL, O_BATCH },
@@ -76,6 +78,7 @@ static const struct option consume_options[] = {
 	{ "start-sample", required_argument, NULL, O_SSAMPLE },
 	{ "batch-stride", required_argument, NULL, O_STRIDE },
 	{ "decode", required_argument, NULL, O_DECODE },
+	{ "skip-bad", no_argument, NULL, O_SKIP_BAD },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -170,6 +173,7 @@ static int consume_parse(int argc, char **argv, consume_opts *co)
 		case O_DROP: co->so.drop_last = true; continue;
 		case O_FIELDS: co->so.fields = optarg; continue;
 		case O_KEYS: co->so.keys = true; continue;
+		case O_SKIP_BAD: co->skip_bad = true; continue;
 		case O_PRINT: co->print = true; continue;
 		case O_JSON: co->json = true; continue;
 		case O_SHUFFLE: r = trainer_opt_shuffle(optarg, &co->so); break;
@@ -193,6 +197,8 @@ static int consume_validate(const consume_opts *co)
 
 	if (!o->dataset)
 		return cli_usage("consume: missing DATASET");
+	if (co->skip_bad && !o->decode.field)
+		return cli_usage("consume: --skip-bad applies to --decode's images: add --decode");
 	if (o->batch_size == 0)
 		return cli_usage("consume: --batch-size N (N >= 1) is required");
 	if (o->world == 0 || o->rank >= o->world)
@@ -333,6 +339,7 @@ static int consume_batch(consume_run *run, const consume_opts *co, gpucheck *gpu
 	run->have_batch = true;
 	run->batches++;
 	run->samples += bc_batch_count(b);
+	run->skipped += bc_batch_skipped(b, NULL);
 	if (co->print)
 		print_samples(run->s, b);
 	bc_batch_data(b, &len);
@@ -414,11 +421,11 @@ static void report_json(const consume_run *run, const consume_opts *co,
 	       ", \"failed\": %" PRIu64 ", \"seconds\": %.6f, \"mb_per_s\": %.3f, "
 	       "\"wait_us_mean\": %.1f, \"wait_us_p50\": %.1f, \"wait_us_p99\": %.1f, "
 	       "\"wait_us_max\": %.1f, \"stall_pct\": %.3f, \"first_batch_ms\": %.3f, "
-	       "\"cpu_s\": %.6f",
+	       "\"cpu_s\": %.6f, \"skipped\": %" PRIu64,
 	       run->batches, run->samples, run->bytes, run->failed, secs,
 	       secs > 0 ? (double)run->bytes / secs / 1e6 : 0, w->mean * 1e6, w->p50 * 1e6,
 	       w->p99 * 1e6, w->max * 1e6, secs > 0 ? 100.0 * run->waited / secs : 0,
-	       run->have_batch ? run->t_first * 1e3 : 0, run->cpu);
+	       run->have_batch ? run->t_first * 1e3 : 0, run->cpu, run->skipped);
 	if (co->so.device != BC_HOST)
 		printf(", \"device\": %d, \"gb_per_s\": %.3f, \"mismatches\": %" PRIu64,
 		       co->so.device, secs > 0 ? (double)run->bytes / secs / 1e9 : 0,
@@ -453,6 +460,9 @@ static void consume_report(consume_run *run, const consume_opts *co)
 		fmt_secs(w.mean, mean, sizeof(mean)), stall,
 		run->have_batch ? run->t_first * 1e3 : 0, run->cpu,
 		run->failed ? "; some batches FAILED" : "");
+	if (run->skipped)
+		fprintf(out, "%" PRIu64 " bad image%s left out (--skip-bad)\n", run->skipped,
+			run->skipped == 1 ? "" : "s");
 	if (device != BC_HOST)
 		fprintf(out, "device %d: %.2f GB/s delivered, copied back and compared: %" PRIu64
 			" mismatching batch%s%s\n", device, secs > 0 ? (double)bytes / secs / 1e9 : 0,
@@ -471,6 +481,7 @@ int batchctl_consume(const char *sock, int argc, char **argv)
 
 	if ((r = consume_parse(argc, argv, &co)) || (r = consume_validate(&co)))
 		return r;
+	co.so.decode.skip_bad = co.skip_bad;
 	if (consume_open(sock, &co, &run, &c, &s, &gpu) < 0)
 		return 1;
 	r = consume_loop(&run, &co, s, gpu);

@@ -52,6 +52,7 @@ class DecodeOpts(ctypes.Structure):
         ("ratio_max", ctypes.c_float),
         ("flip", ctypes.c_float),
         ("nhwc", ctypes.c_bool),
+        ("skip_bad", ctypes.c_bool),
     ]
 
 
@@ -161,6 +162,12 @@ _FIELDS = {
 # them still resumes at the same world; need_elastic() names what it lacks.
 _ELASTIC = {
     "bc_stream_epoch_batches": (ctypes.c_uint64, [_p, ctypes.c_uint64]),
+}
+
+# Bad images left out of their batches (Image(on_error="skip")): a library
+# older than that fails their batches; need_skips() names what it lacks.
+_SKIPS = {
+    "bc_batch_skipped": (ctypes.c_uint32, [_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint64))]),
 }
 
 _lock = threading.Lock()
@@ -283,6 +290,7 @@ def lib():
                 fn.argtypes = args
             so.missing = _declare(so, _FIELDS)
             so.missing_elastic = _declare(so, _ELASTIC)
+            so.missing_skips = _declare(so, _SKIPS)
             so.path = path
             _libc = ctypes.CDLL(None)
             _libc.free.argtypes = [_p]
@@ -305,14 +313,23 @@ def need_fields(what):
     return so
 
 
+def _need(missing, what, able):
+    """The library, or NotImplementedError naming what `able` needs that it lacks."""
+    so = lib()
+    if getattr(so, missing):
+        raise NotImplementedError(f"{what} needs a libbatchclient {able}; {so.path} lacks "
+                                  f"{', '.join(getattr(so, missing))}: install a newer batchd")
+    return so
+
+
 def need_elastic(what):
     """The library, or NotImplementedError when it predates start_sample and batch_stride."""
-    so = lib()
-    if so.missing_elastic:
-        raise NotImplementedError(f"{what} needs a libbatchclient with elastic positions; "
-                                  f"{so.path} lacks {', '.join(so.missing_elastic)}: install "
-                                  "a newer batchd")
-    return so
+    return _need("missing_elastic", what, "with elastic positions")
+
+
+def need_skips(what):
+    """The library, or NotImplementedError when it cannot leave bad images out."""
+    return _need("missing_skips", what, "that leaves bad images out")
 
 
 def free(ptr):

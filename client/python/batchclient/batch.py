@@ -114,7 +114,8 @@ class Batch:
     """A batch delivered by batchd, valid until released.
 
     Attributes: epoch, index (within the epoch, for this rank), ids (global
-    sample ids, a tuple of ints), nbytes (payload bytes), device_nbytes
+    sample ids, a tuple of ints), skipped (ids of bad images left out of
+    it, with Image(on_error="skip"); else ()), nbytes (payload bytes), device_nbytes
     (bytes in device memory: nbytes on GPU streams, else 0). len(batch) is
     the number of samples. Views: data, samples, numpy(), torch(); on GPU
     streams also device_ptr, wait_stream() and __cuda_array_interface__.
@@ -137,6 +138,11 @@ class Batch:
         addr = L.bc_batch_data(handle, ctypes.byref(n))
         sid = L.bc_batch_sample_id
         self.ids = tuple(sid(handle, i) for i in range(count))
+        self.skipped = ()         # ids of the bad images left out (Image(on_error="skip"))
+        if not L.missing_skips:
+            left = ctypes.POINTER(ctypes.c_uint64)()
+            k = L.bc_batch_skipped(handle, ctypes.byref(left))
+            self.skipped = tuple(left[i] for i in range(k))
         self._count = count
         self._ro_addr = addr or 0  # the read-only view's address, which the C calls speak of
         self._wdelta = None       # writable view's address minus the read-only's, once known

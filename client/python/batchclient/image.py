@@ -34,6 +34,10 @@ class Image:
         0 for center).
     scale, ratio: RandomResizedCrop's (area fraction, aspect ratio) ranges.
     layout: "NCHW" ([B, 3, H, W], default) or "NHWC" ([B, H, W, 3]).
+    on_error: "fail" (default): a bad image (corrupt, truncated, too
+        large, not an image) fails its batch, raising BatchError naming the
+        sample; "skip": it is left out of its batch, which comes smaller,
+        with its id in batch.skipped (and the daemon counts it).
     """
 
     size: object = 224
@@ -43,6 +47,7 @@ class Image:
     scale: tuple = (0.08, 1.0)
     ratio: tuple = (3.0 / 4.0, 4.0 / 3.0)
     layout: str = "NCHW"
+    on_error: str = "fail"
 
     def __post_init__(self):
         h, w = (self.size, self.size) if isinstance(self.size, int) else tuple(self.size)
@@ -53,6 +58,8 @@ class Image:
             raise ValueError(f"Image crop {self.crop!r}: use one of {sorted(CROPS)}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"Image layout {self.layout!r}: use 'NCHW' or 'NHWC'")
+        if self.on_error not in ("fail", "skip"):
+            raise ValueError(f"Image on_error {self.on_error!r}: use 'fail' or 'skip'")
         if self.resize is not None and self.crop != "center":
             raise ValueError("Image resize applies to crop='center' only")
         if self.resize is not None and not (isinstance(self.resize, int)
@@ -92,6 +99,7 @@ class Image:
         d.ratio_min, d.ratio_max = (float(v) for v in self.ratio)
         d.flip = float(self._flip)
         d.nhwc = self.layout == "NHWC"
+        d.skip_bad = self.on_error == "skip"
 
 
 def parse(decode):

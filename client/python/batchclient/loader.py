@@ -220,6 +220,8 @@ class _Stream:
                 raise BatchdError(errno.EOVERFLOW, f"decode={{{field!r}: ...}}: libbatchclient's "
                                   f"bc_stream_opts ({o.struct_size} bytes) has no decode member: "
                                   "install the libbatchclient of this batchclient")
+            if spec.on_error == "skip":
+                _lib.need_skips(f"decode={{{field!r}: Image(on_error='skip')}}")
             spec.fill(field, o.decode)
         if start_sample or stride != 1:
             what = (f"resuming at sample {start_sample}" if start_sample
