@@ -120,4 +120,37 @@ typedef enum { BI_KIND_JPEG = 1, BI_KIND_PNG, BI_KIND_WEBP } bi_kind;
 int bi_probe(const void *img, size_t len, bi_kind *ret_kind, uint32_t *ret_w, uint32_t *ret_h,
 	     char *err, size_t errlen);
 
+
+/* ---- a whole image within a size (batchd-pack create --max-side) ------------------------ */
+
+/* The kind img's first bytes say it is (JPEG, PNG, WebP), nothing else read; 0: none of them. */
+bi_kind bi_sniff(const void *img, size_t len);
+
+/*
+ * The size a w x h image is shrunk to so that its longer side is
+ * max_side: the shorter side scaled alike, to the nearest pixel (halves
+ * up), at least 1. An image whose longer side is max_side or less keeps
+ * its size, and so does every image when max_side is 0. Pure.
+ */
+void bi_fit_size(uint32_t w, uint32_t h, uint32_t max_side, uint32_t *ret_w, uint32_t *ret_h);
+
+/* A max_bytes for bi_scratch_new enough for bi_fit of any image within max_pixels (0: BI_MAX_PIXELS). */
+size_t bi_fit_scratch_need(uint64_t max_pixels);
+
+/*
+ * Decode img (JPEG, PNG or WebP) whole at full scale, then shrink it to
+ * bi_fit_size(w, h, max_side) with PIL's bilinear filter over the whole
+ * image: PIL's Image.resize((w, h), BILINEAR) of PIL's convert("RGB").
+ * Gray, palette, CMYK/YCCK, progressive and 16-bit inputs come out RGB,
+ * alpha dropped, as bi_transform's. An image within max_side is decoded
+ * and copied at its size. out gets 3 * *ret_w * *ret_h bytes, [H,W,3] RGB;
+ * out_len must hold them. max_pixels: a larger source is refused (0:
+ * BI_MAX_PIXELS). @return 0 with *ret_w and *ret_h; -EBADMSG, -ENOTSUP,
+ * -E2BIG (over max_pixels, or more scratch than sc may hold even emptied)
+ * and -ENOMEM as bi_transform; -EINVAL max_side 0; -ENOBUFS out_len too
+ * small. err says why in one line (on success: empty). Thread: sc's.
+ */
+int bi_fit(bi_scratch *sc, const void *img, size_t len, uint32_t max_side, uint64_t max_pixels,
+	   uint8_t *out, size_t out_len, uint32_t *ret_w, uint32_t *ret_h, char *err, size_t errlen);
+
 #endif

@@ -7,6 +7,9 @@
  *                   [-n] [-d on|off] [-S SEED] [-E EPOCH] [-I ID] FILE
  *
  * -x BYTES: the scratch's cap (default 256 MiB; a decode thread has 48 MiB).
+ * -F MAX_SIDE: bi_fit instead, the whole image within MAX_SIDE (what
+ * batchd-pack create --max-side encodes), as a binary PPM (P6) on stdout;
+ * -m is its max_pixels there too.
  * -n: NHWC (default NCHW). With -p it prints the box and flip chosen
  * instead ("x y w h flip"). With -t N it transforms every FILE given N
  * times, ids 0, 1, ..., and prints the mean microseconds an image (what
@@ -99,17 +102,45 @@ static int timed(bi_spec *s, char **files, int nfiles, unsigned n)
 	return 0;
 }
 
+/* -F: the image through bi_fit, as a PPM. */
+static int fit(bi_scratch *sc, const uint8_t *img, size_t len, uint32_t max_side,
+	       uint64_t max_pixels)
+{
+	uint32_t w, h, ow, oh;
+	char err[256];
+	uint8_t *out;
+	bi_kind k;
+	size_t n;
+	int r = bi_probe(img, len, &k, &w, &h, err, sizeof(err));
+
+	if (r == 0) {
+		bi_fit_size(w, h, max_side, &ow, &oh);
+		n = (size_t)ow * oh * 3;
+		out = malloc(n);
+		r = out ? bi_fit(sc, img, len, max_side, max_pixels, out, n, &ow, &oh, err,
+				 sizeof(err)) : -ENOMEM;
+		if (r == 0 && (printf("P6\n%u %u\n255\n", ow, oh) < 0 ||
+			       fwrite(out, 1, n, stdout) != n))
+			r = -EIO;
+		free(out);
+	}
+	if (r < 0)
+		fprintf(stderr, "%s: %s\n", errname(-r), err);
+	return r < 0 ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	bi_spec s = { .crop = BI_CROP_CENTER, .height = 224, .width = 224 };
 	uint64_t seed = 0, epoch = 0, id = 0;
 	bool params = false;
 	unsigned times = 0;
+	uint32_t fit_side = 0;
 	size_t scratch = (size_t)256 << 20;
 	char err[256];
 	int opt, r;
 
-	while ((opt = getopt(argc, argv, "c:s:r:f:nd:S:E:I:pm:t:x:")) != -1) {
+	while ((opt = getopt(argc, argv, "c:s:r:f:nd:S:E:I:pm:t:x:F:")) != -1) {
 		switch (opt) {
 		case 'c':
 			s.crop = !strcmp(optarg, "center") ? BI_CROP_CENTER : BI_CROP_RANDOM_RESIZED;
@@ -129,6 +160,7 @@ int main(int argc, char **argv)
 		case 'm': s.max_pixels = strtoull(optarg, NULL, 0); break;
 		case 't': times = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'x': scratch = (size_t)strtoull(optarg, NULL, 0); break;
+		case 'F': fit_side = (uint32_t)strtoul(optarg, NULL, 10); break;
 		default: return 2;
 		}
 	}
@@ -145,6 +177,13 @@ int main(int argc, char **argv)
 	if (!img || !out || !sc) {
 		fprintf(stderr, "image-transform: %s: %s\n", argv[optind], strerror(errno));
 		return 1;
+	}
+	if (fit_side) {
+		r = fit(sc, img, len, fit_side, s.max_pixels);
+		bi_scratch_free(sc);
+		free(img);
+		free(out);
+		return r;
 	}
 	if (params) {
 		bi_kind k;

@@ -244,5 +244,96 @@ class Refusals(unittest.TestCase):
         self.assertIn("60000x60000", self.refused(bytes(p), "E2BIG"))
 
 
+def fit_size(w, h, side):
+    """bi_fit_size: the longer side to side, the other to the nearest (halves up), >= 1."""
+    if max(w, h) <= side:
+        return w, h
+    s = max(1, (min(w, h) * side * 2 + max(w, h)) // (2 * max(w, h)))
+    return (side, s) if w >= h else (s, side)
+
+
+def fitted(path, side, *args):
+    """image-transform -F: (width, height, [H, W, 3] ints) of bi_fit's output."""
+    rc, out, err = run(path, "-F", str(side), *args)
+    if rc:
+        raise AssertionError(f"{path}: {err}")
+    im = Image.open(io.BytesIO(out))
+    return im.size[0], im.size[1], np.asarray(im).astype(int)
+
+
+class Fit(unittest.TestCase):
+    """bi_fit (batchd-pack create --max-side): the whole image shrunk so its
+    longer side is the size, PIL's resize of PIL's decode, every kind."""
+
+    @classmethod
+    def setUpClass(cls):
+        if len(ICONS) < 2:
+            raise unittest.SkipTest("adwaita-icon-theme's 512x512 icons are missing")
+        cls.dir = tempfile.mkdtemp(prefix="bd-fit-")
+        rgb = on_photo_like(ICONS[1]).resize((517, 301), Image.BILINEAR)
+        tall = on_photo_like(ICONS[2]).resize((150, 401), Image.BILINEAR)
+        rgba = Image.open(ICONS[1]).convert("RGBA").resize((517, 301), Image.BILINEAR)
+        cls.files = {}
+        for name, im, kw in [
+                ("wide.jpg", rgb, dict(format="JPEG", quality=90)),
+                ("tall.jpg", tall, dict(format="JPEG", quality=90)),
+                ("progressive.jpg", rgb, dict(format="JPEG", quality=85, progressive=True)),
+                ("gray.jpg", rgb.convert("L"), dict(format="JPEG", quality=90)),
+                ("cmyk.jpg", rgb.convert("CMYK"), dict(format="JPEG", quality=95)),
+                ("rgba.png", rgba, dict(format="PNG")),
+                ("palette.png", rgb.convert("P"), dict(format="PNG")),
+                ("interlaced.png", tall, dict(format="PNG", interlace=1)),
+                ("lossy.webp", rgb, dict(format="WEBP", quality=80)),
+                ("alpha.webp", rgba, dict(format="WEBP", lossless=True))]:
+            path = os.path.join(cls.dir, name)
+            im.save(path, **kw)
+            cls.files[path] = im.size
+
+    def test_every_kind_is_pils_resize(self):
+        for path, (w, h) in self.files.items():
+            for side in (256, 100, 17):
+                with self.subTest(path=os.path.basename(path), side=side):
+                    ow, oh, got = fitted(path, side)
+                    self.assertEqual((ow, oh), fit_size(w, h, side))
+                    self.assertEqual(max(ow, oh), side)
+                    want = np.asarray(Image.open(path).convert("RGB").resize(
+                        (ow, oh), Image.BILINEAR)).astype(int)
+                    diff = np.abs(got - want)
+                    # CMYK: PIL's conversion rounds differently by a level.
+                    self.assertLessEqual(diff.max(), 1 if "cmyk" in path else 0,
+                                         f"mean {diff.mean():.3f}")
+
+    def test_sizes_round_to_the_nearest(self):
+        self.assertEqual(fit_size(517, 301, 256), (256, 149))   # 149.04
+        self.assertEqual(fit_size(150, 401, 256), (96, 256))    # 95.76
+        self.assertEqual(fit_size(300, 3, 100), (100, 1))       # exactly 1
+        self.assertEqual(fit_size(4000, 1, 100), (100, 1))      # 0.025, at least 1
+        self.assertEqual(fit_size(100, 100, 100), (100, 100))   # within: kept
+        path = os.path.join(self.dir, "line.png")
+        on_photo_like(ICONS[1]).resize((4000, 1), Image.BILINEAR).save(path)
+        self.assertEqual(fitted(path, 100)[:2], (100, 1))
+
+    def test_within_the_size_is_decoded_as_it_is(self):
+        path = next(p for p in self.files if p.endswith("wide.jpg"))
+        w, h, got = fitted(path, 517)
+        self.assertEqual((w, h), (517, 301))
+        want = np.asarray(Image.open(path).convert("RGB")).astype(int)
+        self.assertEqual(np.abs(got - want).max(), 0)
+
+    def test_a_bomb_and_a_corrupt_image_are_refused(self):
+        path = next(p for p in self.files if p.endswith("wide.jpg"))
+        rc, out, err = run(path, "-F", "64", "-m", str(517 * 301 - 1))
+        self.assertEqual((rc, out), (1, b""))
+        self.assertTrue(err.startswith("E2BIG:") and "517x301" in err, err)
+        with open(path, "rb") as f:
+            data = f.read()
+        bad = os.path.join(self.dir, "truncated.jpg")
+        with open(bad, "wb") as f:
+            f.write(data[: len(data) // 2])
+        rc, out, err = run(bad, "-F", "64")
+        self.assertEqual((rc, out), (1, b""))
+        self.assertTrue(err.startswith("EBADMSG: JPEG:"), err)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -33,6 +33,7 @@
 #include "pack.h"
 #include "pack_create.h"
 #include "pack_file.h"
+#include "pack_image.h"
 #include "pack_read.h"
 #include "pack_remote.h"
 #include "pack_scan.h"
@@ -71,6 +72,10 @@ static const char usage_text[] =
 	"  --threads N        compression threads (default: all cores)\n"
 	"  --shard-size SIZE  write OUT as a directory of shards of about SIZE stored bytes\n"
 	"  --records SIZE FILE  add FILE as records of SIZE bytes (repeatable)\n"
+	"  --max-side N       re-encode each image (JPEG, PNG, WebP) whose longer side is\n"
+	"                     over N (16..65535) as an RGB JPEG with that side N, aspect\n"
+	"                     kept; other images and bytes are stored as read\n"
+	"  --jpeg-quality Q   --max-side: the JPEGs' quality, 1..100 (default 90)\n"
 	BP_SIZE_HELP
 	PACK_REMOTE_HELP
 	"ls: a line per sample, ID KEY FIELD=VALUE... (KEY - without keys; bytes fields\n"
@@ -84,6 +89,7 @@ static const char usage_text[] =
 enum {
 	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
 	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
+	O_MAX_SIDE, O_JPEG_QUALITY,
 };
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
@@ -149,8 +155,26 @@ static int create_fields(pack_inputs *in, int c, const char *arg)
 	return c == O_MANIFEST && pack_inputs_add_manifest(in, arg) < 0 ? 1 : 0;
 }
 
+/* --max-side N, --jpeg-quality Q. @return 0 or the usage exit status. */
+static int create_fit(pack_create_opts *o, int c, const char *arg)
+{
+	uint64_t v;
+
+	if (c == O_MAX_SIDE) {
+		if (cli_parse_u64(arg, &v) < 0 || v < PACK_FIT_SIDE_MIN || v > PACK_FIT_SIDE_MAX)
+			return cli_usage("--max-side: '%s' is not a side in pixels (%u..%u)", arg,
+					 PACK_FIT_SIDE_MIN, PACK_FIT_SIDE_MAX);
+		o->max_side = (uint32_t)v;
+		return 0;
+	}
+	if (cli_parse_u64(arg, &v) < 0 || v < 1 || v > 100)
+		return cli_usage("--jpeg-quality: '%s' is not a JPEG quality (1..100)", arg);
+	o->jpeg_quality = (int)v;
+	return 0;
+}
+
 /* The inputs and options together make sense. @return 0 or the usage exit status. */
-static int create_check(const pack_inputs *in)
+static int create_check(const pack_inputs *in, pack_create_opts *o)
 {
 	const pack_fields_opts *fo = &in->fo;
 	size_t manifests = 0, records = 0;
@@ -173,6 +197,13 @@ static int create_check(const pack_inputs *in)
 		return cli_usage("--missing-int: only with --allow-missing");
 	if (records && fo->layout != LAYOUT_FILES)
 		return cli_usage("--records: not with --labels, --group-by or --manifest");
+	if (o->jpeg_quality && !o->max_side)
+		return cli_usage("--jpeg-quality: only with --max-side N (the size to re-encode "
+				 "larger images at)");
+	if (o->max_side && records)
+		return cli_usage("--max-side: not with --records (records keep their size)");
+	if (o->max_side && !o->jpeg_quality)
+		o->jpeg_quality = PACK_FIT_QUALITY;
 	return 0;
 }
 
@@ -196,6 +227,8 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "no-keys", no_argument, NULL, O_NOKEYS },
 		{ "allow-missing", no_argument, NULL, O_MISSING },
 		{ "missing-int", required_argument, NULL, O_MISSING_INT },
+		{ "max-side", required_argument, NULL, O_MAX_SIDE },
+		{ "jpeg-quality", required_argument, NULL, O_JPEG_QUALITY },
 		PACK_REMOTE_OPTIONS,
 		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
@@ -233,6 +266,10 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		case O_RECORDS:
 			r = create_records(in, *out, optarg, argc, argv);
 			break;
+		case O_MAX_SIDE:
+		case O_JPEG_QUALITY:
+			r = create_fit(o, c, optarg);
+			break;
 		case O_LABELS:
 		case O_GROUP:
 		case O_MANIFEST:
@@ -253,7 +290,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		return cli_usage("create: missing OUT");
 	if (in->n == 0)
 		return cli_usage("create: missing INPUT");
-	return create_check(in) || pack_remote_check(rem, *out) ? 2 : 0;
+	return create_check(in, o) || pack_remote_check(rem, *out) ? 2 : 0;
 }
 
 static int cmd_create(int argc, char **argv)

@@ -11,6 +11,14 @@
  * its previous block and writes it, which both keeps the output ordered and
  * bounds memory to (2 x threads) blocks in flight.
  *
+ * --max-side (pack_image.h): the workers also re-encode a block's large
+ * images before compressing it, each with its own fitter, and the block's
+ * sizes change with them; a job carries its samples' bytes field sizes
+ * for that, and the writer is handed those in place of the scan's. A
+ * sample over the frame size is re-encoded on the main thread before it
+ * is cut, since its frames go to several workers; if it then fits a
+ * frame, it goes whole in a block of its own.
+ *
  * Samples with fields (a schema beyond the bytes of old): the writer gets
  * each sample's values and key when the block holding it is written, from
  * what the scan kept (pack_inputs_fields), so values need no trip through
@@ -40,6 +48,7 @@
 #include "pack_create.h"
 #include "pack_dict.h"
 #include "pack_file.h"
+#include "pack_image.h"
 #include "pack_writer.h"
 #include "progress.h"
 #include "units.h"
@@ -64,6 +73,13 @@ typedef struct job {
 	size_t n, sizes_cap;
 	uint64_t framed;         /* a frame: the size of the sample it is part of; else 0 */
 	uint64_t first;          /* global id of its first sample (a frame: of its sample) */
+	uint64_t in_size;        /* its samples' bytes as read, for the progress line */
+	/* --max-side: each sample's bytes field sizes (nf a sample), what the worker did. */
+	uint64_t *fsizes;
+	size_t fsizes_cap;
+	bool fitted;             /* re-encoded already (by the main thread): compress only */
+	pack_fit_counts counts;
+	pack_fit_fault fault;
 	bp_pack_encoded enc;
 	int err;
 } job;
@@ -79,12 +95,42 @@ typedef struct pool {
 	unsigned nthreads, started;
 	const ZSTD_CDict *cdict;
 	int level;
+	uint32_t max_side;       /* --max-side, 0 without */
+	int quality;
+	uint32_t nf;             /* bytes fields a sample */
 } pool;
+
+/* A block's work: its images re-encoded (with --max-side), then compressed. */
+static int work(pool *p, ZSTD_CCtx *cctx, pack_fit *fit, job *j)
+{
+	int r;
+
+	if (!cctx)
+		return -ENOMEM;
+	if (p->max_side && !j->framed && !j->fitted) {
+		if (!fit)
+			return -ENOMEM;
+		r = pack_fit_block(fit, &j->raw, &j->raw_cap, &j->raw_size, j->sizes, j->fsizes,
+				   j->n, p->nf, &j->counts, &j->fault);
+		if (r < 0)
+			return r;
+		/* The main thread sized out for the bytes as read. */
+		if (bp_buf_reserve(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0)
+			return -ENOMEM;
+	}
+	return bp_pack_block_encode(cctx, p->cdict, p->level, j->raw, j->raw_size, j->out,
+				    j->out_cap, &j->enc);
+}
 
 static void *worker_main(void *arg)
 {
 	pool *p = arg;
 	ZSTD_CCtx *cctx = ZSTD_createCCtx();
+	pack_fit *fit = NULL;
+
+	/* No fitter: every block this worker takes fails with -ENOMEM. */
+	if (p->max_side && pack_fit_new(p->max_side, p->quality, &fit) < 0)
+		fit = NULL;
 
 	for (;;) {
 		job *j;
@@ -102,9 +148,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&p->mu);
 
 		/* The job is ours alone until we mark it done under the lock. */
-		j->err = cctx ? bp_pack_block_encode(cctx, p->cdict, p->level, j->raw, j->raw_size,
-						     j->out, j->out_cap, &j->enc)
-			      : -ENOMEM;
+		j->err = work(p, cctx, fit, j);
 
 		pthread_mutex_lock(&p->mu);
 		j->state = JOB_DONE;
@@ -112,6 +156,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_unlock(&p->mu);
 	}
 	ZSTD_freeCCtx(cctx);
+	pack_fit_free(fit);
 	return NULL;
 }
 
@@ -133,6 +178,7 @@ static void pool_free(pool *p)
 		free(p->jobs[i].raw);
 		free(p->jobs[i].out);
 		free(p->jobs[i].sizes);
+		free(p->jobs[i].fsizes);
 	}
 	free(p->jobs);
 	free(p->queue);
@@ -142,14 +188,19 @@ static void pool_free(pool *p)
 	pthread_mutex_destroy(&p->mu);
 }
 
-static int pool_init(pool *p, unsigned threads, const ZSTD_CDict *cdict, int level)
+static int pool_init(pool *p, const pack_create_opts *o, const ZSTD_CDict *cdict, uint32_t nf)
 {
+	unsigned threads = o->threads;
+
 	memset(p, 0, sizeof(*p));
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->done, NULL);
 	p->cdict = cdict;
-	p->level = level;
+	p->level = o->level;
+	p->max_side = o->max_side;
+	p->quality = o->jpeg_quality;
+	p->nf = nf;
 	p->nthreads = threads;
 	p->njobs = 2 * (size_t)threads;
 	p->jobs = calloc(p->njobs, sizeof(*p->jobs));
@@ -200,10 +251,13 @@ typedef struct output {
 	const void *dict;
 	size_t dict_size;
 	uint64_t shard_size;
+	uint32_t nf;             /* bytes fields a sample */
+	uint32_t max_side;       /* --max-side (bytes field sizes come with the jobs), or 0 */
 	/* Totals for the summary. */
-	uint64_t blocks, stored, by_codec[3], framed;
+	uint64_t blocks, stored, raw, by_codec[3], framed;
+	pack_fit_counts fits;
 	progress prog;
-	uint64_t raw_done;
+	uint64_t in_done;        /* bytes as read, of the blocks written */
 } output;
 
 static char *tmp_name_beside(const char *path)
@@ -300,15 +354,24 @@ static int shard_end(output *o)
 	return r;
 }
 
-/* The values and keys of samples first .. first+n-1, handed to the writer ahead of their block. */
-static int output_fields(output *o, uint64_t first, size_t n)
+/*
+ * The values and keys of samples first .. first+n-1, handed to the writer
+ * ahead of their block; with --max-side, the bytes fields' sizes are the
+ * job's (fsizes, nf a sample), the images in them re-encoded.
+ */
+static int output_fields(output *o, uint64_t first, size_t n, const uint64_t *fsizes)
 {
 	for (size_t i = 0; i < n; i++) {
+		const bp_schema *s = &o->in->schema;
 		const char *key;
 		size_t len;
 		int r;
 
 		pack_inputs_fields(o->in, first + i, o->vals, &key, &len);
+		for (uint32_t f = 0, b = 0; o->max_side && f < s->count; f++) {
+			if (s->fields[f].type == BP_FIELD_BYTES)
+				o->vals[f].size = fsizes[i * o->nf + b++];
+		}
 		r = bp_pack_writer_add_fields(o->w, o->vals, key, len);
 		if (r < 0)
 			return r;
@@ -324,7 +387,8 @@ static int output_block(output *o, const job *j)
 	if (!o->w && (r = shard_begin(o)) < 0)
 		return r;
 	if (o->in->fields &&
-	    (r = output_fields(o, j->first, j->framed ? bp_pack_writer_owed(o->w) == 0 : j->n)) < 0)
+	    (r = output_fields(o, j->first, j->framed ? bp_pack_writer_owed(o->w) == 0 : j->n,
+			       j->fsizes)) < 0)
 		return r;
 	if (j->framed) {
 		/* The writer counts a framed sample once, at its first frame. */
@@ -337,9 +401,10 @@ static int output_block(output *o, const job *j)
 		return r;
 	o->blocks++;
 	o->stored += j->enc.stored_size;
+	o->raw += j->raw_size;
 	o->by_codec[j->enc.codec]++;
-	o->raw_done += j->raw_size;
-	progress_update(&o->prog, o->raw_done, false);
+	o->in_done += j->in_size;
+	progress_update(&o->prog, o->in_done, false);
 	/* A shard ends between samples: a framed sample's frames stay together. */
 	if (o->sharded && bp_pack_writer_offset(o->w) >= o->shard_size &&
 	    bp_pack_writer_owed(o->w) == 0)
@@ -415,13 +480,24 @@ static void output_discard(output *o)
 /* Write a compressed block; input errors were reported where they happened. */
 static int emit(output *out, job *j)
 {
+	char name[4352];
 	int r = j->err;
 
 	j->state = JOB_FREE;
-	if (r < 0) {
-		fprintf(stderr, "batchd-pack: compressing a block failed: %s\n", strerror(-r));
+	if (r < 0 && j->fault.why[0]) {
+		pack_inputs_name(out->in, j->first + j->fault.sample, name, sizeof(name));
+		pack_fit_report(out->in, out->max_side, name, &j->fault);
 		return r;
 	}
+	if (r < 0) {
+		fprintf(stderr, "batchd-pack: %s a block failed: %s\n",
+			out->max_side ? "re-encoding images of or compressing" : "compressing",
+			strerror(-r));
+		return r;
+	}
+	out->fits.fitted += j->counts.fitted;
+	out->fits.kept += j->counts.kept;
+	out->fits.other += j->counts.other;
 	r = output_block(out, j);
 	if (r < 0)
 		fprintf(stderr, "batchd-pack: writing %s: %s\n", out->final, strerror(-r));
@@ -440,7 +516,34 @@ static int take_slot(pool *p, output *out, uint64_t seq, job **ret)
 	j->raw_size = 0;
 	j->n = 0;
 	j->framed = 0;
+	j->in_size = 0;
+	j->fitted = false;
+	j->counts = (pack_fit_counts){ 0 };
+	j->fault.why[0] = '\0';
 	*ret = j;
+	return 0;
+}
+
+/* Room in j for one more sample's size and its nf bytes field sizes. @return 0 or -ENOMEM. */
+static int job_room(job *j, uint32_t nf)
+{
+	size_t cap;
+	void *v;
+
+	if (j->n == j->sizes_cap) {
+		cap = j->sizes_cap * 2 + 8;
+		if (!(v = realloc(j->sizes, cap * sizeof(*j->sizes))))
+			return -ENOMEM;
+		j->sizes = v;
+		j->sizes_cap = cap;
+	}
+	if ((j->n + 1) * nf > j->fsizes_cap) {
+		cap = (j->n * 2 + 8) * nf;
+		if (!(v = realloc(j->fsizes, cap * sizeof(*j->fsizes))))
+			return -ENOMEM;
+		j->fsizes = v;
+		j->fsizes_cap = cap;
+	}
 	return 0;
 }
 
@@ -454,18 +557,76 @@ static int submit(pool *p, job *j, uint64_t *seq)
 	return 0;
 }
 
+/* A sample over the frame size, read whole; with --max-side, fitted on the main thread. */
+typedef struct big_sample {
+	uint8_t *buf;
+	size_t cap;
+	pack_fit *fit;
+	uint64_t fs[BP_FIELD_MAX]; /* its bytes field sizes */
+} big_sample;
+
+/* --max-side for the big sample (*size bytes, sample id): *size becomes what it is after. */
+static int fit_big(pack_iter *it, const pack_create_opts *o, output *out, uint64_t id,
+		   uint64_t *size, big_sample *big)
+{
+	pack_fit_fault fault = { .field = PACK_FIT_WHOLE };
+	uint64_t sizes[1] = { *size };
+	int r = 0;
+
+	if (!big->fit)
+		r = pack_fit_new(o->max_side, o->jpeg_quality, &big->fit);
+	if (r == 0) {
+		pack_fit_field_sizes(out->in, id, *size, big->fs);
+		r = pack_fit_block(big->fit, &big->buf, &big->cap, size, sizes, big->fs, 1,
+				   out->nf, &out->fits, &fault);
+	}
+	if (r < 0 && !fault.why[0])
+		snprintf(fault.why, sizeof(fault.why), "%s", strerror(-r));
+	if (r < 0)
+		pack_fit_report(out->in, out->max_side, pack_iter_name(it), &fault);
+	return r;
+}
+
+/* A big sample re-encoded to within a frame: a block of its own, to compress as it is. */
+static int pack_whole(pool *p, output *out, const big_sample *big, uint64_t size, uint64_t id,
+		      uint64_t in_size, uint64_t *seq)
+{
+	job *j;
+	int r = take_slot(p, out, *seq, &j);
+
+	if (r < 0)
+		return r;
+	if (bp_buf_reserve(&j->raw, &j->raw_cap, size) < 0 || job_room(j, out->nf) < 0)
+		return -ENOMEM;
+	memcpy(j->raw, big->buf, size);
+	memcpy(j->fsizes, big->fs, out->nf * sizeof(*j->fsizes));
+	j->sizes[j->n++] = size;
+	j->raw_size = size;
+	j->in_size = in_size;
+	j->first = id;
+	j->fitted = true;
+	return submit(p, j, seq);
+}
+
 /*
  * The current sample, of size bytes > the frame size, as frames of that
  * size (the last one the rest), each a block of its own. The sample is
- * read whole into *buf first, since inputs read a sample at a time.
+ * read whole into big first, since inputs read a sample at a time; with
+ * --max-side it is fitted there, and if it then fits a frame it goes
+ * whole in a block.
  */
 static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output *out,
-		       uint64_t size, uint64_t id, uint64_t *seq, uint8_t **buf, size_t *cap)
+		       uint64_t size, uint64_t id, uint64_t *seq, big_sample *big)
 {
-	int r = bp_buf_reserve(buf, cap, size);
+	uint64_t in_size = size;
+	int r = bp_buf_reserve(&big->buf, &big->cap, size);
 
 	if (r == 0)
-		r = pack_iter_read(it, *buf);
+		r = pack_iter_read(it, big->buf);
+	if (r == 0 && out->max_side)
+		r = fit_big(it, o, out, id, &size, big);
+	if (r == 0 && out->max_side && size <= o->frame_size)
+		return pack_whole(p, out, big, size, id, in_size, seq);
 	for (uint64_t at = 0; r == 0 && at < size;) {
 		uint64_t n = size - at < o->frame_size ? size - at : o->frame_size;
 		job *j;
@@ -473,10 +634,14 @@ static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output
 		r = take_slot(p, out, *seq, &j);
 		if (r < 0)
 			break;
-		if (bp_buf_reserve(&j->raw, &j->raw_cap, n) < 0)
+		if (bp_buf_reserve(&j->raw, &j->raw_cap, n) < 0 ||
+		    (out->max_side && job_room(j, out->nf) < 0))
 			return -ENOMEM;
-		memcpy(j->raw, *buf + at, n);
+		memcpy(j->raw, big->buf + at, n);
+		if (out->max_side)
+			memcpy(j->fsizes, big->fs, out->nf * sizeof(*j->fsizes));
 		j->raw_size = n;
+		j->in_size = at == 0 ? in_size : 0;
 		j->framed = size;
 		j->first = id;
 		r = submit(p, j, seq);
@@ -485,16 +650,17 @@ static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output
 	return r;
 }
 
-/* Append the current sample (size bytes) to block j. @return 0 or a negative errno. */
-static int add_sample(pack_iter *it, job *j, uint64_t size)
+/* Append the current sample (size bytes, global id) to block j. @return 0 or a negative errno. */
+static int add_sample(pack_iter *it, const output *out, job *j, uint64_t size, uint64_t id)
 {
 	if (bp_buf_reserve(&j->raw, &j->raw_cap, j->raw_size + size) < 0 ||
-	    (j->n == j->sizes_cap &&
-	     !(j->sizes = realloc(j->sizes, (j->sizes_cap = j->sizes_cap * 2 + 8) *
-						    sizeof(*j->sizes)))))
+	    job_room(j, out->max_side ? out->nf : 0) < 0)
 		return -ENOMEM;
+	if (out->max_side)
+		pack_fit_field_sizes(out->in, id, size, j->fsizes + j->n * out->nf);
 	j->sizes[j->n++] = size;
 	j->raw_size += size;
+	j->in_size += size;
 	return pack_iter_read(it, j->raw + j->raw_size - size);
 }
 
@@ -517,8 +683,7 @@ static int drain(pool *p, output *out, uint64_t seq)
 static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, output *out)
 {
 	uint64_t seq = 0, size, id = 0;
-	uint8_t *big = NULL;
-	size_t big_cap = 0;
+	big_sample big = { 0 };
 	pack_iter *it;
 	job *j = NULL;
 	int r, more;
@@ -534,7 +699,7 @@ static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, out
 		}
 		if (size > o->frame_size) {
 			/* The block before it was closed when its size was seen: j is NULL. */
-			r = pack_framed(it, o, p, out, size, id++, &seq, &big, &big_cap);
+			r = pack_framed(it, o, p, out, size, id++, &seq, &big);
 			if (r < 0)
 				goto out;
 			more = pack_iter_next(it, &size);
@@ -544,8 +709,7 @@ static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, out
 			goto out;
 		if (j->n == 0)
 			j->first = id;
-		id++;
-		r = add_sample(it, j, size);
+		r = add_sample(it, out, j, size, id++);
 		if (r < 0)
 			goto out;
 
@@ -563,13 +727,14 @@ static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, out
 	if (r == 0)
 		r = drain(p, out, seq);
 out:
-	free(big);
+	free(big.buf);
+	pack_fit_free(big.fit);
 	pack_iter_free(it);
 	return r;
 }
 
 static void print_summary(const char *path, const pack_inputs *in, const output *out,
-			  size_t dict_size, double secs)
+			  const pack_create_opts *o, double secs)
 {
 	char raw[32], stored[32];
 
@@ -578,11 +743,13 @@ static void print_summary(const char *path, const pack_inputs *in, const output 
 		printf(" (%" PRIu64 " samples in frames)", out->framed);
 	if (out->sharded)
 		printf(", %u shards", out->shard);
-	printf("; %s raw -> %s stored (%.2fx)", bp_format_size(in->raw_bytes, raw, sizeof(raw)),
+	printf("; %s raw -> %s stored (%.2fx)", bp_format_size(out->raw, raw, sizeof(raw)),
 	       bp_format_size(out->stored, stored, sizeof(stored)),
-	       out->stored ? (double)in->raw_bytes / (double)out->stored : 1.0);
-	if (dict_size)
-		printf("; dictionary %zu bytes", dict_size);
+	       out->stored ? (double)out->raw / (double)out->stored : 1.0);
+	if (out->max_side)
+		pack_fit_print(&out->fits, out->max_side, o->jpeg_quality, in->raw_bytes);
+	if (out->dict_size)
+		printf("; dictionary %zu bytes", out->dict_size);
 	for (uint32_t f = 0; in->fields && f < in->schema.count; f++)
 		printf("%s%s:%s", f ? "," : "; fields ", in->schema.fields[f].name,
 		       bp_field_type_name(in->schema.fields[f].type));
@@ -651,7 +818,9 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 
 	for (int i = 0; i < 3; i++)
 		sigaction(sigs[i], &sa, &old[i]);
-	r = pool_init(&p, o->threads, cdict, o->level);
+	out.nf = in->fields ? bp_schema_bytes_fields(&in->schema) : 1;
+	out.max_side = o->max_side;
+	r = pool_init(&p, o, cdict, out.nf);
 	if (r < 0) {
 		fprintf(stderr, "batchd-pack: cannot start compression threads: %s\n", strerror(-r));
 		goto out;
@@ -675,7 +844,7 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 		fprintf(stderr, "batchd-pack: %s: cannot finish: %s\n", path, strerror(-r));
 		goto out;
 	}
-	print_summary(o->name ? o->name : path, in, &out, out.dict_size, cli_now() - t0);
+	print_summary(o->name ? o->name : path, in, &out, o, cli_now() - t0);
 out:
 	pool_free(&p);
 	output_discard(&out);

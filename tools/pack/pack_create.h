@@ -3,7 +3,7 @@
  * pack_create.h - `batchd-pack create`: turn inputs into a pack or shards.
  *
  * Thread rules: called from the main thread; starts and joins its own
- * compression workers.
+ * compression workers (which also re-encode images for --max-side).
  */
 #ifndef BATCHD_TOOLS_PACK_CREATE_H
 #define BATCHD_TOOLS_PACK_CREATE_H
@@ -23,6 +23,8 @@ typedef struct pack_create_opts {
 	unsigned threads;        /* compression workers, >= 1 */
 	uint64_t shard_size;     /* 0 = one file; else OUT is a directory of shards */
 	const char *name;        /* OUT as the summary line names it (a remote OUT), or NULL */
+	uint32_t max_side;       /* re-encode images larger than this (pack_image.h); 0 = never */
+	int jpeg_quality;        /* ... as JPEGs of this quality, 1 .. 100 */
 } pack_create_opts;
 
 /*

@@ -703,24 +703,47 @@ int pack_iter_next(pack_iter *it, uint64_t *ret_size)
 	return 0;
 }
 
+/*
+ * Sample i of input p by name into buf; member: a plain tar's member path
+ * as the archive spells it (NULL: as the scan made it plain).
+ */
+static void entry_name(const pack_inputs *in, const pack_input *p, uint64_t i,
+		       const char *member, char *buf, size_t len)
+{
+	if (p->kind == INPUT_DIR)
+		snprintf(buf, len, "%s/%s", p->path, p->entries[i].name);
+	else if (p->kind == INPUT_MANIFEST)
+		snprintf(buf, len, "%s/%s (%s:%u)", p->root, p->entries[i].name, p->path,
+			 p->entries[i].line);
+	else if (p->kind == INPUT_TAR && in->fo.layout == LAYOUT_GROUPS)
+		snprintf(buf, len, "%s: key %s", p->path, p->entries[i].name);
+	else if (p->kind == INPUT_TAR)
+		snprintf(buf, len, "%s:%s", p->path, member ? member : p->entries[i].name);
+	else
+		snprintf(buf, len, "%s: record %llu", p->path, (unsigned long long)i);
+}
+
 const char *pack_iter_name(pack_iter *it)
 {
 	const pack_input *p = &it->in->v[it->input];
 
-	if (p->kind == INPUT_DIR)
-		snprintf(it->name, sizeof(it->name), "%s/%s", p->path, p->entries[it->i].name);
-	else if (p->kind == INPUT_MANIFEST)
-		snprintf(it->name, sizeof(it->name), "%s/%s (%s:%u)", p->root, p->entries[it->i].name,
-			 p->path, p->entries[it->i].line);
-	else if (grouped(it, p))
-		snprintf(it->name, sizeof(it->name), "%s: key %s", p->path, p->entries[it->i].name);
-	else if (p->kind == INPUT_TAR)
-		snprintf(it->name, sizeof(it->name), "%s:%s", p->path,
-			 archive_entry_pathname(it->entry));
-	else
-		snprintf(it->name, sizeof(it->name), "%s: record %llu", p->path,
-			 (unsigned long long)it->i);
+	entry_name(it->in, p, it->i, p->kind == INPUT_TAR && !grouped(it, p)
+		   ? archive_entry_pathname(it->entry) : NULL, it->name, sizeof(it->name));
 	return it->name;
+}
+
+void pack_inputs_name(const pack_inputs *in, uint64_t id, char *buf, size_t len)
+{
+	uint64_t i = id;
+
+	for (size_t k = 0; k < in->n; k++) {
+		if (i < in->v[k].count) {
+			entry_name(in, &in->v[k], i, NULL, buf, len);
+			return;
+		}
+		i -= in->v[k].count;
+	}
+	snprintf(buf, len, "sample %llu", (unsigned long long)id);
 }
 
 /* Why a file the scan found cannot be opened now. */

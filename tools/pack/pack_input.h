@@ -17,7 +17,8 @@
  * themselves is read at the scan and kept with its entry, so the packing
  * pass can hand the writer any sample's fields when its block is written.
  *
- * Thread rules: single-threaded.
+ * Thread rules: single-threaded, but for pack_inputs_name (any thread once
+ * the scan is done).
  */
 #ifndef BATCHD_TOOLS_PACK_INPUT_H
 #define BATCHD_TOOLS_PACK_INPUT_H
@@ -118,6 +119,14 @@ uint64_t pack_inputs_size(const pack_inputs *in, uint64_t i);
  */
 void pack_inputs_fields(const pack_inputs *in, uint64_t i, bp_field_value *vals,
 			const char **ret_key, size_t *ret_len);
+
+/*
+ * A printable name for global sample i, as pack_iter_name gives it (a tar
+ * member by its plain path) into buf. Unlike the rest of this header, any
+ * thread may call it once the scan is done: it only reads what the scan
+ * left, which nothing changes after it.
+ */
+void pack_inputs_name(const pack_inputs *in, uint64_t i, char *buf, size_t len);
 
 /* Sequential iteration over all samples of all inputs. */
 typedef struct pack_iter pack_iter;
