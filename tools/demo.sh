@@ -7,8 +7,10 @@
 # then what a user cares about: a trainer that computes (an MLP's forward
 # and backward on each batch, on the CPU) fed by batchd and by PyTorch's
 # DataLoader over the same files, in turns, and how much of its step time
-# each one leaves it waiting (tools/demo-trainer.py), ending with the
-# side-by-side table and a verdict.
+# each one leaves it waiting (tools/demo-trainer.py), a CNN on real
+# images, the images/s of a vision input pipeline against torchvision's
+# (tools/bench/bench-images.py), ending with the side-by-side table and a
+# verdict.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/deps.sh
@@ -71,6 +73,13 @@ echo "   epoch time and data wait with DataLoader over the files (best of 0/2/4 
 echo "   with batchd, decoding in the collate hook, in 2 workers, and in the daemon (train_cnn.py --short)"
 /usr/bin/python3 client/python/examples/train_cnn.py --short ||
 	echo "   (skipped: client/python/examples/train_cnn.py says what it needs above)"
+echo "== images/s of a vision trainer's input: JPEG decode, RandomResizedCrop(224), flip, uint8"
+echo "   [64, 3, 224, 224] and labels, torchvision's ImageFolder + DataLoader (2 workers) against"
+echo "   batchd decoding in the daemon, on 600 real photographs, A B A B (tools/bench/bench-images.py;"
+echo "   the full comparison, DALI's CPU pipeline included, is in docs/benchmarks.md)"
+/usr/bin/python3 tools/bench/bench-images.py --build build --workdir "$work/images" --n 600 \
+	--arms torchvision,batchd --workers 2 --pairs 2 ||
+	echo "   (skipped: tools/bench/bench-images.py says what it needs above)"
 if [ $trained = 1 ]; then
 	echo "== side by side: the same trainer, the same files, batchd against DataLoader"
 	sed -n '/^loader /,$p' "$work/trainer.txt"

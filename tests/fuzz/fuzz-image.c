@@ -10,6 +10,8 @@
  * one of the documented errnos with a reason, a success writes every byte
  * of the output (a canary pattern is overwritten the same way twice), and
  * the same input gives the same bytes again. A broken promise aborts.
+ * Then through bi_fit (batchd-pack create --max-side's whole-image path),
+ * with the same promises and a size within the one asked for.
  *
  * Built two ways (tests/fuzz/meson.build): as the fuzzer with
  * -fsanitize=fuzzer, and with replay.c as a plain program that replays the
@@ -52,6 +54,28 @@ static void check(bi_scratch *sc, bi_spec *s, const uint8_t *data, size_t size)
 	free(b);
 }
 
+/* batchd-pack's --max-side path: the whole image, shrunk to fit 20 px, twice the same. */
+static void check_fit(bi_scratch *sc, const uint8_t *data, size_t size)
+{
+	static uint8_t a[3 * 20 * 20], b[3 * 20 * 20];
+	uint32_t w, h, w2, h2;
+	char err[256];
+	int r;
+
+	r = bi_fit(sc, data, size, 20, 4u << 20, a, sizeof(a), &w, &h, err, sizeof(err));
+	if (r < 0) {
+		if (r != -EBADMSG && r != -ENOTSUP && r != -E2BIG && r != -ENOMEM && r != -ENOBUFS)
+			abort();
+		if (!err[0])
+			abort();
+		return;
+	}
+	if (w == 0 || h == 0 || w > 20 || h > 20 ||
+	    bi_fit(sc, data, size, 20, 4u << 20, b, sizeof(b), &w2, &h2, err, sizeof(err)) != 0 ||
+	    w2 != w || h2 != h || memcmp(a, b, (size_t)3 * w * h))
+		abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	bi_spec center = { .crop = BI_CROP_CENTER, .height = 24, .width = 32, .resize = 40,
@@ -68,5 +92,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(big, &center, data, size);
 	check(big, &random, data, size);
 	check(small, &random, data, size);
+	check_fit(big, data, size);
 	return 0;
 }

@@ -13,7 +13,9 @@
  * -n: NHWC (default NCHW). With -p it prints the box and flip chosen
  * instead ("x y w h flip"). With -t N it transforms every FILE given N
  * times, ids 0, 1, ..., and prints the mean microseconds an image (what
- * lib/image/README.md quotes). Exit 0; 1 with the reason on stderr (and
+ * lib/image/README.md quotes); with -t N -L it decodes every JPEG FILE
+ * whole at full scale instead, nothing else (libjpeg-turbo's own rate,
+ * the limit docs/benchmarks.md compares the loader with). Exit 0; 1 with the reason on stderr (and
  * the errno's name first: EBADMSG, ENOTSUP, E2BIG, ...), 2 for bad
  * arguments.
  */
@@ -25,6 +27,7 @@
 #include <unistd.h>
 
 #include "image.h"
+#include "image_priv.h"
 
 static const char *errname(int e)
 {
@@ -77,7 +80,18 @@ static double now_us(void)
 }
 
 /* -t: each file n times; the mean microseconds an image to stdout. */
-static int timed(bi_spec *s, char **files, int nfiles, unsigned n)
+/* One JPEG decoded whole at full scale into sc, as libjpeg-turbo alone would. @return 0 or -errno. */
+static int decode_whole(bi_scratch *sc, const uint8_t *img, size_t len, char *err, size_t el)
+{
+	bi_region rg;
+	uint32_t w, h;
+	int r = bi__jpeg_probe(img, len, &w, &h, err, el);
+	bi_want want = { .x1 = w, .y1 = h, .out_w = w, .out_h = h };
+
+	return r < 0 ? r : bi__jpeg_decode(sc, img, len, &want, &rg, err, el);
+}
+
+static int timed(bi_spec *s, char **files, int nfiles, unsigned n, bool whole)
 {
 	bi_scratch *sc = bi_scratch_new((size_t)256 << 20);
 	uint8_t *out = malloc(bi_out_bytes(s)), **img = calloc(nfiles, sizeof(*img));
@@ -94,7 +108,8 @@ static int timed(bi_spec *s, char **files, int nfiles, unsigned n)
 	t0 = now_us();
 	for (unsigned k = 0; k < n; k++)
 		for (int f = 0; f < nfiles; f++, id++)
-			if (bi_transform(sc, s, img[f], len[f], 1, 0, id, out, err, sizeof(err)) < 0) {
+			if ((whole ? decode_whole(sc, img[f], len[f], err, sizeof(err))
+				   : bi_transform(sc, s, img[f], len[f], 1, 0, id, out, err, sizeof(err))) < 0) {
 				fprintf(stderr, "%s: %s\n", files[f], err);
 				return 1;
 			}
@@ -133,14 +148,14 @@ int main(int argc, char **argv)
 {
 	bi_spec s = { .crop = BI_CROP_CENTER, .height = 224, .width = 224 };
 	uint64_t seed = 0, epoch = 0, id = 0;
-	bool params = false;
+	bool params = false, whole = false;
 	unsigned times = 0;
 	uint32_t fit_side = 0;
 	size_t scratch = (size_t)256 << 20;
 	char err[256];
 	int opt, r;
 
-	while ((opt = getopt(argc, argv, "c:s:r:f:nd:S:E:I:pm:t:x:F:")) != -1) {
+	while ((opt = getopt(argc, argv, "c:s:r:f:nd:S:E:I:pm:t:x:F:L")) != -1) {
 		switch (opt) {
 		case 'c':
 			s.crop = !strcmp(optarg, "center") ? BI_CROP_CENTER : BI_CROP_RANDOM_RESIZED;
@@ -161,11 +176,12 @@ int main(int argc, char **argv)
 		case 't': times = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'x': scratch = (size_t)strtoull(optarg, NULL, 0); break;
 		case 'F': fit_side = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'L': whole = true; break;
 		default: return 2;
 		}
 	}
 	if (times && optind < argc && bi_spec_check(&s, err, sizeof(err)) == 0)
-		return timed(&s, argv + optind, argc - optind, times);
+		return timed(&s, argv + optind, argc - optind, times, whole);
 	if (optind + 1 != argc || bi_spec_check(&s, err, sizeof(err)) < 0) {
 		fprintf(stderr, "image-transform: %s\n", optind + 1 != argc ? "one FILE" : err);
 		return 2;
