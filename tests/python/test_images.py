@@ -204,6 +204,23 @@ class Images(T.DaemonCase):
         self.assertEqual(served, [list(range(4 * k, 4 * k + 4)) for k in range(e.batch)])
         return str(e)
 
+    def test_the_decode_scratch_is_charged_to_the_session(self):
+        # Each decode worker may hold 48 MiB of image scratch: a session that
+        # decodes images is charged that for every worker, on its heap share.
+        st = batchclient.status(self.daemon.sock)
+        workers = st["threads"]["decode"]
+        plain = self.loader("photos.bpk", 4, fields=["data", "label"])
+        s, = self.daemon.sessions()
+        self.assertLess(s["memory_heap"], 48 << 20)
+        plain.close()
+        self.wait_sessions(0)
+        img = self.loader("photos.bpk", 4, fields=["data", "label"],
+                          decode={"data": batchclient.Image(32)})
+        s, = self.daemon.sessions()
+        self.assertGreaterEqual(s["memory_heap"], workers * (48 << 20))
+        self.assertGreaterEqual(s["memory"], s["memory_heap"])
+        img.close()
+
     def test_a_corrupt_image_fails_its_batch_naming_the_sample(self):
         why = self.lost_batch("bad.bpk", errno.EBADMSG)
         self.assertIn("dataset bad.bpk: sample 5 (key x/5.jpg): JPEG", why)
