@@ -31,6 +31,13 @@ int cli_usage(const char *fmt, ...)
 		fputc('\n', stderr);
 		va_end(ap);
 	}
+	/* The error stays on the screen: the usage is one command away, not printed over it. */
+	fprintf(stderr, "Try '%s --help' for the commands and options.\n", prog_name);
+	return 2;
+}
+
+int cli_usage_full(void)
+{
 	fputs(usage_str, stderr);
 	return 2;
 }

@@ -18,11 +18,16 @@
 void cli_init(const char *prog, const char *usage_text);
 
 /*
- * Print "PROG: <message>" (when fmt is not NULL) and the usage text to
- * stderr. @return 2, the usage-error exit status.
+ * A usage error: "PROG: <message>" (when fmt is not NULL: getopt has
+ * said it otherwise) and one line pointing at --help, to stderr, so that
+ * the message is the last thing on the screen. @return 2, the usage-error
+ * exit status.
  */
 __attribute__((format(printf, 1, 2)))
 int cli_usage(const char *fmt, ...);
+
+/* No command at all: the whole usage text to stderr. @return 2. */
+int cli_usage_full(void);
 
 /*
  * Does a subcommand's argv (argv[0] the subcommand) ask for help: a word

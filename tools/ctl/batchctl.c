@@ -738,7 +738,7 @@ int main(int argc, char **argv)
 		i = 3;
 	}
 	if (i >= argc)
-		return cli_usage(NULL);
+		return cli_usage_full();
 	if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
 		return cli_help();
 	if (!strcmp(argv[i], "--version")) {

@@ -548,7 +548,7 @@ int main(int argc, char **argv)
 
 	cli_init("batchd-pack", usage_text);
 	if (argc < 2)
-		return cli_usage(NULL);
+		return cli_usage_full();
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
 		return cli_help();
 	if (!strcmp(argv[1], "--version")) {
