@@ -16,6 +16,7 @@
  * versions, because it is the daemon's one guard on which files a client
  * can make it read.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -313,12 +314,112 @@ static int try_root(const char *root, const char *path, const char *norm, enum b
 	return fd;
 }
 
+/*
+ * Edit distance between a and b (optimal string alignment: insertions,
+ * deletions, substitutions, and swaps of neighbours, "bkp" for "bpk"), or
+ * more than `most` when it is surely more. Names are at most NAME_MAX.
+ */
+static size_t distance(const char *a, const char *b, size_t most)
+{
+	size_t la = strlen(a), lb = strlen(b), d[3][NAME_MAX + 2];
+	size_t *pp = d[0], *p = d[1], *c = d[2];
+
+	if (la > NAME_MAX || lb > NAME_MAX || (la > lb ? la - lb : lb - la) > most)
+		return most + 1;
+	for (size_t j = 0; j <= lb; j++)
+		p[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t *t;
+
+		c[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t v = p[j - 1] + (a[i - 1] != b[j - 1]);
+
+			v = p[j] + 1 < v ? p[j] + 1 : v;
+			v = c[j - 1] + 1 < v ? c[j - 1] + 1 : v;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    pp[j - 2] + 1 < v)
+				v = pp[j - 2] + 1;
+			c[j] = v;
+		}
+		t = pp, pp = p, p = c, c = t;
+	}
+	return p[lb];
+}
+
+#define NEAREST 3
+
+/*
+ * The names beside where norm (relative) would be, under every root, that
+ * are within a few edits of its last component: "; nearest: a.bpk, b.bpk"
+ * into buf, or "" when none is. Dotfiles are left out.
+ */
+static void nearest(const char *const *roots, size_t nroots, const char *norm, char *buf,
+		    size_t len)
+{
+	char dir[PATH_MAX], best[NEAREST][NAME_MAX + 1];
+	size_t bestd[NEAREST], nbest = 0, most, at;
+	const char *slash = strrchr(norm, '/'), *base = slash ? slash + 1 : norm;
+
+	buf[0] = '\0';
+	if (!*base || strlen(base) > NAME_MAX)
+		return;
+	most = strlen(base) / 3 > 2 ? strlen(base) / 3 : 2;
+	for (size_t i = 0; i < nroots; i++) {
+		struct dirent *e;
+		DIR *dp;
+
+		snprintf(dir, sizeof(dir), "%s/%.*s", roots[i], slash ? (int)(slash - norm) : 0, norm);
+		if (!(dp = opendir(dir)))
+			continue;
+		while ((e = readdir(dp))) {
+			size_t dd, k;
+
+			if (e->d_name[0] == '.' || (dd = distance(base, e->d_name, most)) > most)
+				continue;
+			/* Keep the NEAREST closest, in order; a name seen under two roots once. */
+			for (k = 0; k < nbest && strcmp(best[k], e->d_name); k++)
+				;
+			if (k < nbest)
+				continue;
+			for (k = nbest; k > 0 && bestd[k - 1] > dd; k--)
+				if (k < NEAREST)
+					bestd[k] = bestd[k - 1], memcpy(best[k], best[k - 1], sizeof(best[k]));
+			if (k < NEAREST) {
+				bestd[k] = dd;
+				snprintf(best[k], sizeof(best[k]), "%s", e->d_name);
+				nbest += nbest < NEAREST;
+			}
+		}
+		closedir(dp);
+	}
+	at = (size_t)snprintf(buf, len, nbest ? "; nearest:" : "");
+	for (size_t k = 0; k < nbest && at < len; k++)
+		at += (size_t)snprintf(buf + at, len - at, "%s %.*s%s", k ? "," : "",
+				       slash ? (int)(slash - norm + 1) : 0, norm, best[k]);
+}
+
+/* The roots, comma-separated, into buf. */
+static const char *root_list(const char *const *roots, size_t nroots, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < nroots && at < len; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", roots[i]);
+	return nroots ? buf : "(none: give --root DIR or [datasets] root)";
+}
+
 /* Nothing found: say whether path was missing under a root or outside them all. */
 static int not_found(const char *const *roots, size_t nroots, const char *path,
 		     const char *norm, char *err, size_t errlen)
 {
+	char near[3 * (NAME_MAX + 8) + 16], list[512];
+
 	if (norm[0] != '/') {
-		snprintf(err, errlen, "%s: no such dataset under the roots", path);
+		nearest(roots, nroots, norm, near, sizeof(near));
+		snprintf(err, errlen, "%s: no such dataset under the roots %s%s", path,
+			 root_list(roots, nroots, list, sizeof(list)), near);
 		return -ENOENT;
 	}
 	for (size_t i = 0; i < nroots; i++)

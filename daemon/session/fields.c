@@ -159,7 +159,9 @@ int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection 
 		sel.mask = s->count >= 64 ? UINT64_MAX : (UINT64_C(1) << s->count) - 1;
 	}
 	if (m->keys && !bp_dataset_has_keys(ds)) {
-		snprintf(err, errlen, "dataset %s stores no keys; repack without --no-keys", shown);
+		snprintf(err, errlen, "dataset %s stores no keys (a pack of --records has none, and "
+			 "one made with --no-keys leaves them out): open it without keys, or repack "
+			 "its files without --no-keys", shown);
 		return -ENODATA;
 	}
 	derive(&sel);

@@ -176,6 +176,10 @@ static const path_case cases[] = {
 	{ "loop.bpk", -ELOOP, NULL, "Too many levels of symbolic links" },
 	{ "missing.bpk", -ENOENT, NULL, "no such dataset under the roots" },
 	{ "sub/missing/one.bpk", -ENOENT, NULL, "no such dataset under the roots" },
+	/* A near miss is named: a swap, a letter too many, in a subdirectory. */
+	{ "one.bkp", -ENOENT, NULL, "; nearest: one.bpk" },
+	{ "onne.bpk", -ENOENT, NULL, "; nearest: one.bpk" },
+	{ "sub/deeep", -ENOENT, NULL, "; nearest: sub/deep" },
 	{ "@/missing.bpk", -ENOENT, NULL, "no such dataset" },
 	{ "one.bpk/x", -ENOTDIR, NULL, "Not a directory" },
 	{ "one.bpk/", 0, "root/one.bpk", NULL },

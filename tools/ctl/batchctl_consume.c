@@ -201,8 +201,12 @@ static int consume_validate(const consume_opts *co)
 		return cli_usage("consume: --skip-bad applies to --decode's images: add --decode");
 	if (o->batch_size == 0)
 		return cli_usage("consume: --batch-size N (N >= 1) is required");
-	if (o->world == 0 || o->rank >= o->world)
-		return cli_usage("consume: --rank must be below --world");
+	if (o->world == 0)
+		return cli_usage("consume: --world 0: give the number of ranks (processes) sharing "
+				 "the epoch, 1 or more");
+	if (o->rank >= o->world)
+		return cli_usage("consume: --rank %u is not below --world %u: ranks are 0 .. %u",
+				 o->rank, o->world, o->world - 1);
 	if (o->device != BC_HOST && !BATCHD_HAVE_CUDA) {
 		fprintf(stderr, "batchctl: consume --device: this batchctl was built without CUDA\n");
 		return 1;
@@ -230,9 +234,12 @@ static int consume_open(const char *sock, const consume_opts *co, consume_run *r
 	run->cpu0 = trainer_cpu_s();
 	r = bc_open(c, o, &s);
 	if (r < 0) {
-		fprintf(stderr, "batchctl: open %s%s: %s\n", o->dataset,
-			o->device == BC_HOST ? "" : " on a GPU",
-			bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r));
+		const char *said = bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r);
+		bool named = strstr(said, o->dataset);
+
+		/* The daemon's reason names the dataset itself, mostly: once is enough. */
+		fprintf(stderr, "batchctl: open%s%s%s: %s\n", named ? "" : " ",
+			named ? "" : o->dataset, o->device == BC_HOST ? "" : " on a GPU", said);
 		bc_disconnect(c);
 		return -1;
 	}
