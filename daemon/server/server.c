@@ -158,12 +158,32 @@ static int socket_access(bd_server *srv, const char *path)
 	return 0;
 }
 
+/*
+ * The default socket's directory when it is batchd's own and missing:
+ * /run/batchd for a root batchd started by hand (the service's
+ * RuntimeDirectory= makes it otherwise). Any other directory is the
+ * user's to make. @return 0 or -errno (logged).
+ */
+static int own_socket_dir(const bd_server *srv, const char *path)
+{
+	static const char own[] = "/run/batchd";
+
+	if (srv->cfg.socket || strncmp(path, own, sizeof(own) - 1) || path[sizeof(own) - 1] != '/' ||
+	    mkdir(own, 0755) == 0 || errno == EEXIST)
+		return 0;
+	return bd_log_ret(LOG_ERR, -errno, "socket %s: cannot create %s: %s; give another "
+			  "socket with --socket PATH (or [daemon] socket)", path, own,
+			  strerror(errno));
+}
+
 static int listen_on(bd_server *srv, const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct stat st;
 	int fd, r;
 
+	if ((r = own_socket_dir(srv, path)) < 0)
+		return r;
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return bd_log_ret(LOG_ERR, -ENAMETOOLONG, "socket %s: path too long", path);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
@@ -188,6 +208,14 @@ static int listen_on(bd_server *srv, const char *path)
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, SOMAXCONN) < 0) {
 		r = -errno;
 		close(fd);
+		if (r == -ENOENT)
+			return bd_log_ret(LOG_ERR, r, "socket %s: its directory does not exist: create "
+					  "it, or give another socket with --socket PATH (or [daemon] "
+					  "socket)", path);
+		if (r == -EACCES)
+			return bd_log_ret(LOG_ERR, r, "socket %s: %s: give a socket in a directory "
+					  "you may write with --socket PATH (or [daemon] socket)",
+					  path, strerror(-r));
 		return bd_log_ret(LOG_ERR, r, "socket %s: %s", path, strerror(-r));
 	}
 	r = socket_access(srv, path);
@@ -566,8 +594,9 @@ static int socket_path(const bd_server *srv, char *path, size_t len)
 	}
 	r = bd_config_default_socket(path, len);
 	if (r < 0)
-		return bd_log_ret(LOG_ERR, r, "no socket path: set [daemon] socket, --socket, "
-				  "RUNTIME_DIRECTORY or XDG_RUNTIME_DIR");
+		return bd_log_ret(LOG_ERR, r, "no socket path: XDG_RUNTIME_DIR is unset for this "
+				  "user; give one with --socket PATH (or [daemon] socket), and "
+				  "BATCHD_SOCKET=PATH to the trainers");
 	return 0;
 }
 
@@ -783,6 +812,25 @@ static void start_handles(bd_server *srv)
 	signal(SIGPIPE, SIG_IGN);
 }
 
+/*
+ * Whether a client of this user finds path without being told: where
+ * libbatchclient looks when $BATCHD_SOCKET is unset (the system socket,
+ * else $XDG_RUNTIME_DIR/batchd.sock; client/connection.c).
+ */
+static bool clients_find(const char *path)
+{
+	static const char sys[] = "/run/batchd/batchd.sock";
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char mine[sizeof(((struct sockaddr_un *)NULL)->sun_path) + 16];
+
+	if (!strcmp(path, sys))
+		return true;
+	if (!xdg || !*xdg || access(sys, F_OK) == 0)
+		return false;
+	snprintf(mine, sizeof(mine), "%s/batchd.sock", xdg);
+	return !strcmp(path, mine);
+}
+
 /* Log what the daemon runs with, then tell systemd it is ready. */
 static void announce(bd_server *srv)
 {
@@ -800,6 +848,9 @@ static void announce(bd_server *srv)
 	       srv->cuda.devices ? "available" : "unavailable, host sessions only: ",
 	       srv->cuda.devices ? "" : srv->cuda.reason,
 	       srv->http ? "; metrics on http://" : "", srv->http ? cfg->metrics_listen : "");
+	if (!clients_find(srv->socket_path))
+		bd_log(LOG_NOTICE, "trainers and batchctl look elsewhere by default: give them "
+		       "BATCHD_SOCKET=%s (or batchctl -s %s)", srv->socket_path, srv->socket_path);
 	/* Ready only now: the socket is bound, the I/O backend and CUDA state are known. */
 	bd_service_notify("READY=1");
 	bd__server_notify_status(srv);
