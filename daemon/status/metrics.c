@@ -2,6 +2,7 @@
 /*
  * metrics.c - histograms and Prometheus text (see metrics.h).
  */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,17 +58,32 @@ void bd_prom_f64(bd_text *t, const char *name, const char *labels, double v)
 		bd_text_printf(t, "%s %.9g\n", name, v);
 }
 
+/* ns as seconds in plain decimals, no exponent, no trailing zeros: "0.000016", "4". */
+static const char *seconds(uint64_t ns, char *buf, size_t len)
+{
+	size_t n = (size_t)snprintf(buf, len, "%" PRIu64 ".%09" PRIu64, ns / 1000000000u,
+				    ns % 1000000000u);
+
+	while (n > 1 && buf[n - 1] == '0')
+		buf[--n] = '\0';
+	if (buf[n - 1] == '.')
+		buf[n - 1] = '\0';
+	return buf;
+}
+
 void bd_prom_hist(bd_text *t, const char *name, const char *labels, const bd_hist *h)
 {
 	const char *sep = labels && *labels ? "," : "";
 	uint64_t cum = 0;
+	char le[32];
 
 	if (!labels)
 		labels = "";
 	for (unsigned i = 0; i < BD_HIST_BUCKETS - 1; i++) {
 		cum += h->bucket[i];
-		bd_text_printf(t, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep,
-			       (double)BP_RING_WAIT_BOUND_NS(i) / 1e9, (unsigned long long)cum);
+		bd_text_printf(t, "%s_bucket{%s%sle=\"%s\"} %llu\n", name, labels, sep,
+			       seconds(BP_RING_WAIT_BOUND_NS(i), le, sizeof(le)),
+			       (unsigned long long)cum);
 	}
 	cum += h->bucket[BD_HIST_BUCKETS - 1];
 	/* +Inf equals the count by definition; use the buckets' sum so they agree. */

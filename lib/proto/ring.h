@@ -210,8 +210,21 @@ static inline uint64_t bp_ring_gpu_size(uint32_t slots)
 	       ~UINT64_C(4095);
 }
 
-/* Upper bound of wait bucket i < BP_RING_WAIT_BUCKETS - 1: 1 us * 4^i (1 us .. ~4.2 s). */
-#define BP_RING_WAIT_BOUND_NS(i) (UINT64_C(1000) << (2 * (i)))
+/*
+ * Upper bound of wait bucket i < BP_RING_WAIT_BUCKETS - 1: 1, 4, 16, 64,
+ * 256 us, the same in ms, then 1 and 4 s. Nearly powers of four, and
+ * each a decimal a person reads (le="0.004" in the metrics).
+ */
+static inline uint64_t bp_ring_wait_bound_ns(unsigned i)
+{
+	static const uint64_t step[5] = { 1, 4, 16, 64, 256 };
+	uint64_t ns = 1000 * step[i % 5];
+
+	for (unsigned k = i / 5; k; k--)
+		ns *= 1000;
+	return ns;
+}
+#define BP_RING_WAIT_BOUND_NS(i) bp_ring_wait_bound_ns(i)
 
 #define BP_RING_CTRL_RELEASE_OFFSET 256u
 

@@ -212,6 +212,13 @@ START_TEST(test_metrics_traffic)
 	/* A raw look at the text: the last line ends with a newline, no blank lines. */
 	text = sv_metrics_text_ok();
 	expect(!strstr(text, "\n\n"), "blank line in the metrics");
+	/* Bucket bounds a person reads: plain decimals, no exponents, no 1.04858. */
+	expect(strstr(text, "batchd_client_wait_seconds_bucket{le=\"0.000001\"}") &&
+	       strstr(text, "batchd_client_wait_seconds_bucket{le=\"0.004\"}") &&
+	       strstr(text, "batchd_client_wait_seconds_bucket{le=\"0.256\"}") &&
+	       strstr(text, "batchd_client_wait_seconds_bucket{le=\"4\"}") &&
+	       !strstr(text, "e-0") && !strstr(text, "le=\"1.04858\""),
+	       "histogram bounds are not 0.000001 .. 0.004 .. 4");
 	free(text);
 	bc_disconnect(c);
 	dt_ref_close(&ref);
