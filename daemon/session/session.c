@@ -547,10 +547,12 @@ static void fold_client(bd_session *s)
 
 void bd_session_get_info(bd_session *s, bd_session_info *ret)
 {
-	uint64_t epoch, batch;
+	uint64_t epoch, batch, tepoch, tbatch;
 
 	bd_sampler_locate(&s->sampler, s->req.start_batch + s->published * bd__session_stride(&s->req), &epoch,
 			  &batch);
+	bd_sampler_locate(&s->sampler, s->req.start_batch + s->delivered * bd__session_stride(&s->req),
+			  &tepoch, &tbatch);
 	fold_client(s);
 
 	*ret = (bd_session_info){
@@ -568,6 +570,8 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.planned = s->next_seq,
 		.epoch = epoch,
 		.batch = batch,
+		.trainer_epoch = tepoch,
+		.trainer_batch = tbatch,
 		.batch_size = s->req.batch_size,
 		.slots = s->slots,
 		.inflight = s->inflight,

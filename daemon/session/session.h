@@ -189,7 +189,8 @@ typedef struct bd_session_info {
 	uint64_t dataset_memory;
 	uint64_t planned;           /* batches staged: published, or being read and decoded */
 	uint64_t delivered, delivered_bytes;  /* batches the client took and released, and their bytes */
-	uint64_t epoch, batch;      /* position of the next batch to publish */
+	uint64_t epoch, batch;      /* position of the next batch to publish (how far batchd staged) */
+	uint64_t trainer_epoch, trainer_batch; /* the trainer's: after the batches it released */
 	uint32_t batch_size, slots, inflight;
 	uint32_t rank, world;
 	uint8_t shuffle;            /* enum bp_shuffle */

@@ -327,6 +327,10 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 		       si.planned,
 		       si.inflight, (double)si.age_ns / 1e9, si.consumed, (double)si.wait_ns / 1e9,
 		       si.waits, si.device);
+	/* epoch, batch: how far batchd staged; the trainer's own position beside it. */
+	bd_text_printf(t, ", \"trainer_epoch\": %" PRIu64 ", \"trainer_batch\": %" PRIu64
+		       ", \"ahead\": %" PRIu64, si.trainer_epoch, si.trainer_batch,
+		       si.published - si.delivered);
 	bd_text_printf(t, ", \"stall_seconds\": %.6f, \"stall_ratio\": %.6f, \"stall_cost\": %.9g",
 		       (double)si.wait_ns / 1e9, si.stall_ratio,
 		       stall_cost(srv, (double)si.wait_ns / 1e9));

@@ -133,6 +133,21 @@ static void status_and_top(const char *pid)
 	j = parse_json_ok(out, json_type_object, "status --json");
 	expect(dt_ju64(j, "pid") == (uint64_t)D.pid, "batchctl status --json: pid %" PRIu64 ", batchd is %d",
 	       dt_ju64(j, "pid"), (int)D.pid);
+	/*
+	 * The trainer's position (the batches it released) apart from how far
+	 * batchd staged (epoch, batch), and how many batches lie between.
+	 */
+	expect(dt_ju64(j, "sessions.0.ahead") ==
+	       dt_ju64(j, "sessions.0.published") - dt_ju64(j, "sessions.0.delivered") &&
+	       dt_ju64(j, "sessions.0.trainer_epoch") == 0 &&
+	       dt_ju64(j, "sessions.0.trainer_batch") == dt_ju64(j, "sessions.0.delivered") &&
+	       (dt_ju64(j, "sessions.0.epoch") > 0 ||
+		dt_ju64(j, "sessions.0.batch") >= dt_ju64(j, "sessions.0.trainer_batch")),
+	       "trainer at %" PRIu64 ":%" PRIu64 " (delivered %" PRIu64 "), staged to %" PRIu64
+	       ":%" PRIu64 ", ahead %" PRIu64, dt_ju64(j, "sessions.0.trainer_epoch"),
+	       dt_ju64(j, "sessions.0.trainer_batch"), dt_ju64(j, "sessions.0.delivered"),
+	       dt_ju64(j, "sessions.0.epoch"), dt_ju64(j, "sessions.0.batch"),
+	       dt_ju64(j, "sessions.0.ahead"));
 	/* What top must show under "cache": the cache's bytes and budget, not the memory's. */
 	bp_format_size(dt_ju64(j, "cache.bytes"), cache, sizeof(cache));
 	bp_format_size(dt_ju64(j, "cache.budget"), cache_budget, sizeof(cache_budget));

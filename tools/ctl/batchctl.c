@@ -298,9 +298,10 @@ static void print_sessions(json_object *o, json_object *sessions, json_object *p
 {
 	bool priced = gpu_hour_price(o) > 0;
 
-	printf("%6s %6s %8s %-28s %-6s %9s %-8s %6s %8s %9s %6s %9s%s\n", "ID", "UID", "PID",
-	       "DATASET", "MODE", "RANK", "TO", "EPOCH", "BATCH", "MB/s", "STALL%", "LOST-GPU-s",
-	       priced ? "       COST" : "");
+	/* EPOCH/BATCH: where the trainer is (batches it released); AHEAD: batches staged past it. */
+	printf("%6s %6s %8s %-28s %-6s %9s %-8s %6s %8s %6s %9s %6s %9s%s\n", "ID", "UID", "PID",
+	       "DATASET", "MODE", "RANK", "TO", "EPOCH", "BATCH", "AHEAD", "MB/s", "STALL%",
+	       "LOST-GPU-s", priced ? "       COST" : "");
 	for (size_t i = 0; i < json_object_array_length(sessions); i++) {
 		json_object *se = json_object_array_get_idx(sessions, i);
 		double mbs, stall;
@@ -317,10 +318,10 @@ static void print_sessions(json_object *o, json_object *sessions, json_object *p
 		else
 			snprintf(to, sizeof(to), "host");
 		printf("%6" PRIu64 " %6" PRIu64 " %8" PRIu64 " %-28.28s %-6s %9s %-8s %6" PRIu64 " %8"
-		       PRIu64 " %9.1f %6.1f %10.2f", get_u64(se, "id"), get_u64(se, "uid"),
+		       PRIu64 " %6" PRIu64 " %9.1f %6.1f %10.2f", get_u64(se, "id"), get_u64(se, "uid"),
 		       get_u64(se, "pid"), get_str(se, "dataset"), get_str(se, "shuffle"), rank, to,
-		       get_u64(se, "epoch"), get_u64(se, "batch"), mbs, stall,
-		       get_f64(se, "wait_s") * gpus_per_session(o));
+		       get_u64(se, "trainer_epoch"), get_u64(se, "trainer_batch"),
+		       get_u64(se, "ahead"), mbs, stall, get_f64(se, "wait_s") * gpus_per_session(o));
 		if (priced)
 			printf(" %10.4f", get_f64(se, "stall_cost"));
 		printf("\n");
