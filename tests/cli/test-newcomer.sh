@@ -73,6 +73,22 @@ out=$(user "$prefix/bin/batchctl" consume d.bpk --batch-size 16 2>&1) || rc=$?
 [[ $rc -eq 0 && $out == *"256 samples"* ]] && ok "a consume with no socket flag finds it" ||
 	bad "consume on the default socket: exit $rc: $out"
 
+# Stopped with SIGTERM mid-run, consume still says what it measured.
+"${as_user[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$tmp/xdg" \
+	"$prefix/bin/batchctl" consume d.bpk --batch-size 16 --epochs 100000 --step-ms 5 \
+	>"$tmp/term.out" 2>&1 &
+consumer=$!
+sleep 1
+kill -TERM $consumer
+rc=0
+wait $consumer || rc=$?
+if [[ $rc -eq 143 ]] && grep -q "stopped by SIGTERM after [1-9][0-9]* batches" "$tmp/term.out" &&
+	grep -q "batches, [0-9]* samples" "$tmp/term.out"; then
+	ok "consume stopped by SIGTERM prints its summary"
+else
+	bad "consume on SIGTERM: exit $rc: $(cat "$tmp/term.out")"
+fi
+
 # Each refusal: exit status, what it says, and nothing scrolled over it.
 expect_refusal() {
 	local desc=$1 want_rc=$2 want=$3 rc=0 out

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,14 +372,40 @@ static int consume_batch(consume_run *run, const consume_opts *co, gpucheck *gpu
 }
 
 /* Run `epochs` whole epochs from the start position. @return 0, or -ENOMEM. */
+/* SIGTERM or SIGINT while consuming: the run stops and still reports what it measured. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig)
+{
+	stop_signal = sig;
+}
+
+/* Wait for the next batch a quarter second at a time, so that a stop is seen. */
+static int next_or_stop(bc_stream *s, bc_batch **b)
+{
+	int r;
+
+	do
+		r = bc_next(s, b, 250);
+	while (r == -ETIMEDOUT && !stop_signal);
+	return r;
+}
+
 static int consume_loop(consume_run *run, const consume_opts *co, bc_stream *s, gpucheck *gpu)
 {
-	for (uint64_t ep = 0; ep < co->epochs;) {
+	struct sigaction sa = { .sa_handler = on_stop };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	for (uint64_t ep = 0; ep < co->epochs && !stop_signal;) {
 		bc_batch *b;
 		double tw = cli_now();
-		int r = bc_next(s, &b, -1);
+		int r = next_or_stop(s, &b);
 
 		run->waited += cli_now() - tw;
+		if (r == -ETIMEDOUT && stop_signal)
+			break;
 		if (r == BC_EPOCH_END) {
 			ep++;
 			continue;
@@ -499,6 +526,11 @@ int batchctl_consume(const char *sock, int argc, char **argv)
 	}
 	run.secs = cli_now() - run.t0;
 	run.cpu = trainer_cpu_s() - run.cpu0;
+	if (stop_signal) {
+		fprintf(stderr, "batchctl: stopped by %s after %" PRIu64 " batches\n",
+			stop_signal == SIGINT ? "SIGINT" : "SIGTERM", run.batches);
+		run.rc = 128 + stop_signal;
+	}
 	bc_close(s);
 	bc_disconnect(c);
 	gpucheck_free(gpu);
