@@ -281,6 +281,10 @@ expect "pipeline, sharded dataset, 2 epochs: bytes == 2 * raw_bytes" \
 	py 'j["total"]["samples"] == 480 and j["total"]["bytes"] == 2 * j2["raw_bytes"]' "$T/pl.json" "$T/shards.info.json"
 run pipeline "$T/one.bpk" --clients 2 --batch-size 8 --seconds 300ms --step-ms 2 --batchd "$BATCHD"
 expect "pipeline, time-based, human table" eval '[[ $RC -eq 0 ]] && grep -q "^ *total" "$T/out" && grep -q "stall%" "$T/out"'
+expect "pipeline with a step: no word of a stall by design" eval '! grep -q "by design" "$T/out"'
+run pipeline "$T/one.bpk" --clients 1 --batch-size 8 --epochs 1 --batchd "$BATCHD"
+expect "pipeline without a step says its stall of 100% is by design" \
+	eval '[[ $RC -eq 0 ]] && grep -q "stall% is 100 by design with no --step-ms or --step-cpu-ms" "$T/out"'
 
 # A running batchd, named with --socket: the benchmark starts none.
 "$BATCHD" --no-config --socket "$T/d.sock" --root "$T" 2>"$T/batchd.log" &

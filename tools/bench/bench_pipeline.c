@@ -574,6 +574,11 @@ static void report_text(const pl_opts *o, const pl_client *cl, const pl_total *t
 			printf(" %.3f", t->epoch_s[e]);
 		printf("; client CPU %.2f s\n", t->cpu);
 	}
+	/* With no step, the clients do nothing but wait: the stall is the whole run, by design. */
+	if (!o->step_ms && !o->step_cpu_ms)
+		printf("stall%% is 100 by design with no --step-ms or --step-cpu-ms: the clients only "
+		       "wait for batches (what counts is samples/s and the waits); give a step to see "
+		       "how much of a trainer's time batchd would leave it waiting\n");
 	if (t->failed)
 		printf("%" PRIu64 " batches FAILED\n", t->failed);
 	if (o->so.device != BC_HOST)
