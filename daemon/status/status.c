@@ -244,9 +244,19 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 	bd_text_printf(t, "\"pipeline\": {\"blocks_read\": %" PRIu64 ", \"bytes_read\": %" PRIu64
 		       ", \"blocks_decoded\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
 		       ", \"direct_decodes\": %" PRIu64 ", \"failures\": %" PRIu64
-		       ", \"reads_inflight\": %" PRIu64 "}, ",
+		       ", \"reads_inflight\": %" PRIu64,
 		       ps->blocks_read, ps->bytes_read, ps->blocks_decoded, ps->raw_bytes,
 		       ps->direct_decodes, ps->failures, ps->reads_inflight);
+	{
+		bd_hist rd, dec;
+
+		/* Where the time goes (batchctl doctor): reads, and the decode workers' busy time. */
+		bd_pipeline_get_hists(srv->pipeline, &rd, &dec);
+		bd_text_printf(t, ", \"read_s\": %.6f, \"reads\": %" PRIu64 ", \"decode_busy_s\": %.6f"
+			       ", \"decode_queued\": %" PRIu64 ", \"queue_depth\": %u}, ",
+			       (double)rd.sum_ns / 1e9, rd.count, (double)ps->decode_busy_ns / 1e9,
+			       ps->decode_queued, srv->cfg.queue_depth * srv->cfg.io_threads);
+	}
 	bd_text_printf(t, "\"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"hits\": %"
 		       PRIu64 ", \"misses\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"bypasses\": %" PRIu64
 		       ", \"evictions\": %" PRIu64 "}, ",

@@ -89,6 +89,32 @@ else
 	bad "consume on SIGTERM: exit $rc: $(cat "$tmp/term.out")"
 fi
 
+# Is my GPU starving? A trainer with a 20 ms step is not; one with none is.
+doctor_with() {
+	"${as_user[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$tmp/xdg" \
+		"$prefix/bin/batchctl" consume d.bpk --batch-size 16 --epochs 100000 "$@" >/dev/null 2>&1 &
+	consumer=$!
+	sleep 0.5
+	user "$prefix/bin/batchctl" doctor --seconds 1 >"$tmp/doctor.out" 2>&1 || true
+	kill -TERM $consumer
+	wait $consumer || true
+}
+doctor_with --step-ms 20
+if grep -q "^waiting on data:  no: the trainer waited" "$tmp/doctor.out" &&
+	grep -q "^what to change:   nothing on batchd's side" "$tmp/doctor.out" &&
+	grep -q "^where time goes:  trainer" "$tmp/doctor.out"; then
+	ok "doctor: a trainer with a step is not waiting on data"
+else
+	bad "doctor, trainer-bound: $(cat "$tmp/doctor.out")"
+fi
+doctor_with
+if grep -q "^waiting on data:  YES: the trainer waited" "$tmp/doctor.out" &&
+	grep -q "^what it costs:" "$tmp/doctor.out" && grep -q "^what to change:" "$tmp/doctor.out"; then
+	ok "doctor: a trainer with no step is waiting, and is told what to change"
+else
+	bad "doctor, data-bound: $(cat "$tmp/doctor.out")"
+fi
+
 # Each refusal: exit status, what it says, and nothing scrolled over it.
 expect_refusal() {
 	local desc=$1 want_rc=$2 want=$3 rc=0 out
@@ -102,6 +128,10 @@ expect_refusal() {
 	LAST=$out
 }
 ctl() { user "$prefix/bin/batchctl" "$@"; }
+expect_refusal "doctor with no session open says to start the trainer" 1 \
+	"no session of yours is open: start the trainer" ctl doctor --seconds 0.5
+expect_refusal "doctor of a session id that is no number" 2 "'x1' is not a session id" \
+	ctl doctor x1
 expect_refusal "--world 0 says what a world is" 2 \
 	"consume: --world 0: give the number of ranks (processes) sharing the epoch, 1 or more" \
 	ctl consume d.bpk --batch-size 4 --world 0

@@ -5,6 +5,7 @@
  *   batchctl [-s SOCKET] status|stats|sessions [--json]
  *   batchctl [-s SOCKET] metrics
  *   batchctl [-s SOCKET] top [--interval-ms MS] [--count N]
+ *   batchctl [-s SOCKET] doctor [SESSION] [--seconds S]
  *   batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]
  *            [--shuffle none|global|block] [--seed S] [--rank R --world W]
  *            [--drop-last] [--start-epoch E --start-batch B] [--start-sample S]
@@ -44,6 +45,7 @@ static const char usage_text[] =
 	"usage: batchctl [-s SOCKET] status|stats|sessions [--json]\n"
 	"       batchctl [-s SOCKET] metrics\n"
 	"       batchctl [-s SOCKET] top [--interval-ms MS] [--count N]\n"
+	"       batchctl [-s SOCKET] doctor [SESSION] [--seconds S]\n"
 	"       batchctl [-s SOCKET] consume DATASET --batch-size N [--epochs E]\n"
 	"                [--shuffle none|global|block] [--seed S] [--rank R --world W]\n"
 	"                [--drop-last] [--start-epoch E --start-batch B] [--start-sample S]\n"
@@ -87,21 +89,21 @@ static json_object *fetch_status(bc_client *c)
 	return o;
 }
 
-static uint64_t get_u64(json_object *o, const char *path)
+uint64_t get_u64(json_object *o, const char *path)
 {
 	json_object *v = json_path_get(o, path);
 
 	return v ? (uint64_t)json_object_get_int64(v) : 0;
 }
 
-static double get_f64(json_object *o, const char *path)
+double get_f64(json_object *o, const char *path)
 {
 	json_object *v = json_path_get(o, path);
 
 	return v ? json_object_get_double(v) : 0;
 }
 
-static const char *get_str(json_object *o, const char *path)
+const char *get_str(json_object *o, const char *path)
 {
 	json_object *v = json_path_get(o, path);
 
@@ -223,7 +225,7 @@ static void print_gpus(json_object *o, int width, bool full)
 }
 
 /* Connect, fetch the status document, disconnect. NULL after saying why. */
-static json_object *status_of(const char *sock)
+json_object *status_of(const char *sock)
 {
 	json_object *o;
 	bc_client *c;
@@ -265,7 +267,7 @@ static void session_rates(json_object *se, json_object *prev, double dt, double 
 		*ret_stall = 100;
 }
 
-static json_object *find_session(json_object *sessions, uint64_t id)
+json_object *find_session(json_object *sessions, uint64_t id)
 {
 	for (size_t i = 0; sessions && i < json_object_array_length(sessions); i++) {
 		json_object *se = json_object_array_get_idx(sessions, i);
@@ -277,13 +279,13 @@ static json_object *find_session(json_object *sessions, uint64_t id)
 }
 
 /* The price of a GPU-hour the daemon charges stall at (0: none set). */
-static double gpu_hour_price(json_object *o)
+double gpu_hour_price(json_object *o)
 {
 	return get_f64(o, "stall.gpu_hour_price");
 }
 
 /* GPUs a session's trainer is taken to hold (the daemon says; 1 before it did). */
-static double gpus_per_session(json_object *o)
+double gpus_per_session(json_object *o)
 {
 	return json_path_get(o, "stall.gpus_per_session") ? get_f64(o, "stall.gpus_per_session") : 1;
 }
@@ -729,6 +731,7 @@ int main(int argc, char **argv)
 		{ "metrics", cmd_metrics },
 		{ "top", cmd_top },
 		{ "consume", batchctl_consume },
+		{ "doctor", batchctl_doctor },
 	};
 	const char *sock = NULL;
 	int i = 1;
