@@ -8,8 +8,10 @@ Debian's own python3 refuses pip outside a venv (PEP 668), so "pip install
 numpy" is no better there. Every "install X" message of the package and its
 examples comes from install_hint(), so they all tell the same story.
 
-Both are imported only where used: `import batchclient` stays cheap, and
-a loader that only reads bytes runs without either.
+NumPy is a dependency of the wheel and torch its extra
+(`pip install batchclient[torch]`), but both are imported only where used:
+`import batchclient` stays cheap, and a loader that only reads bytes runs
+without either.
 """
 import importlib
 import sys
