@@ -171,6 +171,17 @@ class Install(T.DaemonCase):
         else:
             self.assertEqual(got["numpy"], "batch.numpy() is a NumPy array: install NumPy "
                              "(pip install numpy)")
+        # python -m batchclient in the venv: this library, a daemon that
+        # answers, and NumPy as the venv has it.
+        report = run([py, "-m", "batchclient", "--socket", self.daemon.sock],
+                     clean_env(BATCHCLIENT_LIB=LIB), self.outside, "python -m batchclient")
+        self.assertIn(f"library: {LIB} ({os.path.realpath(LIB)}, version {VERSION})", report)
+        self.assertIn(f"daemon: {self.daemon.sock} (the socket path given)\n  answers: "
+                      f"batchd {VERSION}", report)
+        if system_numpy:
+            self.assertRegex(report, r"\nnumpy: \d")
+        else:
+            self.assertRegex(report, r"\nnumpy: not available \(.*\): pip install numpy\n")
         # No $BATCHCLIENT_LIB: the installed library by its soname, here
         # through LD_LIBRARY_PATH, as after meson install to a prefix the
         # loader searches.
