@@ -360,11 +360,12 @@ def parse_args():
 
 
 def modules_missing():
-    for mod, deb in (("torch", "python3-torch"), ("numpy", "python3-numpy")):
+    import batchclient
+    for mod in ("torch", "numpy"):
         try:
             __import__(mod)
         except ImportError:
-            return f"{mod} is not installed (Debian: apt-get install {deb})"
+            return f"{mod} is not installed ({batchclient.install_hint(mod)})"
     return None
 
 
@@ -387,15 +388,15 @@ def main():
     args = parse_args()
     # DataLoader warns when workers outnumber the cores; the comparison runs 4 on purpose.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
-    why = modules_missing()
-    if why:
-        print(f"demo-trainer: {why}", file=sys.stderr)
-        return 77
     lib = os.path.join(args.build, "client", "libbatchclient.so.0")
     if os.path.exists(lib):
         os.environ.setdefault("BATCHCLIENT_LIB", lib)
     if os.path.isdir(os.path.join(ROOT, "client", "python", "batchclient")):
         sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+    why = modules_missing()
+    if why:
+        print(f"demo-trainer: {why}", file=sys.stderr)
+        return 77
     try:
         report(args, *run(args))
         return 0

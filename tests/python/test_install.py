@@ -37,7 +37,8 @@ NREC, SIZE, SEED, BATCH, TAKE = 200, 100, 6, 16, 4
 
 # Run in a venv or a copy of the package: the library the package loaded
 # (its own word and the file mapped), its version, and TAKE batches of
-# the dataset as [ids, sha256 of each sample].
+# the dataset as [ids, sha256 of each sample]; "numpy": the first batch's
+# length as an array, or the ImportError saying what to install.
 PROBE = r"""
 import hashlib, json, os, sys
 try:
@@ -56,6 +57,11 @@ if len(sys.argv) == 3:
     ld = batchclient.Loader(sys.argv[2], %d, shuffle="none", socket=sys.argv[1], timeout=20)
     try:
         for b in ld:
+            if not out["batches"]:
+                try:
+                    out["numpy"] = len(b.numpy())
+                except ImportError as e:
+                    out["numpy"] = str(e)
             out["batches"].append([list(b.ids),
                                    [hashlib.sha256(bytes(s)).hexdigest() for s in b.samples]])
             if len(out["batches"]) == %d:
@@ -106,6 +112,12 @@ def second_python():
     return None
 
 
+def have_numpy(python):
+    """Whether python imports NumPy (Debian's python3 with python3-numpy)."""
+    return subprocess.run([python, "-c", "import numpy"], env=clean_env(),
+                          capture_output=True).returncode == 0
+
+
 def digest(data):
     return hashlib.sha256(data).hexdigest()
 
@@ -133,16 +145,20 @@ class Install(T.DaemonCase):
         argv = [python, self.probe] + ([self.daemon.sock, "rec.bpk"] if stream else [])
         return json.loads(run(argv, env, self.outside, "the probe"))
 
-    def venv(self, base, name):
+    def venv(self, base, name, *flags):
         path = os.path.join(self.tmp, name)
-        run([base, "-m", "venv", path], clean_env(), self.outside, "python -m venv")
+        run([base, "-m", "venv", *flags, path], clean_env(), self.outside, "python -m venv")
         return os.path.join(path, "bin", "python")
 
-    def check_venv(self, base, name):
-        """pip install SRC into a fresh venv of base; stream from it. @return its python."""
-        py = self.venv(base, name)
-        run([py, "-m", "pip", "install", "--no-index", SRC], clean_env(), self.outside,
-            "pip install")
+    def check_venv(self, base, name, system_numpy):
+        """pip install SRC into a fresh venv of base; stream from it. With
+        system_numpy the venv sees base's site-packages, whose NumPy meets
+        the wheel's dependency offline; without, no NumPy wheel is at hand
+        offline, so pip installs with --no-deps and the venv has none: the
+        bytes still stream, and an array names pip's package. @return its python."""
+        py = self.venv(base, name, *(["--system-site-packages"] if system_numpy else []))
+        run([py, "-m", "pip", "install", "--no-index", *([] if system_numpy else ["--no-deps"]),
+             SRC], clean_env(), self.outside, "pip install")
         venv_dir = os.path.dirname(os.path.dirname(py))
         got = self.probe_in(py, clean_env(BATCHCLIENT_LIB=LIB))
         self.assertTrue(got["file"].startswith(venv_dir + os.sep), got["file"])
@@ -150,6 +166,22 @@ class Install(T.DaemonCase):
         self.assertEqual(got["lib"], LIB)
         self.assertEqual(got["mapped"], [os.path.realpath(LIB)])
         self.assertEqual(got["batches"], self.want_batches())
+        if system_numpy:
+            self.assertEqual(got["numpy"], BATCH)
+        else:
+            self.assertEqual(got["numpy"], "batch.numpy() is a NumPy array: install NumPy "
+                             "(pip install numpy)")
+        # python -m batchclient in the venv: this library, a daemon that
+        # answers, and NumPy as the venv has it.
+        report = run([py, "-m", "batchclient", "--socket", self.daemon.sock],
+                     clean_env(BATCHCLIENT_LIB=LIB), self.outside, "python -m batchclient")
+        self.assertIn(f"library: {LIB} ({os.path.realpath(LIB)}, version {VERSION})", report)
+        self.assertIn(f"daemon: {self.daemon.sock} (the socket path given)\n  answers: "
+                      f"batchd {VERSION}", report)
+        if system_numpy:
+            self.assertRegex(report, r"\nnumpy: \d")
+        else:
+            self.assertRegex(report, r"\nnumpy: not available \(.*\): pip install numpy\n")
         # No $BATCHCLIENT_LIB: the installed library by its soname, here
         # through LD_LIBRARY_PATH, as after meson install to a prefix the
         # loader searches.
@@ -197,6 +229,9 @@ class Install(T.DaemonCase):
             meta = email.parser.Parser().parsestr(z.read(f"{di}/METADATA").decode())
             self.assertEqual((meta["Metadata-Version"], meta["Name"], meta["Version"]),
                              ("2.1", "batchclient", VERSION))
+            # NumPy is a dependency, torch the extra of `pip install batchclient[torch]`.
+            self.assertEqual(meta.get_all("Requires-Dist"), ["numpy", 'torch; extra == "torch"'])
+            self.assertEqual(meta.get_all("Provides-Extra"), ["torch"])
             wheel = email.parser.Parser().parsestr(z.read(f"{di}/WHEEL").decode())
             self.assertEqual((wheel["Root-Is-Purelib"], wheel["Tag"]), ("true", "py3-none-any"))
             config = {}
@@ -224,15 +259,16 @@ class Install(T.DaemonCase):
     # ---- venvs ----------------------------------------------------------------------------
 
     def test_system_python_venv(self):
-        self.check_venv("/usr/bin/python3", "venv-system")
+        self.check_venv("/usr/bin/python3", "venv-system",
+                        system_numpy=have_numpy("/usr/bin/python3"))
 
     def test_second_python_venv_and_editable(self):
         base = second_python()
         if base is None:
             self.skipTest("no Python other than /usr/bin/python3 with venv (pyenv, python3 on PATH)")
-        py = self.check_venv(base, "venv-other")
-        run([py, "-m", "pip", "install", "--no-index", "-e", SRC], clean_env(), self.outside,
-            "pip install -e")
+        py = self.check_venv(base, "venv-other", system_numpy=False)
+        run([py, "-m", "pip", "install", "--no-index", "--no-deps", "-e", SRC], clean_env(),
+            self.outside, "pip install -e")
         got = self.probe_in(py, clean_env(BATCHCLIENT_LIB=LIB))
         self.assertEqual(got["file"], os.path.join(SRC, "batchclient", "__init__.py"))
         self.assertEqual(got["version"], VERSION)

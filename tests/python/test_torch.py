@@ -120,7 +120,12 @@ class Torch(T.DaemonCase):
             p = subprocess.run([sys.executable, EXAMPLE, "digits.bpk", "--socket",
                                 self.daemon.sock], env=env, capture_output=True, text=True)
         self.assertEqual(p.returncode, 77, p.stderr)
-        self.assertIn("python3-torch", p.stderr)
+        # What to install, as this interpreter installs it: pip in a venv
+        # (python-torch2-torch) or another Python, Debian's package in Debian's.
+        pip = sys.prefix != sys.base_prefix or not re.fullmatch(r"/usr/bin/python3[.\d]*",
+                                                                sys.executable)
+        self.assertIn("(pip install torch)" if pip else "(apt-get install python3-torch)",
+                      p.stderr)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,13 @@ CLASSIFIERS = (
     "Operating System :: POSIX :: Linux",
     "Programming Language :: Python :: 3",
 )
+# NumPy: batches as arrays (batch["label"], batch.numpy()) and what
+# batch.torch() builds on. torch only for batchclient.torch and tensors,
+# hence an extra: `pip install batchclient[torch]`. Both are imported where
+# used, so `import batchclient` stays cheap and an install made with
+# --no-deps (offline, no NumPy wheel at hand) still streams bytes.
+REQUIRES = ("numpy",)
+EXTRAS = {"torch": ("torch",)}
 TAG = "py3-none-any"
 # The source directory: pip runs the hooks from it (in-tree builds).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,9 +111,11 @@ def metadata(ver):
     lines = ["Metadata-Version: 2.1", f"Name: {NAME}", f"Version: {ver}",
              f"Summary: {SUMMARY}", "License: MIT", f"Requires-Python: {REQUIRES_PYTHON}"]
     lines += [f"Classifier: {c}" for c in CLASSIFIERS]
-    lines += ["Provides-Extra: numpy", "Requires-Dist: numpy; extra == \"numpy\"",
-              "Provides-Extra: torch", "Requires-Dist: torch; extra == \"torch\"",
-              "Description-Content-Type: text/plain", ""]
+    lines += [f"Requires-Dist: {r}" for r in REQUIRES]
+    for extra, reqs in EXTRAS.items():
+        lines += [f"Provides-Extra: {extra}"]
+        lines += [f"Requires-Dist: {r}; extra == \"{extra}\"" for r in reqs]
+    lines += ["Description-Content-Type: text/plain", ""]
     with open(os.path.join(PACKAGE, "__init__.py"), encoding="utf-8") as f:
         m = re.search(r'"""(.*?)"""', f.read(), re.S)
     return ("\n".join(lines) + "\n" + (m.group(1).strip() + "\n" if m else "")).encode()

@@ -45,14 +45,19 @@ is released. See batchclient.batch.
 
 The package is pure Python over libbatchclient (ctypes); see
 batchclient._lib for how the library is found ($BATCHCLIENT_LIB first).
+Importing it loads nothing: the library is loaded at first use, NumPy and
+torch where a batch becomes an array or a tensor. batchclient.check() (or
+`python -m batchclient`) says now where the library was found or why not,
+whether NumPy and torch are there, and whether a daemon answers.
 """
+from ._check import check
+from ._deps import install_hint
 from .batch import Batch, ReleasedError
 from .errors import (BatchdError, BatchError, ConnectError, DaemonGoneError,
                      PinnedBatchError, RemoteError)
 from .image import Image
 from .loader import Loader, WaitTimeout, rank_and_world, status
 from .schema import Field
-
 
 
 def _version():
@@ -79,6 +84,6 @@ __version__ = _version()
 
 __all__ = [
     "Batch", "Image", "BatchError", "BatchdError", "ConnectError", "DaemonGoneError", "Field", "Loader",
-    "PinnedBatchError", "ReleasedError", "RemoteError", "WaitTimeout", "rank_and_world",
-    "status",
+    "PinnedBatchError", "ReleasedError", "RemoteError", "WaitTimeout", "check", "install_hint",
+    "rank_and_world", "status",
 ]

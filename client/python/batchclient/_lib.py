@@ -23,7 +23,9 @@ Where the library is found, first hit wins:
      and pip install -e).
 No copy of the library ships inside the wheel: it must match the daemon it
 talks to, which is installed with it. When nothing loads, ImportError
-names every place tried and why each failed.
+names every place tried and why each failed (its .tried lists them, for
+batchclient.check); the loaded library keeps the same as .tried, with .path
+and .place of the hit.
 """
 import ctypes
 import ctypes.util
@@ -234,17 +236,28 @@ def _try(path, tried, place):
         return None
 
 
+def _not_found(why, tried, listed=True):
+    """The ImportError of a failed search: why, then (listed) the places tried.
+    batchclient.check reads .why and .tried (why each place failed, in order)."""
+    e = ImportError(why + ("; tried: " + "; ".join(tried) if listed else ""))
+    e.why = why
+    e.tried = tried
+    return e
+
+
 def _load():
+    """Search the places in order. @return (library, path, place, tried): tried
+    holds why each earlier place failed. Raises ImportError (with .tried)."""
     tried = []
     env = os.environ.get("BATCHCLIENT_LIB")
     if env:
         so = _try(env, tried, "$BATCHCLIENT_LIB")
         if so is not None:
-            return so, env
-        raise ImportError("batchclient: cannot load libbatchclient: $BATCHCLIENT_LIB is set "
-                          "but does not load, and an explicit choice has no fall-back: point it "
-                          "at a built libbatchclient.so.0 (<build>/client/libbatchclient.so.0) "
-                          "or unset it to search the installed places; tried: " + tried[0])
+            return so, env, "$BATCHCLIENT_LIB", tried
+        raise _not_found("batchclient: cannot load libbatchclient: $BATCHCLIENT_LIB is set "
+                         "but does not load, and an explicit choice has no fall-back: point it "
+                         "at a built libbatchclient.so.0 (<build>/client/libbatchclient.so.0) "
+                         "or unset it to search the installed places", tried)
     tried.append("$BATCHCLIENT_LIB (not set)")
     for place, path, why in _places():
         if path is None:
@@ -252,11 +265,11 @@ def _load():
             continue
         so = _try(path, tried, place)
         if so is not None:
-            return so, path
-    raise ImportError("batchclient: cannot load libbatchclient.so.0: build batchd and install "
-                      "it (meson setup build && ninja -C build && meson install -C build), or "
-                      "set BATCHCLIENT_LIB to the built <build>/client/libbatchclient.so.0; "
-                      "tried: " + "; ".join(tried))
+            return so, path, place, tried
+    raise _not_found("batchclient: cannot load libbatchclient.so.0: build batchd and install "
+                     "it (meson setup build && ninja -C build && meson install -C build), or "
+                     "set BATCHCLIENT_LIB to the built <build>/client/libbatchclient.so.0",
+                     tried)
 
 
 def _declare(so, table):
@@ -279,19 +292,22 @@ def lib():
         return _lib
     with _lock:
         if _lib is None:
-            so, path = _load()
+            so, path, place, tried = _load()
             for name, (res, args) in _SIGNATURES.items():
                 try:
                     fn = getattr(so, name)
                 except AttributeError:
-                    raise ImportError(f"batchclient: {path} lacks {name}: not libbatchclient, "
-                                      "or too old") from None
+                    raise _not_found(f"batchclient: {path} lacks {name}: not libbatchclient, "
+                                     "or too old", tried + [f"{place}: {path} (lacks {name})"],
+                                     listed=False) from None
                 fn.restype = res
                 fn.argtypes = args
             so.missing = _declare(so, _FIELDS)
             so.missing_elastic = _declare(so, _ELASTIC)
             so.missing_skips = _declare(so, _SKIPS)
             so.path = path
+            so.place = place
+            so.tried = tried
             _libc = ctypes.CDLL(None)
             _libc.free.argtypes = [_p]
             _libc.free.restype = None

@@ -75,7 +75,7 @@ import math
 import warnings
 import weakref
 
-from . import _lib
+from . import _deps, _lib
 from .errors import BatchdError
 
 
@@ -99,8 +99,7 @@ def _stream_handle(stream):
 
 
 def _from_numpy(arr):
-    import torch
-    return torch.from_numpy(arr)
+    return _deps.need("torch", "a batch as a tensor needs PyTorch").from_numpy(arr)
 
 
 def _sample_shape(f):
@@ -349,7 +348,7 @@ class Batch:
         Read-only (writeable=False) unless writable: then in-place ops
         change this process's view only (see the module doc). The array
         pins the batch while it lives."""
-        import numpy as np
+        np = _deps.need("numpy", "batch.numpy() is a NumPy array")
         self._check_payload()
         dt = np.dtype(dtype)
         if dt.itemsize == 0 or dt.hasobject:
@@ -381,8 +380,8 @@ class Batch:
         if isinstance(dtype, str):
             return self._field_tensor(dtype, shape)
         self._check_payload()
-        import numpy as np
-        import torch
+        np = _deps.need("numpy", "batch.torch() is made from a NumPy array")
+        torch = _deps.need("torch", "batch.torch() is a tensor")
         dtype = torch.uint8 if dtype is None else dtype
         itemsize = torch.empty((), dtype=dtype).element_size()
         sb, shape = self._sample_bytes(itemsize, shape)
@@ -464,11 +463,7 @@ class Batch:
         return got
 
     def _dense(self, f, dtype, shape, writable=False):
-        try:
-            import numpy as np
-        except ImportError:
-            raise ImportError(f"batch[{f.name!r}] is a NumPy array: install NumPy "
-                              "(python3-numpy)") from None
+        np = _deps.need("numpy", f"batch[{f.name!r}] is a NumPy array")
         dt = np.dtype(dtype)
         per = dt.itemsize * math.prod(shape)
         mv = self._field_view(f, writable and self._delta() is not None)[1]

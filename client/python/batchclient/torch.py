@@ -101,12 +101,14 @@ import gc
 import multiprocessing
 import os
 
+from . import _deps
+
 try:
     import torch
     from torch.utils.data import IterableDataset, get_worker_info
 except ImportError as e:     # pragma: no cover - exercised where torch is missing
-    raise ImportError(f"batchclient.torch needs PyTorch ({e}); install python3-torch or "
-                      "`pip install torch`, or use batchclient.Loader") from None
+    raise ImportError(f"batchclient.torch needs PyTorch ({e}): install it "
+                      f"({_deps.install_hint('torch')}), or use batchclient.Loader") from None
 
 from . import _lib
 from .loader import (Loader, check_state, position_state, rank_and_world, resume_guard,

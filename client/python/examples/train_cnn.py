@@ -327,12 +327,12 @@ def parse_args():
 
 
 def modules_missing():
-    for mod, deb in (("torch", "python3-torch"), ("numpy", "python3-numpy"),
-                     ("PIL", "python3-pil")):
+    import batchclient
+    for mod in ("torch", "numpy", "PIL"):
         try:
             __import__(mod)
         except ImportError:
-            return f"{mod} is not installed (Debian: apt-get install {deb})"
+            return f"{mod} is not installed ({batchclient.install_hint(mod)})"
     return None
 
 
@@ -353,15 +353,15 @@ def main():
     args = parse_args()
     # DataLoader warns when workers outnumber the cores; the comparison runs 4 on purpose.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
-    why = modules_missing()
-    if why:
-        print(f"train_cnn: {why}", file=sys.stderr)
-        return 77
     lib = os.path.join(args.build, "client", "libbatchclient.so.0")
     if os.path.exists(lib):
         os.environ.setdefault("BATCHCLIENT_LIB", lib)
     if os.path.isdir(os.path.join(ROOT, "client", "python", "batchclient")):
         sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+    why = modules_missing()
+    if why:
+        print(f"train_cnn: {why}", file=sys.stderr)
+        return 77
     work = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="train-cnn-", dir="/tmp"))
     os.makedirs(work, exist_ok=True)
     try:

@@ -55,14 +55,14 @@ def make_records(path, n, seed):
 
 
 def train(args):
+    import batchclient
     try:
         import torch
         from torch import nn
     except ImportError:
-        print("train_mnist_like: PyTorch is not installed (Debian: apt-get install "
-              "python3-torch)", file=sys.stderr)
+        print(f"train_mnist_like: PyTorch is not installed ({batchclient.install_hint('torch')})",
+              file=sys.stderr)
         return 77
-    import batchclient
 
     torch.manual_seed(args.seed)
     loader = batchclient.Loader(args.dataset, args.batch_size, shuffle="global", seed=args.seed,
