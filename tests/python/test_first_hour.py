@@ -134,24 +134,32 @@ class FirstHour(T.DaemonCase):
         self.assertIn(f"daemon: {self.daemon.sock} (the socket path given)\n  no answer: not "
                       "tried: there is no libbatchclient to connect with", p.stdout)
 
-    def test_nothing_found_lists_every_place_in_order(self):
-        """A copy of the package outside any checkout, with nothing to find:
-        each place the loader tries, numbered in its order, with its reason."""
+    def stray_report(self, name, **extra):
+        """python -m batchclient from a copy of the package outside any checkout
+        (as pip installs it), with no variable pointing at the library; skipped
+        where the library is installed (the loader finds it first). @return
+        (the copy's directory, the finished process)."""
         probe = subprocess.run([sys.executable, "-c", "import ctypes; "
                                 "ctypes.CDLL('libbatchclient.so.0')"], capture_output=True,
                                env=env(BATCHCLIENT_LIB="", LD_LIBRARY_PATH=""))
         if probe.returncode == 0:
             self.skipTest("libbatchclient.so.0 is installed on this machine: something is found")
-        stray = os.path.join(self.tmp, "stray")
+        stray = os.path.join(self.tmp, name)
         shutil.copytree(os.path.join(SRC, "batchclient"), os.path.join(stray, "batchclient"),
                         ignore=shutil.ignore_patterns("__pycache__", "_buildconfig.py"))
-        empty = os.path.join(self.tmp, "empty")
+        empty = os.path.join(self.tmp, name + "-cwd")
         os.makedirs(empty, exist_ok=True)
         clean = {k: v for k, v in env().items()
                  if k not in ("BATCHCLIENT_LIB", "LD_LIBRARY_PATH", "PKG_CONFIG_PATH")}
-        clean.update(PYTHONPATH=stray, PKG_CONFIG_LIBDIR=empty)
-        p = subprocess.run([sys.executable, "-m", "batchclient", "--socket", self.daemon.sock],
-                           env=clean, cwd=empty, capture_output=True, text=True, timeout=60)
+        clean.update(PYTHONPATH=stray, PKG_CONFIG_LIBDIR=empty, **extra)
+        return stray, subprocess.run([sys.executable, "-m", "batchclient", "--socket",
+                                      self.daemon.sock], env=clean, cwd=empty,
+                                     capture_output=True, text=True, timeout=60)
+
+    def test_nothing_found_lists_every_place_in_order(self):
+        """A copy of the package outside any checkout, with nothing to find:
+        each place the loader tries, numbered in its order, with its reason."""
+        stray, p = self.stray_report("stray")
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertIn("library: NOT USABLE: batchclient: cannot load libbatchclient.so.0: "
                       "build batchd and install it", p.stdout)
@@ -163,6 +171,7 @@ class FirstHour(T.DaemonCase):
                 "(none: this copy of the package was not installed)",
                 "the dynamic loader (LD_LIBRARY_PATH, ld.so.cache): libbatchclient.so.0 (",
                 "pkg-config --variable=libdir batchclient (",
+                "beside batchctl on $PATH (PREFIX/lib*) (",
                 f"the build tree of a source checkout ({stray}/batchclient is not in a "
                 "batchd checkout)"]
         # find_library may name another file between the loader and pkg-config.
@@ -171,6 +180,23 @@ class FirstHour(T.DaemonCase):
         for got, w in zip(places, want):
             self.assertTrue(got.startswith(w), f"{got!r} should start with {w!r}")
         self.assertIn("no answer: not tried", p.stdout)
+
+    def test_a_private_prefix_on_path_is_found(self):
+        """batchd installed in a private prefix, its bin/ on $PATH: a pip
+        install of the package (a copy outside any checkout) finds the
+        library in that prefix, with no LD_LIBRARY_PATH or PKG_CONFIG_PATH."""
+        prefix = os.path.join(self.tmp, "opt")
+        libdir = os.path.join(prefix, "lib", "x86_64-linux-gnu")
+        os.makedirs(libdir, exist_ok=True)
+        os.makedirs(os.path.join(prefix, "bin"), exist_ok=True)
+        shutil.copy(LIB, os.path.join(libdir, "libbatchclient.so.0"))
+        with open(os.path.join(prefix, "bin", "batchctl"), "w") as f:
+            f.write("#!/bin/sh\n")
+        os.chmod(os.path.join(prefix, "bin", "batchctl"), 0o755)
+        _, p = self.stray_report("stray2", PATH=os.path.join(prefix, "bin") + ":/usr/bin:/bin")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn(os.path.join(libdir, "libbatchclient.so.0"), p.stdout)
+        self.assertIn("beside batchctl on $PATH", p.stdout)
 
     def test_check_returns_the_report(self):
         r = batchclient.check(self.daemon.sock)

@@ -29,7 +29,9 @@ and .place of the hit.
 """
 import ctypes
 import ctypes.util
+import glob
 import os
+import shutil
 import subprocess
 import threading
 
@@ -202,8 +204,24 @@ def _pkg_config():
     return place, os.path.join(libdir, SONAME), ""
 
 
+def _beside_batchctl():
+    """Step 5: (place, path or None, why not). A batchd installed in a private
+    prefix whose bin/ is on $PATH (how its batchctl is run): the library in
+    that prefix's lib directories, as its programs' RUNPATH finds it."""
+    place = "beside batchctl on $PATH (PREFIX/lib*)"
+    exe = shutil.which("batchctl")
+    if not exe:
+        return place, None, "no batchctl on $PATH"
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(exe)))
+    found = sorted(glob.glob(os.path.join(prefix, "lib*", SONAME)) +
+                   glob.glob(os.path.join(prefix, "lib*", "*", SONAME)))
+    if not found:
+        return place, None, f"no {SONAME} under {prefix}/lib*"
+    return place, found[0], ""
+
+
 def _build_tree():
-    """Step 5: (place, path or None, why not)."""
+    """Step 6: (place, path or None, why not)."""
     place = "the build tree of a source checkout"
     here = os.path.dirname(os.path.abspath(__file__))
     src = os.path.dirname(os.path.dirname(here))          # <src>/client
@@ -221,6 +239,7 @@ def _places():
     if found and found != SONAME:
         yield "ctypes.util.find_library('batchclient')", found, ""
     yield _pkg_config()
+    yield _beside_batchctl()
     yield _build_tree()
 
 
