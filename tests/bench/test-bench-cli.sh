@@ -184,6 +184,19 @@ fi
 
 # ---- sweep ---------------------------------------------------------------------
 
+# svg_check PYTHON FILE: PYTHON's asserts over the SVG chart FILE, with root,
+# texts (every text element's) and lines (the data polylines) defined.
+svg_check() {
+	"$PY" -c '
+import sys, xml.etree.ElementTree as ET
+ns = "{http://www.w3.org/2000/svg}"
+root = ET.parse(sys.argv[2]).getroot()
+texts = [t.text or "" for t in root.iter(ns + "text")]
+lines = [p for p in root.iter(ns + "polyline") if p.get("stroke") != "black"]
+exec(sys.argv[1])
+' "$1" "$2"
+}
+
 run sweep "$F" --bs 4K,64K --qd 1,4,2 --runtime 100ms --svg "$T/s.svg" --csv "$T/s.csv" --json
 cp "$T/out" "$T/sweep.json"
 expect "sweep measures every (bs, qd) point" \
@@ -198,18 +211,24 @@ for r, p in zip(rows, j["points"]):
     assert int(r["bs"]) == p["bs"] and int(r["qd"]) == p["iodepth"] and int(r["io_bytes"]) == p["io_bytes"]
 ' "$T/s.csv" "$T/sweep.json"
 expect "sweep SVG: valid XML, one line per block size, axes, ticks and legend" \
-	"$PY" -c '
-import sys, xml.etree.ElementTree as ET
-ns = "{http://www.w3.org/2000/svg}"
-root = ET.parse(sys.argv[1]).getroot()
-texts = [t.text or "" for t in root.iter(ns + "text")]
-lines = [p for p in root.iter(ns + "polyline") if p.get("stroke") != "black"]
+	svg_check "$(cat <<'PY'
 assert len(lines) == 2, len(lines)
 assert all(len(p.get("points").split()) == 3 for p in lines)
 assert any("queue depth" in t for t in texts) and any("bandwidth" in t for t in texts)
 assert any(t == "bs 4.00 KiB" for t in texts) and any(t == "bs 64.0 KiB" for t in texts)
 assert all(q in texts for q in ("1", "2", "4"))
-' "$T/s.svg"
+PY
+)" "$T/s.svg"
+run disk "$F" --bs 4K --qd 4 --runtime 100ms --svg "$T/d.svg"
+expect "disk SVG: valid XML, the reads' latency distribution rising to 100%, its legend" \
+	svg_check "$(cat <<'PY'
+assert len(lines) == 1, len(lines)
+ys = [float(pt.split(",")[1]) for pt in lines[0].get("points").split()]
+assert ys == sorted(ys, reverse=True) and ys[-1] == 50.0, ys[-3:]   # climbs to 100% (y 50)
+assert any("read latency" in t for t in texts) and any(t.startswith("reads (") for t in texts)
+assert all(p in texts for p in ("p50", "p90", "p99"))
+PY
+)" "$T/d.svg"
 run sweep "$F" --bs 64K --qd 1,8 --runtime 100ms
 expect "sweep prints a table with the knee" eval '[[ $RC -eq 0 ]] && grep -q "qd 8" "$T/out" && grep -q "90% of best at qd" "$T/out"'
 
@@ -282,6 +301,15 @@ expect "pipeline, sharded dataset, 2 epochs: bytes == 2 * raw_bytes" \
 run pipeline "$T/one.bpk" --clients 2 --batch-size 8 --seconds 300ms --step-ms 2 --batchd "$BATCHD"
 expect "pipeline, time-based, human table" eval '[[ $RC -eq 0 ]] && grep -q "^ *total" "$T/out" && grep -q "stall%" "$T/out"'
 expect "pipeline with a step: no word of a stall by design" eval '! grep -q "by design" "$T/out"'
+run pipeline "$T/one.bpk" --clients 2 --batch-size 8 --epochs 1 --batchd "$BATCHD" --svg "$T/p.svg"
+expect "pipeline SVG: the waits of all clients and of each, as distributions" \
+	svg_check "$(cat <<'PY'
+assert len(lines) == 3, len(lines)
+assert any(t.startswith("all clients (") for t in texts)
+assert any(t.startswith("client 0 (") for t in texts) and any(t.startswith("client 1 (") for t in texts)
+assert any("wait for a batch" in t for t in texts)
+PY
+)" "$T/p.svg"
 run pipeline "$T/one.bpk" --clients 1 --batch-size 8 --epochs 1 --batchd "$BATCHD"
 expect "pipeline without a step says its stall of 100% is by design" \
 	eval '[[ $RC -eq 0 ]] && grep -q "stall% is 100 by design with no --step-ms or --step-cpu-ms" "$T/out"'

@@ -24,6 +24,7 @@
 #include "batchd-build.h"
 #include "bench.h"
 #include "bench_disk.h"
+#include "bench_svg.h"
 #include "cli.h"
 #include "units.h"
 
@@ -31,7 +32,7 @@ static const char usage_text[] =
 	"usage: batchd-bench disk FILE [--rw read|randread] [--bs SIZE] [--qd N] [--threads N]\n"
 	"                    [--direct[=0|1] | --buffered] [--size SIZE] [--runtime SEC]\n"
 	"                    [--engine io_uring|psync] [--seed N] [--hugepages[=hugetlb|thp]]\n"
-	"                    [--no-fixedbufs] [--no-registerfiles] [--json]\n"
+	"                    [--no-fixedbufs] [--no-registerfiles] [--json] [--svg OUT.svg]\n"
 	"       batchd-bench sweep FILE [--bs LIST] [--qd LIST] [--rw read|randread]\n"
 	"                    [--runtime SEC] [--threads N] [--direct[=0|1] | --buffered]\n"
 	"                    [--size SIZE] [--hugepages[=hugetlb|thp]] [--svg OUT.svg] [--csv OUT.csv]\n"
@@ -42,7 +43,7 @@ static const char usage_text[] =
 	"                    [--step-cpu-ms T] [--shuffle none|global|block]\n"
 	"                    [--seconds SEC | --epochs E] [--prefetch P] [--socket PATH]\n"
 	"                    [--batchd PATH] [--memory SIZE] [--device N [--touch] | --in-memory]\n"
-	"                    [--json]\n"
+	"                    [--json] [--svg OUT.svg]\n"
 	"       batchd-bench h2d [--size SIZE] [--reps N] [--device N] [--json]\n"
 	BP_SIZE_HELP
 	"\n"
@@ -159,6 +160,26 @@ int bench_disk_option(bench_disk_opts *o, int ch, const char *arg)
 	return 1;
 }
 
+/* --svg: the reads' completion latency as a distribution (bench_svg.h). @return the exit status. */
+static int disk_svg(const bench_disk_opts *o, const bench_disk_result *res, const char *out)
+{
+	bench_svg_series s = { .name = "reads", .h = &res->clat };
+	char title[256], bs[32];
+	int r;
+
+	snprintf(title, sizeof(title), "batchd-bench disk: %s, %s, bs %s, qd %u, %u thread%s, %s",
+		 bench_disk_rw_name(o), res->direct ? "O_DIRECT" : "buffered",
+		 bp_format_size(o->bs, bs, sizeof(bs)), o->qd, o->threads,
+		 o->threads == 1 ? "" : "s", o->path);
+	r = bench_svg_cdf(out, title, "read latency, submission to completion", &s, 1);
+	if (r < 0) {
+		fprintf(stderr, "batchd-bench: %s: %s\n", out,
+			r == -ENODATA ? "no read completed: no chart" : strerror(-r));
+		return 1;
+	}
+	return 0;
+}
+
 int bench_cmd_disk(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -168,8 +189,10 @@ int bench_cmd_disk(int argc, char **argv)
 		{ "iodepth", required_argument, NULL, BENCH_O_QD },
 		{ "engine", required_argument, NULL, BENCH_O_ENGINE },
 		{ "json", no_argument, NULL, BENCH_O_JSON },
+		{ "svg", required_argument, NULL, BENCH_O_SVG },
 		{ NULL, 0, NULL, 0 },
 	};
+	const char *svg = NULL;
 	bench_disk_result *res;
 	bench_disk_opts o;
 	uint64_t file_size;
@@ -189,6 +212,10 @@ int bench_cmd_disk(int argc, char **argv)
 		}
 		if (ch == BENCH_O_JSON) {
 			json = true;
+			continue;
+		}
+		if (ch == BENCH_O_SVG) {
+			svg = optarg;
 			continue;
 		}
 		if (ch == '?')
@@ -231,8 +258,9 @@ int bench_cmd_disk(int argc, char **argv)
 		bench_disk_json(&o, res, stdout);
 	else
 		bench_disk_human(&o, res, stdout);
+	r = svg ? disk_svg(&o, res, svg) : 0;
 	free(res);
-	return 0;
+	return r;
 }
 
 int main(int argc, char **argv)

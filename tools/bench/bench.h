@@ -50,6 +50,8 @@ int bench_parse_list(const char *s, bool sizes, uint64_t *out, size_t max, size_
 
 /* s as a JSON string (quotes and escapes included). */
 void bench_json_string(FILE *f, const char *s);
+/* s as SVG/XML text: &, <, >, " escaped, control bytes dropped. */
+void bench_xml_text(FILE *f, const char *s);
 
 /* Default thread count: the online CPUs, at least 1. */
 unsigned bench_ncpus(void);

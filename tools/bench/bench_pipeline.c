@@ -59,6 +59,7 @@
 #include "bench_daemon.h"
 #include "batchd-build.h"
 #include "bench_stats.h"
+#include "bench_svg.h"
 #include "cli.h"
 #include "gpucheck.h"
 #include "progress.h"
@@ -73,6 +74,7 @@
 
 typedef struct pl_opts {
 	const char *dataset;
+	const char *svg;         /* --svg: the waits' distribution chart, or NULL */
 	const char *socket;      /* a running batchd, or NULL: start one */
 	const char *batchd;      /* the binary to start */
 	const char *memory;      /* --memory for our batchd */
@@ -589,6 +591,29 @@ static void report_text(const pl_opts *o, const pl_client *cl, const pl_total *t
 		       : ", copied back: every byte matched");
 }
 
+/* --svg: each client's waits in bc_next and all of them, as distributions (bench_svg.h). */
+static void write_svg(const pl_opts *o, const pl_client *cl, const pl_total *t)
+{
+	bench_svg_series s[1 + 7];
+	char title[256], names[7][32];
+	size_t n = 0;
+	int r;
+
+	s[n++] = (bench_svg_series){ .name = "all clients", .h = &t->all };
+	for (unsigned i = 0; o->clients > 1 && i < o->clients && n < 8; i++) {
+		snprintf(names[n - 1], sizeof(names[0]), "client %u", i);
+		s[n] = (bench_svg_series){ .name = names[n - 1], .h = &cl[i].wait };
+		n++;
+	}
+	snprintf(title, sizeof(title), "batchd-bench pipeline: %s, %u client%s, batch %u, step %"
+		 PRIu64 " ms", o->dataset, o->clients, o->clients == 1 ? "" : "s",
+		 o->so.batch_size, o->step_ms);
+	r = bench_svg_cdf(o->svg, title, "wait for a batch in bc_next", s, n);
+	if (r < 0)
+		fprintf(stderr, "batchd-bench: %s: %s\n", o->svg,
+			r == -ENODATA ? "no batch was waited for: no chart" : strerror(-r));
+}
+
 static void report(const pl_opts *o, pl_client *cl, bool own)
 {
 	pl_total *t = malloc(sizeof(*t));   /* the merged histogram is large */
@@ -600,6 +625,8 @@ static void report(const pl_opts *o, pl_client *cl, bool own)
 		report_json(o, cl, t, own);
 	else
 		report_text(o, cl, t, own);
+	if (o->svg)
+		write_svg(o, cl, t);
 	free(t);
 }
 
@@ -696,7 +723,7 @@ static int run_clients(const pl_opts *o, const char *sock, bool own)
 
 enum { O_CLIENTS = 256, O_BATCH, O_STEP, O_SHUFFLE, O_SECONDS, O_EPOCHS, O_PREFETCH,
        O_SEED, O_SOCKET, O_BATCHD, O_MEMORY, O_JSON, O_DEVICE, O_TOUCH, O_STEP_CPU,
-       O_IN_MEMORY };
+       O_IN_MEMORY, O_SVG };
 
 static const struct option pl_options[] = {
 	{ "clients", required_argument, NULL, O_CLIENTS },
@@ -715,6 +742,7 @@ static const struct option pl_options[] = {
 	{ "touch", no_argument, NULL, O_TOUCH },
 	{ "step-cpu-ms", required_argument, NULL, O_STEP_CPU },
 	{ "in-memory", no_argument, NULL, O_IN_MEMORY },
+	{ "svg", required_argument, NULL, O_SVG },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -795,6 +823,9 @@ static int parse_other(pl_opts *o, int ch, const char *arg, char **argv, bool *s
 		return 0;
 	case O_JSON:
 		o->json = true;
+		return 0;
+	case O_SVG:
+		o->svg = arg;
 		return 0;
 	case O_TOUCH:
 		o->touch = true;

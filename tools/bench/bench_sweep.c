@@ -49,21 +49,6 @@ static const char *const palette[] = {
 
 /* ---- SVG ------------------------------------------------------------------------ */
 
-static void xml_text(FILE *f, const char *s)
-{
-	for (; *s; s++) {
-		switch (*s) {
-		case '&': fputs("&amp;", f); break;
-		case '<': fputs("&lt;", f); break;
-		case '>': fputs("&gt;", f); break;
-		case '"': fputs("&quot;", f); break;
-		default:
-			if ((unsigned char)*s >= 0x20)
-				fputc(*s, f);
-		}
-	}
-}
-
 /* A 1-2-2.5-5 step giving about five ticks up to max. */
 static double nice_step(double max)
 {
@@ -133,7 +118,7 @@ static void svg_frame(FILE *f, const sweep *s, const svg_scale *sc)
 		"batchd-bench sweep: %s, %s, %u thread%s, ", (PL + PR) / 2,
 		bench_disk_rw_name(&s->o), s->direct ? "O_DIRECT" : "buffered", s->o.threads,
 		s->o.threads == 1 ? "" : "s");
-	xml_text(f, s->o.path);
+	bench_xml_text(f, s->o.path);
 	fputs("</text>\n", f);
 
 	for (double v = 0; v <= sc->ymax + sc->step / 2; v += sc->step) {
