@@ -41,6 +41,14 @@ for prog in sbin/batchd bin/batchd-pack bin/batchctl bin/batchd-bench; do
 	fi
 done
 
+# batchctl reaches CUDA through the runtime loader (a --device run only): it
+# starts where no libcudart is found.
+if command -v readelf >/dev/null; then
+	! readelf -d "$prefix/bin/batchctl" | grep -q 'NEEDED.*libcudart' &&
+		ok "batchctl does not link the CUDA runtime" ||
+		bad "batchctl links libcudart: $(readelf -d "$prefix/bin/batchctl" | grep NEEDED)"
+fi
+
 mkdir -p "$tmp/data"
 head -c 65536 /dev/urandom >"$tmp/raw"
 clean "$prefix/bin/batchd-pack" create "$tmp/data/d.bpk" --records 256 "$tmp/raw" >/dev/null &&

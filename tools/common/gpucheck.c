@@ -6,6 +6,11 @@
  * The copy back lands in pinned memory: a device-to-pageable copy makes
  * the runtime stage through its own buffer, which would measure the
  * runtime instead of the batch.
+ *
+ * The CUDA runtime is loaded when a GPU stream is first asked for
+ * (dlopen, as libbatchclient loads the driver), not linked: batchctl then
+ * starts, and serves host streams, on a machine whose loader cannot find
+ * libcudart, and says so only to a --device run.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -30,7 +35,52 @@ static int say(char *err, size_t len, const char *fmt, ...)
 }
 
 #if BATCHD_HAVE_CUDA
+#include <dlfcn.h>
+
 #include <cuda_runtime_api.h>
+
+/* The runtime calls used, resolved from libcudart.so.MAJOR (the toolkit built against). */
+static struct cudart {
+	cudaError_t (*SetDevice)(int);
+	cudaError_t (*StreamCreateWithFlags)(cudaStream_t *, unsigned);
+	cudaError_t (*StreamSynchronize)(cudaStream_t);
+	cudaError_t (*StreamDestroy)(cudaStream_t);
+	cudaError_t (*MallocHost)(void **, size_t);
+	cudaError_t (*FreeHost)(void *);
+	cudaError_t (*MemcpyAsync)(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
+	const char *(*GetErrorString)(cudaError_t);
+	const char *(*GetErrorName)(cudaError_t);
+	cudaError_t (*GetLastError)(void);
+} rt;
+
+/* Load the runtime once. @return 0, or -ENODEV with err saying what to install. */
+static int load_cudart(char *err, size_t errlen)
+{
+	static const char *const names[] = {
+		"cudaSetDevice", "cudaStreamCreateWithFlags", "cudaStreamSynchronize",
+		"cudaStreamDestroy", "cudaMallocHost", "cudaFreeHost", "cudaMemcpyAsync",
+		"cudaGetErrorString", "cudaGetErrorName", "cudaGetLastError",
+	};
+	void **slot = (void **)&rt;
+	char soname[32];
+	void *dl;
+
+	if (rt.GetLastError)
+		return 0;
+	snprintf(soname, sizeof(soname), "libcudart.so.%d", CUDART_VERSION / 1000);
+	dl = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+	if (!dl)
+		return say(err, errlen, "the CUDA runtime cannot be loaded (%s): install the CUDA "
+			   "toolkit's runtime, or add its lib directory to the loader's path",
+			   dlerror()), -ENODEV;
+	_Static_assert(sizeof(rt) == sizeof(names) / sizeof(names[0]) * sizeof(void *),
+		       "a name for every call");
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!(slot[i] = dlsym(dl, names[i])))
+			return say(err, errlen, "%s lacks %s: not the CUDA runtime %d", soname,
+				   names[i], CUDART_VERSION / 1000), -ENODEV;
+	return 0;
+}
 
 struct gpucheck {
 	int device;
@@ -42,8 +92,8 @@ struct gpucheck {
 /* -EIO for a CUDA error, with its name and the call in err; clears the (non-sticky) error. */
 static int cuda_fail(cudaError_t e, const char *call, char *err, size_t errlen)
 {
-	say(err, errlen, "%s: %s (%s)", call, cudaGetErrorString(e), cudaGetErrorName(e));
-	(void)cudaGetLastError();
+	say(err, errlen, "%s: %s (%s)", call, rt.GetErrorString(e), rt.GetErrorName(e));
+	(void)rt.GetLastError();
 	if (e == cudaErrorMemoryAllocation)
 		return -ENOMEM;
 	if (e == cudaErrorNoDevice || e == cudaErrorInvalidDevice || e == cudaErrorInsufficientDriver)
@@ -57,17 +107,19 @@ int gpucheck_new(int device, gpucheck **ret, char *err, size_t errlen)
 	cudaError_t e;
 	int r;
 
+	if ((r = load_cudart(err, errlen)) < 0)
+		return r;
 	g = calloc(1, sizeof(*g));
 	if (!g)
 		return say(err, errlen, "out of memory"), -ENOMEM;
 	g->device = device;
-	e = cudaSetDevice(device);
+	e = rt.SetDevice(device);
 	if (e != cudaSuccess) {
 		r = cuda_fail(e, "cudaSetDevice", err, errlen);
 		free(g);
 		return r;
 	}
-	e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
+	e = rt.StreamCreateWithFlags(&g->stream, cudaStreamNonBlocking);
 	if (e != cudaSuccess) {
 		r = cuda_fail(e, "cudaStreamCreateWithFlags", err, errlen);
 		free(g);
@@ -81,9 +133,9 @@ void gpucheck_free(gpucheck *g)
 {
 	if (!g)
 		return;
-	cudaStreamSynchronize(g->stream);
-	cudaStreamDestroy(g->stream);
-	cudaFreeHost(g->host);
+	rt.StreamSynchronize(g->stream);
+	rt.StreamDestroy(g->stream);
+	rt.FreeHost(g->host);
 	free(g);
 }
 
@@ -106,10 +158,10 @@ static int reserve(gpucheck *g, size_t len, char *err, size_t errlen)
 		return 0;
 	while (cap < len)
 		cap *= 2;
-	cudaFreeHost(g->host);
+	rt.FreeHost(g->host);
 	g->host = NULL;
 	g->cap = 0;
-	e = cudaMallocHost(&g->host, cap);
+	e = rt.MallocHost(&g->host, cap);
 	if (e != cudaSuccess)
 		return cuda_fail(e, "cudaMallocHost", err, errlen);
 	g->cap = cap;
@@ -139,10 +191,10 @@ int gpucheck_compare(gpucheck *g, const bc_batch *b, char *err, size_t errlen)
 	r = reserve(g, hlen, err, errlen);
 	if (r < 0)
 		return r;
-	e = cudaMemcpyAsync(g->host, dev, hlen, cudaMemcpyDeviceToHost, g->stream);
+	e = rt.MemcpyAsync(g->host, dev, hlen, cudaMemcpyDeviceToHost, g->stream);
 	if (e != cudaSuccess)
 		return cuda_fail(e, "cudaMemcpyAsync", err, errlen);
-	e = cudaStreamSynchronize(g->stream);
+	e = rt.StreamSynchronize(g->stream);
 	if (e != cudaSuccess)
 		return cuda_fail(e, "cudaStreamSynchronize", err, errlen);
 	back = g->host;
@@ -158,7 +210,7 @@ int gpucheck_compare(gpucheck *g, const bc_batch *b, char *err, size_t errlen)
 
 int gpucheck_sync(gpucheck *g, char *err, size_t errlen)
 {
-	cudaError_t e = cudaStreamSynchronize(g->stream);
+	cudaError_t e = rt.StreamSynchronize(g->stream);
 
 	return e == cudaSuccess ? 0 : cuda_fail(e, "cudaStreamSynchronize", err, errlen);
 }
