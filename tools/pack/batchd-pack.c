@@ -40,7 +40,11 @@
 #include "progress.h"
 #include "units.h"
 
-static const char usage_text[] =
+/*
+ * The usage in two literals, joined once at start (usage()): one literal
+ * would be over the 4095 bytes C99 has every compiler take.
+ */
+static const char usage_create[] =
 	"usage: batchd-pack create OUT INPUT... [options]\n"
 	"       batchd-pack create OUT --manifest FILE.csv|FILE.jsonl [--column NAME:TYPE]...\n"
 	"       batchd-pack info PATH [--json] [--endpoint URL] [--region R]\n"
@@ -75,7 +79,9 @@ static const char usage_text[] =
 	"  --max-side N       re-encode each image (JPEG, PNG, WebP) whose longer side is\n"
 	"                     over N (16..65535) as an RGB JPEG with that side N, aspect\n"
 	"                     kept; other images and bytes are stored as read\n"
-	"  --jpeg-quality Q   --max-side: the JPEGs' quality, 1..100 (default 90)\n"
+	"  --jpeg-quality Q   --max-side: the JPEGs' quality, 1..100 (default 90)\n";
+
+static const char usage_rest[] =
 	BP_SIZE_HELP
 	PACK_REMOTE_HELP
 	"ls: a line per sample, ID KEY FIELD=VALUE... (KEY - without keys; bytes fields\n"
@@ -535,6 +541,15 @@ static int cmd_verify(int argc, char **argv)
 	return 0;
 }
 
+/* The whole usage text, for cli_init. */
+static const char *usage(void)
+{
+	static char text[sizeof(usage_create) + sizeof(usage_rest)];
+
+	snprintf(text, sizeof(text), "%s%s", usage_create, usage_rest);
+	return text;
+}
+
 int main(int argc, char **argv)
 {
 	static const cli_cmd cmds[] = {
@@ -546,7 +561,7 @@ int main(int argc, char **argv)
 	};
 	int r;
 
-	cli_init("batchd-pack", usage_text);
+	cli_init("batchd-pack", usage());
 	if (argc < 2)
 		return cli_usage(NULL);
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
