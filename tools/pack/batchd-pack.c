@@ -55,10 +55,15 @@ static const char usage_create[] =
 	"       batchd-pack cat PATH ID|KEY [--id N|--key K] [--field NAME]\n"
 	"\n"
 	"create: INPUT is a directory (every regular file below it is a sample, in\n"
-	"bytewise order of relative path, keyed by that path), a .tar archive (regular\n"
-	"members in archive order, keyed by member path) or --records SIZE FILE\n"
-	"(fixed-size records, no keys). A sample's bytes are the field \"data\".\n"
-	"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
+	"bytewise order of relative path, keyed by that path; symlinks, FIFOs, sockets\n"
+	"and devices are left out, each named), a .tar archive (regular members in\n"
+	"archive order, keyed by member path) or --records SIZE FILE (fixed-size\n"
+	"records, no keys). A sample's bytes are the field \"data\". The summary line\n"
+	"counts what was left out, and why.\n"
+	"  --on-error fail|skip  a file below a directory that cannot be read fails the\n"
+	"                     pack naming it (fail, the default) or is left out (skip),\n"
+	"                     named and counted\n"
+		"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
 	"                     among DIR's subdirectories in bytewise order (names kept)\n"
 	"  --group-by key     TAR in the WebDataset layout: members KEY.EXT form a sample,\n"
 	"                     a field per EXT (cls, label: int64; else bytes)\n"
@@ -95,7 +100,7 @@ static const char usage_rest[] =
 enum {
 	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
 	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
-	O_MAX_SIDE, O_JPEG_QUALITY,
+	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR,
 };
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
@@ -159,6 +164,19 @@ static int create_fields(pack_inputs *in, int c, const char *arg)
 				 arg);
 	in->fo.layout = want;
 	return c == O_MANIFEST && pack_inputs_add_manifest(in, arg) < 0 ? 1 : 0;
+}
+
+/* --on-error: what becomes of a file that cannot be read. @return 0 or the usage exit status. */
+static int create_scan(pack_inputs *in, int c, const char *arg)
+{
+	if (!strcmp(arg, "fail"))
+		in->fo.on_error = ON_ERROR_FAIL;
+	else if (!strcmp(arg, "skip"))
+		in->fo.on_error = ON_ERROR_SKIP;
+	else
+		return cli_usage("--on-error: '%s' is not a policy; 'fail' (the default) or 'skip'",
+				 arg);
+	return 0;
 }
 
 /* --max-side N, --jpeg-quality Q. @return 0 or the usage exit status. */
@@ -235,6 +253,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "missing-int", required_argument, NULL, O_MISSING_INT },
 		{ "max-side", required_argument, NULL, O_MAX_SIDE },
 		{ "jpeg-quality", required_argument, NULL, O_JPEG_QUALITY },
+		{ "on-error", required_argument, NULL, O_ON_ERROR },
 		PACK_REMOTE_OPTIONS,
 		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
@@ -275,6 +294,9 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		case O_MAX_SIDE:
 		case O_JPEG_QUALITY:
 			r = create_fit(o, c, optarg);
+			break;
+		case O_ON_ERROR:
+			r = create_scan(in, c, optarg);
 			break;
 		case O_LABELS:
 		case O_GROUP:

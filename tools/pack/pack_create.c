@@ -733,6 +733,38 @@ out:
 	return r;
 }
 
+/*
+ * The summary line's part for what the inputs held besides the samples
+ * packed: how many were left out and why. Nothing when there were none,
+ * so a clean input's line is as it always was.
+ */
+static void print_tally(const pack_tally *t)
+{
+	const struct {
+		uint64_t n;
+		const char *one, *many;
+	} why[] = {
+		{ t->special, "special file", "special files" },
+		{ t->symlinks, "symlink", "symlinks" },
+		{ t->unreadable, "unreadable", "unreadable" },
+	};
+	uint64_t left = 0;
+	const char *sep = " (";
+
+	for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++)
+		left += why[k].n;
+	if (left) {
+		printf("; %" PRIu64 " left out", left);
+		for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++) {
+			if (!why[k].n)
+				continue;
+			printf("%s%" PRIu64 " %s", sep, why[k].n, why[k].n == 1 ? why[k].one : why[k].many);
+			sep = ", ";
+		}
+		printf(")");
+	}
+}
+
 static void print_summary(const char *path, const pack_inputs *in, const output *out,
 			  const pack_create_opts *o, double secs)
 {
@@ -743,6 +775,7 @@ static void print_summary(const char *path, const pack_inputs *in, const output 
 		printf(" (%" PRIu64 " samples in frames)", out->framed);
 	if (out->sharded)
 		printf(", %u shards", out->shard);
+	print_tally(&in->tally);
 	printf("; %s raw -> %s stored (%.2fx)", bp_format_size(out->raw, raw, sizeof(raw)),
 	       bp_format_size(out->stored, stored, sizeof(stored)),
 	       out->stored ? (double)out->raw / (double)out->stored : 1.0);
