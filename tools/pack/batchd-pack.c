@@ -55,14 +55,15 @@ static const char usage_create[] =
 	"       batchd-pack cat PATH ID|KEY [--id N|--key K] [--field NAME]\n"
 	"\n"
 	"create: INPUT is a directory (every regular file below it is a sample, in\n"
-	"bytewise order of relative path, keyed by that path; symlinks, FIFOs, sockets\n"
-	"and devices are left out, each named), a .tar archive (regular members in\n"
-	"archive order, keyed by member path) or --records SIZE FILE (fixed-size\n"
-	"records, no keys). A sample's bytes are the field \"data\". The summary line\n"
-	"counts what was left out, and why.\n"
+	"bytewise order of relative path, keyed by that path; names starting with '.'\n"
+	"are ignored, symlinks, FIFOs, sockets and devices left out, each named), a\n"
+	".tar archive (regular members in archive order, keyed by member path) or\n"
+	"--records SIZE FILE (fixed-size records, no keys). A sample's bytes are the\n"
+	"field \"data\". The summary line counts what was left out, and why.\n"
 	"  --on-error fail|skip  a file below a directory that cannot be read fails the\n"
 	"                     pack naming it (fail, the default) or is left out (skip),\n"
 	"                     named and counted\n"
+	"  --include-hidden   pack names starting with '.' below a directory too\n"
 		"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
 	"                     among DIR's subdirectories in bytewise order (names kept)\n"
 	"  --group-by key     TAR in the WebDataset layout: members KEY.EXT form a sample,\n"
@@ -100,7 +101,7 @@ static const char usage_rest[] =
 enum {
 	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
 	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
-	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR,
+	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR, O_HIDDEN,
 };
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
@@ -166,9 +167,16 @@ static int create_fields(pack_inputs *in, int c, const char *arg)
 	return c == O_MANIFEST && pack_inputs_add_manifest(in, arg) < 0 ? 1 : 0;
 }
 
-/* --on-error: what becomes of a file that cannot be read. @return 0 or the usage exit status. */
+/*
+ * --on-error, --include-hidden: what becomes of a file that cannot be
+ * read, and of hidden ones. @return 0 or the usage exit status.
+ */
 static int create_scan(pack_inputs *in, int c, const char *arg)
 {
+	if (c == O_HIDDEN) {
+		in->fo.include_hidden = true;
+		return 0;
+	}
 	if (!strcmp(arg, "fail"))
 		in->fo.on_error = ON_ERROR_FAIL;
 	else if (!strcmp(arg, "skip"))
@@ -254,6 +262,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "max-side", required_argument, NULL, O_MAX_SIDE },
 		{ "jpeg-quality", required_argument, NULL, O_JPEG_QUALITY },
 		{ "on-error", required_argument, NULL, O_ON_ERROR },
+		{ "include-hidden", no_argument, NULL, O_HIDDEN },
 		PACK_REMOTE_OPTIONS,
 		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
@@ -296,6 +305,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 			r = create_fit(o, c, optarg);
 			break;
 		case O_ON_ERROR:
+		case O_HIDDEN:
 			r = create_scan(in, c, optarg);
 			break;
 		case O_LABELS:

@@ -735,8 +735,9 @@ out:
 
 /*
  * The summary line's part for what the inputs held besides the samples
- * packed: how many were left out and why. Nothing when there were none,
- * so a clean input's line is as it always was.
+ * packed: how many were left out and why, and hidden names ignored.
+ * Nothing when there were none, so a clean input's line is as it always
+ * was.
  */
 static void print_tally(const pack_tally *t)
 {
@@ -763,6 +764,8 @@ static void print_tally(const pack_tally *t)
 		}
 		printf(")");
 	}
+	if (t->hidden)
+		printf("; %" PRIu64 " hidden ignored (names starting with '.')", t->hidden);
 }
 
 static void print_summary(const char *path, const pack_inputs *in, const output *out,

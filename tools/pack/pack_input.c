@@ -239,7 +239,8 @@ int pack__parse_i64(const char *s, size_t len, bool trim, int64_t *ret)
  * count. What is left out is said once the walk is done, in bytewise
  * order of path as the samples are, not in the file system's order; with
  * --on-error=fail the first file that cannot be read in that order fails
- * the pack.
+ * the pack. Names starting with '.' (.DS_Store, .git, .ipynb_checkpoints)
+ * are ignored and counted, not walked.
  */
 enum note_kind { NOTE_SPECIAL, NOTE_SYMLINK, NOTE_UNREADABLE };
 
@@ -380,6 +381,10 @@ static int tree_dir(tree_walk *w, int fd, size_t len)
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
+		if (de->d_name[0] == '.' && !w->fo->include_hidden) {
+			w->tally->hidden++;
+			continue;
+		}
 		if (at + n >= sizeof(w->rel)) {
 			w->rel[len] = '\0';
 			r = tree_fail(w, -ENAMETOOLONG, "cannot walk directory");
@@ -449,6 +454,7 @@ static int by_name(const void *a, const void *b)
 
 static int scan_dir(pack_inputs *all, pack_input *in)
 {
+	uint64_t hidden = all->tally.hidden;
 	tree_walk *w;
 	int fd, r;
 
@@ -477,6 +483,9 @@ static int scan_dir(pack_inputs *all, pack_input *in)
 	free(w);
 	if (r < 0)
 		return r;
+	if (in->count == 0 && all->tally.hidden > hidden)
+		return pack__err(0, in->path, "directory holds no regular files to pack but hidden "
+				 "ones (names starting with '.'; --include-hidden packs them)");
 	if (in->count == 0)
 		return pack__err(0, in->path, "directory holds no regular files to pack");
 	qsort(in->entries, in->count, sizeof(*in->entries), by_name);

@@ -79,6 +79,7 @@ enum pack_on_error {
 typedef struct pack_fields_opts {
 	enum pack_layout layout;
 	enum pack_on_error on_error; /* --on-error */
+	bool include_hidden;     /* --include-hidden: walk names starting with '.' too */
 	bool no_keys;            /* --no-keys */
 	bool allow_missing;      /* --allow-missing: a group's missing bytes field is empty */
 	bool missing_int_set;    /* --missing-int VALUE: a group's missing int64 field */
@@ -95,6 +96,7 @@ typedef struct pack_tally {
 	uint64_t special;        /* FIFOs, sockets, devices below a directory: never opened */
 	uint64_t symlinks;       /* below a directory: not followed */
 	uint64_t unreadable;     /* --on-error=skip: files and directories that could not be opened */
+	uint64_t hidden;         /* names starting with '.' below a directory, not walked */
 } pack_tally;
 
 typedef struct pack_inputs {
@@ -120,7 +122,8 @@ int pack_inputs_add_column(pack_inputs *in, const char *spec);
  * Scan every input: list files, read tar headers (and the values of
  * integer members), parse manifests, size record files; settle the schema
  * and check keys for duplicates. Checks every sample against the pack
- * limits. Below a directory, what is not a sample (a symlink, a FIFO, a
+ * limits. Below a directory, names starting with '.' are ignored (but with
+ * fo.include_hidden), and what is not a sample (a symlink, a FIFO, a
  * socket, a device) is left out, each named on stderr; every regular file
  * is opened once, so that one that cannot be read fails the scan naming
  * it, or with fo.on_error ON_ERROR_SKIP is left out, named. All of it is
