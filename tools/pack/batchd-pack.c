@@ -64,7 +64,8 @@ static const char usage_create[] =
 	"                     pack naming it (fail, the default) or is left out (skip),\n"
 	"                     named and counted\n"
 	"  --include-hidden   pack names starting with '.' below a directory too\n"
-		"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
+	"  --allow-empty      no warning for a sample of 0 bytes (packed either way)\n"
+	"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
 	"                     among DIR's subdirectories in bytewise order (names kept)\n"
 	"  --group-by key     TAR in the WebDataset layout: members KEY.EXT form a sample,\n"
 	"                     a field per EXT (cls, label: int64; else bytes)\n"
@@ -101,7 +102,7 @@ static const char usage_rest[] =
 enum {
 	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
 	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
-	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR, O_HIDDEN,
+	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR, O_HIDDEN, O_EMPTY,
 };
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
@@ -168,13 +169,17 @@ static int create_fields(pack_inputs *in, int c, const char *arg)
 }
 
 /*
- * --on-error, --include-hidden: what becomes of a file that cannot be
- * read, and of hidden ones. @return 0 or the usage exit status.
+ * --on-error, --include-hidden, --allow-empty: what becomes of what is
+ * no good sample. @return 0 or the usage exit status.
  */
 static int create_scan(pack_inputs *in, int c, const char *arg)
 {
 	if (c == O_HIDDEN) {
 		in->fo.include_hidden = true;
+		return 0;
+	}
+	if (c == O_EMPTY) {
+		in->fo.allow_empty = true;
 		return 0;
 	}
 	if (!strcmp(arg, "fail"))
@@ -263,6 +268,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "jpeg-quality", required_argument, NULL, O_JPEG_QUALITY },
 		{ "on-error", required_argument, NULL, O_ON_ERROR },
 		{ "include-hidden", no_argument, NULL, O_HIDDEN },
+		{ "allow-empty", no_argument, NULL, O_EMPTY },
 		PACK_REMOTE_OPTIONS,
 		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
@@ -306,6 +312,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 			break;
 		case O_ON_ERROR:
 		case O_HIDDEN:
+		case O_EMPTY:
 			r = create_scan(in, c, optarg);
 			break;
 		case O_LABELS:

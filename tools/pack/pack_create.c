@@ -735,9 +735,9 @@ out:
 
 /*
  * The summary line's part for what the inputs held besides the samples
- * packed: how many were left out and why, and hidden names ignored.
- * Nothing when there were none, so a clean input's line is as it always
- * was.
+ * packed: how many were left out and why, hidden names ignored, and
+ * empty samples (packed). Nothing when there were none, so a clean
+ * input's line is as it always was.
  */
 static void print_tally(const pack_tally *t)
 {
@@ -766,6 +766,8 @@ static void print_tally(const pack_tally *t)
 	}
 	if (t->hidden)
 		printf("; %" PRIu64 " hidden ignored (names starting with '.')", t->hidden);
+	if (t->empty)
+		printf("; %" PRIu64 " empty (0 bytes)", t->empty);
 }
 
 static void print_summary(const char *path, const pack_inputs *in, const output *out,

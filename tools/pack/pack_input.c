@@ -635,6 +635,33 @@ out:
 
 /* ---- the scan ----------------------------------------------------------------- */
 
+static void entry_name(const pack_inputs *in, const pack_input *p, uint64_t i,
+		       const char *member, char *buf, size_t len);
+
+/*
+ * Warn of each sample of p whose bytes are a file or member of 0 bytes,
+ * and count them: it is packed, but an empty image or record fails
+ * whoever reads it, far from here; the warning names it while it can be
+ * fixed. A grouped tar's empty fields are --allow-missing's business.
+ */
+static void note_empty(pack_inputs *in, const pack_input *p)
+{
+	char name[4352];
+
+	if (p->kind == INPUT_RECORDS || (p->kind == INPUT_TAR && in->fo.layout == LAYOUT_GROUPS))
+		return;
+	for (uint64_t i = 0; i < p->count; i++) {
+		if (p->entries[i].size)
+			continue;
+		in->tally.empty++;
+		if (in->fo.allow_empty)
+			continue;
+		entry_name(in, p, i, NULL, name, sizeof(name));
+		fprintf(stderr, "batchd-pack: warning: %s: empty (0 bytes), packed as an empty "
+				"sample (--allow-empty: no warning)\n", name);
+	}
+}
+
 static int scan_one(pack_inputs *in, pack_input *p)
 {
 	int r;
@@ -677,6 +704,7 @@ int pack_inputs_scan(pack_inputs *in)
 
 		if ((r = scan_one(in, p)) < 0)
 			return r;
+		note_empty(in, p);
 		in->samples += p->count;
 		if (p->kind == INPUT_RECORDS) {
 			in->raw_bytes += p->count * p->record_size;

@@ -80,6 +80,7 @@ typedef struct pack_fields_opts {
 	enum pack_layout layout;
 	enum pack_on_error on_error; /* --on-error */
 	bool include_hidden;     /* --include-hidden: walk names starting with '.' too */
+	bool allow_empty;        /* --allow-empty: no warning for a sample of 0 bytes */
 	bool no_keys;            /* --no-keys */
 	bool allow_missing;      /* --allow-missing: a group's missing bytes field is empty */
 	bool missing_int_set;    /* --missing-int VALUE: a group's missing int64 field */
@@ -97,6 +98,7 @@ typedef struct pack_tally {
 	uint64_t symlinks;       /* below a directory: not followed */
 	uint64_t unreadable;     /* --on-error=skip: files and directories that could not be opened */
 	uint64_t hidden;         /* names starting with '.' below a directory, not walked */
+	uint64_t empty;          /* samples of 0 bytes, packed (warned of but with --allow-empty) */
 } pack_tally;
 
 typedef struct pack_inputs {
@@ -126,9 +128,10 @@ int pack_inputs_add_column(pack_inputs *in, const char *spec);
  * fo.include_hidden), and what is not a sample (a symlink, a FIFO, a
  * socket, a device) is left out, each named on stderr; every regular file
  * is opened once, so that one that cannot be read fails the scan naming
- * it, or with fo.on_error ON_ERROR_SKIP is left out, named. All of it is
- * counted in in->tally. On error prints a message naming the input (and
- * the line, key or member) and returns a negative errno.
+ * it, or with fo.on_error ON_ERROR_SKIP is left out, named. A sample of 0
+ * bytes is warned of (but with fo.allow_empty). All of it is counted in
+ * in->tally. On error prints a message naming the input (and the line,
+ * key or member) and returns a negative errno.
  */
 int pack_inputs_scan(pack_inputs *in);
 
