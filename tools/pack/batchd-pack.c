@@ -60,9 +60,10 @@ static const char usage_create[] =
 	".tar archive (regular members in archive order, keyed by member path) or\n"
 	"--records SIZE FILE (fixed-size records, no keys). A sample's bytes are the\n"
 	"field \"data\". The summary line counts what was left out, and why.\n"
-	"  --on-error fail|skip  a file below a directory that cannot be read fails the\n"
-	"                     pack naming it (fail, the default) or is left out (skip),\n"
-	"                     named and counted\n"
+	"  --on-error fail|skip  a file below a directory that cannot be read (and with\n"
+	"                     --check-images or --max-side, an image that does not\n"
+	"                     decode) fails the pack naming it (fail, the default) or\n"
+	"                     is left out (skip), named and counted\n"
 	"  --include-hidden   pack names starting with '.' below a directory too\n"
 	"  --allow-empty      no warning for a sample of 0 bytes (packed either way)\n"
 	"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
@@ -86,7 +87,10 @@ static const char usage_create[] =
 	"  --max-side N       re-encode each image (JPEG, PNG, WebP) whose longer side is\n"
 	"                     over N (16..65535) as an RGB JPEG with that side N, aspect\n"
 	"                     kept; other images and bytes are stored as read\n"
-	"  --jpeg-quality Q   --max-side: the JPEGs' quality, 1..100 (default 90)\n";
+	"  --jpeg-quality Q   --max-side: the JPEGs' quality, 1..100 (default 90)\n"
+	"  --check-images     decode every image (JPEG, PNG, WebP by its first bytes)\n"
+	"                     whole, as batchd would; one that does not decode is named\n"
+	"                     with the decoder's reason (see --on-error)\n";
 
 static const char usage_rest[] =
 	BP_SIZE_HELP
@@ -102,7 +106,7 @@ static const char usage_rest[] =
 enum {
 	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
 	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
-	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR, O_HIDDEN, O_EMPTY,
+	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR, O_HIDDEN, O_EMPTY, O_CHECK_IMAGES,
 };
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
@@ -239,6 +243,9 @@ static int create_check(const pack_inputs *in, pack_create_opts *o)
 				 "larger images at)");
 	if (o->max_side && records)
 		return cli_usage("--max-side: not with --records (records keep their size)");
+	if (o->check_images && records)
+		return cli_usage("--check-images: not with --records (a record is no image file; "
+				 "pack image files from a directory, tar or manifest)");
 	if (o->max_side && !o->jpeg_quality)
 		o->jpeg_quality = PACK_FIT_QUALITY;
 	return 0;
@@ -269,6 +276,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "on-error", required_argument, NULL, O_ON_ERROR },
 		{ "include-hidden", no_argument, NULL, O_HIDDEN },
 		{ "allow-empty", no_argument, NULL, O_EMPTY },
+		{ "check-images", no_argument, NULL, O_CHECK_IMAGES },
 		PACK_REMOTE_OPTIONS,
 		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
@@ -309,6 +317,9 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		case O_MAX_SIDE:
 		case O_JPEG_QUALITY:
 			r = create_fit(o, c, optarg);
+			break;
+		case O_CHECK_IMAGES:
+			o->check_images = true;
 			break;
 		case O_ON_ERROR:
 		case O_HIDDEN:

@@ -78,7 +78,7 @@ enum pack_on_error {
 /* What create's options ask of the scan; zero is plain files with keys. */
 typedef struct pack_fields_opts {
 	enum pack_layout layout;
-	enum pack_on_error on_error; /* --on-error */
+	enum pack_on_error on_error; /* --on-error (the packing pass's too: pack_create.h) */
 	bool include_hidden;     /* --include-hidden: walk names starting with '.' too */
 	bool allow_empty;        /* --allow-empty: no warning for a sample of 0 bytes */
 	bool no_keys;            /* --no-keys */
