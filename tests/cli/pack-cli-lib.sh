@@ -70,10 +70,11 @@ info() {
 	[[ $RC -eq 0 ]] && cp "$T/out" "$2" && python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$2"
 }
 
-# list_files ROOT LIST: the regular files below ROOT, symlinks not followed,
-# as paths relative to ROOT, NUL-separated, in bytewise order.
+# list_files ROOT LIST: the regular files below ROOT, symlinks not followed
+# and names starting with '.' ignored at every level (as create walks it), as
+# paths relative to ROOT, NUL-separated, in bytewise order.
 list_files() {
-	(cd -- "$1" && find . -type f -printf '%P\0') | sort -z >"$2"
+	(cd -- "$1" && find . -mindepth 1 -name '.*' -prune -o -type f -printf '%P\0') | sort -z >"$2"
 }
 
 # stats ROOT LIST: "count total max" of the files named in LIST.
@@ -117,7 +118,9 @@ make_tree() {
 	printf 'a UTF-8 name\n' >"$TREE/héllo wörld ✓.txt"
 	printf 'a name that is not UTF-8\n' >"$TREE/"$'raw\xff\xfe.bin'
 	printf 'a name with a newline\n' >"$TREE/"$'new\nline'
-	printf 'hidden\n' >"$TREE/.hidden"
+	printf 'hidden\n' >"$TREE/.hidden" # ignored, as is all below a hidden directory
+	mkdir -p "$TREE/a/.cache"
+	printf 'hidden too\n' >"$TREE/a/.cache/x"
 	# "a-b" < "a.b" < "a/b" < "a0": bytewise order of whole paths, not a walk order.
 	mkdir -p "$TREE/a" "$TREE/d1/d2/d3/d4/d5" "$TREE/emptydir/sub"
 	echo slash >"$TREE/a/b"

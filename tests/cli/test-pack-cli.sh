@@ -86,6 +86,31 @@ make_tree
 
 echo "# 1. directory round trip at several block sizes, levels and dictionary modes (at ${SECONDS}s)"
 mkdir "$T/rt"
+# What the walk leaves out is named on stderr, in bytewise order of path,
+# and counted on the summary line; so are hidden names, not walked, and
+# empty files, packed.
+run create "$T/rt/walk.bpk" "$TREE"
+hidden=$(cd "$TREE" && find . -mindepth 1 -name '.*' -prune -printf . | wc -c)
+empty=$(cd "$TREE" && find . -mindepth 1 -name '.*' -prune -o -type f -empty -printf . | wc -c)
+link="left out: a symbolic link (nothing below an input is followed)"
+want="batchd-pack: $TREE/dangling-link: $link
+batchd-pack: $TREE/fifo: left out: not a regular file (a FIFO)
+batchd-pack: $TREE/link-to-dir: $link
+batchd-pack: $TREE/link-to-file: $link"
+expect "create names the FIFO and the 3 symlinks it leaves out, in path order: $(err)" \
+	eval '[[ $RC -eq 0 && $(grep "left out" "$T/err") == "$want" ]]'
+expect "... and warns of each of the $empty empty files by name" \
+	eval '[[ $(grep -c ": empty (0 bytes), packed as an empty sample (--allow-empty: no warning)$" "$T/err") -eq $empty ]] && err_has "batchd-pack: warning: $TREE/empty: empty (0 bytes)"'
+expect "... the summary: $N samples; 4 left out (1 special file, 3 symlinks); $hidden hidden ignored; $empty empty: $(head -c 300 "$T/out")" \
+	grep -qF "walk.bpk: $N samples in $N blocks; 4 left out (1 special file, 3 symlinks); $hidden hidden ignored (names starting with '.'); $empty empty (0 bytes); " "$T/out"
+run create "$T/rt/quiet.bpk" "$TREE" --allow-empty
+expect "--allow-empty: no warning of empty files, still counted" \
+	eval '[[ $RC -eq 0 ]] && ! grep -q "empty" "$T/err" && grep -qF "; $empty empty (0 bytes); " "$T/out"'
+all=$(cd "$TREE" && find . -type f -printf . | wc -c)
+run create "$T/rt/hidden.bpk" "$TREE" --include-hidden
+expect "--include-hidden packs all $all regular files, hidden ones and those below hidden directories: $(head -c 200 "$T/out")" \
+	eval '[[ $RC -eq 0 ]] && grep -qF "hidden.bpk: $all samples in $all blocks; 4 left out (1 special file, 3 symlinks); " "$T/out" && ! grep -q "hidden ignored" "$T/out"'
+rm -f "$T/rt/walk.bpk" "$T/rt/hidden.bpk" "$T/rt/quiet.bpk"
 # Every block size, level and dictionary mode, each block size with two
 # dictionary modes. Level 19 only without a dictionary: with one it costs
 # seconds per MiB here, for no extra coverage of the format.

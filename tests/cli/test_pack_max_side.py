@@ -12,8 +12,8 @@ the original; each other file byte for byte; keys and labels as they
 were. The JPEGs must not depend on how the pack was cut (threads, block
 and frame sizes). A WebDataset tar's image fields are fitted alike, its
 other fields left alone. A corrupt large JPEG fails the pack naming its
-path, leaving nothing; a corrupt small one is stored as it is (it is not
-decoded). Bad --max-side and --jpeg-quality are usage errors.
+path, leaving nothing, or with --on-error=skip is left out, named; a
+corrupt small one is stored as it is (it is not decoded). Bad --max-side and --jpeg-quality are usage errors.
 
 Run with Debian's python3 (PIL, NumPy): test_pack_max_side.py BATCHD_PACK
 """
@@ -276,10 +276,21 @@ class Refusals(unittest.TestCase):
                 self.assertEqual(rc, 1, err)
                 self.assertIn(os.path.join(root, "b/broken.jpg") + ": cannot fit it within "
                               f"--max-side {N}: JPEG: ", err)
-                self.assertIn("repair, shrink or remove it, or pack without --max-side", err)
+                self.assertIn("repair, shrink or remove it, or pack without --max-side "
+                              "(--on-error=skip leaves it out)", err)
                 self.assertEqual(err.count("\n"), 1, err)
                 self.assertEqual(os.listdir(self.dir).count("corrupt.bpk"), 0)
                 self.assertEqual([f for f in os.listdir(self.dir) if f.startswith(".")], [])
+                # --on-error=skip: left out, named; the good one packed, re-encoded.
+                rc, summary, err = pack("create", out, root, "--labels", "dirname",
+                                        "--max-side", str(N), "--on-error=skip", *args)
+                self.assertEqual(rc, 0, err)
+                self.assertRegex(err, "^batchd-pack: " + re.escape(os.path.join(
+                    root, "b/broken.jpg")) + r": left out: does not decode: JPEG: [^\n]+\n$")
+                self.assertIn(": 1 samples in ", summary)
+                self.assertIn("1 left out (1 image that does not decode); ", summary)
+                self.assertEqual(sorted(ls(out)), ["a/good.jpg"])
+                os.unlink(out)
 
     def test_a_corrupt_field_of_a_tar_is_named_by_key_and_field(self):
         tar = os.path.join(self.dir, "bad.tar")

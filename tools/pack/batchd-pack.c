@@ -40,7 +40,11 @@
 #include "progress.h"
 #include "units.h"
 
-static const char usage_text[] =
+/*
+ * The usage in two literals, joined once at start (usage()): one literal
+ * would be over the 4095 bytes C99 has every compiler take.
+ */
+static const char usage_create[] =
 	"usage: batchd-pack create OUT INPUT... [options]\n"
 	"       batchd-pack create OUT --manifest FILE.csv|FILE.jsonl [--column NAME:TYPE]...\n"
 	"       batchd-pack info PATH [--json] [--endpoint URL] [--region R]\n"
@@ -51,9 +55,17 @@ static const char usage_text[] =
 	"       batchd-pack cat PATH ID|KEY [--id N|--key K] [--field NAME]\n"
 	"\n"
 	"create: INPUT is a directory (every regular file below it is a sample, in\n"
-	"bytewise order of relative path, keyed by that path), a .tar archive (regular\n"
-	"members in archive order, keyed by member path) or --records SIZE FILE\n"
-	"(fixed-size records, no keys). A sample's bytes are the field \"data\".\n"
+	"bytewise order of relative path, keyed by that path; names starting with '.'\n"
+	"are ignored, symlinks, FIFOs, sockets and devices left out, each named), a\n"
+	".tar archive (regular members in archive order, keyed by member path) or\n"
+	"--records SIZE FILE (fixed-size records, no keys). A sample's bytes are the\n"
+	"field \"data\". The summary line counts what was left out, and why.\n"
+	"  --on-error fail|skip  a file below a directory that cannot be read (and with\n"
+	"                     --check-images or --max-side, an image that does not\n"
+	"                     decode) fails the pack naming it (fail, the default) or\n"
+	"                     is left out (skip), named and counted\n"
+	"  --include-hidden   pack names starting with '.' below a directory too\n"
+	"  --allow-empty      no warning for a sample of 0 bytes (packed either way)\n"
 	"  --labels dirname   DIR/CLASS/...: an int64 field \"label\", the index of CLASS\n"
 	"                     among DIR's subdirectories in bytewise order (names kept)\n"
 	"  --group-by key     TAR in the WebDataset layout: members KEY.EXT form a sample,\n"
@@ -76,6 +88,11 @@ static const char usage_text[] =
 	"                     over N (16..65535) as an RGB JPEG with that side N, aspect\n"
 	"                     kept; other images and bytes are stored as read\n"
 	"  --jpeg-quality Q   --max-side: the JPEGs' quality, 1..100 (default 90)\n"
+	"  --check-images     decode every image (JPEG, PNG, WebP by its first bytes)\n"
+	"                     whole, as batchd would; one that does not decode is named\n"
+	"                     with the decoder's reason (see --on-error)\n";
+
+static const char usage_rest[] =
 	BP_SIZE_HELP
 	PACK_REMOTE_HELP
 	"ls: a line per sample, ID KEY FIELD=VALUE... (KEY - without keys; bytes fields\n"
@@ -89,7 +106,7 @@ static const char usage_text[] =
 enum {
 	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
 	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
-	O_MAX_SIDE, O_JPEG_QUALITY,
+	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR, O_HIDDEN, O_EMPTY, O_CHECK_IMAGES,
 };
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
@@ -155,6 +172,30 @@ static int create_fields(pack_inputs *in, int c, const char *arg)
 	return c == O_MANIFEST && pack_inputs_add_manifest(in, arg) < 0 ? 1 : 0;
 }
 
+/*
+ * --on-error, --include-hidden, --allow-empty: what becomes of what is
+ * no good sample. @return 0 or the usage exit status.
+ */
+static int create_scan(pack_inputs *in, int c, const char *arg)
+{
+	if (c == O_HIDDEN) {
+		in->fo.include_hidden = true;
+		return 0;
+	}
+	if (c == O_EMPTY) {
+		in->fo.allow_empty = true;
+		return 0;
+	}
+	if (!strcmp(arg, "fail"))
+		in->fo.on_error = ON_ERROR_FAIL;
+	else if (!strcmp(arg, "skip"))
+		in->fo.on_error = ON_ERROR_SKIP;
+	else
+		return cli_usage("--on-error: '%s' is not a policy; 'fail' (the default) or 'skip'",
+				 arg);
+	return 0;
+}
+
 /* --max-side N, --jpeg-quality Q. @return 0 or the usage exit status. */
 static int create_fit(pack_create_opts *o, int c, const char *arg)
 {
@@ -202,6 +243,9 @@ static int create_check(const pack_inputs *in, pack_create_opts *o)
 				 "larger images at)");
 	if (o->max_side && records)
 		return cli_usage("--max-side: not with --records (records keep their size)");
+	if (o->check_images && records)
+		return cli_usage("--check-images: not with --records (a record is no image file; "
+				 "pack image files from a directory, tar or manifest)");
 	if (o->max_side && !o->jpeg_quality)
 		o->jpeg_quality = PACK_FIT_QUALITY;
 	return 0;
@@ -229,6 +273,10 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "missing-int", required_argument, NULL, O_MISSING_INT },
 		{ "max-side", required_argument, NULL, O_MAX_SIDE },
 		{ "jpeg-quality", required_argument, NULL, O_JPEG_QUALITY },
+		{ "on-error", required_argument, NULL, O_ON_ERROR },
+		{ "include-hidden", no_argument, NULL, O_HIDDEN },
+		{ "allow-empty", no_argument, NULL, O_EMPTY },
+		{ "check-images", no_argument, NULL, O_CHECK_IMAGES },
 		PACK_REMOTE_OPTIONS,
 		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
@@ -269,6 +317,14 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		case O_MAX_SIDE:
 		case O_JPEG_QUALITY:
 			r = create_fit(o, c, optarg);
+			break;
+		case O_CHECK_IMAGES:
+			o->check_images = true;
+			break;
+		case O_ON_ERROR:
+		case O_HIDDEN:
+		case O_EMPTY:
+			r = create_scan(in, c, optarg);
 			break;
 		case O_LABELS:
 		case O_GROUP:
@@ -535,6 +591,15 @@ static int cmd_verify(int argc, char **argv)
 	return 0;
 }
 
+/* The whole usage text, for cli_init. */
+static const char *usage(void)
+{
+	static char text[sizeof(usage_create) + sizeof(usage_rest)];
+
+	snprintf(text, sizeof(text), "%s%s", usage_create, usage_rest);
+	return text;
+}
+
 int main(int argc, char **argv)
 {
 	static const cli_cmd cmds[] = {
@@ -546,7 +611,7 @@ int main(int argc, char **argv)
 	};
 	int r;
 
-	cli_init("batchd-pack", usage_text);
+	cli_init("batchd-pack", usage());
 	if (argc < 2)
 		return cli_usage_full();
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))

@@ -19,6 +19,16 @@
  * is cut, since its frames go to several workers; if it then fits a
  * frame, it goes whole in a block of its own.
  *
+ * --check-images (pack_image.h) takes the same road: the workers decode
+ * every image of a block whole before compressing it. With
+ * --on-error=skip a sample whose image does not decode is taken out of
+ * its block there; the job says which (its faults, by index among the
+ * samples read), so that the writer is handed the values and keys of the
+ * samples kept alone, and the main thread names the ones left out as it
+ * writes the block, in sample order. A block left with no sample is not
+ * written. Samples were counted, keyed and trained on at the scan; one
+ * left out is simply not in the pack, and the summary counts it.
+ *
  * Samples with fields (a schema beyond the bytes of old): the writer gets
  * each sample's values and key when the block holding it is written, from
  * what the scan kept (pack_inputs_fields), so values need no trip through
@@ -71,15 +81,17 @@ typedef struct job {
 	uint64_t raw_size;
 	uint64_t *sizes;         /* sample sizes in this block */
 	size_t n, sizes_cap;
+	size_t nread;            /* samples read into it (n is those kept, once worked) */
 	uint64_t framed;         /* a frame: the size of the sample it is part of; else 0 */
 	uint64_t first;          /* global id of its first sample (a frame: of its sample) */
 	uint64_t in_size;        /* its samples' bytes as read, for the progress line */
-	/* --max-side: each sample's bytes field sizes (nf a sample), what the worker did. */
+	/* --max-side, --check-images: each sample's bytes field sizes (nf a sample), what the worker did. */
 	uint64_t *fsizes;
 	size_t fsizes_cap;
 	bool fitted;             /* re-encoded already (by the main thread): compress only */
 	pack_fit_counts counts;
 	pack_fit_fault fault;
+	pack_fit_faults left;    /* samples left out (--on-error=skip), in order */
 	bp_pack_encoded enc;
 	int err;
 } job;
@@ -95,25 +107,32 @@ typedef struct pool {
 	unsigned nthreads, started;
 	const ZSTD_CDict *cdict;
 	int level;
-	uint32_t max_side;       /* --max-side, 0 without */
-	int quality;
+	pack_fit_opts fit;       /* --max-side, --check-images, --on-error */
+	bool images;             /* either of the first two: blocks go through a fitter */
 	uint32_t nf;             /* bytes fields a sample */
 } pool;
 
-/* A block's work: its images re-encoded (with --max-side), then compressed. */
+/*
+ * A block's work: its images re-encoded (--max-side) or decoded
+ * (--check-images), the samples whose images do not decode taken out
+ * (--on-error=skip), then compressed.
+ */
 static int work(pool *p, ZSTD_CCtx *cctx, pack_fit *fit, job *j)
 {
 	int r;
 
 	if (!cctx)
 		return -ENOMEM;
-	if (p->max_side && !j->framed && !j->fitted) {
+	if (p->images && !j->framed && !j->fitted) {
 		if (!fit)
 			return -ENOMEM;
 		r = pack_fit_block(fit, &j->raw, &j->raw_cap, &j->raw_size, j->sizes, j->fsizes,
-				   j->n, p->nf, &j->counts, &j->fault);
+				   &j->n, p->nf, &j->counts, &j->fault, &j->left);
 		if (r < 0)
 			return r;
+		/* Every sample left out: no block to write. */
+		if (j->n == 0)
+			return 0;
 		/* The main thread sized out for the bytes as read. */
 		if (bp_buf_reserve(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0)
 			return -ENOMEM;
@@ -129,7 +148,7 @@ static void *worker_main(void *arg)
 	pack_fit *fit = NULL;
 
 	/* No fitter: every block this worker takes fails with -ENOMEM. */
-	if (p->max_side && pack_fit_new(p->max_side, p->quality, &fit) < 0)
+	if (p->images && pack_fit_new(&p->fit, &fit) < 0)
 		fit = NULL;
 
 	for (;;) {
@@ -179,6 +198,7 @@ static void pool_free(pool *p)
 		free(p->jobs[i].out);
 		free(p->jobs[i].sizes);
 		free(p->jobs[i].fsizes);
+		pack_fit_faults_free(&p->jobs[i].left);
 	}
 	free(p->jobs);
 	free(p->queue);
@@ -188,7 +208,8 @@ static void pool_free(pool *p)
 	pthread_mutex_destroy(&p->mu);
 }
 
-static int pool_init(pool *p, const pack_create_opts *o, const ZSTD_CDict *cdict, uint32_t nf)
+static int pool_init(pool *p, const pack_create_opts *o, const ZSTD_CDict *cdict, uint32_t nf,
+		     const pack_fit_opts *fit)
 {
 	unsigned threads = o->threads;
 
@@ -198,8 +219,8 @@ static int pool_init(pool *p, const pack_create_opts *o, const ZSTD_CDict *cdict
 	pthread_cond_init(&p->done, NULL);
 	p->cdict = cdict;
 	p->level = o->level;
-	p->max_side = o->max_side;
-	p->quality = o->jpeg_quality;
+	p->fit = *fit;
+	p->images = fit->max_side || fit->check;
 	p->nf = nf;
 	p->nthreads = threads;
 	p->njobs = 2 * (size_t)threads;
@@ -252,7 +273,8 @@ typedef struct output {
 	size_t dict_size;
 	uint64_t shard_size;
 	uint32_t nf;             /* bytes fields a sample */
-	uint32_t max_side;       /* --max-side (bytes field sizes come with the jobs), or 0 */
+	pack_fit_opts fit;       /* --max-side, --check-images, --on-error */
+	bool images;             /* either of the first two: bytes field sizes come with the jobs */
 	/* Totals for the summary. */
 	uint64_t blocks, stored, raw, by_codec[3], framed;
 	pack_fit_counts fits;
@@ -355,23 +377,32 @@ static int shard_end(output *o)
 }
 
 /*
- * The values and keys of samples first .. first+n-1, handed to the writer
- * ahead of their block; with --max-side, the bytes fields' sizes are the
- * job's (fsizes, nf a sample), the images in them re-encoded.
+ * The values and keys of job j's samples kept (of a frame's sample when
+ * it is the first frame), handed to the writer ahead of their block: the
+ * samples read, first .. first+nread-1, but those left out. Through a
+ * fitter, the bytes fields' sizes are the job's (fsizes, nf a sample
+ * kept), the images in them re-encoded.
  */
-static int output_fields(output *o, uint64_t first, size_t n, const uint64_t *fsizes)
+static int output_fields(output *o, const job *j)
 {
+	size_t n = j->framed ? bp_pack_writer_owed(o->w) == 0 : j->nread, left = 0, k = 0;
+
 	for (size_t i = 0; i < n; i++) {
 		const bp_schema *s = &o->in->schema;
 		const char *key;
 		size_t len;
 		int r;
 
-		pack_inputs_fields(o->in, first + i, o->vals, &key, &len);
-		for (uint32_t f = 0, b = 0; o->max_side && f < s->count; f++) {
-			if (s->fields[f].type == BP_FIELD_BYTES)
-				o->vals[f].size = fsizes[i * o->nf + b++];
+		if (left < j->left.n && j->left.v[left].sample == i) {
+			left++;
+			continue;
 		}
+		pack_inputs_fields(o->in, j->first + i, o->vals, &key, &len);
+		for (uint32_t f = 0, b = 0; o->images && f < s->count; f++) {
+			if (s->fields[f].type == BP_FIELD_BYTES)
+				o->vals[f].size = j->fsizes[k * o->nf + b++];
+		}
+		k++;
 		r = bp_pack_writer_add_fields(o->w, o->vals, key, len);
 		if (r < 0)
 			return r;
@@ -386,9 +417,7 @@ static int output_block(output *o, const job *j)
 
 	if (!o->w && (r = shard_begin(o)) < 0)
 		return r;
-	if (o->in->fields &&
-	    (r = output_fields(o, j->first, j->framed ? bp_pack_writer_owed(o->w) == 0 : j->n,
-			       j->fsizes)) < 0)
+	if (o->in->fields && (r = output_fields(o, j)) < 0)
 		return r;
 	if (j->framed) {
 		/* The writer counts a framed sample once, at its first frame. */
@@ -486,18 +515,29 @@ static int emit(output *out, job *j)
 	j->state = JOB_FREE;
 	if (r < 0 && j->fault.why[0]) {
 		pack_inputs_name(out->in, j->first + j->fault.sample, name, sizeof(name));
-		pack_fit_report(out->in, out->max_side, name, &j->fault);
+		pack_fit_report(out->in, &out->fit, name, &j->fault, false);
 		return r;
 	}
 	if (r < 0) {
 		fprintf(stderr, "batchd-pack: %s a block failed: %s\n",
-			out->max_side ? "re-encoding images of or compressing" : "compressing",
+			out->fit.max_side ? "re-encoding images of or compressing"
+			: out->fit.check ? "decoding images of or compressing" : "compressing",
 			strerror(-r));
 		return r;
+	}
+	for (size_t k = 0; k < j->left.n; k++) {
+		pack_inputs_name(out->in, j->first + j->left.v[k].sample, name, sizeof(name));
+		pack_fit_report(out->in, &out->fit, name, &j->left.v[k], true);
 	}
 	out->fits.fitted += j->counts.fitted;
 	out->fits.kept += j->counts.kept;
 	out->fits.other += j->counts.other;
+	out->fits.left += j->counts.left;
+	if (!j->framed && j->n == 0) {
+		out->in_done += j->in_size;
+		progress_update(&out->prog, out->in_done, false);
+		return 0;
+	}
 	r = output_block(out, j);
 	if (r < 0)
 		fprintf(stderr, "batchd-pack: writing %s: %s\n", out->final, strerror(-r));
@@ -514,7 +554,8 @@ static int take_slot(pool *p, output *out, uint64_t seq, job **ret)
 	if (j->state == JOB_DONE && (r = emit(out, j)) < 0)
 		return r;
 	j->raw_size = 0;
-	j->n = 0;
+	j->n = j->nread = 0;
+	j->left.n = 0;
 	j->framed = 0;
 	j->in_size = 0;
 	j->fitted = false;
@@ -552,38 +593,74 @@ static int submit(pool *p, job *j, uint64_t *seq)
 {
 	if (bp_buf_reserve(&j->out, &j->out_cap, ZSTD_compressBound(j->raw_size)) < 0)
 		return -ENOMEM;
+	j->nread = j->n;
 	pool_submit(p, j);
 	(*seq)++;
 	return 0;
 }
 
-/* A sample over the frame size, read whole; with --max-side, fitted on the main thread. */
+/* Write the blocks still in flight, oldest first. */
+static int drain(pool *p, output *out, uint64_t seq)
+{
+	uint64_t oldest = seq > p->njobs ? seq - p->njobs : 0;
+	int r;
+
+	for (uint64_t s = oldest; s < seq; s++) {
+		job *k = &p->jobs[s % p->njobs];
+
+		pool_wait(p, k);
+		if (k->state == JOB_DONE && (r = emit(out, k)) < 0)
+			return r;
+	}
+	return 0;
+}
+
+/*
+ * A sample over the frame size, read whole; with --max-side or
+ * --check-images, fitted on the main thread.
+ */
 typedef struct big_sample {
 	uint8_t *buf;
 	size_t cap;
 	pack_fit *fit;
+	pack_fit_faults left;    /* the sample, when left out */
 	uint64_t fs[BP_FIELD_MAX]; /* its bytes field sizes */
 } big_sample;
 
-/* --max-side for the big sample (*size bytes, sample id): *size becomes what it is after. */
-static int fit_big(pack_iter *it, const pack_create_opts *o, output *out, uint64_t id,
-		   uint64_t *size, big_sample *big)
+/*
+ * --max-side, --check-images for the big sample (*size bytes, sample
+ * id): *size becomes what it is after. @return 0; 1 left out
+ * (--on-error=skip), said; or a negative errno, said. The blocks in
+ * flight (before block seq) hold earlier samples: they are written
+ * before either is said, so that what is said comes in sample order.
+ */
+static int fit_big(pack_iter *it, pool *p, output *out, uint64_t id, uint64_t *size,
+		   uint64_t seq, big_sample *big)
 {
 	pack_fit_fault fault = { .field = PACK_FIT_WHOLE };
 	uint64_t sizes[1] = { *size };
-	int r = 0;
+	size_t n = 1;
+	int r = 0, d;
 
 	if (!big->fit)
-		r = pack_fit_new(o->max_side, o->jpeg_quality, &big->fit);
+		r = pack_fit_new(&out->fit, &big->fit);
 	if (r == 0) {
 		pack_fit_field_sizes(out->in, id, *size, big->fs);
-		r = pack_fit_block(big->fit, &big->buf, &big->cap, size, sizes, big->fs, 1,
-				   out->nf, &out->fits, &fault);
+		big->left.n = 0;
+		r = pack_fit_block(big->fit, &big->buf, &big->cap, size, sizes, big->fs, &n,
+				   out->nf, &out->fits, &fault, &big->left);
 	}
-	if (r < 0 && !fault.why[0])
+	if (r == 0 && n == 1)
+		return 0;
+	if ((d = drain(p, out, seq)) < 0)
+		return d;
+	if (r == 0) {
+		pack_fit_report(out->in, &out->fit, pack_iter_name(it), &big->left.v[0], true);
+		return 1;
+	}
+	if (!fault.why[0])
 		snprintf(fault.why, sizeof(fault.why), "%s", strerror(-r));
-	if (r < 0)
-		pack_fit_report(out->in, out->max_side, pack_iter_name(it), &fault);
+	pack_fit_report(out->in, &out->fit, pack_iter_name(it), &fault, false);
 	return r;
 }
 
@@ -612,8 +689,8 @@ static int pack_whole(pool *p, output *out, const big_sample *big, uint64_t size
  * The current sample, of size bytes > the frame size, as frames of that
  * size (the last one the rest), each a block of its own. The sample is
  * read whole into big first, since inputs read a sample at a time; with
- * --max-side it is fitted there, and if it then fits a frame it goes
- * whole in a block.
+ * --max-side or --check-images it is fitted there (and perhaps left out),
+ * and if it then fits a frame it goes whole in a block.
  */
 static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output *out,
 		       uint64_t size, uint64_t id, uint64_t *seq, big_sample *big)
@@ -623,9 +700,14 @@ static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output
 
 	if (r == 0)
 		r = pack_iter_read(it, big->buf);
-	if (r == 0 && out->max_side)
-		r = fit_big(it, o, out, id, &size, big);
-	if (r == 0 && out->max_side && size <= o->frame_size)
+	if (r == 0 && out->images)
+		r = fit_big(it, p, out, id, &size, *seq, big);
+	if (r == 1) {
+		out->in_done += in_size;
+		progress_update(&out->prog, out->in_done, false);
+		return 0;
+	}
+	if (r == 0 && out->images && size <= o->frame_size)
 		return pack_whole(p, out, big, size, id, in_size, seq);
 	for (uint64_t at = 0; r == 0 && at < size;) {
 		uint64_t n = size - at < o->frame_size ? size - at : o->frame_size;
@@ -635,10 +717,10 @@ static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output
 		if (r < 0)
 			break;
 		if (bp_buf_reserve(&j->raw, &j->raw_cap, n) < 0 ||
-		    (out->max_side && job_room(j, out->nf) < 0))
+		    (out->images && job_room(j, out->nf) < 0))
 			return -ENOMEM;
 		memcpy(j->raw, big->buf + at, n);
-		if (out->max_side)
+		if (out->images)
 			memcpy(j->fsizes, big->fs, out->nf * sizeof(*j->fsizes));
 		j->raw_size = n;
 		j->in_size = at == 0 ? in_size : 0;
@@ -654,30 +736,14 @@ static int pack_framed(pack_iter *it, const pack_create_opts *o, pool *p, output
 static int add_sample(pack_iter *it, const output *out, job *j, uint64_t size, uint64_t id)
 {
 	if (bp_buf_reserve(&j->raw, &j->raw_cap, j->raw_size + size) < 0 ||
-	    job_room(j, out->max_side ? out->nf : 0) < 0)
+	    job_room(j, out->images ? out->nf : 0) < 0)
 		return -ENOMEM;
-	if (out->max_side)
+	if (out->images)
 		pack_fit_field_sizes(out->in, id, size, j->fsizes + j->n * out->nf);
 	j->sizes[j->n++] = size;
 	j->raw_size += size;
 	j->in_size += size;
 	return pack_iter_read(it, j->raw + j->raw_size - size);
-}
-
-/* Write the blocks still in flight, oldest first. */
-static int drain(pool *p, output *out, uint64_t seq)
-{
-	uint64_t oldest = seq > p->njobs ? seq - p->njobs : 0;
-	int r;
-
-	for (uint64_t s = oldest; s < seq; s++) {
-		job *k = &p->jobs[s % p->njobs];
-
-		pool_wait(p, k);
-		if (k->state == JOB_DONE && (r = emit(out, k)) < 0)
-			return r;
-	}
-	return 0;
 }
 
 static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, output *out)
@@ -729,8 +795,48 @@ static int pack_samples(pack_inputs *in, const pack_create_opts *o, pool *p, out
 out:
 	free(big.buf);
 	pack_fit_free(big.fit);
+	pack_fit_faults_free(&big.left);
 	pack_iter_free(it);
 	return r;
+}
+
+/*
+ * The summary line's part for what the inputs held besides the samples
+ * packed: how many were left out and why (undecodable: --on-error=skip
+ * with --check-images or --max-side), hidden names ignored, and
+ * empty samples (packed). Nothing when there were none, so a clean
+ * input's line is as it always was.
+ */
+static void print_tally(const pack_tally *t, uint64_t undecodable)
+{
+	const struct {
+		uint64_t n;
+		const char *one, *many;
+	} why[] = {
+		{ t->special, "special file", "special files" },
+		{ t->symlinks, "symlink", "symlinks" },
+		{ t->unreadable, "unreadable", "unreadable" },
+		{ undecodable, "image that does not decode", "images that do not decode" },
+	};
+	uint64_t left = 0;
+	const char *sep = " (";
+
+	for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++)
+		left += why[k].n;
+	if (left) {
+		printf("; %" PRIu64 " left out", left);
+		for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++) {
+			if (!why[k].n)
+				continue;
+			printf("%s%" PRIu64 " %s", sep, why[k].n, why[k].n == 1 ? why[k].one : why[k].many);
+			sep = ", ";
+		}
+		printf(")");
+	}
+	if (t->hidden)
+		printf("; %" PRIu64 " hidden ignored (names starting with '.')", t->hidden);
+	if (t->empty)
+		printf("; %" PRIu64 " empty (0 bytes)", t->empty);
 }
 
 static void print_summary(const char *path, const pack_inputs *in, const output *out,
@@ -738,16 +844,18 @@ static void print_summary(const char *path, const pack_inputs *in, const output 
 {
 	char raw[32], stored[32];
 
-	printf("%s: %" PRIu64 " samples in %" PRIu64 " blocks", path, in->samples, out->blocks);
+	printf("%s: %" PRIu64 " samples in %" PRIu64 " blocks", path, in->samples - out->fits.left,
+	       out->blocks);
 	if (out->framed)
 		printf(" (%" PRIu64 " samples in frames)", out->framed);
 	if (out->sharded)
 		printf(", %u shards", out->shard);
+	print_tally(&in->tally, out->fits.left);
 	printf("; %s raw -> %s stored (%.2fx)", bp_format_size(out->raw, raw, sizeof(raw)),
 	       bp_format_size(out->stored, stored, sizeof(stored)),
 	       out->stored ? (double)out->raw / (double)out->stored : 1.0);
-	if (out->max_side)
-		pack_fit_print(&out->fits, out->max_side, o->jpeg_quality, in->raw_bytes);
+	if (out->images)
+		pack_fit_print(&out->fits, &out->fit, in->raw_bytes);
 	if (out->dict_size)
 		printf("; dictionary %zu bytes", out->dict_size);
 	for (uint32_t f = 0; in->fields && f < in->schema.count; f++)
@@ -819,8 +927,11 @@ int pack_create(const char *path, pack_inputs *in, const pack_create_opts *o)
 	for (int i = 0; i < 3; i++)
 		sigaction(sigs[i], &sa, &old[i]);
 	out.nf = in->fields ? bp_schema_bytes_fields(&in->schema) : 1;
-	out.max_side = o->max_side;
-	r = pool_init(&p, o, cdict, out.nf);
+	out.fit = (pack_fit_opts){ .max_side = o->max_side, .quality = o->jpeg_quality,
+				   .check = o->check_images,
+				   .skip = in->fo.on_error == ON_ERROR_SKIP };
+	out.images = o->max_side || o->check_images;
+	r = pool_init(&p, o, cdict, out.nf, &out.fit);
 	if (r < 0) {
 		fprintf(stderr, "batchd-pack: cannot start compression threads: %s\n", strerror(-r));
 		goto out;

@@ -3,7 +3,8 @@
  * pack_create.h - `batchd-pack create`: turn inputs into a pack or shards.
  *
  * Thread rules: called from the main thread; starts and joins its own
- * compression workers (which also re-encode images for --max-side).
+ * compression workers (which also re-encode images for --max-side and
+ * decode them for --check-images).
  */
 #ifndef BATCHD_TOOLS_PACK_CREATE_H
 #define BATCHD_TOOLS_PACK_CREATE_H
@@ -25,6 +26,8 @@ typedef struct pack_create_opts {
 	const char *name;        /* OUT as the summary line names it (a remote OUT), or NULL */
 	uint32_t max_side;       /* re-encode images larger than this (pack_image.h); 0 = never */
 	int jpeg_quality;        /* ... as JPEGs of this quality, 1 .. 100 */
+	bool check_images;       /* decode every image whole (pack_image.h); with the inputs'
+				  * fo.on_error ON_ERROR_SKIP, leave out a sample whose does not */
 } pack_create_opts;
 
 /*

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pack_image.c - re-encoding images larger than --max-side at pack time
- * (see pack_image.h): a block's samples walked value by value, the large
- * images shrunk by lib/image's bi_fit and encoded with libjpeg, the block
- * rebuilt only when something changed.
+ * pack_image.c - re-encoding images larger than --max-side at pack time,
+ * and decoding every image for --check-images (see pack_image.h): a
+ * block's samples walked value by value, the large images shrunk by
+ * lib/image's bi_fit and encoded with libjpeg, the others decoded whole
+ * by bi_fit at their own size when checked, the block rebuilt only when
+ * something changed or a sample was left out.
  *
  * The encoder writes into a buffer of the fitter's that grows as libjpeg
  * asks, kept from image to image, as are the decoder's scratch and the
@@ -29,8 +31,7 @@
 #include "units.h"
 
 struct pack_fit {
-	uint32_t max_side;
-	int quality;
+	pack_fit_opts o;
 	bi_scratch *sc;
 	uint8_t *pix;            /* bi_fit's output, [H,W,3] */
 	size_t pix_cap;
@@ -42,14 +43,13 @@ struct pack_fit {
 	size_t fs_cap;
 };
 
-int pack_fit_new(uint32_t max_side, int quality, pack_fit **ret)
+int pack_fit_new(const pack_fit_opts *o, pack_fit **ret)
 {
 	pack_fit *f = calloc(1, sizeof(*f));
 
 	if (!f)
 		return -ENOMEM;
-	f->max_side = max_side;
-	f->quality = quality;
+	f->o = *o;
 	/* A cap for any image within lib/image's pixel limit; allocated only as images need. */
 	f->sc = bi_scratch_new(bi_fit_scratch_need(BI_MAX_PIXELS));
 	if (!f->sc) {
@@ -153,7 +153,7 @@ static int encode(pack_fit *f, uint32_t w, uint32_t h, char *why, size_t len)
 	ci.input_components = 3;
 	ci.in_color_space = JCS_RGB;
 	jpeg_set_defaults(&ci);
-	jpeg_set_quality(&ci, f->quality, TRUE);
+	jpeg_set_quality(&ci, f->o.quality, TRUE);
 	/* YCbCr 4:2:0, as PIL saves a JPEG by default: chroma at half size both ways. */
 	ci.comp_info[0].h_samp_factor = ci.comp_info[0].v_samp_factor = 2;
 	for (int k = 1; k < 3; k++)
@@ -176,12 +176,32 @@ static int encode(pack_fit *f, uint32_t w, uint32_t h, char *why, size_t len)
 enum fit_result { FIT_OTHER, FIT_KEPT, FIT_DONE };
 
 /*
+ * --check-images: decode the w x h image b whole, at its own size, to
+ * see that it decodes; the pixels are not kept. A bomb's pixels are not
+ * reserved: bi_fit refuses it by its header, before the output is
+ * looked at. @return FIT_KEPT, or as bi_fit with why.
+ */
+static int check(pack_fit *f, const uint8_t *b, size_t n, uint32_t w, uint32_t h, char *why,
+		 size_t len)
+{
+	bool bomb = (uint64_t)w * h > BI_MAX_PIXELS;
+	int r;
+
+	if (!bomb && reserve(&f->pix, &f->pix_cap, (size_t)w * h * 3) < 0)
+		return -ENOMEM;
+	r = bi_fit(f->sc, b, n, w > h ? w : h, BI_MAX_PIXELS, f->pix, bomb ? 0 : f->pix_cap, &w,
+		   &h, why, len);
+	return r < 0 ? r : FIT_KEPT;
+}
+
+/*
  * One bytes value: FIT_DONE re-encoded into f->jpg, FIT_KEPT an image
- * within the size, FIT_OTHER no image; or a negative errno with why.
+ * within the size (with check, decoded), FIT_OTHER no image; or a
+ * negative errno with why.
  */
 static int fit_value(pack_fit *f, const uint8_t *b, size_t n, char *why, size_t len)
 {
-	uint32_t w, h, ow, oh;
+	uint32_t w, h, ow, oh, side = f->o.max_side;
 	bi_kind kind;
 	int r;
 
@@ -191,13 +211,12 @@ static int fit_value(pack_fit *f, const uint8_t *b, size_t n, char *why, size_t 
 	r = bi_probe(b, n, &kind, &w, &h, why, len);
 	if (r < 0)
 		return r;
-	if (w <= f->max_side && h <= f->max_side)
-		return FIT_KEPT;
-	bi_fit_size(w, h, f->max_side, &ow, &oh);
+	if (!side || (w <= side && h <= side))
+		return f->o.check ? check(f, b, n, w, h, why, len) : FIT_KEPT;
+	bi_fit_size(w, h, side, &ow, &oh);
 	if (reserve(&f->pix, &f->pix_cap, (size_t)ow * oh * 3) < 0)
 		return -ENOMEM;
-	r = bi_fit(f->sc, b, n, f->max_side, BI_MAX_PIXELS, f->pix, f->pix_cap, &ow, &oh, why,
-		   len);
+	r = bi_fit(f->sc, b, n, side, BI_MAX_PIXELS, f->pix, f->pix_cap, &ow, &oh, why, len);
 	if (r == 0)
 		r = encode(f, ow, oh, why, len);
 	return r < 0 ? r : FIT_DONE;
@@ -207,6 +226,7 @@ static int fit_value(pack_fit *f, const uint8_t *b, size_t n, char *why, size_t 
 static int grown(pack_fit_fault *fault, uint64_t size, uint64_t limit, const char *what)
 {
 	fault->field = PACK_FIT_WHOLE;
+	fault->err = 0;
 	snprintf(fault->why, sizeof(fault->why), "re-encoded, %s would hold %llu bytes, over the "
 		 "%llu MiB limit; lower --jpeg-quality%s", what, (unsigned long long)size,
 		 (unsigned long long)(limit >> 20),
@@ -233,67 +253,154 @@ static void adopt(pack_fit *f, uint8_t **raw, size_t *raw_cap, uint64_t *sizes, 
 	}
 }
 
-int pack_fit_block(pack_fit *f, uint8_t **raw, size_t *raw_cap, uint64_t *raw_size,
-		   uint64_t *sizes, uint64_t *fsizes, size_t n, uint32_t nf,
-		   pack_fit_counts *counts, pack_fit_fault *fault)
+void pack_fit_faults_free(pack_fit_faults *l)
 {
-	pack_fit_counts c = { 0 };
-	uint64_t at = 0, out = 0;
-	bool changed = false;
-	int r;
+	free(l->v);
+	*l = (pack_fit_faults){ 0 };
+}
 
-	if (n * nf > f->fs_cap) {
-		uint64_t *fs = realloc(f->fs, n * nf * sizeof(*fs));
+static int fault_push(pack_fit_faults *l, const pack_fit_fault *fault)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap * 2 + 4;
+		pack_fit_fault *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	l->v[l->n++] = *fault;
+	return 0;
+}
+
+/* Whether fit_value's err is the image's own fault, one --on-error=skip leaves out. */
+static bool bad_image(int err)
+{
+	return err == -EBADMSG || err == -ENOTSUP || err == -E2BIG;
+}
+
+/* A block being fitted, read from raw and, once anything changed, rebuilt in f->raw. */
+typedef struct block_walk {
+	const uint8_t *raw;      /* the block as read */
+	const uint64_t *fsizes;  /* its samples' bytes field sizes as read */
+	uint32_t nf;
+	bool skip;               /* leave out a sample whose image does not decode */
+	uint64_t at, out;        /* bytes of raw walked; bytes of the block as it will be */
+	size_t kept;             /* samples kept so far */
+	bool changed;            /* the block is being rebuilt in f->raw */
+	pack_fit_counts c;
+} block_walk;
+
+/*
+ * Start rebuilding the block in f->raw, with room for need bytes after
+ * the first upto, which are copied: the bytes before the first change
+ * stay where they are until one comes.
+ */
+static int rebuild(pack_fit *f, block_walk *b, uint64_t upto, uint64_t need)
+{
+	if (reserve(&f->raw, &f->raw_cap, upto + need) < 0)
+		return -ENOMEM;
+	memcpy(f->raw, b->raw, upto);
+	b->changed = true;
+	return 0;
+}
+
+/*
+ * Sample i of the block: each of its values fitted (or checked), its
+ * bytes copied where the block is rebuilt. @return 0 kept; 1 left out
+ * (b->skip, a value an image that does not decode: the block rebuilt
+ * without it, fault saying why); or a negative errno with fault.
+ */
+static int fit_sample(pack_fit *f, block_walk *b, size_t i, pack_fit_fault *fault)
+{
+	uint64_t at0 = b->at, out0 = b->out, size = 0, whole = 0;
+	pack_fit_counts c = { 0 };
+	int r, res;
+
+	for (uint32_t k = 0; k < b->nf; k++)
+		whole += b->fsizes[i * b->nf + k];
+	for (uint32_t k = 0; k < b->nf; k++) {
+		uint64_t v = b->fsizes[i * b->nf + k];
+		const uint8_t *src = b->raw + b->at;
+
+		*fault = (pack_fit_fault){ .sample = i, .field = k };
+		res = fit_value(f, src, v, fault->why, sizeof(fault->why));
+		fault->err = res < 0 ? res : 0;
+		if (res < 0 && b->skip && bad_image(res)) {
+			/* In place until now, out and at are alike: the bytes before it are kept. */
+			if (!b->changed && (r = rebuild(f, b, at0, 0)) < 0)
+				return r;
+			b->out = out0;
+			b->at = at0 + whole;
+			return 1;
+		}
+		if (res < 0)
+			return res;
+		c.fitted += res == FIT_DONE;
+		c.kept += res == FIT_KEPT;
+		c.other += res == FIT_OTHER;
+		if (res == FIT_DONE && !b->changed && (r = rebuild(f, b, b->at, f->jpg_len)) < 0)
+			return r;
+		if (res == FIT_DONE)
+			src = f->jpg, v = f->jpg_len;
+		if (b->changed) {
+			if (reserve(&f->raw, &f->raw_cap, b->out + v) < 0)
+				return -ENOMEM;
+			memcpy(f->raw + b->out, src, v);
+		}
+		b->at += b->fsizes[i * b->nf + k];
+		b->out += v;
+		size += v;
+		f->fs[b->kept * b->nf + k] = v;
+	}
+	if (size > BP_PACK_MAX_SAMPLE)
+		return grown(fault, size, BP_PACK_MAX_SAMPLE, "the sample");
+	b->c.fitted += c.fitted;
+	b->c.kept += c.kept;
+	b->c.other += c.other;
+	b->kept++;
+	return 0;
+}
+
+int pack_fit_block(pack_fit *f, uint8_t **raw, size_t *raw_cap, uint64_t *raw_size,
+		   uint64_t *sizes, uint64_t *fsizes, size_t *n, uint32_t nf,
+		   pack_fit_counts *counts, pack_fit_fault *fault, pack_fit_faults *left)
+{
+	block_walk b = { .raw = *raw, .fsizes = fsizes, .nf = nf, .skip = f->o.skip && left };
+	size_t was = left ? left->n : 0;
+	int r = 0;
+
+	if (*n * nf > f->fs_cap) {
+		uint64_t *fs = realloc(f->fs, *n * nf * sizeof(*fs));
 
 		if (!fs)
 			return -ENOMEM;
 		f->fs = fs;
-		f->fs_cap = n * nf;
+		f->fs_cap = *n * nf;
 	}
-	for (size_t i = 0; i < n; i++) {
-		uint64_t size = 0;
-
-		for (uint32_t k = 0; k < nf; k++) {
-			uint64_t v = fsizes[i * nf + k];
-			const uint8_t *src = *raw + at;
-
-			*fault = (pack_fit_fault){ .sample = i, .field = k };
-			r = fit_value(f, src, v, fault->why, sizeof(fault->why));
-			if (r < 0)
-				return r;
-			c.fitted += r == FIT_DONE;
-			c.kept += r == FIT_KEPT;
-			c.other += r == FIT_OTHER;
-			/* The bytes before the first change stay where they are, copied only then. */
-			if (r == FIT_DONE && !changed) {
-				if (reserve(&f->raw, &f->raw_cap, at + f->jpg_len) < 0)
-					return -ENOMEM;
-				memcpy(f->raw, *raw, at);
-				changed = true;
-			}
-			if (r == FIT_DONE)
-				src = f->jpg, v = f->jpg_len;
-			if (changed) {
-				if (reserve(&f->raw, &f->raw_cap, out + v) < 0)
-					return -ENOMEM;
-				memcpy(f->raw + out, src, v);
-			}
-			at += fsizes[i * nf + k];
-			out += v;
-			size += v;
-			f->fs[i * nf + k] = v;
+	for (size_t i = 0; r == 0 && i < *n; i++) {
+		r = fit_sample(f, &b, i, fault);
+		if (r == 1) {
+			b.c.left++;
+			r = fault_push(left, fault);
 		}
-		if (size > BP_PACK_MAX_SAMPLE)
-			return grown(fault, size, BP_PACK_MAX_SAMPLE, "the sample");
-		if (out > BP_PACK_MAX_BLOCK)
-			return grown(fault, out, BP_PACK_MAX_BLOCK, "the block");
+		if (r == 0 && b.out > BP_PACK_MAX_BLOCK)
+			r = grown(fault, b.out, BP_PACK_MAX_BLOCK, "the block");
 	}
-	counts->fitted += c.fitted;
-	counts->kept += c.kept;
-	counts->other += c.other;
-	if (changed)
-		adopt(f, raw, raw_cap, sizes, fsizes, n, nf);
-	*raw_size = out;
+	if (r < 0) {
+		if (left)
+			left->n = was;
+		return r;
+	}
+	counts->fitted += b.c.fitted;
+	counts->kept += b.c.kept;
+	counts->other += b.c.other;
+	counts->left += b.c.left;
+	if (b.changed)
+		adopt(f, raw, raw_cap, sizes, fsizes, b.kept, nf);
+	*n = b.kept;
+	*raw_size = b.out;
 	return 0;
 }
 
@@ -317,8 +424,8 @@ void pack_fit_field_sizes(const pack_inputs *in, uint64_t id, uint64_t size, uin
 	}
 }
 
-void pack_fit_report(const pack_inputs *in, uint32_t max_side, const char *name,
-		     const pack_fit_fault *fault)
+void pack_fit_report(const pack_inputs *in, const pack_fit_opts *o, const char *name,
+		     const pack_fit_fault *fault, bool left_out)
 {
 	const bp_schema *s = &in->schema;
 	const char *field = NULL;
@@ -329,17 +436,37 @@ void pack_fit_report(const pack_inputs *in, uint32_t max_side, const char *name,
 		if (s->fields[f].type == BP_FIELD_BYTES && b++ == fault->field)
 			field = s->fields[f].name;
 	}
-	fprintf(stderr, "batchd-pack: %s%s%s: cannot fit it within --max-side %u: %s%s\n", name,
-		field ? ": field " : "", field ? field : "", max_side, fault->why,
-		fault->field == PACK_FIT_WHOLE ? ""
-		: "; repair, shrink or remove it, or pack without --max-side");
+	if (left_out)
+		fprintf(stderr, "batchd-pack: %s%s%s: left out: does not decode: %s\n", name,
+			field ? ": field " : "", field ? field : "", fault->why);
+	else if (o->check && bad_image(fault->err))
+		fprintf(stderr, "batchd-pack: %s%s%s: does not decode: %s; repair or remove it, or "
+				"pass --on-error=skip to leave it out\n", name, field ? ": field " : "",
+			field ? field : "", fault->why);
+	else if (!o->max_side)
+		fprintf(stderr, "batchd-pack: %s%s%s: cannot check it: %s\n", name,
+			field ? ": field " : "", field ? field : "", fault->why);
+	else
+		fprintf(stderr, "batchd-pack: %s%s%s: cannot fit it within --max-side %u: %s%s\n",
+			name, field ? ": field " : "", field ? field : "", o->max_side, fault->why,
+			fault->field == PACK_FIT_WHOLE ? ""
+			: bad_image(fault->err) ? "; repair, shrink or remove it, or pack without "
+						  "--max-side (--on-error=skip leaves it out)"
+			: "; repair, shrink or remove it, or pack without --max-side");
 }
 
-void pack_fit_print(const pack_fit_counts *c, uint32_t max_side, int quality, uint64_t read)
+void pack_fit_print(const pack_fit_counts *c, const pack_fit_opts *o, uint64_t read)
 {
 	char was[32];
 
-	printf("; --max-side %u: re-encoded %" PRIu64 " (JPEG quality %d), kept %" PRIu64
-	       ", not images %" PRIu64 "; %s as read", max_side, c->fitted, quality, c->kept,
-	       c->other, bp_format_size(read, was, sizeof(was)));
+	if (o->max_side)
+		printf("; --max-side %u: re-encoded %" PRIu64 " (JPEG quality %d), kept %" PRIu64
+		       ", not images %" PRIu64 "; %s as read", o->max_side, c->fitted, o->quality,
+		       c->kept, c->other, bp_format_size(read, was, sizeof(was)));
+	/* With --max-side, every image it counts was decoded but those kept unchecked. */
+	if (o->check && o->max_side)
+		printf("; --check-images: decoded %" PRIu64, c->fitted + c->kept);
+	else if (o->check)
+		printf("; --check-images: decoded %" PRIu64 ", not images %" PRIu64, c->kept,
+		       c->other);
 }

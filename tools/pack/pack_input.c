@@ -230,20 +230,44 @@ int pack__parse_i64(const char *s, size_t len, bool trim, int64_t *ret)
  * with O_NOFOLLOW, so a directory swapped for a symlink mid-scan is an
  * error rather than a way out of the tree, and the reads (read_file)
  * open every file beneath the same root descriptor, following no symlink.
+ *
+ * Nothing is left out without a word: a symlink, a FIFO, a socket or a
+ * device is named and left out (never opened: opening a FIFO blocks until
+ * a writer comes). Each regular file is opened once here, so that one
+ * that cannot be read stops the pack before any work rather than an hour
+ * into it, or with --on-error=skip is left out before its key and size
+ * count. What is left out is said once the walk is done, in bytewise
+ * order of path as the samples are, not in the file system's order; with
+ * --on-error=fail the first file that cannot be read in that order fails
+ * the pack. Names starting with '.' (.DS_Store, .git, .ipynb_checkpoints)
+ * are ignored and counted, not walked.
  */
+enum note_kind { NOTE_SPECIAL, NOTE_SYMLINK, NOTE_UNREADABLE };
+
+/* Something below the root left out. */
+typedef struct tree_note {
+	char *rel;               /* its path below the root */
+	enum note_kind kind;
+	const char *why;         /* a static string */
+	int err;                 /* NOTE_UNREADABLE: the negative errno */
+} tree_note;
+
 typedef struct tree_walk {
 	pack_input *in;
+	const pack_fields_opts *fo;
+	pack_tally *tally;
 	size_t cap;
+	tree_note *notes;
+	size_t nnotes, notes_cap;
 	char rel[PATH_MAX];      /* the path below the root being looked at */
 } tree_walk;
 
 /* "ROOT/REL" for a message ("/" as ROOT has its own separator). */
-static const char *tree_where(const tree_walk *w, char *buf, size_t len)
+static const char *tree_where(const tree_walk *w, const char *rel, char *buf, size_t len)
 {
 	size_t n = strlen(w->in->path);
 
-	snprintf(buf, len, "%s%s%s", w->in->path, n && w->in->path[n - 1] == '/' ? "" : "/",
-		 w->rel);
+	snprintf(buf, len, "%s%s%s", w->in->path, n && w->in->path[n - 1] == '/' ? "" : "/", rel);
 	return buf;
 }
 
@@ -251,17 +275,63 @@ static int tree_fail(const tree_walk *w, int err, const char *what)
 {
 	char where[PATH_MAX + 4096];
 
-	return pack__err(err, tree_where(w, where, sizeof(where)), what);
+	return pack__err(err, tree_where(w, w->rel, where, sizeof(where)), what);
 }
 
-/* One regular file at w->rel, found by fstatat. */
-static int tree_file(tree_walk *w, const struct stat *st)
+/* Note w->rel as left out, to be said after the walk. @return 0 or -ENOMEM. */
+static int tree_note_add(tree_walk *w, enum note_kind kind, const char *why, int err)
+{
+	tree_note *v = w->notes;
+
+	if (w->nnotes == w->notes_cap) {
+		v = realloc(v, (w->notes_cap = w->notes_cap * 2 + 16) * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		w->notes = v;
+	}
+	v[w->nnotes] = (tree_note){ .rel = strdup(w->rel), .kind = kind, .why = why, .err = err };
+	return v[w->nnotes].rel ? (w->nnotes++, 0) : -ENOMEM;
+}
+
+/*
+ * w->rel could not be opened or read (err): noted, and said after the
+ * walk. Running out of memory or descriptors is the machine's trouble,
+ * not the file's, and fails at once whatever --on-error says.
+ */
+static int tree_unreadable(tree_walk *w, int err, const char *what)
+{
+	if (err == -ENOMEM || err == -EMFILE || err == -ENFILE)
+		return tree_fail(w, err, what);
+	return tree_note_add(w, NOTE_UNREADABLE, what, err);
+}
+
+/* Why a file that is neither regular, a directory nor a symlink is no sample. */
+static const char *special_why(mode_t mode)
+{
+	if (S_ISFIFO(mode))
+		return "not a regular file (a FIFO)";
+	if (S_ISSOCK(mode))
+		return "not a regular file (a socket)";
+	if (S_ISCHR(mode))
+		return "not a regular file (a character device)";
+	return S_ISBLK(mode) ? "not a regular file (a block device)"
+			     : "not a regular file (of no type known)";
+}
+
+/* One regular file at w->rel, base in directory dfd, found by fstatat. */
+static int tree_file(tree_walk *w, int dfd, const char *base, const struct stat *st)
 {
 	char *name, where[PATH_MAX + 4096];
+	int fd;
 
 	if ((uint64_t)st->st_size > BP_PACK_MAX_SAMPLE)
-		return pack__too_big(tree_where(w, where, sizeof(where)), NULL,
+		return pack__too_big(tree_where(w, w->rel, where, sizeof(where)), NULL,
 				     (uint64_t)st->st_size);
+	/* O_NONBLOCK: what fstatat saw as a regular file may be a FIFO by now. */
+	fd = openat(dfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return tree_unreadable(w, -errno, "cannot open");
+	close(fd);
 	name = strdup(w->rel);
 	if (!name || pack__entry_push(w->in, &w->cap,
 				      &(pack_entry){ .name = name, .size = (uint64_t)st->st_size }) < 0) {
@@ -269,6 +339,30 @@ static int tree_file(tree_walk *w, const struct stat *st)
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+static int tree_dir(tree_walk *w, int fd, size_t len);
+
+/* The entry base of directory dfd, at w->rel (at: where base starts in it). */
+static int tree_entry(tree_walk *w, int dfd, const char *base, size_t at)
+{
+	struct stat st;
+	int sub;
+
+	if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return tree_unreadable(w, -errno, "cannot read");
+	if (S_ISREG(st.st_mode))
+		return tree_file(w, dfd, base, &st);
+	if (S_ISDIR(st.st_mode)) {
+		/* O_NOFOLLOW: what fstatat saw as a directory may be a symlink by now. */
+		sub = openat(dfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		return sub < 0 ? tree_unreadable(w, -errno, "cannot read directory")
+			       : tree_dir(w, sub, at + strlen(base));
+	}
+	if (S_ISLNK(st.st_mode))
+		return tree_note_add(w, NOTE_SYMLINK, "a symbolic link (nothing below an input is "
+				     "followed)", 0);
+	return tree_note_add(w, NOTE_SPECIAL, special_why(st.st_mode), 0);
 }
 
 /* Every regular file below directory fd (taken), whose path below the root is w->rel[0..len). */
@@ -284,11 +378,13 @@ static int tree_dir(tree_walk *w, int fd, size_t len)
 	}
 	while (r == 0 && (errno = 0, de = readdir(d))) {
 		size_t n = strlen(de->d_name), at = len ? len + 1 : 0;
-		struct stat st;
-		int sub;
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
+		if (de->d_name[0] == '.' && !w->fo->include_hidden) {
+			w->tally->hidden++;
+			continue;
+		}
 		if (at + n >= sizeof(w->rel)) {
 			w->rel[len] = '\0';
 			r = tree_fail(w, -ENAMETOOLONG, "cannot walk directory");
@@ -297,25 +393,58 @@ static int tree_dir(tree_walk *w, int fd, size_t len)
 		if (len)
 			w->rel[len] = '/';
 		memcpy(w->rel + at, de->d_name, n + 1);
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-			r = tree_fail(w, -errno, "cannot read");
-		else if (S_ISREG(st.st_mode))
-			r = tree_file(w, &st);
-		else if (S_ISDIR(st.st_mode)) {
-			/* O_NOFOLLOW: what fstatat saw as a directory may be a symlink by now. */
-			sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-				     O_CLOEXEC);
-			r = sub < 0 ? tree_fail(w, -errno, "cannot read directory")
-				    : tree_dir(w, sub, at + n);
-		}
-		/* Symlinks, devices, FIFOs, sockets: not samples. */
+		r = tree_entry(w, dirfd(d), de->d_name, at);
 	}
 	if (r == 0 && errno) {
 		w->rel[len] = '\0';
-		r = tree_fail(w, -errno, "cannot read directory");
+		r = tree_unreadable(w, -errno, "cannot read directory");
 	}
 	closedir(d);
 	return r;
+}
+
+static int by_note(const void *a, const void *b)
+{
+	return strcmp(((const tree_note *)a)->rel, ((const tree_note *)b)->rel);
+}
+
+/*
+ * Say what the walk left out, in bytewise order of path, and count it;
+ * with --on-error=fail, a file that could not be read instead fails the
+ * pack, the first named. @return 0 or that file's negative errno.
+ */
+static int tree_report(tree_walk *w)
+{
+	char where[PATH_MAX + 4096];
+	const tree_note *first = NULL;
+	size_t unreadable = 0;
+
+	if (w->nnotes)
+		qsort(w->notes, w->nnotes, sizeof(*w->notes), by_note);
+	for (size_t i = 0; i < w->nnotes; i++) {
+		if (w->notes[i].kind == NOTE_UNREADABLE && !unreadable++)
+			first = &w->notes[i];
+	}
+	if (first && w->fo->on_error == ON_ERROR_FAIL) {
+		fprintf(stderr, "batchd-pack: %s: %s: %s (--on-error=skip would leave it out)\n",
+			tree_where(w, first->rel, where, sizeof(where)), first->why,
+			strerror(-first->err));
+		if (unreadable > 1)
+			fprintf(stderr, "batchd-pack: %s: and %zu more below it that cannot be read\n",
+				w->in->path, unreadable - 1);
+		return first->err;
+	}
+	for (size_t i = 0; i < w->nnotes; i++) {
+		const tree_note *t = &w->notes[i];
+
+		w->tally->special += t->kind == NOTE_SPECIAL;
+		w->tally->symlinks += t->kind == NOTE_SYMLINK;
+		w->tally->unreadable += t->kind == NOTE_UNREADABLE;
+		fprintf(stderr, "batchd-pack: %s: left out: %s%s%s\n",
+			tree_where(w, t->rel, where, sizeof(where)), t->why, t->err ? ": " : "",
+			t->err ? strerror(-t->err) : "");
+	}
+	return 0;
 }
 
 static int by_name(const void *a, const void *b)
@@ -323,8 +452,9 @@ static int by_name(const void *a, const void *b)
 	return strcmp(((const pack_entry *)a)->name, ((const pack_entry *)b)->name);
 }
 
-static int scan_dir(pack_input *in)
+static int scan_dir(pack_inputs *all, pack_input *in)
 {
+	uint64_t hidden = all->tally.hidden;
 	tree_walk *w;
 	int fd, r;
 
@@ -342,12 +472,22 @@ static int scan_dir(pack_input *in)
 		return -ENOMEM;
 	}
 	w->in = in;
+	w->fo = &all->fo;
+	w->tally = &all->tally;
 	r = tree_dir(w, fd, 0);
+	if (r == 0)
+		r = tree_report(w);
+	for (size_t i = 0; i < w->nnotes; i++)
+		free(w->notes[i].rel);
+	free(w->notes);
 	free(w);
 	if (r < 0)
 		return r;
+	if (in->count == 0 && all->tally.hidden > hidden)
+		return pack__err(0, in->path, "directory holds no regular files to pack but hidden "
+				 "ones (names starting with '.'; --include-hidden packs them)");
 	if (in->count == 0)
-		return pack__err(0, in->path, "directory holds no regular files");
+		return pack__err(0, in->path, "directory holds no regular files to pack");
 	qsort(in->entries, in->count, sizeof(*in->entries), by_name);
 	return 0;
 }
@@ -495,13 +635,40 @@ out:
 
 /* ---- the scan ----------------------------------------------------------------- */
 
+static void entry_name(const pack_inputs *in, const pack_input *p, uint64_t i,
+		       const char *member, char *buf, size_t len);
+
+/*
+ * Warn of each sample of p whose bytes are a file or member of 0 bytes,
+ * and count them: it is packed, but an empty image or record fails
+ * whoever reads it, far from here; the warning names it while it can be
+ * fixed. A grouped tar's empty fields are --allow-missing's business.
+ */
+static void note_empty(pack_inputs *in, const pack_input *p)
+{
+	char name[4352];
+
+	if (p->kind == INPUT_RECORDS || (p->kind == INPUT_TAR && in->fo.layout == LAYOUT_GROUPS))
+		return;
+	for (uint64_t i = 0; i < p->count; i++) {
+		if (p->entries[i].size)
+			continue;
+		in->tally.empty++;
+		if (in->fo.allow_empty)
+			continue;
+		entry_name(in, p, i, NULL, name, sizeof(name));
+		fprintf(stderr, "batchd-pack: warning: %s: empty (0 bytes), packed as an empty "
+				"sample (--allow-empty: no warning)\n", name);
+	}
+}
+
 static int scan_one(pack_inputs *in, pack_input *p)
 {
 	int r;
 
 	switch (p->kind) {
 	case INPUT_DIR:
-		r = scan_dir(p);
+		r = scan_dir(in, p);
 		return r == 0 && in->fo.layout == LAYOUT_LABELS ? pack__labels_scan(in, p) : r;
 	case INPUT_TAR:
 		return in->fo.layout == LAYOUT_GROUPS ? pack__group_scan(in, p) : pack__tar_scan(p);
@@ -531,11 +698,13 @@ int pack_inputs_scan(pack_inputs *in)
 	int r;
 
 	in->samples = in->raw_bytes = in->max_sample = 0;
+	in->tally = (pack_tally){ 0 };
 	for (size_t k = 0; k < in->n; k++) {
 		pack_input *p = &in->v[k];
 
 		if ((r = scan_one(in, p)) < 0)
 			return r;
+		note_empty(in, p);
 		in->samples += p->count;
 		if (p->kind == INPUT_RECORDS) {
 			in->raw_bytes += p->count * p->record_size;

@@ -69,9 +69,18 @@ typedef struct pack_column {
 	uint32_t type;           /* enum bp_field_type, not bytes */
 } pack_column;
 
+/* create's --on-error: what a file below a directory input that cannot be read does. */
+enum pack_on_error {
+	ON_ERROR_FAIL,           /* fails the pack, naming it (the default) */
+	ON_ERROR_SKIP,           /* is left out, named and counted */
+};
+
 /* What create's options ask of the scan; zero is plain files with keys. */
 typedef struct pack_fields_opts {
 	enum pack_layout layout;
+	enum pack_on_error on_error; /* --on-error (the packing pass's too: pack_create.h) */
+	bool include_hidden;     /* --include-hidden: walk names starting with '.' too */
+	bool allow_empty;        /* --allow-empty: no warning for a sample of 0 bytes */
 	bool no_keys;            /* --no-keys */
 	bool allow_missing;      /* --allow-missing: a group's missing bytes field is empty */
 	bool missing_int_set;    /* --missing-int VALUE: a group's missing int64 field */
@@ -80,12 +89,25 @@ typedef struct pack_fields_opts {
 	size_t ncolumns;
 } pack_fields_opts;
 
+/*
+ * What the scan left out of the samples, or warned of, by reason: the
+ * summary line's counts (each left out is also named on stderr as found).
+ */
+typedef struct pack_tally {
+	uint64_t special;        /* FIFOs, sockets, devices below a directory: never opened */
+	uint64_t symlinks;       /* below a directory: not followed */
+	uint64_t unreadable;     /* --on-error=skip: files and directories that could not be opened */
+	uint64_t hidden;         /* names starting with '.' below a directory, not walked */
+	uint64_t empty;          /* samples of 0 bytes, packed (warned of but with --allow-empty) */
+} pack_tally;
+
 typedef struct pack_inputs {
 	pack_input *v;
 	size_t n;
 	pack_fields_opts fo;     /* set before the scan */
 	/* Filled by the scan. */
 	uint64_t samples, raw_bytes, max_sample;
+	pack_tally tally;
 	bool fields;             /* the pack gets a schema (footer v3); else the bytes of old */
 	bool keys;               /* ... and keys */
 	bp_schema schema;        /* when fields */
@@ -102,8 +124,14 @@ int pack_inputs_add_column(pack_inputs *in, const char *spec);
  * Scan every input: list files, read tar headers (and the values of
  * integer members), parse manifests, size record files; settle the schema
  * and check keys for duplicates. Checks every sample against the pack
- * limits. On error prints a message naming the input (and the line, key or
- * member) and returns a negative errno.
+ * limits. Below a directory, names starting with '.' are ignored (but with
+ * fo.include_hidden), and what is not a sample (a symlink, a FIFO, a
+ * socket, a device) is left out, each named on stderr; every regular file
+ * is opened once, so that one that cannot be read fails the scan naming
+ * it, or with fo.on_error ON_ERROR_SKIP is left out, named. A sample of 0
+ * bytes is warned of (but with fo.allow_empty). All of it is counted in
+ * in->tally. On error prints a message naming the input (and the line,
+ * key or member) and returns a negative errno.
  */
 int pack_inputs_scan(pack_inputs *in);
 

@@ -8,6 +8,16 @@
  * ImageFolder's; symlinks are not classes, as the walk does not follow
  * them. The class names go into the schema, on the int64 field "label".
  *
+ * Hidden directories (names starting with '.') are where this parts from
+ * ImageFolder: torchvision's find_classes (0.14 read; pytorch/vision#2831)
+ * makes .ipynb_checkpoints a class like any other, which moves every label
+ * after it, while the walk here ignores names starting with '.' unless
+ * --include-hidden. So a hidden first-level directory is no class either
+ * (else it would be an empty class whose index moves the others), and
+ * each is named, saying how ImageFolder differs, since labels that do
+ * not match a model's are found late; --include-hidden gives
+ * ImageFolder's classes exactly.
+ *
  * Thread rules: single-threaded, as pack_input.h.
  */
 #include <dirent.h>
@@ -28,10 +38,11 @@ static int by_str(const void *a, const void *b)
 }
 
 /*
- * The first-level directories of root (not symlinks to one), in bytewise
- * order: the class names, as torchvision's ImageFolder indexes them.
+ * The first-level directories of root (not symlinks to one; hidden ones
+ * only when hidden), in bytewise order: the class names, as torchvision's
+ * ImageFolder indexes them.
  */
-static int list_classes(const char *root, int root_fd, char ***ret, uint32_t *ret_n)
+static int list_classes(const char *root, int root_fd, bool hidden, char ***ret, uint32_t *ret_n)
 {
 	/* The directory the scan walked, by its descriptor (a description of its own for readdir). */
 	int fd = openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -54,6 +65,12 @@ static int list_classes(const char *root, int root_fd, char ***ret, uint32_t *re
 			continue;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
 			continue;
+		if (de->d_name[0] == '.' && !hidden) {
+			fprintf(stderr, "batchd-pack: %s/%s: hidden directory, not a class; torchvision's "
+					"ImageFolder counts it as one, moving the labels of the classes "
+					"after it (--include-hidden counts it too)\n", root, de->d_name);
+			continue;
+		}
 		if (n == cap) {
 			char **w = realloc(v, (cap = cap * 2 + 16) * sizeof(*v));
 
@@ -92,7 +109,8 @@ int pack__labels_scan(pack_inputs *in, pack_input *p)
 	    (f = pack__schema_add(&in->schema, "label", BP_FIELD_INT64)) < 0)
 		return -ENOMEM;
 	label = &in->schema.fields[f];
-	r = list_classes(p->path, p->root_fd, &label->classes, &label->class_count);
+	r = list_classes(p->path, p->root_fd, in->fo.include_hidden, &label->classes,
+			 &label->class_count);
 	if (r < 0)
 		return r;
 	for (uint64_t i = 0; i < p->count; i++) {
