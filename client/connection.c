@@ -24,6 +24,7 @@
 #include "client_priv.h"
 #include "protocol.h"
 #include "ring.h"
+#include "socket_path.h"
 
 #define REPLY_TIMEOUT_S 120   /* opening a big dataset may read a large index */
 
@@ -174,14 +175,13 @@ static _Thread_local char t_connect_err[BP_ERRMSG_MAX + 512];
 /* Write the default socket's path to buf. @return its enum socket_source, or -ENAMETOOLONG. */
 static int default_socket(char *buf, size_t len)
 {
-	const char *env = getenv("BATCHD_SOCKET"), *xdg = getenv("XDG_RUNTIME_DIR");
+	const char *env = getenv("BATCHD_SOCKET");
+	int r;
 
 	if (env && *env)
 		return snprintf(buf, len, "%s", env) < (int)len ? SOCK_ENV : -ENAMETOOLONG;
-	if (access("/run/batchd/batchd.sock", F_OK) == 0 || !xdg || !*xdg)
-		return snprintf(buf, len, "/run/batchd/batchd.sock") < (int)len ? SOCK_RUN :
-		       -ENAMETOOLONG;
-	return snprintf(buf, len, "%s/batchd.sock", xdg) < (int)len ? SOCK_XDG : -ENAMETOOLONG;
+	r = bp_socket_default(buf, len);
+	return r < 0 ? r : r == BP_SOCKET_IS_SYSTEM ? SOCK_RUN : SOCK_XDG;
 }
 
 /* What to do about connect error r; daemon: the daemon's refusal, "" if it said none. */

@@ -32,6 +32,7 @@
 #include "open_pool.h"
 #include "server_state.h"
 #include "service.h"
+#include "socket_path.h"
 #include "units.h"
 #include "util.h"
 
@@ -812,23 +813,12 @@ static void start_handles(bd_server *srv)
 	signal(SIGPIPE, SIG_IGN);
 }
 
-/*
- * Whether a client of this user finds path without being told: where
- * libbatchclient looks when $BATCHD_SOCKET is unset (the system socket,
- * else $XDG_RUNTIME_DIR/batchd.sock; client/connection.c).
- */
+/* Whether a client of this user finds path (bound already) without being told. */
 static bool clients_find(const char *path)
 {
-	static const char sys[] = "/run/batchd/batchd.sock";
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	char mine[sizeof(((struct sockaddr_un *)NULL)->sun_path) + 16];
+	char def[sizeof(((struct sockaddr_un *)NULL)->sun_path) + 16];
 
-	if (!strcmp(path, sys))
-		return true;
-	if (!xdg || !*xdg || access(sys, F_OK) == 0)
-		return false;
-	snprintf(mine, sizeof(mine), "%s/batchd.sock", xdg);
-	return !strcmp(path, mine);
+	return bp_socket_default(def, sizeof(def)) >= 0 && !strcmp(path, def);
 }
 
 /* Log what the daemon runs with, then tell systemd it is ready. */

@@ -63,9 +63,10 @@ fi
 mkdir -p "$tmp/xdg"
 [[ $(id -u) -eq 0 ]] && chown 65534:65534 "$tmp/xdg"
 chmod 700 "$tmp/xdg"
-user() { "${as_user[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$tmp/xdg" "$@"; }
+as_user+=(env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$tmp/xdg")
+user() { "${as_user[@]}" "$@"; }
 # In the background, batchd itself in $daemon (a function would leave a subshell there).
-user_bg() { "${as_user[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$tmp/xdg" "$@" & daemon=$!; }
+user_bg() { "${as_user[@]}" "$@" & daemon=$!; }
 
 user_bg "$prefix/sbin/batchd" --no-config --root "$tmp/data" >"$tmp/user.log" 2>&1
 for _ in $(seq 200); do [[ -S $tmp/xdg/batchd.sock ]] && break; sleep 0.05; done
@@ -82,8 +83,7 @@ out=$(user "$prefix/bin/batchctl" consume d.bpk --batch-size 16 2>&1) || rc=$?
 	bad "consume on the default socket: exit $rc: $out"
 
 # Stopped with SIGTERM mid-run, consume still says what it measured.
-"${as_user[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$tmp/xdg" \
-	"$prefix/bin/batchctl" consume d.bpk --batch-size 16 --epochs 100000 --step-ms 5 \
+"${as_user[@]}" "$prefix/bin/batchctl" consume d.bpk --batch-size 16 --epochs 100000 --step-ms 5 \
 	>"$tmp/term.out" 2>&1 &
 consumer=$!
 sleep 1
@@ -99,8 +99,8 @@ fi
 
 # Is my GPU starving? A trainer with a 20 ms step is not; one with none is.
 doctor_with() {
-	"${as_user[@]}" env -i PATH=/usr/bin:/bin XDG_RUNTIME_DIR="$tmp/xdg" \
-		"$prefix/bin/batchctl" consume d.bpk --batch-size 16 --epochs 100000 "$@" >/dev/null 2>&1 &
+	"${as_user[@]}" "$prefix/bin/batchctl" consume d.bpk --batch-size 16 --epochs 100000 "$@" \
+		>/dev/null 2>&1 &
 	consumer=$!
 	sleep 0.5
 	user "$prefix/bin/batchctl" doctor --seconds 1 >"$tmp/doctor.out" 2>&1 || true
