@@ -491,6 +491,8 @@ static uint64_t fixed_section_size(uint32_t kind, uint64_t n)
 		return n * BP_KEY_HASH_ENTRY;
 	case BP_SECTION_KEY_HASH_DIR:
 		return groups_of(n, BP_KEY_HASH_PAGE) * BP_KEY_HASH_DIR_ENTRY;
+	case BP_SECTION_TOKENS:
+		return BP_TOKENS_SIZE;
 	}
 	return 0;
 }
@@ -504,7 +506,7 @@ static int check_section_entry(const bp_pack_header *h, const bp_pack_footer *f,
 	bool hashed = sec->kind != BP_SECTION_KEYS && sec->kind != BP_SECTION_KEY_HASH;
 	uint64_t want;
 
-	if (sec->kind < BP_SECTION_SCHEMA || sec->kind > BP_SECTION_KEY_HASH_DIR)
+	if (sec->kind < BP_SECTION_SCHEMA || sec->kind > BP_SECTION_TOKENS)
 		return fail(fault, -ENOTSUP, "unknown section kind", at + S_KIND, -1);
 	if (!prev && sec->kind != BP_SECTION_SCHEMA)
 		return fail(fault, -EBADMSG, "section table does not start with the schema",
@@ -525,7 +527,9 @@ static int check_section_entry(const bp_pack_header *h, const bp_pack_footer *f,
 		return fail(fault, -EBADMSG, "section runs past the index", at + S_SIZE, -1);
 	want = fixed_section_size(sec->kind, f->sample_count);
 	if (want && sec->size != want)
-		return fail(fault, -EBADMSG, "key section size does not match the sample count",
+		return fail(fault, -EBADMSG, sec->kind == BP_SECTION_TOKENS
+					     ? "tokens section is not 48 bytes"
+					     : "key section size does not match the sample count",
 			    at + S_SIZE, -1);
 	if (!hashed && sec->hash != 0)
 		return fail(fault, -EBADMSG, "hash of a section covered by its directory is not zero",
@@ -536,7 +540,8 @@ static int check_section_entry(const bp_pack_header *h, const bp_pack_footer *f,
 /*
  * The section table's shape: known kinds in (kind, field) order, the first
  * the schema, tiling [first section, index) with no gaps, the key
- * sections all four or none. Sets idx->data_end to the first section.
+ * sections all four or none, and none beside TOKENS. Sets idx->data_end
+ * to the first section.
  */
 static int check_sections(const bp_pack_header *h, const bp_pack_footer *f,
 			  bp_pack_index *idx, bp_pack_fault *fault)
@@ -555,7 +560,7 @@ static int check_sections(const bp_pack_header *h, const bp_pack_footer *f,
 			return r;
 		if (i == 0)
 			idx->data_end = sec.offset;
-		keys += sec.kind >= BP_SECTION_KEYS;
+		keys += key_kind(sec.kind);
 		prev = sec;
 	}
 	if (idx->section_count == 0)
@@ -565,6 +570,10 @@ static int check_sections(const bp_pack_header *h, const bp_pack_footer *f,
 			    table + (idx->section_count - 1) * BP_PACK_SECTION_ENTRY + S_SIZE, -1);
 	if (keys != 0 && keys != 4)
 		return fail(fault, -EBADMSG, "key sections incomplete (all four or none)",
+			    table + (idx->section_count - 1) * BP_PACK_SECTION_ENTRY + S_KIND, -1);
+	/* TOKENS is last in the table when there is one: a token pack has no keys. */
+	if (keys && prev.kind == BP_SECTION_TOKENS)
+		return fail(fault, -EBADMSG, "token pack with keys",
 			    table + (idx->section_count - 1) * BP_PACK_SECTION_ENTRY + S_KIND, -1);
 	return 0;
 }
@@ -774,6 +783,7 @@ int bp_pack_block_encode(ZSTD_CCtx *cctx, const ZSTD_CDict *cdict, int level,
 	if (!cctx || (!raw && raw_size) || !out || out_cap < ZSTD_compressBound(raw_size))
 		return -EINVAL;
 
+	e.raw = raw;
 	e.raw_hash = XXH3_64bits(raw, raw_size);
 	if (raw_size) {
 		if (ZSTD_isError(ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters)) ||

@@ -129,6 +129,7 @@ enum bp_pack_section_kind {
 	BP_SECTION_KEY_DIR      = 6, /* one entry a key block */
 	BP_SECTION_KEY_HASH     = 7, /* (hash, id) a sample, sorted, in pages */
 	BP_SECTION_KEY_HASH_DIR = 8, /* one entry a key-hash page */
+	BP_SECTION_TOKENS       = 9, /* a token pack's widths and counts (bp_tokens) */
 };
 #define BP_SECTION_NO_FIELD UINT32_MAX /* the field of a section that belongs to none */
 
@@ -363,6 +364,7 @@ int bp_pack_dctx_init(ZSTD_DCtx *dctx);
 
 /* Result of compressing one block. */
 typedef struct bp_pack_encoded {
+	const uint8_t *raw;    /* the raw input (a token pack's writer reads its ids) */
 	const uint8_t *stored; /* either out or the raw input */
 	uint64_t stored_size;
 	uint64_t stored_hash;
@@ -386,6 +388,45 @@ void bp_pack_block_entry_encode(const bp_pack_block *b, uint8_t out[BP_PACK_BLOC
 void bp_pack_sample_entry_encode(uint64_t offset, uint64_t size,
 				 uint8_t out[BP_PACK_SAMPLE_ENTRY]);
 void bp_pack_section_entry_encode(const bp_pack_section *s, uint8_t out[BP_PACK_SECTION_ENTRY]);
+
+/* ---- token packs (PACK.md §Token packs) ------------------------------ */
+
+/*
+ * A token pack holds tokenized documents for language-model pretraining:
+ * its schema is one bytes field "tokens", it has no keys, and each sample
+ * is one document, its bytes the document's token ids, little-endian, of
+ * `width` bytes each. The TOKENS section says so, and how many.
+ */
+#define BP_TOKENS_SIZE    48u          /* bytes of a TOKENS section */
+#define BP_TOKENS_VERSION 1u
+#define BP_TOKENS_NO_EOS  UINT64_MAX   /* eos of a pack packed without --eos */
+/* The largest id of each width: a uint32 id must also fit an int32 (ids are delivered so). */
+#define BP_TOKENS_MAX_ID16 UINT64_C(0xFFFF)
+#define BP_TOKENS_MAX_ID32 UINT64_C(0x7FFFFFFF)
+
+typedef struct bp_tokens {
+	uint32_t width;      /* bytes a token id: 2 (uint16) or 4 (uint32) */
+	uint64_t eos;        /* the end-of-document id, or BP_TOKENS_NO_EOS */
+	uint64_t tokens;     /* token ids in the shard (or the dataset, summed) */
+	uint64_t documents;  /* documents: the samples */
+	uint64_t max_id;     /* the largest id */
+} bp_tokens;
+
+/* The largest id a token of width bytes may hold; 0 for a width that is neither 2 nor 4. */
+uint64_t bp_tokens_max_id(uint32_t width);
+
+/*
+ * Parse a TOKENS section, buf[0..len) (hostile bytes): exactly
+ * BP_TOKENS_SIZE bytes, version 1, width 2 or 4, reserved 0, max_id and
+ * eos (unless BP_TOKENS_NO_EOS) within the width's ids (bp_tokens_max_id),
+ * tokens * width not wrapping. What it says against the rest of the shard
+ * (documents, tokens, the schema) is checked when the shard opens
+ * (pack_fields.h). fault->offset is from buf. @return 0, or -EBADMSG with
+ * fault set; ret written only on success.
+ */
+int bp_tokens_decode(const uint8_t *buf, size_t len, bp_tokens *ret, bp_pack_fault *fault);
+/* Encode t (its fields as bp_tokens_decode accepts them) into out. */
+void bp_tokens_encode(const bp_tokens *t, uint8_t out[BP_TOKENS_SIZE]);
 
 /* Dataset fingerprint from the shards' fingerprints in order (PACK.md §Fingerprints). */
 uint64_t bp_pack_dataset_fingerprint(const uint64_t *shard_fps, size_t n);

@@ -20,6 +20,7 @@
 
 #include "endian.h"
 #include "pack_fields.h"
+#include "pack_priv.h"
 
 static int fail(bp_pack_fault *fault, int err, const char *what, uint64_t offset)
 {
@@ -49,7 +50,7 @@ void bp_pack_fields_extent(const bp_pack_index *idx, uint64_t *ret_offset, uint6
 		bp_pack_section sec;
 
 		bp_pack_index_section(idx, i, &sec);
-		if (sec.kind > BP_SECTION_SIZES)
+		if (key_kind(sec.kind))
 			break;
 		end = sec.offset + sec.size;
 	}
@@ -214,15 +215,20 @@ static int parse_sections(const bp_pack_index *idx, const uint8_t *bytes, uint64
 		const uint8_t *data;
 
 		bp_pack_index_section(idx, i, &sec);
-		if (sec.kind > BP_SECTION_SIZES) {
+		if (key_kind(sec.kind)) {
 			pf->keys = true;
 			break;
 		}
 		data = bytes + (sec.offset - offset);
 		if (XXH3_64bits(data, sec.size) != sec.hash)
 			return fail(fault, -EBADMSG, "section checksum mismatch", sec.offset);
-		r = i == 0 ? parse_schema(&sec, data, pf, fault)
-			   : place_section(idx, pf, &sec, data, fault);
+		if (i == 0)
+			r = parse_schema(&sec, data, pf, fault);
+		else if (sec.kind == BP_SECTION_TOKENS)
+			r = bp__tokens_parse(idx, &pf->schema, data, sec.offset, &pf->tokens, fault);
+		else
+			r = place_section(idx, pf, &sec, data, fault);
+		pf->has_tokens = pf->has_tokens || (r == 0 && sec.kind == BP_SECTION_TOKENS);
 	}
 	if (r < 0)
 		return r;

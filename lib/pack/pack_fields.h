@@ -103,6 +103,13 @@ const bp_schema *bp_schema_default(void);
 const bp_schema *bp_dataset_schema(const bp_dataset *ds);
 /* Whether every shard stores keys. */
 bool bp_dataset_has_keys(const bp_dataset *ds);
+/*
+ * The dataset's tokens when it is a token pack (PACK.md §Token packs):
+ * width and eos, which all its shards share, and tokens, documents and
+ * the largest id over all its shards (the counts summed). Any thread.
+ * @return 0, or -ENODATA when it is no token pack.
+ */
+int bp_dataset_tokens(const bp_dataset *ds, bp_tokens *ret);
 
 /*
  * Where field f (a bytes field) of global sample id lies within the
@@ -170,12 +177,15 @@ typedef struct bp_pack_fields {
 	const uint8_t *sizes;    /* SIZES (sample_count x bytes_fields u32), NULL with one bytes field */
 	uint32_t bytes_fields;
 	bool keys;               /* the shard has the four key sections */
+	bool has_tokens;         /* a token pack: tokens is its TOKENS section */
+	bp_tokens tokens;
 } bp_pack_fields;
 
 /*
  * The file range holding the sections that open loads (SCHEMA, COLUMN,
- * STR, SIZES: contiguous, at the start of the table) of a validated index;
- * size 0 for a shard before fields.
+ * STR, SIZES, TOKENS: all but the keys, so contiguous, at the start of
+ * the table, since a token pack has no keys) of a validated index; size 0
+ * for a shard before fields.
  */
 void bp_pack_fields_extent(const bp_pack_index *idx, uint64_t *ret_offset, uint64_t *ret_size);
 
@@ -186,7 +196,9 @@ void bp_pack_fields_extent(const bp_pack_index *idx, uint64_t *ret_offset, uint6
  * it implies (a column per scalar field, a str section per str field,
  * SIZES with >= 2 bytes fields) at their exact sizes, int64 values within
  * their class count, str offsets, sizes adding up to each sample and the
- * schema's fixed sizes. ret's columns point into bytes (keep it alive).
+ * schema's fixed sizes; in a token pack the TOKENS section's rules
+ * (PACK.md §Token packs: the schema, whole ids in every sample, the
+ * counts). ret's columns point into bytes (keep it alive).
  * @return 0; -EBADMSG / -E2BIG / -ENOTSUP with fault naming the field and
  * its file offset; -ENOMEM; -EINVAL when bytes does not cover the extent.
  */

@@ -38,6 +38,8 @@ struct bp_dataset {
 	bp_schema schema;          /* the shards' schema; fixed sizes where all shards agree */
 	bool keys;                 /* every shard has keys */
 	size_t field_bytes;        /* the shards' loaded sections and their tables */
+	bool has_tokens;           /* every shard is a token pack: tokens summed over them */
+	bp_tokens tokens;
 };
 
 /* Private per-shard storage lives after the public part. */
@@ -337,8 +339,39 @@ static bool same_fields(const bp_schema *a, const bp_schema *b)
 }
 
 /*
+ * Shard i's tokens into the dataset's: token packs all or none, of one
+ * width and one end-of-document id. @return 0 or -EBADMSG with fault set.
+ */
+static int merge_tokens(bp_dataset *ds, size_t i, bp_dataset_fault *fault)
+{
+	const shard_priv *sh = &((const shard_priv *)ds->shards)[i];
+	const bp_tokens *t = &sh->fields.tokens;
+	const char *what = NULL;
+
+	if (i == 0) {
+		ds->has_tokens = sh->fields.has_tokens;
+		ds->tokens = (bp_tokens){ .width = t->width, .eos = t->eos };
+	}
+	if (sh->fields.has_tokens != ds->has_tokens)
+		what = "shards mix token packs and other packs";
+	else if (ds->has_tokens && t->width != ds->tokens.width)
+		what = "shards' token widths differ";
+	else if (ds->has_tokens && t->eos != ds->tokens.eos)
+		what = "shards' end-of-document ids differ";
+	if (what)
+		return bp__fault_set(fault, sh->pub.name, -EBADMSG, what, sh->pub.index.data_end, -1);
+	/* Each shard's counts are below 2^64 / width and the shards few: no wrap. */
+	ds->tokens.tokens += t->tokens;
+	ds->tokens.documents += t->documents;
+	if (t->max_id > ds->tokens.max_id)
+		ds->tokens.max_id = t->max_id;
+	return 0;
+}
+
+/*
  * The dataset's schema: every shard's must have the same fields; a bytes
- * field keeps its fixed size only where every shard has that one.
+ * field keeps its fixed size only where every shard has that one. Token
+ * packs' tokens with it.
  */
 static int merge_schemas(bp_dataset *ds, bp_dataset_fault *fault)
 {
@@ -359,6 +392,8 @@ static int merge_schemas(bp_dataset *ds, bp_dataset_fault *fault)
 			if (ds->schema.fields[f].fixed_size != pf->schema.fields[f].fixed_size)
 				ds->schema.fields[f].fixed_size = 0;
 		ds->keys = ds->keys && pf->keys;
+		if ((r = merge_tokens(ds, i, fault)) < 0)
+			return r;
 		bp_pack_fields_extent(&shards[i].pub.index, &off, &size);
 		ds->field_bytes += size + bp_pack_fields_bytes(pf);
 	}
@@ -682,6 +717,14 @@ uint64_t bp_dataset_held_bytes(const bp_dataset *ds)
 
 const bp_schema *bp_dataset_schema(const bp_dataset *ds) { return &ds->schema; }
 bool bp_dataset_has_keys(const bp_dataset *ds) { return ds->keys; }
+
+int bp_dataset_tokens(const bp_dataset *ds, bp_tokens *ret)
+{
+	if (!ds->has_tokens)
+		return -ENODATA;
+	*ret = ds->tokens;
+	return 0;
+}
 size_t bp_dataset_field_bytes(const bp_dataset *ds) { return ds->field_bytes; }
 
 const bp_pack_fields *bp_dataset_shard_fields(const bp_dataset *ds, size_t i)

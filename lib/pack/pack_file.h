@@ -213,8 +213,10 @@ int bp_sample_reader_get(bp_sample_reader *r, uint64_t id, const uint8_t **ret_d
 
 /*
  * Check every block of every shard: read the stored bytes, check both hashes,
- * decompress; then every section of a shard with fields, read again, and
- * every key block and key-hash page (bp_pack_keys_verify). progress (may be NULL) is called after each shard with the
+ * decompress, and in a token pack find its largest id (which must be the
+ * TOKENS section's); then every section of a shard with fields, read
+ * again, and every key block and key-hash page (bp_pack_keys_verify).
+ * progress (may be NULL) is called after each shard with the
  * stored bytes checked so far. @return 0 when sound; the first fault's
  * negative errno otherwise, with fault naming shard, block and offset.
  */

@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pack_priv.h - what pack.c (the format's codecs and the index's
- * validation) and pack_lookup.c (finding a sample's block) share: the
- * byte offsets of the fixed-size entries (PACK.md) and the reads of a
- * validated block table.
+ * validation), pack_lookup.c (finding a sample's block), pack_fields.c,
+ * pack_tokens.c and pack_read.c share: the byte offsets of the fixed-size
+ * entries (PACK.md), the reads of a validated block table, and the token
+ * pack's checks.
  */
 #ifndef BATCHD_LIB_PACK_PRIV_H
 #define BATCHD_LIB_PACK_PRIV_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 #include "endian.h"
 #include "pack.h"
@@ -59,6 +63,37 @@ enum {
 	S_SIZE = 16,
 	S_HASH = 24,
 };
+
+/* TOKENS field offsets. */
+enum {
+	T_VERSION = 0,
+	T_WIDTH = 4,
+	T_EOS = 8,
+	T_TOKENS = 16,
+	T_DOCUMENTS = 24,
+	T_MAX_ID = 32,
+	T_RESERVED = 40,
+};
+
+/* Whether kind is one of the four key sections. */
+static inline bool key_kind(uint32_t kind)
+{
+	return kind >= BP_SECTION_KEYS && kind <= BP_SECTION_KEY_HASH_DIR;
+}
+
+struct bp_schema;
+/*
+ * The TOKENS section of a validated index (pack_tokens.c), its
+ * BP_TOKENS_SIZE bytes at data, file offset at, against the shard's
+ * decoded schema: decoded, the schema one bytes field "tokens", as many
+ * documents as samples, every sample a non-zero multiple of the width,
+ * the token count the samples' bytes over the width. @return 0, or
+ * -EBADMSG with fault (file offsets) set; ret written only on success.
+ */
+int bp__tokens_parse(const bp_pack_index *idx, const struct bp_schema *schema,
+		     const uint8_t *data, uint64_t at, bp_tokens *ret, bp_pack_fault *fault);
+/* The largest of the whole width-byte ids in p[0..n) (0 for none). */
+uint64_t bp__tokens_max(const uint8_t *p, size_t n, uint32_t width);
 
 /* Field `field` (B_*) of block i of a validated block table. */
 static inline uint64_t block_field(const bp_pack_index *idx, uint64_t i, size_t field)

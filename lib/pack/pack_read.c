@@ -23,6 +23,7 @@
 #include "pack_fields.h"
 #include "pack_file.h"
 #include "pack_file_priv.h"
+#include "pack_priv.h"
 
 /* ---- synchronous reader ------------------------------------------------ */
 
@@ -147,13 +148,60 @@ int bp_sample_reader_get(bp_sample_reader *r, uint64_t id, const uint8_t **ret_d
 #define VERIFY_CHUNK (UINT64_C(8) << 20)
 
 /*
- * Blocks are contiguous, so verification reads the data region in large
- * sequential chunks of whole blocks and checks each block in place.
+ * A token pack's ids as verify decodes its blocks: the shard's raw bytes
+ * in block order are its token stream, and an id may straddle two frames
+ * of a hostile shard, so the bytes of one not yet whole wait in part.
  */
-static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *stored_done,
-			uint64_t *raw_done, bp_dataset_fault *fault)
+typedef struct id_scan {
+	uint32_t width, have;    /* width 0: no token pack */
+	uint8_t part[4];
+	uint64_t max;
+} id_scan;
+
+static void id_feed(id_scan *t, const uint8_t *p, size_t n)
+{
+	size_t whole;
+	uint64_t m;
+
+	for (; t->have && n; p++, n--) {
+		t->part[t->have++] = *p;
+		if (t->have == t->width) {
+			m = bp__tokens_max(t->part, t->width, t->width);
+			t->max = m > t->max ? m : t->max;
+			t->have = 0;
+		}
+	}
+	whole = n - n % t->width;
+	m = bp__tokens_max(p, whole, t->width);
+	t->max = m > t->max ? m : t->max;
+	memcpy(t->part, p + whole, n - whole);
+	t->have = (uint32_t)(n - whole);
+}
+
+/* A token pack's largest id, found in its blocks, against its TOKENS section's. */
+static int id_check(const bp_shard *sh, const id_scan *t, const bp_tokens *tok,
+		    bp_dataset_fault *fault)
+{
+	bp_pack_section sec;
+
+	if (t->max == tok->max_id)
+		return 0;
+	bp_pack_index_find_section(&sh->index, BP_SECTION_TOKENS, BP_SECTION_NO_FIELD, &sec);
+	return bp__fault_set(fault, sh->name, -EBADMSG,
+			     "tokens section's largest id is not the documents' largest",
+			     sec.offset + T_MAX_ID, -1);
+}
+
+/*
+ * Blocks are contiguous, so verification reads the data region in large
+ * sequential chunks of whole blocks and checks each block in place; a
+ * token pack's ids (tok, else NULL) are read from them on the way.
+ */
+static int verify_shard(const bp_shard *sh, const bp_tokens *tok, bp_sample_reader *r,
+			uint64_t *stored_done, uint64_t *raw_done, bp_dataset_fault *fault)
 {
 	uint64_t bi = 0, n = sh->footer.block_count;
+	id_scan ids = { .width = tok ? tok->width : 0 };
 	int err;
 
 	posix_fadvise(sh->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
@@ -186,11 +234,13 @@ static int verify_shard(const bp_shard *sh, bp_sample_reader *r, uint64_t *store
 			if (err < 0)
 				return bp__fault_set(fault, sh->name, err, pf.what, pf.offset,
 						 (int64_t)bi);
+			if (ids.width)
+				id_feed(&ids, r->raw, b.raw_size);
 			*stored_done += b.stored_size;
 			*raw_done += b.raw_size;
 		}
 	}
-	return 0;
+	return tok ? id_check(sh, &ids, tok, fault) : 0;
 }
 
 static int shard_pread(void *ctx, void *buf, size_t len, uint64_t off)
@@ -238,7 +288,10 @@ int bp_dataset_verify(const bp_dataset *ds,
 	if (err < 0)
 		return err;
 	for (size_t i = 0; i < bp_dataset_shard_count(ds); i++) {
-		err = verify_shard(bp_dataset_shard(ds, i), r, &stored_done, &raw_done, fault);
+		const bp_pack_fields *pf = bp_dataset_shard_fields(ds, i);
+
+		err = verify_shard(bp_dataset_shard(ds, i), pf->has_tokens ? &pf->tokens : NULL, r,
+				   &stored_done, &raw_done, fault);
 		if (err == 0)
 			err = verify_sections(bp_dataset_shard(ds, i), r, fault);
 		if (err < 0)

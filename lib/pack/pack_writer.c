@@ -29,6 +29,7 @@
 
 #include "endian.h"
 #include "pack_file.h"
+#include "pack_priv.h"
 #include "pack_writer.h"
 
 /* Level of the key blocks: keys are small and written once. */
@@ -46,7 +47,7 @@ typedef struct wfield {
 	wbuf offs;          /* str: u64 offsets, from the leading 0 */
 } wfield;
 
-/* Sections, one of each kind a schema implies: 1 + fields + SIZES + 4 key sections. */
+/* Sections, one of each kind a schema implies: 1 + fields + SIZES + 4 key sections (or TOKENS). */
 #define MAX_SECTIONS (1 + BP_FIELD_MAX + 1 + 4)
 
 struct bp_pack_writer {
@@ -76,6 +77,9 @@ struct bp_pack_writer {
 	bool dup;
 	uint8_t sections[MAX_SECTIONS * BP_PACK_SECTION_ENTRY];
 	uint64_t sections_written;
+	/* A token pack, from bp_pack_writer_set_tokens on: width, eos, the largest id seen. */
+	bool tokens;
+	bp_tokens tok;
 };
 
 /* Grow a table to hold `need` entries of `entry` bytes. */
@@ -194,10 +198,34 @@ static int block_write(bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t r
 	return 0;
 }
 
+/*
+ * A token pack's block (or frame: sizes NULL) against its rules: its raw
+ * bytes at hand, its samples (a frame itself) whole ids, none empty, none
+ * over the width's ids; *ret_max its largest id. Anything passes
+ * without tokens. @return 0, -EINVAL, -ERANGE.
+ */
+static int token_block(const bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t raw_size,
+		       const uint64_t *sizes, size_t n, uint64_t *ret_max)
+{
+	uint32_t width = w->tok.width;
+
+	*ret_max = 0;
+	if (!w->tokens)
+		return 0;
+	if ((!enc->raw && raw_size) || raw_size % width)
+		return -EINVAL;
+	for (size_t i = 0; sizes && i < n; i++) {
+		if (sizes[i] == 0 || sizes[i] % width)
+			return -EINVAL;
+	}
+	*ret_max = bp__tokens_max(enc->raw, raw_size, width);
+	return *ret_max > bp_tokens_max_id(width) ? -ERANGE : 0;
+}
+
 int bp_pack_writer_add(bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t raw_size,
 		       const uint64_t *sample_sizes, size_t n)
 {
-	uint64_t sum = 0;
+	uint64_t sum = 0, max_id;
 	int r;
 
 	if (w->error)
@@ -215,11 +243,15 @@ int bp_pack_writer_add(bp_pack_writer *w, const bp_pack_encoded *enc, uint64_t r
 	}
 	if (sum != raw_size)
 		return -EINVAL;
-	r = block_room(w, enc, raw_size, n);
+	r = token_block(w, enc, raw_size, sample_sizes, n, &max_id);
+	if (r == 0)
+		r = block_room(w, enc, raw_size, n);
 	if (r == 0)
 		r = block_write(w, enc, raw_size, w->sample_count);
 	if (r < 0)
 		return r;
+	if (max_id > w->tok.max_id)
+		w->tok.max_id = max_id;
 
 	sum = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -249,7 +281,7 @@ int bp_pack_writer_add_frame(bp_pack_writer *w, const bp_pack_encoded *enc, uint
 			     uint64_t sample_size)
 {
 	bool first = w->frame_owed == 0;
-	uint64_t owed = first ? sample_size : w->frame_owed;
+	uint64_t owed = first ? sample_size : w->frame_owed, max_id;
 	int r;
 
 	if (w->error)
@@ -261,11 +293,15 @@ int bp_pack_writer_add_frame(bp_pack_writer *w, const bp_pack_encoded *enc, uint
 	    (raw_size < owed && raw_size < BP_PACK_MIN_FRAME) ||
 	    (!first && sample_size != w->frame_size))
 		return -EINVAL;
-	r = block_room(w, enc, raw_size, first ? 1 : 0);
+	r = token_block(w, enc, raw_size, NULL, 0, &max_id);
+	if (r == 0)
+		r = block_room(w, enc, raw_size, first ? 1 : 0);
 	if (r == 0)
 		r = block_write(w, enc, raw_size, first ? w->sample_count : w->sample_count - 1);
 	if (r < 0)
 		return r;
+	if (max_id > w->tok.max_id)
+		w->tok.max_id = max_id;
 	if (first) {
 		w->frame_head = w->block_count - 1;
 		w->frame_size = sample_size;
@@ -375,6 +411,23 @@ int bp_pack_writer_set_schema(bp_pack_writer *w, const bp_schema *s, bool keys)
 	return bp_pack_writer_set_schema_checked(w, s, keys, NULL);
 }
 
+int bp_pack_writer_set_tokens(bp_pack_writer *w, uint32_t width, uint64_t eos)
+{
+	static bp_field field = { .name = "tokens", .type = BP_FIELD_BYTES };
+	static const bp_schema schema = { .count = 1, .fields = &field };
+	int r;
+
+	if (!bp_tokens_max_id(width) || (eos != BP_TOKENS_NO_EOS && eos > bp_tokens_max_id(width)))
+		return -EINVAL;
+	r = bp_pack_writer_set_schema(w, &schema, false);
+	if (r < 0)
+		return r;
+	w->tokens = true;
+	w->tok = (bp_tokens){ .width = width, .eos = eos };
+	w->section_count++;
+	return 0;
+}
+
 /* Whether vals and key may be the next sample's fields. @return 0, -EINVAL, -E2BIG. */
 static int fields_ok(const bp_pack_writer *w, const bp_field_value *vals, const char *key,
 		     size_t key_len)
@@ -442,7 +495,7 @@ int bp_pack_writer_add_fields(bp_pack_writer *w, const bp_field_value *vals, con
 
 	if (w->error)
 		return w->error;
-	if (!w->schema.count)
+	if (!w->schema.count || w->tokens)
 		return -EINVAL;
 	r = fields_ok(w, vals, key, key_len);
 	if (r == 0)
@@ -739,6 +792,32 @@ static int write_field_sections(bp_pack_writer *w)
 }
 
 /*
+ * A token pack's field: its samples are its one bytes field, so it has a
+ * fixed size where they all have one (no sample is empty: token_block).
+ */
+static int token_fields(bp_pack_writer *w)
+{
+	uint64_t first = bp_le64(w->samples + 8);
+
+	for (uint64_t id = 1; id < w->sample_count && first; id++)
+		if (bp_le64(w->samples + id * BP_PACK_SAMPLE_ENTRY + 8) != first)
+			first = 0;
+	w->schema.fields[0].fixed_size = first;
+	return 0;
+}
+
+/* The TOKENS section: the counts from the samples, the largest id seen. */
+static int write_tokens(bp_pack_writer *w)
+{
+	uint8_t enc[BP_TOKENS_SIZE];
+
+	w->tok.tokens = w->raw_bytes / w->tok.width;
+	w->tok.documents = w->sample_count;
+	bp_tokens_encode(&w->tok, enc);
+	return emit(w, BP_SECTION_TOKENS, BP_SECTION_NO_FIELD, enc, sizeof(enc), NULL, 0, true);
+}
+
+/*
  * Everything between the last block and the index. The checks come first
  * and write nothing, so their refusals leave the writer as it was.
  */
@@ -746,7 +825,7 @@ static int write_sections(bp_pack_writer *w)
 {
 	key_entry *table = NULL;
 	ZSTD_CCtx *cctx = NULL;
-	int r = check_fields(w);
+	int r = w->tokens ? token_fields(w) : check_fields(w);
 
 	if (r == 0 && w->keys) {
 		r = key_table(w, &table);
@@ -760,6 +839,8 @@ static int write_sections(bp_pack_writer *w)
 	}
 	w->sections_written = 0;
 	r = write_field_sections(w);
+	if (r == 0 && w->tokens)
+		r = write_tokens(w);
 	if (r == 0 && w->keys)
 		r = write_key_blocks(w, cctx);
 	if (r == 0 && w->keys)

@@ -84,6 +84,24 @@ int bp_pack_writer_set_schema(bp_pack_writer *w, const bp_schema *s, bool keys);
 int bp_pack_writer_set_schema_checked(bp_pack_writer *w, const bp_schema *s, bool keys,
 				      bp_pack_fault *fault);
 
+/*
+ * Make the shard a token pack (PACK.md §Token packs), in place of
+ * bp_pack_writer_set_schema and before the first block: the schema one
+ * bytes field "tokens", no keys, each sample one document of little-endian
+ * ids of width bytes (2 or 4); eos its end-of-document id, or
+ * BP_TOKENS_NO_EOS. From then on every block and frame must come with its
+ * raw bytes (enc->raw, as bp_pack_block_encode sets it), every sample and
+ * every frame a non-zero multiple of width bytes; the writer reads the ids
+ * for the largest one, and finish writes the TOKENS section (counts from
+ * the samples, the largest id seen). Samples take no
+ * bp_pack_writer_add_fields. bp_pack_writer_add and _add_frame refuse a
+ * block breaking these rules with -EINVAL, and one holding an id over
+ * bp_tokens_max_id(width) with -ERANGE, leaving the writer as it was.
+ * @return 0; -EINVAL (width neither 2 nor 4, eos beyond the width's ids,
+ * a block added or a schema set already); -ENOMEM.
+ */
+int bp_pack_writer_set_tokens(bp_pack_writer *w, uint32_t width, uint64_t eos);
+
 /* One field's value of one sample, for bp_pack_writer_add_fields. */
 typedef struct bp_field_value {
 	const void *data;  /* str: its bytes (may be NULL when size is 0) */
@@ -98,7 +116,7 @@ typedef struct bp_field_value {
  * (key_len bytes, 1 .. BP_KEY_MAX, no NUL) when keys were asked for, else
  * key NULL. A sample's bytes fields, laid end to end in schema order, are
  * its bytes in the blocks.
- * @return 0; -EINVAL (no schema set, a key where none or none where one is
+ * @return 0; -EINVAL (no schema set, a token pack, a key where none or none where one is
  * due, a NUL in a key, an int64 outside its field's classes); -E2BIG (a
  * size over a limit); -ENOMEM; the writer's sticky error. Refusals leave
  * the writer as it was.
@@ -113,7 +131,8 @@ int bp_pack_writer_add_fields(bp_pack_writer *w, const bp_field_value *vals, con
 int bp_pack_writer_duplicate_key(const bp_pack_writer *w, const char **ret_key, size_t *ret_len);
 
 /*
- * Write the sections (when a schema was set), the index and the footer.
+ * Write the sections (when a schema was set; a token pack's TOKENS with
+ * them), the index and the footer.
  * @return 0, -ENODATA when no block was added,
  * -EINVAL while a framed sample is incomplete, or with a schema when some
  * sample lacks its fields or its bytes fields do not add up to its size;

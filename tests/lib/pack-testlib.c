@@ -269,7 +269,11 @@ static int write_samples(bp_pack_writer *w, ZSTD_CCtx *cctx, const ZSTD_CDict *c
 static int write_fields(bp_pack_writer *w, const pt_samples *s, const pt_fields *fields)
 {
 	const bp_schema *schema = fields->schema ? fields->schema : bp_schema_default();
-	int r = bp_pack_writer_set_schema(w, schema, fields->keys != NULL);
+	int r;
+
+	if (fields->token_width)
+		return bp_pack_writer_set_tokens(w, fields->token_width, fields->token_eos);
+	r = bp_pack_writer_set_schema(w, schema, fields->keys != NULL);
 
 	for (size_t i = 0; r == 0 && i < s->n; i++) {
 		const char *key = fields->keys ? fields->keys[i] : NULL;

@@ -163,6 +163,9 @@ typedef struct pt_fields {
 	const bp_schema *schema;
 	const bp_field_value *vals;
 	const char *const *keys;
+	/* Not 0: a token pack of ids of this width (schema, vals and keys unused). */
+	uint32_t token_width;
+	uint64_t token_eos;      /* its end-of-document id, or BP_TOKENS_NO_EOS */
 } pt_fields;
 
 /*

@@ -5,6 +5,7 @@
  */
 #include "pack-fields-fixture.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,3 +123,40 @@ int open_bytes(const uint8_t *buf, size_t len, bp_dataset **ret, bp_dataset_faul
 	return r;
 }
 
+/* A temporary directory holding the given shards as NNN.bpk. */
+void write_dir(char *dir, uint8_t **bufs, const size_t *lens, size_t n)
+{
+	strcpy(dir, "/tmp/test-pack-fields-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	for (size_t i = 0; i < n; i++) {
+		char path[128];
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%03zu.bpk", dir, i);
+		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, bufs[i], lens[i]), (ssize_t)lens[i]);
+		close(fd);
+	}
+}
+
+void remove_dir(const char *dir, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		char path[128];
+
+		snprintf(path, sizeof(path), "%s/%03zu.bpk", dir, i);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+bp_pack_writer *new_writer(int *fd)
+{
+	bp_pack_writer *w;
+
+	*fd = memfd_create("w", MFD_CLOEXEC);
+	ck_assert_int_ge(*fd, 0);
+	ck_assert_int_eq(bp_pack_writer_new(*fd, NULL, 0, &w), 0);
+	return w;
+}

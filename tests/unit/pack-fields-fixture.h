@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pack-fields-fixture.h - the record sets the fields suites share
- * (test-pack-fields.c, test-pack-fields-hostile.c): schemas, samples with
- * every field's values and keys, their shard in memory, and a shard's
- * bytes opened as a dataset.
+ * (test-pack-fields.c, test-pack-fields-hostile.c, test-pack-tokens.c):
+ * schemas, samples with every field's values and keys, their shard in
+ * memory, a shard's bytes opened as a dataset, shards written as a
+ * directory, and a writer on a memfd.
  *
  * One set of schemas and one generator, so that the shards the hostile
  * suite attacks are the ones the round trips prove sound. Deterministic
@@ -19,6 +20,7 @@
 #include "pack-testlib.h"
 #include "pack_fields.h"
 #include "pack_file.h"
+#include "pack_writer.h"
 
 /*
  * image bytes, label int64 (3 classes: cat, dog, fish), mask bytes (16
@@ -53,5 +55,14 @@ void recs_build(const recs *r, size_t per_block, uint64_t frame_size, uint8_t **
 		size_t *len);
 /* A memfd holding len bytes of buf, opened as a dataset. @return the open's result. */
 int open_bytes(const uint8_t *buf, size_t len, bp_dataset **ret, bp_dataset_fault *fault);
+/*
+ * A temporary directory (/tmp/test-pack-fields-XXXXXX into dir, >= 64
+ * bytes) holding the n shards bufs (lens bytes each) as NNN.bpk; removed,
+ * shards and all, with remove_dir.
+ */
+void write_dir(char *dir, uint8_t **bufs, const size_t *lens, size_t n);
+void remove_dir(const char *dir, size_t n);
+/* A writer on a new memfd (*fd, the caller closes it), without a dictionary. */
+bp_pack_writer *new_writer(int *fd);
 
 #endif

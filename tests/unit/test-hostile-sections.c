@@ -139,8 +139,12 @@ START_TEST(test_section_table_forged)
 	pt_put_le32(sec_entry(buf, len, 0), BP_SECTION_COLUMN);
 	expect_refused(buf, len, -EBADMSG, "section table does not start with the schema");
 	memcpy(buf, orig, len);
-	pt_put_le32(sec_entry(buf, len, 7), 9);
+	pt_put_le32(sec_entry(buf, len, 7), BP_SECTION_TOKENS + 1);
 	expect_refused(buf, len, -ENOTSUP, "unknown section kind");
+	memcpy(buf, orig, len);
+	/* The key-hash directory relabelled TOKENS: not of the section's 48 bytes. */
+	pt_put_le32(sec_entry(buf, len, 7), BP_SECTION_TOKENS);
+	expect_refused(buf, len, -EBADMSG, "tokens section is not 48 bytes");
 	memcpy(buf, orig, len);
 	pt_put_le32(sec_entry(buf, len, 1) + 4, 2);
 	pt_put_le32(sec_entry(buf, len, 2) + 4, 1);

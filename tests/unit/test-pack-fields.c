@@ -238,34 +238,6 @@ END_TEST
 
 /* ---- datasets of several shards ------------------------------------------------- */
 
-/* A temporary directory holding the given shards as NNN.bpk. */
-static void write_dir(char *dir, uint8_t **bufs, const size_t *lens, size_t n)
-{
-	strcpy(dir, "/tmp/test-pack-fields-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(dir));
-	for (size_t i = 0; i < n; i++) {
-		char path[128];
-		int fd;
-
-		snprintf(path, sizeof(path), "%s/%03zu.bpk", dir, i);
-		fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		ck_assert_int_ge(fd, 0);
-		ck_assert_int_eq(write(fd, bufs[i], lens[i]), (ssize_t)lens[i]);
-		close(fd);
-	}
-}
-
-static void remove_dir(const char *dir, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		char path[128];
-
-		snprintf(path, sizeof(path), "%s/%03zu.bpk", dir, i);
-		unlink(path);
-	}
-	rmdir(dir);
-}
-
 START_TEST(test_multi_shard)
 {
 	char dir[64], miss[] = "no/such/key";
@@ -429,16 +401,6 @@ START_TEST(test_keys_many)
 END_TEST
 
 /* ---- writer ------------------------------------------------------------------------ */
-
-static bp_pack_writer *new_writer(int *fd)
-{
-	bp_pack_writer *w;
-
-	*fd = memfd_create("w", MFD_CLOEXEC);
-	ck_assert_int_ge(*fd, 0);
-	ck_assert_int_eq(bp_pack_writer_new(*fd, NULL, 0, &w), 0);
-	return w;
-}
 
 /* One raw block of n samples of the given sizes (bytes 'x'). */
 static int add_raw(bp_pack_writer *w, const uint64_t *sizes, size_t n)

@@ -3,8 +3,8 @@
  * test-pack.c - the Check suite for the fixed-place parts of a .bpk
  * (lib/pack/pack.c): the header and the footer, encoded and decoded byte
  * for byte as PACK.md lays them out, each field refused alone, counts
- * whose table sizes wrap; and the small pure helpers (codec names, the
- * dataset fingerprint).
+ * whose table sizes wrap; the TOKENS section of token packs, the same
+ * way; and the small pure helpers (codec names, the dataset fingerprint).
  *
  * These parts are checked on bytes made by hand, without a block or an
  * index, so they are a suite apart from the rest of the format: one block
@@ -453,6 +453,117 @@ END_TEST
 
 /* ---- small pure helpers -------------------------------------------------- */
 
+/* ---- TOKENS section ------------------------------------------------------------- */
+
+static const bp_tokens tok16 = {
+	.width = 2, .eos = 50256, .tokens = 1000, .documents = 7, .max_id = 50256,
+};
+
+/* Decode buf; on failure check the reason and offset, and that *ret was not written. */
+static int tokens_result(const uint8_t *buf, size_t len, const char *want, uint64_t at)
+{
+	bp_pack_fault f = { .what = NULL };
+	bp_tokens t, sentinel;
+	int r;
+
+	memset(&t, 0x5a, sizeof(t));
+	memcpy(&sentinel, &t, sizeof(t));
+	r = bp_tokens_decode(buf, len, &t, &f);
+	if (r < 0) {
+		ck_assert_int_eq(r, -EBADMSG);
+		ck_assert_str_eq(f.what, want);
+		ck_assert_uint_eq(f.offset, at);
+		ck_assert_int_eq(f.block, -1);
+		ck_assert_mem_eq(&t, &sentinel, sizeof(t));
+	}
+	return r;
+}
+
+START_TEST(test_tokens_layout)
+{
+	bp_tokens t = tok16, back;
+	uint8_t buf[BP_TOKENS_SIZE];
+
+	ck_assert_uint_eq(BP_TOKENS_SIZE, 48);
+	bp_tokens_encode(&t, buf);
+	ck_assert_uint_eq(pt_le32(buf), 1);
+	ck_assert_uint_eq(pt_le32(buf + 4), 2);
+	ck_assert_uint_eq(pt_le64(buf + 8), 50256);
+	ck_assert_uint_eq(pt_le64(buf + 16), 1000);
+	ck_assert_uint_eq(pt_le64(buf + 24), 7);
+	ck_assert_uint_eq(pt_le64(buf + 32), 50256);
+	ck_assert_uint_eq(pt_le64(buf + 40), 0);
+	ck_assert_int_eq(tokens_result(buf, sizeof(buf), NULL, 0), 0);
+	ck_assert_int_eq(bp_tokens_decode(buf, sizeof(buf), &back, NULL), 0);
+	ck_assert_mem_eq(&back, &t, sizeof(t));
+
+	/* No end-of-document id, and the width's largest ids. */
+	t = (bp_tokens){ .width = 4, .eos = BP_TOKENS_NO_EOS, .tokens = 3, .documents = 1,
+			 .max_id = 0x7fffffff };
+	bp_tokens_encode(&t, buf);
+	ck_assert_uint_eq(pt_le64(buf + 8), UINT64_MAX);
+	ck_assert_int_eq(bp_tokens_decode(buf, sizeof(buf), &back, NULL), 0);
+	ck_assert_mem_eq(&back, &t, sizeof(t));
+	t = (bp_tokens){ .width = 2, .eos = 0xffff, .max_id = 0xffff };
+	bp_tokens_encode(&t, buf);
+	ck_assert_int_eq(bp_tokens_decode(buf, sizeof(buf), &back, NULL), 0);
+	ck_assert_uint_eq(bp_tokens_max_id(2), 0xffff);
+	ck_assert_uint_eq(bp_tokens_max_id(4), 0x7fffffff);
+	ck_assert_uint_eq(bp_tokens_max_id(3), 0);
+}
+END_TEST
+
+/* Each rule of the section broken alone, on otherwise good bytes. */
+START_TEST(test_tokens_rejects)
+{
+	static const struct {
+		size_t at, width;  /* width 4 or 8 bytes at offset at */
+		uint64_t value;
+		const char *what;
+	} cases[] = {
+		{ 0, 4, 0, "tokens section of an unknown version" },
+		{ 0, 4, 2, "tokens section of an unknown version" },
+		{ 4, 4, 0, "token width is neither 2 nor 4 bytes" },
+		{ 4, 4, 1, "token width is neither 2 nor 4 bytes" },
+		{ 4, 4, 3, "token width is neither 2 nor 4 bytes" },
+		{ 4, 4, 8, "token width is neither 2 nor 4 bytes" },
+		{ 40, 8, 1, "reserved tokens field is not zero" },
+		{ 40, 8, UINT64_C(1) << 63, "reserved tokens field is not zero" },
+		{ 32, 8, 0x10000, "largest token id beyond its width's ids" },
+		{ 32, 8, UINT64_MAX, "largest token id beyond its width's ids" },
+		{ 8, 8, 0x10000, "end-of-document id beyond its width's ids" },
+		{ 8, 8, UINT64_MAX - 1, "end-of-document id beyond its width's ids" },
+		{ 16, 8, UINT64_MAX / 2 + 1, "token count beyond any shard" },
+	};
+	uint8_t good[BP_TOKENS_SIZE], buf[BP_TOKENS_SIZE + 1];
+
+	bp_tokens_encode(&tok16, good);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memcpy(buf, good, sizeof(good));
+		if (cases[i].width == 4)
+			pt_put_le32(buf + cases[i].at, (uint32_t)cases[i].value);
+		else
+			pt_put_le64(buf + cases[i].at, cases[i].value);
+		ck_assert_int_eq(tokens_result(buf, BP_TOKENS_SIZE, cases[i].what, cases[i].at),
+				 -EBADMSG);
+	}
+	/* Width 4: ids up to 2^31 - 1, as int32 delivers them; not one more. */
+	bp_tokens_encode(&(bp_tokens){ .width = 4, .max_id = 0x80000000u }, buf);
+	ck_assert_int_eq(tokens_result(buf, BP_TOKENS_SIZE,
+				       "largest token id beyond its width's ids", 32), -EBADMSG);
+	bp_tokens_encode(&(bp_tokens){ .width = 4, .eos = 0x80000000u }, buf);
+	ck_assert_int_eq(tokens_result(buf, BP_TOKENS_SIZE,
+				       "end-of-document id beyond its width's ids", 8), -EBADMSG);
+	/* A section of any other length, or none. */
+	memcpy(buf, good, sizeof(good));
+	ck_assert_int_eq(tokens_result(buf, BP_TOKENS_SIZE - 1, "tokens section is not 48 bytes", 0),
+			 -EBADMSG);
+	ck_assert_int_eq(tokens_result(buf, BP_TOKENS_SIZE + 1, "tokens section is not 48 bytes", 0),
+			 -EBADMSG);
+	ck_assert_int_eq(tokens_result(NULL, 0, "tokens section is not 48 bytes", 0), -EBADMSG);
+}
+END_TEST
+
 START_TEST(test_codec_names)
 {
 	ck_assert_str_eq(bp_pack_codec_name(BP_CODEC_RAW), "raw");
@@ -500,6 +611,11 @@ static Suite *pack_suite(void)
 	tcase_add_test(tc, test_footer_rejects);
 	tcase_add_test(tc, test_footer_count_overflow);
 	tcase_add_test(tc, test_footer_index_limit);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("tokens");
+	tcase_add_test(tc, test_tokens_layout);
+	tcase_add_test(tc, test_tokens_rejects);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("helpers");
