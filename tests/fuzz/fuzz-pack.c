@@ -335,6 +335,24 @@ static void check_fields(const bp_pack_view *v, const uint8_t *data, size_t size
 				"str value outside its section", id, b);
 		}
 	}
+	if (pf.has_tokens) {
+		uint64_t bytes = 0;
+
+		require(pf.schema.count == 1 && pf.bytes_fields == 1 && !pf.keys &&
+				pf.tokens.documents == idx->sample_count &&
+				(pf.tokens.width == 2 || pf.tokens.width == 4) &&
+				pf.tokens.max_id <= bp_tokens_max_id(pf.tokens.width),
+			"token pack's promises", pf.tokens.width, pf.tokens.documents);
+		for (uint64_t id = 0; id < idx->sample_count; id++) {
+			uint64_t off, sz;
+
+			bp_pack_index_sample_span(idx, id, &off, &sz);
+			require(sz && sz % pf.tokens.width == 0, "document not whole ids", id, sz);
+			bytes += sz;
+		}
+		require(bytes == pf.tokens.tokens * pf.tokens.width, "token count", bytes,
+			pf.tokens.tokens);
+	}
 	for (uint64_t id = 0; pf.bytes_fields > 1 && id < idx->sample_count; id++) {
 		uint64_t sum = 0, off, sz;
 

@@ -7,8 +7,8 @@
  * a handful of small valid packs covering each shape (one sample, many
  * samples per block, one per block, dictionary, raw blocks, empty samples,
  * samples stored as frames among small ones, samples with fields and keys
- * in every section kind) plus damaged ones (truncated, garbage, a bad
- * index byte, a bad block byte, a bad section byte), and an encoded schema
+ * in every section kind, token packs) plus damaged ones (truncated,
+ * garbage, a bad index byte, a bad block byte, a bad section byte), and an encoded schema
  * alone for bp_schema_decode. The output is
  * deterministic for a given zstd version; it is run by hand and the files
  * are committed:
@@ -55,6 +55,24 @@ static void put(const char *name, const uint8_t *buf, size_t len)
 		close(fd);
 }
 
+/* Building name's pack gave r and buf: put it; *ret (may be NULL) keeps it, else it is freed. */
+static void keep(const char *name, int r, uint8_t *buf, size_t len, uint8_t **ret,
+		 size_t *ret_len)
+{
+	if (r < 0) {
+		fprintf(stderr, "gen-pack-corpus: %s: %s\n", name, strerror(-r));
+		failed = 1;
+		return;
+	}
+	put(name, buf, len);
+	if (ret) {
+		*ret = buf;
+		*ret_len = len;
+	} else {
+		free(buf);
+	}
+}
+
 /*
  * Build a pack of n samples of kind, per_block to a block, those over
  * frame_size (when not 0) in frames; put it as name.
@@ -71,18 +89,7 @@ static void pack_framed(const char *name, size_t n, size_t min, size_t max, enum
 	pt_samples_make(&s, n, min, max, kind, 0xc0ffee + n);
 	r = pt_pack_build_framed(&s, per_block, frame_size, dict, dict_size, 3, &buf, &len);
 	pt_samples_free(&s);
-	if (r < 0) {
-		fprintf(stderr, "gen-pack-corpus: %s: %s\n", name, strerror(-r));
-		failed = 1;
-		return;
-	}
-	put(name, buf, len);
-	if (ret) {
-		*ret = buf;
-		*ret_len = len;
-	} else {
-		free(buf);
-	}
+	keep(name, r, buf, len, ret, ret_len);
 }
 
 static void pack(const char *name, size_t n, size_t min, size_t max, enum pt_kind kind,
@@ -130,6 +137,17 @@ static void sample_values(const bp_schema *sc, uint32_t nb, size_t i, uint64_t s
 	}
 }
 
+/* s with fields pf, blocks of 3, in frames over frame_size: put as name; *ret (may be NULL) keeps it. */
+static void build_put(const char *name, const pt_samples *s, uint64_t frame_size,
+		      const pt_fields *pf, uint8_t **ret, size_t *ret_len)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int r = pt_pack_build_fields(s, 3, frame_size, pf, &buf, &len);
+
+	keep(name, r, buf, len, ret, ret_len);
+}
+
 /*
  * A pack of n samples of up to max bytes with schema's fields (NULL: the
  * default one) and, when keys, keys "train/<i>.jpg"; samples over
@@ -145,9 +163,6 @@ static void pack_fields(const char *name, size_t n, size_t max, const bp_schema 
 	uint32_t nb = bp_schema_bytes_fields(sc);
 	pt_fields pf = { .schema = sc, .vals = vals };
 	pt_samples s;
-	uint8_t *buf;
-	size_t len;
-	int r;
 
 	if (!vals || !names || !sizes)
 		abort();
@@ -161,19 +176,7 @@ static void pack_fields(const char *name, size_t n, size_t max, const bp_schema 
 	}
 	pf.keys = keys ? (const char *const *)names : NULL;
 	pt_samples_sized(&s, sizes, n, 0, 5);
-	r = pt_pack_build_fields(&s, 3, frame_size, &pf, &buf, &len);
-	if (r < 0) {
-		fprintf(stderr, "gen-pack-corpus: %s: %s\n", name, strerror(-r));
-		failed = 1;
-	} else {
-		put(name, buf, len);
-		if (ret) {
-			*ret = buf;
-			*ret_len = len;
-		} else {
-			free(buf);
-		}
-	}
+	build_put(name, &s, frame_size, &pf, ret, ret_len);
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
@@ -207,6 +210,42 @@ static void fields_seeds(void)
 	free(full);
 }
 
+/* A token pack of n documents of width-byte ids (text bytes: ids below 2^31), frames over frame_size. */
+static void pack_tokens(const char *name, size_t n, uint32_t width, uint64_t eos,
+			uint64_t frame_size, uint8_t **ret, size_t *ret_len)
+{
+	pt_fields pf = { .token_width = width, .token_eos = eos };
+	uint64_t st = 11, *sizes = calloc(n, sizeof(*sizes));
+	pt_samples s;
+
+	if (!sizes)
+		abort();
+	for (size_t i = 0; i < n; i++)
+		sizes[i] = pt_rand_range(&st, 1, 60) * width;
+	if (frame_size)
+		sizes[1] = 2 * frame_size + 4 * width; /* three frames */
+	pt_samples_sized(&s, sizes, n, 0, 9);
+	build_put(name, &s, frame_size, &pf, ret, ret_len);
+	free(sizes);
+	pt_samples_free(&s);
+}
+
+/* Token packs of both widths, framed and not, and one with a damaged TOKENS section. */
+static void token_seeds(void)
+{
+	uint8_t *buf = NULL, *sec;
+	size_t len;
+
+	pack_tokens("tokens-u16.bpk", 20, 2, 50256, 0, &buf, &len);
+	pack_tokens("tokens-u32-frames.bpk", 3, 4, BP_TOKENS_NO_EOS, BP_PACK_MIN_FRAME, NULL, NULL);
+	if (!buf)
+		return;
+	sec = pt_section(buf, len, BP_SECTION_TOKENS, BP_SECTION_NO_FIELD, NULL);
+	sec[24] ^= 0x01;
+	put("tokens-bad-section-byte.bpk", buf, len);
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	uint8_t dict[1024], garbage[600], *many, *copy;
@@ -234,6 +273,7 @@ int main(int argc, char **argv)
 	pack_framed("frames-raw.bpk", 2, 4500, 7000, PT_RANDOM, 1, BP_PACK_MIN_FRAME, NULL, 0,
 		    NULL, NULL);
 	fields_seeds();
+	token_seeds();
 	if (failed)
 		return 1;
 
