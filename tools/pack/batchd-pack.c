@@ -4,6 +4,7 @@
  *
  *   batchd-pack create OUT INPUT... [options]
  *   batchd-pack create OUT --manifest FILE [options]
+ *   batchd-pack create OUT --tokens uint16|uint32 [--eos ID] INPUT... [options]
  *   batchd-pack info PATH [--json] [remote options]
  *   batchd-pack verify PATH [remote options]
  *   batchd-pack ls PATH [--range A:B]
@@ -37,16 +38,18 @@
 #include "pack_read.h"
 #include "pack_remote.h"
 #include "pack_scan.h"
+#include "pack_tokens.h"
 #include "progress.h"
 #include "units.h"
 
 /*
- * The usage in two literals, joined once at start (usage()): one literal
+ * The usage in three literals, joined once at start (usage()): one literal
  * would be over the 4095 bytes C99 has every compiler take.
  */
 static const char usage_create[] =
 	"usage: batchd-pack create OUT INPUT... [options]\n"
 	"       batchd-pack create OUT --manifest FILE.csv|FILE.jsonl [--column NAME:TYPE]...\n"
+	"       batchd-pack create OUT --tokens uint16|uint32 [--eos ID] INPUT... [options]\n"
 	"       batchd-pack info PATH [--json] [--endpoint URL] [--region R]\n"
 	"                        [--addressing auto|path|virtual] [--profile P]\n"
 	"       batchd-pack verify PATH [--endpoint URL] [--region R]\n"
@@ -92,6 +95,22 @@ static const char usage_create[] =
 	"                     whole, as batchd would; one that does not decode is named\n"
 	"                     with the decoder's reason (see --on-error)\n";
 
+/* Token packs (create --tokens): what INPUT is there, and the options that change. */
+static const char usage_tokens[] =
+	"create --tokens: a token pack of tokenized documents (a sample a document, its\n"
+	"token ids little-endian; docs/packs.md). INPUT is a flat token file NAME.bin\n"
+	"(ids of the --tokens type, a document ending after each --eos id), a Megatron\n"
+	"PREFIX.bin and PREFIX.idx (a sequence a document; either file or PREFIX), a .npy\n"
+	"(1-D: a stream as a flat file; 2-D: a row a document) or a .jsonl (a line a\n"
+	"document: [ids] or {\"input_ids\": [ids]}); inputs in order, kinds mixed.\n"
+	"  --tokens uint16|uint32  the ids' type in the pack (uint32: ids up to 2^31-1)\n"
+	"  --eos ID           the end-of-document id: it cuts flat streams into documents\n"
+	"                     and is appended to every other document not ending with it\n"
+	"  --allow-empty      leave empty documents out (counted) rather than refuse them\n"
+	"  Defaults change: --block-size 128K, no dictionary unless --dict. Not with\n"
+	"  --labels, --group-by, --manifest, --records, --max-side, --check-images,\n"
+	"  --no-keys: a token pack has one field and no keys.\n";
+
 static const char usage_rest[] =
 	BP_SIZE_HELP
 	PACK_REMOTE_HELP
@@ -107,7 +126,43 @@ enum {
 	O_LEVEL = 256, O_BLOCK, O_FRAME, O_DICT, O_NODICT, O_THREADS, O_SHARD, O_RECORDS,
 	O_LABELS, O_GROUP, O_MANIFEST, O_COLUMN, O_NOKEYS, O_MISSING, O_MISSING_INT,
 	O_MAX_SIDE, O_JPEG_QUALITY, O_ON_ERROR, O_HIDDEN, O_EMPTY, O_CHECK_IMAGES,
+	O_TOKENS, O_EOS,
 };
+
+/* The block size a token pack gets unless --block-size says: whole documents, 128 KiB a block. */
+#define TOKENS_BLOCK_SIZE (UINT64_C(128) << 10)
+
+/*
+ * The inputs as the command line names them, added once it is all read:
+ * what an operand is (a directory or tar, or a token file with --tokens)
+ * depends on options that may come after it.
+ */
+typedef struct pending {
+	const char *path;
+	uint64_t record_size;    /* --records SIZE FILE; 0 for an operand */
+} pending;
+
+typedef struct create_args {
+	pending *v;
+	size_t n;
+	bool block_size;         /* --block-size given */
+	bool eos;                /* --eos given */
+	uint64_t eos_id;
+} create_args;
+
+/* Note input path (a record file of record_size bytes a record, or an operand). @return 0 or 1 (said). */
+static int pend(create_args *a, const char *path, uint64_t record_size)
+{
+	pending *v = realloc(a->v, (a->n + 1) * sizeof(*v));
+
+	if (!v) {
+		fprintf(stderr, "batchd-pack: out of memory\n");
+		return 1;
+	}
+	a->v = v;
+	v[a->n++] = (pending){ path, record_size };
+	return 0;
+}
 
 /* A sized option: --block-size, --frame-size, --shard-size. @return 0, or the usage exit status. */
 static int create_size(pack_create_opts *o, int c, const char *arg)
@@ -129,7 +184,7 @@ static int create_size(pack_create_opts *o, int c, const char *arg)
 }
 
 /* --records SIZE FILE: FILE is the next argument. @return 0, 1 (said why) or the usage exit status. */
-static int create_records(pack_inputs *in, const char *out, const char *arg, int argc, char **argv)
+static int create_records(create_args *a, const char *out, const char *arg, int argc, char **argv)
 {
 	uint64_t v;
 
@@ -139,7 +194,82 @@ static int create_records(pack_inputs *in, const char *out, const char *arg, int
 		return cli_usage("--records %s: missing FILE", arg);
 	if (!out)
 		return cli_usage("--records: name OUT before the inputs");
-	return pack_inputs_add(in, argv[optind++], v, true) < 0 ? 1 : 0;
+	return pend(a, argv[optind++], v);
+}
+
+/* --tokens uint16|uint32, --eos ID. @return 0 or the usage exit status. */
+static int create_tokens(pack_inputs *in, create_args *a, int c, const char *arg)
+{
+	if (c == O_EOS) {
+		if (cli_parse_u64(arg, &a->eos_id) < 0)
+			return cli_usage("--eos: '%s' is not a token id", arg);
+		a->eos = true;
+		return 0;
+	}
+	if (!strcmp(arg, "uint16"))
+		in->tok.width = 2;
+	else if (!strcmp(arg, "uint32"))
+		in->tok.width = 4;
+	else
+		return cli_usage("--tokens: '%s' is not a token type; uint16 or uint32", arg);
+	return 0;
+}
+
+/*
+ * --tokens against the options that give samples fields, keys or images,
+ * and --eos and the block, frame and dictionary defaults of a token pack.
+ * @return 0 or the usage exit status.
+ */
+static int tokens_check(pack_inputs *in, pack_create_opts *o, const create_args *a)
+{
+	static const char *const layouts[] = { "", "--labels", "--group-by", "--manifest" };
+	uint64_t max = bp_tokens_max_id(in->tok.width);
+	bool records = false;
+
+	for (size_t i = 0; i < a->n; i++)
+		records = records || a->v[i].record_size;
+	if (a->eos && !in->tok.width)
+		return cli_usage("--eos: only with --tokens uint16|uint32 (a token pack)");
+	if (!in->tok.width)
+		return 0;
+	if (in->fo.layout != LAYOUT_FILES)
+		return cli_usage("--tokens: not with %s (a token pack's one field is its documents' "
+				 "ids)", layouts[in->fo.layout]);
+	if (records)
+		return cli_usage("--tokens: not with --records (give a flat token file as INPUT, "
+				 "with --eos)");
+	if (o->max_side || o->check_images)
+		return cli_usage("--tokens: not with %s (token ids are no images)",
+				 o->max_side ? "--max-side" : "--check-images");
+	if (in->fo.no_keys)
+		return cli_usage("--tokens: not with --no-keys (a token pack never stores keys: a "
+				 "document is found by its id)");
+	if (a->eos && a->eos_id > max)
+		return cli_usage("--eos: %" PRIu64 " is not a %s token id (0..%" PRIu64 ")", a->eos_id,
+				 in->tok.width == 2 ? "uint16" : "uint32", max);
+	if (o->frame_size % in->tok.width)
+		return cli_usage("--frame-size: with --tokens %s, a multiple of %u bytes (a frame "
+				 "holds whole token ids)", in->tok.width == 2 ? "uint16" : "uint32",
+				 in->tok.width);
+	in->tok.eos = a->eos ? a->eos_id : BP_TOKENS_NO_EOS;
+	o->block_size = a->block_size ? o->block_size : TOKENS_BLOCK_SIZE;
+	if (o->dict == DICT_AUTO)
+		o->dict = DICT_OFF;
+	return 0;
+}
+
+/* The inputs named, in command-line order. @return 0 or 1 (one that cannot be used, said). */
+static int add_inputs(pack_inputs *in, const create_args *a)
+{
+	for (size_t i = 0; i < a->n; i++) {
+		const pending *p = &a->v[i];
+		int r = in->tok.width ? pack_tokens_add(in, p->path)
+				      : pack_inputs_add(in, p->path, p->record_size, p->record_size != 0);
+
+		if (r < 0)
+			return 1;
+	}
+	return 0;
 }
 
 /* The options that give samples fields. @return 0, 1 (said why) or the usage exit status. */
@@ -251,9 +381,9 @@ static int create_check(const pack_inputs *in, pack_create_opts *o)
 	return 0;
 }
 
-/* argv into o, in and *out. @return 0, 1 (an input that cannot be used, said) or the usage exit status. */
-static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs *in,
-			pack_remote *rem, const char **out)
+/* The options and operands of create, read in order. @return 0 or an exit status (said). */
+static int create_options(int argc, char **argv, pack_create_opts *o, pack_inputs *in,
+			  pack_remote *rem, const char **out, create_args *a)
 {
 	static const struct option opts[] = {
 		{ "level", required_argument, NULL, O_LEVEL },
@@ -277,6 +407,8 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		{ "include-hidden", no_argument, NULL, O_HIDDEN },
 		{ "allow-empty", no_argument, NULL, O_EMPTY },
 		{ "check-images", no_argument, NULL, O_CHECK_IMAGES },
+		{ "tokens", required_argument, NULL, O_TOKENS },
+		{ "eos", required_argument, NULL, O_EOS },
 		PACK_REMOTE_OPTIONS,
 		{ "part-size", required_argument, NULL, O_REMOTE_PART_SIZE },
 		{ NULL, 0, NULL, 0 },
@@ -291,8 +423,8 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		case 1:
 			if (!*out)
 				*out = optarg;
-			else if (pack_inputs_add(in, optarg, 0, false) < 0)
-				r = 1;
+			else
+				r = pend(a, optarg, 0);
 			break;
 		case O_LEVEL:
 			if (cli_parse_u64(optarg, &v) < 0 || v < 1 || v > (uint64_t)ZSTD_maxCLevel())
@@ -302,7 +434,12 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 		case O_BLOCK:
 		case O_FRAME:
 		case O_SHARD:
+			a->block_size = a->block_size || c == O_BLOCK;
 			r = create_size(o, c, optarg);
+			break;
+		case O_TOKENS:
+		case O_EOS:
+			r = create_tokens(in, a, c, optarg);
 			break;
 		case O_DICT: o->dict = DICT_ON; break;
 		case O_NODICT: o->dict = DICT_OFF; break;
@@ -312,7 +449,7 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 			o->threads = (unsigned)v;
 			break;
 		case O_RECORDS:
-			r = create_records(in, *out, optarg, argc, argv);
+			r = create_records(a, *out, optarg, argc, argv);
 			break;
 		case O_MAX_SIDE:
 		case O_JPEG_QUALITY:
@@ -340,12 +477,27 @@ static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs 
 				return cli_usage(NULL);
 		}
 	}
+	return r;
+}
+
+/* argv into o, in and *out. @return 0, 1 (an input that cannot be used, said) or the usage exit status. */
+static int create_parse(int argc, char **argv, pack_create_opts *o, pack_inputs *in,
+			pack_remote *rem, const char **out)
+{
+	create_args a = { 0 };
+	int r = create_options(argc, argv, o, in, rem, out, &a);
+
+	if (r == 0 && !*out)
+		r = cli_usage("create: missing OUT");
+	else if (r == 0 && a.n == 0 && in->n == 0)
+		r = cli_usage("create: missing INPUT");
+	if (r == 0)
+		r = tokens_check(in, o, &a);
+	if (r == 0)
+		r = add_inputs(in, &a);
+	free(a.v);
 	if (r)
 		return r;
-	if (!*out)
-		return cli_usage("create: missing OUT");
-	if (in->n == 0)
-		return cli_usage("create: missing INPUT");
 	return create_check(in, o) || pack_remote_check(rem, *out) ? 2 : 0;
 }
 
@@ -454,6 +606,7 @@ static void info_json(const bp_dataset *ds, const info_codecs *ic)
 	       (double)bp_dataset_raw_bytes(ds) / (double)bp_dataset_samples(ds),
 	       bp_dataset_max_block(ds), bp_dataset_framed(ds), ic->frames,
 	       bp_dataset_fingerprint(ds), per_block(ds));
+	pack_info_tokens_json(ds);
 	pack_info_fields_json(ds, true);
 	printf("}\n");
 }
@@ -481,6 +634,7 @@ static void info_text(const char *path, const bp_dataset *ds, const info_codecs 
 	printf("framed        %" PRIu64 " samples in %" PRIu64 " frames\n", bp_dataset_framed(ds),
 	       ic->frames);
 	printf("fingerprint   %016" PRIx64 "\n", bp_dataset_fingerprint(ds));
+	pack_info_tokens_text(ds);
 	pack_info_fields_text(ds);
 	info_shuffle(ds);
 }
@@ -594,9 +748,9 @@ static int cmd_verify(int argc, char **argv)
 /* The whole usage text, for cli_init. */
 static const char *usage(void)
 {
-	static char text[sizeof(usage_create) + sizeof(usage_rest)];
+	static char text[sizeof(usage_create) + sizeof(usage_tokens) + sizeof(usage_rest)];
 
-	snprintf(text, sizeof(text), "%s%s", usage_create, usage_rest);
+	snprintf(text, sizeof(text), "%s%s%s", usage_create, usage_tokens, usage_rest);
 	return text;
 }
 

@@ -306,12 +306,14 @@ static mode_t less_umask(mode_t mode)
 	return mode & ~mask;
 }
 
-/* A shard's writer on o->fd, with the schema and keys when the inputs have them. */
+/* A shard's writer on o->fd, with the schema and keys when the inputs have them, or a token pack's. */
 static int writer_new(output *o)
 {
 	bp_pack_fault fault = { 0 };
 	int r = bp_pack_writer_new(o->fd, o->dict, o->dict_size, &o->w);
 
+	if (r == 0 && o->in->tok.width)
+		r = bp_pack_writer_set_tokens(o->w, o->in->tok.width, o->in->tok.eos);
 	if (r == 0 && o->in->fields)
 		r = bp_pack_writer_set_schema_checked(o->w, &o->in->schema, o->in->keys, &fault);
 	/* The scan checked names and counts; what is left is a limit, such as the schema's size. */
@@ -839,10 +841,45 @@ static void print_tally(const pack_tally *t, uint64_t undecodable)
 		printf("; %" PRIu64 " empty (0 bytes)", t->empty);
 }
 
+/*
+ * A token pack's summary line: "OUT: N documents, T tokens (uint16, eos
+ * 50256) in B blocks; R MB raw, S MB stored (ratio X.XX)", then what else
+ * there is to say.
+ */
+static void print_tokens(const char *path, const pack_inputs *in, const output *out, double secs)
+{
+	printf("%s: %" PRIu64 " document%s, %" PRIu64 " token%s (%s, ", path, in->samples,
+	       in->samples == 1 ? "" : "s", in->tally.tokens, in->tally.tokens == 1 ? "" : "s",
+	       in->tok.width == 2 ? "uint16" : "uint32");
+	if (in->tok.eos == BP_TOKENS_NO_EOS)
+		printf("no eos");
+	else
+		printf("eos %" PRIu64, in->tok.eos);
+	printf(") in %" PRIu64 " blocks", out->blocks);
+	if (out->framed)
+		printf(" (%" PRIu64 " documents in frames)", out->framed);
+	printf("; %.2f MB raw, %.2f MB stored (ratio %.2f)", (double)out->raw / 1e6,
+	       (double)out->stored / 1e6, out->stored ? (double)out->raw / (double)out->stored : 1.0);
+	if (out->sharded)
+		printf("; %u shards", out->shard);
+	if (in->tally.eos_added)
+		printf("; eos appended to %" PRIu64, in->tally.eos_added);
+	if (in->tally.empty_docs)
+		printf("; %" PRIu64 " empty documents left out", in->tally.empty_docs);
+	if (out->dict_size)
+		printf("; dictionary %zu bytes", out->dict_size);
+	printf("; %.2f s, %.1f MB/s\n", secs, secs > 0 ? (double)in->raw_bytes / secs / 1e6 : 0.0);
+}
+
 static void print_summary(const char *path, const pack_inputs *in, const output *out,
 			  const pack_create_opts *o, double secs)
 {
 	char raw[32], stored[32];
+
+	if (in->tok.width) {
+		print_tokens(path, in, out, secs);
+		return;
+	}
 
 	printf("%s: %" PRIu64 " samples in %" PRIu64 " blocks", path, in->samples - out->fits.left,
 	       out->blocks);

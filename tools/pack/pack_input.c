@@ -34,6 +34,7 @@
 #include "pack_file.h"
 #include "pack_input.h"
 #include "pack_scan.h"
+#include "pack_tokens.h"
 #include "units.h"
 
 int pack__err(int err, const char *path, const char *what)
@@ -515,13 +516,20 @@ static int scan_records(pack_input *in)
 	return 0;
 }
 
+/* Sample i of input p: its bytes. */
+static uint64_t size_of(const pack_input *p, uint64_t i)
+{
+	return p->kind == INPUT_RECORDS ? p->record_size
+	       : p->kind == INPUT_TOKENS ? pack_tokens_size(p, i) : p->entries[i].size;
+}
+
 uint64_t pack_inputs_size(const pack_inputs *in, uint64_t i)
 {
 	for (size_t k = 0; k < in->n; k++) {
 		const pack_input *p = &in->v[k];
 
 		if (i < p->count)
-			return p->kind == INPUT_RECORDS ? p->record_size : p->entries[i].size;
+			return size_of(p, i);
 		i -= p->count;
 	}
 	return 0;
@@ -648,7 +656,8 @@ static void note_empty(pack_inputs *in, const pack_input *p)
 {
 	char name[4352];
 
-	if (p->kind == INPUT_RECORDS || (p->kind == INPUT_TAR && in->fo.layout == LAYOUT_GROUPS))
+	if (p->kind == INPUT_RECORDS || p->kind == INPUT_TOKENS ||
+	    (p->kind == INPUT_TAR && in->fo.layout == LAYOUT_GROUPS))
 		return;
 	for (uint64_t i = 0; i < p->count; i++) {
 		if (p->entries[i].size)
@@ -676,6 +685,8 @@ static int scan_one(pack_inputs *in, pack_input *p)
 		return pack__manifest_scan(in, p);
 	case INPUT_RECORDS:
 		return scan_records(p);
+	case INPUT_TOKENS:
+		return pack_tokens_scan(in, p);
 	}
 	return -EINVAL;
 }
@@ -712,13 +723,24 @@ int pack_inputs_scan(pack_inputs *in)
 				in->max_sample = p->record_size;
 			continue;
 		}
+		if (p->kind == INPUT_TOKENS) {
+			uint64_t bytes, max;
+
+			pack_tokens_totals(p, &bytes, &max);
+			in->raw_bytes += bytes;
+			in->max_sample = max > in->max_sample ? max : in->max_sample;
+			continue;
+		}
 		for (uint64_t i = 0; i < p->count; i++) {
 			in->raw_bytes += p->entries[i].size;
 			if (p->entries[i].size > in->max_sample)
 				in->max_sample = p->entries[i].size;
 		}
 	}
-	if (in->fo.layout == LAYOUT_FILES) {
+	if (in->tok.width) {
+		/* A token pack's schema and TOKENS section are the writer's (set_tokens). */
+		return in->samples ? 0 : pack__err(0, in->v[0].path, "no documents to pack");
+	} else if (in->fo.layout == LAYOUT_FILES) {
 		r = settle_plain(in);
 	} else {
 		in->fields = true;
@@ -748,6 +770,7 @@ void pack_inputs_free(pack_inputs *in)
 		free(p->entries);
 		free(p->path);
 		free(p->root);
+		pack_tokens_free(p);
 		if (p->root_fd >= 0)
 			close(p->root_fd);
 	}
@@ -770,6 +793,7 @@ struct pack_iter {
 	struct archive *tar;
 	struct archive_entry *entry;
 	uint32_t unread;         /* grouped tar: members of the current sample not yet read */
+	pack_tokens_reader *tokens; /* INPUT_TOKENS */
 	char name[4352];
 };
 
@@ -793,6 +817,8 @@ static void iter_close_input(pack_iter *it)
 	if (it->tar)
 		archive_read_free(it->tar);
 	it->tar = NULL;
+	pack_tokens_close(it->tokens);
+	it->tokens = NULL;
 	it->started = false;
 	it->unread = 0;
 }
@@ -811,6 +837,8 @@ static int iter_open_input(pack_iter *it, const pack_input *p)
 	it->started = true;
 	if (p->kind == INPUT_TAR)
 		return pack__tar_open(p->path, &it->tar);
+	if (p->kind == INPUT_TOKENS)
+		return pack_tokens_open(it->in, p, &it->tokens);
 	/* A directory's files are read beneath the descriptor the scan walked, never by path. */
 	if (p->kind != INPUT_RECORDS) {
 		it->fd = fcntl(p->root_fd, F_DUPFD_CLOEXEC, 0);
@@ -863,7 +891,7 @@ int pack_iter_next(pack_iter *it, uint64_t *ret_size)
 		if (it->i < p->count) {
 			if (p->kind == INPUT_TAR && (r = iter_tar_step(it, p)) < 0)
 				return r;
-			*ret_size = p->kind == INPUT_RECORDS ? p->record_size : p->entries[it->i].size;
+			*ret_size = size_of(p, it->i);
 			return 1;
 		}
 		iter_close_input(it);
@@ -881,6 +909,8 @@ static void entry_name(const pack_inputs *in, const pack_input *p, uint64_t i,
 {
 	if (p->kind == INPUT_DIR)
 		snprintf(buf, len, "%s/%s", p->path, p->entries[i].name);
+	else if (p->kind == INPUT_TOKENS)
+		pack_tokens_name(p, i, buf, len);
 	else if (p->kind == INPUT_MANIFEST)
 		snprintf(buf, len, "%s/%s (%s:%u)", p->root, p->entries[i].name, p->path,
 			 p->entries[i].line);
@@ -970,6 +1000,8 @@ int pack_iter_read(pack_iter *it, uint8_t *dst)
 	case INPUT_DIR:
 	case INPUT_MANIFEST:
 		return read_file(it, p, dst);
+	case INPUT_TOKENS:
+		return pack_tokens_read(it->tokens, it->i, dst);
 	case INPUT_RECORDS:
 		r = bp_pread_full(it->fd, dst, p->record_size, it->i * p->record_size);
 		return r < 0 ? pack__err(r == -ENODATA ? -EIO : r, pack_iter_name(it), "cannot read")

@@ -2,7 +2,8 @@
 /*
  * pack_input.h - the samples batchd-pack packs: files below a directory,
  * members of a tar archive, fixed-size records of a file, the rows of a
- * manifest; and, for each sample, its key and the values of its fields.
+ * manifest, the documents of token files (pack_tokens.h); and, for each
+ * sample, its key and the values of its fields.
  *
  * Packing walks the inputs more than once (a scan for sizes and limits, a
  * pass over a few samples to train a dictionary, the packing pass), always
@@ -30,7 +31,7 @@
 #include "pack_fields.h"
 #include "pack_writer.h"
 
-enum pack_input_kind { INPUT_DIR, INPUT_TAR, INPUT_RECORDS, INPUT_MANIFEST };
+enum pack_input_kind { INPUT_DIR, INPUT_TAR, INPUT_RECORDS, INPUT_MANIFEST, INPUT_TOKENS };
 
 /* How samples get their fields (create's --labels, --group-by, --manifest). */
 enum pack_layout {
@@ -61,6 +62,7 @@ typedef struct pack_input {
 	int root_fd;             /* INPUT_DIR, INPUT_MANIFEST: that directory, opened at the scan;
 				  * every file is opened beneath it, following no symlink
 				  * (pack_beneath.h); -1 before */
+	struct pack_tokens_src *tok; /* INPUT_TOKENS: its file and documents (pack_tokens.h) */
 } pack_input;
 
 /* --column NAME:TYPE for a manifest. */
@@ -99,12 +101,22 @@ typedef struct pack_tally {
 	uint64_t unreadable;     /* --on-error=skip: files and directories that could not be opened */
 	uint64_t hidden;         /* names starting with '.' below a directory, not walked */
 	uint64_t empty;          /* samples of 0 bytes, packed (warned of but with --allow-empty) */
+	uint64_t empty_docs;     /* --tokens --allow-empty: empty documents, left out */
+	uint64_t eos_added;      /* --tokens --eos: documents the id was appended to */
+	uint64_t tokens;         /* --tokens: token ids in the documents packed */
 } pack_tally;
+
+/* create's --tokens and --eos: a token pack (PACK.md §Token packs). */
+typedef struct pack_tokens_opts {
+	uint32_t width;          /* 2 (uint16) or 4 (uint32); 0: no token pack */
+	uint64_t eos;            /* the end-of-document id, or BP_TOKENS_NO_EOS */
+} pack_tokens_opts;
 
 typedef struct pack_inputs {
 	pack_input *v;
 	size_t n;
 	pack_fields_opts fo;     /* set before the scan */
+	pack_tokens_opts tok;    /* set before the inputs are added */
 	/* Filled by the scan. */
 	uint64_t samples, raw_bytes, max_sample;
 	pack_tally tally;

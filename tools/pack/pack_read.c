@@ -490,3 +490,42 @@ void pack_info_fields_json(const bp_dataset *ds, bool last)
 	}
 	printf("]%s", last ? "" : ", ");
 }
+
+/* ---- token packs ------------------------------------------------------------------ */
+
+void pack_info_tokens_text(const bp_dataset *ds)
+{
+	bp_tokens t;
+
+	if (bp_dataset_tokens(ds, &t) < 0)
+		return;
+	printf("dtype         %s\n", t.width == 2 ? "uint16" : "uint32");
+	printf("documents     %" PRIu64 "\n", t.documents);
+	printf("tokens        %" PRIu64 "\n", t.tokens);
+	if (t.eos == BP_TOKENS_NO_EOS)
+		printf("eos           none\n");
+	else
+		printf("eos           %" PRIu64 "\n", t.eos);
+	printf("max id        %" PRIu64 "\n", t.max_id);
+	printf("mean document %.1f tokens\n", (double)t.tokens / (double)t.documents);
+	printf("longest doc   %" PRIu64 " tokens\n", bp_dataset_max_sample(ds) / t.width);
+}
+
+void pack_info_tokens_json(const bp_dataset *ds)
+{
+	bp_tokens t;
+
+	if (bp_dataset_tokens(ds, &t) < 0) {
+		printf("\"tokens\": null, ");
+		return;
+	}
+	printf("\"tokens\": {\"dtype\": \"%s\", \"documents\": %" PRIu64 ", \"tokens\": %" PRIu64
+	       ", \"eos\": ", t.width == 2 ? "uint16" : "uint32", t.documents, t.tokens);
+	if (t.eos == BP_TOKENS_NO_EOS)
+		printf("null");
+	else
+		printf("%" PRIu64, t.eos);
+	printf(", \"max_id\": %" PRIu64 ", \"mean_document\": %.2f, \"longest_document\": %" PRIu64
+	       "}, ", t.max_id, (double)t.tokens / (double)t.documents,
+	       bp_dataset_max_sample(ds) / t.width);
+}

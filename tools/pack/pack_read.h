@@ -2,7 +2,7 @@
 /*
  * pack_read.h - the reading commands of batchd-pack: `ls` (samples with
  * their keys and field values), `cat` (one field of one sample, by id or
- * key), and the schema part of `info`.
+ * key), and the schema and token parts of `info`.
  *
  * Thread rules: called from the main thread.
  */
@@ -26,5 +26,9 @@ int pack_cmd_cat(int argc, char **argv);
 void pack_info_fields_text(const bp_dataset *ds);
 /* info --json's "keys" and "fields" members, each followed by ", " unless last. */
 void pack_info_fields_json(const bp_dataset *ds, bool last);
+/* info's lines on a token pack's tokens (nothing for another pack). */
+void pack_info_tokens_text(const bp_dataset *ds);
+/* info --json's "tokens" member (null for another pack) and ", ". */
+void pack_info_tokens_json(const bp_dataset *ds);
 
 #endif
