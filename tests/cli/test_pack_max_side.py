@@ -31,22 +31,11 @@ import unittest
 import numpy as np
 from PIL import Image
 
-BIN = os.path.abspath(sys.argv.pop(1) if len(sys.argv) > 1 else "build/tools/batchd-pack")
+from pack_cli import pack, packed, take_bin
+
+BIN = take_bin(sys.argv)
 ICONS = sorted(glob.glob("/usr/share/icons/Adwaita/512x512/*/*.png"))
 N = 256
-
-
-def pack(*args):
-    """batchd-pack ARGS: (exit status, stdout, stderr)."""
-    p = subprocess.run([BIN, *args], capture_output=True, timeout=120)
-    return p.returncode, p.stdout.decode(), p.stderr.decode()
-
-
-def packed(*args):
-    rc, out, err = pack(*args)
-    if rc:
-        raise AssertionError(f"batchd-pack {' '.join(args)}: exit {rc}: {err}")
-    return out
 
 
 def ls(path):
