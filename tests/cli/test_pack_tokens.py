@@ -397,6 +397,50 @@ class Tokens(unittest.TestCase):
                 self.assertEqual(len(err.strip().splitlines()), 2, err)
                 self.assertIn("Try 'batchd-pack --help'", err)
 
+    def test_a_file_changed_after_the_scan(self):
+        """What the scan saw is what is packed: a document boundary moved or a file grown
+        between the scan and the reads stops the pack (needs -Dfault_injection=true:
+        BATCHD_PACK_AFTER_SCAN runs there, else skipped)."""
+        flat = self.path("moving.bin")
+        jsonl = self.path("moving.jsonl")
+        marker = self.path("after-scan-ran")
+        edit = ("import numpy as np, sys; a = np.fromfile(sys.argv[1], np.uint16); "
+                "a[int(sys.argv[2])] = int(sys.argv[3]); a.tofile(sys.argv[1])")
+        np.array([5, 0], np.uint16).tofile(flat)
+        subprocess.run([BIN, "create", self.path("probe.bpk"), "--tokens", "uint16", "--eos",
+                        "0", flat], capture_output=True, timeout=60,
+                       env=dict(os.environ, BATCHD_PACK_AFTER_SCAN=f"touch {marker}"))
+        if not os.path.exists(marker):
+            self.skipTest("built without -Dfault_injection=true")
+        os.remove(marker)
+        cases = [
+            ([flat, "1", "0"], "its document boundaries are not those the scan found"),
+            ([flat, "0", "0"], "its document boundaries are not those the scan found"),
+        ]
+        for argv, needle in cases:
+            with self.subTest(argv=argv):
+                np.array([5, 6, 0, 7, 0], np.uint16).tofile(flat)
+                cmd = f"touch {marker} && /usr/bin/python3 -c '{edit}' {' '.join(argv)}"
+                out = self.path("moving.bpk")
+                p = subprocess.run([BIN, "create", out, "--tokens", "uint16", "--eos", "0", flat],
+                                   capture_output=True, text=True, timeout=60,
+                                   env=dict(os.environ, BATCHD_PACK_AFTER_SCAN=cmd))
+                os.remove(marker)
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn(f"{flat}: document 0: " + needle, p.stderr)
+                self.assertIn("the input changed while packing", p.stderr)
+                self.assertFalse(os.path.exists(out))
+        with open(jsonl, "w") as f:
+            f.write("[1, 2]\n[3]\n")
+        cmd = f"touch {marker} && printf '[1, 2, 4]\\n[3]\\n' > {jsonl}"
+        p = subprocess.run([BIN, "create", self.path("moving2.bpk"), "--tokens", "uint16", jsonl],
+                           capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, BATCHD_PACK_AFTER_SCAN=cmd))
+        self.assertTrue(os.path.exists(marker))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(f"{jsonl}: changed size since the scan", p.stderr)
+        self.assertFalse(os.path.exists(self.path("moving2.bpk")))
+
     # ---- verify ---------------------------------------------------------------------
 
     def test_verify_fails_on_a_flipped_byte_of_the_tokens_section(self):
