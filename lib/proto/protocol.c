@@ -65,7 +65,13 @@ enum {
 	OPEN_RESUME_SAMPLE = 0,      /* u64 start_sample */
 	OPEN_RESUME_STRIDE = 8,      /* u32 batch_stride, 1 .. BP_STRIDE_MAX */
 	OPEN_RESUME_SIZE = 12,
-	/* With BP_OPEN_DECODE, last: */
+	/* With BP_OPEN_SOURCES, last: u64 epoch_samples, u32 counts, paths, then: */
+	OPEN_SRC_TAIL = 8,           /* u32 sources, u32 the trailer's bytes */
+	/* With BP_OPEN_SEQUENCES, before it: */
+	OPEN_SEQ_LEN = 0,            /* u32 seq_len, 1 .. BP_SEQ_LEN_MAX */
+	OPEN_SEQ_MODE = 4,           /* u8 enum bp_sequences, then 3 bytes zero */
+	OPEN_SEQ_SIZE = 8,
+	/* With BP_OPEN_DECODE, before it: */
 	OPEN_DECODE_HEIGHT = 0,      /* u32 */
 	OPEN_DECODE_WIDTH = 4,       /* u32 */
 	OPEN_DECODE_RESIZE = 8,      /* u32 */
@@ -238,9 +244,96 @@ static bool decode_valid(const bp_open_decode *d)
 	       field_list_ok(d->field, d->field_len) && !memchr(d->field, ',', d->field_len);
 }
 
+/* A sequences trailer's fields in their ranges; none at all when sequences is 0. */
+static bool sequences_valid(const bp_msg_open *m)
+{
+	if (m->sequences == BP_SEQUENCES_NONE)
+		return m->seq_len == 0;
+	return m->sequences <= BP_SEQUENCES_PACKED && m->seq_len >= 1 &&
+	       m->seq_len <= BP_SEQ_LEN_MAX;
+}
+
+/* A mixture's sources: 2 .. 64 of them, counts summing to a period, paths as OPEN's. */
+static bool sources_valid(const bp_msg_open *m)
+{
+	uint64_t period = 0;
+
+	if (m->sources == 0)
+		return true;
+	if (m->sources < 2 || m->sources > BP_MIX_SOURCES_MAX)
+		return false;
+	for (uint32_t i = 0; i < m->sources; i++) {
+		const bp_open_source *src = &m->source[i];
+
+		if (src->count < 1 || src->count > BP_MIX_PERIOD_MAX)
+			return false;
+		period += src->count;
+		if (i && (src->path_len < 1 || !string_ok(src->path, src->path_len, BP_PATH_MAX) ||
+			  !no_nul(src->path, src->path_len)))
+			return false;
+	}
+	return period <= BP_MIX_PERIOD_MAX;
+}
+
+/* The sources trailer's bytes. */
+static uint64_t sources_size(const bp_msg_open *m)
+{
+	uint64_t n = 8 + 4 * (uint64_t)m->sources + OPEN_SRC_TAIL;
+
+	for (uint32_t i = 1; i < m->sources; i++)
+		n += 4 + (uint64_t)m->source[i].path_len;
+	return m->sources ? n : 0;
+}
+
+static void sources_put(uint8_t *t, const bp_msg_open *m)
+{
+	uint64_t at = 8;
+
+	bp_put_le64(t, m->epoch_samples);
+	for (uint32_t i = 0; i < m->sources; i++, at += 4)
+		bp_put_le32(t + at, m->source[i].count);
+	for (uint32_t i = 1; i < m->sources; i++) {
+		bp_put_le32(t + at, m->source[i].path_len);
+		memcpy(t + at + 4, m->source[i].path, m->source[i].path_len);
+		at += 4 + m->source[i].path_len;
+	}
+	bp_put_le32(t + at, m->sources);
+	bp_put_le32(t + at + 4, (uint32_t)(at + OPEN_SRC_TAIL));
+}
+
+/* The sources trailer ending buf[0..len), off the end. @return its bytes, or -EBADMSG. */
+static int64_t sources_get(const uint8_t *buf, size_t len, bp_msg_open *m)
+{
+	uint64_t size, at;
+
+	if (len < OPEN_PATH + OPEN_SRC_TAIL)
+		return -EBADMSG;
+	m->sources = bp_le32(buf + len - OPEN_SRC_TAIL);
+	size = bp_le32(buf + len - 4);
+	if (m->sources < 2 || m->sources > BP_MIX_SOURCES_MAX || size > len - OPEN_PATH ||
+	    size < 8 + 4 * (uint64_t)m->sources + OPEN_SRC_TAIL)
+		return -EBADMSG;
+	buf += len - size;
+	m->epoch_samples = bp_le64(buf);
+	at = 8;
+	for (uint32_t i = 0; i < m->sources; i++, at += 4)
+		m->source[i].count = bp_le32(buf + at);
+	for (uint32_t i = 1; i < m->sources; i++) {
+		if (at + 4 > size - OPEN_SRC_TAIL)
+			return -EBADMSG;
+		m->source[i].path_len = bp_le32(buf + at);
+		if (m->source[i].path_len > size - OPEN_SRC_TAIL - at - 4)
+			return -EBADMSG;
+		m->source[i].path = (const char *)buf + at + 4;
+		at += 4 + m->source[i].path_len;
+	}
+	/* The paths fill the trailer exactly: it re-encodes to itself. */
+	return at + OPEN_SRC_TAIL == size ? (int64_t)size : -EBADMSG;
+}
+
 static bool open_valid(const bp_msg_open *m)
 {
-	return decode_valid(&m->decode) &&
+	return decode_valid(&m->decode) && sequences_valid(m) && sources_valid(m) &&
 	       batch_size_ok(m->batch_size) && m->world >= 1 && m->world <= PROTO_WORLD_MAX &&
 	       m->rank < m->world && m->prefetch <= PROTO_PREFETCH_MAX &&
 	       m->window <= PROTO_WINDOW_MAX && placement_ok(m->placement) &&
@@ -585,6 +678,14 @@ bool bp_msg_open_why(const bp_msg_open *m, char *buf, size_t len)
 		snprintf(buf, len, "batch_stride %u must be 1 .. %u", m->batch_stride, BP_STRIDE_MAX);
 	else if (!decode_valid(&m->decode))
 		decode_why(&m->decode, buf, len);
+	else if (!sequences_valid(m))
+		snprintf(buf, len, "sequences %u with seq_len %u: sequences must be windows (1) or "
+			 "packed (2) with seq_len 1 .. %u", m->sequences, m->seq_len, BP_SEQ_LEN_MAX);
+	else if (!sources_valid(m))
+		snprintf(buf, len, "a mixture of %u sources: 2 .. %u sources, each counted 1 .. %u "
+			 "times a period of at most %u, each path 1 .. %u bytes without NUL",
+			 m->sources, BP_MIX_SOURCES_MAX, BP_MIX_PERIOD_MAX, BP_MIX_PERIOD_MAX,
+			 BP_PATH_MAX);
 	else
 		return false;
 	return true;
@@ -592,13 +693,14 @@ bool bp_msg_open_why(const bp_msg_open *m, char *buf, size_t len)
 
 int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 {
-	uint64_t len;
+	uint64_t len, at;
 	int r;
 
 	if (!m)
 		return -EINVAL;
 	len = (uint64_t)OPEN_PATH + m->path_len + (m->fields_len ? 4u + m->fields_len : 0) +
-	      (open_resumes(m) ? OPEN_RESUME_SIZE : 0) + (m->decode.kind ? OPEN_DECODE_SIZE : 0);
+	      (open_resumes(m) ? OPEN_RESUME_SIZE : 0) + (m->decode.kind ? OPEN_DECODE_SIZE : 0) +
+	      (m->sequences ? OPEN_SEQ_SIZE : 0) + sources_size(m);
 	r = begin(open_valid(m), buf, cap, len);
 	if (r < 0)
 		return r;
@@ -617,7 +719,9 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	put_le16(buf + OPEN_FLAGS, (uint16_t)((m->fields_len ? BP_OPEN_FIELDS : 0) |
 					      (m->keys ? BP_OPEN_KEYS : 0) |
 					      (open_resumes(m) ? BP_OPEN_RESUME : 0) |
-					      (m->decode.kind ? BP_OPEN_DECODE : 0)));
+					      (m->decode.kind ? BP_OPEN_DECODE : 0) |
+					      (m->sequences ? BP_OPEN_SEQUENCES : 0) |
+					      (m->sources ? BP_OPEN_SOURCES : 0)));
 	memcpy(buf + OPEN_DEVICE_UUID, m->device_uuid, sizeof(m->device_uuid));
 	bp_put_le32(buf + OPEN_PATH_LEN, m->path_len);
 	if (m->fields_len) {
@@ -626,17 +730,26 @@ int bp_msg_open_encode(const bp_msg_open *m, uint8_t *buf, size_t cap)
 	} else {
 		memcpy(buf + OPEN_PATH, m->path, m->path_len);
 	}
+	/* The trailers from the end: sources, sequences, decode, resume. */
+	at = len - sources_size(m);
+	if (m->sources)
+		sources_put(buf + at, m);
+	if (m->sequences) {
+		at -= OPEN_SEQ_SIZE;
+		memset(buf + at, 0, OPEN_SEQ_SIZE);
+		bp_put_le32(buf + at + OPEN_SEQ_LEN, m->seq_len);
+		buf[at + OPEN_SEQ_MODE] = m->sequences;
+	}
 	if (m->decode.kind) {
-		decode_put(buf + len - OPEN_DECODE_SIZE, &m->decode);
-		len -= OPEN_DECODE_SIZE; /* the resume trailer comes before it */
+		at -= OPEN_DECODE_SIZE;
+		decode_put(buf + at, &m->decode);
 	}
 	if (open_resumes(m)) {
-		uint8_t *t = buf + len - OPEN_RESUME_SIZE;
-
-		bp_put_le64(t + OPEN_RESUME_SAMPLE, m->start_sample);
-		bp_put_le32(t + OPEN_RESUME_STRIDE, m->batch_stride ? m->batch_stride : 1);
+		at -= OPEN_RESUME_SIZE;
+		bp_put_le64(buf + at + OPEN_RESUME_SAMPLE, m->start_sample);
+		bp_put_le32(buf + at + OPEN_RESUME_STRIDE, m->batch_stride ? m->batch_stride : 1);
 	}
-	return (int)(len + (m->decode.kind ? OPEN_DECODE_SIZE : 0));
+	return (int)len;
 }
 
 int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
@@ -652,9 +765,29 @@ int bp_msg_open_decode(const uint8_t *buf, size_t len, bp_msg_open *ret)
 	flags = le16(buf + OPEN_FLAGS);
 	/* A bool byte other than 0/1, or an unknown flag, would not re-encode to itself. */
 	if (buf[OPEN_DROP_LAST] > 1 ||
-	    (flags & ~(BP_OPEN_FIELDS | BP_OPEN_KEYS | BP_OPEN_RESUME | BP_OPEN_DECODE)))
+	    (flags & ~(BP_OPEN_FIELDS | BP_OPEN_KEYS | BP_OPEN_RESUME | BP_OPEN_DECODE |
+		       BP_OPEN_SEQUENCES | BP_OPEN_SOURCES)))
 		return -EBADMSG;
-	/* The decode trailer is last: take it off the end first. */
+	/* The trailers come off the end: sources, sequences, decode, resume. */
+	if (flags & BP_OPEN_SOURCES) {
+		int64_t size = sources_get(buf, len, &m);
+
+		if (size < 0)
+			return -EBADMSG;
+		len -= (size_t)size;
+	}
+	if (flags & BP_OPEN_SEQUENCES) {
+		const uint8_t *t = buf + len - OPEN_SEQ_SIZE;
+
+		if (len < OPEN_PATH + OPEN_SEQ_SIZE)
+			return -EBADMSG;
+		m.seq_len = bp_le32(t + OPEN_SEQ_LEN);
+		m.sequences = t[OPEN_SEQ_MODE];
+		/* A trailer saying "none", or reserved bytes set, would not re-encode. */
+		if (m.sequences == BP_SEQUENCES_NONE || t[5] || t[6] || t[7])
+			return -EBADMSG;
+		len -= OPEN_SEQ_SIZE;
+	}
 	if (flags & BP_OPEN_DECODE) {
 		if (len < OPEN_PATH + OPEN_DECODE_SIZE ||
 		    decode_get(buf + len - OPEN_DECODE_SIZE, &m.decode) < 0)

@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mixture.h"    /* BP_MIX_SOURCES_MAX */
 #include "schedule.h"   /* BP_STRIDE_MAX */
 
 #define BP_PROTO_MAGIC       0x31504442u  /* "BDP1" in file order */
@@ -80,7 +81,17 @@ int bp_shuffle_parse(const char *name, enum bp_shuffle *ret);
 #define BP_OPEN_FIELDS 0x1u      /* a field list comes before the path */
 #define BP_OPEN_KEYS   0x2u      /* batches carry the samples' keys */
 #define BP_OPEN_RESUME 0x4u      /* start_sample and batch_stride follow the path */
-#define BP_OPEN_DECODE 0x8u      /* the decode trailer ends the message */
+#define BP_OPEN_DECODE 0x8u      /* the decode trailer follows */
+#define BP_OPEN_SEQUENCES 0x10u  /* the sequences trailer follows */
+#define BP_OPEN_SOURCES 0x20u    /* the sources trailer ends the message */
+
+/* What a token session's samples are (OPEN's sequences trailer; docs/tokens.md). */
+enum bp_sequences {
+	BP_SEQUENCES_NONE = 0,       /* no trailer: samples are the dataset's */
+	BP_SEQUENCES_WINDOWS = 1,    /* the token stream cut into windows of seq_len + 1 */
+	BP_SEQUENCES_PACKED = 2,     /* whole documents packed into rows of seq_len + 1 */
+};
+#define BP_SEQ_LEN_MAX (1u << 20) /* tokens a sequence (seq_len + 1 <= 2^20 + 1) */
 
 /* What a session asks the daemon to make of one bytes field (OPEN's decode trailer). */
 enum bp_decode_kind { BP_DECODE_IMAGE = 1 };
@@ -103,6 +114,13 @@ typedef struct bp_open_decode {
 	const char *field;           /* the bytes field decoded: a field name */
 	uint32_t field_len;          /* 1 .. 64 */
 } bp_open_decode;
+
+/* One source of a mixture (OPEN's sources trailer). */
+typedef struct bp_open_source {
+	uint32_t count;              /* its positions a period: 1 .. BP_MIX_PERIOD_MAX */
+	const char *path;            /* as OPEN's path */
+	uint32_t path_len;
+} bp_open_source;
 
 typedef struct bp_msg_header {
 	uint32_t magic;
@@ -161,6 +179,20 @@ typedef struct bp_msg_open {
 	uint32_t batch_stride;       /* serve every batch_stride-th batch: 1 .. BP_STRIDE_MAX; 0 = 1 */
 	/* Flags BP_OPEN_DECODE when decode.kind != 0: a field decoded into a tensor. */
 	bp_open_decode decode;
+	/*
+	 * Flags BP_OPEN_SEQUENCES when sequences != 0: a token pack read as
+	 * sequences of seq_len + 1 tokens (1 <= seq_len <= BP_SEQ_LEN_MAX).
+	 */
+	uint8_t sequences;           /* enum bp_sequences */
+	uint32_t seq_len;
+	/*
+	 * Flags BP_OPEN_SOURCES when sources >= 2: a mixture (docs/tokens.md,
+	 * "Mixtures") of `path` (source 0) and source[1 .. sources), each with
+	 * its count of positions in every period of the sum of the counts.
+	 */
+	uint32_t sources;            /* 0, or 2 .. BP_MIX_SOURCES_MAX */
+	bp_open_source source[BP_MIX_SOURCES_MAX]; /* [0].path and path_len unused: `path` */
+	uint64_t epoch_samples;      /* positions an epoch; 0: the sources' samples summed */
 } bp_msg_open;
 
 typedef struct bp_msg_ready {

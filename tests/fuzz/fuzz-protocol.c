@@ -84,18 +84,33 @@ static int decode_and_recode(uint16_t type, const uint8_t *data, size_t size, ui
 		r = bp_msg_open_decode(data, size, &m);
 		if (r == 0) {
 			/*
-			 * The resume trailer, when its flag is set, follows the
-			 * path; the decode trailer, when set, ends the message.
+			 * After the path: the resume trailer, the decode trailer,
+			 * the sequences trailer and the sources trailer, each when
+			 * its flag is set, in that order.
 			 */
-			size_t dec = m.decode.kind ? 104 : 0;
-			size_t trailer = (m.start_sample || m.batch_stride > 1 ? 12 : 0) + dec;
+			size_t dec = m.decode.kind ? 104 : 0, seq = m.sequences ? 8 : 0, src = 0;
+			size_t trailer;
 
+			for (uint32_t i = 0; i < m.sources; i++) {
+				src += 4 + (i ? 4 + (size_t)m.source[i].path_len : 0);
+				if (i)
+					require((const uint8_t *)m.source[i].path > data &&
+						(const uint8_t *)m.source[i].path +
+						m.source[i].path_len <= data + size - 8,
+						"OPEN source path outside the message", type,
+						m.source[i].path_len);
+			}
+			src += m.sources ? 16 : 0;
+			trailer = (m.start_sample || m.batch_stride > 1 ? 12 : 0) + dec + seq + src;
 			require(size >= trailer, "OPEN shorter than its trailers", type, size);
 			check_string(data, size - trailer, m.path, m.path_len, type);
 			/* The field's name lies inside the decode trailer. */
-			require(!dec || ((const uint8_t *)m.decode.field == data + size - dec + 37 &&
+			require(!dec || ((const uint8_t *)m.decode.field ==
+					 data + size - src - seq - dec + 37 &&
 					 m.decode.field_len <= 64), "OPEN decode field outside its trailer",
 				type, m.decode.field_len);
+			require(!seq || (m.seq_len >= 1 && m.seq_len <= BP_SEQ_LEN_MAX),
+				"OPEN seq_len out of range", type, m.seq_len);
 			require(m.path_len >= 1 && m.rank < m.world && m.batch_stride >= 1 &&
 				m.batch_stride <= BP_STRIDE_MAX, "OPEN out of range", type,
 				m.path_len);

@@ -125,6 +125,19 @@ int main(int argc, char **argv)
 						.flip = 0.5f, .field = "image", .field_len = 5 } };
 	put_encoded("open-decode.bin", bp_msg_open_encode(&open_decode, buf, sizeof(buf)), buf);
 
+	/* Token packs as packed sequences, and a mixture of three: the last two trailers. */
+	bp_msg_open open_seq = { .seed = 19, .batch_size = 32, .rank = 1, .world = 2,
+				 .placement = BP_PLACEMENT_HOST, .shuffle = BP_SHUFFLE_GLOBAL,
+				 .path = "web.bpk", .path_len = 7, .start_sample = 96,
+				 .sequences = BP_SEQUENCES_PACKED, .seq_len = 2048 };
+	put_encoded("open-sequences.bin", bp_msg_open_encode(&open_seq, buf, sizeof(buf)), buf);
+	open_seq.sources = 3;
+	open_seq.epoch_samples = 100000;
+	open_seq.source[0].count = 7;
+	open_seq.source[1] = (bp_open_source){ .count = 2, .path = "code.bpk", .path_len = 8 };
+	open_seq.source[2] = (bp_open_source){ .count = 1, .path = "math.bpk", .path_len = 8 };
+	put_encoded("open-mixture.bin", bp_msg_open_encode(&open_seq, buf, sizeof(buf)), buf);
+
 	bp_msg_ready ready = { .session = 42, .fingerprint = 0xfeedfacecafebeefu,
 			       .samples = 1281167, .batches_per_epoch = 625,
 			       .data_size = bp_ring_arena_offset(8) + (1u << 20),

@@ -316,6 +316,97 @@ START_TEST(test_open_decode_roundtrip)
 }
 END_TEST
 
+/*
+ * The sequences trailer (flags bit 4): 8 bytes after the decode trailer,
+ * seq_len then the mode and three zero bytes; the sources trailer (bit 5)
+ * last: epoch_samples, the counts, the other sources' paths, the count of
+ * sources and the trailer's size.
+ */
+START_TEST(test_open_sequences_roundtrip)
+{
+	bp_msg_open m = prt_sample_open(), got;
+	const uint8_t *t;
+	int n;
+
+	m.sequences = BP_SEQUENCES_PACKED;
+	m.seq_len = 2048;
+	m.start_sample = 9;
+	n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+	ck_assert_int_eq(n, OPEN_PATH + (int)m.path_len + 12 + 8);
+	ck_assert_uint_eq(prt_rd(prt_msg + OPEN_RESERVED, 2), 4 | 16);
+	t = prt_msg + n - 8;
+	ck_assert_uint_eq(prt_rd(t, 4), 2048);
+	ck_assert_uint_eq(t[4], BP_SEQUENCES_PACKED);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+	ck_assert_uint_eq(got.sequences, BP_SEQUENCES_PACKED);
+	ck_assert_uint_eq(got.seq_len, 2048);
+	ck_assert_uint_eq(got.start_sample, 9);
+	/* A reserved byte, mode 0 with the flag, mode 3, seq_len 0 or over 2^20. */
+	prt_msg[n - 1] = 1;
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	prt_msg[n - 1] = 0;
+	prt_msg[n - 4] = 0;
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	prt_msg[n - 4] = 3;
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	m.seq_len = 0;
+	ck_assert_int_eq(bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg)), -EINVAL);
+	m.seq_len = BP_SEQ_LEN_MAX + 1;
+	ck_assert_int_eq(bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg)), -EINVAL);
+	/* A seq_len without a mode says nothing: refused, not ignored. */
+	m.sequences = BP_SEQUENCES_NONE;
+	m.seq_len = 16;
+	ck_assert_int_eq(bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg)), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_open_sources_roundtrip)
+{
+	bp_msg_open m = prt_sample_open(), got;
+	int n, size = 8 + 3 * 4 + (4 + 8) + (4 + 9) + 8;
+
+	m.sequences = BP_SEQUENCES_WINDOWS;
+	m.seq_len = 64;
+	m.sources = 3;
+	m.epoch_samples = 1000;
+	m.source[0].count = 7;
+	m.source[1] = (bp_open_source){ .count = 2, .path = "code.bpk", .path_len = 8 };
+	m.source[2] = (bp_open_source){ .count = 1, .path = "math/.bpk", .path_len = 9 };
+	n = bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg));
+	ck_assert_int_eq(n, OPEN_PATH + (int)m.path_len + 8 + size);
+	ck_assert_uint_eq(prt_rd(prt_msg + OPEN_RESERVED, 2), 16 | 32);
+	ck_assert_uint_eq(prt_rd(prt_msg + n - 4, 4), (uint64_t)size);
+	ck_assert_uint_eq(prt_rd(prt_msg + n - 8, 4), 3);
+	ck_assert_uint_eq(prt_rd(prt_msg + n - size, 8), 1000);
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), 0);
+	ck_assert_uint_eq(got.sources, 3);
+	ck_assert_uint_eq(got.epoch_samples, 1000);
+	ck_assert_uint_eq(got.source[0].count, 7);
+	ck_assert_uint_eq(got.source[2].count, 1);
+	ck_assert_uint_eq(got.source[1].path_len, 8);
+	ck_assert_mem_eq(got.source[1].path, "code.bpk", 8);
+	ck_assert_mem_eq(got.source[2].path, "math/.bpk", 9);
+	ck_assert_uint_eq(got.seq_len, 64);
+	ck_assert_mem_eq(got.path, SAMPLE_PATH, got.path_len);
+	/* A size that does not end where the paths do, a source count of 1 or 65. */
+	prt_msg[n - 4]++;
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	prt_msg[n - 4]--;
+	prt_msg[n - 8] = 1;
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	prt_msg[n - 8] = 65;
+	ck_assert_int_eq(bp_msg_open_decode(prt_msg, (size_t)n, &got), -EBADMSG);
+	/* A count of 0, counts over a period of 2^16, an empty path: the encoder refuses. */
+	m.source[1].count = 0;
+	ck_assert_int_eq(bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg)), -EINVAL);
+	m.source[1].count = BP_MIX_PERIOD_MAX;
+	ck_assert_int_eq(bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg)), -EINVAL);
+	m.source[1].count = 2;
+	m.source[2].path_len = 0;
+	ck_assert_int_eq(bp_msg_open_encode(&m, prt_msg, sizeof(prt_msg)), -EINVAL);
+}
+END_TEST
+
 /* Every field out of its range is refused by the encoder, which says which, and by the decoder. */
 START_TEST(test_open_decode_ranges)
 {
@@ -541,6 +632,8 @@ static Suite *roundtrip_suite(void)
 	tcase_add_test(tc, test_open_resume_roundtrip);
 	tcase_add_test(tc, test_open_decode_roundtrip);
 	tcase_add_test(tc, test_open_decode_ranges);
+	tcase_add_test(tc, test_open_sequences_roundtrip);
+	tcase_add_test(tc, test_open_sources_roundtrip);
 	tcase_add_test(tc, test_ready_roundtrip);
 	tcase_add_test(tc, test_error_roundtrip);
 	tcase_add_test(tc, test_session_roundtrip);
