@@ -220,6 +220,8 @@ static void stream_free(bc_stream *s)
 			close(fds[i]);
 	free(s->batches);
 	free(s->info);
+	free(s->slot);
+	free(s->rank);
 	bp_schema_clear(&s->schema);
 	free(s);
 }
@@ -261,6 +263,7 @@ static bool opts_copy(const bc_stream_opts *o, bc_stream_opts *ret)
 }
 
 static bp_msg_open open_msg(const bc_stream_opts *o);
+static bool sources_why(const bc_stream_opts *o, char *why, size_t len);
 
 /*
  * What bc_open refuses with -EINVAL before anything goes to the daemon:
@@ -270,7 +273,13 @@ static int opts_check(bc_client *c, const bc_stream_opts *o)
 {
 	char why[sizeof(c->err)] = "";
 
-	if (!o->dataset)
+	if (o->nsources && (o->dataset || !o->sources))
+		snprintf(why, sizeof(why), "a mixture names its datasets in sources (%u of them): "
+			 "leave bc_stream_opts.dataset NULL%s", o->nsources,
+			 o->sources ? "" : ", and point sources at them");
+	else if (o->nsources && sources_why(o, why, sizeof(why)))
+		;
+	else if (!o->dataset && !o->nsources)
 		snprintf(why, sizeof(why), "no dataset: set bc_stream_opts.dataset");
 	else if (o->batch_size == 0)
 		snprintf(why, sizeof(why), "batch_size 0: a batch holds at least 1 sample");
@@ -290,7 +299,7 @@ static int opts_check(bc_client *c, const bc_stream_opts *o)
 	else if (o->batch_stride == 0 || o->batch_stride > BP_STRIDE_MAX)
 		snprintf(why, sizeof(why), "batch_stride %u must be 1 .. %u", o->batch_stride,
 			 BP_STRIDE_MAX);
-	else if (o->decode.field) {
+	else if (o->decode.field || o->sequences || o->seq_len) {
 		bp_msg_open m = open_msg(o);
 
 		if (!bp_msg_open_why(&m, why, sizeof(why)))
@@ -302,6 +311,51 @@ static int opts_check(bc_client *c, const bc_stream_opts *o)
 	memcpy(c->err, why, sizeof(why));
 	pthread_mutex_unlock(&c->mu);
 	return -EINVAL;
+}
+
+/* What is wrong with a mixture's sources, into why. @return whether anything is. */
+static bool sources_why(const bc_stream_opts *o, char *why, size_t len)
+{
+	double w[BP_MIX_SOURCES_MAX];
+
+	if (o->nsources < 2 || o->nsources > BP_MIX_SOURCES_MAX) {
+		snprintf(why, len, "nsources %u: a mixture has 2 .. %u sources", o->nsources,
+			 BP_MIX_SOURCES_MAX);
+		return true;
+	}
+	for (uint32_t i = 0; i < o->nsources; i++) {
+		if (!o->sources[i].dataset) {
+			snprintf(why, len, "source %u has no dataset", i);
+			return true;
+		}
+		w[i] = o->sources[i].weight;
+	}
+	return bp_mix_check(w, o->nsources, why, len) != 0;
+}
+
+/* A mixture's counts (checked by sources_why) into m. */
+static void sources_msg(const bc_stream_opts *o, bp_msg_open *m)
+{
+	double w[BP_MIX_SOURCES_MAX];
+	uint32_t counts[BP_MIX_SOURCES_MAX], period;
+
+	if (!o->nsources)
+		return;
+	for (uint32_t i = 0; i < o->nsources; i++)
+		w[i] = o->sources[i].weight;
+	if (bp_mix_counts(w, o->nsources, counts, &period) < 0)
+		return;
+	m->sources = o->nsources;
+	m->epoch_samples = o->epoch_samples;
+	m->path = o->sources[0].dataset;
+	m->path_len = (uint32_t)strnlen(m->path, BP_PATH_MAX + 1);
+	for (uint32_t i = 0; i < o->nsources; i++) {
+		m->source[i].count = counts[i];
+		if (i) {
+			m->source[i].path = o->sources[i].dataset;
+			m->source[i].path_len = (uint32_t)strnlen(m->source[i].path, BP_PATH_MAX + 1);
+		}
+	}
 }
 
 static bp_open_decode decode_msg(const bc_decode *d)
@@ -331,7 +385,7 @@ static bp_open_decode decode_msg(const bc_decode *d)
 
 static bp_msg_open open_msg(const bc_stream_opts *o)
 {
-	return (bp_msg_open){
+	bp_msg_open m = {
 		.seed = o->seed,
 		.start_epoch = o->start_epoch,
 		.start_batch = o->start_batch,
@@ -347,11 +401,16 @@ static bp_msg_open open_msg(const bc_stream_opts *o)
 		.fields = o->fields,
 		.fields_len = o->fields ? (uint32_t)strlen(o->fields) : 0,
 		.path = o->dataset,
-		.path_len = (uint32_t)strnlen(o->dataset, BP_PATH_MAX + 1),
+		.path_len = o->dataset ? (uint32_t)strnlen(o->dataset, BP_PATH_MAX + 1) : 0,
 		.start_sample = o->start_sample,
 		.batch_stride = o->batch_stride,
 		.decode = decode_msg(&o->decode),
+		.sequences = (uint8_t)o->sequences,
+		.seq_len = o->seq_len,
 	};
+
+	sources_msg(o, &m);
+	return m;
 }
 
 /* A stream for o that holds nothing yet: stream_free takes it as it is. */
@@ -389,11 +448,12 @@ static int open_send(bc_client *c, const bp_msg_open *m)
 static void old_daemon(bc_client *c, const bp_msg_open *m, int r)
 {
 	static const char why[] = "the daemon refused the field selection, keys, start_sample, "
-				  "batch_stride or image decoding (a batchd from before them?): ";
+				  "batch_stride, image decoding or token sequences (a batchd from "
+				  "before them?): ";
 	size_t keep = strlen(c->err), room = sizeof(c->err) - sizeof(why);
 
 	if (r != -EBADMSG || (!m->fields_len && !m->keys && !m->start_sample &&
-			      m->batch_stride <= 1 && !m->decode.kind))
+			      m->batch_stride <= 1 && !m->decode.kind && !m->sequences))
 		return;
 	/* Its own message after ours, cut to what fits. */
 	keep = keep < room ? keep : room;
@@ -566,6 +626,24 @@ static int stream_schedule(bc_stream *s, const bc_stream_opts *o)
 	return 0;
 }
 
+/* A mixture's counts and the period's slots, for bc_stream_source_used. @return 0 or -ENOMEM. */
+static int stream_mixture(bc_stream *s, const bp_msg_open *m)
+{
+	if (!m->sources)
+		return 0;
+	s->nsources = m->sources;
+	for (uint32_t i = 0; i < m->sources; i++) {
+		s->count[i] = m->source[i].count;
+		s->period += s->count[i];
+	}
+	s->slot = calloc(s->period, sizeof(*s->slot));
+	s->rank = calloc(s->period, sizeof(*s->rank));
+	if (!s->slot || !s->rank)
+		return -ENOMEM;
+	bp_mix_slots(s->count, s->nsources, s->period, s->slot, s->rank);
+	return 0;
+}
+
 int bc_open(bc_client *c, const bc_stream_opts *caller, bc_stream **ret)
 {
 	char nocuda[256] = "";
@@ -616,6 +694,8 @@ int bc_open(bc_client *c, const bc_stream_opts *caller, bc_stream **ret)
 	}
 	r = stream_schedule(s, o);
 	if (r == 0)
+		r = stream_mixture(s, &m);
+	if (r == 0)
 		r = stream_attach(s, m.device_uuid);
 	if (r < 0) {
 		stream_abandon(s, r);
@@ -642,6 +722,19 @@ uint64_t bc_stream_epoch_batches(const bc_stream *s, uint64_t epoch)
 }
 uint64_t bc_stream_samples(const bc_stream *s) { return s ? s->r.samples : 0; }
 uint64_t bc_stream_fingerprint(const bc_stream *s) { return s ? s->r.fingerprint : 0; }
+uint32_t bc_stream_sources(const bc_stream *s) { return s ? s->nsources : 0; }
+
+int bc_stream_source_used(const bc_stream *s, uint32_t i, uint64_t epoch, uint64_t sample,
+			  uint64_t *ret)
+{
+	if (!s || !ret)
+		return -EINVAL;
+	if (i >= s->nsources)
+		return -ERANGE;
+	*ret = bp_mix_used(s->count, s->slot, s->rank, s->period, i,
+			   epoch * s->r.samples + sample);
+	return 0;
+}
 uint64_t bc_stream_max_sample(const bc_stream *s) { return s ? s->r.max_sample : 0; }
 const char *bc_stream_error(const bc_stream *s) { return s ? s->err : ""; }
 

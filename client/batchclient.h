@@ -76,6 +76,19 @@ enum bc_crop {
 	BC_CROP_CENTER = 2,         /* Resize(resize) + CenterCrop(size) */
 };
 
+/* What a token pack's samples are (bc_stream_opts.sequences; docs/tokens.md). */
+enum bc_sequences {
+	BC_SEQUENCES_NONE = 0,    /* the pack's own samples (its documents) */
+	BC_SEQUENCES_WINDOWS = 1, /* the token stream cut into windows of seq_len + 1 */
+	BC_SEQUENCES_PACKED = 2,  /* whole documents packed into rows of seq_len + 1 */
+};
+
+/* One source of a mixture (bc_stream_opts.sources; docs/tokens.md, Mixtures). */
+typedef struct bc_source {
+	const char *dataset;    /* a token pack, as bc_stream_opts.dataset */
+	double weight;          /* its share, relative to the others': finite, > 0 */
+} bc_source;
+
 /* What the daemon makes of one bytes field (bc_stream_opts.decode). */
 typedef struct bc_decode {
 	const char *field;      /* the bytes field decoded; NULL: none */
@@ -143,6 +156,33 @@ typedef struct bc_stream_opts {
 	 * is left out of it.
 	 */
 	bc_decode decode;
+	/*
+	 * Token packs (batchd-pack create --tokens; docs/tokens.md): with
+	 * sequences set, a sample is a row of seq_len + 1 token ids, int32
+	 * (field "tokens": bc_batch_field gives a dense [count, seq_len + 1]
+	 * int32_t array), cut as windows from the stream of documents or
+	 * packed from whole documents; packed rows come with "position_ids"
+	 * (int32 [count, seq_len + 1], each document counting from 0, the
+	 * padding 0) and "cu_seqlens" (int32: the document boundaries over the
+	 * first seq_len tokens of every row, flattened, from 0 to count x
+	 * seq_len: FlashAttention's varlen argument). 1 <= seq_len <= 2^20.
+	 */
+	enum bc_sequences sequences;
+	uint32_t seq_len;
+	/*
+	 * A weighted mixture of token packs (with sequences; docs/tokens.md,
+	 * Mixtures): nsources (2 .. 64) sources instead of `dataset` (which
+	 * stays NULL). Every run of P consecutive rows holds exactly c_i rows
+	 * of source i, c_i / P its weight's share (P the smallest period that
+	 * holds the weights to 1e-9, at most 65536); each source is shuffled
+	 * and cycled in passes of its own; field "source" (int64) says each
+	 * row's source. An epoch is epoch_samples rows (0: the sources'
+	 * sequences summed); positions (start_sample) count rows of the mixed
+	 * stream, so resume and elastic resume work as for one dataset.
+	 */
+	const bc_source *sources;
+	uint32_t nsources;
+	uint64_t epoch_samples;
 } bc_stream_opts;
 
 /*
@@ -454,6 +494,17 @@ BC_API uint64_t bc_stream_batches_per_epoch(const bc_stream *s);
 BC_API uint64_t bc_stream_epoch_batches(const bc_stream *s, uint64_t epoch);
 BC_API uint64_t bc_stream_samples(const bc_stream *s);       /* in the dataset */
 BC_API uint64_t bc_stream_fingerprint(const bc_stream *s);
+
+/*
+ * A mixture's sources (0 for any other stream), and how many rows of
+ * source i the mixed stream's first epoch x epoch_samples + sample
+ * positions hold (what all ranks consumed of it at a checkpoint (epoch,
+ * sample)): into *ret. @return 0; -ERANGE for no such source; -EINVAL
+ * for a NULL s or ret.
+ */
+BC_API uint32_t bc_stream_sources(const bc_stream *s);
+BC_API int bc_stream_source_used(const bc_stream *s, uint32_t i, uint64_t epoch, uint64_t sample,
+				 uint64_t *ret);
 BC_API uint64_t bc_stream_max_sample(const bc_stream *s);
 /* Why the last batch failed, or why the stream stopped ("" if it did not, and for NULL). */
 BC_API const char *bc_stream_error(const bc_stream *s);

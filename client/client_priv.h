@@ -95,6 +95,11 @@ struct bc_stream {
 	bool keys;               /* records carry the keys */
 	bool skips;              /* records list the samples left out (BP_RING_SKIPS) */
 	bc_layout lay;
+	/* A mixture's arithmetic (lib/proto/mixture.h): counts, and the period's slots. */
+	uint32_t nsources, period;
+	uint32_t count[BP_MIX_SOURCES_MAX];
+	uint8_t *slot;
+	uint32_t *rank;
 	char err[BP_RING_REASON_MAX + 1];
 };
 

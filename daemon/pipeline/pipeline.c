@@ -290,6 +290,13 @@ void bd_job_add_piece(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst)
 	job->tasks[job->ntasks - 1].npieces++;
 }
 
+void bd_job_add_tokens(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, uint32_t width)
+{
+	job->pieces[job->npieces++] = (bd_piece){ .src = src, .size = size, .dst = dst,
+						  .widen = width == 2 };
+	job->tasks[job->ntasks - 1].npieces++;
+}
+
 uint64_t bd_pipeline_image_scratch(const bd_pipeline *p)
 {
 	return p ? (uint64_t)p->ndec * BD_IMAGE_SCRATCH : 0;
@@ -370,6 +377,15 @@ static void make_image(const bd_task *t, const bd_piece *pc, const uint8_t *raw,
 	}
 }
 
+/* n little-endian uint16 token ids as int32 (docs/tokens.md: what a batch carries). */
+static void widen(uint8_t *dst, const uint8_t *src, uint64_t n)
+{
+	int32_t *out = (int32_t *)(void *)dst;
+
+	for (uint64_t i = 0; i < n; i++)
+		out[i] = (int32_t)((uint32_t)src[2 * i] | (uint32_t)src[2 * i + 1] << 8);
+}
+
 void bd__copy_pieces(const bd_task *t, const uint8_t *raw, bi_scratch **img)
 {
 	const bd_piece *pc = &t->job->pieces[t->first_piece];
@@ -377,6 +393,8 @@ void bd__copy_pieces(const bd_task *t, const uint8_t *raw, bi_scratch **img)
 	for (uint32_t i = 0; i < t->npieces; i++)
 		if (pc[i].image)
 			make_image(t, &pc[i], raw, img);
+		else if (pc[i].widen)
+			widen(pc[i].dst, raw + pc[i].src, pc[i].size / 2);
 		else
 			memcpy(pc[i].dst, raw + pc[i].src, pc[i].size);
 }
@@ -396,7 +414,7 @@ bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size)
 	uint64_t at = 0;
 
 	for (uint32_t i = 0; i < n; i++) {
-		if (pc[i].src != at || (i && pc[i].dst != pc[i - 1].dst + pc[i - 1].size))
+		if (pc[i].src != at || pc[i].widen || (i && pc[i].dst != pc[i - 1].dst + pc[i - 1].size))
 			return false;
 		at += pc[i].size;
 	}

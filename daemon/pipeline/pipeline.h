@@ -86,6 +86,13 @@ void bd_job_add_block(bd_job *job, const bd_dataset *d, uint32_t shard, uint64_t
 void bd_job_add_piece(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst);
 
 /*
+ * Token ids [src, src + size) of the last block added, `width` bytes each
+ * (2 or 4, little-endian), to dst as int32: width 4 is copied (ids are
+ * below 2^31, lib/pack/PACK.md), width 2 widened (dst takes 2 x size).
+ */
+void bd_job_add_tokens(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, uint32_t width);
+
+/*
  * The job's images (bd_job_add_image) are made with spec, their random
  * choices keyed by seed (lib/image); spec must outlive the job.
  *

@@ -38,6 +38,7 @@ typedef struct bd_piece {
 	uint8_t *dst;
 	/* An image (bd_job_add_image): the sample and epoch its choices are keyed by. */
 	bool image;
+	bool widen;                 /* uint16 token ids written as int32 (bd_job_add_tokens) */
 	uint32_t index;             /* its place in the batch */
 	uint64_t id, epoch;
 } bd_piece;

@@ -112,6 +112,9 @@ typedef struct open_work {
 	bd_dataset *d;
 	uint64_t largest;       /* the schedule's largest batch (bd_session_largest_batch) */
 	bd_key_table *keys;     /* ... and the dataset's keys, when read whole; NULL: none */
+	bd_seqs *seqs;          /* ... and a token session's sequences; NULL: none */
+	bd_mix *mix;            /* ... and a mixture's other sources; NULL: none */
+	char *src_path[BP_MIX_SOURCES_MAX]; /* a mixture's paths ([0]: path): m.source[i].path */
 	uint64_t sized;         /* the version (bd_dataset uid) largest was found over; 0: none */
 	int r;
 	char err[BP_ERRMSG_MAX];
@@ -119,6 +122,42 @@ typedef struct open_work {
 
 /* Not an errno: the name is not under the local roots, so the remote pool looks for it next. */
 #define TRY_REMOTE 1
+
+/*
+ * A mixture's other sources, looked up as the first one was and cut into
+ * the same sequences (sources.h). @return 0 with ow->mix, or <0 with
+ * ow->err naming the source.
+ */
+static int lookup_sources(open_work *ow)
+{
+	bd_dataset *d[BP_MIX_SOURCES_MAX] = { ow->d };
+	bd_seqs *q[BP_MIX_SOURCES_MAX] = { ow->seqs };
+	uint32_t n = ow->m.sources, i;
+	int r = 0;
+
+	if (!ow->m.sequences) {
+		snprintf(ow->err, sizeof(ow->err), "a mixture reads token packs as sequences: give "
+			 "seq_len (docs/tokens.md, Mixtures)");
+		return -EINVAL;
+	}
+	for (i = 1; i < n && r == 0; i++) {
+		r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->src_path[i],
+				   &ow->policy, &d[i], ow->err, sizeof(ow->err));
+		if (r == 0)
+			r = bd_seqs_new(d[i]->ds, d[i]->name, ow->m.sequences, ow->m.seq_len, &q[i],
+					ow->err, sizeof(ow->err));
+	}
+	if (r == 0)
+		r = bd_mix_new(d, q, &ow->m, &ow->mix, ow->err, sizeof(ow->err));
+	if (r == -ENOMEM)
+		snprintf(ow->err, sizeof(ow->err), "out of memory opening a mixture's sources");
+	/* Whatever the mixture did not take. */
+	for (i = 1; i < n; i++) {
+		bd_seqs_free(q[i]);
+		bd_dataset_put(d[i]);
+	}
+	return r;
+}
 
 /* The lookup: on libuv's pool the local roots alone, on the remote pool every root. */
 static void lookup(open_work *ow)
@@ -137,10 +176,30 @@ static void lookup(open_work *ow)
 	 */
 	if (ow->r < 0 || ow->d->uid == ow->sized)
 		return;
-	/* Another version: its own keys. */
+	/* Another version: its own keys and sequences. */
 	bd_key_table_free(ow->keys);
 	ow->keys = NULL;
-	if (bd_session_largest_batch(ow->d, &ow->m, &ow->largest, &ow->keys) == -ENOMEM) {
+	bd_seqs_free(ow->seqs);
+	ow->seqs = NULL;
+	bd_mix_free(ow->mix);
+	ow->mix = NULL;
+	if (ow->m.sequences &&
+	    (ow->r = bd_seqs_new(ow->d->ds, ow->d->name, ow->m.sequences, ow->m.seq_len, &ow->seqs,
+				 ow->err, sizeof(ow->err))) < 0) {
+		if (ow->r == -ENOMEM)
+			snprintf(ow->err, sizeof(ow->err), "out of memory cutting dataset %s into "
+				 "sequences", ow->d->name);
+		bd_dataset_put(ow->d);
+		ow->d = NULL;
+		return;
+	}
+	if (ow->m.sources && (ow->r = lookup_sources(ow)) < 0) {
+		bd_dataset_put(ow->d);
+		ow->d = NULL;
+		return;
+	}
+	if (bd_session_largest_batch(ow->d, ow->seqs, ow->mix, &ow->m, &ow->largest,
+				     &ow->keys) == -ENOMEM) {
 		bd_dataset_put(ow->d);
 		ow->d = NULL;
 		ow->r = -ENOMEM;
@@ -171,6 +230,10 @@ static void open_work_free(open_work *ow)
 	free(ow->path);
 	free(ow->fields);
 	bd_key_table_free(ow->keys);
+	bd_seqs_free(ow->seqs);
+	bd_mix_free(ow->mix);
+	for (uint32_t i = 1; i < BP_MIX_SOURCES_MAX; i++)
+		free(ow->src_path[i]);
 	free(ow);
 }
 
@@ -296,6 +359,17 @@ static void warn_amplification(const open_work *ow, entry *e)
 	       raw >> 20, cache >> 20, e->amplification, raw >> 20);
 }
 
+/* A token session's rows: how many, how full, what is left out. */
+static void log_sequences(const bd_seqs *q, uint64_t session)
+{
+	if (!q)
+		return;
+	bd_log(LOG_INFO, "session %" PRIu64 ": %s rows of %u tokens: %" PRIu64 " rows of %" PRIu64
+	       " tokens in %" PRIu64 " documents; padding %.2f%%, %" PRIu64 " tokens in no row",
+	       session, q->mode == BP_SEQUENCES_PACKED ? "packed" : "window", q->row, q->count,
+	       q->tokens, q->documents, 100.0 * bd_seqs_padding(q), q->tokens - q->placed);
+}
+
 static void log_opened(const open_work *ow, const bp_msg_ready *ready)
 {
 	const client *c = ow->c;
@@ -391,7 +465,7 @@ static bool open_session(open_work *ow)
 	ow->m.path = ow->path;
 	/* The session takes the dataset reference, on failure too: a retry looks it up again. */
 	r = bd_session_new(&srv->env, srv->next_session, ow->d, &ow->m, ow->largest, &ow->keys,
-			   ow->device, &quota, &s, err, sizeof(err));
+			   &ow->seqs, &ow->mix, ow->device, &quota, &s, err, sizeof(err));
 	if (r < 0)
 		ow->d = NULL;
 	if (r == -ENOMEM && wait_for_memory(ow))
@@ -413,6 +487,7 @@ static bool open_session(open_work *ow)
 	if (send_ready(c, e, s, &ready) < 0)
 		return true;
 	log_opened(ow, &ready);
+	log_sequences(bd_session_sequences(s), ready.session);
 	if (ow->wait_since_ns)
 		bd_log(LOG_INFO, "session %" PRIu64 ": opened after waiting %.1f ms for the memory of "
 		       "ending sessions", ready.session, (double)(bd_now_ns() - ow->wait_since_ns) / 1e6);
@@ -617,6 +692,12 @@ static open_work *open_work_new(client *c, const bp_msg_open *m, int device)
 		snprintf(ow->decode_field, sizeof(ow->decode_field), "%.*s", (int)m->decode.field_len,
 			 m->decode.field);
 		ow->m.decode.field = ow->decode_field;
+	}
+	for (uint32_t i = 1; i < m->sources; i++) {
+		ow->src_path[i] = strndup(m->source[i].path, m->source[i].path_len);
+		if (!ow->src_path[i])
+			goto nomem;
+		ow->m.source[i].path = ow->src_path[i];
 	}
 	for (; ow->nroots < cfg->nroots; ow->nroots++)
 		if (!(ow->roots[ow->nroots] = strdup(cfg->roots[ow->nroots])))

@@ -141,16 +141,32 @@ static int parse_decode(const bp_dataset *ds, const bp_msg_open *m, const char *
 	return 0;
 }
 
-int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection *ret,
-		       char *err, size_t errlen)
+/* What a token session cannot carry: keys (its samples are no documents) and images. */
+static int check_sequences(const bp_msg_open *m, const char *shown, char *err, size_t errlen)
 {
-	const bp_schema *s = bp_dataset_schema(ds);
+	if (m->keys)
+		snprintf(err, errlen, "dataset %s: a token session's samples are sequences cut from "
+			 "its documents, which have no keys: open it without keys", shown);
+	else if (m->decode.kind)
+		snprintf(err, errlen, "dataset %s: a token session decodes no images: open it "
+			 "without decode, or without seq_len", shown);
+	else
+		return 0;
+	return -EINVAL;
+}
+
+int bd_selection_parse(const bp_dataset *ds, const bp_schema *schema, const bp_msg_open *m,
+		       bd_selection *ret, char *err, size_t errlen)
+{
+	const bp_schema *s = schema ? schema : bp_dataset_schema(ds);
 	bd_selection sel = { .schema = s, .keys = m->keys };
 	const char *name = m->path ? m->path : "";
 	char shown[256];
 	int r;
 
 	snprintf(shown, sizeof(shown), "%.*s", (int)m->path_len, name);
+	if (schema && (r = check_sequences(m, shown, err, errlen)) < 0)
+		return r;
 	if (m->fields_len) {
 		r = parse_names(s, m, shown, &sel.mask, err, errlen);
 		if (r < 0)
@@ -166,6 +182,12 @@ int bd_selection_parse(const bp_dataset *ds, const bp_msg_open *m, bd_selection 
 	}
 	derive(&sel);
 	sel.image_slot = -1;
+	/* A token session's other fields describe its tokens (sequences.h): they come with them. */
+	if (schema && !(sel.mask & 1)) {
+		snprintf(err, errlen, "dataset %s: a token session's batches always carry \"tokens\": "
+			 "add it to the fields", shown);
+		return -EINVAL;
+	}
 	if (m->decode.kind) {
 		r = parse_decode(ds, m, shown, &sel, err, errlen);
 		if (r < 0)

@@ -114,6 +114,12 @@ static void session_free(bd_session *s)
 	free(s->locs);
 	free(s->order);
 	free(s->vals);
+	bd_mix_free(s->mix);
+	bd_seqs_free(s->seqs);
+	free(s->pcs);
+	free(s->frags);
+	free(s->fkey);
+	free(s->forder);
 	free((char *)s->req.path);
 	free(s);
 }
@@ -148,10 +154,20 @@ static bd_session *session_alloc(const bd_session_env *env, uint64_t id, bd_data
 }
 
 /* The sampler request m asks for over d. */
-bd_sampler_cfg bd__session_sampler_cfg(const bd_dataset *d, const bp_msg_open *m)
+bd_sampler_cfg bd__session_sampler_cfg(const bd_dataset *d, const bd_seqs *q,
+				       const bd_mix *x, const bp_msg_open *m)
 {
+	uint64_t per_block = q ? q->chunk : d->samples_per_block;
+
+	/* A mixture's epoch is positions of its stream, each mapped by sources.c. */
+	if (x)
+		return (bd_sampler_cfg){ .samples = x->epoch, .seed = m->seed, .rank = m->rank,
+					 .world = m->world, .batch_size = m->batch_size,
+					 .drop_last = m->drop_last, .mode = BP_SHUFFLE_NONE,
+					 .chunk = 1, .start_epoch = m->start_epoch,
+					 .start_sample = m->start_sample };
 	return (bd_sampler_cfg){
-		.samples = bp_dataset_samples(d->ds),
+		.samples = q ? q->count : bp_dataset_samples(d->ds),
 		.fingerprint = bp_dataset_fingerprint(d->ds),
 		.seed = m->seed,
 		.rank = m->rank,
@@ -159,7 +175,7 @@ bd_sampler_cfg bd__session_sampler_cfg(const bd_dataset *d, const bp_msg_open *m
 		.batch_size = m->batch_size,
 		.drop_last = m->drop_last,
 		.mode = (enum bp_shuffle)m->shuffle,
-		.chunk = d->samples_per_block ? d->samples_per_block : 1,
+		.chunk = per_block ? per_block : 1,
 		.window = m->window,
 		.start_epoch = m->start_epoch,
 		.start_sample = m->start_sample,
@@ -194,7 +210,7 @@ static int schedule(bd_session *s, unsigned prefetch, char *err, size_t errlen)
 {
 	const bp_msg_open *m = &s->req;
 	const bd_dataset *d = s->dset;
-	bd_sampler_cfg sc = bd__session_sampler_cfg(d, m);
+	bd_sampler_cfg sc = bd__session_sampler_cfg(d, s->seqs, s->mix, m);
 	unsigned max = s->env.max_prefetch;
 	int r = bd_sampler_init(&s->sampler, &sc);
 	uint64_t first;
@@ -233,6 +249,17 @@ static int alloc_tables(bd_session *s)
 	s->vals = bd_calloc((size_t)n * (s->sel.values ? s->sel.values : 1), sizeof(*s->vals));
 	if (!s->slot || !s->ids || !s->locs || !s->order || !s->vals)
 		return -ENOMEM;
+	if (s->seqs) {
+		size_t frags = (size_t)n * (s->mix ? s->mix->max_frags : s->seqs->max_frags);
+
+		s->pcs = bd_calloc(s->mix ? s->mix->max_pieces : s->seqs->max_pieces,
+				   sizeof(*s->pcs));
+		s->frags = bd_calloc(frags, sizeof(*s->frags));
+		s->fkey = bd_calloc(frags, sizeof(*s->fkey));
+		s->forder = bd_calloc(frags, sizeof(*s->forder));
+		if (!s->pcs || !s->frags || !s->fkey || !s->forder)
+			return -ENOMEM;
+	}
 	return s->sel.keys ? bd_batch_keys_start(&s->keys, s->dset->ds, n) : 0;
 }
 
@@ -323,11 +350,12 @@ static int attach_gpu(bd_session *s, int device, char *err, size_t errlen)
  * never over max_prefetch.
  */
 static unsigned default_prefetch(const bd_session_env *env, const bd_dataset *d,
-				 const bp_msg_open *m)
+				 const bd_seqs *q, const bp_msg_open *m)
 {
-	uint64_t per_block = d->samples_per_block ? d->samples_per_block : 1;
+	uint64_t per_block = q ? q->chunk : d->samples_per_block ? d->samples_per_block : 1;
 	uint64_t blocks = (m->batch_size + per_block - 1) / per_block;
-	uint64_t mean = bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds) * m->batch_size;
+	uint64_t mean = (q ? (uint64_t)q->row * q->width
+			 : bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds)) * m->batch_size;
 	uint64_t want = blocks ? (env->read_depth + blocks - 1) / blocks : 0;
 
 	if (mean && want > AUTO_PREFETCH_BYTES / mean)
@@ -338,18 +366,30 @@ static unsigned default_prefetch(const bd_session_env *env, const bd_dataset *d,
 }
 
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, uint64_t largest, bd_key_table **keys, int device,
-		   const bd_session_quota *q, bd_session **ret, char *err, size_t errlen)
+		   const bp_msg_open *m, uint64_t largest, bd_key_table **keys, bd_seqs **seqs,
+		   bd_mix **mix, int device, const bd_session_quota *q, bd_session **ret, char *err,
+		   size_t errlen)
 {
-	unsigned prefetch = m->prefetch ? m->prefetch : default_prefetch(env, d, m);
+	unsigned prefetch = m->prefetch ? m->prefetch
+			    : default_prefetch(env, d, seqs ? *seqs : NULL, m);
 	bd_session *s = session_alloc(env, id, d, m);
 	int r;
 
 	if (!s)
 		return -ENOMEM;
+	/* Taken now, handed back should the session fail (a retry opens with them). */
+	if (seqs) {
+		s->seqs = *seqs;
+		*seqs = NULL;
+	}
+	if (mix) {
+		s->mix = *mix;
+		*mix = NULL;
+	}
 	/* Whose limit its memory counts against, from the charge (s->memory) on. */
 	s->uid = q ? q->uid : BD_LINGER_NO_UID;
-	r = bd_selection_parse(d->ds, m, &s->sel, err, errlen);
+	r = bd_selection_parse(d->ds, s->mix ? &s->mix->schema : s->seqs ? &s->seqs->schema : NULL,
+			       m, &s->sel, err, errlen);
 	s->sel.image.max_pixels = env->image_max_pixels;
 	/* Taken now, for bd__session_measure() to charge; handed back should the session fail. */
 	if (r == 0 && s->sel.keys && keys && *keys) {
@@ -403,10 +443,18 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	*ret = s;
 	return 0;
 fail:
-	/* A retry (waiting for memory) opens with the same keys. */
+	/* A retry (waiting for memory) opens with the same keys and sequences. */
 	if (keys && s->keys.table) {
 		*keys = s->keys.table;
 		s->keys.table = NULL;
+	}
+	if (seqs) {
+		*seqs = s->seqs;
+		s->seqs = NULL;
+	}
+	if (mix) {
+		*mix = s->mix;
+		s->mix = NULL;
 	}
 	session_free(s);
 	return r;
@@ -416,12 +464,14 @@ int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FD
 {
 	*ret = (bp_msg_ready){
 		.session = s->id,
-		.fingerprint = bp_dataset_fingerprint(s->dset->ds),
-		.samples = bp_dataset_samples(s->dset->ds),
+		.fingerprint = s->mix ? s->mix->fingerprint : bp_dataset_fingerprint(s->dset->ds),
+		.samples = s->mix ? s->mix->epoch : s->seqs ? s->seqs->count
+			   : bp_dataset_samples(s->dset->ds),
 		.batches_per_epoch = s->batches_per_epoch,
 		.data_size = s->data_size,
 		.ctrl_size = s->ctrl_size,
-		.max_sample = bp_dataset_max_sample(s->dset->ds),
+		.max_sample = s->seqs ? (uint64_t)s->seqs->row * BD_SEQ_ID_BYTES
+				      : bp_dataset_max_sample(s->dset->ds),
 		.batch_size = s->req.batch_size,
 		.slots = s->slots,
 		.placement = s->req.placement,
@@ -536,6 +586,11 @@ const char *bd_session_fields(const bd_session *s, char *buf, size_t len)
 bool bd_session_keys(const bd_session *s)
 {
 	return s->sel.keys;
+}
+
+const bd_seqs *bd_session_sequences(const bd_session *s)
+{
+	return s->seqs;
 }
 
 /* The client's last word on its waits, as far as it is possible. */

@@ -39,6 +39,8 @@
 #include "protocol.h"
 #include "ring.h"
 #include "sampler.h"
+#include "sequences.h"
+#include "sources.h"
 
 typedef struct bd_session bd_session;
 
@@ -105,7 +107,8 @@ typedef struct bd_session_quota {
  * allow (at least one, at most BD_SESSION_SIZING_EPOCHS). An epoch of more than
  * BD_SESSION_SIZING_SCAN samples per rank is not read: it gets the bound
  * of the batch_size largest samples (which such datasets of small samples
- * afford). Sizing covers the fields and keys m selects; with keys, the
+ * afford). A token session (q, sequences.h; x, sources.h, for a mixture; NULL for any other) has
+ * samples of known sizes: no pass is made. Sizing covers the fields and keys m selects; with keys, the
  * dataset's keys are read whole when a key table pays (bd_key_table):
  * *ret_keys (may be NULL: not kept) is that table, or NULL, for
  * bd_session_new. A batch of a later epoch larger than this waits for room, or is
@@ -115,15 +118,18 @@ typedef struct bd_session_quota {
  * @return 0; -EINVAL (an invalid schedule: bd_session_new says what is
  * wrong); -ENOMEM.
  */
-int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret,
-			     bd_key_table **ret_keys);
+int bd_session_largest_batch(const bd_dataset *d, const bd_seqs *q, const bd_mix *x,
+			     const bp_msg_open *m, uint64_t *ret, bd_key_table **ret_keys);
 
 /*
  * Create a session over dataset d (the session takes the reference) for
  * request m, its largest batch `largest` and key table *keys (both from
  * bd_session_largest_batch; keys may be NULL or hold NULL: the session
  * reads keys as its batches need them; on success the session has taken
- * the table and *keys is NULL, on failure it is left there), delivering
+ * the table and *keys is NULL, on failure it is left there), a token
+ * session's sequences *seqs (bd_seqs_new over d for m; NULL or holding
+ * NULL for any other session; taken as keys are) and a mixture's other
+ * sources *mix (bd_mix_new; NULL or holding NULL: none; taken so too), delivering
  * to host memory (device < 0) or to the daemon's
  * CUDA device `device` (env->gpu must be set). On success *ret is the
  * session. On failure err names what was wrong. @return 0; -EINVAL (a
@@ -132,8 +138,9 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
  * -ENODEV / -EIO (CUDA), -errno.
  */
 int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
-		   const bp_msg_open *m, uint64_t largest, bd_key_table **keys, int device,
-		   const bd_session_quota *q, bd_session **ret, char *err, size_t errlen);
+		   const bp_msg_open *m, uint64_t largest, bd_key_table **keys, bd_seqs **seqs,
+		   bd_mix **mix, int device, const bd_session_quota *q, bd_session **ret, char *err,
+		   size_t errlen);
 
 /*
  * The READY message for s, and its descriptors in the order PROTOCOL.md
@@ -177,6 +184,8 @@ const char *bd_session_tier(const bd_session *s);
 const char *bd_session_fields(const bd_session *s, char *buf, size_t len);
 /* Do its batches carry the sample keys? */
 bool bd_session_keys(const bd_session *s);
+/* A token session's sequences (sequences.h), or NULL. */
+const bd_seqs *bd_session_sequences(const bd_session *s);
 
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;

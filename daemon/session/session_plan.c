@@ -55,6 +55,169 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 	}
 }
 
+/* ---- token sessions (sequences.h) ------------------------------------------------------ */
+
+/*
+ * Row i of the batch being planned: for a mixture, its position in the
+ * epoch (what the sampler gave) becomes its session id (sources.h). @return
+ * the sequences it comes from, and its source.
+ */
+static const bd_seqs *row_source(bd_session *s, uint64_t epoch, uint32_t i, uint32_t *ret)
+{
+	if (!s->mix) {
+		*ret = 0;
+		return s->seqs;
+	}
+	s->ids[i] = bd_mix_id(s->mix, epoch, s->ids[i], ret);
+	return s->mix->src[*ret].seqs;
+}
+
+/* Row i's sequence within its source. */
+static uint64_t row_local(const bd_session *s, uint32_t i)
+{
+	uint64_t local = s->ids[i];
+
+	if (s->mix)
+		bd_mix_source_of(s->mix, s->ids[i], &local);
+	return local;
+}
+
+/* Where the fragments of the row being collected go. */
+typedef struct frag_sink {
+	bd_session *s;
+	const bd_seqs *q;       /* the row's source's sequences */
+	uint32_t source;
+	uint64_t row_off;       /* the row's offset in the tokens region */
+	uint32_t at;            /* the piece's first token in the row */
+} frag_sink;
+
+static void add_frag(void *ctx, const bd_seq_block *b, uint64_t src, uint64_t size,
+		     uint32_t token)
+{
+	frag_sink *k = ctx;
+	bd_session *s = k->s;
+	uint32_t i = s->lay.nfrags++;
+
+	s->frags[i] = (seq_frag){ .block = b, .src = src, .size = size, .source = k->source,
+				  .dst = k->row_off + (uint64_t)(k->at + token) * BD_SEQ_ID_BYTES };
+	/* Blocks of one source, in stream order, a source's after the one before. */
+	s->fkey[i] = (uint64_t)k->source << 48 | (uint64_t)(b - k->q->block);
+	s->forder[i] = i;
+}
+
+/*
+ * Batch (epoch, batch)'s n sequences: their ids, their values' sizes, and
+ * every block fragment their tokens come from, sorted by block. @return
+ * the blocks they read.
+ */
+static uint32_t locate_sequences(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
+{
+	uint64_t row_bytes = (uint64_t)s->seqs->row * BD_SEQ_ID_BYTES;
+	uint32_t blocks = 0;
+
+	bd_sampler_batch(&s->sampler, epoch, batch, s->ids);
+	s->lay.nfrags = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		frag_sink k = { .s = s, .row_off = i * row_bytes };
+		const bd_seqs *q = row_source(s, epoch, i, &k.source);
+		uint32_t np = bd_seqs_pieces(q, row_local(s, i), s->pcs);
+
+		k.q = q;
+
+		for (uint32_t v = 0; v < s->sel.values; v++) {
+			const bp_field *f = &s->sel.schema->fields[s->sel.vfield[v]];
+
+			s->vals[(size_t)v * n + i].size = f->fixed_size ? f->fixed_size
+				: bd_seqs_boundaries(q, s->pcs, np, i, NULL) * BD_SEQ_ID_BYTES;
+		}
+		for (uint32_t p = 0; p < np; p++) {
+			k.at = s->pcs[p].at;
+			bd_seqs_fragments(q, &s->pcs[p], add_frag, &k);
+		}
+	}
+	bd_sort_by_key(s->forder, s->fkey, s->lay.nfrags);
+	for (uint32_t i = 0; i < s->lay.nfrags; i++)
+		if (!i || s->fkey[s->forder[i]] != s->fkey[s->forder[i - 1]])
+			blocks++;
+	return blocks;
+}
+
+/* The job reading a token batch's fragments into its rows, block by block. @return 0 or -ENOMEM. */
+static int build_sequences_job(bd_session *s, uint32_t nblocks, uint8_t *tokens, bd_job **ret)
+{
+	bd_job *job;
+	int r = bd_job_new(s, s->uid, bd__session_on_job_event, s->next_seq, nblocks,
+			   s->lay.nfrags, &job);
+
+	if (r < 0)
+		return r;
+	for (uint32_t i = 0; i < s->lay.nfrags; i++) {
+		const seq_frag *f = &s->frags[s->forder[i]];
+		const bd_dataset *d = s->mix ? s->mix->src[f->source].dset : s->dset;
+		uint32_t width = s->mix ? s->mix->src[f->source].seqs->width : s->seqs->width;
+
+		if (!i || s->fkey[s->forder[i]] != s->fkey[s->forder[i - 1]])
+			bd_job_add_block(job, d, f->block->shard, f->block->block);
+		bd_job_add_tokens(job, f->src, f->size, tokens + f->dst, width);
+	}
+	*ret = job;
+	return 0;
+}
+
+/* A mixture's `source` column (sources.h): each row's source index, where selected. */
+static void write_source(bd_session *s, uint32_t n, uint8_t *payload)
+{
+	if (!s->mix)
+		return;
+	for (uint32_t k = 0; k < s->sel.count; k++) {
+		int64_t *col = (int64_t *)(void *)(payload + s->lay.off[k]);
+		uint64_t local;
+
+		if (s->sel.schema->fields[s->sel.field[k]].type != BP_FIELD_INT64)
+			continue;
+		for (uint32_t i = 0; i < n; i++)
+			col[i] = bd_mix_source_of(s->mix, s->ids[i], &local);
+	}
+}
+
+/*
+ * What a packed batch carries besides its tokens, written here: each
+ * row's padding (the pad id), its position_ids and its cu_seqlens
+ * (sequences.h). Windows carry tokens only.
+ */
+static void write_sequences(bd_session *s, uint32_t n, uint8_t *payload)
+{
+	const bd_seqs *q = s->seqs;
+	uint64_t row_bytes = (uint64_t)q->row * BD_SEQ_ID_BYTES;
+	int32_t pos_slot = -1, cu_slot = -1;
+
+	write_source(s, n, payload);
+	if (q->mode != BP_SEQUENCES_PACKED)
+		return;
+	/* Schema fields 1 and 2 (sequences.c), where selected; tokens is the lead, at 0. */
+	for (uint32_t v = 1; v < s->sel.values; v++)
+		*(s->sel.vfield[v] == 1 ? &pos_slot : &cu_slot) = (int32_t)v;
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t local = s->ids[i];
+		uint32_t src = s->mix ? bd_mix_source_of(s->mix, s->ids[i], &local) : 0;
+		const bd_seqs *rq = s->mix ? s->mix->src[src].seqs : q;
+		uint32_t np = bd_seqs_pieces(rq, local, s->pcs), used = 0;
+		int32_t *tok = (int32_t *)(void *)(payload + i * row_bytes);
+
+		for (uint32_t p = 0; p < np; p++)
+			used += s->pcs[p].len;
+		for (uint32_t j = used; j < q->row; j++)
+			tok[j] = rq->pad;
+		if (pos_slot > 0)
+			bd_seqs_positions(q, s->pcs, np, (int32_t *)(void *)(payload +
+					  s->lay.voff[pos_slot] + i * row_bytes));
+		if (cu_slot > 0)
+			bd_seqs_boundaries(q, s->pcs, np, i, (int32_t *)(void *)(payload +
+					   s->lay.voff[cu_slot] +
+					   s->vals[(size_t)cu_slot * n + i].offset));
+	}
+}
+
 /* One region of the payload: n values of slot v end to end, from *at (aligned). */
 static uint64_t place_values(bd_session *s, uint32_t v, uint32_t n, uint64_t *at)
 {
@@ -366,6 +529,12 @@ static int measure_batch(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t
 
 	if (s->measured == s->next_seq + 1)
 		return 0;
+	if (s->seqs) {
+		s->lay.nblocks = locate_sequences(s, epoch, batch, n);
+		s->lay.payload = place_regions(s, n);
+		s->measured = s->next_seq + 1;
+		return 0;
+	}
 	locate(s, epoch, batch, n);
 	/* An image is made from one block's bytes: a framed one fails its batch, naming it. */
 	for (uint32_t i = 0; s->sel.image_slot >= 0 && i < n; i++)
@@ -424,8 +593,12 @@ int bd__session_plan_one(bd_session *s)
 	base = s->data + s->arena_off + off;
 	/* Out of memory closes the session: the record is never used. */
 	s->plan_epoch = epoch;
-	if (s->sel.bytes &&
-	    (r = build_job(s, n, s->lay.nblocks, base, &job)) < 0)
+	r = 0;
+	if (s->seqs)
+		r = build_sequences_job(s, s->lay.nblocks, base + table_bytes(s, n), &job);
+	else if (s->sel.bytes)
+		r = build_job(s, n, s->lay.nblocks, base, &job);
+	if (r < 0)
 		return r;
 	sl = &s->slot[s->next_seq % s->slots];
 	*sl = (slot){ .epoch = epoch, .batch = batch, .count = n, .rec_off = off, .rec_size = rec,
@@ -433,7 +606,10 @@ int bd__session_plan_one(bd_session *s)
 	s->next_seq++;
 	s->measured = 0;
 	write_tables(s, n, base);
-	write_columns(s, n, base + table_bytes(s, n));
+	if (s->seqs)
+		write_sequences(s, n, base + table_bytes(s, n));
+	else
+		write_columns(s, n, base + table_bytes(s, n));
 	if (!job) {
 		bd__session_record_final(s, sl);
 		bd__session_publish(s);

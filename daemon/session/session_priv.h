@@ -25,6 +25,7 @@
 #include "arena.h"
 #include "fields.h"
 #include "linger.h"
+#include "sequences.h"
 #include "session.h"
 #include "units.h"
 #include "util.h"
@@ -71,11 +72,20 @@ typedef struct loc {
  * selected field (fields.h order) and the keys' after them, and per value
  * slot the offset of its field's region.
  */
+/* One block's bytes of a token session's batch: to its row's tokens (session_plan.c). */
+typedef struct seq_frag {
+	const bd_seq_block *block;
+	uint64_t src, size;
+	uint64_t dst;           /* offset in the tokens region */
+	uint32_t source;        /* a mixture's source (0: the session's dataset) */
+} seq_frag;
+
 typedef struct layout {
 	uint64_t off[BP_FIELD_MAX + 1], size[BP_FIELD_MAX + 1];
 	uint64_t voff[BP_FIELD_MAX + 1];
 	uint64_t payload;
 	uint32_t nblocks;       /* blocks the batch reads, frames counted */
+	uint32_t nfrags;        /* a token batch's fragments (session_plan.c) */
 } layout;
 
 struct bd_session {
@@ -85,6 +95,12 @@ struct bd_session {
 	bd_sampler sampler;
 	bp_msg_open req;
 	bd_selection sel;       /* the fields and keys its batches carry */
+	bd_seqs *seqs;          /* a token session's sequences (sequences.h); NULL: samples */
+	bd_mix *mix;            /* ... its mixture of sources (sources.h); NULL: one source */
+	bd_seq_piece *pcs;      /* ... the planner's scratch: a row's pieces, */
+	seq_frag *frags;        /* a batch's fragments (batch_size x max_frags) */
+	uint64_t *fkey;         /* and their order by block */
+	uint32_t *forder;
 	bd_batch_keys keys;     /* with sel.keys: where its batches' keys come from */
 	uint64_t schema_off, schema_size; /* the encoded schema in the data memfd */
 	uid_t uid;              /* whose memory_per_uid the session counts against */
@@ -171,7 +187,8 @@ static inline void fail_slot(bd_session *s, slot *sl, int status, const char *re
 
 /* session.c: shared memory, the schedule's settings, the end. */
 bd_linger *bd__session_linger_of(const bd_session *s);
-bd_sampler_cfg bd__session_sampler_cfg(const bd_dataset *d, const bp_msg_open *m);
+bd_sampler_cfg bd__session_sampler_cfg(const bd_dataset *d, const bd_seqs *q,
+				       const bd_mix *x, const bp_msg_open *m);
 uint64_t bd__session_stride(const bp_msg_open *m);
 void bd__session_maybe_end(bd_session *s);
 

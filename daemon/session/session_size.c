@@ -53,7 +53,8 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	 * own: a frame times a field bounds both.
 	 */
 	uint64_t n = s->req.batch_size, blocks = bp_dataset_blocks(s->dset->ds);
-	uint64_t pieces = n * bp_dataset_max_frames(s->dset->ds) * s->sel.bytes;
+	uint64_t pieces = s->mix ? n * s->mix->max_frags : s->seqs ? n * s->seqs->max_frags
+			  : n * bp_dataset_max_frames(s->dset->ds) * s->sel.bytes;
 	uint64_t job = bd_job_bytes((uint32_t)(blocks < pieces ? blocks : pieces), (uint32_t)pieces);
 	uint64_t b;
 
@@ -62,6 +63,13 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	b += n * s->sel.values * sizeof(*s->vals) + BD_MALLOC_OVERHEAD;
 	if (s->sel.keys)
 		b += bd_batch_keys_bytes(&s->keys, s->dset->ds, s->req.batch_size);
+	/* A token session's sequences, and the planner's pieces and fragments (session.c). */
+	if (s->mix)
+		b += s->mix->heap + s->mix->max_pieces * sizeof(*s->pcs);
+	if (s->seqs)
+		b += s->seqs->heap + s->seqs->max_pieces * sizeof(*s->pcs) +
+		     pieces * (sizeof(*s->frags) + sizeof(*s->fkey) + sizeof(*s->forder)) +
+		     4 * BD_MALLOC_OVERHEAD;
 	b += (uint64_t)s->max_jobs * (job + BD_MALLOC_OVERHEAD);
 	b += bd_pipeline_owner_bytes() + BD_MALLOC_OVERHEAD;
 	if (device >= 0)
@@ -188,10 +196,29 @@ static uint64_t selection_bound(const bd_dataset *d, const bd_selection *sel, ui
 	return most;
 }
 
-int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t *ret,
-			     bd_key_table **ret_keys)
+/*
+ * A token session's largest batch: every row of tokens (and packed, of
+ * positions) is the same size; cu_seqlens at its longest.
+ */
+static uint64_t sequences_largest(const bd_seqs *q, const bd_mix *x, const bd_selection *sel,
+				  uint32_t n)
 {
-	bd_sampler_cfg sc = bd__session_sampler_cfg(d, m);
+	uint64_t most = bd_selection_padding(sel) + (uint64_t)n * sel->scalar_bytes;
+	uint64_t cu = x ? ((uint64_t)x->max_pieces + 2) * BD_SEQ_ID_BYTES : bd_seqs_boundary_bytes(q);
+
+	for (uint32_t k = 0; k < sel->count; k++) {
+		const bp_field *f = &sel->schema->fields[sel->field[k]];
+
+		if (f->type == BP_FIELD_BYTES)
+			most += (uint64_t)n * (f->fixed_size ? f->fixed_size : cu);
+	}
+	return most;
+}
+
+int bd_session_largest_batch(const bd_dataset *d, const bd_seqs *q, const bd_mix *x,
+			     const bp_msg_open *m, uint64_t *ret, bd_key_table **ret_keys)
+{
+	bd_sampler_cfg sc = bd__session_sampler_cfg(d, q, x, m);
 	uint64_t *ids, most = 0, per_rank, epochs;
 	bd_selection sel;
 	bd_sampler sp;
@@ -202,8 +229,15 @@ int bd_session_largest_batch(const bd_dataset *d, const bp_msg_open *m, uint64_t
 	if (bd_sampler_init(&sp, &sc) < 0)
 		return -EINVAL;
 	/* A selection the dataset cannot give: bd_session_new says why. */
-	if ((r = bd_selection_parse(d->ds, m, &sel, err, sizeof(err))) < 0)
+	if ((r = bd_selection_parse(d->ds, x ? &x->schema : q ? &q->schema : NULL, m, &sel, err,
+				    sizeof(err))) < 0)
 		return r;
+	if (q) {
+		*ret = sequences_largest(q, x, &sel, m->batch_size);
+		if (ret_keys)
+			*ret_keys = NULL;
+		return 0;
+	}
 	per_rank = bd_sampler_samples_per_rank(&sp);
 	if (per_rank > BD_SESSION_SIZING_SCAN) {
 		*ret = selection_bound(d, &sel, m->batch_size, true);
@@ -249,6 +283,9 @@ int bd__session_measure(bd_session *s, unsigned prefetch, int device, uint64_t l
 	 */
 	if (!bd_selection_plain(&s->sel))
 		mean += s->sel.scalar_bytes + (s->sel.values > s->sel.bytes ? largest / batch_size : 0);
+	/* A token session's rows are all alike: its largest batch is every batch, near enough. */
+	if (s->seqs)
+		mean = largest / batch_size;
 	max_rec = record_bytes(s, batch_size, largest);
 	mean_rec = record_bytes(s, batch_size, mean * batch_size) + BP_RING_RECORD_ALIGN;
 	s->arena_off = bp_ring_arena_offset(s->slots);
@@ -272,7 +309,7 @@ int bd__session_measure(bd_session *s, unsigned prefetch, int device, uint64_t l
 		 * margin for a batch of an epoch past the ones it read.
 		 */
 		/* On the loop thread: no pass over the dataset; the bound only caps the margin. */
-		most = selection_bound(d, &s->sel, batch_size, false);
+		most = s->seqs ? largest : selection_bound(d, &s->sel, batch_size, false);
 		s->slot_bytes = BD_ALIGN_UP((largest < most / 2 ? 2 * largest : most) + 1,
 					 BP_RING_DEVICE_ALIGN);
 		s->gpu_off = s->data_size;

@@ -302,6 +302,19 @@ static void status_datasets(bd_text *t)
 		       ds.unused_bytes, ds.loaded, ds.freed, ds.evicted);
 }
 
+/* A token session's rows (docs/tokens.md): how they are cut, how full they are. */
+static void status_sequences(bd_text *t, const bd_seqs *q)
+{
+	if (!q) {
+		bd_text_printf(t, ", \"sequences\": null");
+		return;
+	}
+	bd_text_printf(t, ", \"sequences\": {\"mode\": \"%s\", \"seq_len\": %u, \"rows\": %" PRIu64
+		       ", \"tokens\": %" PRIu64 ", \"placed\": %" PRIu64 ", \"documents\": %" PRIu64
+		       ", \"padding\": %.4f}", q->mode == BP_SEQUENCES_PACKED ? "packed" : "windows",
+		       q->seq_len, q->count, q->tokens, q->placed, q->documents, bd_seqs_padding(q));
+}
+
 /* One element of "sessions". */
 static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 {
@@ -320,6 +333,7 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 		bd_text_json_str(t, bd_session_fields(e->s, names, sizeof(names)));
 		bd_text_printf(t, ", \"keys\": %s", bd_session_keys(e->s) ? "true" : "false");
 	}
+	status_sequences(t, bd_session_sequences(e->s));
 	bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
 		       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"

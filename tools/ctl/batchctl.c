@@ -12,6 +12,7 @@
  *            [--batch-stride N] [--prefetch P] [--step-ms T] [--step-cpu-ms T]
  *            [--print-samples] [--device N] [--json] [--fields NAME,...] [--keys]
  *            [--decode FIELD=KIND:SIZE:CROP[:RESIZE] [--skip-bad]]
+ *            [--seq-len N [--sequences windows|packed]]
  *
  * `consume` (batchctl_consume.c) is a real client through libbatchclient:
  * it takes batches, optionally "trains" for T ms on each, and measures how
@@ -52,11 +53,14 @@ static const char usage_text[] =
 	"                [--batch-stride N] [--prefetch P]\n"
 	"                [--step-ms T] [--step-cpu-ms T] [--print-samples] [--device N] [--json]\n"
 	"                [--fields NAME,...] [--keys] [--decode FIELD=KIND:SIZE:CROP[:RESIZE]]\n"
-	"                [--skip-bad]\n"
+	"                [--skip-bad] [--seq-len N [--sequences windows|packed]]\n"
+	"       batchctl [-s SOCKET] consume --source PATH:WEIGHT --source ... --seq-len N [...]\n"
 	"  consume --start-sample S: resume --start-epoch after the S samples that all ranks\n"
 	"          consumed (ranks stripe the epoch, so any --world may resume there)\n"
 	"  consume --batch-stride N: take every N-th batch from --start-batch (1 .. 4096; N\n"
-	"          consumers with --start-batch 0 .. N-1 share a rank's batches)\n";
+	"          consumers with --start-batch 0 .. N-1 share a rank's batches)\n"
+	"  consume --seq-len N: a token pack's samples as rows of N + 1 token ids, windows of\n"
+	"          its stream (default) or --sequences packed whole documents\n";
 
 int batchctl_connect(const char *sock, bc_client **c)
 {

@@ -38,6 +38,7 @@ typedef struct consume_opts {
 	bool print, json;
 	bool skip_bad;           /* --skip-bad: so.decode.skip_bad once --decode is read */
 	char decode_field[65];   /* --decode: the field's name, so.decode.field points here */
+	bc_source source[64];    /* --source PATH:WEIGHT, so.sources points here */
 } consume_opts;
 
 /* What a `consume` run measured. */
@@ -54,7 +55,7 @@ typedef struct consume_run {
 
 enum { O_BATCH = 256, O_EPOCHS, O_SHUFFLE, O_SEED, O_RANK, O_WORLD, O_DROP, O_SEPOCH,
        O_SBATCH, O_PREFETCH, O_STEP, O_PRINT, O_JSON, O_WINDOW, O_DEVICE, O_STEP_CPU, O_FIELDS,
-       O_KEYS, O_SSAMPLE, O_STRIDE, O_DECODE, O_SKIP_BAD };
+       O_KEYS, O_SSAMPLE, O_STRIDE, O_DECODE, O_SKIP_BAD, O_SEQ_LEN, O_SEQUENCES, O_SOURCE };
 
 static const struct option consume_options[] = {
 	{ "batch-size", required_argument, NULL, O_BATCH },
@@ -80,6 +81,9 @@ static const struct option consume_options[] = {
 	{ "batch-stride", required_argument, NULL, O_STRIDE },
 	{ "decode", required_argument, NULL, O_DECODE },
 	{ "skip-bad", no_argument, NULL, O_SKIP_BAD },
+	{ "seq-len", required_argument, NULL, O_SEQ_LEN },
+	{ "sequences", required_argument, NULL, O_SEQUENCES },
+	{ "source", required_argument, NULL, O_SOURCE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -104,6 +108,12 @@ static int consume_number(consume_opts *co, int ch, const char *arg)
 	case O_STRIDE: o->batch_stride = v > UINT32_MAX ? 0 : (uint32_t)v; break;
 	case O_PREFETCH: o->prefetch = (uint32_t)v; break;
 	case O_WINDOW: o->window = (uint32_t)v; break;
+	/* Over 2^20 is bc_open's to refuse, with the range in its message. */
+	case O_SEQ_LEN:
+		o->seq_len = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+		if (!o->sequences)
+			o->sequences = BC_SEQUENCES_WINDOWS;
+		break;
 	case O_STEP:
 	case O_STEP_CPU:
 		if (v > TRAINER_MAX_STEP_MS)
@@ -154,6 +164,27 @@ static int consume_decode(consume_opts *co, const char *arg)
 	return 0;
 }
 
+/* --source PATH:WEIGHT, one more source of a mixture. @return 0, or the usage exit status. */
+static int consume_source(consume_opts *co, char *arg)
+{
+	char *colon = strrchr(arg, ':'), *end;
+	double w;
+
+	if (co->so.nsources == sizeof(co->source) / sizeof(co->source[0]))
+		return cli_usage("--source: a mixture has at most 64 sources");
+	if (!colon || colon == arg || !colon[1])
+		return cli_usage("--source: '%s' is not PATH:WEIGHT (web.bpk:0.7)", arg);
+	errno = 0;
+	w = strtod(colon + 1, &end);
+	if (*end || errno)
+		return cli_usage("--source %s: the weight '%s' is not a number", arg, colon + 1);
+	/* The weight's range is bc_open's to judge, with the rule in its message. */
+	*colon = '\0';
+	co->source[co->so.nsources++] = (bc_source){ .dataset = arg, .weight = w };
+	co->so.sources = co->source;
+	return 0;
+}
+
 /* Read argv into co. @return 0, or the usage exit status. */
 static int consume_parse(int argc, char **argv, consume_opts *co)
 {
@@ -179,6 +210,13 @@ static int consume_parse(int argc, char **argv, consume_opts *co)
 		case O_JSON: co->json = true; continue;
 		case O_SHUFFLE: r = trainer_opt_shuffle(optarg, &co->so); break;
 		case O_DECODE: r = consume_decode(co, optarg); break;
+		case O_SOURCE: r = consume_source(co, optarg); break;
+		case O_SEQUENCES:
+			if (strcmp(optarg, "windows") && strcmp(optarg, "packed"))
+				return cli_usage("--sequences: '%s' is not windows or packed", optarg);
+			co->so.sequences = optarg[0] == 'w' ? BC_SEQUENCES_WINDOWS
+							    : BC_SEQUENCES_PACKED;
+			continue;
 		default:
 			if (ch == '?' || ch < 256)
 				return cli_usage(NULL);
@@ -196,8 +234,11 @@ static int consume_validate(const consume_opts *co)
 {
 	const bc_stream_opts *o = &co->so;
 
-	if (!o->dataset)
-		return cli_usage("consume: missing DATASET");
+	if (!o->dataset && !o->nsources)
+		return cli_usage("consume: missing DATASET (or --source PATH:WEIGHT ...)");
+	if (o->dataset && o->nsources)
+		return cli_usage("consume: a mixture names its datasets with --source: drop DATASET "
+				 "'%s'", o->dataset);
 	if (co->skip_bad && !o->decode.field)
 		return cli_usage("consume: --skip-bad applies to --decode's images: add --decode");
 	if (o->batch_size == 0)
@@ -236,11 +277,12 @@ static int consume_open(const char *sock, const consume_opts *co, consume_run *r
 	r = bc_open(c, o, &s);
 	if (r < 0) {
 		const char *said = bc_client_error(c)[0] ? bc_client_error(c) : bc_strerror(r);
-		bool named = strstr(said, o->dataset);
+		const char *what = o->dataset ? o->dataset : "the mixture";
+		bool named = strstr(said, what);
 
 		/* The daemon's reason names the dataset itself, mostly: once is enough. */
 		fprintf(stderr, "batchctl: open%s%s%s: %s\n", named ? "" : " ",
-			named ? "" : o->dataset, o->device == BC_HOST ? "" : " on a GPU", said);
+			named ? "" : what, o->device == BC_HOST ? "" : " on a GPU", said);
 		bc_disconnect(c);
 		return -1;
 	}

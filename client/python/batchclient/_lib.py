@@ -60,6 +60,14 @@ class DecodeOpts(ctypes.Structure):
     ]
 
 
+class Source(ctypes.Structure):
+    """struct bc_source: one dataset of a mixture and its weight."""
+    _fields_ = [
+        ("dataset", ctypes.c_char_p),
+        ("weight", ctypes.c_double),
+    ]
+
+
 class StreamOpts(ctypes.Structure):
     """struct bc_stream_opts. bc_stream_opts_init() writes struct_size bytes:
     the trailing reserve keeps a newer library's larger struct inside our
@@ -83,6 +91,11 @@ class StreamOpts(ctypes.Structure):
         ("start_sample", ctypes.c_uint64),
         ("batch_stride", ctypes.c_uint32),
         ("decode", DecodeOpts),
+        ("sequences", ctypes.c_int),
+        ("seq_len", ctypes.c_uint32),
+        ("sources", ctypes.POINTER(Source)),
+        ("nsources", ctypes.c_uint32),
+        ("epoch_samples", ctypes.c_uint64),
         ("_reserve", ctypes.c_uint8 * 512),
     ]
 
@@ -93,6 +106,13 @@ OPTS_FIELDS_SIZE = StreamOpts.keys.offset + ctypes.sizeof(ctypes.c_bool)
 OPTS_ELASTIC_SIZE = StreamOpts.batch_stride.offset + ctypes.sizeof(ctypes.c_uint32)
 # ... and when it knows .decode (images decoded in the daemon).
 OPTS_DECODE_SIZE = StreamOpts.decode.offset + ctypes.sizeof(DecodeOpts)
+# ... and when it knows .sequences and .seq_len (token packs).
+OPTS_SEQUENCES_SIZE = StreamOpts.seq_len.offset + ctypes.sizeof(ctypes.c_uint32)
+# ... and when it knows .sources (mixtures).
+OPTS_SOURCES_SIZE = StreamOpts.epoch_samples.offset + ctypes.sizeof(ctypes.c_uint64)
+
+# enum bc_sequences
+SEQUENCES = {"windows": 1, "packed": 2}
 
 # enum bc_field_type
 FIELD_TYPES = {1: "bytes", 2: "int64", 3: "float32", 4: "float64", 5: "str"}
@@ -172,6 +192,14 @@ _ELASTIC = {
 # older than that fails their batches; need_skips() names what it lacks.
 _SKIPS = {
     "bc_batch_skipped": (ctypes.c_uint32, [_p, ctypes.POINTER(ctypes.POINTER(ctypes.c_uint64))]),
+}
+
+# Mixtures (Loader([(path, weight), ...])): a library older than them has no
+# sources in bc_stream_opts; need_sources() says so.
+_SOURCES = {
+    "bc_stream_sources": (ctypes.c_uint32, [_p]),
+    "bc_stream_source_used": (ctypes.c_int, [_p, ctypes.c_uint32, ctypes.c_uint64,
+                                             ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)]),
 }
 
 _lock = threading.Lock()
@@ -324,6 +352,7 @@ def lib():
             so.missing = _declare(so, _FIELDS)
             so.missing_elastic = _declare(so, _ELASTIC)
             so.missing_skips = _declare(so, _SKIPS)
+            so.missing_sources = _declare(so, _SOURCES)
             so.path = path
             so.place = place
             so.tried = tried
@@ -365,6 +394,11 @@ def need_elastic(what):
 def need_skips(what):
     """The library, or NotImplementedError when it cannot leave bad images out."""
     return _need("missing_skips", what, "that leaves bad images out")
+
+
+def need_sources(what):
+    """The library, or NotImplementedError when it cannot read mixtures."""
+    return _need("missing_sources", what, "that reads mixtures of sources")
 
 
 def free(ptr):

@@ -395,6 +395,8 @@ class Batch:
             raise TypeError(f"torch({name!r}) takes no shape: a field's shape is in the schema "
                             f"(reshape the tensor instead)")
         f = self._field(name)
+        if f.flat:
+            return _from_numpy(self._flat(f, writable=True))
         if f.type == "str" or (f.type == "bytes" and not f.fixed_size):
             what = "text" if f.type == "str" else "bytes of differing sizes"
             raise ValueError(f"field {name!r} holds {what}: torch() needs a scalar field or a "
@@ -402,6 +404,16 @@ class Batch:
         return _from_numpy(self._dense(f, f.dtype or "uint8", _sample_shape(f), writable=True))
 
     # ---- fields ------------------------------------------------------------------------
+
+    @property
+    def sources(self):
+        """A mixture's batch (Loader([(path, weight), ...])): each sample's
+        source, its index in the Loader's list, as an int64 array [B];
+        None for a batch of one dataset."""
+        self._check()
+        if not self._stream.mixture:
+            return None
+        return self["source"]
 
     @property
     def fields(self):
@@ -430,6 +442,8 @@ class Batch:
         (they pin the batch; the memoryviews are revoked at release).
         KeyError for a field the dataset lacks or the Loader did not select."""
         f = self._field(name)
+        if f.flat:
+            return self._flat(f)
         if f.type == "str":
             return list(self._values(f))
         if f.type == "bytes" and not f.fixed_size:
@@ -472,6 +486,18 @@ class Batch:
                               f"of {per} bytes", self._where(f))
         flat = np.frombuffer(mv, dtype=dt, count=len(mv) // dt.itemsize)
         arr = flat.reshape((self._count,) + shape)
+        return self._copy_instead(arr) if writable and not arr.flags.writeable else arr
+
+    def _flat(self, f, writable=False):
+        """Field f's values end to end as one 1-D array of its element type
+        (a token session's cu_seqlens)."""
+        np = _deps.need("numpy", f"batch[{f.name!r}] is a NumPy array")
+        dt = np.dtype(f.dtype)
+        mv = self._field_view(f, writable and self._delta() is not None)[1]
+        if len(mv) % dt.itemsize:
+            raise BatchdError(errno.EBADMSG, f"{len(mv)} bytes are no whole number of "
+                              f"{dt.itemsize}-byte values", self._where(f))
+        arr = np.frombuffer(mv, dtype=dt, count=len(mv) // dt.itemsize)
         return self._copy_instead(arr) if writable and not arr.flags.writeable else arr
 
     def _values(self, f):

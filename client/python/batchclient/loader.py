@@ -38,6 +38,7 @@ import ctypes
 import dataclasses
 import errno
 import gc
+import math
 import os
 import threading
 import time
@@ -193,7 +194,22 @@ class _Stream:
         if o.struct_size > ctypes.sizeof(o):
             raise BatchdError(errno.EOVERFLOW, f"libbatchclient's bc_stream_opts is "
                               f"{o.struct_size} bytes, more than this binding knows")
-        o.dataset = cfg["dataset"].encode()
+        if cfg["sources"] is None:
+            o.dataset = cfg["dataset"].encode()
+        else:
+            what = f"a mixture of {len(cfg['sources'])} sources"
+            _lib.need_sources(what)
+            if o.struct_size < _lib.OPTS_SOURCES_SIZE:
+                raise BatchdError(errno.EOVERFLOW, f"{what}: libbatchclient's bc_stream_opts "
+                                  f"({o.struct_size} bytes) has no sources member")
+            srcs = (_lib.Source * len(cfg["sources"]))()
+            for i, (path, weight) in enumerate(cfg["sources"]):
+                srcs[i].dataset = path.encode()
+                srcs[i].weight = weight
+            self._srcs = srcs    # alive as long as o
+            o.sources = srcs
+            o.nsources = len(srcs)
+            o.epoch_samples = cfg["epoch_samples"] or 0
         o.batch_size = cfg["batch_size"]
         o.shuffle = _lib.SHUFFLE[cfg["shuffle"]]
         o.seed = cfg["seed"]
@@ -223,6 +239,13 @@ class _Stream:
             if spec.on_error == "skip":
                 _lib.need_skips(f"decode={{{field!r}: Image(on_error='skip')}}")
             spec.fill(field, o.decode)
+        if cfg["seq_len"] is not None:
+            if o.struct_size < _lib.OPTS_SEQUENCES_SIZE:
+                raise BatchdError(errno.EOVERFLOW, f"seq_len={cfg['seq_len']}: libbatchclient's "
+                                  f"bc_stream_opts ({o.struct_size} bytes) has no sequences "
+                                  "member: install the libbatchclient of this batchclient")
+            o.sequences = _lib.SEQUENCES[cfg["sequences"]]
+            o.seq_len = cfg["seq_len"]
         if start_sample or stride != 1:
             what = (f"resuming at sample {start_sample}" if start_sample
                     else f"a batch stride of {stride}")
@@ -248,6 +271,8 @@ class _Stream:
         self.max_sample = L.bc_stream_max_sample(self.h)
         self.device = L.bc_stream_device(self.h)     # BC_HOST or the CUDA ordinal
         self.keys = cfg["keys"]
+        self.mixture = cfg["sources"] is not None
+        self.seq_len = cfg["seq_len"]
         self.schema = None       # a tuple of schema.Field, where the library has fields
         self.selected = ()
         self.has_bytes = True    # a bytes field is selected: data/samples show the first
@@ -263,6 +288,8 @@ class _Stream:
                 self.schema = tuple(dataclasses.replace(f, fixed_size=spec.nbytes,
                                                         shape=spec.shape)
                                     if f.name == field else f for f in self.schema)
+            if cfg["seq_len"] is not None:
+                self.schema = _token_schema(self.schema, cfg["seq_len"])
             self.selected = tuple(f.name for f in self.schema if f.selected)
             self.has_bytes = any(f.selected and f.type == "bytes" for f in self.schema)
             self._by_name = {f.name: f for f in self.schema}
@@ -437,6 +464,56 @@ class _Stream:
 # ---- the loader ------------------------------------------------------------------------------
 
 
+def _sources(dataset):
+    """Loader's dataset as (name, sources): a path gives (path, None); a list
+    of (path, weight) a mixture, ValueError saying what is wrong with it."""
+    if isinstance(dataset, (str, bytes, os.PathLike)):
+        return os.fsdecode(dataset), None
+    try:
+        pairs = [(os.fsdecode(p), w) for p, w in dataset]
+    except (TypeError, ValueError):
+        raise ValueError("dataset must be a path, or a list of (path, weight) pairs for a "
+                         "mixture") from None
+    if not 2 <= len(pairs) <= 64:
+        raise ValueError(f"a mixture has 2 .. 64 sources, not {len(pairs)}")
+    out = []
+    for p, w in pairs:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) \
+                or w <= 0:
+            raise ValueError(f"source {p!r}: weight {w!r} must be a finite number above 0 "
+                             "(weights are relative: 0.7, 0.2, 0.1 or 7, 2, 1)")
+        out.append((p, float(w)))
+    return " + ".join(f"{p}:{w:g}" for p, w in out), out
+
+
+def _token_schema(fields, seq_len):
+    """A token session's fields as arrays (docs/tokens.md): tokens and
+    position_ids int32 [seq_len + 1] a sample, cu_seqlens one int32 array."""
+    row = (seq_len + 1,)
+    out = []
+    for f in fields:
+        if f.name == "cu_seqlens":
+            f = dataclasses.replace(f, element="<i4", flat=True)
+        elif f.name in ("tokens", "position_ids"):
+            f = dataclasses.replace(f, element="<i4", shape=row)
+        out.append(f)      # a mixture's "source": an int64 column as any
+    return tuple(out)
+
+
+def _sequences(seq_len, sequences):
+    """Loader(seq_len=, sequences=) checked: (seq_len or None, mode)."""
+    if sequences not in _lib.SEQUENCES:
+        raise ValueError(f"sequences={sequences!r} must be 'windows' (the token stream cut "
+                         "into seq_len + 1 windows) or 'packed' (whole documents packed)")
+    if seq_len is None:
+        return None, sequences
+    seq_len = _int(seq_len, "seq_len")
+    if seq_len < 1 or seq_len > 1 << 20:
+        raise ValueError(f"seq_len {seq_len} must be in 1 .. 2^20 (tokens a sequence; each "
+                         "sample holds seq_len + 1: the inputs and the shifted targets)")
+    return seq_len, sequences
+
+
 def resume_guard(epoch, resume, position):
     """What set_epoch(epoch) does while a loaded state is pending: True when
     it must keep the position (epoch is the saved one), False when no state
@@ -468,8 +545,9 @@ def check_state(state, mine, batches_per_epoch, samples):
     and batch size)."""
     if state.get("version") != STATE_VERSION:
         raise ValueError(f"state version {state.get('version')!r}: expected {STATE_VERSION}")
-    diff = [k for k in ("fingerprint", "shuffle", "seed", "drop_last")
-            if state.get(k) != mine[k]]
+    check_sources(state.get("sources"), mine.get("sources"))
+    diff = [k for k in ("fingerprint", "shuffle", "seed", "drop_last", "seq_len", "sequences")
+            if state.get(k) != mine.get(k)]
     if diff:
         raise ValueError("cannot resume: the state was saved with a different "
                          + ", ".join(f"{k} ({state.get(k)!r}, now {mine[k]!r})" for k in diff))
@@ -490,6 +568,29 @@ def check_state(state, mine, batches_per_epoch, samples):
         raise ValueError(f"state: sample {sample} is past the end of the epoch ({samples} "
                          f"samples): resume at epoch {e + 1} (set_epoch) instead")
     return e, sample
+
+
+def check_sources(saved, mine):
+    """A mixture resumes only as itself: ValueError naming each source whose
+    dataset or weight differs from the saved state's (positions of the
+    mixed stream mean other rows under other weights)."""
+    if saved is None and mine is None:
+        return
+    if saved is None or mine is None:
+        raise ValueError("cannot resume: the state was saved by "
+                         + ("a single dataset, this Loader reads a mixture" if saved is None
+                            else "a mixture, this Loader reads a single dataset"))
+    old = [(s.get("dataset"), s.get("weight")) for s in saved]
+    new = [(s["dataset"], s["weight"]) for s in mine]
+    if old == new:
+        return
+    said = [f"source {i}: {o[0]!r} weight {o[1]!r}, now {n[0]!r} weight {n[1]!r}"
+            for i, (o, n) in enumerate(zip(old, new)) if o != n]
+    if len(old) != len(new):
+        said.append(f"{len(old)} sources, now {len(new)}")
+    raise ValueError("cannot resume: the mixture changed (" + "; ".join(said) + "). A mixture "
+                     "resumes exactly only with the sources and weights it was saved with "
+                     "(docs/tokens.md, Mixtures)")
 
 
 def resume_place(epoch, sample, batch_size, world, batches_per_epoch):
@@ -554,6 +655,21 @@ class Loader:
         at all. A name the dataset lacks: BatchdError ENOENT naming its fields.
     keys: deliver each sample's key too (batch.keys). A dataset packed
         without keys (--no-keys): BatchdError ENODATA.
+    seq_len: a token pack (batchd-pack create --tokens) read as rows of
+        seq_len + 1 token ids (docs/tokens.md): batch.torch("tokens") is an
+        int32 tensor [B, seq_len + 1] (int32: half of int64's bytes, what
+        nn.Embedding and FlashAttention take; the loss wants y.long()).
+    sequences: "windows" (default: the stream of documents cut into rows,
+        every token in one row an epoch) or "packed" (whole documents
+        packed into rows, with batch.torch("position_ids") [B, seq_len + 1]
+        and batch.torch("cu_seqlens"), the batch's document boundaries
+        over the first seq_len tokens of each row).
+    A mixture: dataset a list of (path, weight) pairs of token packs, e.g.
+        [("web.bpk", 0.7), ("code.bpk", 0.2), ("math.bpk", 0.1)], with
+        seq_len: every run of rows of one period holds exactly the weights'
+        shares, each source shuffled and cycled in passes of its own;
+        batch.sources says each row's source; epoch_samples sets the rows
+        of an epoch (default: the sources' rows summed).
 
     loader.schema describes the dataset's fields (a tuple of Field: name,
     type, classes, fixed_size, selected); loader.classes the class names of
@@ -569,7 +685,8 @@ class Loader:
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
                  drop_last=False, prefetch=None, device=None, socket=None, *, window=None,
                  collate=None, timeout=None, fields=None, keys=False, decode=None,
-                 _place=(0, 0, 0), _stride=1):
+                 seq_len=None, sequences="windows", epoch_samples=None, _place=(0, 0, 0),
+                 _stride=1):
         # _place, _stride: where the first stream opens (batchclient.torch's
         # workers open at their share at once instead of at (0, 0) and again).
         self._stream = None
@@ -594,8 +711,22 @@ class Loader:
             raise ValueError(f"timeout {timeout!r} must be > 0 seconds (or None)")
         if collate is not None and not callable(collate):
             raise ValueError("collate must be callable")
+        seq_len, sequences = _sequences(seq_len, sequences)
+        name, sources = _sources(dataset)
+        if sources is not None and seq_len is None:
+            raise ValueError("a mixture reads token packs as sequences: give seq_len")
+        if epoch_samples is not None:
+            epoch_samples = _int(epoch_samples, "epoch_samples")
+            if sources is None or epoch_samples < 1:
+                raise ValueError(f"epoch_samples={epoch_samples}: the rows of a mixture's "
+                                 "epoch, >= 1 (and only for a mixture)")
+        if seq_len is not None and (keys or decode is not None):
+            raise ValueError("seq_len: a token pack's sequences have no keys and decode no "
+                             "images; drop keys= and decode=")
         self._cfg = {
-            "dataset": os.fspath(dataset),
+            "dataset": name,
+            "sources": sources,
+            "epoch_samples": epoch_samples,
             "batch_size": batch_size,
             "shuffle": _shuffle(shuffle),
             "seed": seed,
@@ -608,6 +739,8 @@ class Loader:
             "fields": _fields(fields),
             "keys": bool(keys),
             "decode": image.parse(decode),
+            "seq_len": seq_len,
+            "sequences": sequences,
         }
         self._collate = collate
         self._timeout = timeout
@@ -755,7 +888,24 @@ class Loader:
                 "fingerprint": self._live().fingerprint, "batch_size": c["batch_size"],
                 "shuffle": c["shuffle"], "seed": c["seed"], "rank": c["rank"],
                 "world": c["world"], "drop_last": c["drop_last"]}
-        return position_state(base, *self._place())
+        if c["seq_len"] is not None:
+            base.update(seq_len=c["seq_len"], sequences=c["sequences"])
+        state = position_state(base, *self._place())
+        if c["sources"] is not None:
+            state["sources"] = self._sources_used(state["epoch"], state["sample"])
+        return state
+
+    def _sources_used(self, epoch, sample):
+        """A mixture's sources, with the rows of each that all ranks consumed
+        before (epoch, sample) of the mixed stream."""
+        s, L, out = self._live(), _lib.lib(), []
+        for i, (path, weight) in enumerate(self._cfg["sources"]):
+            used = ctypes.c_uint64()
+            r = L.bc_stream_source_used(s.h, i, epoch, sample, ctypes.byref(used))
+            if r < 0:
+                raise BatchdError(-r, _lib.text(L.bc_strerror(r)), f"source {i} ({path})")
+            out.append({"dataset": path, "weight": weight, "used": used.value})
+        return out
 
     def load_state_dict(self, state):
         """Resume at a state_dict() position, of this loader or of any rank

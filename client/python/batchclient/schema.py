@@ -44,7 +44,12 @@ class Field:
     index: its position in the schema.
     shape: for a bytes field the daemon decodes into an image
         (Loader(decode=...)), one sample's tensor shape, (3, H, W) or
-        (H, W, 3); None otherwise.
+        (H, W, 3); for a token session's "tokens" and "position_ids"
+        (Loader(seq_len=...)), (seq_len + 1,); None otherwise.
+    element: the NumPy dtype of a bytes field's elements when they are not
+        bytes: '<i4' for a token session's fields; None otherwise.
+    flat: the batch's values of the field end to end are one 1-D array
+        (a token session's "cu_seqlens"), whatever each sample holds.
     """
 
     name: str
@@ -54,11 +59,14 @@ class Field:
     selected: bool = True
     index: int = 0
     shape: tuple = None
+    element: str = None
+    flat: bool = False
 
     @property
     def dtype(self):
-        """The NumPy dtype string of a scalar field ('<i8', '<f4', '<f8'), else None."""
-        return SCALAR_DTYPES.get(self.type)
+        """The NumPy dtype string of a scalar field ('<i8', '<f4', '<f8') or of
+        a token field's elements ('<i4'), else None."""
+        return self.element or SCALAR_DTYPES.get(self.type)
 
 
 def read(handle):

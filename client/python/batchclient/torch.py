@@ -162,6 +162,14 @@ def _tensor(batch, f):
                          "function that decodes each sample (e.g. from batch[name])") from None
 
 
+def _token_tensors(batch):
+    """A token batch (Loader(seq_len=...)): its rows, and packed, their
+    positions and boundaries."""
+    if "position_ids" not in batch.fields:
+        return batch.torch("tokens")
+    return batch.torch("tokens"), batch.torch("position_ids"), batch.torch("cu_seqlens")
+
+
 def to_tensors(batch):
     """The default collate hook: (x, y) from a batch with fields.
 
@@ -172,10 +180,15 @@ def to_tensors(batch):
     the first selected int64 field with class names (else the first int64
     field), as an int64 tensor [B]. Without a label field: x alone; with
     no bytes field selected: y alone. Samples of differing sizes:
-    ValueError (decode them in a collate hook of your own)."""
+    ValueError (decode them in a collate hook of your own). A token batch
+    (seq_len=) gives its int32 tokens [B, seq_len + 1], and packed the
+    tuple (tokens, position_ids, cu_seqlens); to_dict gives a mixture's
+    "source" too."""
     fields = _selected(batch)
     if not fields:              # a library without fields: the samples, all of one size
         return batch.torch()
+    if batch._stream.seq_len is not None:
+        return _token_tensors(batch)
     x = next((f for f in fields if f.type == "bytes"), None)
     y = _label_field(fields)
     if x is None and y is None:
@@ -261,7 +274,7 @@ class BatchdDataset(IterableDataset):
 
     Arguments are Loader's (dataset, batch_size, shuffle, seed, rank,
     world, drop_last, prefetch, socket, window, timeout, fields, keys,
-    decode; see batchclient.Loader), except collate: a function called with each Batch
+    decode, seq_len, sequences, epoch_samples; see batchclient.Loader), except collate: a function called with each Batch
     (in the worker, with workers) whose result is what the DataLoader
     yields; default to_tensors, to_dict gives a dict. Use it with
     batchclient.torch.DataLoader(ds, ...) (exact state_dict() anywhere) or
@@ -278,7 +291,8 @@ class BatchdDataset(IterableDataset):
 
     def __init__(self, dataset, batch_size, shuffle="global", seed=0, rank=None, world=None,
                  drop_last=False, prefetch=None, socket=None, *, window=None, collate=None,
-                 timeout=None, fields=None, keys=False, decode=None):
+                 timeout=None, fields=None, keys=False, decode=None, seq_len=None,
+                 sequences="windows", epoch_samples=None):
         super().__init__()
         rank, world = rank_and_world(rank, world)
         if collate is None:
@@ -288,7 +302,8 @@ class BatchdDataset(IterableDataset):
         self._kw = dict(dataset=dataset, batch_size=batch_size, shuffle=shuffle, seed=seed,
                         rank=rank, world=world, drop_last=drop_last, prefetch=prefetch,
                         socket=socket, window=window, timeout=timeout, fields=fields, keys=keys,
-                        decode=decode)
+                        decode=decode, seq_len=seq_len, sequences=sequences,
+                        epoch_samples=epoch_samples)
         self._collate = collate
         if prefetch is not None and not 1 <= _int(prefetch, "prefetch") <= 1022:
             raise ValueError(f"prefetch {prefetch} must be in 1 .. 1022 (or None)")
