@@ -150,6 +150,11 @@ static int check_sequences(const bp_msg_open *m, const char *shown, char *err, s
 	else if (m->decode.kind)
 		snprintf(err, errlen, "dataset %s: a token session decodes no images: open it "
 			 "without decode, or without seq_len", shown);
+	else if (m->sequences == BP_SEQUENCES_PACKED &&
+		 (uint64_t)m->batch_size * m->seq_len > INT32_MAX)
+		snprintf(err, errlen, "dataset %s: batch_size %u x seq_len %u is over 2^31 - 1, and "
+			 "a packed batch's cu_seqlens are int32 offsets into it: open it with a "
+			 "smaller batch_size", shown, m->batch_size, m->seq_len);
 	else
 		return 0;
 	return -EINVAL;

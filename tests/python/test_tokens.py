@@ -285,6 +285,9 @@ class Tokens(T.DaemonCase):
         with self.assertRaises(T.batchclient.BatchdError) as e:
             self.loader("web.bpk", 2, seq_len=len(self.stream))
         self.assertIn("smaller seq_len", str(e.exception))
+        with self.assertRaises(T.batchclient.BatchdError) as e:
+            self.loader("docs.bpk", 4096, seq_len=1 << 20, sequences="packed")
+        self.assertIn("cu_seqlens are int32", str(e.exception))
         with self.assertRaises(ValueError):
             self.loader("web.bpk", 2, seq_len=SEQ, keys=True)
         with self.assertRaises(ValueError):
