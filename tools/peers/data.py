@@ -173,6 +173,9 @@ def prepare(work, n, size, seed, formats, build, log=print):
 
 
 def du(path):
+    """Bytes in the files under path (or of the file path)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
     total = 0
     for dirpath, _, names in os.walk(path):
         for nm in names:
