@@ -1,0 +1,395 @@
+# SPDX-License-Identifier: MIT
+"""The tokens workload's loaders (LLM pretraining), each as its users run
+it, and the one consumer loop they all feed.
+
+Why this module exists: loaders.py measures loaders of samples; an LLM
+trainer instead asks for [batch, seq_len + 1] windows of a token stream,
+from one source or from a weighted mixture of sources, and what counts is
+tokens per second handed to it, with every window of an epoch once where
+the loader claims that. tokens_data.py writes the data; here each peer is
+opened over it and returns a callable giving one epoch's iterator of
+(ids or None, [batch, row] integer tensor, source indexes or None); run_one
+times and checks it in a child process (run.py --child).
+
+The peers (their settings: tools/peers/README.md):
+  batchd       batchclient.Loader(path, batch_size, seq_len=,
+               sequences="windows", shuffle="global"), or over
+               [(path, weight), ...]: int32 tensors (b.torch("tokens"))
+  litdata      StreamingDataset(item_loader=TokensLoader(block_size=row),
+               shuffle=True) + StreamingDataLoader; a mixture through
+               CombinedStreamingDataset(weights=, iterate_over_all=False)
+  mds          Mosaic StreamingDataset(shuffle=True, batch_size=B) over MDS
+               windows in a torch DataLoader; a mixture as Streams with
+               proportion=
+  memmap       nanoGPT's get_batch: random offsets into the np.memmap of the
+               .bin (made anew each batch, as nanoGPT does),
+               torch.from_numpy(x.astype(np.int64)); a mixture picks each
+               sample's source by weight. Not an epoch of windows: an
+               "epoch" is as many random windows as the grid has
+  memmap-perm  the same reads over a permutation of the non-overlapping
+               windows per epoch: every window once
+The peers' collates give int64 (what nanoGPT's astype, litgpt's .long() and
+llm-foundry's collator give); batchd gives int32. Nothing is pinned: there
+is no GPU here (nanoGPT pins only for CUDA).
+
+Checks (after the timed loop; the fingerprints are taken in it, the same
+work for every peer): single source, an epoch of an exactly-once peer must
+hold every window of its grid once (sorted fingerprints equal), and where
+it gives ids, window id k must be grid window k. A mixture run: every
+window must be a window of some source (the source is found by its
+fingerprint, or given by b.sources and then checked), the counts per
+source and windows seen twice are reported.
+"""
+import os
+import time
+
+DTYPE_PEERS = "int64"
+
+PEERS = {
+    "batchd": {"title": "batchd (batchclient.Loader, windows)", "format": "bpk",
+               "module": "batchclient", "knob": None, "exact": True},
+    "litdata": {"title": "litData TokensLoader", "format": "litdata", "module": "litdata",
+                "knob": "num_workers", "exact": True},
+    "mds": {"title": "Mosaic StreamingDataset (MDS)", "format": "mds", "module": "streaming",
+            "knob": "num_workers", "exact": True},
+    "memmap": {"title": "np.memmap, nanoGPT get_batch", "format": "bin", "module": "numpy",
+               "knob": None, "exact": False},
+    "memmap-perm": {"title": "np.memmap, permuted windows", "format": "bin", "module": "numpy",
+                    "knob": None, "exact": True},
+}
+
+
+def describe(peer, s):
+    knob = PEERS[peer]["knob"]
+    if knob is not None:
+        return f"{knob}={s[knob]}"
+    return "daemon defaults" if peer == "batchd" else "main process"
+
+
+# ---- the peers ---------------------------------------------------------------------------------
+
+def open_batchd(spec, s):
+    import batchclient
+    srcs = spec["sources"]
+    if spec["mode"] == "mix":
+        ds = [(x["name"] + ".bpk", w) for x, w in zip(srcs, spec["weights"])]
+    else:
+        ds = srcs[0]["name"] + ".bpk"
+    ld = batchclient.Loader(ds, batch_size=spec["batch_size"], seq_len=spec["seq_len"],
+                            sequences="windows", shuffle="global", seed=spec["seed"],
+                            socket=spec["socket"])
+
+    def epoch():
+        for b in ld:
+            src = getattr(b, "sources", None)
+            yield b.ids, b.torch("tokens"), src
+    return epoch, ld.close
+
+
+class PeerCollate:
+    """collate_fn: a list of windows (torch uint16 tensors from litData,
+    {"tokens": uint16 array} from Mosaic) as one [B, row] int64 tensor."""
+
+    def __call__(self, items):
+        import numpy as np
+        import torch
+        if isinstance(items[0], dict):
+            return torch.from_numpy(np.stack([x["tokens"] for x in items]).astype(np.int64))
+        return torch.stack(items).long()
+
+
+def _loader_kw(w):
+    return {"num_workers": w, "persistent_workers": w > 0, "pin_memory": False}
+
+
+def open_litdata(spec, s):
+    import litdata
+    from litdata import TokensLoader
+
+    def one(x):
+        return litdata.StreamingDataset(x["path"], item_loader=TokensLoader(block_size=spec["row"]),
+                                        shuffle=True, seed=spec["seed"])
+    if spec["mode"] == "mix":
+        ds = litdata.CombinedStreamingDataset([one(x) for x in spec["sources"]],
+                                              seed=spec["seed"], weights=spec["weights"],
+                                              iterate_over_all=False)
+    else:
+        ds = one(spec["sources"][0])
+    dl = litdata.StreamingDataLoader(ds, batch_size=spec["batch_size"], collate_fn=PeerCollate(),
+                                     **_loader_kw(s["num_workers"]))
+
+    def epoch():
+        for t in dl:
+            yield None, t, None
+    return epoch, None
+
+
+def open_mds(spec, s):
+    from streaming import Stream, StreamingDataset
+    from torch.utils.data import DataLoader
+    kw = {"shuffle": True, "shuffle_seed": spec["seed"], "batch_size": spec["batch_size"]}
+    if spec["mode"] == "mix":
+        ds = StreamingDataset(streams=[Stream(local=x["path"], proportion=w)
+                                       for x, w in zip(spec["sources"], spec["weights"])], **kw)
+    else:
+        ds = StreamingDataset(local=spec["sources"][0]["path"], **kw)
+    dl = DataLoader(ds, batch_size=spec["batch_size"], collate_fn=PeerCollate(),
+                    **_loader_kw(s["num_workers"]))
+
+    def epoch():
+        for t in dl:
+            yield None, t, None
+    return epoch, None
+
+
+def _pick_sources(rng, B, weights):
+    import numpy as np
+    return rng.choice(len(weights), size=B, p=np.asarray(weights) / sum(weights))
+
+
+def open_memmap(spec, s):
+    """nanoGPT's get_batch (train.py), one row of seq_len + 1 ids a sample
+    in place of its x and y (y is x shifted by one)."""
+    import numpy as np
+    import torch
+    srcs, B, row = spec["sources"], spec["batch_size"], spec["row"]
+    mix = spec["mode"] == "mix"
+    gen = torch.Generator().manual_seed(spec["seed"])
+    rng = np.random.default_rng(spec["seed"])
+    batches = spec["epoch_windows"] // B
+
+    def get_batch():
+        # nanoGPT: "We recreate np.memmap every batch to avoid a memory leak"
+        data = [np.memmap(x["path"], dtype=np.uint16, mode="r") for x in srcs]
+        if mix:     # each sample's source by weight, then an offset in it
+            which = _pick_sources(rng, B, spec["weights"])
+            room = torch.tensor([len(data[k]) - row for k in which], dtype=torch.float64)
+            ix = (torch.rand(B, generator=gen, dtype=torch.float64) * room).long()
+        else:
+            which = np.zeros(B, np.int64)
+            ix = torch.randint(len(data[0]) - row, (B,), generator=gen)
+        x = torch.stack([torch.from_numpy((data[k][i:i + row]).astype(np.int64))
+                         for k, i in zip(which, ix.tolist())])
+        return x, which
+
+    def epoch():
+        for _ in range(batches):
+            x, which = get_batch()
+            yield None, x, which if mix else None
+    return epoch, None
+
+
+def open_memmap_perm(spec, s):
+    """The memmap reads over a permutation of each source's windows, a new
+    one each time a source's windows are used up: an epoch of one source
+    is every window once."""
+    import numpy as np
+    import torch
+    srcs, B, row = spec["sources"], spec["batch_size"], spec["row"]
+    mix = spec["mode"] == "mix"
+    rng = np.random.default_rng(spec["seed"])
+    nwin = [x["windows"] for x in srcs]
+    state = {"perm": [None] * len(srcs), "at": [0] * len(srcs), "round": [0] * len(srcs)}
+
+    def next_window(k):
+        if state["perm"][k] is None or state["at"][k] == nwin[k]:
+            state["perm"][k] = np.random.default_rng(
+                [spec["seed"], k, state["round"][k]]).permutation(nwin[k])
+            state["round"][k] += 1
+            state["at"][k] = 0
+        w = int(state["perm"][k][state["at"][k]])
+        state["at"][k] += 1
+        return w
+
+    def epoch():
+        data = [np.memmap(x["path"], dtype=np.uint16, mode="r") for x in srcs]
+        if mix:
+            batches = spec["epoch_windows"] // B
+        else:
+            batches = -(-nwin[0] // B)
+            state["at"][0] = nwin[0]      # a fresh permutation each epoch
+        for j in range(batches):
+            if mix:
+                which = _pick_sources(rng, B, spec["weights"])
+            else:
+                which = np.zeros(min(B, nwin[0] - j * B), np.int64)
+            ids = [next_window(int(k)) for k in which]
+            x = torch.stack([torch.from_numpy(data[k][w * row:(w + 1) * row].astype(np.int64))
+                             for k, w in zip(which, ids)])
+            yield ids, x, which if mix else None
+    return epoch, None
+
+
+OPEN = {"batchd": open_batchd, "litdata": open_litdata, "mds": open_mds, "memmap": open_memmap,
+        "memmap-perm": open_memmap_perm}
+
+
+# ---- one measurement -------------------------------------------------------------------------
+
+class Seen:
+    """What the consumer loop keeps of each batch: the rows' fingerprints,
+    the ids and sources where the loader gives them."""
+
+    def __init__(self, w):
+        self.w = w
+        self.fps, self.ids, self.src = [], [], []
+        self.have_ids = self.have_src = True
+        self.rows = 0
+        self.dtype = None
+
+    def take(self, ids, t, src):
+        import numpy as np
+        from tokens_data import fingerprints
+        a = t.numpy() if hasattr(t, "numpy") else np.asarray(t)
+        if self.dtype is None:
+            self.dtype = str(t.dtype).replace("torch.", "")
+        self.fps.append(fingerprints(a, self.w))
+        self.rows += len(a)
+        if ids is None:
+            self.have_ids = False
+        elif self.have_ids:
+            self.ids.append(np.asarray(ids, np.int64))
+        if src is None:
+            self.have_src = False
+        elif self.have_src:
+            self.src.append(np.asarray(src, np.int64))
+
+    def arrays(self):
+        import numpy as np
+        cat = (lambda v, dt: np.concatenate(v) if v else np.empty(0, dt))
+        return (cat(self.fps, np.uint64), cat(self.ids, np.int64) if self.have_ids else None,
+                cat(self.src, np.int64) if self.have_src else None)
+
+
+def check_single(label, seen, want, exact):
+    """An epoch of one source: every window of the grid once (exact peers);
+    window id k is grid window k where ids are given."""
+    import numpy as np
+    fps, ids, _ = seen.arrays()
+    if not exact:
+        return "not checked: random offsets, not windows of a grid"
+    if len(fps) != len(want):
+        raise RuntimeError(f"{label}: an epoch of {len(fps)} windows, expected {len(want)}")
+    if not np.array_equal(np.sort(fps), np.sort(want)):
+        bad = int(np.count_nonzero(np.sort(fps) != np.sort(want)))
+        raise RuntimeError(f"{label}: {bad} of {len(want)} windows differ from the data's "
+                           "(missing, repeated or changed ids)")
+    if ids is not None:
+        if not np.array_equal(np.sort(ids), np.arange(len(want))):
+            raise RuntimeError(f"{label}: the window ids of an epoch are not 0..{len(want) - 1} "
+                               "once each")
+        if not np.array_equal(fps, want[ids]):
+            raise RuntimeError(f"{label}: {int(np.count_nonzero(fps != want[ids]))} windows "
+                               "differ from the grid window their id names")
+        return "every window once, ids match their windows"
+    return "every window once"
+
+
+def check_mix(label, seen, wants, exact):
+    """A mixture run: each window found in a source (or in the one b.sources
+    names), per-source counts, windows read more often than the sources
+    hold them ("twice").
+    @return {"windows": {source index: n}, "twice": n, "checked": what}."""
+    import numpy as np
+    fps, ids, src = seen.arrays()
+    found = np.full(len(fps), -1, np.int64)
+    for k, want in enumerate(wants):
+        srt = np.sort(want)
+        pos = np.clip(np.searchsorted(srt, fps), 0, len(srt) - 1)
+        found[(found < 0) & (srt[pos] == fps)] = k
+    # windows read more often than the sources hold them (a source may hold
+    # the same ids twice: long runs of one token, repeated tables)
+    u, c = np.unique(fps, return_counts=True)
+    gu, gc = np.unique(np.concatenate(wants), return_counts=True)
+    pos = np.clip(np.searchsorted(gu, u), 0, len(gu) - 1)
+    held = np.where(gu[pos] == u, gc[pos], 1)
+    out = {"twice": int(np.maximum(c - held, 0).sum())}
+    if not exact:
+        out["windows"] = {int(k): int(n) for k, n in zip(*np.unique(src, return_counts=True))} \
+            if src is not None else {}
+        out["checked"] = "not checked: random offsets, not windows of a grid"
+        return out
+    if (found < 0).any():
+        raise RuntimeError(f"{label}: {int((found < 0).sum())} of {len(fps)} windows are no "
+                           "window of any source")
+    if src is not None and not np.array_equal(src, found):
+        raise RuntimeError(f"{label}: {int((src != found).sum())} windows are not of the source "
+                           "their batch names")
+    if ids is not None and src is not None:
+        bad = sum(int((fps[src == k] != wants[k][ids[src == k]]).sum()) for k in range(len(wants)))
+        if bad:
+            raise RuntimeError(f"{label}: {bad} windows differ from the window their id names")
+    out["windows"] = {int(k): int(n) for k, n in zip(*np.unique(found, return_counts=True))}
+    out["checked"] = "every window one of its source's"
+    return out
+
+
+def run_one(spec):
+    """One measurement. single: spec["warmup"] untimed epochs, then
+    spec["epochs"] timed ones, each checked; mix: spec["warm_batches"]
+    untimed batches, then spec["batches"] timed (the loader's epochs
+    chained), checked once.
+    @return {"samples_s" (windows/s), "tokens_s", "epoch_s", "setup_s",
+    "dtype", "checked", ...}."""
+    import numpy as np
+    from tokens_data import fp_weights
+    peer, s = spec["peer"], spec["settings"]
+    label = f"{PEERS[peer]['title']}, {describe(peer, s)}"
+    w = fp_weights(spec["row"])
+    wants = [np.load(x["fps"]) for x in spec["sources"]]
+    t0 = time.perf_counter()
+    epoch, close = OPEN[peer](spec, s)
+    setup = time.perf_counter() - t0
+    out = {"setup_s": setup}
+    try:
+        if spec["mode"] == "mix":
+            out.update(run_mix(spec, epoch, w, wants, label))
+        else:
+            times = []
+            for e in range(spec["warmup"] + spec["epochs"]):
+                seen = Seen(w)
+                t0 = time.perf_counter()
+                for ids, t, src in epoch():
+                    seen.take(ids, t, src)
+                times.append(time.perf_counter() - t0)
+                out["checked"] = check_single(f"{label}, epoch {e}", seen, wants[0],
+                                              PEERS[peer]["exact"])
+            timed = times[spec["warmup"]:]
+            n = seen.rows
+            out.update(epoch_s=times, windows=n, dtype=seen.dtype,
+                       samples_s=n * len(timed) / sum(timed),
+                       tokens_s=n * spec["row"] * len(timed) / sum(timed))
+    finally:
+        if close:
+            close()
+    return out
+
+
+def chained(epoch):
+    """The loader's epochs one after another, as a trainer counting steps
+    rather than epochs reads them."""
+    while True:
+        empty = True
+        for x in epoch():
+            empty = False
+            yield x
+        if empty:
+            raise RuntimeError("an epoch of no batches")
+
+
+def run_mix(spec, epoch, w, wants, label):
+    it = chained(epoch)
+    warm = Seen(w)
+    for _ in range(spec["warm_batches"]):
+        warm.take(*next(it))
+    seen = Seen(w)
+    t0 = time.perf_counter()
+    for _ in range(spec["batches"]):
+        seen.take(*next(it))
+    dt = time.perf_counter() - t0
+    c = check_mix(label, seen, wants, PEERS[spec["peer"]]["exact"])
+    names = [x["name"] for x in spec["sources"]]
+    return {"epoch_s": [dt], "windows": seen.rows, "dtype": seen.dtype,
+            "samples_s": seen.rows / dt, "tokens_s": seen.rows * spec["row"] / dt,
+            "mix": {names[k]: n for k, n in c["windows"].items()}, "twice": c["twice"],
+            "checked": c["checked"]}
