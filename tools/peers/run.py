@@ -46,8 +46,10 @@ sys.path.insert(1, os.path.join(ROOT, "tools", "bench"))  # bench_daemon
 import bench_daemon  # noqa: E402
 import data        # noqa: E402
 import loaders     # noqa: E402
+import tokens      # noqa: E402
+import tokens_data  # noqa: E402
 
-WORKLOADS = ("raw", "raw-cold", "remote", "resume")
+WORKLOADS = ("raw", "raw-cold", "remote", "resume", "tokens", "tokens-mix")
 CGROUP_NAME = "batchd-peers"
 # batchd's settings in the workload running (raw-cold sets "memory"; see there).
 BATCHD_SETTINGS = {}
@@ -67,7 +69,7 @@ def loadavg():
 def child_main():
     spec = json.load(sys.stdin)
     try:
-        out = loaders.run_one(spec)
+        out = (tokens if spec.get("kind") == "tokens" else loaders).run_one(spec)
     except BaseException as e:      # the driver reports it; a child never hangs the run
         import traceback
         traceback.print_exc(file=sys.stderr)
@@ -162,10 +164,10 @@ def stop(p):
 
 # ---- sweep, pairs, rows ----------------------------------------------------------------------------
 
-def sweep_points(args, peer):
-    knob = loaders.PEERS[peer]["knob"]
+def sweep_points(args, peer, table=loaders):
+    knob = table.PEERS[peer]["knob"]
     if knob is None:
-        return [dict(BATCHD_SETTINGS)]
+        return [dict(BATCHD_SETTINGS) if peer == "batchd" else {}]
     vals = args.dali_threads if knob == "num_threads" else args.workers
     return [{knob: v} for v in vals]
 
@@ -173,10 +175,14 @@ def sweep_points(args, peer):
 class Contest:
     """One workload's sweep and pairs. spec(peer, settings) gives a child's
     spec; before(peer) runs before each measurement (drop caches, start a
-    daemon) and after(peer) after it."""
+    daemon) and after(peer) after it. table: the module whose PEERS and
+    describe() name the peers (loaders, or tokens for the token
+    workloads)."""
 
-    def __init__(self, runner, peers, spec, before=None, after=None, metric="samples_s"):
+    def __init__(self, runner, peers, spec, before=None, after=None, metric="samples_s",
+                 table=loaders):
         self.runner, self.peers, self.spec = runner, peers, spec
+        self.table = table
         self.before, self.after = before or (lambda p: None), after or (lambda p: None)
         self.metric = metric
         self.failed = {}            # peer: reason
@@ -192,7 +198,8 @@ class Contest:
         finally:
             self.after(peer)
         if "error" not in r:
-            log(f"  {what}: {r['samples_s']:,.0f} samples/s "
+            unit = "tokens/s" if self.metric == "tokens_s" else "samples/s"
+            log(f"  {what}: {r[self.metric if unit == 'tokens/s' else 'samples_s']:,.0f} {unit} "
                 f"(epochs {', '.join(f'{t:.2f}' for t in r['epoch_s'])} s; load {r['load'][0]})")
         return r
 
@@ -201,10 +208,10 @@ class Contest:
             for p in self.peers:
                 if p in self.failed:
                     continue
-                for s in sweep_points(self.runner.args, p):
-                    r = self.measure(p, s, f"sweep {rep + 1}: {p}, {loaders.describe(p, s)}")
+                for s in sweep_points(self.runner.args, p, self.table):
+                    r = self.measure(p, s, f"sweep {rep + 1}: {p}, {self.table.describe(p, s)}")
                     if "error" in r:
-                        self.sweep_failed.setdefault(p, {})[loaders.describe(p, s)] = r["error"]
+                        self.sweep_failed.setdefault(p, {})[self.table.describe(p, s)] = r["error"]
                         if not any("error" not in x for _, x in self.swept.get(p, [])):
                             self.failed[p] = r["error"] + ("\n" + r["stderr"] if r.get("stderr")
                                                            else "")
@@ -225,7 +232,7 @@ class Contest:
             for p in others:
                 a = self.measure("batchd", BATCHD_SETTINGS, f"pair {rep + 1}: batchd")
                 b = self.measure(p, self.best[p],
-                                 f"pair {rep + 1}: {p}, {loaders.describe(p, self.best[p])}")
+                                 f"pair {rep + 1}: {p}, {self.table.describe(p, self.best[p])}")
                 if "error" in a or "error" in b:
                     continue
                 log(f"  pair {rep + 1}: batchd / {p} = {a[self.metric] / b[self.metric]:.2f}x")
@@ -238,8 +245,8 @@ class Contest:
         ours = self.ours or [r for _, r in self.swept.get("batchd", [])]
         if ours:
             v = [r[metric] for r in ours]
-            rows.append({"peer": "batchd", "loader": loaders.PEERS["batchd"]["title"],
-                         "settings": loaders.describe("batchd", self.best.get("batchd", {})),
+            rows.append({"peer": "batchd", "loader": self.table.PEERS["batchd"]["title"],
+                         "settings": self.table.describe("batchd", self.best.get("batchd", {})),
                          "runs": len(v),
                          "samples_s": med(v),
                          "min": min(v), "max": max(v), "bytes_s": med(v) * size,
@@ -255,11 +262,11 @@ class Contest:
                 runs = [r for s, r in self.swept[p] if s == self.best[p]]
                 ratios = []
             v = [r[metric] for r in runs]
-            row = {"peer": p, "loader": loaders.PEERS[p]["title"],
-                   "settings": loaders.describe(p, self.best[p]), "runs": len(v),
+            row = {"peer": p, "loader": self.table.PEERS[p]["title"],
+                   "settings": self.table.describe(p, self.best[p]), "runs": len(v),
                    "samples_s": med(v), "min": min(v), "max": max(v), "bytes_s": med(v) * size,
                    "load": [min(r["load"][0] for r in runs), max(r["load"][0] for r in runs)],
-                   "sweep": {loaders.describe(p, s): r[metric] for s, r in self.swept[p]},
+                   "sweep": {self.table.describe(p, s): r[metric] for s, r in self.swept[p]},
                    "sweep_failed": self.sweep_failed.get(p, {})}
             if ratios:
                 row.update(ratio=med(ratios), ratio_min=min(ratios), ratio_max=max(ratios))
@@ -273,11 +280,22 @@ def print_table(title, rows, note=""):
           f"| {'MB/s':>7} | {'batchd / this: median (min-max)':>31} | {'load':>9} |")
     print(f"|{'-' * 32}|{'-' * 18}|{'-' * 6}|{'-' * 12}|{'-' * 9}|{'-' * 33}|{'-' * 11}|")
     for r in rows:
-        ratio = (f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
-                 if "ratio" in r else "-")
-        load = f"{r['load'][0]:.1f}-{r['load'][1]:.1f}"
         print(f"| {r['loader']:<30} | {r['settings']:<16} | {r['runs']:>4} | "
-              f"{r['samples_s']:>10,.0f} | {r['bytes_s'] / 1e6:>7.1f} | {ratio:>31} | {load:>9} |")
+              f"{r['samples_s']:>10,.0f} | {r['bytes_s'] / 1e6:>7.1f} | {ratio_cell(r):>31} | "
+              f"{load_cell(r):>9} |")
+    print_sweeps(rows)
+
+
+def ratio_cell(r):
+    return f"{r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})" if "ratio" in r else "-"
+
+
+def load_cell(r):
+    return f"{r['load'][0]:.1f}-{r['load'][1]:.1f}"
+
+
+def print_sweeps(rows):
+    """Below a table: each peer's sweep, one run a setting, failed ones too."""
     for r in rows:
         if r.get("sweep") and len(r["sweep"]) + len(r.get("sweep_failed", {})) > 1:
             print(f"  sweep, {r['peer']}: " + ", ".join(
@@ -285,19 +303,19 @@ def print_table(title, rows, note=""):
                 [f"{k} failed ({why})" for k, why in r.get("sweep_failed", {}).items()]))
 
 
-def print_failed(failed):
+def print_failed(failed, table=loaders):
     for p, why in failed.items():
         first = why.splitlines()[0] if why else "?"
-        print(f"  did not run: {loaders.PEERS[p]['title'] if p in loaders.PEERS else p}: {first}")
+        print(f"  did not run: {table.PEERS[p]['title'] if p in table.PEERS else p}: {first}")
 
 
 # ---- availability ------------------------------------------------------------------------------
 
-def importable(peers):
+def importable(peers, table=loaders):
     """{peer: reason} for peers whose module does not import here."""
     out = {}
     for p in peers:
-        mod = loaders.PEERS[p]["module"]
+        mod = table.PEERS[p]["module"]
         r = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True,
                            env=RUNNER.env)
         if r.returncode:
@@ -331,7 +349,7 @@ def base_spec(d, n, size, peer, s, fmt_dir):
 # ---- the workloads ---------------------------------------------------------------------------------
 
 def workload_raw(args):
-    peers = list(args.peers)
+    peers = [p for p in args.peers if p in loaders.PEERS]
     failed = importable(peers)
     peers = [p for p in peers if p not in failed]
     work = os.path.join(args.workdir, f"raw-{args.samples}x{args.record_size}")
@@ -416,7 +434,7 @@ def drop_caches():
 
 
 def workload_cold(args):
-    peers = list(args.peers)
+    peers = [p for p in args.peers if p in loaders.PEERS]
     failed = importable(peers)
     peers = [p for p in peers if p not in failed]
     n, size = args.cold_samples, args.cold_record_size
@@ -634,6 +652,152 @@ def workload_remote(args):
     return out
 
 
+# ---- tokens ------------------------------------------------------------------------------------
+
+def warm(paths):
+    """Every file under paths read once, so that the runs find them in the
+    page cache. @return bytes read."""
+    total = 0
+    for p in paths:
+        files = [p] if os.path.isfile(p) else [os.path.join(dp, nm) for dp, _, nms in os.walk(p)
+                                                for nm in nms]
+        for f in files:
+            with open(f, "rb") as fh:
+                while True:
+                    b = fh.read(8 << 20)
+                    if not b:
+                        break
+                    total += len(b)
+    return total
+
+
+def token_rows(c):
+    """c.rows() for tokens (metric tokens_s): the values as tokens_s, with
+    what the runs of each row said (windows/s, dtype, checks, mixture)."""
+    rows = c.rows(1)
+    for r in rows:
+        p = r["peer"]
+        if p == "batchd":
+            runs = c.ours or [x for _, x in c.swept.get("batchd", [])]
+        elif c.theirs.get(p):
+            runs = [b for _, b in c.theirs[p]]
+        else:
+            runs = [x for s, x in c.swept[p] if s == c.best[p]]
+        r["tokens_s"] = r.pop("samples_s")
+        r.pop("bytes_s", None)
+        r["windows_s"] = med([x["samples_s"] for x in runs])
+        r["dtype"] = runs[0].get("dtype")
+        r["checked"] = runs[0].get("checked")
+        r["setup_s"] = med([x["setup_s"] for x in runs])
+        if runs[0].get("mix"):
+            tot = {}
+            for x in runs:
+                for k, n in x["mix"].items():
+                    tot[k] = tot.get(k, 0) + n
+            allw = sum(tot.values())
+            r["mix"] = {k: round(n / allw, 4) for k, n in sorted(tot.items())}
+            r["twice"] = sum(x.get("twice", 0) for x in runs)
+    return rows
+
+
+def print_token_table(title, rows, note, mix):
+    print(f"\n## {title}" + (f" ({note})" if note else ""))
+    extra = "share web/code/data" if mix else "checked"
+    print(f"| {'loader':<36} | {'best settings':<16} | {'runs':>4} | {'tokens/s':>12} "
+          f"| {'dtype':>5} | {'batchd / this: median (min-max)':>31} | {'load':>9} | {extra} |")
+    print(f"|{'-' * 38}|{'-' * 18}|{'-' * 6}|{'-' * 14}|{'-' * 7}|{'-' * 33}|{'-' * 11}|"
+          f"{'-' * (len(extra) + 2)}|")
+    for r in rows:
+        if mix:
+            m = r.get("mix", {})
+            last = "/".join(f"{m.get(s, 0):.3f}" for s in tokens_data.SOURCES)
+            if r.get("twice"):
+                last += f", {r['twice']} windows twice"
+        else:
+            last = r.get("checked") or "-"
+        print(f"| {r['loader']:<36} | {r['settings']:<16} | {r['runs']:>4} | "
+              f"{r['tokens_s']:>12,.0f} | {r['dtype'] or '-':>5} | {ratio_cell(r):>31} | "
+              f"{load_cell(r):>9} | {last} |")
+    print_sweeps(rows)
+
+
+def workload_tokens(args, mix=False):
+    """tokens (one source, args.tokens_source, whole epochs) or tokens-mix
+    (the three sources by args.tokens_weights, a fixed count of batches),
+    page cache warm, every peer over the same ids (tokens_data)."""
+    peers = [p for p in args.peers if p in tokens.PEERS]
+    failed = importable(peers, tokens)
+    peers = [p for p in peers if p not in failed]
+    work = os.path.join(args.workdir, "tokens")
+    row = args.seq_len + 1
+    fmts = sorted({tokens.PEERS[p]["format"] for p in peers} | {"bin"})
+    d = tokens_data.prepare_formats(work, row, fmts, args.build, args.seed, log)
+    for p in peers:
+        f = tokens.PEERS[p]["format"]
+        if f in d["failed"]:
+            failed[p] = f"writing its format failed: {d['failed'][f]}"
+    peers = [p for p in peers if p not in failed]
+    names = list(tokens_data.SOURCES) if mix else [args.tokens_source]
+    weights = [float(x) for x in args.tokens_weights] if mix else [1.0]
+    if len(weights) != len(names):
+        raise RuntimeError(f"--tokens-weights: {len(weights)} weights for {len(names)} sources")
+    t0 = time.perf_counter()
+    nb = warm([d["sources"][s][tokens.PEERS[p]["format"]] for s in names for p in peers])
+    log(f"  tokens: {nb / 1e9:.2f} GB read to warm the page cache in "
+        f"{time.perf_counter() - t0:.1f} s")
+    sock = os.path.join(work, "batchd.sock")
+    daemon = None
+    load0 = loadavg()
+    B = args.tokens_batch_size
+
+    def spec(p, s):
+        fmt = tokens.PEERS[p]["format"]
+        srcs = []
+        for nm in names:
+            x = d["sources"][nm]
+            srcs.append({"name": nm, "path": x[fmt], "windows": x["windows"],
+                         "fps": x["litdata_fps"] if p == "litdata" else x["fps"]})
+        return {"kind": "tokens", "peer": p, "settings": s, "mode": "mix" if mix else "single",
+                "sources": srcs, "weights": weights, "seq_len": args.seq_len, "row": row,
+                "batch_size": B, "seed": args.seed, "warmup": 1, "epochs": args.tokens_epochs,
+                "warm_batches": args.tokens_warm_batches, "batches": args.tokens_batches,
+                "epoch_windows": ((args.tokens_warm_batches + args.tokens_batches) * B if mix
+                                  else srcs[0]["windows"]),
+                "socket": sock}
+
+    saved = args.workers
+    args.workers = args.tokens_workers
+    c = Contest(RUNNER, peers, spec, metric="tokens_s", table=tokens)
+    try:
+        if "batchd" in peers:
+            daemon = RUNNER.daemon([os.path.join(args.build, "daemon", "batchd"), "--socket", sock,
+                                    "--root", os.path.dirname(d["sources"][names[0]]["bpk"])],
+                                   sock, os.path.join(work, "batchd.log"))
+        c.sweep(args.sweep_repeat)
+        c.pairs(args.repeat)
+    finally:
+        args.workers = saved
+        stop(daemon)
+    c.failed.update(failed)
+    rows = token_rows(c)
+    co = d["corpus"]
+    src_note = ", ".join(f"{s} {co['sources'][s]['tokens'] / 1e6:.1f}M tokens "
+                         f"({d['sources'][s]['windows']:,} windows)" for s in names)
+    if mix:
+        what = (f"mixture {'/'.join(names)} by {'/'.join(f'{w:g}' for w in weights)}: "
+                f"{args.tokens_batches} batches timed after {args.tokens_warm_batches}")
+    else:
+        what = (f"one source: {src_note}; {args.tokens_epochs} timed epoch(s) after 1 warm-up")
+    note = (f"{what}; seq_len {args.seq_len} (rows of {row}), batch {B}, page cache warm, "
+            f"{os.cpu_count()} CPUs, load {load0[0]} at the start, {loadavg()[0]} at the end")
+    title = "tokens-mix" if mix else f"tokens ({args.tokens_source})"
+    print_token_table(title, rows, note, mix)
+    print_failed(c.failed, tokens)
+    return {"note": note, "rows": rows, "failed": c.failed, "load": [load0, loadavg()],
+            "corpus": {k: v for k, v in co.items() if k != "key"}, "sources": names,
+            "weights": weights}
+
+
 def workload_resume(args):
     script = os.path.join(HERE, "resume.py")
     if not os.path.exists(script):
@@ -664,42 +828,56 @@ def plot(results, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    panels = []
+    panels = []     # (title, rows, note, the rows' key of the value, its unit)
     for w in ("raw", "raw-cold"):
         if results.get(w, {}).get("rows"):
-            panels.append((w, results[w]["rows"], results[w]["note"]))
+            panels.append((w, results[w]["rows"], results[w]["note"], "samples_s", "samples/s"))
     if "remote" in results:
         for k, what in (("epoch1_s", "remote, epoch 1 (bucket)"), ("epoch2_s", "remote, epoch 2 (cache)")):
             if results["remote"].get(k):
-                panels.append((what, results["remote"][k], results["remote"]["note"]))
+                panels.append((what, results["remote"][k], results["remote"]["note"],
+                               "samples_s", "samples/s"))
+    for w in ("tokens", "tokens-mix"):
+        if results.get(w, {}).get("rows"):
+            panels.append((w, results[w]["rows"], results[w]["note"], "tokens_s", "tokens/s"))
     if not panels:
         return None
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.2 + 1.6 * len(panels) +
                                                       0.35 * sum(len(p[1]) for p in panels)))
     if len(panels) == 1:
         axes = [axes]
-    for ax, (title, rows, note) in zip(axes, panels):
+    for ax, (title, rows, note, key, unit) in zip(axes, panels):
         labels = [f"{r['loader']}\n{r['settings']}" for r in rows]
-        v = [r["samples_s"] for r in rows]
-        err = [[r["samples_s"] - r["min"] for r in rows], [r["max"] - r["samples_s"] for r in rows]]
+        v = [r[key] for r in rows]
+        err = [[r[key] - r["min"] for r in rows], [r["max"] - r[key] for r in rows]]
         colors = ["#d95f02" if r["peer"] == "batchd" else "#7570b3" for r in rows]
         y = range(len(rows))
         ax.barh(y, v, xerr=err, color=colors, capsize=3)
         ax.set_yticks(list(y), labels, fontsize=8)
         ax.invert_yaxis()
         for i, r in enumerate(rows):
-            txt = f"{r['samples_s']:,.0f}/s"
+            txt = f"{r[key]:,.0f}/s"
             if "ratio" in r:
                 txt += f"   batchd {r['ratio']:.2f}x ({r['ratio_min']:.2f}-{r['ratio_max']:.2f})"
             ax.text(r["max"], i, "  " + txt, va="center", fontsize=8)
         ax.set_xscale("log")
         ax.set_xlim(min(r["min"] for r in rows) / 2, max(r["max"] for r in rows) * 10)
-        ax.set_title(f"{title}: samples/s, median (min-max)\n" + textwrap.fill(note, 150),
+        ax.set_title(f"{title}: {unit}, median (min-max)\n" + textwrap.fill(note, 150),
                      fontsize=8, loc="left")
-        ax.set_xlabel("samples/s (log scale)", fontsize=8)
+        ax.set_xlabel(f"{unit} (log scale)", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return path
+
+
+def weights_arg(s):
+    try:
+        w = [float(x) for x in s.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{s}': give weights as numbers, 0.7,0.2,0.1") from None
+    if any(x < 0 for x in w) or not sum(w) > 0:
+        raise argparse.ArgumentTypeError(f"'{s}': weights are >= 0, their sum > 0")
+    return w
 
 
 # ---- main ----------------------------------------------------------------------------------------
@@ -717,8 +895,10 @@ def main():
                     "directory under /var/tmp, removed)")
     ap.add_argument("--out", help="results.json and peers.png (default WORKDIR/results, or "
                     "./peers-results without --workdir)")
-    ap.add_argument("--peers", type=lambda s: bvt.list_arg(s, tuple(loaders.PEERS)),
-                    default=list(loaders.PEERS), help="default: " + ",".join(loaders.PEERS))
+    every = tuple(loaders.PEERS) + tuple(p for p in tokens.PEERS if p not in loaders.PEERS)
+    ap.add_argument("--peers", type=lambda s: bvt.list_arg(s, every), default=list(every),
+                    help="default: all; each workload runs those of its own: " +
+                    ",".join(loaders.PEERS) + "; tokens: " + ",".join(tokens.PEERS))
     ap.add_argument("--samples", type=bvt.count_arg(1), default=20000)
     ap.add_argument("--record-size", type=bvt.size_arg, default=8192)
     ap.add_argument("--batch-size", type=bvt.count_arg(1), default=128)
@@ -741,6 +921,22 @@ def main():
                     help="raw-cold: num_workers to sweep (default 2,4,8)")
     ap.add_argument("--cold-batchd-memory", help="raw-cold: batchd --memory (default half the "
                     "limit; auto: the daemon's own budget)")
+    ap.add_argument("--seq-len", type=bvt.count_arg(1), default=2048,
+                    help="tokens: ids a window feeds the model (rows of seq_len + 1; default 2048)")
+    ap.add_argument("--tokens-batch-size", type=bvt.count_arg(1), default=32,
+                    help="tokens: windows a batch (default 32)")
+    ap.add_argument("--tokens-source", default="web", choices=tokens_data.SOURCES,
+                    help="tokens: the one source (default web)")
+    ap.add_argument("--tokens-weights", type=weights_arg, default=[0.7, 0.2, 0.1],
+                    help="tokens-mix: weights of web,code,data (default 0.7,0.2,0.1)")
+    ap.add_argument("--tokens-epochs", type=bvt.count_arg(1), default=1,
+                    help="tokens: timed epochs per run after one warm-up (default 1)")
+    ap.add_argument("--tokens-batches", type=bvt.count_arg(1), default=2000,
+                    help="tokens-mix: batches timed per run (default 2000)")
+    ap.add_argument("--tokens-warm-batches", type=bvt.count_arg(0), default=100,
+                    help="tokens-mix: batches read before the timed ones (default 100)")
+    ap.add_argument("--tokens-workers", type=bvt.list_arg, default=[0, 1, 2, 4],
+                    help="tokens: num_workers litData and Mosaic sweep (default 0,1,2,4)")
     ap.add_argument("--seed", type=bvt.count_arg(0), default=0)
     ap.add_argument("--run-timeout", type=float, default=900, help="seconds one run may take")
     args = ap.parse_args()
@@ -763,7 +959,8 @@ def main():
     results = {"machine": {"cpus": os.cpu_count(), "load_start": loadavg()},
                "args": {k: v for k, v in vars(args).items()}}
     fns = {"raw": workload_raw, "raw-cold": workload_cold, "remote": workload_remote,
-           "resume": workload_resume}
+           "resume": workload_resume, "tokens": workload_tokens,
+           "tokens-mix": lambda a: workload_tokens(a, mix=True)}
     rc = 0
     try:
         for w in wl:
