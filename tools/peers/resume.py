@@ -33,7 +33,10 @@ StatefulDataLoader and DALI's file reader.
     tools/peers/resume.py --build build --workdir /tmp/resume [--json out.json]
 
 prints a table (peer, scenario, samples, repeated, lost, note). A peer that
-is not installed, or cannot run here, has a row saying why.
+is not installed, or cannot run here, has a row saying why. Then the
+mixture case (resume_mix.py: windows of tokens from three sources by
+weight, killed at world 2 and resumed at worlds 2, 1 and 4), a table of
+repeated/lost per source (--mix-peers; an empty list skips it).
 """
 import argparse
 import collections
@@ -47,6 +50,8 @@ import subprocess
 import sys
 import time
 import traceback
+
+import resume_mix
 
 N = 2048                 # samples: every world and batch size here divides it, no padding
 SIZE = 64                # bytes per sample
@@ -465,7 +470,7 @@ def end_group(pgid, grace=15):
         pass
 
 
-def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket):
+def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket, data=None):
     """The trainer processes of a world's ranks, run together as torchrun
     runs them (Mosaic's ranks meet in torch.distributed); each dies by
     SIGKILL after step `kill` of epoch `kill_epoch` (kill 0: it runs to the
@@ -482,7 +487,7 @@ def trainers(peer, d, tag, world, kill_epoch, kill, resume, socket):
         log = os.path.join(d, f"ids-{tag}-r{rank}.jsonl")
         errf = os.path.join(d, f"stderr-{tag}-r{rank}.txt")
         argv = [sys.executable, os.path.abspath(__file__), "--trainer", peer, "--build",
-                ARGS.build, "--workdir", ARGS.workdir, "--data", os.path.join(d, "data"),
+                ARGS.build, "--workdir", ARGS.workdir, "--data", data or os.path.join(d, "data"),
                 "--rank", str(rank), "--world", str(world), "--kill-epoch", str(kill_epoch),
                 "--kill", str(kill), "--ckpt", ckpt,
                 "--log", log]
@@ -613,6 +618,67 @@ def measure(peer, d):
     return rows
 
 
+def measure_mix(peer, d):
+    """The mixture scenarios of one peer (resume_mix): its data, the
+    reference epoch at the killed world size, then each scenario's kill
+    and resume. @return rows."""
+    rows = []
+    data = os.path.join(d, "data")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(data)
+    daemon = socket = None
+    name = "mix:" + peer.name
+    try:
+        with quiet(os.path.join(d, "write.log")):
+            peer.write(data, ARGS.build, run_checked)
+        if peer.name == "batchd":
+            daemon, socket = start_batchd(data)
+        refs = {}
+        for sc in resume_mix.SCENARIOS:
+            label, world, new_world, epoch, kill = sc
+            row = {"peer": peer.name, "scenario": label, "world": world,
+                   "resumed_world": new_world, "kill_after_step": kill}
+            try:
+                if world not in refs:
+                    ref = trainers(name, d, f"ref-w{world}", world, epoch, 0, None, socket, data)
+                    refs[world] = [i for _, log in ref for i in read_ids(log, epoch)]
+                tag = "".join(c for c in label if c.isalnum())
+                first = trainers(name, d, tag + "-a", world, epoch, kill, None, socket, data)
+                second = trainers(name, d, tag + "-b", new_world, epoch, 0, first[0][0], socket,
+                                  data)
+                row["sources"] = resume_mix.count(
+                    refs[world], [i for _, log in first for i in read_ids(log, epoch)],
+                    [i for _, log in second for i in read_ids(log, epoch)])
+            except Exception as e:
+                # every rank's failure is in "error"; the note keeps the first
+                row["note"] = f"failed: {str(e).split('; trainer ')[0]}"
+                row["error"] = traceback.format_exc()
+            rows.append(row)
+    except Exception as e:
+        rows.append({"peer": peer.name, "scenario": "mix", "note": f"failed: {e}",
+                     "error": traceback.format_exc()})
+    finally:
+        if daemon:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(20)
+    return rows
+
+
+def mix_table(rows):
+    cols = ["peer", "scenario"] + [f"{s} rep/lost" for s in resume_mix.SOURCES]
+    cells = []
+    for r in rows:
+        src = r.get("sources")
+        cells.append([r["peer"], r.get("scenario", "-")] +
+                     [resume_mix.cell(src[s]) if src else "-" for s in resume_mix.SOURCES] +
+                     [r.get("note", "")])
+    w = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w[i]) for i, c in enumerate(cols)) + "  note"]
+    for x in cells:
+        out.append("  ".join(v.ljust(w[i]) for i, v in enumerate(x[:-1])) + "  " + x[-1])
+    return "\n".join(out)
+
+
 def start_batchd(data):
     import batchclient
     sock = os.path.join(data, "sock")
@@ -645,6 +711,30 @@ def table(rows):
     return "\n".join(out)
 
 
+def each_peer(names, classes, measure_fn, subdir, what):
+    """measure_fn(peer, its directory) for each peer of the comma-separated
+    names that is installed. @return (rows, {peer: versions})."""
+    rows, versions = [], {}
+    for name in filter(None, names.split(",")):
+        cls = classes.get(name)
+        if cls is None:
+            rows.append({"peer": name, "note": "not run: no such peer in this workload"})
+            continue
+        peer = cls()
+        try:
+            versions[name] = peer.versions()
+        except Exception as e:
+            rows.append({"peer": name, "note": f"not installed: {type(e).__name__}: {e}"})
+            continue
+        print(f"{what}{name}: {versions[name]}", file=sys.stderr)
+        for r in measure_fn(peer, os.path.join(os.path.abspath(ARGS.workdir), subdir + name)):
+            counts = (r.get("sources", "-") if "sources" in r or subdir else
+                      f"{r.get('repeated', '-')} repeated, {r.get('lost', '-')} lost")
+            print(f"  {r.get('scenario', '-')}: {counts} {r.get('note', '')}", file=sys.stderr)
+            rows.append(r)
+    return rows, versions
+
+
 def setup_env():
     """PYTHONPATH and BATCHCLIENT_LIB for batchclient, from --build."""
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -667,6 +757,9 @@ def main():
     ap.add_argument("--json", help="write the rows here too")
     ap.add_argument("--peers", default=",".join(PEERS),
                     help=f"comma-separated, of {','.join(PEERS)}")
+    ap.add_argument("--mix-peers", default=",".join(resume_mix.PEER_CLASSES),
+                    help="the mixture case's peers, comma-separated, of "
+                    f"{','.join(resume_mix.PEER_CLASSES)} (empty: none)")
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds a trainer process may take")
     # the trainer process
@@ -678,34 +771,37 @@ def main():
     ARGS = ap.parse_args()
     setup_env()
     if ARGS.trainer:
-        PEER_CLASSES[ARGS.trainer]().run(ARGS)
+        if ARGS.trainer.startswith("mix:"):
+            resume_mix.PEER_CLASSES[ARGS.trainer[4:]]().run(ARGS, Trainer)
+        else:
+            PEER_CLASSES[ARGS.trainer]().run(ARGS)
         return 0
-    rows, versions = [], {}
-    for name in ARGS.peers.split(","):
-        cls = PEER_CLASSES.get(name)
-        if cls is None:
-            rows.append({"peer": name, "note": "not run: no such peer in this workload"})
-            continue
-        peer = cls()
-        try:
-            versions[name] = peer.versions()
-        except Exception as e:
-            rows.append({"peer": name, "note": f"not installed: {type(e).__name__}: {e}"})
-            continue
-        print(f"{name}: {versions[name]}", file=sys.stderr)
-        for r in measure(peer, os.path.join(os.path.abspath(ARGS.workdir), name)):
-            print(f"  {r['scenario']}: {r.get('repeated', '-')} repeated, "
-                  f"{r.get('lost', '-')} lost {r.get('note', '')}", file=sys.stderr)
-            rows.append(r)
-    print(table(rows))
+    rows, versions = each_peer(ARGS.peers, PEER_CLASSES, measure, "", "")
+    mix_rows, mix_versions = each_peer(ARGS.mix_peers, resume_mix.PEER_CLASSES, measure_mix,
+                                       "mix-", "mixture, ")
+    if rows:
+        print(table(rows))
     hows = {n: PEER_CLASSES[n].how for n in versions}
     print()
     for n, v in versions.items():
         print(f"{n} ({', '.join(f'{k} {x}' for k, x in v.items())}): {hows[n]}")
+    if mix_rows:
+        print(f"\nmixture: {'/'.join(resume_mix.SOURCES)} windows of {resume_mix.ROW} tokens, "
+              f"weights {'/'.join(map(str, resume_mix.WEIGHTS))}, an epoch of "
+              f"{resume_mix.EPOCH} windows, batch {resume_mix.B} a rank, "
+              f"{resume_mix.WORKERS} workers; per source repeated/lost against the epoch "
+              "run uninterrupted at the first world size (other: read, not in it)\n")
+        print(mix_table(mix_rows))
+        for n, v in mix_versions.items():
+            print(f"{n} ({', '.join(f'{k} {x}' for k, x in v.items())}): "
+                  f"{resume_mix.PEER_CLASSES[n].how}")
     if ARGS.json:
         with open(ARGS.json, "w") as f:
             json.dump({"workload": "resume", "samples": N, "batch_size": B,
-                       "workers": WORKERS, "versions": versions, "how": hows, "rows": rows},
+                       "workers": WORKERS, "versions": versions, "how": hows, "rows": rows,
+                       "mix": {"row": resume_mix.ROW, "windows": resume_mix.WINDOWS,
+                               "weights": resume_mix.WEIGHTS, "epoch": resume_mix.EPOCH,
+                               "versions": mix_versions, "rows": mix_rows}},
                       f, indent=1)
     # batchd's rows must be 0/0: anything else (a failed run too) is a bug in it
     bad = [r for r in rows if r["peer"] == "batchd" and "scenario" in r
@@ -713,6 +809,13 @@ def main():
     for r in bad:
         print(f"batchd, {r.get('scenario', '')}: not an exact resume: {r.get('repeated')} "
               f"repeated, {r.get('lost')} lost {r.get('note', '')}", file=sys.stderr)
+    for r in mix_rows:
+        src = r.get("sources")
+        if r["peer"] == "batchd" and (not src or any(
+                c["repeated"] or c["lost"] or c["other"] for c in src.values())):
+            bad.append(r)
+            print(f"batchd, {r.get('scenario', '')}: not an exact resume: "
+                  f"{src or ''} {r.get('note', '')}", file=sys.stderr)
     return 1 if bad else 0
 
 
