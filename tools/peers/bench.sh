@@ -5,6 +5,7 @@
 # (default build), also given to setup.sh.
 #
 #   tools/peers/bench.sh --workload all --build build --workdir /var/tmp/peers
+#   tools/peers/bench.sh --workload tokens,tokens-mix --build build --workdir /var/tmp/peers
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build
