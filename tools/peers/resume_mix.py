@@ -130,6 +130,12 @@ def ids_dict(batch):
     return {"ids": ids_of(rows)}
 
 
+def batch_ids(b):
+    """batchclient collate (module level: workers may pickle it): the
+    windows' (source, index) from their ids."""
+    return ids_of(b.torch("tokens").numpy())
+
+
 class Batchd(Peer):
     name = "batchd"
     how = ("batchclient.torch.DataLoader over a BatchdDataset of [(path, weight)] with "
@@ -152,7 +158,7 @@ class Batchd(Peer):
         ds = bt.BatchdDataset([(nm + ".bpk", w) for nm, w in zip(SOURCES, WEIGHTS)], B,
                               shuffle="global", seed=SEED, rank=a.rank, world=a.world,
                               socket=a.socket, timeout=30, seq_len=SEQ, sequences="windows",
-                              collate=lambda b: ids_of(b.torch("tokens").numpy()))
+                              collate=batch_ids)
         dl = bt.DataLoader(ds, num_workers=WORKERS)
         t = Trainer(base, a)
         if t.loader_state:

@@ -80,6 +80,8 @@ def open_batchd(spec, s):
                             socket=spec["socket"])
 
     def epoch():
+        # b.ids: each window's index in its source's windows (b.sources: the
+        # source), checked against that source's grid
         for b in ld:
             src = getattr(b, "sources", None)
             yield b.ids, b.torch("tokens"), src
