@@ -694,6 +694,7 @@ def token_rows(c):
         r["dtype"] = runs[0].get("dtype")
         r["checked"] = runs[0].get("checked")
         r["setup_s"] = med([x["setup_s"] for x in runs])
+        r["check_share"] = med([x.get("check_share", 0) for x in runs])
         if runs[0].get("mix"):
             tot = {}
             for x in runs:
@@ -724,6 +725,9 @@ def print_token_table(title, rows, note, mix):
         print(f"| {r['loader']:<36} | {r['settings']:<16} | {r['runs']:>4} | "
               f"{mtok(r):>22} | {r['dtype'] or '-':>5} | {ratio_cell(r):>31} | "
               f"{load_cell(r):>9} | {last} |")
+    if rows:
+        print("  the loop's fingerprints, share of the timed time: " + ", ".join(
+            f"{r['peer']} {r['check_share']:.0%}" for r in rows))
     print_sweeps(rows)
 
 

@@ -80,8 +80,8 @@ def open_batchd(spec, s):
                             socket=spec["socket"])
 
     def epoch():
-        # b.ids: each window's index in its source's windows (b.sources: the
-        # source), checked against that source's grid
+        # b.ids: the window's index (in a mixture, counted over the sources'
+        # windows end to end; b.sources: each row's source)
         for b in ld:
             src = getattr(b, "sources", None)
             yield b.ids, b.torch("tokens"), src
@@ -191,6 +191,7 @@ def open_memmap_perm(spec, s):
     mix = spec["mode"] == "mix"
     rng = np.random.default_rng(spec["seed"])
     nwin = [x["windows"] for x in srcs]
+    first = [sum(nwin[:k]) for k in range(len(nwin))]
     state = {"perm": [None] * len(srcs), "at": [0] * len(srcs), "round": [0] * len(srcs)}
 
     def next_window(k):
@@ -215,10 +216,11 @@ def open_memmap_perm(spec, s):
                 which = _pick_sources(rng, B, spec["weights"])
             else:
                 which = np.zeros(min(B, nwin[0] - j * B), np.int64)
-            ids = [next_window(int(k)) for k in which]
+            win = [next_window(int(k)) for k in which]
             x = torch.stack([torch.from_numpy(data[k][w * row:(w + 1) * row].astype(np.int64))
-                             for k, w in zip(which, ids)])
-            yield ids, x, which if mix else None
+                             for k, w in zip(which, win)])
+            # ids as batchd numbers them: the sources' windows end to end
+            yield [first[k] + w for k, w in zip(which, win)], x, which if mix else None
     return epoch, None
 
 
@@ -238,23 +240,27 @@ class Seen:
         self.have_ids = self.have_src = True
         self.rows = 0
         self.dtype = None
+        self.check_s = 0.0      # time in take(): the consumer's own work
 
     def take(self, ids, t, src):
         import numpy as np
         from tokens_data import fingerprints
+        t0 = time.perf_counter()
         a = t.numpy() if hasattr(t, "numpy") else np.asarray(t)
         if self.dtype is None:
             self.dtype = str(t.dtype).replace("torch.", "")
         self.fps.append(fingerprints(a, self.w))
         self.rows += len(a)
+        # copies: a view of a batchd batch kept past its step pins its slot
         if ids is None:
             self.have_ids = False
         elif self.have_ids:
-            self.ids.append(np.asarray(ids, np.int64))
+            self.ids.append(np.array(ids, np.int64))
         if src is None:
             self.have_src = False
         elif self.have_src:
-            self.src.append(np.asarray(src, np.int64))
+            self.src.append(np.array(src, np.int64))
+        self.check_s += time.perf_counter() - t0
 
     def arrays(self):
         import numpy as np
@@ -319,7 +325,17 @@ def check_mix(label, seen, wants, exact):
             raise RuntimeError(f"{label}: {int((found < 0).sum())} of {len(fps)} windows are no "
                                "window of any source")
     if ids is not None and src is not None:
-        bad = sum(int((fps[src == k] != wants[k][ids[src == k]]).sum()) for k in range(len(wants)))
+        # a mixture's ids number the sources' windows end to end, in the
+        # list's order (batchd: source k's window j is id n_0 + .. + n_k-1 + j)
+        first = np.concatenate([[0], np.cumsum([len(x) for x in wants])])
+        bad = 0
+        for k in range(len(wants)):
+            j = ids[src == k] - first[k]
+            if len(j) and (j.min() < 0 or j.max() >= len(wants[k])):
+                raise RuntimeError(f"{label}: ids {ids[src == k].min()}..{ids[src == k].max()} "
+                                   f"of source {k}, whose windows are ids {first[k]}.."
+                                   f"{first[k + 1] - 1}")
+            bad += int((fps[src == k] != wants[k][j]).sum())
         if bad:
             raise RuntimeError(f"{label}: {bad} windows differ from the window their id names")
     u, c = np.unique(fps, return_counts=True)
@@ -364,6 +380,7 @@ def run_one(spec):
             timed = times[spec["warmup"]:]
             n = seen.rows
             out.update(epoch_s=times, windows=n, dtype=seen.dtype,
+                       check_share=seen.check_s / times[-1],
                        samples_s=n * len(timed) / sum(timed),
                        tokens_s=n * spec["row"] * len(timed) / sum(timed))
     finally:
@@ -397,6 +414,7 @@ def run_mix(spec, epoch, w, wants, label):
     c = check_mix(label, seen, wants, PEERS[spec["peer"]]["exact"])
     names = [x["name"] for x in spec["sources"]]
     return {"epoch_s": [dt], "windows": seen.rows, "dtype": seen.dtype,
+            "check_share": seen.check_s / dt,
             "samples_s": seen.rows / dt, "tokens_s": seen.rows * spec["row"] / dt,
             "mix": {names[k]: n for k, n in c["windows"].items()}, "twice": c["twice"],
             "checked": c["checked"]}
