@@ -57,6 +57,8 @@ class Tokens(T.DaemonCase):
             for doc in cls.docs:
                 f.write(json.dumps(doc) + "\n")
         T.pack(d.path("docs.bpk"), src, block_size="2K", extra=("--tokens", "uint32"))
+        # The same documents again, as a second source of a packed mixture.
+        T.pack(d.path("docs2.bpk"), src, block_size="1K", extra=("--tokens", "uint32"))
         cls.where = {t: (i, j) for i, doc in enumerate(cls.docs) for j, t in enumerate(doc)}
         # Mixture sources: a second flat stream and a small one (a few windows).
         cls.code_docs = [doc + [EOS] for doc in documents(3, 120, 60)]
@@ -277,6 +279,25 @@ class Tokens(T.DaemonCase):
             self.loader([("web.bpk", 1), ("files.bpk", 1)], 4, seq_len=SEQ)
         self.assertIn("files.bpk", str(e.exception))
         self.assertIn("no token pack", str(e.exception))
+
+    def test_mixture_packed(self):
+        """Packed rows of two sources by 1:1: rows alternate, each checked as
+        packed rows are, and over an epoch (a pass of each) every token of
+        each source once."""
+        lds = [self.loader([("docs.bpk", 1), ("docs2.bpk", 1)], 4, seed=2, rank=r, world=2,
+                           seq_len=SEQ, sequences="packed") for r in range(2)]
+        toks = [[], []]
+        for ld in lds:
+            for b in ld:
+                tok = self.check_packed(b)
+                self.assertEqual(len(b.sources), len(b.ids))
+                for i, src in enumerate(b.sources):
+                    toks[int(src)] += [int(t) for t in tok[i] if t]
+            ld.close()
+        for src in (0, 1):
+            self.assertEqual(set(toks[src]), set(self.where), f"source {src}: every token")
+            self.assertLess(len(toks[src]) - len(self.where), 2 * 4 * ROW,
+                            f"source {src}: once, but for the last step's padding")
 
     def test_refusals(self):
         with self.assertRaises(T.batchclient.BatchdError) as e:
