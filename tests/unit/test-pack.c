@@ -479,6 +479,16 @@ static int tokens_result(const uint8_t *buf, size_t len, const char *want, uint6
 	return r;
 }
 
+/* Field by field: a bp_tokens has padding after its width, which no decoder writes. */
+static void tokens_eq(const bp_tokens *a, const bp_tokens *b)
+{
+	ck_assert_uint_eq(a->width, b->width);
+	ck_assert_uint_eq(a->eos, b->eos);
+	ck_assert_uint_eq(a->tokens, b->tokens);
+	ck_assert_uint_eq(a->documents, b->documents);
+	ck_assert_uint_eq(a->max_id, b->max_id);
+}
+
 START_TEST(test_tokens_layout)
 {
 	bp_tokens t = tok16, back;
@@ -495,7 +505,7 @@ START_TEST(test_tokens_layout)
 	ck_assert_uint_eq(pt_le64(buf + 40), 0);
 	ck_assert_int_eq(tokens_result(buf, sizeof(buf), NULL, 0), 0);
 	ck_assert_int_eq(bp_tokens_decode(buf, sizeof(buf), &back, NULL), 0);
-	ck_assert_mem_eq(&back, &t, sizeof(t));
+	tokens_eq(&back, &t);
 
 	/* No end-of-document id, and the width's largest ids. */
 	t = (bp_tokens){ .width = 4, .eos = BP_TOKENS_NO_EOS, .tokens = 3, .documents = 1,
@@ -503,7 +513,7 @@ START_TEST(test_tokens_layout)
 	bp_tokens_encode(&t, buf);
 	ck_assert_uint_eq(pt_le64(buf + 8), UINT64_MAX);
 	ck_assert_int_eq(bp_tokens_decode(buf, sizeof(buf), &back, NULL), 0);
-	ck_assert_mem_eq(&back, &t, sizeof(t));
+	tokens_eq(&back, &t);
 	t = (bp_tokens){ .width = 2, .eos = 0xffff, .max_id = 0xffff };
 	bp_tokens_encode(&t, buf);
 	ck_assert_int_eq(bp_tokens_decode(buf, sizeof(buf), &back, NULL), 0);
