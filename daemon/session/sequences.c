@@ -534,9 +534,10 @@ uint32_t bd_seqs_boundaries(const bd_seqs *q, const bd_seq_piece *pc, uint32_t n
 	return c + 1;
 }
 
-uint64_t bd_seqs_boundary_bytes(const bd_seqs *q)
+uint64_t bd_seqs_boundary_bytes(uint8_t mode, uint32_t max_pieces)
 {
-	return q->mode == BP_SEQUENCES_PACKED ? ((uint64_t)q->max_pieces + 2) * BD_SEQ_ID_BYTES : 0;
+	/* Row 0's leading 0, a boundary a piece, and the padding's. */
+	return mode == BP_SEQUENCES_PACKED ? ((uint64_t)max_pieces + 2) * BD_SEQ_ID_BYTES : 0;
 }
 
 double bd_seqs_padding(const bd_seqs *q)

@@ -125,8 +125,11 @@ uint32_t bd_seqs_positions(const bd_seqs *q, const bd_seq_piece *pc, uint32_t n,
 uint32_t bd_seqs_boundaries(const bd_seqs *q, const bd_seq_piece *pc, uint32_t n, uint32_t i,
 			    int32_t *out);
 
-/* The most bytes of cu_seqlens one row carries. */
-uint64_t bd_seqs_boundary_bytes(const bd_seqs *q);
+/*
+ * The most bytes of cu_seqlens one row of `mode` carries when a row holds
+ * at most max_pieces pieces (a session's, or a mixture's over its sources).
+ */
+uint64_t bd_seqs_boundary_bytes(uint8_t mode, uint32_t max_pieces);
 
 /* Padding tokens over all rows, as a fraction of the rows' tokens. */
 double bd_seqs_padding(const bd_seqs *q);

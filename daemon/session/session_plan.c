@@ -58,28 +58,19 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 /* ---- token sessions (sequences.h) ------------------------------------------------------ */
 
 /*
- * Row i of the batch being planned: for a mixture, its position in the
- * epoch (what the sampler gave) becomes its session id (sources.h). @return
- * the sequences it comes from, and its source.
+ * Row i of the batch being planned (s->ids[i], a session id): the
+ * sequences it comes from, its source (0 but in a mixture) and its
+ * sequence there.
  */
-static const bd_seqs *row_source(bd_session *s, uint64_t epoch, uint32_t i, uint32_t *ret)
+static const bd_seqs *row_seqs(const bd_session *s, uint32_t i, uint32_t *ret_source,
+			       uint64_t *ret_local)
 {
-	if (!s->mix) {
-		*ret = 0;
+	*ret_local = s->ids[i];
+	*ret_source = 0;
+	if (!s->mix)
 		return s->seqs;
-	}
-	s->ids[i] = bd_mix_id(s->mix, epoch, s->ids[i], ret);
-	return s->mix->src[*ret].seqs;
-}
-
-/* Row i's sequence within its source. */
-static uint64_t row_local(const bd_session *s, uint32_t i)
-{
-	uint64_t local = s->ids[i];
-
-	if (s->mix)
-		bd_mix_source_of(s->mix, s->ids[i], &local);
-	return local;
+	*ret_source = bd_mix_source_of(s->mix, s->ids[i], ret_local);
+	return s->mix->src[*ret_source].seqs;
 }
 
 /* Where the fragments of the row being collected go. */
@@ -116,14 +107,17 @@ static uint32_t locate_sequences(bd_session *s, uint64_t epoch, uint64_t batch, 
 	uint32_t blocks = 0;
 
 	bd_sampler_batch(&s->sampler, epoch, batch, s->ids);
+	/* A mixture's sampler gives positions of its stream: each becomes a session id. */
+	for (uint32_t i = 0, src; s->mix && i < n; i++)
+		s->ids[i] = bd_mix_id(s->mix, epoch, s->ids[i], &src);
 	s->lay.nfrags = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		frag_sink k = { .s = s, .row_off = i * row_bytes };
-		const bd_seqs *q = row_source(s, epoch, i, &k.source);
-		uint32_t np = bd_seqs_pieces(q, row_local(s, i), s->pcs);
+		uint64_t local;
+		const bd_seqs *q = row_seqs(s, i, &k.source, &local);
+		uint32_t np = bd_seqs_pieces(q, local, s->pcs);
 
 		k.q = q;
-
 		for (uint32_t v = 0; v < s->sel.values; v++) {
 			const bp_field *f = &s->sel.schema->fields[s->sel.vfield[v]];
 
@@ -172,11 +166,14 @@ static void write_source(bd_session *s, uint32_t n, uint8_t *payload)
 	for (uint32_t k = 0; k < s->sel.count; k++) {
 		int64_t *col = (int64_t *)(void *)(payload + s->lay.off[k]);
 		uint64_t local;
+		uint32_t src;
 
 		if (s->sel.schema->fields[s->sel.field[k]].type != BP_FIELD_INT64)
 			continue;
-		for (uint32_t i = 0; i < n; i++)
-			col[i] = bd_mix_source_of(s->mix, s->ids[i], &local);
+		for (uint32_t i = 0; i < n; i++) {
+			row_seqs(s, i, &src, &local);
+			col[i] = src;
+		}
 	}
 }
 
@@ -198,9 +195,9 @@ static void write_sequences(bd_session *s, uint32_t n, uint8_t *payload)
 	for (uint32_t v = 1; v < s->sel.values; v++)
 		*(s->sel.vfield[v] == 1 ? &pos_slot : &cu_slot) = (int32_t)v;
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t local = s->ids[i];
-		uint32_t src = s->mix ? bd_mix_source_of(s->mix, s->ids[i], &local) : 0;
-		const bd_seqs *rq = s->mix ? s->mix->src[src].seqs : q;
+		uint64_t local;
+		uint32_t src;
+		const bd_seqs *rq = row_seqs(s, i, &src, &local);
 		uint32_t np = bd_seqs_pieces(rq, local, s->pcs), used = 0;
 		int32_t *tok = (int32_t *)(void *)(payload + i * row_bytes);
 

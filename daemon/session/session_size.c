@@ -204,7 +204,7 @@ static uint64_t sequences_largest(const bd_seqs *q, const bd_mix *x, const bd_se
 				  uint32_t n)
 {
 	uint64_t most = bd_selection_padding(sel) + (uint64_t)n * sel->scalar_bytes;
-	uint64_t cu = x ? ((uint64_t)x->max_pieces + 2) * BD_SEQ_ID_BYTES : bd_seqs_boundary_bytes(q);
+	uint64_t cu = bd_seqs_boundary_bytes(q->mode, x ? x->max_pieces : q->max_pieces);
 
 	for (uint32_t k = 0; k < sel->count; k++) {
 		const bp_field *f = &sel->schema->fields[sel->field[k]];
