@@ -12,6 +12,7 @@ import importlib
 import importlib.metadata
 import re
 import sys
+import time
 
 
 def pins(path):
@@ -39,16 +40,21 @@ def main():
             have = None
         if have != version:
             bad.append(f"{name}: pinned {version}, installed {have}")
+    # Each import's time goes to stderr as it ends (unbuffered), so a run
+    # that overruns its timeout shows whether an import or the exit took it.
     for mod in ("torch", "numpy", "PIL", "xxhash"):
+        start = time.monotonic()
         try:
             importlib.import_module(mod)
         except ImportError as e:
             bad.append(f"import {mod}: {e}")
+        print(f"import {mod}: {time.monotonic() - start:.1f} s", file=sys.stderr)
     if bad:
         print(f"{sys.executable} does not hold {sys.argv[1]}:\n  " + "\n  ".join(bad))
         return 1
     import torch
-    print(f"{sys.executable}: {len(want)} pins as in {sys.argv[1]}; torch {torch.__version__}")
+    print(f"{sys.executable}: {len(want)} pins as in {sys.argv[1]}; torch {torch.__version__}",
+          flush=True)
     return 0
 
 
