@@ -170,14 +170,15 @@ typedef struct bc_stream_opts {
 	enum bc_sequences sequences;
 	uint32_t seq_len;
 	/*
-	 * A weighted mixture of token packs (with sequences; docs/tokens.md,
-	 * Mixtures): nsources (2 .. 64) sources instead of `dataset` (which
-	 * stays NULL). Every run of P consecutive rows holds exactly c_i rows
+	 * A weighted mixture (docs/tokens.md, Mixtures): of token packs with
+	 * sequences, else of packs of one schema (fields alike in order, name,
+	 * type and class names; no keys): nsources (2 .. 64) sources instead
+	 * of `dataset` (which stays NULL). Every run of P consecutive rows holds exactly c_i rows
 	 * of source i, c_i / P its weight's share (P the smallest period that
 	 * holds the weights to 1e-9, at most 65536); each source is shuffled
 	 * and cycled in passes of its own; field "source" (int64) says each
 	 * row's source. An epoch is epoch_samples rows (0: the sources'
-	 * sequences summed); positions (start_sample) count rows of the mixed
+	 * sequences, or samples, summed); positions (start_sample) count rows of the mixed
 	 * stream, so resume and elastic resume work as for one dataset.
 	 */
 	const bc_source *sources;

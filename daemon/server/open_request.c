@@ -124,9 +124,9 @@ typedef struct open_work {
 #define TRY_REMOTE 1
 
 /*
- * A mixture's other sources, looked up as the first one was and cut into
- * the same sequences (sources.h). @return 0 with ow->mix, or <0 with
- * ow->err naming the source.
+ * A mixture's other sources, looked up as the first one was and, for
+ * tokens, cut into the same sequences (sources.h). @return 0 with
+ * ow->mix, or <0 with ow->err naming the source.
  */
 static int lookup_sources(open_work *ow)
 {
@@ -135,20 +135,16 @@ static int lookup_sources(open_work *ow)
 	uint32_t n = ow->m.sources, i;
 	int r = 0;
 
-	if (!ow->m.sequences) {
-		snprintf(ow->err, sizeof(ow->err), "a mixture reads token packs as sequences: give "
-			 "seq_len (docs/tokens.md, Mixtures)");
-		return -EINVAL;
-	}
 	for (i = 1; i < n && r == 0; i++) {
 		r = bd_dataset_get((const char *const *)ow->roots, ow->nroots, ow->src_path[i],
 				   &ow->policy, &d[i], ow->err, sizeof(ow->err));
-		if (r == 0)
+		if (r == 0 && ow->m.sequences)
 			r = bd_seqs_new(d[i]->ds, d[i]->name, ow->m.sequences, ow->m.seq_len, &q[i],
 					ow->err, sizeof(ow->err));
 	}
 	if (r == 0)
-		r = bd_mix_new(d, q, &ow->m, &ow->mix, ow->err, sizeof(ow->err));
+		r = bd_mix_new(d, ow->m.sequences ? q : NULL, &ow->m, &ow->mix, ow->err,
+			       sizeof(ow->err));
 	if (r == -ENOMEM)
 		snprintf(ow->err, sizeof(ow->err), "out of memory opening a mixture's sources");
 	/* Whatever the mixture did not take. */
@@ -247,22 +243,30 @@ static int cmp_ptr(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Is d among v[0..n) (sorted)? */
+static bool holds(const bd_dataset *const *v, size_t n, const bd_dataset *d)
+{
+	return n && bsearch(&d, v, n, sizeof(*v), cmp_ptr);
+}
+
 /*
  * What the client's uid holds already, against [limits] memory_per_uid:
- * its sessions, and once each the dataset versions they read. d (may be
- * NULL) is the new session's version: uid_dataset is its bytes unless the
- * uid reads it already. With no per-uid limit, nothing is counted.
+ * its sessions, and once each the dataset versions they read (a
+ * mixture's sources each). d[0..nd) (nd may be 0) are the new session's
+ * versions: uid_dataset is the bytes of those the uid reads not yet, each
+ * once. With no per-uid limit, nothing is counted.
  */
-static bd_session_quota uid_quota(bd_server *srv, uid_t uid, const bd_dataset *d)
+static bd_session_quota uid_quota(bd_server *srv, uid_t uid, const bd_dataset *const *d,
+				  uint32_t nd)
 {
 	bd_session_quota quota = { .uid = uid, .uid_limit = srv->cfg.memory_per_uid };
 	const bd_dataset **v;
-	size_t n = 0;
+	size_t n = 0, kept = 0;
 
 	if (!quota.uid_limit)
 		return quota;
 	/* Without room to sort the versions, each counts once per session: more, never less. */
-	v = calloc(srv->nsessions + 1, sizeof(*v));
+	v = calloc((srv->nsessions + 1) * (size_t)BP_MIX_SOURCES_MAX, sizeof(*v));
 	for (entry *x = srv->entries; x; x = x->next) {
 		bd_session_info si;
 
@@ -271,22 +275,39 @@ static bd_session_quota uid_quota(bd_server *srv, uid_t uid, const bd_dataset *d
 		bd_session_get_info(x->s, &si);
 		quota.uid_used += si.memory;
 		if (v)
-			v[n++] = bd_session_version(x->s);
+			n += bd_session_versions(x->s, v + n);
 		else
 			quota.uid_used += si.dataset_memory;
 	}
 	if (v && n)
 		qsort(v, n, sizeof(*v), cmp_ptr);
-	quota.uid_dataset = d ? d->bytes : 0;
-	for (size_t i = 0; v && i < n; i++) {
-		if (i && v[i] == v[i - 1])
-			continue;
+	for (size_t i = 0; v && i < n; i++)
+		if (!i || v[i] != v[i - 1])
+			v[kept++] = v[i];
+	for (size_t i = 0; i < kept; i++)
 		quota.uid_used += v[i]->bytes;
-		if (v[i] == d)
-			quota.uid_dataset = 0;
+	/* Without the table, every new version counts: more, never less. */
+	for (uint32_t i = 0; i < nd; i++) {
+		uint32_t j = 0;
+
+		while (j < i && d[j] != d[i])
+			j++;
+		if (j == i && !holds(v, kept, d[i]))
+			quota.uid_dataset += d[i]->bytes;
 	}
 	free(v);
 	return quota;
+}
+
+/* The versions the session being opened reads: ow->d, then a mixture's other sources'. */
+static uint32_t open_versions(const open_work *ow, const bd_dataset **out)
+{
+	uint32_t n = 0;
+
+	out[n++] = ow->d;
+	for (uint32_t i = 1; ow->mix && i < ow->mix->n; i++)
+		out[n++] = ow->mix->src[i].dset;
+	return n;
 }
 
 /* The server's entry for a new session. @return it, or NULL when out of memory. */
@@ -455,7 +476,8 @@ static bool open_session(open_work *ow)
 {
 	client *c = ow->c;
 	bd_server *srv = c->srv;
-	bd_session_quota quota = uid_quota(srv, c->uid, ow->d);
+	const bd_dataset *versions[BP_MIX_SOURCES_MAX];
+	bd_session_quota quota = uid_quota(srv, c->uid, versions, open_versions(ow, versions));
 	bp_msg_ready ready;
 	char err[BP_ERRMSG_MAX] = "";
 	bd_session *s;
@@ -575,7 +597,7 @@ static void uid_held_now(open_work *ow)
 {
 	bd_server *srv = ow->c->srv;
 
-	ow->policy.uid_held = uid_quota(srv, ow->c->uid, NULL).uid_used +
+	ow->policy.uid_held = uid_quota(srv, ow->c->uid, NULL, 0).uid_used +
 			      bd_linger_uid_bytes(bd_pipeline_linger(srv->pipeline), ow->c->uid);
 }
 

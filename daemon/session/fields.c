@@ -170,8 +170,14 @@ int bd_selection_parse(const bp_dataset *ds, const bp_schema *schema, const bp_m
 	int r;
 
 	snprintf(shown, sizeof(shown), "%.*s", (int)m->path_len, name);
-	if (schema && (r = check_sequences(m, shown, err, errlen)) < 0)
+	if (m->sequences && (r = check_sequences(m, shown, err, errlen)) < 0)
 		return r;
+	if (m->sources && m->keys) {
+		snprintf(err, errlen, "dataset %s: a mixture's batches name each sample by its source "
+			 "(the \"source\" field) and its id, not by key: open it without keys",
+			 shown);
+		return -EINVAL;
+	}
 	if (m->fields_len) {
 		r = parse_names(s, m, shown, &sel.mask, err, errlen);
 		if (r < 0)
@@ -188,7 +194,7 @@ int bd_selection_parse(const bp_dataset *ds, const bp_schema *schema, const bp_m
 	derive(&sel);
 	sel.image_slot = -1;
 	/* A token session's other fields describe its tokens (sequences.h): they come with them. */
-	if (schema && !(sel.mask & 1)) {
+	if (m->sequences && !(sel.mask & 1)) {
 		snprintf(err, errlen, "dataset %s: a token session's batches always carry \"tokens\": "
 			 "add it to the fields", shown);
 		return -EINVAL;

@@ -61,9 +61,10 @@ static inline bool bd_selection_is_image(const bd_selection *sel, uint32_t v)
 
 /*
  * The selection OPEN m asks of ds: m->fields (NULL or empty: all fields),
- * m->keys and m->decode, over `schema` (a token session's, sequences.h)
- * or, when NULL, ds's own. A token session carries no keys and decodes
- * no image (-EINVAL). @return 0; -ENOENT for a name ds has not (err
+ * m->keys and m->decode, over `schema` (a token session's, sequences.h,
+ * or a mixture's, sources.h) or, when NULL, ds's own. A token session
+ * carries no keys and decodes no image, and a mixture carries no keys
+ * (-EINVAL). @return 0; -ENOENT for a name ds has not (err
  * lists the fields it has); -EINVAL for a name given twice, or a decode
  * of a field that is not a selected bytes field, or of a spec lib/image
  * refuses; -ENODATA for keys of a dataset that stores none.

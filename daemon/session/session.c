@@ -182,6 +182,19 @@ bd_sampler_cfg bd__session_sampler_cfg(const bd_dataset *d, const bd_seqs *q,
 	};
 }
 
+const bd_dataset *bd__session_source(const bd_session *s, uint64_t id, uint64_t *ret_local,
+				     uint32_t *ret_source)
+{
+	uint32_t i = 0;
+
+	*ret_local = id;
+	if (s->mix)
+		i = bd_mix_source_of(s->mix, id, ret_local);
+	if (ret_source)
+		*ret_source = i;
+	return s->mix ? s->mix->src[i].dset : s->dset;
+}
+
 /* OPEN's stride, 0 taken as 1 (protocol.h). */
 uint64_t bd__session_stride(const bp_msg_open *m)
 {
@@ -470,8 +483,9 @@ int bd_session_ready(const bd_session *s, bp_msg_ready *ret, int fds[BP_READY_FD
 		.batches_per_epoch = s->batches_per_epoch,
 		.data_size = s->data_size,
 		.ctrl_size = s->ctrl_size,
-		.max_sample = s->seqs ? (uint64_t)s->seqs->row * BD_SEQ_ID_BYTES
-				      : bp_dataset_max_sample(s->dset->ds),
+		.max_sample = s->mix ? s->mix->max_sample
+			      : s->seqs ? (uint64_t)s->seqs->row * BD_SEQ_ID_BYTES
+			      : bp_dataset_max_sample(s->dset->ds),
 		.batch_size = s->req.batch_size,
 		.slots = s->slots,
 		.placement = s->req.placement,
@@ -563,9 +577,12 @@ const char *bd_session_dataset(const bd_session *s)
 	return s->dset->name;
 }
 
-const bd_dataset *bd_session_version(const bd_session *s)
+uint32_t bd_session_versions(const bd_session *s, const bd_dataset **out)
 {
-	return s->dset;
+	out[0] = s->dset;
+	for (uint32_t i = 1; s->mix && i < s->mix->n; i++)
+		out[i] = s->mix->src[i].dset;
+	return s->mix ? s->mix->n : 1;
 }
 
 bool bd_session_closing(const bd_session *s)
@@ -588,6 +605,11 @@ bool bd_session_keys(const bd_session *s)
 	return s->sel.keys;
 }
 
+const bd_mix *bd_session_mixture(const bd_session *s)
+{
+	return s->mix;
+}
+
 const bd_seqs *bd_session_sequences(const bd_session *s)
 {
 	return s->seqs;
@@ -598,6 +620,24 @@ static void fold_client(bd_session *s)
 {
 	if (s->ctrl)
 		bd_wait_acct_fold(&s->acct, s->ctrl, s->published, bd_now_ns() - s->opened_ns);
+}
+
+/* The bytes of the versions s reads, each once. */
+static uint64_t versions_bytes(const bd_session *s)
+{
+	const bd_dataset *v[BP_MIX_SOURCES_MAX];
+	uint32_t n = bd_session_versions(s, v);
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t j = 0;
+
+		while (j < i && v[j] != v[i])
+			j++;
+		if (j == i)
+			sum += v[i]->bytes;
+	}
+	return sum;
 }
 
 void bd_session_get_info(bd_session *s, bd_session_info *ret)
@@ -621,7 +661,7 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 		.delivered_bytes = s->delivered_bytes,
 		.memory = s->memory,
 		.memory_heap = s->memory ? s->heap : 0,
-		.dataset_memory = s->dset->bytes,
+		.dataset_memory = versions_bytes(s),
 		.planned = s->next_seq,
 		.epoch = epoch,
 		.batch = batch,

@@ -86,7 +86,10 @@ typedef struct bd_session_quota {
 	uid_t uid;
 	uint64_t uid_used;          /* what the uid's sessions hold now, their versions included */
 	uint64_t uid_limit;         /* 0: no per-uid limit */
-	/* The new session's version, when the uid has no other session on it: its bytes; else 0. */
+	/*
+	 * The new session's versions (a mixture's sources') that the uid has
+	 * no other session on: their bytes; 0 when it reads them all already.
+	 */
 	uint64_t uid_dataset;
 } bd_session_quota;
 
@@ -174,8 +177,13 @@ bool bd_session_lease_expired(bd_session *s, uint64_t lease_ns);
 
 uint64_t bd_session_id(const bd_session *s);
 const char *bd_session_dataset(const bd_session *s);
-/* The dataset version it reads (shared with the other sessions on it). */
-const bd_dataset *bd_session_version(const bd_session *s);
+/*
+ * The dataset versions it reads (shared with the other sessions on them):
+ * its own, then a mixture's other sources' (a version listed twice when
+ * a mixture names it twice), into out[0 .. BP_MIX_SOURCES_MAX). @return
+ * how many.
+ */
+uint32_t bd_session_versions(const bd_session *s, const bd_dataset **out);
 /* Is it ending (bd_session_close called): its memory comes back once its jobs are in? */
 bool bd_session_closing(const bd_session *s);
 /* Where its dataset version is served from: "ram", "page" or "direct" (dataset.h). */
@@ -186,14 +194,17 @@ const char *bd_session_fields(const bd_session *s, char *buf, size_t len);
 bool bd_session_keys(const bd_session *s);
 /* A token session's sequences (sequences.h), or NULL. */
 const bd_seqs *bd_session_sequences(const bd_session *s);
+/* A mixture's sources (sources.h), or NULL. */
+const bd_mix *bd_session_mixture(const bd_session *s);
 
 typedef struct bd_session_info {
 	uint64_t id, published, released, failed, bytes, memory;
 	uint64_t skipped;           /* bad images left out of its batches (on_error=skip) */
 	uint64_t memory_heap;       /* of memory: the daemon heap; the rest is the two memfds */
 	/*
-	 * Its dataset version's bytes in memory (dataset.h): shared with the
-	 * other sessions on it and charged once, to the version; not in memory.
+	 * Its dataset versions' bytes in memory (dataset.h; a mixture's
+	 * sources' each once): shared with the other sessions on them and
+	 * charged once, to the version; not in memory.
 	 */
 	uint64_t dataset_memory;
 	uint64_t planned;           /* batches staged: published, or being read and decoded */

@@ -54,6 +54,8 @@ static const char *key_of(const bd_session *s, const slot *sl, uint8_t *rec, uin
 	bp_key_reader *kr;
 	bp_dataset_fault fault;
 	const char *key;
+	uint64_t local;
+	const bd_dataset *d = bd__session_source(s, id, &local, NULL);
 	size_t len;
 
 	buf[0] = '\0';
@@ -65,22 +67,27 @@ static const char *key_of(const bd_session *s, const slot *sl, uint8_t *rec, uin
 		show_key((const char *)rec + sl->head + x.offset, x.size, buf, size);
 		return buf;
 	}
-	if (s->dset->robj || !bp_dataset_has_keys(s->dset->ds) ||
-	    bp_key_reader_new(s->dset->ds, &kr) < 0)
+	if (d->robj || !bp_dataset_has_keys(d->ds) || bp_key_reader_new(d->ds, &kr) < 0)
 		return buf;
-	if (bp_key_reader_get(kr, id, &key, &len, &fault) == 0)
+	if (bp_key_reader_get(kr, local, &key, &len, &fault) == 0)
 		show_key(key, len, buf, size);
 	bp_key_reader_free(kr);
 	return buf;
 }
 
-/* "sample ID (key K)", or "sample ID" for a dataset without keys. */
+/*
+ * "dataset D: sample ID (key K)", or without the key for a dataset
+ * without keys; a mixture's sample by its source's dataset and its id
+ * there.
+ */
 static const char *sample_name(const bd_session *s, const slot *sl, uint8_t *rec, uint32_t i,
 			       char *buf, size_t size)
 {
 	const bp_ring_sample *t = (const bp_ring_sample *)rec;
 	char key[160];
-	int n = snprintf(buf, size, "sample %" PRIu64, t[i].id);
+	uint64_t local;
+	const bd_dataset *d = bd__session_source(s, t[i].id, &local, NULL);
+	int n = snprintf(buf, size, "dataset %s: sample %" PRIu64, d->name, local);
 
 	if (*key_of(s, sl, rec, i, t[i].id, key, sizeof(key)) && n > 0 && (size_t)n < size)
 		snprintf(buf + n, size - (size_t)n, " (key %s)", key);
@@ -203,7 +210,7 @@ void bd__session_image_outcome(bd_session *s, slot *sl, int status, const char *
 	if (status < 0) {
 		/* An image failed the batch: its reason is lib/image's alone; name the sample. */
 		if (!s->sel.image_skip && k == 1 && bad[1] < sl->count) {
-			snprintf(why, sizeof(why), "dataset %s: %s: %s", s->dset->name,
+			snprintf(why, sizeof(why), "%s: %s",
 				 sample_name(s, sl, rec, (uint32_t)bad[1], name, sizeof(name)), reason);
 			reason = why;
 		}
@@ -222,8 +229,8 @@ void bd__session_image_outcome(bd_session *s, slot *sl, int status, const char *
 	/* The first noted (its reason came with the event) is named; the count says the rest. */
 	sample_name(s, sl, rec, (uint32_t)first, name, sizeof(name));
 	bd_log(LOG_WARNING, "session %" PRIu64 ": batch %" PRIu64 " of epoch %" PRIu64 ": left out %"
-	       PRIu64 " bad image%s (on_error=skip): dataset %s: %s: %s%s", s->id, sl->batch,
-	       sl->epoch, k, k == 1 ? "" : "s", s->dset->name, name, reason,
+	       PRIu64 " bad image%s (on_error=skip): %s: %s%s", s->id, sl->batch,
+	       sl->epoch, k, k == 1 ? "" : "s", name, reason,
 	       k > 1 ? " (the first of them)" : "");
 	s->skipped += k;
 	leave_out(s, sl, rec, bad);

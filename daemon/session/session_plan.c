@@ -27,17 +27,26 @@
  */
 static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 {
-	const bp_dataset *ds = s->dset->ds;
 	uint32_t named = s->sel.values - (s->sel.keys ? 1 : 0);
 
 	bd_sampler_batch(&s->sampler, epoch, batch, s->ids);
 	for (uint32_t i = 0; i < n; i++) {
+		uint32_t source;
+		uint64_t local;
+		const bd_dataset *d;
+		const bp_dataset *ds;
 		bp_pack_sample ps;
 		size_t shard;
 
+		/* A mixture's sampler gives positions of its stream: each becomes a session id. */
+		if (s->mix)
+			s->ids[i] = bd_mix_id(s->mix, epoch, s->ids[i], &source);
+		d = bd__session_source(s, s->ids[i], &local, &source);
+		ds = d->ds;
 		/* Ids come from the sampler and are < samples: locate cannot fail. */
-		bp_dataset_locate(ds, s->ids[i], &shard, &ps);
-		s->locs[i] = (loc){ .shard = (uint32_t)shard, .frames = ps.frames, .block = ps.block,
+		bp_dataset_locate(ds, local, &shard, &ps);
+		s->locs[i] = (loc){ .dset = d, .local = local, .source = source,
+				    .shard = (uint32_t)shard, .frames = ps.frames, .block = ps.block,
 				    .src = ps.offset, .size = ps.size };
 		s->order[i] = i;
 		if (bd_selection_plain(&s->sel)) {
@@ -50,7 +59,7 @@ static void locate(bd_session *s, uint64_t epoch, uint64_t batch, uint32_t n)
 			/* The one bytes field is the whole sample: no second lookup. */
 			s->vals[(size_t)v * n + i].size =
 				s->sel.whole && fd->type == BP_FIELD_BYTES && !bd_selection_is_image(&s->sel, v)
-					? ps.size : bd_selection_value_size(&s->sel, ds, v, s->ids[i]);
+					? ps.size : bd_selection_value_size(&s->sel, ds, v, local);
 		}
 	}
 }
@@ -269,13 +278,14 @@ static uint64_t place_regions(bd_session *s, uint32_t n)
 
 static bool same_block(const loc *a, const loc *b)
 {
-	return a->shard == b->shard && a->block == b->block;
+	return a->dset == b->dset && a->shard == b->shard && a->block == b->block;
 }
 
 /*
  * Order the samples by where they are read from. Global ids run through
  * the shards, their blocks and each block's bytes in order, so sorting by
- * id is sorting by (shard, block, offset), on one integer key. Batches of
+ * id is sorting by (shard, block, offset), on one integer key (a
+ * mixture's by (source, shard, block, offset): sources.h). Batches of
  * an unshuffled epoch come in that order already: one pass sees it.
  * @return how many blocks they touch, every frame of a framed sample
  * counted (a frame is at least BP_PACK_MIN_FRAME bytes of a payload that
@@ -331,7 +341,7 @@ static uint32_t sample_pieces(bd_session *s, bd_job *job, uint32_t i, uint32_t n
 		if (sel->whole)
 			so = 0, ss = s->locs[i].size;
 		else
-			bp_dataset_field_span(s->dset->ds, s->ids[i], f, &so, &ss);
+			bp_dataset_field_span(s->locs[i].dset->ds, s->locs[i].local, f, &so, &ss);
 		a = so > lo ? so : lo;
 		b = so + ss < hi ? so + ss : hi;
 		if (a > b || (skip_empty && a == b))
@@ -363,7 +373,7 @@ static void add_frames(bd_session *s, bd_job *job, const uint32_t *o, uint32_t c
 		       uint32_t n, uint8_t *payload)
 {
 	const loc *l = &s->locs[o[0]];
-	const bp_pack_index *idx = &bp_dataset_shard(s->dset->ds, l->shard)->index;
+	const bp_pack_index *idx = &bp_dataset_shard(l->dset->ds, l->shard)->index;
 	uint64_t at = 0;
 
 	for (uint32_t f = 0; f < l->frames; f++) {
@@ -371,7 +381,7 @@ static void add_frames(bd_session *s, bd_job *job, const uint32_t *o, uint32_t c
 
 		bp_pack_index_block(idx, l->block + f, &b);
 		if (sample_pieces(s, NULL, o[0], n, at, at, at + b.raw_size, true, payload)) {
-			bd_job_add_block(job, s->dset, l->shard, l->block + f);
+			bd_job_add_block(job, l->dset, l->shard, l->block + f);
 			for (uint32_t c = 0; c < copies; c++)
 				sample_pieces(s, job, o[c], n, at, at, at + b.raw_size, true, payload);
 		}
@@ -412,7 +422,7 @@ static int build_job(bd_session *s, uint32_t n, uint32_t nblocks, uint8_t *rec, 
 			add_frames(s, job, s->order + i, run, n, payload);
 			continue;
 		}
-		bd_job_add_block(job, s->dset, l->shard, l->block);
+		bd_job_add_block(job, l->dset, l->shard, l->block);
 		for (uint32_t k = i; k < i + run; k++) {
 			uint32_t o = s->order[k];
 
@@ -455,31 +465,36 @@ static void write_tables(const bd_session *s, uint32_t n, uint8_t *rec)
 
 /*
  * The values that come from the dataset's columns, not its blocks:
- * scalars as dense arrays, str values end to end, and the keys.
+ * scalars as dense arrays, str values end to end, a mixture's source
+ * indexes (sources.h), and the keys.
  */
 static void write_columns(bd_session *s, uint32_t n, uint8_t *payload)
 {
 	const bd_selection *sel = &s->sel;
-	const bp_dataset *ds = s->dset->ds;
 
 	for (uint32_t k = 0; k < sel->count; k++) {
 		uint32_t f = sel->field[k], type = sel->schema->fields[f].type;
 		size_t size = bp_field_scalar_size(type);
 		uint8_t *dst = payload + s->lay.off[k];
 
-		if (type == BP_FIELD_STR) {
+		if (s->mix && f == BD_MIX_SOURCE_FIELD(s->mix)) {
+			for (uint32_t i = 0; i < n; i++)
+				((int64_t *)(void *)dst)[i] = s->locs[i].source;
+		} else if (type == BP_FIELD_STR) {
 			const bp_ring_span *x = s->vals + (size_t)sel->slot[k] * n;
 
 			for (uint32_t i = 0; i < n; i++) {
 				const uint8_t *data;
 				uint64_t len;
 
-				bp_dataset_field_str(ds, s->ids[i], f, &data, &len);
+				bp_dataset_field_str(s->locs[i].dset->ds, s->locs[i].local, f, &data,
+						     &len);
 				memcpy(dst + x[i].offset, data, len);
 			}
 		} else if (size) {
 			for (uint32_t i = 0; i < n; i++)
-				bp_dataset_field_scalar(ds, s->ids[i], f, dst + (size_t)i * size);
+				bp_dataset_field_scalar(s->locs[i].dset->ds, s->locs[i].local, f,
+							dst + (size_t)i * size);
 		}
 	}
 	if (sel->keys)

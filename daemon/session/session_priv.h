@@ -62,6 +62,9 @@ typedef struct slot {
 
 /* Where one sample of the batch being planned comes from. */
 typedef struct loc {
+	const bd_dataset *dset; /* the session's, or a mixture's source's */
+	uint64_t local;         /* the sample's id there */
+	uint32_t source;        /* a mixture's source index (0: the session's dataset) */
 	uint32_t shard;
 	uint32_t frames;        /* blocks from `block` on: 1, or a framed sample's frames */
 	uint64_t block, src, size;
@@ -190,6 +193,12 @@ bd_linger *bd__session_linger_of(const bd_session *s);
 bd_sampler_cfg bd__session_sampler_cfg(const bd_dataset *d, const bd_seqs *q,
 				       const bd_mix *x, const bp_msg_open *m);
 uint64_t bd__session_stride(const bp_msg_open *m);
+/*
+ * Session id `id`'s dataset (a mixture's source's, else the session's),
+ * its item's id there, and its source index (0 but in a mixture).
+ */
+const bd_dataset *bd__session_source(const bd_session *s, uint64_t id, uint64_t *ret_local,
+				     uint32_t *ret_source);
 void bd__session_maybe_end(bd_session *s);
 
 /* session_size.c: what bd_session_new sizes and charges. @return 0 or a

@@ -52,9 +52,11 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 	 * Frames), and each selected bytes field of a sample a piece of its
 	 * own: a frame times a field bounds both.
 	 */
-	uint64_t n = s->req.batch_size, blocks = bp_dataset_blocks(s->dset->ds);
-	uint64_t pieces = s->mix ? n * s->mix->max_frags : s->seqs ? n * s->seqs->max_frags
-			  : n * bp_dataset_max_frames(s->dset->ds) * s->sel.bytes;
+	uint64_t n = s->req.batch_size;
+	uint64_t blocks = s->mix ? s->mix->blocks : bp_dataset_blocks(s->dset->ds);
+	uint64_t frames = s->mix ? s->mix->max_frames : bp_dataset_max_frames(s->dset->ds);
+	uint64_t pieces = s->seqs ? n * (s->mix ? s->mix->max_frags : s->seqs->max_frags)
+			  : n * frames * s->sel.bytes;
 	uint64_t job = bd_job_bytes((uint32_t)(blocks < pieces ? blocks : pieces), (uint32_t)pieces);
 	uint64_t b;
 
@@ -83,14 +85,20 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 /* What sizing a selection's batches needs: the keys, when it read them. */
 typedef struct sizing {
 	const bd_dataset *d;
+	const bd_mix *x;          /* a mixture of samples' sources; NULL: d alone */
 	const bd_selection *sel;
 	const bd_key_table *keys; /* NULL: BP_KEY_MAX each */
 } sizing;
 
-/* The payload bytes sample id adds to a batch of z's selection, region padding aside. */
+/*
+ * The payload bytes sample id (a session id) adds to a batch of z's
+ * selection, region padding aside.
+ */
 static uint64_t sample_cost(const sizing *z, uint64_t id)
 {
 	const bd_selection *sel = z->sel;
+	const bp_dataset *ds = z->x ? z->x->src[bd_mix_source_of(z->x, id, &id)].dset->ds
+			       : z->d->ds;
 	uint64_t cost = sel->scalar_bytes;
 	uint32_t v = 0, named = sel->values - (sel->keys ? 1 : 0);
 
@@ -101,11 +109,11 @@ static uint64_t sample_cost(const sizing *z, uint64_t id)
 		if (sel->image_slot == 0)
 			return sel->image_size;
 		/* Ids come from the sampler and are < samples: locate cannot fail. */
-		bp_dataset_locate(z->d->ds, id, &shard, &ps);
+		bp_dataset_locate(ds, id, &shard, &ps);
 		return ps.size;
 	}
 	for (; v < named; v++)
-		cost += bd_selection_value_size(sel, z->d->ds, v, id);
+		cost += bd_selection_value_size(sel, ds, v, id);
 	if (sel->keys)
 		cost += z->keys ? bd_key_table_len(z->keys, id) : BP_KEY_MAX;
 	return cost;
@@ -130,8 +138,8 @@ static uint64_t stream_largest(const bd_sampler *sp, const bp_msg_open *m, const
 			break;
 		len = bd_sampler_epoch_batch_len(sp, epoch, batch);
 		bd_sampler_batch(sp, epoch, batch, ids);
-		for (uint32_t i = 0; i < len; i++)
-			sum += sample_cost(z, ids[i]);
+		for (uint32_t i = 0, src; i < len; i++)
+			sum += sample_cost(z, z->x ? bd_mix_id(z->x, epoch, ids[i], &src) : ids[i]);
 		if (sum > most)
 			most = sum;
 	}
@@ -157,39 +165,53 @@ static uint64_t sizing_epochs(const bp_msg_open *m, uint64_t per_rank)
 }
 
 /*
- * The largest payload of n samples of any schedule: the n largest
- * samples' selected bytes (no more than their whole bytes), every
- * selected str field's longest value (found in a pass over the dataset
- * when `scan`, else the longest a str value may be), the longest key
- * possible.
+ * The longest value of str field slot v in d's samples, or across a
+ * mixture's sources (x not NULL).
  */
-static uint64_t selection_bound(const bd_dataset *d, const bd_selection *sel, uint32_t n,
-				bool scan)
+static uint64_t longest_str(const bd_dataset *d, const bd_mix *x, const bd_selection *sel,
+			    uint32_t v)
 {
-	uint64_t most = sel->bytes ? bd_dataset_batch_bound(d, n) : 0, samples;
+	uint64_t longest = 0;
+
+	for (uint32_t i = 0; i < (x ? x->n : 1); i++) {
+		const bp_dataset *ds = x ? x->src[i].dset->ds : d->ds;
+		uint64_t samples = bp_dataset_samples(ds);
+
+		for (uint64_t id = 0; id < samples; id++) {
+			uint64_t size = bd_selection_value_size(sel, ds, v, id);
+
+			if (size > longest)
+				longest = size;
+		}
+	}
+	return longest;
+}
+
+/*
+ * The largest payload of n samples of any schedule over d, or over a
+ * mixture's sources (x not NULL): the n largest samples' selected bytes
+ * (no more than their whole bytes), every selected str field's longest
+ * value (found in a pass over the samples when `scan`, else the longest
+ * a str value may be), the longest key possible.
+ */
+static uint64_t selection_bound(const bd_dataset *d, const bd_mix *x, const bd_selection *sel,
+				uint32_t n, bool scan)
+{
+	uint64_t most = !sel->bytes ? 0 : x ? bd_mix_batch_bound(x, n) : bd_dataset_batch_bound(d, n);
 
 	/* An image's tensor in place of its bytes: counting both bounds it. */
 	if (sel->image_slot >= 0)
 		most = (bd_selection_plain(sel) ? 0 : most) + (uint64_t)n * sel->image_size;
 	if (bd_selection_plain(sel))
 		return most;
-	samples = bp_dataset_samples(d->ds);
 	most += bd_selection_padding(sel) + (uint64_t)n * sel->scalar_bytes;
 	for (uint32_t k = 0; k < sel->count; k++) {
 		uint32_t f = sel->field[k];
-		uint64_t longest = 0;
 
 		if (sel->schema->fields[f].type != BP_FIELD_STR)
 			continue;
-		if (!scan)
-			longest = BP_STR_MAX;
-		for (uint64_t id = 0; scan && id < samples; id++) {
-			uint64_t size = bd_selection_value_size(sel, d->ds, (uint32_t)sel->slot[k], id);
-
-			if (size > longest)
-				longest = size;
-		}
-		most += (uint64_t)n * longest;
+		most += (uint64_t)n * (scan ? longest_str(d, x, sel, (uint32_t)sel->slot[k])
+				       : BP_STR_MAX);
 	}
 	if (sel->keys)
 		most += (uint64_t)n * BP_KEY_MAX;
@@ -222,7 +244,7 @@ int bd_session_largest_batch(const bd_dataset *d, const bd_seqs *q, const bd_mix
 	uint64_t *ids, most = 0, per_rank, epochs;
 	bd_selection sel;
 	bd_sampler sp;
-	sizing z = { .d = d, .sel = &sel };
+	sizing z = { .d = d, .x = q ? NULL : x, .sel = &sel };
 	char err[8];
 	int r;
 
@@ -240,7 +262,7 @@ int bd_session_largest_batch(const bd_dataset *d, const bd_seqs *q, const bd_mix
 	}
 	per_rank = bd_sampler_samples_per_rank(&sp);
 	if (per_rank > BD_SESSION_SIZING_SCAN) {
-		*ret = selection_bound(d, &sel, m->batch_size, true);
+		*ret = selection_bound(d, z.x, &sel, m->batch_size, true);
 		if (ret_keys)
 			*ret_keys = NULL;
 		return 0;
@@ -273,7 +295,8 @@ int bd__session_measure(bd_session *s, unsigned prefetch, int device, uint64_t l
 	uint32_t batch_size = s->req.batch_size;
 	uint64_t mean, most, max_rec, mean_rec;
 
-	mean = s->sel.bytes ? bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds) : 0;
+	mean = !s->sel.bytes ? 0 : s->mix ? s->mix->mean_raw
+	       : bp_dataset_raw_bytes(d->ds) / bp_dataset_samples(d->ds);
 	/* An image's tensor in place of its bytes (the bytes counted too, but in a plain record). */
 	if (s->sel.image_slot >= 0)
 		mean = (bd_selection_plain(&s->sel) ? 0 : mean) + s->sel.image_size;
@@ -309,7 +332,7 @@ int bd__session_measure(bd_session *s, unsigned prefetch, int device, uint64_t l
 		 * margin for a batch of an epoch past the ones it read.
 		 */
 		/* On the loop thread: no pass over the dataset; the bound only caps the margin. */
-		most = s->seqs ? largest : selection_bound(d, &s->sel, batch_size, false);
+		most = s->seqs ? largest : selection_bound(d, s->mix, &s->sel, batch_size, false);
 		s->slot_bytes = BD_ALIGN_UP((largest < most / 2 ? 2 * largest : most) + 1,
 					 BP_RING_DEVICE_ALIGN);
 		s->gpu_off = s->data_size;
@@ -403,8 +426,9 @@ int bd__session_charge(bd_session *s, const bd_session_quota *q, unsigned prefet
 	bd_budget_give(s->env.budget, BD_BUDGET_SESSIONS, need);
 	s->memory = 0;
 	if (q->uid_dataset)
-		snprintf(version, sizeof(version), " and its dataset's index and tables %s (the uid's "
-			 "first session on it)", bp_format_size(q->uid_dataset, d, sizeof(d)));
+		snprintf(version, sizeof(version), " and %s index and tables %s (the uid's first "
+			 "session on %s)", s->mix ? "its sources'" : "its dataset's",
+			 bp_format_size(q->uid_dataset, d, sizeof(d)), s->mix ? "them" : "it");
 	snprintf(err, errlen, "memory limit per user: dataset %s with batch %u and prefetch %u needs "
 		 "%s%s; uid %u holds %s of the %s [limits] memory_per_uid allows: open with a "
 		 "smaller prefetch or batch, close one of its sessions, or raise [limits] "

@@ -315,6 +315,24 @@ static void status_sequences(bd_text *t, const bd_seqs *q)
 		       q->seq_len, q->count, q->tokens, q->placed, q->documents, bd_seqs_padding(q));
 }
 
+/* A mixture's sources (docs/tokens.md, Mixtures): each one's dataset and positions a period. */
+static void status_sources(bd_text *t, const bd_mix *x)
+{
+	if (!x) {
+		bd_text_printf(t, ", \"sources\": null");
+		return;
+	}
+	bd_text_printf(t, ", \"sources\": {\"period\": %u, \"epoch\": %" PRIu64 ", \"list\": [",
+		       x->period, x->epoch);
+	for (uint32_t i = 0; i < x->n; i++) {
+		bd_text_printf(t, "%s{\"dataset\": ", i ? ", " : "");
+		bd_text_json_str(t, x->src[i].dset->name);
+		bd_text_printf(t, ", \"count\": %u, \"items\": %" PRIu64 "}", x->count[i],
+			       x->src[i].count);
+	}
+	bd_text_printf(t, "]}");
+}
+
 /* One element of "sessions". */
 static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 {
@@ -334,6 +352,7 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 		bd_text_printf(t, ", \"keys\": %s", bd_session_keys(e->s) ? "true" : "false");
 	}
 	status_sequences(t, bd_session_sequences(e->s));
+	status_sources(t, bd_session_mixture(e->s));
 	bd_text_printf(t, ", \"uid\": %u, \"pid\": %d, \"connected\": %s, \"shuffle\": \"%s\", "
 		       "\"rank\": %u, \"world\": %u, \"batch_size\": %u, \"epoch\": %" PRIu64
 		       ", \"batch\": %" PRIu64 ", \"published\": %" PRIu64 ", \"released\": %"
@@ -577,8 +596,8 @@ static void metrics_sessions(bd_text *t, bd_server *srv, const bd_view *v)
 		       "Memory charged to this session: its shared memory and the daemon heap it holds.",
 		       v_memory);
 	session_family(t, srv, v, "batchd_session_dataset_memory_bytes", "gauge",
-		       "Memory of the dataset version this session reads (index and tables), shared "
-		       "with the other sessions on it and charged once.", v_dataset_memory);
+		       "Memory of the dataset versions this session reads (index and tables; a "
+		       "mixture's sources), shared with the other sessions on them and charged once.", v_dataset_memory);
 	session_family(t, srv, v, "batchd_session_epoch", "gauge",
 		       "Epoch of the next batch this session will publish.", v_epoch);
 	session_family_f64(t, srv, v, "batchd_session_stall_seconds_total", "counter",

@@ -273,8 +273,6 @@ class Tokens(T.DaemonCase):
                 self.loader([("web.bpk", 1), ("code.bpk", bad)], 4, seq_len=SEQ)
         with self.assertRaises(ValueError):
             self.loader([("web.bpk", 1)], 4, seq_len=SEQ)
-        with self.assertRaises(ValueError):
-            self.loader(self.MIX, 4)
         with self.assertRaises(T.batchclient.BatchdError) as e:
             self.loader([("web.bpk", 1), ("files.bpk", 1)], 4, seq_len=SEQ)
         self.assertIn("files.bpk", str(e.exception))

@@ -664,12 +664,14 @@ class Loader:
         packed into rows, with batch.torch("position_ids") [B, seq_len + 1]
         and batch.torch("cu_seqlens"), the batch's document boundaries
         over the first seq_len tokens of each row).
-    A mixture: dataset a list of (path, weight) pairs of token packs, e.g.
-        [("web.bpk", 0.7), ("code.bpk", 0.2), ("math.bpk", 0.1)], with
-        seq_len: every run of rows of one period holds exactly the weights'
+    A mixture: dataset a list of (path, weight) pairs, e.g.
+        [("web.bpk", 0.7), ("code.bpk", 0.2), ("math.bpk", 0.1)]: token
+        packs with seq_len, or packs of one schema (images, records) without:
+        every run of samples of one period holds exactly the weights'
         shares, each source shuffled and cycled in passes of its own;
-        batch.sources says each row's source; epoch_samples sets the rows
-        of an epoch (default: the sources' rows summed).
+        batch.sources says each sample's source (its index in the list);
+        epoch_samples sets the samples of an epoch (default: the sources'
+        summed). A mixture carries no keys.
 
     loader.schema describes the dataset's fields (a tuple of Field: name,
     type, classes, fixed_size, selected); loader.classes the class names of
@@ -713,8 +715,9 @@ class Loader:
             raise ValueError("collate must be callable")
         seq_len, sequences = _sequences(seq_len, sequences)
         name, sources = _sources(dataset)
-        if sources is not None and seq_len is None:
-            raise ValueError("a mixture reads token packs as sequences: give seq_len")
+        if sources is not None and keys:
+            raise ValueError("a mixture's samples are named by batch.sources and batch.ids, "
+                             "not by key: drop keys=")
         if epoch_samples is not None:
             epoch_samples = _int(epoch_samples, "epoch_samples")
             if sources is None or epoch_samples < 1:

@@ -178,7 +178,8 @@ def to_tensors(batch):
     a --records pack's "data"), or [B, 3, H, W] for an image the daemon
     decodes (decode=); y the label,
     the first selected int64 field with class names (else the first int64
-    field), as an int64 tensor [B]. Without a label field: x alone; with
+    field; never a mixture's "source": batch.sources has it), as an int64
+    tensor [B]. Without a label field: x alone; with
     no bytes field selected: y alone. Samples of differing sizes:
     ValueError (decode them in a collate hook of your own). A token batch
     (seq_len=) gives its int32 tokens [B, seq_len + 1], and packed the
@@ -190,7 +191,8 @@ def to_tensors(batch):
     if batch._stream.seq_len is not None:
         return _token_tensors(batch)
     x = next((f for f in fields if f.type == "bytes"), None)
-    y = _label_field(fields)
+    # A mixture's "source" says where a sample came from: no label (to_dict has it).
+    y = _label_field([f for f in fields if not (batch._stream.mixture and f.name == "source")])
     if x is None and y is None:
         raise ValueError(f"to_tensors(): the batch carries no bytes or int64 field (fields "
                          f"{list(batch.fields)}): use to_dict() or a collate hook of your own")
