@@ -2,6 +2,7 @@
 /*
  * pages.c - huge-page buffers and what they got (see pages.h).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -9,6 +10,10 @@
 #include <sys/mman.h>
 
 #include "pages.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 const char *bd_pages_name(bd_pages p)
 {
@@ -77,6 +82,11 @@ void *bd_pages_map(size_t len, bd_pages want, size_t *ret_len, bd_pages *ret_map
 	*ret_len = len;
 	*ret_mapped = BD_PAGES_NORMAL;
 	return p;
+}
+
+int bd_pages_populate(void *p, size_t len)
+{
+	return madvise(p, len, MADV_POPULATE_WRITE) == 0 ? 0 : -errno;
 }
 
 void bd_pages_unmap(void *p, size_t len)

@@ -47,6 +47,14 @@ const char *bd_pages_name(bd_pages p);
  */
 void *bd_pages_map(size_t len, bd_pages want, size_t *ret_len, bd_pages *ret_mapped);
 
+/*
+ * Fault [p, p + len) in, writable, without changing a byte
+ * (MADV_POPULATE_WRITE, Linux 5.14), so that first writes meet no page
+ * fault. @return 0; -EINVAL where the kernel has no such advice; another
+ * -errno (-ENOMEM: out of memory, or a part not mapped).
+ */
+int bd_pages_populate(void *p, size_t len);
+
 /* Unmap what bd_pages_map returned. NULL is fine. */
 void bd_pages_unmap(void *p, size_t len);
 

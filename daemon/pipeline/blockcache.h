@@ -14,7 +14,10 @@
  * Entries are reference-counted; only unreferenced, loaded entries are
  * evicted, least recently used first. When even that cannot make room, or
  * the block is larger than a quarter of the budget, the caller decodes
- * into private scratch memory instead (BD_CACHE_BYPASS).
+ * into private scratch memory instead (BD_CACHE_BYPASS). Entries live in
+ * a region of the budget's size on huge pages, faulted in ahead of use
+ * and reused (region.h): a cold pass filling the cache meets no page
+ * fault.
  *
  * Thread rules: every function may be called from any thread (the
  * pipeline's I/O threads look blocks up, its decode workers fill and put
@@ -50,9 +53,10 @@ typedef struct bd_cache_key {
 int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret);
 
 /*
- * The bytes of the bucket table a cache of `budget` holds from bd_cache_new
- * to bd_cache_free (0 for budget 0): on top of the budget, which is the
- * blocks', so whoever sizes the cache charges them beside it. Any thread.
+ * The bytes a cache of `budget` holds from bd_cache_new to bd_cache_free
+ * beyond the budget (0 for budget 0): its bucket table, and its region's
+ * rounding up to whole huge pages. The budget is the blocks', so whoever
+ * sizes the cache charges these beside it. Any thread.
  */
 uint64_t bd_cache_table_bytes(uint64_t budget);
 void bd_cache_free(bd_cache *c);
@@ -60,7 +64,7 @@ void bd_cache_free(bd_cache *c);
 /*
  * Look up key (a block of `size` raw bytes). On WAIT, `waiter` is queued
  * on the entry and returned by bd_cache_loaded()/_failed() of the loader.
- * @return enum bd_cache_result; -ENOMEM.
+ * @return enum bd_cache_result.
  */
 int bd_cache_get(bd_cache *c, const bd_cache_key *key, uint64_t size, void *waiter,
 		 bd_cache_entry **ret);
@@ -88,7 +92,15 @@ void bd_cache_put(bd_cache *c, bd_cache_entry *e);
 
 typedef struct bd_cache_stats {
 	uint64_t hits, misses, waits, bypasses, evictions, bytes, entries, budget;
-	uint64_t table_bytes;    /* the bucket table (bd_cache_table_bytes); not in bytes */
+	uint64_t table_bytes;    /* the bucket table and the region's rounding; not in bytes */
+	/*
+	 * The region the entries live in (region.h): bytes in entries
+	 * (headers included), the highest entry's end, what the prefault
+	 * thread faulted in; the pages it got ("thp", "hugetlb", "normal",
+	 * "mixed"; "none" without a budget) and how it prefaults.
+	 */
+	uint64_t region_used, region_high, region_populated;
+	const char *pages, *prefault;
 } bd_cache_stats;
 void bd_cache_get_stats(bd_cache *c, bd_cache_stats *ret);
 

@@ -735,6 +735,10 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 		ret->cache_evictions = cs.evictions;
 		ret->cache_bytes = cs.bytes;
 		ret->cache_budget = cs.budget;
+		ret->cache_region_used = cs.region_used;
+		ret->cache_region_populated = cs.region_populated;
+		ret->cache_pages = cs.pages;
+		ret->cache_prefault = cs.prefault;
 	}
 }
 

@@ -192,6 +192,9 @@ typedef struct bd_pipeline_stats {
 	uint64_t direct_decodes;    /* blocks decompressed straight into a batch */
 	uint64_t cache_hits, cache_misses, cache_waits, cache_bypasses, cache_evictions;
 	uint64_t cache_bytes, cache_budget;
+	/* The cache's region (blockcache.h): in entries, faulted in, its pages, its prefault. */
+	uint64_t cache_region_used, cache_region_populated;
+	const char *cache_pages, *cache_prefault;
 	uint64_t reads_inflight;    /* gauge: block reads in the engines now */
 	uint64_t read_errors;       /* reads that failed or came back short */
 	uint64_t checksum_errors;   /* blocks whose stored or raw bytes did not match */

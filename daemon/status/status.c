@@ -259,9 +259,13 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 	}
 	bd_text_printf(t, "\"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"hits\": %"
 		       PRIu64 ", \"misses\": %" PRIu64 ", \"waits\": %" PRIu64 ", \"bypasses\": %" PRIu64
-		       ", \"evictions\": %" PRIu64 "}, ",
+		       ", \"evictions\": %" PRIu64 ", \"region_used\": %" PRIu64
+		       ", \"populated\": %" PRIu64 ", \"pages\": \"%s\", \"prefault\": \"%s\"}, ",
 		       ps->cache_budget, ps->cache_bytes, ps->cache_hits, ps->cache_misses,
-		       ps->cache_waits, ps->cache_bypasses, ps->cache_evictions);
+		       ps->cache_waits, ps->cache_bypasses, ps->cache_evictions,
+		       ps->cache_region_used, ps->cache_region_populated,
+		       ps->cache_pages ? ps->cache_pages : "none",
+		       ps->cache_prefault ? ps->cache_prefault : "off");
 }
 
 /* Ended sessions, refusals by kind, violations and reloads, and all sessions' deliveries. */
