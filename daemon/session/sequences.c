@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,8 +429,37 @@ static int check_pack(const bp_dataset *ds, const char *name, bp_tokens *t, char
 	return 0;
 }
 
-int bd_seqs_new(const bp_dataset *ds, const char *name, uint8_t mode, uint32_t seq_len,
-		bd_seqs **ret, char *err, size_t errlen)
+/*
+ * The sequences in use, shared: sessions of one version, mode and seq_len
+ * (the ranks of a job, its DataLoader workers) hold one table between
+ * them. A version is alive while a session holds its sequences, so its
+ * pack's address names it here.
+ */
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static bd_seqs *shared;
+
+/* A live table for (ds, mode, seq_len), a reference taken; or NULL. Under shared_mu. */
+static bd_seqs *shared_find(const bp_dataset *ds, uint8_t mode, uint32_t seq_len)
+{
+	for (bd_seqs *q = shared; q; q = q->next)
+		if (q->ds == ds && q->mode == mode && q->seq_len == seq_len) {
+			q->refs++;
+			return q;
+		}
+	return NULL;
+}
+
+static void destroy(bd_seqs *q)
+{
+	free(q->block);
+	free(q->first);
+	free(q->piece);
+	free(q);
+}
+
+/* A table of its own: what bd_seqs_new builds when no session shares one. */
+static int build(const bp_dataset *ds, const char *name, uint8_t mode, uint32_t seq_len,
+		 bd_seqs **ret, char *err, size_t errlen)
 {
 	bd_seqs *q;
 	bp_tokens t;
@@ -462,7 +492,7 @@ int bd_seqs_new(const bp_dataset *ds, const char *name, uint8_t mode, uint32_t s
 		r = -EINVAL;
 	}
 	if (r < 0) {
-		bd_seqs_free(q);
+		destroy(q);
 		return r;
 	}
 	q->chunk = q->nblocks ? (uint32_t)(q->count / q->nblocks) : 1;
@@ -472,14 +502,65 @@ int bd_seqs_new(const bp_dataset *ds, const char *name, uint8_t mode, uint32_t s
 	return 0;
 }
 
+int bd_seqs_new(const bp_dataset *ds, const char *name, uint8_t mode, uint32_t seq_len,
+		bd_seqs **ret, char *err, size_t errlen)
+{
+	bd_seqs *q, *other;
+	int r;
+
+	pthread_mutex_lock(&shared_mu);
+	q = shared_find(ds, mode, seq_len);
+	pthread_mutex_unlock(&shared_mu);
+	if (q) {
+		*ret = q;
+		return 0;
+	}
+	/* Built unlocked (a pass over every document); a session that built it meanwhile wins. */
+	if ((r = build(ds, name, mode, seq_len, &q, err, errlen)) < 0)
+		return r;
+	pthread_mutex_lock(&shared_mu);
+	other = shared_find(ds, mode, seq_len);
+	if (!other) {
+		q->ds = ds;
+		q->refs = 1;
+		q->next = shared;
+		shared = q;
+	}
+	pthread_mutex_unlock(&shared_mu);
+	if (other) {
+		destroy(q);
+		q = other;
+	}
+	*ret = q;
+	return 0;
+}
+
+uint32_t bd_seqs_sessions(const bd_seqs *q)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&shared_mu);
+	n = q->refs;
+	pthread_mutex_unlock(&shared_mu);
+	return n;
+}
+
 void bd_seqs_free(bd_seqs *q)
 {
 	if (!q)
 		return;
-	free(q->block);
-	free(q->first);
-	free(q->piece);
-	free(q);
+	pthread_mutex_lock(&shared_mu);
+	if (--q->refs) {
+		pthread_mutex_unlock(&shared_mu);
+		return;
+	}
+	for (bd_seqs **p = &shared; *p; p = &(*p)->next)
+		if (*p == q) {
+			*p = q->next;
+			break;
+		}
+	pthread_mutex_unlock(&shared_mu);
+	destroy(q);
 }
 
 uint32_t bd_seqs_pieces(const bd_seqs *q, uint64_t k, bd_seq_piece *out)

@@ -30,8 +30,9 @@
  * values end to end are FlashAttention's cu_seqlens for the batch).
  *
  * Thread rules: bd_seqs_new runs on the open's worker thread (packing is
- * a pass over every document); the result is read-only after, and the
- * planner reads it on the loop thread.
+ * a pass over every document); the result is read-only after, shared by
+ * the sessions over the same pack, mode and seq_len, and the planner
+ * reads it on the loop thread.
  */
 #ifndef BATCHD_DAEMON_SEQUENCES_H
 #define BATCHD_DAEMON_SEQUENCES_H
@@ -84,18 +85,31 @@ typedef struct bd_seqs {
 	uint32_t chunk;             /* sequences a block holds, about (block shuffle's chunk) */
 	bp_field field[3];
 	bp_schema schema;           /* tokens[, position_ids, cu_seqlens] */
-	uint64_t heap;              /* bytes held (charged to the session) */
+	/*
+	 * Bytes held, charged to every session that reads the table: shared
+	 * tables are charged once per session, more than they hold, never less.
+	 */
+	uint64_t heap;
+	/* Sharing (bd_seqs_new): the pack it is of, its sessions, the next shared table. */
+	const bp_dataset *ds;
+	uint32_t refs;
+	struct bd_seqs *next;
 } bd_seqs;
 
 /*
  * The sequences of token pack ds (called `name` in messages) for OPEN's
- * mode and seq_len. @return 0; -EINVAL with err when ds is no token pack,
- * holds no full window, or has a block that cuts a token; -ENOMEM.
+ * mode and seq_len: the table another session holds for the same, shared,
+ * else one built now. @return 0; -EINVAL with err when ds is no token
+ * pack, holds no full window, or has a block that cuts a token; -ENOMEM.
  */
 int bd_seqs_new(const bp_dataset *ds, const char *name, uint8_t mode, uint32_t seq_len,
 		bd_seqs **ret, char *err, size_t errlen);
 
+/* Drop a reference (NULL is fine); the last one frees the table. Any thread. */
 void bd_seqs_free(bd_seqs *q);
+
+/* How many hold q now (sessions, and opens under way). Any thread. */
+uint32_t bd_seqs_sessions(const bd_seqs *q);
 
 /* Sequence k's pieces into out (q->max_pieces of room). @return how many. */
 uint32_t bd_seqs_pieces(const bd_seqs *q, uint64_t k, bd_seq_piece *out);

@@ -315,8 +315,10 @@ static void status_sequences(bd_text *t, const bd_seqs *q)
 	}
 	bd_text_printf(t, ", \"sequences\": {\"mode\": \"%s\", \"seq_len\": %u, \"rows\": %" PRIu64
 		       ", \"tokens\": %" PRIu64 ", \"placed\": %" PRIu64 ", \"documents\": %" PRIu64
-		       ", \"padding\": %.4f}", q->mode == BP_SEQUENCES_PACKED ? "packed" : "windows",
-		       q->seq_len, q->count, q->tokens, q->placed, q->documents, bd_seqs_padding(q));
+		       ", \"padding\": %.4f, \"table_bytes\": %" PRIu64 ", \"shared_by\": %u}",
+		       q->mode == BP_SEQUENCES_PACKED ? "packed" : "windows", q->seq_len, q->count,
+		       q->tokens, q->placed, q->documents, bd_seqs_padding(q), q->heap,
+		       bd_seqs_sessions(q));
 }
 
 /* A mixture's sources (docs/tokens.md, Mixtures): each one's dataset and positions a period. */

@@ -166,14 +166,20 @@ class Tokens(T.DaemonCase):
         all_ids = sorted(self.where)
         for world in (1, 2, 3, 8):
             with self.subTest(world=world):
+                self.assertEqual(self.wait_sessions(0), [], "the last world's sessions ended")
                 lds = [self.loader("docs.bpk", 3, seed=11, rank=r, world=world, seq_len=SEQ,
                                    sequences="packed", drop_last=False) for r in range(world)]
+                # The ranks share one packed table, charged to each.
+                for s in self.daemon.sessions():
+                    self.assertEqual(s["sequences"]["shared_by"], world)
+                    self.assertGreater(s["sequences"]["table_bytes"], 0)
                 rows = {}
                 for ld in lds:
                     for b in ld:
                         tok = self.check_packed(b)
                         for i, k in enumerate(b.ids):
                             rows[k] = tok[i].copy()
+                    b = tok = None      # the last batch's arrays would keep its session open
                     ld.close()
                 toks = [int(t) for row in rows.values() for t in row if t]
                 self.assertEqual(sorted(toks), all_ids, "every token once over the epoch")
