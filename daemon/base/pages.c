@@ -97,7 +97,7 @@ void bd_pages_unmap(void *p, size_t len)
 
 bd_pages bd_pages_of(const void *p, bd_pages mapped)
 {
-	uint64_t size_kb = 0, page_kb = 0, thp_kb = 0;
+	uint64_t size_kb = 0, rss_kb = 0, page_kb = 0, thp_kb = 0;
 	FILE *f = fopen("/proc/self/smaps", "re");
 	bool in = false;
 	char line[4096];         /* a whole line: a mapping's line ends in its path */
@@ -113,6 +113,7 @@ bd_pages bd_pages_of(const void *p, bd_pages mapped)
 			in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
 		} else if (in) {
 			(void)(sscanf(line, "Size: %" SCNu64 " kB", &size_kb) ||
+			       sscanf(line, "Rss: %" SCNu64 " kB", &rss_kb) ||
 			       sscanf(line, "KernelPageSize: %" SCNu64 " kB", &page_kb) ||
 			       sscanf(line, "AnonHugePages: %" SCNu64 " kB", &thp_kb));
 		}
@@ -124,5 +125,6 @@ bd_pages bd_pages_of(const void *p, bd_pages mapped)
 		return BD_PAGES_HUGETLB;
 	if (!thp_kb)
 		return BD_PAGES_NORMAL;
-	return thp_kb >= size_kb ? BD_PAGES_THP : BD_PAGES_MIXED;
+	/* Of what is faulted in: a region populated in part is THP if that part is. */
+	return thp_kb >= (rss_kb ? rss_kb : size_kb) ? BD_PAGES_THP : BD_PAGES_MIXED;
 }

@@ -59,8 +59,8 @@ int bd_pages_populate(void *p, size_t len);
 void bd_pages_unmap(void *p, size_t len);
 
 /*
- * What the faulted-in memory at p sits on, from the smaps entry of the
- * mapping that holds it (costs a walk of the process's mappings: call it
+ * What the faulted-in memory at p sits on (its resident part: THP when
+ * all of that is), from the smaps entry of the mapping that holds it (costs a walk of the process's mappings: call it
  * once, not per request). Without a readable smaps, `mapped` stands.
  */
 bd_pages bd_pages_of(const void *p, bd_pages mapped);
