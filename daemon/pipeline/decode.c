@@ -168,7 +168,7 @@ static bool decode_one(worker *w, bd_task *t)
 
 	if (t->centry && !t->cache_load) {
 		/* Someone decoded this block already: only the copy is left. */
-		bd__copy_pieces(t, bd_cache_data(t->centry), &w->img);
+		bd__copy_pieces(p, t, bd_cache_data(t->centry), &w->img);
 		return false;
 	}
 	if (target(w, t, &out, &cap) < 0)
@@ -183,10 +183,13 @@ static bool decode_one(worker *w, bd_task *t)
 		decode_failed(p, t, sh, r, &pf);
 		return false;
 	}
+	/* A raw block's decode is a copy from the read buffer (none when read in place). */
+	if (t->blk.codec == BP_CODEC_RAW && t->buf && t->buf + t->skip != out)
+		bd__stat_add(&p->stats.stored_copies, t->blk.raw_size);
 	if (t->direct_dst && !t->cache_load)
 		bd__stat_add(&p->stats.direct_decodes, 1);
 	else
-		bd__copy_pieces(t, out, &w->img);
+		bd__copy_pieces(p, t, out, &w->img);
 	if (t->cache_load)
 		cache_settle(p, t, true);
 	bd__stat_add(&p->stats.blocks_decoded, 1);

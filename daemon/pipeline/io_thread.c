@@ -209,7 +209,7 @@ static bool lookup(io_worker *w, bd_task *t)
 		 * A small copy costs less than waking a decode worker for it: with
 		 * tiny samples in the ram tier the hand-off was most of the cost.
 		 */
-		bd__copy_pieces(t, bd_cache_data(e), NULL);
+		bd__copy_pieces(w->p, t, bd_cache_data(e), NULL);
 		bd_cache_put(w->p->cache, e);
 		bd__task_finish(w->p, t);
 		w->copies++;

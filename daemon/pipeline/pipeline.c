@@ -386,17 +386,21 @@ static void widen(uint8_t *dst, const uint8_t *src, uint64_t n)
 		out[i] = (int32_t)((uint32_t)src[2 * i] | (uint32_t)src[2 * i + 1] << 8);
 }
 
-void bd__copy_pieces(const bd_task *t, const uint8_t *raw, bi_scratch **img)
+void bd__copy_pieces(bd_pipeline *p, const bd_task *t, const uint8_t *raw, bi_scratch **img)
 {
 	const bd_piece *pc = &t->job->pieces[t->first_piece];
+	uint64_t copied = 0;
 
 	for (uint32_t i = 0; i < t->npieces; i++)
-		if (pc[i].image)
+		if (pc[i].image) {
 			make_image(t, &pc[i], raw, img);
-		else if (pc[i].widen)
+		} else if (pc[i].widen) {
 			widen(pc[i].dst, raw + pc[i].src, pc[i].size / 2);
-		else
+		} else {
 			memcpy(pc[i].dst, raw + pc[i].src, pc[i].size);
+			copied += pc[i].size;
+		}
+	bd__stat_add(&p->stats.copied_bytes, copied);
 }
 
 bool bd__task_bytes_at_most(const bd_task *t, uint64_t max)
@@ -713,6 +717,8 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 	ret->blocks_decoded = __atomic_load_n(&p->stats.blocks_decoded, __ATOMIC_RELAXED);
 	ret->raw_bytes = __atomic_load_n(&p->stats.raw_bytes, __ATOMIC_RELAXED);
 	ret->direct_decodes = __atomic_load_n(&p->stats.direct_decodes, __ATOMIC_RELAXED);
+	ret->copied_bytes = __atomic_load_n(&p->stats.copied_bytes, __ATOMIC_RELAXED);
+	ret->stored_copies = __atomic_load_n(&p->stats.stored_copies, __ATOMIC_RELAXED);
 	ret->reads_inflight = __atomic_load_n(&p->stats.reads_inflight, __ATOMIC_RELAXED);
 	ret->read_errors = __atomic_load_n(&p->stats.read_errors, __ATOMIC_RELAXED);
 	ret->checksum_errors = __atomic_load_n(&p->stats.checksum_errors, __ATOMIC_RELAXED);

@@ -190,6 +190,14 @@ unsigned bd_pipeline_setup_flags(const bd_pipeline *p);
 typedef struct bd_pipeline_stats {
 	uint64_t blocks_read, bytes_read, blocks_decoded, raw_bytes, failures;
 	uint64_t direct_decodes;    /* blocks decompressed straight into a batch */
+	/*
+	 * Copies on the way to a batch: bytes copied out of a decoded block
+	 * (a cache entry or a decode buffer) into batches, and bytes of
+	 * blocks stored raw copied from the read buffer to where they decode
+	 * (their decode is that copy). Per byte delivered, the two summed
+	 * over raw_bytes is the pipeline's copies per byte.
+	 */
+	uint64_t copied_bytes, stored_copies;
 	uint64_t cache_hits, cache_misses, cache_waits, cache_bypasses, cache_evictions;
 	uint64_t cache_bytes, cache_budget;
 	/* The cache's region (blockcache.h): in entries, faulted in, its pages, its prefault. */

@@ -330,11 +330,12 @@ bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);
 #define BD_IMAGE_SCRATCH ((size_t)48 << 20)
 
 /*
- * Copy t's pieces out of its block's raw bytes; its images are made with
+ * Copy t's pieces out of its block's raw bytes (counted in p's
+ * copied_bytes: images and widened ids aside); its images are made with
  * *img, a decode worker's scratch (made on first use): NULL for a caller
  * with none, which must not be given a job with images (bd_job.image).
  */
-void bd__copy_pieces(const bd_task *t, const uint8_t *raw, bi_scratch **img);
+void bd__copy_pieces(bd_pipeline *p, const bd_task *t, const uint8_t *raw, bi_scratch **img);
 /* Do the task's pieces add up to at most max bytes? (Stops counting past max.) */
 bool bd__task_bytes_at_most(const bd_task *t, uint64_t max);
 

@@ -243,10 +243,12 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 	bd_text_printf(t, "}, ");
 	bd_text_printf(t, "\"pipeline\": {\"blocks_read\": %" PRIu64 ", \"bytes_read\": %" PRIu64
 		       ", \"blocks_decoded\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
-		       ", \"direct_decodes\": %" PRIu64 ", \"failures\": %" PRIu64
+		       ", \"direct_decodes\": %" PRIu64 ", \"copied_bytes\": %" PRIu64
+		       ", \"stored_copies\": %" PRIu64 ", \"failures\": %" PRIu64
 		       ", \"reads_inflight\": %" PRIu64,
 		       ps->blocks_read, ps->bytes_read, ps->blocks_decoded, ps->raw_bytes,
-		       ps->direct_decodes, ps->failures, ps->reads_inflight);
+		       ps->direct_decodes, ps->copied_bytes, ps->stored_copies, ps->failures,
+		       ps->reads_inflight);
 	{
 		bd_hist rd, dec;
 
@@ -650,6 +652,11 @@ static void metrics_pipeline(bd_text *t, bd_server *srv, const bd_totals *sum,
 	counter(t, "batchd_decode_raw_bytes_total", "Raw bytes decompressed.", ps->raw_bytes);
 	counter(t, "batchd_decode_direct_total", "Blocks decompressed straight into a batch.",
 		ps->direct_decodes);
+	counter(t, "batchd_copied_bytes_total", "Bytes copied out of decoded blocks into batches.",
+		ps->copied_bytes);
+	counter(t, "batchd_stored_copied_bytes_total",
+		"Bytes of blocks stored raw copied from the read buffer to where they decode.",
+		ps->stored_copies);
 	/* 1 is the floor: each byte delivered decoded once; the ram tier's later epochs go below. */
 	bd_prom_head(t, "batchd_decode_amplification", "gauge",
 		     "Raw bytes decompressed per payload byte delivered, since start (all users).");

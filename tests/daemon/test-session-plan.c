@@ -352,6 +352,7 @@ START_TEST(test_plan_frames)
 						 BC_SHUFFLE_BLOCK };
 	uint64_t decoded = dt_status_u64("pipeline.blocks_decoded");
 	uint64_t direct = dt_status_u64("pipeline.direct_decodes"), published, blocks;
+	uint64_t copied = dt_status_u64("pipeline.copied_bytes");
 	bc_client *c = dt_connect_ok();
 	char path[PATH_MAX];
 	dt_run run = { 0 };
@@ -379,6 +380,9 @@ START_TEST(test_plan_frames)
 	expect(dt_status_u64("pipeline.direct_decodes") - direct == published * blocks,
 	       "%" PRIu64 " direct decodes for %" PRIu64 " batches of %" PRIu64 " blocks",
 	       dt_status_u64("pipeline.direct_decodes") - direct, published, blocks);
+	/* Decoded where the batch wants them: not a byte copied after. */
+	expect(dt_status_u64("pipeline.copied_bytes") == copied, "%" PRIu64 " bytes copied "
+	       "after direct decodes", dt_status_u64("pipeline.copied_bytes") - copied);
 	ck_assert_int_eq(bc_close(st), 0);
 	dt_run_free(&run);
 	for (size_t m = 0; m < ARRAY_SIZE(modes); m++) {
