@@ -134,7 +134,10 @@ class RealDaemon(unittest.TestCase):
                         "--log-level", "debug", "--memory", "256M", "--direct", "off"])
 
     def loader(self, d):
-        ld = batchclient.Loader(self.url, BATCH, socket=d.sock, shuffle="none", timeout=20)
+        # prefetch 1: the session stages 3 batches (3 of the dataset's 10
+        # chunks) before a test breaks the bucket, never the whole epoch.
+        ld = batchclient.Loader(self.url, BATCH, socket=d.sock, shuffle="none", timeout=20,
+                                prefetch=1)
         self.addCleanup(ld.close)
         return ld
 
