@@ -70,6 +70,10 @@ def describe(peer, s):
 
 def open_batchd(spec, s):
     import batchclient
+    # b.torch() imports torch at its first call: here, as the other peers'
+    # opens import it, not in the first epoch's time (1.3 s here, far more
+    # with a cold page cache)
+    import torch  # noqa: F401
     srcs = spec["sources"]
     if spec["mode"] == "mix":
         ds = [(x["name"] + ".bpk", w) for x, w in zip(srcs, spec["weights"])]
