@@ -896,10 +896,12 @@ def workload_tokens_cold(args):
     peaks = {}
     load0 = loadavg()
     B = args.tokens_batch_size
-    # batchd's --memory: half the limit, as in raw-cold (its own budget
-    # would be at least 1 GiB, more than the cgroup holds)
+    # batchd's --memory: a third of the limit (its own budget would be at
+    # least 1 GiB, more than the cgroup holds; half, as in raw-cold, left
+    # the trainer too little: torch alone is about 300 MB of anonymous
+    # memory, and the cgroup killed it under a 512 MiB limit)
     mem = "auto" if args.cold_batchd_memory == "auto" else (args.cold_batchd_memory or
-                                                            f"{limit // 2 >> 20}M")
+                                                            f"{limit // 3 >> 20}M")
     if mem != "auto":
         BATCHD_SETTINGS["memory"] = mem
 
@@ -1145,7 +1147,8 @@ def main():
     ap.add_argument("--cold-workers", type=bvt.list_arg, default=[2, 4, 8],
                     help="raw-cold: num_workers to sweep (default 2,4,8)")
     ap.add_argument("--cold-batchd-memory", help="raw-cold, tokens-cold: batchd --memory "
-                    "(default half the limit; auto: the daemon's own budget)")
+                    "(default half the limit, tokens-cold a third; auto: the daemon's own "
+                    "budget)")
     ap.add_argument("--seq-len", type=bvt.count_arg(1), default=2048,
                     help="tokens: ids a window feeds the model (rows of seq_len + 1; default 2048)")
     ap.add_argument("--tokens-batch-size", type=bvt.count_arg(1), default=32,
@@ -1168,9 +1171,9 @@ def main():
                     choices=tokens_data.SOURCES + (tokens_data.ALL,),
                     help="tokens-cold: the source read (default all: web, code and data end to "
                     "end, 407M tokens, 814 MB of uint16)")
-    ap.add_argument("--tokens-cold-limit", type=bvt.size_arg, default=512 << 20,
-                    help="tokens-cold: the cgroup's memory limit (default 512M: the trainer's "
-                    "torch alone is about 300 MB of it)")
+    ap.add_argument("--tokens-cold-limit", type=bvt.size_arg, default=768 << 20,
+                    help="tokens-cold: the cgroup's memory limit (default 768M: the trainer's "
+                    "torch alone is about 300 MB of it, batchd's --memory a third)")
     ap.add_argument("--tokens-cold-workers", type=bvt.list_arg, default=[0, 2, 4],
                     help="tokens-cold: num_workers litData and Mosaic sweep (default 0,2,4)")
     ap.add_argument("--seed", type=bvt.count_arg(0), default=0)
