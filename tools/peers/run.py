@@ -20,6 +20,9 @@ Workloads:
             litData's TokensLoader, Mosaic MDS, nanoGPT's np.memmap and a
             permuted variant (tokens.py); tokens/s
   tokens-mix  the same over three sources by weight
+  tokens-cold  one epoch of the whole corpus as one source in a memory
+            cgroup (as raw-cold), the page cache dropped before each run;
+            beside it the disk's own rate over each loader's files
 
 Every measurement is a fresh process (run.py --child), so that no loader's
 workers, threads or shared memory outlive it. Each peer first runs once
@@ -54,7 +57,7 @@ import loaders     # noqa: E402
 import tokens      # noqa: E402
 import tokens_data  # noqa: E402
 
-WORKLOADS = ("raw", "raw-cold", "remote", "resume", "tokens", "tokens-mix")
+WORKLOADS = ("raw", "raw-cold", "remote", "resume", "tokens", "tokens-mix", "tokens-cold")
 CGROUP_NAME = "batchd-peers"
 # batchd's settings in the workload running (raw-cold sets "memory"; see there).
 BATCHD_SETTINGS = {}
@@ -74,7 +77,7 @@ def loadavg():
 def child_main():
     spec = json.load(sys.stdin)
     try:
-        out = (tokens if spec.get("kind") == "tokens" else loaders).run_one(spec)
+        out = (tokens if spec.get("kind") in ("tokens", "disk") else loaders).run_one(spec)
     except BaseException as e:      # the driver reports it; a child never hangs the run
         import traceback
         traceback.print_exc(file=sys.stderr)
@@ -676,18 +679,23 @@ def warm(paths):
     return total
 
 
+def row_runs(c, p):
+    """The runs a row of c.rows() takes its figures from: batchd's paired
+    runs, a peer's side of its pairs, else its best setting's sweep runs."""
+    if p == "batchd":
+        return c.ours or [x for _, x in c.swept.get("batchd", [])]
+    if c.theirs.get(p):
+        return [b for _, b in c.theirs[p]]
+    return [x for s, x in c.swept[p] if s == c.best[p]]
+
+
 def token_rows(c):
     """c.rows() for tokens (metric tokens_s): the values as tokens_s, with
     what the runs of each row said (windows/s, dtype, checks, mixture)."""
     rows = c.rows(1)
     for r in rows:
         p = r["peer"]
-        if p == "batchd":
-            runs = c.ours or [x for _, x in c.swept.get("batchd", [])]
-        elif c.theirs.get(p):
-            runs = [b for _, b in c.theirs[p]]
-        else:
-            runs = [x for s, x in c.swept[p] if s == c.best[p]]
+        runs = row_runs(c, p)
         r["tokens_s"] = r.pop("samples_s")
         r.pop("bytes_s", None)
         r["windows_s"] = med([x["samples_s"] for x in runs])
@@ -823,6 +831,199 @@ def workload_tokens(args, mix=False):
             "weights": weights}
 
 
+# ---- tokens, cold ------------------------------------------------------------------------------
+
+def block_device(path):
+    """The /proc/diskstats name of the block device path is on (vda, or
+    a partition such as nvme0n1p2), or None."""
+    st = os.stat(path)
+    try:
+        return os.path.basename(os.path.realpath(
+            f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}"))
+    except OSError:
+        return None
+
+
+def daemon_tier(logpath, name):
+    """The tier and read mode the daemon's log last gave dataset name
+    ("tier direct, O_DIRECT reads"), or None."""
+    last = None
+    try:
+        with open(logpath, errors="replace") as f:
+            for line in f:
+                if f"dataset {name}:" in line and "tier" in line:
+                    last = line.rsplit(": ", 1)[-1].strip()
+    except OSError:
+        pass
+    return last
+
+
+def workload_tokens_cold(args):
+    """tokens-cold: one epoch of windows of args.tokens_cold_source (default
+    all: the three sources end to end) in a memory cgroup of
+    args.tokens_cold_limit, the page cache dropped before each run, every
+    process of a run in the cgroup (raw-cold's Cgroup); beside it the disk's
+    own rate, a sequential read of each loader's files under the same
+    conditions, so that tokens/s, the bytes of its files a second and what
+    the disk delivered can be set side by side."""
+    if os.geteuid() != 0:
+        raise RuntimeError("tokens-cold needs root (a memory cgroup, dropping the page cache)")
+    peers = [p for p in args.peers if p in tokens.PEERS]
+    failed = importable(peers, tokens)
+    peers = [p for p in peers if p not in failed]
+    work = os.path.join(args.workdir, "tokens")
+    row = args.seq_len + 1
+    src = args.tokens_cold_source
+    fmts = sorted({tokens.PEERS[p]["format"] for p in peers} | {"bin"})
+    d = tokens_data.prepare_formats(work, row, fmts, args.build, args.seed, log, sources=(src,))
+    for p in peers:
+        f = tokens.PEERS[p]["format"]
+        if f in d["failed"]:
+            failed[p] = f"writing its format failed: {d['failed'][f]}"
+    peers = [p for p in peers if p not in failed]
+    x = d["sources"][src]
+    fmt_bytes = {f: data.du(x[f]) for f in fmts if f in x}
+    dev = block_device(x["bin"])
+    limit = args.tokens_cold_limit
+    small = [f for f, n in fmt_bytes.items() if n <= limit]
+    if small:
+        log(f"  tokens-cold: {', '.join(small)} of {src} fit(s) the cgroup's limit of "
+            f"{limit / 1e6:.0f} MB: not a cold pass from disk alone")
+    cg = Cgroup(limit)
+    sock = os.path.join(work, "batchd-cold.sock")
+    dlog = os.path.join(work, "batchd-cold.log")
+    state = {"daemon": None}
+    peaks = {}
+    load0 = loadavg()
+    B = args.tokens_batch_size
+    # batchd's --memory: a third of the limit (its own budget would be at
+    # least 1 GiB, more than the cgroup holds; half, as in raw-cold, left
+    # the trainer too little: torch alone is about 300 MB of anonymous
+    # memory, and the cgroup killed it under a 512 MiB limit)
+    mem = "auto" if args.cold_batchd_memory == "auto" else (args.cold_batchd_memory or
+                                                            f"{limit // 3 >> 20}M")
+    if mem != "auto":
+        BATCHD_SETTINGS["memory"] = mem
+
+    def spec(p, s):
+        fmt = tokens.PEERS[p]["format"]
+        return {"kind": "tokens", "peer": p, "settings": s, "mode": "single",
+                "sources": [{"name": src, "path": x[fmt], "windows": x["windows"],
+                             "fps": x["litdata_fps"] if p == "litdata" else x["fps"]}],
+                "weights": [1.0], "seq_len": args.seq_len, "row": row, "batch_size": B,
+                "seed": args.seed, "warmup": 0, "epochs": 1, "epoch_windows": x["windows"],
+                "socket": sock, "disk": dev, "procs": cg.procs}
+
+    def enter(p):
+        drop_caches()
+        RUNNER.cgroup = cg.procs
+        cg.reset_peak()
+        if p == "batchd":     # a fresh daemon in the cgroup: its memory starts empty too
+            m = ["--memory", mem] if mem != "auto" else []
+            state["daemon"] = RUNNER.daemon([os.path.join(args.build, "daemon", "batchd"),
+                                             "--socket", sock, "--root", os.path.dirname(x["bpk"]),
+                                             *m], sock, dlog)
+
+    def leave(p):
+        stop(state["daemon"])
+        state["daemon"] = None
+        RUNNER.cgroup = None
+        peaks.setdefault(p, []).append(cg.peak())
+
+    disk = {}       # format: {"buffered": [MB/s], "direct": [MB/s]}
+
+    def disk_round(rep):
+        """Each format's files read once buffered and once O_DIRECT, the
+        page cache dropped before each read, in the cgroup."""
+        for f in sorted(fmt_bytes):
+            if not any(tokens.PEERS[p]["format"] == f for p in peers):
+                continue
+            for mode in ("buffered", "direct"):
+                enter(f"disk-{f}")
+                try:
+                    r = RUNNER.child({"kind": "disk", "paths": [x[f]], "mode": mode},
+                                     f"disk {f} {mode}")
+                finally:
+                    leave(f"disk-{f}-{mode}")
+                if "error" not in r:
+                    disk.setdefault(f, {}).setdefault(mode, []).append(r["mb_s"])
+                    log(f"  disk {rep + 1}: {f} ({r['bytes'] / 1e6:.0f} MB in {r['files']} "
+                        f"file(s)), {mode}: {r['mb_s']:.0f} MB/s (load {r['load'][0]})")
+
+    saved = args.workers
+    args.workers = args.tokens_cold_workers
+    c = Contest(RUNNER, peers, spec, before=enter, after=leave, metric="tokens_s", table=tokens)
+    try:
+        disk_round(0)
+        c.sweep(1)
+        c.pairs(args.repeat)
+        for rep in range(1, args.repeat):
+            disk_round(rep)
+    finally:
+        args.workers = saved
+        BATCHD_SETTINGS.clear()
+        stop(state["daemon"])
+        RUNNER.cgroup = None
+        cg.close()
+    c.failed.update(failed)
+    rows = token_rows(c)
+    for r in rows:
+        p, f = r["peer"], tokens.PEERS[r["peer"]]["format"]
+        runs = row_runs(c, p)
+        r["format"], r["files_mb"] = f, fmt_bytes[f] / 1e6
+        r["files_mb_s"] = med([fmt_bytes[f] / q["epoch_s"][0] for q in runs]) / 1e6
+        for k in ("disk_read", "dev_read"):
+            got = [q for q in runs if (q.get(k) or [None])[0] is not None]
+            if got:
+                r[f"{k}_mb"] = med([q[k][0] for q in got]) / 1e6
+                r[f"{k}_mb_s"] = med([q[k][0] / q["epoch_s"][0] for q in got]) / 1e6
+        for mode, v in disk.get(f, {}).items():
+            r[f"disk_{mode}_mb_s"] = [med(v), min(v), max(v)]
+        pk = [q for q in peaks.get(p, []) if q]
+        if pk:
+            r["cgroup_peak_mb"] = max(pk) / 1e6
+    tier = daemon_tier(dlog, os.path.basename(x["bpk"]))
+    note = (f"{src}: {x['tokens'] / 1e6:.1f}M tokens ({x['windows']:,} windows of {row}); "
+            + ", ".join(f"{f} {n / 1e6:.0f} MB" for f, n in sorted(fmt_bytes.items()))
+            + f"; a memory cgroup of {limit / 1e6:.0f} MB ({cg.knob}), the page cache dropped "
+            f"before each run, one epoch a run, timed; batchd --memory {mem}"
+            + (f" ({tier})" if tier else "") + f"; seq_len {args.seq_len}, batch {B}, disk "
+            f"{dev or '?'}, {os.cpu_count()} CPUs, load {load0[0]} at the start, "
+            f"{loadavg()[0]} at the end")
+    print_cold_table(f"tokens-cold ({src})", rows, disk, fmt_bytes, note)
+    print_failed(c.failed, tokens)
+    return {"note": note, "rows": rows, "failed": c.failed, "load": [load0, loadavg()],
+            "disk": disk, "format_bytes": fmt_bytes, "source": src, "limit": limit,
+            "tier": tier}
+
+
+def print_cold_table(title, rows, disk, fmt_bytes, note):
+    print(f"\n## {title}" + (f" ({note})" if note else ""))
+    print("| loader | best settings | runs | M tokens/s (min-max) | its files | files MB/s "
+          "| read from disk in the epoch: MB (MB/s); the machine's MB | disk, its files: buffered / O_DIRECT MB/s "
+          "| files MB/s / buffered | batchd / this: median (min-max) | load | cgroup peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        buf, dio = r.get("disk_buffered_mb_s"), r.get("disk_direct_mb_s")
+        dr = (f"{r['disk_read_mb']:.0f} ({r['disk_read_mb_s']:.0f})" if "disk_read_mb" in r
+              else "-")
+        if "dev_read_mb" in r:
+            dr += f"; {r['dev_read_mb']:.0f}"
+        seq = f"{buf[0]:.0f} / {dio[0]:.0f}" if buf and dio else "-"
+        share = f"{r['files_mb_s'] / buf[0]:.2f}" if buf else "-"
+        print(f"| {r['loader']} | {r['settings']} | {r['runs']} | {mtok(r)} | "
+              f"{r['format']} {r['files_mb']:.0f} MB | {r['files_mb_s']:.0f} | {dr} | {seq} | "
+              f"{share} | {ratio_cell(r)} | {load_cell(r)} | {r.get('cgroup_peak_mb', 0):.0f} |")
+    for f in sorted(disk):
+        print(f"  disk, {f} ({fmt_bytes[f] / 1e6:.0f} MB): " + ", ".join(
+            f"{m} {med(v):.0f} MB/s ({min(v):.0f}-{max(v):.0f}, {len(v)} reads)"
+            for m, v in sorted(disk[f].items())))
+    if rows:
+        print("  the loop's fingerprints, share of the timed time: " + ", ".join(
+            f"{r['peer']} {r['check_share']:.0%}" for r in rows))
+    print_sweeps(rows)
+
+
 def workload_resume(args):
     script = os.path.join(HERE, "resume.py")
     if not os.path.exists(script):
@@ -862,7 +1063,7 @@ def plot(results, path):
             if results["remote"].get(k):
                 panels.append((what, results["remote"][k], results["remote"]["note"],
                                "samples_s", "samples/s"))
-    for w in ("tokens", "tokens-mix"):
+    for w in ("tokens", "tokens-mix", "tokens-cold"):
         if results.get(w, {}).get("rows"):
             panels.append((w, results[w]["rows"], results[w]["note"], "tokens_s", "tokens/s"))
     if not panels:
@@ -914,8 +1115,8 @@ def main():
                                  "side on the same data", epilog="tools/peers/README.md")
     ap.add_argument("--workload", default="raw",
                     type=lambda s: bvt.list_arg(s, WORKLOADS + ("all",)),
-                    help="raw, raw-cold, remote, resume, tokens, tokens-mix, all; or a list "
-                    "(default raw)")
+                    help="raw, raw-cold, remote, resume, tokens, tokens-mix, tokens-cold, all; "
+                    "or a list (default raw)")
     ap.add_argument("--build", default="build", help="meson build directory (default build)")
     ap.add_argument("--workdir", help="data and logs, kept for later runs (default a temporary "
                     "directory under /var/tmp, removed)")
@@ -945,8 +1146,9 @@ def main():
     ap.add_argument("--cold-epochs", type=bvt.count_arg(1), default=1)
     ap.add_argument("--cold-workers", type=bvt.list_arg, default=[2, 4, 8],
                     help="raw-cold: num_workers to sweep (default 2,4,8)")
-    ap.add_argument("--cold-batchd-memory", help="raw-cold: batchd --memory (default half the "
-                    "limit; auto: the daemon's own budget)")
+    ap.add_argument("--cold-batchd-memory", help="raw-cold, tokens-cold: batchd --memory "
+                    "(default half the limit, tokens-cold a third; auto: the daemon's own "
+                    "budget)")
     ap.add_argument("--seq-len", type=bvt.count_arg(1), default=2048,
                     help="tokens: ids a window feeds the model (rows of seq_len + 1; default 2048)")
     ap.add_argument("--tokens-batch-size", type=bvt.count_arg(1), default=32,
@@ -965,6 +1167,15 @@ def main():
                     help="tokens-mix: batches read before the timed ones (default 100)")
     ap.add_argument("--tokens-workers", type=bvt.list_arg, default=[0, 1, 2, 4],
                     help="tokens: num_workers litData and Mosaic sweep (default 0,1,2,4)")
+    ap.add_argument("--tokens-cold-source", default=tokens_data.ALL,
+                    choices=tokens_data.SOURCES + (tokens_data.ALL,),
+                    help="tokens-cold: the source read (default all: web, code and data end to "
+                    "end, 407M tokens, 814 MB of uint16)")
+    ap.add_argument("--tokens-cold-limit", type=bvt.size_arg, default=768 << 20,
+                    help="tokens-cold: the cgroup's memory limit (default 768M: the trainer's "
+                    "torch alone is about 300 MB of it, batchd's --memory a third)")
+    ap.add_argument("--tokens-cold-workers", type=bvt.list_arg, default=[0, 2, 4],
+                    help="tokens-cold: num_workers litData and Mosaic sweep (default 0,2,4)")
     ap.add_argument("--seed", type=bvt.count_arg(0), default=0)
     ap.add_argument("--run-timeout", type=float, default=900, help="seconds one run may take")
     args = ap.parse_args()
@@ -988,7 +1199,8 @@ def main():
                "args": {k: v for k, v in vars(args).items()}}
     fns = {"raw": workload_raw, "raw-cold": workload_cold, "remote": workload_remote,
            "resume": workload_resume, "tokens": workload_tokens,
-           "tokens-mix": lambda a: workload_tokens(a, mix=True)}
+           "tokens-mix": lambda a: workload_tokens(a, mix=True),
+           "tokens-cold": workload_tokens_cold}
     rc = 0
     try:
         for w in wl:

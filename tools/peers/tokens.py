@@ -70,6 +70,10 @@ def describe(peer, s):
 
 def open_batchd(spec, s):
     import batchclient
+    # b.torch() imports torch at its first call: here, as the other peers'
+    # opens import it, not in the first epoch's time (1.3 s here, far more
+    # with a cold page cache)
+    import torch  # noqa: F401
     srcs = spec["sources"]
     if spec["mode"] == "mix":
         ds = [(x["name"] + ".bpk", w) for x, w in zip(srcs, spec["weights"])]
@@ -230,6 +234,40 @@ OPEN = {"batchd": open_batchd, "litdata": open_litdata, "mds": open_mds, "memmap
 
 # ---- one measurement -------------------------------------------------------------------------
 
+def dev_read_bytes(dev):
+    """Bytes the block device dev (a /proc/diskstats name, e.g. vda) has
+    read since boot, or None: the whole machine's reads."""
+    try:
+        with open("/proc/diskstats") as f:
+            for line in f:
+                x = line.split()
+                if len(x) > 5 and x[2] == dev:
+                    return int(x[5]) * 512
+    except OSError:
+        pass
+    return None
+
+
+def procs_read_bytes(procs):
+    """The sum of read_bytes (/proc/PID/io: what a process had read from
+    storage, readahead and page faults included, its reaped children
+    too) over the processes of a cgroup's procs file: the daemon, the
+    trainer and its workers of a cold run. None when it cannot be read."""
+    try:
+        with open(procs) as f:
+            pids = [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return None
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/io") as f:
+                total += int(dict(line.split(": ") for line in f.read().splitlines())["read_bytes"])
+        except (OSError, KeyError, ValueError):
+            pass        # gone meanwhile
+    return total
+
+
 class Seen:
     """What the consumer loop keeps of each batch: the rows' fingerprints,
     the ids and sources where the loader gives them."""
@@ -347,13 +385,50 @@ def check_mix(label, seen, wants, exact):
             "checked": "every window one of its source's"}
 
 
+def run_disk(spec):
+    """The disk's own rate: every file under spec["paths"] read once from
+    start to end, in order, spec["mode"] "buffered" (8 MiB reads through
+    the page cache and its readahead, as cat or dd without flags) or
+    "direct" (O_DIRECT, 4 MiB aligned reads, one at a time: dd
+    iflag=direct bs=4M). @return {"bytes", "seconds", "mb_s"}."""
+    import mmap
+    files = []
+    for p in spec["paths"]:
+        if os.path.isfile(p):
+            files.append(p)
+        else:
+            files += sorted(os.path.join(dp, nm) for dp, _, nms in os.walk(p) for nm in nms)
+    direct = spec["mode"] == "direct"
+    size = (4 if direct else 8) << 20
+    buf = mmap.mmap(-1, size)       # page-aligned, as O_DIRECT needs
+    total = 0
+    t0 = time.perf_counter()
+    for f in files:
+        fd = os.open(f, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+        try:
+            while True:
+                n = os.readv(fd, [buf])
+                total += n
+                if n < size:
+                    break
+        finally:
+            os.close(fd)
+    dt = time.perf_counter() - t0
+    return {"bytes": total, "seconds": dt, "mb_s": total / dt / 1e6, "files": len(files)}
+
+
 def run_one(spec):
     """One measurement. single: spec["warmup"] untimed epochs, then
     spec["epochs"] timed ones, each checked; mix: spec["warm_batches"]
     untimed batches, then spec["batches"] timed (the loader's epochs
-    chained), checked once.
+    chained), checked once. A single run also gives, per epoch, what the
+    processes of spec["procs"] (a cgroup's procs file) read from storage
+    ("disk_read") and what the block device spec["disk"] read for the
+    whole machine ("dev_read"), bytes or None.
     @return {"samples_s" (windows/s), "tokens_s", "epoch_s", "setup_s",
-    "dtype", "checked", ...}."""
+    "dtype", "checked", "disk_read", "dev_read", ...}."""
+    if spec.get("kind") == "disk":
+        return run_disk(spec)
     import numpy as np
     from tokens_data import fp_weights
     peer, s = spec["peer"], spec["settings"]
@@ -368,18 +443,25 @@ def run_one(spec):
         if spec["mode"] == "mix":
             out.update(run_mix(spec, epoch, w, wants, label))
         else:
-            times = []
+            times, disk, dev = [], [], []
             for e in range(spec["warmup"] + spec["epochs"]):
                 seen = Seen(w)
+                r0 = [procs_read_bytes(spec["procs"]) if spec.get("procs") else None,
+                      dev_read_bytes(spec["disk"]) if spec.get("disk") else None]
                 t0 = time.perf_counter()
                 for ids, t, src in epoch():
                     seen.take(ids, t, src)
                 times.append(time.perf_counter() - t0)
+                r1 = [procs_read_bytes(spec["procs"]) if spec.get("procs") else None,
+                      dev_read_bytes(spec["disk"]) if spec.get("disk") else None]
+                a, b = [y - x if x is not None and y is not None else None for x, y in zip(r0, r1)]
+                disk.append(a)
+                dev.append(b)
                 out["checked"] = check_single(f"{label}, epoch {e}", seen, wants[0],
                                               PEERS[peer]["exact"])
             timed = times[spec["warmup"]:]
             n = seen.rows
-            out.update(epoch_s=times, windows=n, dtype=seen.dtype,
+            out.update(epoch_s=times, disk_read=disk, dev_read=dev, windows=n, dtype=seen.dtype,
                        check_share=seen.check_s / times[-1],
                        samples_s=n * len(timed) / sum(timed),
                        tokens_s=n * spec["row"] * len(timed) / sum(timed))

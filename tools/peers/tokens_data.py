@@ -75,6 +75,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 VERSION = 1               # bump when what the corpus or a format holds changes
 SOURCES = ("web", "code", "data")
+# The whole corpus as one source: the three .bin files end to end, in
+# SOURCES' order (tokens-cold: a pack larger than the page cache it gets).
+ALL = "all"
 VOCAB = 32768             # ids 0 .. VOCAB-2 from the BPE, VOCAB-1 the end of a document
 SAMPLE_BYTES = 24 << 20   # text per source the tokenizer is trained on
 MAX_DOC = 32 << 20        # a file larger than this is left out (and counted)
@@ -370,6 +373,26 @@ def window_fps(tokens, row, w, step=4096):
     return out
 
 
+def concat_bins(work, log=log):
+    """ALL.bin: the sources' .bin files end to end (SOURCES' order), made
+    once (remade when its size is not their sum). @return its path."""
+    parts = [os.path.join(work, s + ".bin") for s in SOURCES]
+    out = os.path.join(work, ALL + ".bin")
+    want = sum(os.path.getsize(p) for p in parts)
+    if os.path.exists(out) and os.path.getsize(out) == want:
+        return out
+    t0 = time.perf_counter()
+    tmp = out + ".tmp"
+    with open(tmp, "wb") as f:
+        for p in parts:
+            with open(p, "rb") as src:
+                shutil.copyfileobj(src, f, 8 << 20)
+    os.replace(tmp, out)
+    log(f"  tokens: {ALL}.bin, {' + '.join(SOURCES)}: {want / 1e6:.0f} MB in "
+        f"{time.perf_counter() - t0:.1f} s")
+    return out
+
+
 def bin_tokens(path):
     import numpy as np
     return np.memmap(path, dtype=np.uint16, mode="r")
@@ -458,11 +481,12 @@ def write_mds(out, src_bin, row):
 FORMATS = ("bin", "bpk", "litdata", "mds")
 
 
-def prepare_formats(work, row, formats, build, seed=0, log=log):
-    """The corpus (prepare_corpus) and, per source, every format of formats
-    and the fingerprints of its windows, each made unless its manifest
-    says it was made from the same corpus already. A writer that fails
-    loses only its format: its error is in "failed".
+def prepare_formats(work, row, formats, build, seed=0, log=log, sources=SOURCES):
+    """The corpus (prepare_corpus) and, per source of sources (SOURCES, or
+    ALL: the three end to end), every format of formats and the
+    fingerprints of its windows, each made unless its manifest says it
+    was made from the same corpus already. A writer that fails loses only
+    its format: its error is in "failed".
     @return {"corpus": corpus.json's dict, "row", "sources": {source:
     {"bin", "fps", "windows", format: path...}}, "failed": {format: why}}."""
     import numpy as np
@@ -472,8 +496,8 @@ def prepare_formats(work, row, formats, build, seed=0, log=log):
     out = {"corpus": corpus, "row": row, "sources": {}, "failed": {}}
     base = {"corpus": corpus["key"], "eos": eos,
             "tokens": {s: corpus["sources"][s]["tokens"] for s in SOURCES}}
-    for s in SOURCES:
-        src_bin = os.path.join(work, s + ".bin")
+    for s in sources:
+        src_bin = concat_bins(work, log) if s == ALL else os.path.join(work, s + ".bin")
         ent = {"bin": src_bin}
         fps = os.path.join(work, f"{s}.row{row}.fps.npy")
         if not os.path.exists(fps):
@@ -491,7 +515,7 @@ def prepare_formats(work, row, formats, build, seed=0, log=log):
         # directory per source; MDS's samples are windows, so per row too.
         tag = f"{fmt}.row{row}" if fmt == "mds" else fmt
         key = dict(base, row=row) if fmt == "mds" else base
-        for s in SOURCES:
+        for s in sources:
             d = os.path.join(work, tag) if fmt == "bpk" else os.path.join(work, tag, s)
             mpath = os.path.join(work, f"{tag}-{s}.made.json")
             target = os.path.join(d, s + ".bpk") if fmt == "bpk" else d
@@ -526,7 +550,7 @@ def prepare_formats(work, row, formats, build, seed=0, log=log):
                 f"({data.du(target) / 1e6:.0f} MB in {target})")
             out["sources"][s][fmt] = target
         if fmt == "litdata" and fmt not in out["failed"]:
-            for s in SOURCES:
+            for s in sources:
                 p = os.path.join(work, f"litdata-{s}.row{row}.fps.npy")
                 if not os.path.exists(p) or os.path.getmtime(p) < os.path.getmtime(
                         os.path.join(out["sources"][s]["litdata"], "index.json")):
@@ -541,11 +565,13 @@ def main():
     ap.add_argument("--workdir", required=True, help="where the .bin files and formats go")
     ap.add_argument("--build", default="build", help="batchd's build (batchd-pack)")
     ap.add_argument("--formats", default="bin", help=f"comma-separated of {','.join(FORMATS)}")
+    ap.add_argument("--sources", default=",".join(SOURCES),
+                    help=f"comma-separated of {','.join(SOURCES + (ALL,))} (default the three)")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     out = prepare_formats(os.path.abspath(a.workdir), a.seq_len + 1, a.formats.split(","),
-                          os.path.abspath(a.build), a.seed)
+                          os.path.abspath(a.build), a.seed, sources=a.sources.split(","))
     json.dump(out, sys.stdout, indent=1, default=str)
     print()
     return 1 if out["failed"] else 0
