@@ -783,6 +783,7 @@ def workload_tokens(args, mix=False):
         return {"kind": "tokens", "peer": p, "settings": s, "mode": "mix" if mix else "single",
                 "sources": srcs, "weights": weights, "seq_len": args.seq_len, "row": row,
                 "batch_size": B, "seed": args.seed, "warmup": 1, "epochs": args.tokens_epochs,
+                "shuffle": args.tokens_shuffle,
                 "warm_batches": args.tokens_warm_batches, "batches": args.tokens_batches,
                 "epoch_windows": ((args.tokens_warm_batches + args.tokens_batches) * B if mix
                                   else srcs[0]["windows"]),
@@ -821,7 +822,8 @@ def workload_tokens(args, mix=False):
                 f"{args.tokens_batches} batches timed after {args.tokens_warm_batches}")
     else:
         what = (f"one source: {src_note}; {args.tokens_epochs} timed epoch(s) after 1 warm-up")
-    note = (f"{what}; seq_len {args.seq_len} (rows of {row}), batch {B}, page cache warm, "
+    note = (f"{what}; seq_len {args.seq_len} (rows of {row}), batch {B}, batchd shuffle "
+            f"{args.tokens_shuffle}, page cache warm, "
             f"{os.cpu_count()} CPUs, load {load0[0]} at the start, {loadavg()[0]} at the end")
     title = "tokens-mix" if mix else f"tokens ({args.tokens_source})"
     print_token_table(title, rows, note, mix)
@@ -912,6 +914,7 @@ def workload_tokens_cold(args):
                              "fps": x["litdata_fps"] if p == "litdata" else x["fps"]}],
                 "weights": [1.0], "seq_len": args.seq_len, "row": row, "batch_size": B,
                 "seed": args.seed, "warmup": 0, "epochs": 1, "epoch_windows": x["windows"],
+                "shuffle": args.tokens_shuffle,
                 "socket": sock, "disk": dev, "procs": cg.procs}
 
     def enter(p):
@@ -986,7 +989,8 @@ def workload_tokens_cold(args):
     note = (f"{src}: {x['tokens'] / 1e6:.1f}M tokens ({x['windows']:,} windows of {row}); "
             + ", ".join(f"{f} {n / 1e6:.0f} MB" for f, n in sorted(fmt_bytes.items()))
             + f"; a memory cgroup of {limit / 1e6:.0f} MB ({cg.knob}), the page cache dropped "
-            f"before each run, one epoch a run, timed; batchd --memory {mem}"
+            f"before each run, one epoch a run, timed; batchd --memory {mem}, shuffle "
+            f"{args.tokens_shuffle}"
             + (f" ({tier})" if tier else "") + f"; seq_len {args.seq_len}, batch {B}, disk "
             f"{dev or '?'}, {os.cpu_count()} CPUs, load {load0[0]} at the start, "
             f"{loadavg()[0]} at the end")
@@ -1151,6 +1155,11 @@ def main():
                     "budget)")
     ap.add_argument("--seq-len", type=bvt.count_arg(1), default=2048,
                     help="tokens: ids a window feeds the model (rows of seq_len + 1; default 2048)")
+    ap.add_argument("--tokens-shuffle", choices=("global", "block"), default="global",
+                    help="tokens, tokens-mix, tokens-cold: batchd's shuffle of the windows "
+                         "(global, the default: every window anywhere; block: the blocks "
+                         "shuffled, then the windows within a window of blocks, as litData's "
+                         "chunks and Mosaic's shuffle blocks are: each block read once)")
     ap.add_argument("--tokens-batch-size", type=bvt.count_arg(1), default=32,
                     help="tokens: windows a batch (default 32)")
     ap.add_argument("--tokens-source", default="web", choices=tokens_data.SOURCES,

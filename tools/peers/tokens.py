@@ -80,8 +80,8 @@ def open_batchd(spec, s):
     else:
         ds = srcs[0]["name"] + ".bpk"
     ld = batchclient.Loader(ds, batch_size=spec["batch_size"], seq_len=spec["seq_len"],
-                            sequences="windows", shuffle="global", seed=spec["seed"],
-                            socket=spec["socket"])
+                            sequences="windows", shuffle=spec.get("shuffle", "global"),
+                            seed=spec["seed"], socket=spec["socket"])
 
     def epoch():
         # b.ids: the window's index (in a mixture, counted over the sources'
