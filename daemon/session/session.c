@@ -16,7 +16,6 @@
 
 #include "fault.h"
 #include "log.h"
-#include "pages.h"
 #include "session_priv.h"
 
 /* ---- shared memory ------------------------------------------------------------------ */
@@ -307,52 +306,6 @@ static int map(bd_session *s, char *err, size_t errlen)
 	return 0;
 }
 
-/* Arenas below this are faulted in as they fill: a job costs more than their faults. */
-#define PREFAULT_MIN ((uint64_t)4 << 20)
-
-/* Faulting a new session's arena in on libuv's pool: no session pointer, only the range. */
-typedef struct prefault_job {
-	uv_work_t w;
-	void *p;
-	size_t len;
-} prefault_job;
-
-static void prefault_run(uv_work_t *w)
-{
-	prefault_job *j = (prefault_job *)w;
-
-	/*
-	 * The session may end meanwhile: its range unmapped (-ENOMEM here), or
-	 * mapped again by another; populating changes no byte either way.
-	 */
-	(void)bd_pages_populate(j->p, j->len);
-}
-
-static void prefault_done(uv_work_t *w, int status)
-{
-	(void)status;
-	free(w);
-}
-
-/*
- * The arena charged to the session, faulted in off the loop before the
- * planner writes its first records (a cold epoch otherwise pays a fault
- * per 4 KiB of it in the decode workers). Best effort: without the
- * kernel's MADV_POPULATE_WRITE it faults as it fills, as before.
- */
-static void prefault_arena(bd_session *s)
-{
-	uint64_t at = s->arena_off & ~(uint64_t)4095;
-	prefault_job *j;
-
-	if (s->arena.size < PREFAULT_MIN || !(j = calloc(1, sizeof(*j))))
-		return;
-	j->p = s->data + at;
-	j->len = (size_t)(s->arena_off + s->arena.size - at);
-	if (uv_queue_work(s->env.loop, &j->w, prefault_run, prefault_done) < 0)
-		free(j);
-}
-
 static void write_header(bd_session *s)
 {
 	s->hdr = (bp_ring_header *)s->data;
@@ -487,7 +440,6 @@ int bd_session_new(const bd_session_env *env, uint64_t id, bd_dataset *d,
 	if (r < 0)
 		goto fail;
 	write_header(s);
-	prefault_arena(s);
 	if (device >= 0) {
 		r = attach_gpu(s, device, err, errlen);
 		if (r < 0)
