@@ -1,20 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * region.h - one fixed span of memory on huge pages where the kernel
- * gives them, carved into blocks of any size, and faulted in ahead of use
- * by a thread of its own.
+ * region.h - one fixed span of memory (on the huge pages asked for, where
+ * the kernel gives them), carved into blocks of any size, and faulted in
+ * ahead of use by a thread of its own.
  *
  * The block cache takes its entries here (blockcache.c). Allocating them
  * with malloc cost a cold epoch a page fault per 4 KiB of every block
  * the RAM tier kept (a fresh mmap for each large one, unmapped again at
- * eviction): a quarter of the daemon's time. A region is mapped once, 2
- * MiB aligned and advised for transparent huge pages (or from the
- * hugetlb pool when pages are reserved there), and its blocks are reused
- * without returning pages to the kernel, so a page is faulted in once in
- * the daemon's life, 2 MiB at a time; and a prefault thread keeps the
+ * eviction): a quarter of the daemon's time. A region is mapped once
+ * (bd_pages_map: from the hugetlb pool when pages are reserved there, or
+ * advised for transparent huge pages, or 4 KiB pages, as asked), and its
+ * blocks are reused without returning pages to the kernel, so a page is
+ * faulted in once in the daemon's life; and a prefault thread keeps the
  * pages just above the highest block handed out populated
- * (MADV_POPULATE_WRITE, Linux 5.14; probed, else a write per page), so
- * that the cold pass itself meets no fault at all.
+ * (MADV_POPULATE_WRITE, Linux 5.14, a call per 2 MiB; probed, else a
+ * write per page), so that the cold pass's decode threads meet no fault.
  *
  * Blocks come from a two-level segregated fit (TLSF: free blocks listed
  * by size class, 16 classes per power of two; a request takes the first

@@ -10,8 +10,15 @@
  * budget beside it.
  *
  * Entries (header and block in one piece) are carved from a region of
- * the budget's size (region.h): huge pages, faulted in once and ahead of
- * use, reused after eviction. The budget counts the blocks' bytes; the
+ * the budget's size (region.h), faulted in once and ahead of use, reused
+ * after eviction. Its pages are hugetlb pages where enough are reserved,
+ * else 4 KiB ones: transparent huge pages (MADV_HUGEPAGE) were measured
+ * slower, not faster (tools/bench/bench-cold.sh --against, 1 MiB
+ * samples: 0.72x the malloc'd cache, with 1.4x its CPU): with THP defrag
+ * at `madvise`, every huge page faulted in may compact memory first,
+ * synchronously, and a fresh daemon after another's exit found memory
+ * fragmented. 4 KiB pages populated by the prefault thread (one call a
+ * 2 MiB step, no trap per page) cost the decode threads nothing. The budget counts the blocks' bytes; the
  * region also holds the entries' headers, so a block that finds no hole
  * in it evicts further, and bypasses when even an empty LRU leaves none.
  */
@@ -118,8 +125,8 @@ int bd_cache_new(uint64_t budget, size_t link_offset, bd_cache **ret)
 	c->table = c->nbuckets ? bd_calloc(c->nbuckets, sizeof(*c->table)) : NULL;
 	c->lru = bd_calloc(1, sizeof(*c->lru));
 	if ((c->nbuckets && !c->table) || !c->lru ||
-	    (budget && bd_region_new(region_bytes(budget), BD_PAGES_HUGE, prefault_ahead(budget),
-				     &c->region) < 0)) {
+	    (budget && bd_region_new(region_bytes(budget), BD_PAGES_HUGETLB,
+				     prefault_ahead(budget), &c->region) < 0)) {
 		free(c->table);
 		free(c->lru);
 		free(c);

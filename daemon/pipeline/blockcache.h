@@ -15,9 +15,9 @@
  * evicted, least recently used first. When even that cannot make room, or
  * the block is larger than a quarter of the budget, the caller decodes
  * into private scratch memory instead (BD_CACHE_BYPASS). Entries live in
- * a region of the budget's size on huge pages, faulted in ahead of use
- * and reused (region.h): a cold pass filling the cache meets no page
- * fault.
+ * a region of the budget's size (hugetlb pages where reserved), faulted
+ * in ahead of use and reused (region.h): a cold pass filling the cache
+ * meets no page fault in its decode threads.
  *
  * Thread rules: every function may be called from any thread (the
  * pipeline's I/O threads look blocks up, its decode workers fill and put
