@@ -12,13 +12,15 @@ source's passes are permutations of it (the small one upsampled); the
 the stream of world 1 between them; a state saved at world 2 resumes at
 world 4 with exactly the rest. to_tensors gives the label, never the
 source. The session's dataset memory is its sources' summed, and the
-status lists them. Refused,
+status lists them; a uid's memory_per_uid counts every source's index
+once (the refusal names their sum). Refused,
 naming what differs: other fields, other class names, a field called
 "source", token packs of other id widths, keys."""
 import collections
 import csv
 import os
 import random
+import re
 import unittest
 
 import batchd_testlib as T
@@ -38,6 +40,12 @@ def sample_bytes(src, i):
     rng = random.Random(src * 1000 + i)
     n = 12000 if (src, i) == (1, 3) else rng.randint(5, 3000)
     return (f"{src}:{i}:".encode() + rng.randbytes(n))[:n]
+
+
+def size_bytes(text):
+    """A size as batchd writes it ("12.3 KiB", "512 B") in bytes."""
+    n, unit = text.split()
+    return float(n) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(unit)
 
 
 class Mixtures(T.DaemonCase):
@@ -276,6 +284,41 @@ class Mixtures(T.DaemonCase):
         # The same widths mix as documents.
         ld = self.loader([("t-uint16.bpk", 1), ("t-uint16.bpk", 2)], 4)
         self.assertEqual([f.name for f in ld.schema], ["tokens", "source"])
+
+
+class MixtureLimits(T.DaemonCase):
+    """[limits] memory_per_uid counts every source's index and tables,
+    each once: a mixture's refusal names the sources' summed."""
+
+    @classmethod
+    def make_datasets(cls, d):
+        # Samples of 4 MiB: a session's ring alone is over the limit (16M, the least).
+        for src, name in enumerate(("a.bpk", "b.bpk")):
+            Mixtures.manifest_pack.__func__(cls, d, name, [
+                (bytes([src + i]) * (4 << 20), i, f"caption {i}") for i in range(3 + src)], ())
+        conf = os.path.join(cls.tmp, "batchd.conf")
+        with open(conf, "w") as f:
+            f.write("[limits]\nmemory_per_uid = 16M\n")
+        d.extra = ["--config", conf]
+
+    def index_bytes(self, dataset):
+        """The index and tables a refused open says it needed for its versions."""
+        with self.assertRaises(T.batchclient.BatchdError) as e:
+            self.loader(dataset, 1, prefetch=1)     # a ring of about 20 MiB
+        msg = str(e.exception)
+        self.assertIn("memory limit per user", msg)
+        what = "its sources'" if isinstance(dataset, list) else "its dataset's"
+        m = re.search(re.escape(what) + r" index and tables ([0-9.]+ [KMG]?i?B) ", msg)
+        self.assertTrue(m, msg)
+        return size_bytes(m.group(1))
+
+    def test_every_source_counted(self):
+        a, b = self.index_bytes("a.bpk"), self.index_bytes("b.bpk")
+        both = self.index_bytes(MIX[:2])
+        self.assertGreater(both, max(a, b))
+        self.assertLess(abs(both - (a + b)), 0.01 * (a + b), f"{both} for {a} + {b}")
+        # The same version twice is counted once.
+        self.assertLess(abs(self.index_bytes([("a.bpk", 1), ("a.bpk", 2)]) - a), 0.01 * a)
 
 
 if __name__ == "__main__":
