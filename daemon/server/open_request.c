@@ -260,13 +260,16 @@ static bd_session_quota uid_quota(bd_server *srv, uid_t uid, const bd_dataset *c
 				  uint32_t nd)
 {
 	bd_session_quota quota = { .uid = uid, .uid_limit = srv->cfg.memory_per_uid };
-	const bd_dataset **v;
-	size_t n = 0, kept = 0;
+	const bd_dataset *one[BP_MIX_SOURCES_MAX], **v;
+	size_t n = 0, kept = 0, room = 1;
 
 	if (!quota.uid_limit)
 		return quota;
+	for (entry *x = srv->entries; x; x = x->next)
+		if (x->uid == uid)
+			room += bd_session_versions(x->s, one);
 	/* Without room to sort the versions, each counts once per session: more, never less. */
-	v = calloc((srv->nsessions + 1) * (size_t)BP_MIX_SOURCES_MAX, sizeof(*v));
+	v = calloc(room, sizeof(*v));
 	for (entry *x = srv->entries; x; x = x->next) {
 		bd_session_info si;
 
