@@ -127,6 +127,7 @@ static uint32_t locate_sequences(bd_session *s, uint64_t epoch, uint64_t batch, 
 		uint32_t np = bd_seqs_pieces(q, local, s->pcs);
 
 		k.q = q;
+		s->locs[i].source = k.source;   /* for write_source */
 		for (uint32_t v = 0; v < s->sel.values; v++) {
 			const bp_field *f = &s->sel.schema->fields[s->sel.vfield[v]];
 
@@ -167,22 +168,19 @@ static int build_sequences_job(bd_session *s, uint32_t nblocks, uint8_t *tokens,
 	return 0;
 }
 
-/* A mixture's `source` column (sources.h): each row's source index, where selected. */
+/*
+ * A mixture's `source` column (sources.h), where selected: each sample's
+ * source index, as locate or locate_sequences found it (locs[i].source).
+ */
 static void write_source(bd_session *s, uint32_t n, uint8_t *payload)
 {
-	if (!s->mix)
-		return;
-	for (uint32_t k = 0; k < s->sel.count; k++) {
+	for (uint32_t k = 0; s->mix && k < s->sel.count; k++) {
 		int64_t *col = (int64_t *)(void *)(payload + s->lay.off[k]);
-		uint64_t local;
-		uint32_t src;
 
-		if (s->sel.schema->fields[s->sel.field[k]].type != BP_FIELD_INT64)
+		if (s->sel.field[k] != BD_MIX_SOURCE_FIELD(s->mix))
 			continue;
-		for (uint32_t i = 0; i < n; i++) {
-			row_seqs(s, i, &src, &local);
-			col[i] = src;
-		}
+		for (uint32_t i = 0; i < n; i++)
+			col[i] = s->locs[i].source;
 	}
 }
 
@@ -477,10 +475,9 @@ static void write_columns(bd_session *s, uint32_t n, uint8_t *payload)
 		size_t size = bp_field_scalar_size(type);
 		uint8_t *dst = payload + s->lay.off[k];
 
-		if (s->mix && f == BD_MIX_SOURCE_FIELD(s->mix)) {
-			for (uint32_t i = 0; i < n; i++)
-				((int64_t *)(void *)dst)[i] = s->locs[i].source;
-		} else if (type == BP_FIELD_STR) {
+		if (s->mix && f == BD_MIX_SOURCE_FIELD(s->mix))
+			continue;       /* write_source's */
+		if (type == BP_FIELD_STR) {
 			const bp_ring_span *x = s->vals + (size_t)sel->slot[k] * n;
 
 			for (uint32_t i = 0; i < n; i++) {
@@ -497,6 +494,7 @@ static void write_columns(bd_session *s, uint32_t n, uint8_t *payload)
 							dst + (size_t)i * size);
 		}
 	}
+	write_source(s, n, payload);
 	if (sel->keys)
 		bd_batch_keys_copy(&s->keys, s->ids, n, s->vals + (size_t)(sel->values - 1) * n,
 				   payload + s->lay.off[sel->count]);

@@ -64,7 +64,8 @@ typedef struct slot {
 typedef struct loc {
 	const bd_dataset *dset; /* the session's, or a mixture's source's */
 	uint64_t local;         /* the sample's id there */
-	uint32_t source;        /* a mixture's source index (0: the session's dataset) */
+	uint32_t source;        /* a mixture's source index (0: the session's dataset);
+				 * a token session sets only this */
 	uint32_t shard;
 	uint32_t frames;        /* blocks from `block` on: 1, or a framed sample's frames */
 	uint64_t block, src, size;

@@ -40,6 +40,16 @@ static void make_schema(bd_mix *x)
 	x->schema = (bp_schema){ .count = s->count + 1, .fields = x->field };
 }
 
+/* What a source's bytes fields hold, as a refusal names it. */
+static const char *token_kind(const bd_source *src)
+{
+	bp_tokens t;
+
+	if (bp_dataset_tokens(src->dset->ds, &t) < 0)
+		return "no token ids";
+	return t.width == 2 ? "uint16 token ids" : "uint32 token ids";
+}
+
 /*
  * Does source i's schema differ from source 0's? Fields agree in order,
  * names, types and an int64 field's class names (label 3 must mean one
@@ -62,22 +72,12 @@ static int check_schema(const bd_mix *x, uint32_t i, char *err, size_t errlen)
 		}
 		return 0;
 	}
-	{
-		bp_tokens ta, tb;
-		bool ka = bp_dataset_tokens(x->src[0].dset->ds, &ta) == 0;
-		bool kb = bp_dataset_tokens(x->src[i].dset->ds, &tb) == 0;
-
-		/* Documents of token ids as bytes: one width, or the bytes mean two things. */
-		if (ka != kb || (ka && ta.width != tb.width)) {
-			snprintf(err, errlen, "the sources of a mixture have one schema: %s holds %s, "
-				 "%s %s: mix token packs of one id type, or read them with seq_len "
-				 "(ids then all arrive as int32)", an,
-				 ka ? (ta.width == 2 ? "uint16 token ids" : "uint32 token ids")
-				 : "no token ids", bn,
-				 kb ? (tb.width == 2 ? "uint16 token ids" : "uint32 token ids")
-				 : "no token ids");
-			return -EINVAL;
-		}
+	/* Documents of token ids as bytes: one width, or the bytes mean two things. */
+	if (strcmp(token_kind(&x->src[0]), token_kind(&x->src[i])) != 0) {
+		snprintf(err, errlen, "the sources of a mixture have one schema: %s holds %s, %s %s: "
+			 "mix token packs of one id type, or read them with seq_len (ids then all "
+			 "arrive as int32)", an, token_kind(&x->src[0]), bn, token_kind(&x->src[i]));
+		return -EINVAL;
 	}
 	if (a->count != b->count) {
 		snprintf(err, errlen, "the sources of a mixture have one schema: %s has %u fields, "
