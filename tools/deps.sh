@@ -13,6 +13,7 @@ BATCHD_DEPS=(
 	prometheus   # promtool: the alerting rules and the metrics checked in tests/prometheus
 	patchelf     # tests/gpu/bundle.sh: the GPU bundle's RPATH
 	python3-yaml shellcheck   # tests/deploy: the Kubernetes manifests, the Slurm scripts
+	slurmctld slurmd slurm-client munge   # tests/deploy: conf/slurm on a one-machine Slurm cluster
 	curl         # tests/remote: uploads and probes signed with --aws-sigv4
 	scdoc man-db # docs/man: the man pages, and their rendering checked by tests/cli (man)
 )

@@ -3,7 +3,8 @@
 # Install what is missing, build with --werror and run the whole suite; then
 # build and run it again under AddressSanitizer + UndefinedBehaviorSanitizer,
 # and the threaded suites under ThreadSanitizer. Exits non-zero on any failure.
-# Needs PyPI once, for the S3 test server (tests/remote) and the torch 2.x venv.
+# Needs PyPI once, for the S3 test server (tests/remote), the torch 2.x venv
+# and kubernetes-validate (tests/deploy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . tools/deps.sh
@@ -23,6 +24,13 @@ export BATCHD_S3_REQUIRED=1
 # under either torch.
 torch2_venv=$(batchd_venv torch2 tests/python/requirements-torch2.txt) || {
 	echo "test.sh: could not make the torch 2.x venv (tools/deps.sh batchd_venv torch2)" >&2
+	exit 1
+}
+# The Kubernetes API's schemas (kubernetes-validate, 143 MiB) that
+# tests/deploy/test-kubernetes.py checks conf/kubernetes against; the test
+# makes the venv itself when it is missing, and fails when it cannot.
+batchd_venv k8s-validate tests/deploy/requirements.txt >/dev/null || {
+	echo "test.sh: could not make the kubernetes-validate venv (tools/deps.sh batchd_venv k8s-validate)" >&2
 	exit 1
 }
 

@@ -14,19 +14,26 @@
 #   batchd-node.sh socket       the socket's path on this node
 #
 # Where the socket is: with BATCHD_SLURM_MODE=step (the default, batchd an
-# srun step of the job) ${TMPDIR:-/tmp}/batchd-JOBID/batchd.sock, node-local;
-# with BATCHD_SLURM_MODE=prolog ${BATCHD_RUN_BASE:-/run/batchd-slurm}/JOBID/batchd.sock.
-# Settings from the environment: BATCHD (/usr/sbin/batchd), BATCHCTL
-# (/usr/bin/batchctl), BATCHD_CONF (/etc/batchd/batchd.conf), BATCHD_CACHE_DIR
-# (the cache on the node's NVMe for remote datasets; empty: batchd.conf's),
-# BATCHD_WAIT (seconds to wait for the socket, 60).
+# srun step of the job) ${TMPDIR:-/tmp}/batchd-JOBID-NODE/batchd.sock; with
+# BATCHD_SLURM_MODE=prolog ${BATCHD_RUN_BASE:-/run/batchd-slurm}/JOBID-NODE/batchd.sock.
+# NODE is the node's Slurm name (SLURMD_NODENAME): Slurm gives every task of
+# a job the TMPDIR of the submitting shell, which may be a shared file
+# system, and one machine may run several slurmd as several nodes (Slurm
+# built with --enable-multiple-slurmd, as Debian's is), so a path of the
+# job alone would be two nodes' batchd on one socket.
+#
+# Settings: BATCHD (/usr/sbin/batchd), BATCHCTL (/usr/bin/batchctl),
+# BATCHD_CONF (/etc/batchd/batchd.conf), BATCHD_CACHE_DIR (the cache on the
+# node's NVMe for remote datasets; empty: batchd.conf's), BATCHD_RUN_BASE,
+# BATCHD_WAIT (seconds to wait for the socket, 60). From the environment,
+# else from batchd-slurm.env beside slurm.conf (/etc/slurm/batchd-slurm.env,
+# or the directory of $SLURM_CONF): NAME=VALUE lines, read, not run, and #
+# comments. slurmd runs a prolog and an epilog with Slurm's variables
+# alone, not with its own environment, so there the file is the only way
+# to set them.
 set -euo pipefail
 
-: "${BATCHD:=/usr/sbin/batchd}"
-: "${BATCHCTL:=/usr/bin/batchctl}"
-: "${BATCHD_CONF:=/etc/batchd/batchd.conf}"
 : "${BATCHD_SLURM_MODE:=step}"
-: "${BATCHD_WAIT:=60}"
 
 die() {
 	echo "batchd-node.sh on ${SLURMD_NODENAME:-$(hostname)}: $*" >&2
@@ -35,10 +42,33 @@ die() {
 
 [[ -n ${SLURM_JOB_ID:-} ]] || die "SLURM_JOB_ID is not set: run inside a Slurm job (srun, sbatch, prolog)"
 
+# The settings of batchd-slurm.env that the environment does not set.
+site_settings() {
+	local file=${SLURM_CONF:-/etc/slurm/slurm.conf} line name n=0
+	file=${file%/*}/batchd-slurm.env
+	[[ -e $file ]] || return 0
+	while IFS= read -r line || [[ -n $line ]]; do
+		n=$((n + 1))
+		[[ $line =~ ^[[:space:]]*(#.*)?$ ]] && continue
+		[[ $line =~ ^(BATCHD|BATCHCTL|BATCHD_CONF|BATCHD_CACHE_DIR|BATCHD_RUN_BASE|BATCHD_WAIT)=(.*)$ ]] ||
+			die "$file:$n: not NAME=VALUE of BATCHD, BATCHCTL, BATCHD_CONF, BATCHD_CACHE_DIR, BATCHD_RUN_BASE, BATCHD_WAIT"
+		name=${BASH_REMATCH[1]}
+		[[ -n ${!name+set} ]] || export "$name=${BASH_REMATCH[2]}"
+	done <"$file"
+}
+site_settings
+: "${BATCHD:=/usr/sbin/batchd}"
+: "${BATCHCTL:=/usr/bin/batchctl}"
+: "${BATCHD_CONF:=/etc/batchd/batchd.conf}"
+: "${BATCHD_WAIT:=60}"
+# For the trainer `train` runs (train.sbatch's default one runs $BATCHCTL).
+export BATCHCTL
+node_name=${SLURMD_NODENAME:-$(hostname -s)}
+
 run_dir() {
 	case $BATCHD_SLURM_MODE in
-	step) echo "${TMPDIR:-/tmp}/batchd-$SLURM_JOB_ID" ;;
-	prolog) echo "${BATCHD_RUN_BASE:-/run/batchd-slurm}/$SLURM_JOB_ID" ;;
+	step) echo "${TMPDIR:-/tmp}/batchd-$SLURM_JOB_ID-$node_name" ;;
+	prolog) echo "${BATCHD_RUN_BASE:-/run/batchd-slurm}/$SLURM_JOB_ID-$node_name" ;;
 	*) die "BATCHD_SLURM_MODE=$BATCHD_SLURM_MODE: use step or prolog" ;;
 	esac
 }

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Slurm Prolog: one batchd for the job on each of its nodes, started by
 # slurmd (as root) before the job's tasks, as the job's user, with its
-# socket in /run/batchd-slurm/JOBID/ (mode 0700, the user's), stopped by
-# batchd-epilog.sh. train.sbatch with BATCHD_SLURM_MODE=prolog uses it.
+# socket in /run/batchd-slurm/JOBID-NODE/ (mode 0700, the user's), stopped
+# by batchd-epilog.sh. train.sbatch with BATCHD_SLURM_MODE=prolog uses it.
 #
 # slurm.conf:
 #   Prolog=/usr/share/batchd/slurm/batchd-prolog.sh
@@ -20,8 +20,11 @@
 # must not be changed, or where batchd must be up before the batch
 # script starts.
 #
-# Settings (in slurmd's environment or in batchd-node.sh's defaults):
-# BATCHD, BATCHCTL, BATCHD_CONF, BATCHD_CACHE_DIR, BATCHD_RUN_BASE.
+# Settings: BATCHD, BATCHCTL, BATCHD_CONF, BATCHD_CACHE_DIR, BATCHD_RUN_BASE
+# as NAME=VALUE lines in batchd-slurm.env beside slurm.conf (read by
+# batchd-node.sh), else batchd-node.sh's defaults. Not slurmd's
+# environment: slurmd runs the prolog and the epilog with Slurm's variables
+# alone (SLURM_JOB_ID, SLURM_JOB_UID, SLURMD_NODENAME, SLURM_CONF...).
 set -euo pipefail
 # slurmd runs the prolog with next to no environment: PATH may be unset.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}
