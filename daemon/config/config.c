@@ -52,6 +52,7 @@ void bd_config_init(bd_config *c)
 		.io_threads = BD_CONFIG_DEFAULT_IO_THR,
 		.decode_threads = 0,
 		.decode_autotune = true,
+		.stream_first_pass = true,
 		.prefetch = BD_CONFIG_DEFAULT_PREFETCH,
 		.max_prefetch = BD_CONFIG_DEFAULT_MAX_PF,
 		.socket_mode = 0660,
@@ -209,6 +210,7 @@ enum key_id {
 	KEY_TIER,
 	KEY_ENGINE,
 	KEY_DIRECT,
+	KEY_FIRST_PASS,
 	KEY_QUEUE_DEPTH,
 	KEY_SESSION_BLOCKS,
 	KEY_IO_THREADS,
@@ -267,6 +269,7 @@ static const struct key {
 	{ "memory", "tier", KEY_TIER, 0, 0 },
 	{ "io", "engine", KEY_ENGINE, 0, 0 },
 	{ "io", "direct", KEY_DIRECT, 0, 0 },
+	{ "io", "first_pass", KEY_FIRST_PASS, 0, 0 },
 	{ "io", "queue_depth", KEY_QUEUE_DEPTH, 1, BD_CONFIG_MAX_QD },
 	{ "io", "session_blocks", KEY_SESSION_BLOCKS, 0, 65536 },
 	{ "io", "threads", KEY_IO_THREADS, 1, BD_CONFIG_MAX_IO_THR },
@@ -462,6 +465,8 @@ static int apply(bd_config *next, const struct key *k, const char *v,
 		return bd__config_parse_bool(v, &next->metrics_sessions, what, wlen);
 	case KEY_DECODE_AUTOTUNE:
 		return bd__config_parse_bool(v, &next->decode_autotune, what, wlen);
+	case KEY_FIRST_PASS:
+		return bd__config_parse_first_pass(v, &next->stream_first_pass, what, wlen);
 	case KEY_GPU_HOUR_PRICE:
 		return parse_price(v, &next->gpu_hour_price, what, wlen);
 	case KEY_REMOTE:

@@ -123,6 +123,12 @@ typedef struct bd_config {
 	unsigned session_blocks; /* [io] session_blocks, 0..65536, 0 = 2 x queue_depth x threads */
 	unsigned io_threads;     /* [io] threads, 1..64, default 1 */
 	unsigned decode_threads; /* [decode] threads, 0..256; 0 = CPUs this process may use, resolved by the loaders */
+	/*
+	 * [io] first_pass: stream (default) reads a ram-tier dataset ahead in
+	 * file order on a shuffled first pass (session_warm.c); batches reads
+	 * only the blocks the batches ask for, in their order.
+	 */
+	bool stream_first_pass;
 	bool decode_autotune;    /* [decode] autotune: run as few of them as keep clients from waiting (tune.h); default yes */
 	unsigned prefetch;       /* [session] prefetch: batches staged ahead by default, 1..1022, default 8 */
 	unsigned max_prefetch;   /* [session] max_prefetch: most a client may ask for, prefetch..1022, default 64 */

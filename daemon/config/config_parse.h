@@ -45,6 +45,8 @@ int bd__config_parse_direct(const char *v, bd_config_direct *ret, char *what, si
 /* [memory] cache: auto or a size (0: no cache). */
 int bd__config_parse_cache(const char *v, uint64_t *ret, char *what, size_t wlen);
 int bd__config_parse_tier(const char *v, bd_config_tier *ret, char *what, size_t wlen);
+/* [io] first_pass: stream (*ret true) or batches. */
+int bd__config_parse_first_pass(const char *v, bool *ret, char *what, size_t wlen);
 int bd__config_parse_log_level(const char *v, int *ret, char *what, size_t wlen);
 /* An octal file mode up to 0777. */
 int bd__config_parse_mode(const char *v, unsigned *ret, char *what, size_t wlen);

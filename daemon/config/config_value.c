@@ -281,6 +281,17 @@ int bd__config_parse_tier(const char *v, bd_config_tier *ret, char *what, size_t
 	return r;
 }
 
+int bd__config_parse_first_pass(const char *v, bool *ret, char *what, size_t wlen)
+{
+	static const char *const names[] = { "batches", "stream" };
+	int i = 0, r;
+
+	r = parse_name(v, names, ELEMENTSOF(names), &i, "stream, batches", what, wlen);
+	if (r == 0)
+		*ret = i == 1;
+	return r;
+}
+
 int bd__config_parse_log_level(const char *v, int *ret, char *what, size_t wlen)
 {
 	char q[BD__CONFIG_QBUF];

@@ -124,6 +124,8 @@ typedef struct bd_dataset {
 	bool direct;             /* every shard is read with O_DIRECT */
 	enum bd_tier tier;       /* where it is served from (never BD_TIER_AUTO) */
 	bool cache_all;          /* tier ram: every decoded block goes to the cache */
+	/* A session read it whole into the cache ahead of its batches (session_warm.c); loop thread. */
+	bool warmed;
 	uint64_t top_prefix[BD_TOPK + 1]; /* sums of the k largest samples */
 	uint32_t topk;           /* min(samples, BD_TOPK) */
 	uint64_t samples_per_block;

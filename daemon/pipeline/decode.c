@@ -56,6 +56,13 @@ static void cache_settle(bd_pipeline *p, bd_task *t, bool ok)
 		if (ok) {
 			w->centry = t->centry; /* loaded() took a reference for it */
 			bd__decode_push(p, w);
+		} else if (t->job->warm && !w->job->warm) {
+			/*
+			 * A warm job's reason is its first failure, maybe another
+			 * block's: w reads the block itself, so that its failure is
+			 * its own and names it.
+			 */
+			bd__io_hand_back(&p->io[(uintptr_t)w->job % p->nio], w);
 		} else {
 			bd__job_fail(w->job, t->job->status ? t->job->status : -EIO, "%s", t->job->reason);
 			w->req.result = -EIO;
@@ -148,10 +155,7 @@ static bool refetch(bd_pipeline *p, bd_task *t, const bp_shard *sh, int r,
 	t->refetched = true;
 	t->req.result = 0;
 	t->remote_err = 0;
-	pthread_mutex_lock(&it->mu);
-	bd__fifo_push(&it->fetched, t);
-	pthread_mutex_unlock(&it->mu);
-	bd__io_kick(it);
+	bd__io_hand_back(it, t);
 	return true;
 }
 

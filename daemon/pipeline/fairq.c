@@ -13,6 +13,11 @@
  * leaves the ready list until its blocks in flight fall below the cap),
  * and rises when a tenant runs out of work, which puts every tenant that
  * was held back on the ready list again.
+ *
+ * A warm job's span (io_thread.c) is one claim of many blocks: it counts
+ * in flight by the bytes it reads, and its flow owes its tenant's other
+ * flows a turn per 128 KiB of it, paid when it is next at the head of the
+ * tenant's list (deficit round-robin among one user's flows).
  */
 #include <stdlib.h>
 
@@ -230,6 +235,23 @@ static bd_task *take(bd_sched *s, bd_tenant *t, bd_flow **from)
 	bd_flow *f = t->ready_head;
 	bd_task *task;
 
+	/*
+	 * A flow that took a span owes its tenant's other flows a turn per
+	 * block's worth of it (bd__sched_charge): it goes to the back, once
+	 * per turn owed, while another is ready. Alone, it owes nobody.
+	 */
+	while (f && f->owed) {
+		if (!f->next_ready) {
+			f->owed = 0;
+			break;
+		}
+		f->owed--;
+		t->ready_head = f->next_ready;
+		f->next_ready = NULL;
+		t->ready_tail->next_ready = f;
+		t->ready_tail = f;
+		f = t->ready_head;
+	}
 	*from = f;
 	if (!f)
 		return NULL;
@@ -274,16 +296,36 @@ bd_task *bd__sched_pop(bd_sched *s, bool *hungry)
 	return task;
 }
 
-void bd__sched_done(bd_sched *s, bd_task *task)
+bd_task *bd__sched_pop_next(bd_sched *s, const bd_task *prev)
 {
-	bd_flow *f = task->flow;
-	bd_tenant *t = f->tenant;
-	bool wake;
+	bd_flow *f = prev->flow;
+	bd_task *task = NULL;
 
+	if (prev + 1 >= prev->job->tasks + prev->job->ntasks)
+		return NULL;
 	pthread_mutex_lock(&s->mu);
-	f->inflight--;
-	t->inflight--;
-	wake = !tenant_active(t) && tenant_idle(s);
+	if (f->queue.head == prev + 1) {
+		task = bd__fifo_pop(&f->queue);
+		f->inflight++;
+		f->tenant->inflight++;
+		f->tenant->queued--;
+		/* Over its cap now, or empty: off the list until its blocks finish. */
+		if (f->inflight >= s->flow_cap || !f->queue.head)
+			unready(s, f);
+	}
+	pthread_mutex_unlock(&s->mu);
+	return task;
+}
+
+/*
+ * f's blocks in flight (and its tenant's) just fell: it and its tenant may
+ * be served again, the threads woken, and f retired. Under mu.
+ */
+static void gave_back(bd_sched *s, bd_flow *f)
+{
+	bd_tenant *t = f->tenant;
+	bool wake = !tenant_active(t) && tenant_idle(s);
+
 	flow_ready(s, f);
 	tenant_ready(s, t);
 	/*
@@ -294,7 +336,38 @@ void bd__sched_done(bd_sched *s, bd_task *task)
 		t->inflight <= bd__sched_tenant_cap(s) / 2;
 	if (wake && s->wake)
 		s->wake(s->ctx);
-	flow_retire(s, f);
+	flow_retire(s, f); /* last: it may free f and t */
+}
+
+void bd__sched_charge(bd_sched *s, bd_task *task, int32_t n, uint32_t turns)
+{
+	bd_flow *f = task->flow;
+	bd_tenant *t = f->tenant;
+
+	if (!n && !turns)
+		return;
+	pthread_mutex_lock(&s->mu);
+	f->owed += turns;
+	f->inflight += (uint32_t)n;
+	t->inflight += (uint32_t)n;
+	if (n > 0) {
+		/* Over its cap now: off the list until its blocks finish. */
+		if (f->inflight >= s->flow_cap)
+			unready(s, f);
+	} else {
+		gave_back(s, f);
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+void bd__sched_done(bd_sched *s, bd_task *task)
+{
+	bd_flow *f = task->flow;
+
+	pthread_mutex_lock(&s->mu);
+	f->inflight--;
+	f->tenant->inflight--;
+	gave_back(s, f);
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -10,6 +10,17 @@
  * condition variable when it has nothing in flight, and in the ring
  * otherwise, where an eventfd the ring watches lets whoever makes a flow
  * ready (a submission, a finished block) wake it for new work.
+ *
+ * Spans: a warm job's blocks (bd_job_set_warm: cache loads in file order)
+ * are read several at once. Having claimed one that must be read, the
+ * thread takes the job's next blocks from the flow's head while they
+ * follow on in the file (bd__sched_pop_next), skipping those cached or
+ * being loaded, and reads them all with one read of at most BD_SPAN_MAX
+ * bytes, through gaps of at most BD_SPAN_GAP (the skipped blocks' bytes).
+ * Each block then decodes from its place in the head's buffer, given
+ * back by the last one done with it. A block the read did not bring
+ * back whole (an error, a short read) is read again alone, so that a
+ * failure names its own block and fails only the batches that need it.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -135,11 +146,21 @@ static bd_task *claim(io_worker *w)
 
 /* ---- read ----------------------------------------------------------------------------- */
 
+/* The end of the stored bytes t's read must bring back: its block's, or its span's last. */
+static uint64_t read_end(const bd_task *t)
+{
+	const bd_task *last = t;
+
+	while (last->span_next)
+		last = last->span_next;
+	return last->blk.offset + last->blk.stored_size;
+}
+
 /* Choose the read range and buffer for t. @return 0, or <0 with the job failed. */
 static int prepare(bd_pipeline *p, bd_task *t, bool registered)
 {
 	uint32_t align = t->dset->align[t->shard];
-	uint64_t off = t->blk.offset, end = off + t->blk.stored_size, len;
+	uint64_t off = t->blk.offset, end = read_end(t), len;
 
 	if (align) {
 		off &= ~(uint64_t)(align - 1);
@@ -184,11 +205,17 @@ static int prepare(bd_pipeline *p, bd_task *t, bool registered)
  * larger one to decode; a wait is the loader's to hand back), false when
  * it is still at the head and must be read.
  */
-static bool lookup(io_worker *w, bd_task *t)
+static bool consult(io_worker *w, bd_task *t)
 {
 	bd_cache_key key = { .dataset = t->dset->uid, .shard = t->shard, .block = t->block };
 	bd_cache_entry *e;
 	int r;
+
+	/* The cache had no room for one of the job's blocks: the rest would evict to no end. */
+	if (t->job->warm && __atomic_load_n(&t->job->warm_full, __ATOMIC_RELAXED)) {
+		bd__task_finish(w->p, t);
+		return true;
+	}
 
 	/*
 	 * The job's later blocks are likely next: start fetching the bucket of
@@ -200,9 +227,12 @@ static bool lookup(io_worker *w, bd_task *t)
 
 		bd_cache_prefetch(w->p->cache, &nkey);
 	}
-	/* Off the local list first: a waiter is chained through t->next. */
-	bd__fifo_pop(&w->local);
 	r = bd_cache_get(w->p->cache, &key, t->blk.raw_size, t, &e);
+	if (r == BD_CACHE_BYPASS && t->job->warm) {
+		__atomic_store_n(&t->job->warm_full, true, __ATOMIC_RELAXED);
+		bd__task_finish(w->p, t);
+		return true;
+	}
 	/* Images are made on the decode workers, never here. */
 	if (r == BD_CACHE_HIT && !t->job->image && bd__task_bytes_at_most(t, BD_INLINE_COPY_MAX)) {
 		/*
@@ -227,9 +257,97 @@ static bool lookup(io_worker *w, bd_task *t)
 		t->centry = e;
 		t->cache_load = true;
 	}
+	return false;
+}
+
+/*
+ * Consult the block cache for t, the head of the claimed list. @return
+ * true when t went elsewhere (a small hit copied here and finished, a
+ * larger one to decode; a wait is the loader's to hand back; a warm
+ * block with no room skipped), false when it is still at the head and
+ * must be read.
+ */
+static bool lookup(io_worker *w, bd_task *t)
+{
+	/* Off the local list first: a waiter is chained through t->next. */
+	bd__fifo_pop(&w->local);
+	if (consult(w, t))
+		return true;
 	/* Back at the head: it reads now. */
 	bd__fifo_unpop(&w->local, t);
 	return false;
+}
+
+/* ---- spans ---------------------------------------------------------------------------- */
+
+/*
+ * A warm block of a dataset not kept in the cache (the page tier): read
+ * only so that the page cache holds it for the batches, never looked up
+ * or decoded.
+ */
+static bool page_only(const bd_task *t)
+{
+	return t->job->warm && !t->dset->cache_all;
+}
+
+/* The most one read of a warm job's blocks takes (two of the pool's buffers by default). */
+#define BD_SPAN_MAX ((uint64_t)1 << 20)
+/*
+ * A span counts in flight (its flow's and user's caps, pipeline.h
+ * "Fairness") as one block per this many bytes it reads, at least one,
+ * however many blocks it holds: by what it costs the disk, not by its
+ * count of tiny blocks. Counted per block, a span of 200 small blocks
+ * took a whole user's share, so that it was read, then decoded, then
+ * the next read: the disk and the decode workers took turns.
+ */
+#define BD_SPAN_UNIT ((uint64_t)128 << 10)
+/* The most bytes a span reads through (blocks already cached) rather than end there. */
+#define BD_SPAN_GAP ((uint64_t)64 << 10)
+
+/*
+ * t, the head of the claimed list, loads a warm job's block: take the
+ * job's next blocks while they follow t's in the file and the span stays
+ * within BD_SPAN_MAX (see "Spans" above). The first that cannot join goes
+ * on the claimed list, to be read next.
+ */
+static void gather(io_worker *w, bd_task *t)
+{
+	uint64_t start = t->blk.offset, end = start + t->blk.stored_size, weight;
+	uint32_t members = 0;
+	bd_task *prev = t, *last = t, *n;
+
+	while ((n = bd__sched_pop_next(&w->p->sched, prev))) {
+		prev = n;
+		if (!n->blk.raw_size) {
+			bd__task_finish(w->p, n); /* an empty block: nothing to read */
+			continue;
+		}
+		if (n->shard != t->shard || n->blk.offset < end ||
+		    n->blk.offset + n->blk.stored_size - start > BD_SPAN_MAX) {
+			bd__fifo_push(&w->local, n);
+			break;
+		}
+		if (!page_only(n) && consult(w, n))
+			continue; /* cached, or being loaded: read through it */
+		if (n->blk.offset - end > BD_SPAN_GAP) {
+			bd__fifo_push(&w->local, n); /* too far past the last one read: a span of its own */
+			break;
+		}
+		last->span_next = n;
+		last = n;
+		n->span_member = true;
+		members++;
+		end = n->blk.offset + n->blk.stored_size;
+	}
+	if (last == t)
+		return;
+	for (bd_task *m = t; m; m = m->span_next)
+		m->span_head = t;
+	/* Counted a block each so far: now what the span weighs, beyond its head. */
+	weight = (end - start + BD_SPAN_UNIT - 1) / BD_SPAN_UNIT;
+	t->span_weight = (uint32_t)(weight - 1);
+	bd__sched_charge(&w->p->sched, t, (int32_t)t->span_weight - (int32_t)members,
+			 t->span_weight);
 }
 
 /* Hand a task with nothing (more) to read to the decode workers, with result. */
@@ -240,7 +358,7 @@ static void skip_read(io_worker *w, bd_task *t, int32_t result)
 	bd__decode_push(w->p, t);
 }
 
-static void reaped(bd_pipeline *p, bd_task *t);
+static void reaped(io_worker *w, bd_task *t);
 static void poll_reads(io_worker *w);
 
 /* ---- remote blocks -------------------------------------------------------------------- */
@@ -261,6 +379,12 @@ static void fetched(void *ctx, int err, const char *why)
 		bd__job_fail(t->job, err, "dataset %s: shard %s: block %llu: %s", t->dset->name,
 			     bp_dataset_shard(t->dset->ds, t->shard)->name,
 			     (unsigned long long)t->block, why);
+	bd__io_hand_back(it, t);
+}
+
+void bd__io_hand_back(bd_io_thread *it, bd_task *t)
+{
+	t->next = NULL;
 	pthread_mutex_lock(&it->mu);
 	bd__fifo_push(&it->fetched, t);
 	pthread_mutex_unlock(&it->mu);
@@ -356,7 +480,7 @@ static int start_read(io_worker *w, bd_task *t)
 	__atomic_fetch_add(&w->p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
 	if (r < 0) {
 		t->req.result = r;
-		reaped(w->p, t);
+		reaped(w, t);
 	}
 	return 0;
 }
@@ -371,6 +495,12 @@ static void read_claimed(io_worker *w)
 	bd_task *t;
 
 	while ((t = claim(w))) {
+		/* An empty block: nothing to read ahead (a warm job has no pieces to give it). */
+		if (t->job->warm && !t->blk.raw_size) {
+			bd__fifo_pop(&w->local);
+			bd__task_finish(w->p, t);
+			continue;
+		}
 		/*
 		 * A block that does not tile the batch is worth caching; one that
 		 * does only when the whole dataset is kept decoded (the ram tier) or
@@ -379,7 +509,7 @@ static void read_claimed(io_worker *w)
 		 * batch.
 		 */
 		if ((!t->direct_dst || t->dset->cache_all || bd_dataset_shared(t->dset)) &&
-		    !t->buf && !t->centry && !t->remote_pinned &&
+		    !page_only(t) && !t->buf && !t->centry && !t->remote_pinned &&
 		    t->blk.raw_size && lookup(w, t)) {
 			/*
 			 * A long run of hits copied here must not hold back the
@@ -390,6 +520,9 @@ static void read_claimed(io_worker *w)
 				poll_reads(w);
 			continue;
 		}
+		if (t->job->warm && (t->cache_load || page_only(t)) && !t->alone && !t->span_head &&
+		    !t->buf && t->blk.raw_size)
+			gather(w, t);
 		if (start_read(w, t) == -EBUSY)
 			break;
 	}
@@ -447,11 +580,93 @@ static void settle_read(bd_pipeline *p, bd_task *t)
 	}
 }
 
-/* t's read is over: account for it and pass it on to decode. */
-static void reaped(bd_pipeline *p, bd_task *t)
+/*
+ * The read of span head h is over: each block it brought back whole
+ * decodes from its place in h's buffer (to out); the others go back on
+ * the claimed list, to be read alone. @return the blocks put on out.
+ */
+static uint32_t settle_span(io_worker *w, bd_task *h, bd_fifo *out)
 {
-	settle_read(p, t);
-	bd__decode_push(p, t);
+	bd_pipeline *p = w->p;
+	bd_fifo ok = { 0 };
+	int32_t res;
+	uint32_t n = 0;
+
+	inject_faults(h, bp_dataset_shard(h->dset->ds, h->shard));
+	res = h->req.result;
+	__atomic_fetch_sub(&p->stats.reads_inflight, 1, __ATOMIC_RELAXED);
+	bd_hist_add(&p->read_lat, bd_now_ns() - h->t_submit);
+	if (res > 0) {
+		bd__stat_add(&p->stats.bytes_read, (uint64_t)res);
+		bd__stat_add(&p->stats.span_reads, 1);
+	}
+	for (bd_task *m = h, *next; m; m = next) {
+		next = m->span_next;
+		m->span_next = NULL;
+		m->skip = (uint32_t)(m->blk.offset - h->req.offset);
+		if (res >= 0 && (uint64_t)res >= m->skip + m->blk.stored_size) {
+			m->buf = h->buf;
+			m->req.result = res;
+			bd__fifo_push(&ok, m);
+			n++;
+			continue;
+		}
+		/* Not brought back whole: read alone, so that its failure is its own. */
+		m->alone = true;
+		m->req.result = 0;
+		if (m == h) {
+			/* Nobody else has the buffer (the head is the first block): it goes, weight and all. */
+			h->span_refs = 1;
+			bd__task_buf_put(p, h);
+		}
+		m->span_head = NULL;
+		if (m->span_member) {
+			m->span_member = false;
+			bd__sched_charge(&p->sched, m, 1, 0); /* a block in flight of its own now */
+		}
+		bd__fifo_push(&w->local, m);
+	}
+	/* Before any of them can finish: the last to finish gives the buffer back. */
+	h->span_refs = n;
+	bd__stat_add(&p->stats.blocks_read, n);
+	bd__stat_add(&p->stats.span_blocks, n);
+	bd__fifo_append(out, &ok);
+	return n;
+}
+
+/*
+ * A read is over (t, a block or a span's head): to out, to be decoded;
+ * a page-only warm read's blocks are done with once read. @return how
+ * many went to out.
+ */
+static uint32_t settle(io_worker *w, bd_task *t, bd_fifo *out)
+{
+	bd_fifo mine = { 0 };
+	bool only = page_only(t);
+	uint32_t n = 1;
+
+	if (t->span_head) {
+		n = settle_span(w, t, &mine);
+	} else {
+		settle_read(w->p, t);
+		bd__fifo_push(&mine, t);
+	}
+	if (!only) {
+		bd__fifo_append(out, &mine);
+		return n;
+	}
+	while ((t = bd__fifo_pop(&mine)))
+		bd__task_finish(w->p, t);
+	return 0;
+}
+
+/* t's read is over: account for it and pass it on to decode. */
+static void reaped(io_worker *w, bd_task *t)
+{
+	bd_fifo out = { 0 };
+	uint32_t n = settle(w, t, &out);
+
+	bd__decode_push_list(w->p, &out, n);
 }
 
 /* The loop thread's wake-up fired in the ring: new work was handed over. */
@@ -474,6 +689,7 @@ static void reap(io_worker *w)
 {
 	bd_io_req *reqs[BD_REAP_MAX];
 	bd_fifo out = { 0 };
+	uint32_t done = 0;
 	int n;
 
 	w->copies = 0;
@@ -482,31 +698,27 @@ static void reap(io_worker *w)
 	n = bd_io_wait_many(w->io, reqs, BD_REAP_MAX);
 	if (n == -EAGAIN)
 		drain_wake(w);
-	for (int i = 0; i < n; i++) {
-		settle_read(w->p, reqs[i]->user);
-		bd__fifo_push(&out, reqs[i]->user);
-	}
-	if (n > 0)
-		bd__decode_push_list(w->p, &out, (uint32_t)n);
+	for (int i = 0; i < n; i++)
+		done += settle(w, reqs[i]->user, &out);
+	bd__decode_push_list(w->p, &out, done);
 }
 
 /* Between copies: submit the queued reads and pass on those finished, without waiting. */
 static void poll_reads(io_worker *w)
 {
 	bd_fifo out = { 0 };
-	uint32_t n = 0;
+	uint32_t n = 0, done = 0;
 	bd_io_req *req;
 	int r;
 
 	w->copies = 0;
 	while (n < BD_REAP_MAX && (r = bd_io_poll(w->io, &req)) == 1) {
-		settle_read(w->p, req->user);
-		bd__fifo_push(&out, req->user);
+		done += settle(w, req->user, &out);
 		n++;
 	}
 	if (r == -EAGAIN)
 		drain_wake(w);
-	bd__decode_push_list(w->p, &out, n);
+	bd__decode_push_list(w->p, &out, done);
 }
 
 void *bd__io_main(void *arg)

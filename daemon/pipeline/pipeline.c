@@ -228,10 +228,23 @@ void bd__pool_disown(bd_pool *pl, void *buf, size_t cap, size_t align)
 	free(buf);
 }
 
-static void buf_put(bd_pipeline *p, bd_task *t)
+void bd__task_buf_put(bd_pipeline *p, bd_task *t)
 {
+	bd_task *h = t->span_head;
+
 	if (!t->buf)
 		return;
+	if (h) {
+		/* A span's buffer is the head's: given back by the last block done with it. */
+		if (t != h)
+			t->buf = NULL;
+		if (__atomic_sub_fetch(&h->span_refs, 1, __ATOMIC_ACQ_REL) != 0)
+			return;
+		t = h;
+		/* The span's weight in flight goes with its buffer. */
+		bd__sched_charge(&p->sched, h, -(int32_t)h->span_weight, 0);
+		h->span_weight = 0;
+	}
 	if (t->pool_slot >= 0)
 		bd__pool_put(&p->pool, t->pool_slot, t->pool_n);
 	else
@@ -317,6 +330,11 @@ void bd_job_add_image(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, ui
 						  .image = true, .index = index, .id = id,
 						  .epoch = epoch };
 	job->tasks[job->ntasks - 1].npieces++;
+}
+
+void bd_job_set_warm(bd_job *job)
+{
+	job->warm = true;
 }
 
 void bd_job_free(bd_job *job)
@@ -431,9 +449,10 @@ void bd__task_finish(bd_pipeline *p, bd_task *t)
 {
 	bd_job *job = t->job;
 
-	buf_put(p, t);
-	/* Before the job can go back (and its tasks with it). */
-	bd__sched_done(&p->sched, t);
+	bd__task_buf_put(p, t);
+	/* Before the job can go back (and its tasks with it). A span's member counted in its head's weight. */
+	if (!t->span_member)
+		bd__sched_done(&p->sched, t);
 	/* acq_rel: every task's writes happen before the job is handed back. */
 	if (__atomic_sub_fetch(&job->pending, 1, __ATOMIC_ACQ_REL) != 0)
 		return;
@@ -464,8 +483,12 @@ static void on_async(uv_async_t *a)
 	while (rev) {
 		bd_job *next = rev->next;
 
-		rev->event(rev->owner, rev->seq, BD_JOB_DECODED, rev->status,
-			   rev->status ? rev->reason : rev->skip_why);
+		if (rev->warm && !rev->status && __atomic_load_n(&rev->warm_full, __ATOMIC_RELAXED))
+			rev->event(rev->owner, rev->seq, BD_JOB_DECODED, -ENOSPC,
+				   "the block cache has no room for more blocks");
+		else
+			rev->event(rev->owner, rev->seq, BD_JOB_DECODED, rev->status,
+				   rev->status ? rev->reason : rev->skip_why);
 		bd_job_free(rev);
 		rev = next;
 	}
@@ -601,7 +624,9 @@ void bd_pipeline_submit(bd_pipeline *p, bd_job *job)
 		const bd_piece *pc = &job->pieces[t->first_piece];
 
 		/* An image is made from the raw bytes, never decoded into its place. */
-		t->direct_dst = !job->image && bd__pieces_tile(pc, t->npieces, t->blk.raw_size);
+		/* A warm job has no pieces: an empty block would "tile" them. */
+		t->direct_dst = !job->image && !job->warm &&
+				bd__pieces_tile(pc, t->npieces, t->blk.raw_size);
 	}
 	job->pending = job->ntasks;
 	bd__sched_push(&p->sched, job);
@@ -719,6 +744,8 @@ void bd_pipeline_get_stats(const bd_pipeline *p, bd_pipeline_stats *ret)
 	ret->direct_decodes = __atomic_load_n(&p->stats.direct_decodes, __ATOMIC_RELAXED);
 	ret->copied_bytes = __atomic_load_n(&p->stats.copied_bytes, __ATOMIC_RELAXED);
 	ret->stored_copies = __atomic_load_n(&p->stats.stored_copies, __ATOMIC_RELAXED);
+	ret->span_reads = __atomic_load_n(&p->stats.span_reads, __ATOMIC_RELAXED);
+	ret->span_blocks = __atomic_load_n(&p->stats.span_blocks, __ATOMIC_RELAXED);
 	ret->reads_inflight = __atomic_load_n(&p->stats.reads_inflight, __ATOMIC_RELAXED);
 	ret->read_errors = __atomic_load_n(&p->stats.read_errors, __ATOMIC_RELAXED);
 	ret->checksum_errors = __atomic_load_n(&p->stats.checksum_errors, __ATOMIC_RELAXED);

@@ -34,6 +34,14 @@
  * delays another's next block by a bounded number of blocks, not by its
  * whole backlog.
  *
+ * Spans: a warm job's blocks (bd_job_set_warm: a dataset read ahead in
+ * file order) that follow one another in the file are read with one read
+ * of up to 1 MiB (io_thread.c, BD_SPAN_MAX). A span counts in flight as
+ * one block per 128 KiB it reads, not per block it holds, and its flow
+ * then gives its tenant's other flows as many turns (fairq.c, "owed"): a
+ * trainer's next batch waits behind a 128 KiB read at most per block of
+ * its own, however small the warm blocks are.
+ *
  * The decoded-block cache (blockcache.h) is consulted by the I/O thread, when it
  * takes a block that does not tile the batch, or one that does when the
  * dataset is kept whole (the ram tier) or another session uses the same
@@ -114,6 +122,17 @@ void bd_job_set_image(bd_job *job, const bi_spec *spec, uint64_t seed, bool skip
  */
 void bd_job_add_image(bd_job *job, uint64_t src, uint64_t size, uint8_t *dst, uint64_t id,
 		      uint64_t epoch, uint32_t index);
+
+/*
+ * The job only loads its blocks into the block cache: it has no pieces,
+ * and its blocks are in file order (a dataset read ahead of its batches,
+ * session_warm.c). An I/O thread reads consecutive blocks of it that are
+ * neither cached nor being loaded with one read, up to BD_SPAN_MAX bytes
+ * ("Spans" above); those cached or loading are skipped. Once the
+ * cache has no room for one (BD_CACHE_BYPASS), the job's other blocks
+ * are skipped too and it comes back with -ENOSPC.
+ */
+void bd_job_set_warm(bd_job *job);
 
 /* Free a job that was never submitted. NULL is fine. */
 void bd_job_free(bd_job *job);
@@ -198,6 +217,8 @@ typedef struct bd_pipeline_stats {
 	 * over raw_bytes is the pipeline's copies per byte.
 	 */
 	uint64_t copied_bytes, stored_copies;
+	/* Reads of several blocks at once (warm jobs' spans), and the blocks they read. */
+	uint64_t span_reads, span_blocks;
 	uint64_t cache_hits, cache_misses, cache_waits, cache_bypasses, cache_evictions;
 	uint64_t cache_bytes, cache_budget;
 	/* The cache's region (blockcache.h): in entries, faulted in, its pages, its prefault. */

@@ -54,6 +54,20 @@ typedef struct bd_task {
 	bool direct_dst;            /* pieces tile the block: decode into pieces[first].dst */
 	struct bd_cache_entry *centry; /* the cached block this task loads or copies from */
 	bool cache_load;            /* this task decodes into centry for everyone */
+	/*
+	 * A warm job's read of several blocks at once (io_thread.c, "spans"):
+	 * the first block's task (the head) reads them all into its buffer;
+	 * each member, the head included, points span_head at the head, and
+	 * the head's span_refs counts those still using the buffer (the last
+	 * gives it back, and the span's weight in flight with it). span_next
+	 * chains the members after the head.
+	 * alone: read by itself (a span that failed is read block by block).
+	 */
+	struct bd_task *span_head, *span_next;
+	uint32_t span_refs;
+	uint32_t span_weight;       /* the head: blocks' worth charged in flight beyond itself */
+	bool span_member;           /* not the head: counts in flight only through the head's weight */
+	bool alone;
 	/* I/O state, owned by the I/O then the decode thread. */
 	bd_io_req req;
 	uint8_t *buf;
@@ -85,6 +99,8 @@ struct bd_job {
 	int32_t status;             /* 0, or the first failure's negative errno (atomic) */
 	char reason[BP_RING_REASON_MAX];
 	const bi_spec *image;       /* its image pieces' spec (bd_job_set_image), or NULL */
+	bool warm;                  /* bd_job_set_warm: cache loads only, read in spans */
+	bool warm_full;             /* ... the cache had no room for one of them (atomic) */
 	uint64_t image_seed;
 	bool image_skip;            /* a bad image is left out, not the batch failed */
 	uint64_t *image_bad;        /* the record's image outcome (bd_job_set_image) */
@@ -122,6 +138,7 @@ typedef struct bd_flow {
 	bd_fifo queue;
 	uint32_t inflight;
 	uint32_t parked;            /* its tasks waiting on the fetcher (bd__sched_park) */
+	uint32_t owed;              /* turns it gives up to its tenant's other flows (take) */
 	bool ready;                 /* on its tenant's ready list */
 	bool done;                  /* the owner submits no more (bd__sched_cancel) */
 	struct bd_flow *next;       /* all flows */
@@ -178,6 +195,23 @@ void bd__sched_push(bd_sched *s, bd_job *job);
  * may start; *hungry (when not NULL) says which. I/O threads.
  */
 bd_task *bd__sched_pop(bd_sched *s, bool *hungry);
+/*
+ * The task after prev in prev's job, when it is the head of prev's flow
+ * (an I/O thread that claimed prev reads them together, io_thread.c):
+ * it counts in flight like a popped one, past the flow's cap if need be,
+ * until the caller weighs the span (bd__sched_charge). NULL when the
+ * flow's head is anything else. I/O threads.
+ */
+bd_task *bd__sched_pop_next(bd_sched *s, const bd_task *prev);
+/*
+ * n more (or, negative, fewer) blocks' worth in flight for task's flow
+ * and tenant: a span's weight beyond its head (io_thread.c); and turns
+ * the flow gives up to its tenant's other flows when next served, one
+ * per block's worth read beyond the one claim (so that a trainer's batch
+ * is not queued behind many spans). Giving back wakes and retires as
+ * bd__sched_done does. Any thread.
+ */
+void bd__sched_charge(bd_sched *s, bd_task *task, int32_t n, uint32_t turns);
 /* task (popped or cancelled) no longer counts against its flow's and tenant's caps (any thread). */
 void bd__sched_done(bd_sched *s, bd_task *task);
 /*
@@ -262,7 +296,12 @@ typedef struct bd_io_thread {
 	bool idle;                  /* guarded by mu: waiting on cv, not in the ring */
 	bool hungry;                /* guarded by the scheduler's mu: found no task, wants a kick */
 	int wake_fd;                /* eventfd that interrupts a wait in the ring, or -1 */
-	bd_fifo fetched;            /* guarded by mu: tasks whose remote chunks have landed (or failed) */
+	/*
+	 * Guarded by mu: tasks whose remote chunks have landed (or failed),
+	 * and tasks that waited on a warm job's load that failed (decode.c):
+	 * to be read.
+	 */
+	bd_fifo fetched;
 	/* Set by the thread before it reports ready. */
 	int setup_err;
 	bd_io_engine engine;
@@ -276,6 +315,12 @@ typedef struct bd_io_thread {
  * its eventfd in the ring. Any thread; takes it->mu.
  */
 void bd__io_kick(bd_io_thread *it);
+/*
+ * t goes back to I/O thread it, to be read (it->fetched): a remote block
+ * whose chunks landed, one to fetch again, one whose warm load failed.
+ * Any thread; takes it->mu.
+ */
+void bd__io_hand_back(bd_io_thread *it, bd_task *t);
 
 struct bd_pipeline {
 	bd_pipeline_opts o;
@@ -338,6 +383,12 @@ bool bd__pieces_tile(const bd_piece *pc, uint32_t n, uint64_t raw_size);
 void bd__copy_pieces(bd_pipeline *p, const bd_task *t, const uint8_t *raw, bi_scratch **img);
 /* Do the task's pieces add up to at most max bytes? (Stops counting past max.) */
 bool bd__task_bytes_at_most(const bd_task *t, uint64_t max);
+
+/*
+ * t's read buffer goes back to the pool (or its own is kept or freed); a
+ * span's, once its last block is done with it (io_thread.c). Any thread.
+ */
+void bd__task_buf_put(bd_pipeline *p, bd_task *t);
 
 /* The task is done (decode thread): its buffer goes back; the job's last posts the job. */
 void bd__task_finish(bd_pipeline *p, bd_task *t);

@@ -544,6 +544,7 @@ static void reload(bd_server *srv)
 	srv->env.default_prefetch = srv->cfg.prefetch;
 	srv->env.max_prefetch = srv->cfg.max_prefetch;
 	srv->env.image_max_pixels = srv->cfg.image_max_pixels;
+	srv->env.stream_first_pass = srv->cfg.stream_first_pass;
 	bd__clients_handshake_arm(srv);
 	bd_nvml_set_interval(srv->cfg.gpu_interval);
 	srv->totals.reloads++;
@@ -723,6 +724,7 @@ static void session_env(bd_server *srv)
 		.default_prefetch = srv->cfg.prefetch,
 		.max_prefetch = srv->cfg.max_prefetch,
 		.image_max_pixels = srv->cfg.image_max_pixels,
+		.stream_first_pass = srv->cfg.stream_first_pass,
 		.read_depth = srv->cfg.queue_depth * srv->cfg.io_threads,
 		.ended = on_session_ended,
 		.ctx = srv,

@@ -523,7 +523,7 @@ static void on_poll_closed(uv_handle_t *h)
 
 void bd__session_maybe_end(bd_session *s)
 {
-	if (!s->closing || s->inflight || s->gpu_pending || s->ended)
+	if (!s->closing || s->inflight || s->warm.inflight || s->gpu_pending || s->ended)
 		return;
 	/*
 	 * A GPU session the daemon stopped (lease, protocol, failure) keeps its
@@ -558,6 +558,7 @@ void bd_session_close(bd_session *s, int reason)
 		bd_gpu_session_cancel(s->gpu);
 	/* Blocks not yet read would be thrown away: let the session end sooner. */
 	bd_pipeline_cancel(s->env.pipeline, s);
+	bd__session_warm_stop(s);
 	bd__session_maybe_end(s);
 }
 
@@ -686,6 +687,8 @@ void bd_session_get_info(bd_session *s, bd_session_info *ret)
 	/* wait_ns was clamped to an age taken before this one: at most 1. */
 	ret->stall_ratio = ret->age_ns ? (double)ret->wait_ns / (double)ret->age_ns : 0;
 	ret->end_reason = s->close_reason;
+	ret->warm = s->warm.state;
+	ret->warm_bytes = s->warm.queued_bytes;
 	if (s->gpu) {
 		bd_gpu_session_get_info(s->gpu, &ret->gpu);
 		ret->device = ret->gpu.device;

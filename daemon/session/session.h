@@ -45,6 +45,14 @@
 typedef struct bd_session bd_session;
 
 /*
+ * A session's reading ahead of its ram-tier datasets in file order on its
+ * first pass (session_warm.c): not started (off), running, done (every
+ * block loaded), stopped when the cache was full or the session closed.
+ */
+enum bd_warm_state { BD_WARM_OFF, BD_WARM_RUNNING, BD_WARM_DONE, BD_WARM_FULL, BD_WARM_STOPPED };
+const char *bd_warm_state_name(enum bd_warm_state st);
+
+/*
  * Samples a session's batches in the pipeline add up to, about: a session
  * has ceil(this / batch_size) batches being read and decoded at once, at
  * least 2 and at most its slots; the bookkeeping of that many is charged
@@ -65,6 +73,7 @@ typedef struct bd_session_env {
 	unsigned max_prefetch;
 	unsigned read_depth;        /* reads the engines keep in flight: queue_depth x io_threads */
 	uint64_t image_max_pixels;  /* [images] max_pixels: an image session's bi_spec.max_pixels */
+	bool stream_first_pass;     /* [io] first_pass = stream: ram-tier datasets read ahead (session_warm.c) */
 	bd_gpu *gpu;                /* NULL when CUDA is unusable: host sessions only */
 	const bd_cuda_state *cuda;  /* the devices, when gpu is set */
 	/*
@@ -233,6 +242,9 @@ typedef struct bd_session_info {
 	 */
 	double stall_ratio;
 	int end_reason;             /* once closing: bd_session_close's reason (0: a normal close) */
+	/* Its reading ahead in file order (session_warm.c), and the stored bytes it queued. */
+	enum bd_warm_state warm;
+	uint64_t warm_bytes;
 } bd_session_info;
 /*
  * GPUs a session's trainer is taken to hold: lost GPU-time is its stall

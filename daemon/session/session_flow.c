@@ -188,6 +188,8 @@ void bd_session_start(bd_session *s)
 	if (uv_poll_start(&s->released_poll, UV_READABLE, on_released) == 0)
 		s->poll_started = true;
 	plan(s);
+	/* After the first batches: their blocks are queued ahead of the warmer's. */
+	bd__session_warm_start(s);
 }
 
 /* ---- events: the pipeline's and the GPU thread's word on a batch ----------------------- */

@@ -13,6 +13,8 @@
  *                   reclaiming released records, the pipeline's and the
  *                   GPU thread's events
  *   session_images.c a decoded batch's bad images: named, or left out
+ *   session_warm.c  a ram-tier dataset read ahead in file order on the
+ *                   first pass, beside the batches
  *
  * Everything here runs on the loop thread but session_size.c's sizing
  * (bd_session_largest_batch, from a libuv worker at open).
@@ -92,6 +94,20 @@ typedef struct layout {
 	uint32_t nfrags;        /* a token batch's fragments (session_plan.c) */
 } layout;
 
+/* The session's reading ahead in file order (session_warm.c). The pipeline's owner is &warm. */
+typedef struct bd_warm {
+	enum bd_warm_state state;
+	uint32_t source, shard; /* the cursor: the next block to queue */
+	uint64_t block;
+	uint64_t seq;           /* warm jobs queued so far */
+	uint32_t inflight;      /* ... and in the pipeline now */
+	uint64_t queued_bytes;  /* stored bytes of the blocks queued */
+	uint64_t failed;        /* warm jobs that came back failed (not for want of room) */
+	uint64_t started_ns;
+	uint64_t room;          /* the block cache's budget, when it started */
+	uint64_t sources;       /* bit i: a warm job read source i (BP_MIX_SOURCES_MAX is 64) */
+} bd_warm;
+
 struct bd_session {
 	bd_session_env env;
 	uint64_t id;
@@ -140,6 +156,7 @@ struct bd_session {
 	uint64_t published;     /* batches published */
 	uint64_t reclaimed;     /* batches whose records were reclaimed */
 	uint32_t inflight;      /* jobs in the pipeline */
+	bd_warm warm;           /* reading ahead: its jobs are not in inflight */
 	uint32_t max_jobs;      /* ... at most: see jobs_in_flight() */
 	uint64_t failed, bytes;
 	uint64_t skipped;       /* bad images left out of their batches (on_error=skip) */
@@ -217,6 +234,18 @@ int bd__session_charge_without_keys(bd_session *s, bd_key_table **keys, int devi
 /* session_plan.c: the next batch planned. @return 1 planned, 0 no room
  * yet, or a negative errno. */
 int bd__session_plan_one(bd_session *s);
+
+/*
+ * session_warm.c: start reading the session's ram-tier datasets ahead in
+ * file order, when it should (the file's head comment); stop (the
+ * session closes: its warm jobs come back cancelled, counted in
+ * warm.inflight until then). And what a session charges for it.
+ */
+void bd__session_warm_start(bd_session *s);
+void bd__session_warm_stop(bd_session *s);
+/* Whether it may (what it reads, how, from where), and what it charges for it then (else 0). */
+bool bd__session_may_warm(const bd_session *s);
+uint64_t bd__session_warm_bytes(const bd_session *s);
 
 /* session_flow.c: publishing, reclaiming, waking the client, events. */
 void bd__session_publish(bd_session *s);

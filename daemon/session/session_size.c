@@ -74,6 +74,8 @@ static uint64_t heap_bytes(const bd_session *s, int device)
 		     4 * BD_MALLOC_OVERHEAD;
 	b += (uint64_t)s->max_jobs * (job + BD_MALLOC_OVERHEAD);
 	b += bd_pipeline_owner_bytes() + BD_MALLOC_OVERHEAD;
+	/* Reading ahead in file order, should it start (session_warm.c): charged either way. */
+	b += bd__session_warm_bytes(s);
 	if (device >= 0)
 		b += bd_gpu_session_bytes(s->slots);
 	/* Images: the decode workers' scratch, at its most (charged to each such session). */

@@ -244,11 +244,12 @@ static void status_resources(bd_text *t, bd_server *srv, const bd_pipeline_stats
 	bd_text_printf(t, "\"pipeline\": {\"blocks_read\": %" PRIu64 ", \"bytes_read\": %" PRIu64
 		       ", \"blocks_decoded\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
 		       ", \"direct_decodes\": %" PRIu64 ", \"copied_bytes\": %" PRIu64
-		       ", \"stored_copies\": %" PRIu64 ", \"failures\": %" PRIu64
+		       ", \"stored_copies\": %" PRIu64 ", \"span_reads\": %" PRIu64
+		       ", \"span_blocks\": %" PRIu64 ", \"failures\": %" PRIu64
 		       ", \"reads_inflight\": %" PRIu64,
 		       ps->blocks_read, ps->bytes_read, ps->blocks_decoded, ps->raw_bytes,
-		       ps->direct_decodes, ps->copied_bytes, ps->stored_copies, ps->failures,
-		       ps->reads_inflight);
+		       ps->direct_decodes, ps->copied_bytes, ps->stored_copies, ps->span_reads,
+		       ps->span_blocks, ps->failures, ps->reads_inflight);
 	{
 		bd_hist rd, dec;
 
@@ -382,6 +383,8 @@ static void status_session(bd_text *t, const bd_server *srv, const entry *e)
 	bd_text_printf(t, ", \"trainer_epoch\": %" PRIu64 ", \"trainer_batch\": %" PRIu64
 		       ", \"ahead\": %" PRIu64, si.trainer_epoch, si.trainer_batch,
 		       si.published - si.delivered);
+	bd_text_printf(t, ", \"first_pass\": {\"state\": \"%s\", \"stored_bytes\": %" PRIu64 "}",
+		       bd_warm_state_name(si.warm), si.warm_bytes);
 	bd_text_printf(t, ", \"stall_seconds\": %.6f, \"stall_ratio\": %.6f, \"stall_cost\": %.9g",
 		       (double)si.wait_ns / 1e9, si.stall_ratio,
 		       stall_cost(srv, (double)si.wait_ns / 1e9));
@@ -657,6 +660,9 @@ static void metrics_pipeline(bd_text *t, bd_server *srv, const bd_totals *sum,
 	counter(t, "batchd_stored_copied_bytes_total",
 		"Bytes of blocks stored raw copied from the read buffer to where they decode.",
 		ps->stored_copies);
+	counter(t, "batchd_span_reads_total",
+		"Reads of several blocks at once (a dataset streamed in file order).", ps->span_reads);
+	counter(t, "batchd_span_blocks_total", "Blocks read by those reads.", ps->span_blocks);
 	/* 1 is the floor: each byte delivered decoded once; the ram tier's later epochs go below. */
 	bd_prom_head(t, "batchd_decode_amplification", "gauge",
 		     "Raw bytes decompressed per payload byte delivered, since start (all users).");

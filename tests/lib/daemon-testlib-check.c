@@ -57,13 +57,12 @@ void dt_setup_dir(void)
 	ck_assert_int_eq(dt_daemon_init(dt_suite_daemon), 0);
 }
 
-void dt_conf_start(const char *extra)
+void dt_conf_write(const char *extra)
 {
 	dt_daemon *d = dt_suite_daemon;
 	static char conf[sizeof(d->dir) + 16];
 	FILE *f;
 
-	dt_setup_dir();
 	snprintf(conf, sizeof(conf), "%s/batchd.conf", d->dir);
 	f = fopen(conf, "w");
 	ck_assert_ptr_nonnull(f);
@@ -71,7 +70,13 @@ void dt_conf_start(const char *extra)
 		d->root, extra);
 	fclose(f);
 	d->config = conf;
-	ck_assert_msg(dt_daemon_start(d) == 0, "batchd did not start");
+}
+
+void dt_conf_start(const char *extra)
+{
+	dt_setup_dir();
+	dt_conf_write(extra);
+	ck_assert_msg(dt_daemon_start(dt_suite_daemon) == 0, "batchd did not start");
 }
 
 void dt_teardown(void)

@@ -285,6 +285,8 @@ void dt_setup_dir(void);
  * start it, failing the test when it does not.
  */
 void dt_conf_start(const char *extra);
+/* The same file, in a tree already made; the daemon is not started. */
+void dt_conf_write(const char *extra);
 /* Fixture: stop the daemon, failing unless it exits 0 at SIGTERM; remove its tree. */
 void dt_teardown(void);
 

@@ -74,6 +74,7 @@ START_TEST(test_init_defaults)
 	ck_assert_uint_eq(c.memory_budget, 0);    /* auto: resolved by the daemon at start */
 	ck_assert_uint_eq(c.cache_size, BD_CONFIG_CACHE_AUTO);
 	ck_assert_int_eq(c.tier, BD_CFG_TIER_AUTO);
+	ck_assert(c.stream_first_pass);
 	ck_assert_int_eq(c.io_engine, BD_CFG_IO_AUTO);
 	ck_assert_int_eq(c.direct, BD_CFG_DIRECT_AUTO);
 	ck_assert_uint_eq(c.queue_depth, 64);
@@ -141,6 +142,7 @@ START_TEST(test_full_valid_file)
 		"[io]\n"
 		"engine = pread\n"
 		"direct = off\n"
+		"first_pass = batches\n"
 		"queue_depth = 4096\n"
 		"session_blocks = 65536\n"
 		"threads = 64\n"
@@ -193,6 +195,7 @@ START_TEST(test_full_valid_file)
 	ck_assert_int_eq(c.tier, BD_CFG_TIER_PAGE);
 	ck_assert_int_eq(c.io_engine, BD_CFG_IO_PREAD);
 	ck_assert_int_eq(c.direct, BD_CFG_DIRECT_OFF);
+	ck_assert(!c.stream_first_pass);
 	ck_assert_uint_eq(c.queue_depth, 4096);
 	ck_assert_uint_eq(c.session_blocks, 65536);
 	ck_assert_uint_eq(c.io_threads, 64);

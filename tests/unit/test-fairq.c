@@ -215,6 +215,117 @@ START_TEST(test_flow_cap)
 }
 END_TEST
 
+/*
+ * The end of a test of two owners' jobs a and b, every task done: nothing
+ * left to cancel, every flow and tenant freed; then a and b.
+ */
+static void end_two(bd_sched *s, int owner[2], bd_job *a, bd_job *b)
+{
+	ck_assert_ptr_null(bd__sched_cancel(s, &owner[0]));
+	ck_assert_ptr_null(bd__sched_cancel(s, &owner[1]));
+	ck_assert_ptr_null(s->flows);
+	ck_assert_ptr_null(s->tenants);
+	bd__sched_fini(s);
+	free(a);
+	free(b);
+}
+
+/*
+ * A span (io_thread.c): the next task of the job comes only while it is
+ * its flow's head, counted in flight, past the flow's cap; the flow then
+ * waits until its blocks finish, and another flow's head is never taken.
+ */
+START_TEST(test_pop_next)
+{
+	bd_sched s;
+	int owner[2];
+	bd_job *a, *b;
+	bd_task *t, *n, *held[8];
+	unsigned k = 0;
+
+	bd__sched_init(&s, 4, 64, on_wake, NULL);
+	a = job_new(&owner[0], 1, 8);
+	b = job_new(&owner[1], 1, 2);
+	bd__sched_push(&s, a);
+	bd__sched_push(&s, b);
+	t = bd__sched_pop(&s, NULL);
+	ck_assert_ptr_eq(t, &a->tasks[0]);
+	held[k++] = t;
+	/* a's next six, one past another: the flow goes past its cap of 4. */
+	for (n = t; k < 7 && (n = bd__sched_pop_next(&s, n)); )
+		held[k++] = n;
+	ck_assert_uint_eq(k, 7);
+	ck_assert_ptr_eq(held[6], &a->tasks[6]);
+	ck_assert_uint_eq(a->tasks[0].flow->inflight, 7);
+	/* Not the head of its flow: nothing. */
+	ck_assert_ptr_null(bd__sched_pop_next(&s, &a->tasks[2]));
+	/* Over its cap, a waits; b is served. */
+	t = bd__sched_pop(&s, NULL);
+	ck_assert_ptr_eq(t, &b->tasks[0]);
+	/* The last of a job has no next, even with another job of the same flow behind it. */
+	ck_assert_ptr_null(bd__sched_pop_next(&s, &b->tasks[1]));
+	n = bd__sched_pop_next(&s, t);
+	ck_assert_ptr_eq(n, &b->tasks[1]);
+	ck_assert_ptr_null(bd__sched_pop_next(&s, n));
+	bd__sched_done(&s, t);
+	bd__sched_done(&s, n);
+	ck_assert_ptr_null(bd__sched_pop(&s, NULL));
+	/* Below half the cap again: a's last task is served. */
+	for (unsigned i = 0; i < 5; i++)
+		bd__sched_done(&s, held[i]);
+	t = bd__sched_pop(&s, NULL);
+	ck_assert_ptr_eq(t, &a->tasks[7]);
+	bd__sched_done(&s, t);
+	bd__sched_done(&s, held[5]);
+	bd__sched_done(&s, held[6]);
+	end_two(&s, owner, a, b);
+}
+END_TEST
+
+/*
+ * Turns owed (bd__sched_charge): a flow that read a span of three blocks'
+ * worth gives its tenant's other flow two more turns than round-robin
+ * would; alone, it owes nobody.
+ */
+START_TEST(test_owed_turns)
+{
+	bd_sched s;
+	int owner[2];
+	bd_job *a, *b;
+	bd_task *t, *got[6];
+
+	bd__sched_init(&s, 64, 64, on_wake, NULL);
+	a = job_new(&owner[0], 1, 4);
+	b = job_new(&owner[1], 1, 4);
+	bd__sched_push(&s, a);
+	bd__sched_push(&s, b);
+	t = bd__sched_pop(&s, NULL);
+	ck_assert_ptr_eq(t->job, a);
+	bd__sched_charge(&s, t, 2, 2);
+	ck_assert_uint_eq(t->flow->inflight, 3);
+	for (int i = 0; i < 6; i++)
+		got[i] = bd__sched_pop(&s, NULL);
+	/* Round-robin would give b a b a b a; a owes two turns. */
+	ck_assert_ptr_eq(got[0]->job, b);
+	ck_assert_ptr_eq(got[1]->job, b);
+	ck_assert_ptr_eq(got[2]->job, b);
+	ck_assert_ptr_eq(got[3]->job, a);
+	ck_assert_ptr_eq(got[4]->job, b);
+	ck_assert_ptr_eq(got[5]->job, a);
+	/* b is out of tasks: a, alone, is served at once whatever it owes. */
+	bd__sched_charge(&s, got[5], 0, 5);
+	t = bd__sched_pop(&s, NULL);
+	ck_assert_ptr_eq(t, &a->tasks[3]);
+	ck_assert_uint_eq(t->flow->owed, 0);
+	bd__sched_done(&s, t);
+	for (int i = 0; i < 6; i++)
+		bd__sched_done(&s, got[i]);
+	bd__sched_charge(&s, &a->tasks[0], -2, 0);
+	bd__sched_done(&s, &a->tasks[0]);
+	end_two(&s, owner, a, b);
+}
+END_TEST
+
 /* share below a flow's cap is raised to it: one session alone is never held under its own cap. */
 START_TEST(test_share_floor)
 {
@@ -236,6 +347,8 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_user_cap);
 	tcase_add_test(tc, test_flow_cap);
 	tcase_add_test(tc, test_share_floor);
+	tcase_add_test(tc, test_pop_next);
+	tcase_add_test(tc, test_owed_turns);
 	suite_add_tcase(s, tc);
 	return s;
 }

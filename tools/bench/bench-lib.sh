@@ -83,20 +83,37 @@ bl_need_build() {
 # bytes (half random bytes, half text: about 1.7x compression), packed with
 # batchd-pack's defaults and ARGS, unless an OUT of the same making exists.
 bl_make_pack() {
-	local out=$1 n=$2 size=$3 want have=""
-	shift 3
+	bl__make_pack mixed "$@"
+}
+
+# bl_make_random_pack OUT N SIZE [BATCHD-PACK ARGS...]: the same with samples of
+# random bytes only: incompressible, stored raw, so that decoding them costs
+# a hash and a copy.
+bl_make_random_pack() {
+	bl__make_pack random "$@"
+}
+
+# bl__make_pack mixed|random OUT N SIZE [ARGS...]: what the two above share (seed 1).
+bl__make_pack() {
+	local kind=$1 out=$2 n=$3 size=$4 want have=""
+	shift 4
 	want="$n x $size, $* (seed 1)"
+	[[ $kind == random ]] && want="random $want"
 	[[ -f $out.made ]] && have=$(cat "$out.made")
 	if [[ -e $out && $have == "$want" ]]; then return 0; fi
 	rm -rf "$out" "$out.made"
-	"$PY" - "$out.records" "$n" "$size" <<'PYEOF'
+	"$PY" - "$out.records" "$n" "$size" "$kind" <<'PYEOF'
 import random, sys
-out, n, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out, n, size, kind = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rng = random.Random(1)
-words = b"batch daemon sample tensor gpu zstd block epoch queue loader shard stream ring".split()
-text = b" ".join(rng.choice(words) for _ in range(1 << 18))
-half = size // 2
 with open(out, "wb") as f:
+    if kind == "random":
+        for _ in range(n):
+            f.write(rng.randbytes(size))
+        sys.exit(0)
+    words = b"batch daemon sample tensor gpu zstd block epoch queue loader shard stream ring".split()
+    text = b" ".join(rng.choice(words) for _ in range(1 << 18))
+    half = size // 2
     for _ in range(n):
         at = rng.randrange(0, len(text) - (size - half))
         f.write(rng.randbytes(half) + text[at:at + size - half])
