@@ -60,7 +60,7 @@
 #define BD_REMOTE_MIN_MAX_SIZE (UINT64_C(64) << 20)
 /* S3's largest object: a bucket that claims more is not believed. */
 #define BD_REMOTE_MAX_OBJECT (UINT64_C(5) << 40)
-/* What the chunk tables may take besides a page per chunk max_size holds. */
+/* What the object records and chunk tables may take besides a chunk record per chunk max_size holds. */
 #define BD_REMOTE_TABLE_BASE (UINT64_C(16) << 20)
 
 typedef struct bd_remote_opts {

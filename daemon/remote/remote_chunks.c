@@ -6,17 +6,17 @@
  * An object's size comes from the bucket (a HEAD's Content-Length, a
  * listing's Size, a map found on disk), so a table sized by it would let
  * a server decide an allocation: one HEAD claiming 15 TiB with 64 KiB
- * chunks once cost 10 GB. The table has three levels instead: an array of
- * directory pointers made with the object (8 bytes per BD_CHUNK_DIR x
- * BD_CHUNK_PAGE chunks: 512 KiB for 4 TiB in 64 KiB chunks), directories of
- * page pointers and pages of chunk records made when a read first touches
- * one of their chunks, freed when every chunk below them is idle again; so
- * what the tables hold follows what is cached and in flight, not what is
- * claimed.
- * Objects over S3's 5 TiB limit are refused outright. Records, page
- * arrays and pages are counted in R.table_bytes, which never goes over
- * R.table_max (bd_remote_table_budget, set aside from the sessions'
- * budget): an open or a read that would go over is refused with ENOMEM.
+ * chunks once cost 10 GB. An object's table is a hash of the records of
+ * the chunks in use instead (open addressing on the chunk's index, linear
+ * probing, at most half full): a record is made when a read first touches
+ * its chunk and freed once the chunk is idle again (absent, unpinned,
+ * unwaited, nothing to punch), so what the tables hold follows what is
+ * cached and in flight, not what is claimed, and a chunk costs the same
+ * however scattered the cached ones are. Objects over S3's 5 TiB limit
+ * are refused outright. Records and slot arrays are counted in
+ * R.table_bytes, which never goes over R.table_max (bd_remote_table_budget,
+ * set aside from the sessions' budget): an open or a read that would go
+ * over is refused with ENOMEM.
  *
  * The chunk functions are called under R.mu; R.table_bytes is atomic, so
  * that records are made and freed outside it too.
@@ -26,16 +26,19 @@
 
 #include "remote_priv.h"
 
-#define PAGE_BYTES (BD_CHUNK_PAGE * sizeof(bd_chunk))
-#define DIR_BYTES (BD_CHUNK_DIR * sizeof(bd_chunk *))
+/* Slots an object's table starts with, and the fewest it shrinks to. */
+#define MIN_SLOTS 8u
+
+/*
+ * What one chunk in use may cost: its record with malloc's header, and the
+ * slots it holds (a table at most half full, a quarter just after it grew).
+ */
+#define CHUNK_COST (sizeof(bd_chunk) + 16 + 4 * sizeof(bd_chunk *))
 
 uint64_t bd_remote_table_budget(uint64_t max_size, uint32_t chunk)
 {
-	/*
-	 * A directory and a page for every chunk max_size holds, each alone in
-	 * its directory (the most scattered reads), and slack for opens.
-	 */
-	return BD_REMOTE_TABLE_BASE + max_size / chunk * (PAGE_BYTES + DIR_BYTES + 64);
+	/* A record for every chunk max_size holds, and slack for opens. */
+	return BD_REMOTE_TABLE_BASE + max_size / chunk * (CHUNK_COST + 64);
 }
 
 uint64_t bd__chunk_len(const bd_robj *o, uint32_t i)
@@ -63,50 +66,10 @@ static void uncharge(size_t n)
 	__atomic_sub_fetch(&R.table_bytes, n, __ATOMIC_RELAXED);
 }
 
-static uint32_t npages(const bd_robj *o)
-{
-	return (o->nchunks + BD_CHUNK_PAGE - 1) / BD_CHUNK_PAGE;
-}
-
-static uint32_t ndirs(const bd_robj *o)
-{
-	return (npages(o) + BD_CHUNK_DIR - 1) / BD_CHUNK_DIR;
-}
-
 size_t bd__robj_table_need(uint64_t size, size_t record)
 {
-	uint64_t chunks = (size + R.chunk - 1) / R.chunk;
-	uint64_t pages = (chunks + BD_CHUNK_PAGE - 1) / BD_CHUNK_PAGE;
-
-	return record + (size_t)((pages + BD_CHUNK_DIR - 1) / BD_CHUNK_DIR) * sizeof(bd_chunk **);
-}
-
-int bd__chunks_init(bd_robj *o, size_t record)
-{
-	size_t n = bd__robj_table_need(o->size, record);
-
-	if (!charge(n))
-		return -ENOSPC;
-	o->dirs = calloc(ndirs(o) ? ndirs(o) : 1, sizeof(*o->dirs));
-	if (!o->dirs) {
-		uncharge(n);
-		return -ENOMEM;
-	}
-	o->table_bytes = n;
-	return 0;
-}
-
-void bd__chunks_free(bd_robj *o)
-{
-	for (uint32_t d = 0; o->dirs && d < ndirs(o); d++) {
-		for (uint32_t p = 0; o->dirs[d] && p < BD_CHUNK_DIR; p++)
-			free(o->dirs[d][p]);
-		free(o->dirs[d]);
-	}
-	free(o->dirs);
-	o->dirs = NULL;
-	uncharge(o->table_bytes);
-	o->table_bytes = 0;
+	(void)size; /* the table grows with the chunks in use, not with the size claimed */
+	return record + MIN_SLOTS * sizeof(bd_chunk *);
 }
 
 /* Allocate n charged bytes (zeroed) for o's table. @return NULL: over table_max or no memory. */
@@ -131,83 +94,144 @@ static void table_free(bd_robj *o, void *v, size_t n)
 	uncharge(n);
 }
 
-bd_chunk *bd__chunk(bd_robj *o, uint32_t i)
+int bd__chunks_init(bd_robj *o, size_t record)
 {
-	uint32_t p = i / BD_CHUNK_PAGE, first = p * BD_CHUNK_PAGE;
-	bd_chunk ***dir = &o->dirs[p / BD_CHUNK_DIR], **page;
+	size_t n = bd__robj_table_need(o->size, record);
 
-	if (!*dir && !(*dir = table_alloc(o, DIR_BYTES)))
-		return NULL;
-	page = &(*dir)[p % BD_CHUNK_DIR];
-	if (!*page) {
-		if (!(*page = table_alloc(o, PAGE_BYTES)))
-			return NULL;
-		for (uint32_t k = 0; k < BD_CHUNK_PAGE; k++) {
-			(*page)[k].obj = o;
-			(*page)[k].idx = first + k;
-		}
+	if (!charge(n))
+		return -ENOSPC;
+	if (!(o->slots = calloc(MIN_SLOTS, sizeof(*o->slots)))) {
+		uncharge(n);
+		return -ENOMEM;
 	}
-	return &(*page)[i % BD_CHUNK_PAGE];
+	o->nslots = MIN_SLOTS;
+	o->table_bytes = n;
+	return 0;
+}
+
+void bd__chunks_free(bd_robj *o)
+{
+	for (uint32_t s = 0; o->slots && s < o->nslots; s++)
+		free(o->slots[s]);
+	free(o->slots);
+	o->slots = NULL;
+	o->nslots = o->nused = 0;
+	uncharge(o->table_bytes);
+	o->table_bytes = 0;
+}
+
+/* Chunk i's home slot in a table of nslots (a power of two): Fibonacci hashing. */
+static uint32_t home(uint32_t i, uint32_t nslots)
+{
+	return (uint32_t)(((uint64_t)i * UINT64_C(0x9E3779B97F4A7C15)) >> 32) & (nslots - 1);
+}
+
+/* Put c in slots (nslots of them, a power of two, with a free one). */
+static void place(bd_chunk **slots, uint32_t nslots, bd_chunk *c)
+{
+	uint32_t s = home(c->idx, nslots);
+
+	while (slots[s])
+		s = (s + 1) & (nslots - 1);
+	slots[s] = c;
+}
+
+/* o's records moved to a table of n slots. @return false: over table_max or no memory (o as it was). */
+static bool rehash(bd_robj *o, uint32_t n)
+{
+	bd_chunk **slots = table_alloc(o, (size_t)n * sizeof(*slots));
+
+	if (!slots)
+		return false;
+	for (uint32_t s = 0; s < o->nslots; s++)
+		if (o->slots[s])
+			place(slots, n, o->slots[s]);
+	table_free(o, o->slots, (size_t)o->nslots * sizeof(*o->slots));
+	o->slots = slots;
+	o->nslots = n;
+	return true;
 }
 
 bd_chunk *bd__chunk_if(const bd_robj *o, uint32_t i)
 {
-	uint32_t p = i / BD_CHUNK_PAGE;
-	bd_chunk **dir = o->dirs[p / BD_CHUNK_DIR];
-	bd_chunk *page = dir ? dir[p % BD_CHUNK_DIR] : NULL;
+	for (uint32_t s = home(i, o->nslots);; s = (s + 1) & (o->nslots - 1)) {
+		bd_chunk *c = o->slots[s];
 
-	return page ? &page[i % BD_CHUNK_PAGE] : NULL;
+		if (!c || c->idx == i)
+			return c;
+	}
 }
 
-bd_chunk *bd__chunk_next(const bd_robj *o, uint32_t from)
+bd_chunk *bd__chunk(bd_robj *o, uint32_t i)
 {
-	uint32_t p = from / BD_CHUNK_PAGE;
+	bd_chunk *c = bd__chunk_if(o, i);
 
-	while (from < o->nchunks) {
-		bd_chunk **dir = o->dirs[p / BD_CHUNK_DIR];
+	if (c)
+		return c;
+	/* At most half full, so that a probe ends soon. */
+	if ((o->nused + 1) * 2 > o->nslots && !rehash(o, o->nslots * 2))
+		return NULL;
+	if (!(c = table_alloc(o, sizeof(*c))))
+		return NULL;
+	c->obj = o;
+	c->idx = i;
+	place(o->slots, o->nslots, c);
+	o->nused++;
+	return c;
+}
 
-		if (!dir) {
-			/* A whole directory unused: on to the next one. */
-			p = (p / BD_CHUNK_DIR + 1) * BD_CHUNK_DIR;
-		} else if (dir[p % BD_CHUNK_DIR]) {
-			return &dir[p % BD_CHUNK_DIR][from % BD_CHUNK_PAGE];
-		} else {
-			p++;
-		}
-		if ((uint64_t)p * BD_CHUNK_PAGE > from)
-			from = p * BD_CHUNK_PAGE;
+bd_chunk *bd__chunk_next(const bd_robj *o, const bd_chunk *prev)
+{
+	uint32_t s = 0;
+
+	if (prev) {
+		s = home(prev->idx, o->nslots);
+		while (o->slots[s] != prev)
+			s = (s + 1) & (o->nslots - 1);
+		s++;
 	}
+	for (; s < o->nslots; s++)
+		if (o->slots[s])
+			return o->slots[s];
 	return NULL;
 }
 
-/* Is nothing on page in use: every chunk absent, unpinned, unwaited, with nothing to punch? */
-static bool idle(const bd_chunk *page)
+/* Is c idle: absent, unpinned, unwaited, with nothing to punch? */
+static bool idle(const bd_chunk *c)
 {
-	for (uint32_t k = 0; k < BD_CHUNK_PAGE; k++)
-		if (page[k].state != BD_CHUNK_ABSENT || page[k].pins || page[k].waiters ||
-		    page[k].punch)
-			return false;
-	return true;
+	return c->state == BD_CHUNK_ABSENT && !c->pins && !c->waiters && !c->punch;
 }
 
 void bd__chunks_trim(bd_robj *o)
 {
-	for (uint32_t d = 0; d < ndirs(o); d++) {
-		bd_chunk **dir = o->dirs[d];
-		bool empty = true;
+	uint32_t keep = 0, n = MIN_SLOTS;
+	bd_chunk **slots;
 
-		for (uint32_t p = 0; dir && p < BD_CHUNK_DIR; p++) {
-			if (dir[p] && idle(dir[p])) {
-				table_free(o, dir[p], PAGE_BYTES);
-				dir[p] = NULL;
-			}
-			empty &= !dir[p];
-		}
-		if (dir && empty) {
-			table_free(o, dir, DIR_BYTES);
-			o->dirs[d] = NULL;
-		}
+	for (uint32_t s = 0; s < o->nslots; s++)
+		keep += o->slots[s] && !idle(o->slots[s]);
+	if (keep == o->nused)
+		return;
+	while (n < 2 * keep)
+		n *= 2;
+	/*
+	 * Into a new table: a slot emptied in place would cut the probe runs
+	 * through it. Without the memory for one, the idle records stay (they
+	 * are charged) until a later trim.
+	 */
+	if (!(slots = table_alloc(o, (size_t)n * sizeof(*slots))))
+		return;
+	for (uint32_t s = 0; s < o->nslots; s++) {
+		bd_chunk *c = o->slots[s];
+
+		if (c && idle(c))
+			table_free(o, c, sizeof(*c));
+		else if (c)
+			place(slots, n, c);
 	}
+	table_free(o, o->slots, (size_t)o->nslots * sizeof(*o->slots));
+	o->slots = slots;
+	o->nslots = n;
+	o->nused = keep;
 }
 
 /* ---- the LRU ----------------------------------------------------------------------------- */

@@ -502,6 +502,16 @@ void bd_robj_put(bd_robj *o)
 
 /* ---- map files --------------------------------------------------------------------------- */
 
+/* Map entries in increasing order of chunk index. */
+static int by_index(const void *a, const void *b)
+{
+	uint32_t x, y;
+
+	memcpy(&x, a, 4);
+	memcpy(&y, b, 4);
+	return x < y ? -1 : x > y;
+}
+
 /* o's map as it would be written now. Under R.mu. @return its bytes (malloc'd), *ret_len. */
 static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 {
@@ -533,6 +543,8 @@ static uint8_t *map_encode(const bd_robj *o, size_t *ret_len)
 			memcpy(p + 4, &c->hash, 8);
 			p += MAP_ENTRY;
 		}
+	/* The table holds them in no order; a map lists them by index (map_chunks checks). */
+	qsort(p - MAP_ENTRY * (size_t)present, present, MAP_ENTRY, by_index);
 	sum = XXH3_64bits(b, len - 8);
 	memcpy(p, &sum, 8);
 	*ret_len = len;

@@ -17,10 +17,6 @@
 
 enum { BD_CHUNK_ABSENT, BD_CHUNK_FETCHING, BD_CHUNK_PRESENT };
 
-/* Chunks on one page of an object's chunk table, pages in one directory (remote_chunks.c). */
-#define BD_CHUNK_PAGE 16u
-#define BD_CHUNK_DIR 64u
-
 typedef struct bd_chunk {
 	uint8_t state;
 	bool unverified;         /* PRESENT as a map found on disk says: not yet checked against hash */
@@ -42,8 +38,9 @@ struct bd_robj {
 	uint64_t size;
 	int fd;                  /* the data file, O_RDWR; -1 once deleted */
 	uint32_t nchunks;
-	bd_chunk ***dirs;        /* directories of BD_CHUNK_DIR pages of BD_CHUNK_PAGE chunks; NULL: none used */
-	size_t table_bytes;      /* its share of R.table_bytes: the record, directories, pages */
+	bd_chunk **slots;        /* the records of the chunks in use, hashed by index (remote_chunks.c) */
+	uint32_t nslots, nused;  /* slots (a power of two), records in them */
+	size_t table_bytes;      /* its share of R.table_bytes: the record, slots, chunk records */
 	unsigned refs;           /* datasets and fetches using it */
 	bool dirty;              /* the map on disk is older than the chunk states */
 	bool landed;             /* chunks landed since the data file was last synced */
@@ -119,15 +116,16 @@ size_t bd__robj_table_need(uint64_t size, size_t record);
 int bd__chunks_init(bd_robj *o, size_t record);
 /* Free o's whole table; uncharge everything o was charged. */
 void bd__chunks_free(bd_robj *o);
-/* Chunk i of o, its page made (and charged) when needed. @return NULL: over table_max or no memory. */
+/* Chunk i of o, its record made (and charged) when needed. @return NULL: over table_max or no memory. */
 bd_chunk *bd__chunk(bd_robj *o, uint32_t i);
-/* Chunk i of o when its page exists; NULL: never used since its page went, so ABSENT. */
+/* Chunk i of o when it has a record; NULL: idle since its record went, so ABSENT. */
 bd_chunk *bd__chunk_if(const bd_robj *o, uint32_t i);
-/* The first chunk of o at index from or after whose page exists; NULL: none. */
-bd_chunk *bd__chunk_next(const bd_robj *o, uint32_t from);
+/* The record after prev in o's table (NULL: the first); NULL: none. In no order of index. */
+bd_chunk *bd__chunk_next(const bd_robj *o, const bd_chunk *prev);
+/* Every chunk of o with a record, in no order; the body must not make or free records. */
 #define BD_FOR_EACH_CHUNK(o, c) \
-	for (bd_chunk *c = bd__chunk_next((o), 0); c; c = bd__chunk_next((o), c->idx + 1))
-/* Free o's pages on which nothing is in use, and directories left empty. */
+	for (bd_chunk *c = bd__chunk_next((o), NULL); c; c = bd__chunk_next((o), c))
+/* Free the records of o's idle chunks (and shrink its slots). */
 void bd__chunks_trim(bd_robj *o);
 /* Take c off the LRU list. */
 void bd__lru_remove(bd_chunk *c);
